@@ -1,0 +1,33 @@
+"""SPEC.md Appendix A: the canonical JSON form writers use for attributes.
+
+Sorted keys, no insignificant whitespace, UTF-8 without escaping non-ASCII.
+Canonical form is what makes two writes of the same content byte-identical;
+readers accept any valid JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _refuse_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not JSON")
+
+
+def loads(text: str) -> Any:
+    """Strict JSON: NaN/Infinity are refused, duplicate keys are refused."""
+
+    def no_duplicates(pairs):
+        obj = {}
+        for k, v in pairs:
+            if k in obj:
+                raise ValueError(f"duplicate key {k!r}")
+            obj[k] = v
+        return obj
+
+    return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=no_duplicates)

@@ -1,0 +1,157 @@
+"""SPEC.md §4: commit metadata, stored as the root attribute ``commit`` (JSON)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import jsonschema
+
+from mdiff.errors import InvalidFileError
+from mdiff.format import canonical_json
+
+_DATE_PATTERN = (
+    r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+    r"T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z$"
+)
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://mdiff.dev/schemas/commit.schema.json",
+    "title": "mdiff commit metadata (SPEC.md §4)",
+    "type": "object",
+    "required": ["author", "date", "message", "parents", "writer", "meta"],
+    "additionalProperties": False,
+    "properties": {
+        "author": {
+            "type": "object",
+            "required": ["name", "email"],
+            "additionalProperties": False,
+            "properties": {
+                "name": {"type": "string", "minLength": 1},
+                "email": {"type": "string", "pattern": r"^$|^[^@\s<>]+@[^@\s<>]+$"},
+            },
+        },
+        "date": {"type": "string", "pattern": _DATE_PATTERN},
+        "message": {"type": "string"},
+        "parents": {
+            "type": "array",
+            "items": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+            "uniqueItems": True,
+        },
+        "writer": {
+            "type": "object",
+            "required": ["name", "version"],
+            "additionalProperties": False,
+            "properties": {
+                "name": {"type": "string", "minLength": 1},
+                "version": {"type": "string", "minLength": 1},
+            },
+        },
+        "meta": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}
+
+_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+
+def _writer_version() -> str:
+    from mdiff import __version__
+
+    return __version__
+
+
+def default_date() -> str:
+    """``SOURCE_DATE_EPOCH`` when set (reproducible builds), else now; UTC, whole seconds."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if epoch is not None:
+        moment = _dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc)
+    else:
+        moment = _dt.datetime.now(_dt.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Author:
+    name: str
+    email: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> "Author":
+        """``"Name <mail@host>"`` or a bare name."""
+        m = re.fullmatch(r"\s*(.*?)\s*<([^<>]*)>\s*", text)
+        return cls(m.group(1), m.group(2)) if m else cls(text.strip())
+
+
+@dataclass(frozen=True)
+class Commit:
+    message: str = ""
+    author: Author = Author("unknown")
+    date: str = field(default_factory=default_date)
+    parents: tuple[str, ...] = ()
+    meta: Mapping[str, str] = field(default_factory=dict)
+    writer_name: str = "mdiff"
+    writer_version: str = field(default_factory=_writer_version)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "author": {"name": self.author.name, "email": self.author.email},
+            "date": self.date,
+            "message": self.message,
+            "parents": list(self.parents),
+            "writer": {"name": self.writer_name, "version": self.writer_version},
+            "meta": dict(self.meta),
+        }
+
+    def to_attribute(self) -> str:
+        check(self.to_json())
+        return canonical_json.dumps(self.to_json())
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "Commit":
+        return cls(
+            message=obj["message"],
+            author=Author(obj["author"]["name"], obj["author"]["email"]),
+            date=obj["date"],
+            parents=tuple(obj["parents"]),
+            meta=dict(obj["meta"]),
+            writer_name=obj["writer"]["name"],
+            writer_version=obj["writer"]["version"],
+        )
+
+
+def schema_errors(obj: Any) -> list[str]:
+    """Every way ``obj`` breaks §4.2, as messages naming the JSON location."""
+    messages = []
+    for err in sorted(_VALIDATOR.iter_errors(obj), key=lambda e: list(e.absolute_path)):
+        where = "/".join(str(p) for p in err.absolute_path) or "(root)"
+        messages.append(f"{where}: {err.message}")
+    if not messages:
+        try:  # the pattern cannot see a 31st of February
+            _dt.datetime.strptime(obj["date"][:19], "%Y-%m-%dT%H:%M:%S")
+        except ValueError:
+            messages.append(f"date: {obj['date']!r} is not a calendar date")
+    return messages
+
+
+def check(obj: Any) -> None:
+    errors = schema_errors(obj)
+    if errors:
+        raise InvalidFileError("MD202", "commit metadata is invalid: " + "; ".join(errors), "/")
+
+
+def parse_attribute(text: Any, known_members_only: bool = False) -> Commit:
+    """The Commit in a ``commit`` attribute value; InvalidFileError on any defect."""
+    if not isinstance(text, str):
+        raise InvalidFileError("MD200", "root attribute `commit` is not a string", "/")
+    try:
+        obj = canonical_json.loads(text)
+    except ValueError as exc:
+        raise InvalidFileError("MD201", f"`commit` is not valid JSON: {exc}", "/") from None
+    if known_members_only and isinstance(obj, dict):  # a newer minor version may add members (§3.3)
+        obj = {k: v for k, v in obj.items() if k in SCHEMA["properties"]}
+    check(obj)
+    return Commit.from_json(obj)

@@ -1,0 +1,21 @@
+"""SPEC.md §3: the names and numbers that identify an mdiff file."""
+
+FORMAT_NAME = "mdiff"
+FORMAT_MAJOR = 1
+FORMAT_MINOR = 0
+FORMAT_VERSION = f"{FORMAT_MAJOR}.{FORMAT_MINOR}"
+
+# Root attributes (§3.2, §3.4, §4.1)
+ATTR_FORMAT = "format"
+ATTR_VERSION = "format_version"
+ATTR_EXTENSIONS = "extensions"
+ATTR_COMMIT = "commit"
+
+PARAMETERS_GROUP = "parameters"  # §5.1
+ATTR_UPDATE = "update"  # §7.1, on each parameter group
+
+# Extensions this reader understands (§3.4). Version 1.0 defines none.
+KNOWN_EXTENSIONS: frozenset[str] = frozenset()
+
+# HDF5 file-format bounds every writer uses: readable by HDF5 1.10 and h5wasm (§3.1).
+LIBVER = ("earliest", "v110")

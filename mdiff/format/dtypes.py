@@ -1,0 +1,102 @@
+"""Parameter dtypes and their storage encodings (SPEC.md §6).
+
+In memory a tensor is a numpy array; bfloat16 uses ``ml_dtypes.bfloat16``
+(numpy has no native type for it). On disk every dtype has exactly one
+HDF5 storage type that HDF5 1.10 and h5wasm both decode: float16 and
+bfloat16 are stored as their raw bit patterns in ``uint16`` because h5wasm
+cannot read HDF5 half floats and HDF5 has no portable bfloat16.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str
+    itemsize: int
+    kind: str  # "bool", "int", "uint", "float"
+    value: np.dtype  # in-memory numpy dtype (native little-endian)
+    storage: np.dtype  # HDF5 storage dtype, little-endian
+
+    @property
+    def bits(self) -> np.dtype:
+        """Unsigned integer dtype of the same width: the raw bit pattern."""
+        return np.dtype(f"<u{self.itemsize}")
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+
+def _dt(name: str, kind: str, value, storage) -> DType:
+    v = np.dtype(value)
+    return DType(name, v.itemsize, kind, v, np.dtype(storage))
+
+
+_ALL = [
+    _dt("bool", "bool", np.bool_, "<u1"),
+    _dt("int8", "int", "<i1", "<i1"),
+    _dt("int16", "int", "<i2", "<i2"),
+    _dt("int32", "int", "<i4", "<i4"),
+    _dt("int64", "int", "<i8", "<i8"),
+    _dt("uint8", "uint", "<u1", "<u1"),
+    _dt("uint16", "uint", "<u2", "<u2"),
+    _dt("uint32", "uint", "<u4", "<u4"),
+    _dt("uint64", "uint", "<u8", "<u8"),
+    _dt("float16", "float", "<f2", "<u2"),
+    _dt("bfloat16", "float", ml_dtypes.bfloat16, "<u2"),
+    _dt("float32", "float", "<f4", "<f4"),
+    _dt("float64", "float", "<f8", "<f8"),
+]
+
+DTYPES: dict[str, DType] = {d.name: d for d in _ALL}
+_BY_VALUE: dict[np.dtype, DType] = {d.value: d for d in _ALL}
+
+
+def dtype_named(name: str) -> DType:
+    """The DType called ``name``; KeyError if the spec has no such dtype."""
+    return DTYPES[name]
+
+
+def dtype_of(array: np.ndarray) -> DType:
+    """The spec dtype of a numpy array (any byte order); KeyError if unsupported."""
+    return _BY_VALUE[array.dtype.newbyteorder("=")]
+
+
+def canonical(array: np.ndarray) -> np.ndarray:
+    """``array`` as a C-contiguous, native-order array of its spec dtype."""
+    dt = dtype_of(array)
+    return np.ascontiguousarray(array, dtype=dt.value)
+
+
+def as_bits(array: np.ndarray) -> np.ndarray:
+    """Zero-copy view of a canonical array as unsigned integers of its width."""
+    return array.view(dtype_of(array).bits)
+
+
+def from_bits(bits: np.ndarray, dt: DType) -> np.ndarray:
+    return bits.view(dt.value)
+
+
+def to_storage(array: np.ndarray, dt: DType) -> np.ndarray:
+    """Values of dtype ``dt`` in their on-disk representation (zero-copy)."""
+    if dt.storage == dt.value:
+        return array
+    return array.view(dt.storage)
+
+
+def from_storage(stored: np.ndarray, dt: DType) -> np.ndarray:
+    """Inverse of :func:`to_storage` (zero-copy)."""
+    if dt.storage == dt.value:
+        return stored
+    return stored.view(dt.value)
+
+
+def canonical_bytes(array: np.ndarray) -> memoryview:
+    """Little-endian, C-order bytes of a canonical array (bool as 0x00/0x01)."""
+    return memoryview(np.ascontiguousarray(array)).cast("B")

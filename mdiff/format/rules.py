@@ -1,0 +1,77 @@
+"""SPEC.md §12: the validation table — every rule, its code, severity and section.
+
+This module is the one place codes are defined. The validator, the errors and
+the tests all use it, and a test checks that SPEC.md's table says the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    severity: str  # "error" or "warning"
+    section: str
+    title: str
+
+
+_TABLE = [
+    # §3 identity and versioning
+    ("MD100", "error", "3.1", "the file is not a readable HDF5 file"),
+    ("MD101", "error", "3.2", "root attribute `format` is missing or is not \"mdiff\""),
+    ("MD102", "error", "3.2", "root attribute `format_version` is missing or is not MAJOR.MINOR"),
+    ("MD103", "error", "3.3", "the major version is not supported by this reader"),
+    ("MD104", "warning", "3.3", "the minor version is newer than this reader knows"),
+    ("MD105", "error", "3.4", "root attribute `extensions` is malformed"),
+    ("MD106", "error", "3.4", "an unknown extension is marked must_understand"),
+    ("MD107", "warning", "3.4", "an unknown optional extension is ignored"),
+    # §4 commit metadata
+    ("MD200", "error", "4.1", "root attribute `commit` is missing or is not a string"),
+    ("MD201", "error", "4.1", "`commit` is not valid UTF-8 JSON"),
+    ("MD202", "error", "4.2", "`commit` does not match schemas/commit.schema.json"),
+    # §5 layout and names
+    ("MD300", "error", "5.1", "group `/parameters` is missing"),
+    ("MD301", "error", "5.1", "a member of `/parameters` is not a group"),
+    ("MD302", "error", "5.2", "a link name is not the canonical encoding of a parameter name"),
+    ("MD303", "warning", "5.4", "an unknown member or attribute is ignored"),
+    # §7 updates
+    ("MD400", "error", "7.1", "attribute `update` is missing or is not a string"),
+    ("MD401", "error", "7.1", "`update` is not valid UTF-8 JSON"),
+    ("MD402", "error", "7.1", "the update type is unknown"),
+    ("MD403", "error", "7.1", "the version of the update type is not supported"),
+    ("MD404", "error", "7.1", "`update` does not match its type's JSON Schema"),
+    ("MD405", "error", "7.1", "a dataset the update type requires is missing"),
+    ("MD406", "error", "7.1", "a dataset has the wrong storage datatype"),
+    ("MD407", "error", "7.1", "a dataset has the wrong shape"),
+    ("MD408", "error", "7.4", "sparse indices are not strictly increasing or are out of range"),
+    ("MD409", "error", "6.1", "a bool value is neither 0 nor 1"),
+    ("MD410", "error", "8.4", "stored data does not match its sha256"),
+    ("MD411", "error", "7.5", "low_rank is used on a parameter that is not floating point or is 0-d"),
+    # §8 storage and security
+    ("MD500", "error", "8.1", "a link is not a hard link (soft, external or user-defined)"),
+    ("MD501", "error", "8.1", "an object is neither a group nor a dataset"),
+    ("MD502", "error", "8.2", "a dataset uses external raw storage"),
+    ("MD503", "error", "8.2", "a dataset is virtual"),
+    ("MD504", "error", "8.2", "a dataset uses a filter off the allowlist"),
+    ("MD505", "error", "8.2", "a dataset's datatype is not allowed"),
+    ("MD506", "error", "8.2", "an attribute's datatype or shape is not allowed"),
+    ("MD507", "error", "8.3", "a dataset's rank exceeds the limit"),
+    ("MD508", "error", "8.3", "a dataset's element count exceeds the limit"),
+    ("MD509", "error", "8.3", "a dataset declares more data than its storage can hold"),
+    ("MD510", "error", "8.3", "an attribute exceeds the size limit"),
+    ("MD511", "error", "8.3", "the file holds more objects than the limit"),
+    ("MD512", "error", "8.3", "the declared bytes of all datasets exceed the limit"),
+    ("MD513", "error", "8.1", "an object cannot be read (truncated or corrupt file)"),
+    # §9 applying
+    ("MD600", "error", "9.2", "the base lacks a parameter the update needs"),
+    ("MD601", "error", "9.2", "the base parameter's shape or dtype differs from the update's"),
+    ("MD602", "error", "9.3", "the result does not match the update's sha256"),
+    # §10 checkpoint files
+    ("MD700", "error", "10", "the checkpoint format is not supported"),
+    ("MD701", "error", "10", "the checkpoint file is malformed"),
+    ("MD702", "error", "10", "the checkpoint holds a dtype the format does not support"),
+]
+
+RULES: dict[str, Rule] = {code: Rule(code, sev, sec, title) for code, sev, sec, title in _TABLE}
