@@ -17,5 +17,6 @@ ATTR_UPDATE = "update"  # §7.1, on each parameter group
 # Extensions this reader understands (§3.4). Version 1.0 defines none.
 KNOWN_EXTENSIONS: frozenset[str] = frozenset()
 
-# HDF5 file-format bounds every writer uses: readable by HDF5 1.10 and h5wasm (§3.1).
-LIBVER = ("earliest", "v110")
+# HDF5 file-format bounds every writer uses (§3.1): readable by HDF5 1.10 and h5wasm,
+# and large enough for attributes over 64 KiB (dense attribute storage).
+LIBVER = ("v110", "v110")

@@ -1,0 +1,364 @@
+"""Checkpoint files (SPEC.md §10): the model files a diff is made from or applied to.
+
+Two formats are supported, chosen by file extension: ``.safetensors`` and
+``.npz``. Readers are lazy: opening a file reads and validates its header
+only, and :meth:`CheckpointReader.read` reads the bytes of one tensor, so a
+checkpoint larger than memory can be processed one tensor at a time.
+
+Readers fail closed. Whatever a file holds, reading it raises
+:class:`~mdiff.errors.CheckpointError` (MD700 unsupported format, MD701
+malformed file, MD702 unsupported dtype) rather than another exception,
+never allocates more than the file can justify and never reads outside it.
+Errors from the operating system (a missing file, no permission) are not
+about the file's contents and stay ``OSError``.
+
+Writers are streaming, atomic and deterministic: ``fetch`` is asked for one
+tensor at a time, the file appears under its name only once complete, and
+the same inputs always give the same bytes.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import io
+import math
+import os
+import secrets
+import stat
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import ModuleType
+from typing import BinaryIO
+
+import numpy as np
+
+from mdiff.errors import CheckpointError
+from mdiff.format.dtypes import DType, dtype_of
+
+__all__ = [
+    "CheckpointReader",
+    "Entry",
+    "Fetch",
+    "SUPPORTED_EXTENSIONS",
+    "load_checkpoint",
+    "open_checkpoint",
+    "save_checkpoint",
+    "write_checkpoint",
+]
+
+Entry = tuple[str, tuple[int, ...], DType]
+Fetch = Callable[[str], np.ndarray]
+
+SUPPORTED_EXTENSIONS = (".safetensors", ".npz")
+
+# numpy 1.x cannot create arrays of more dimensions than this (numpy 2 allows
+# 64); refusing more keeps every file we accept loadable by both.
+MAX_RANK = 32
+
+# numpy refuses arrays whose byte size (zero dimensions aside) exceeds this.
+_MAX_ARRAY_BYTES = int(np.iinfo(np.intp).max)
+
+# Large reads go in slices of this size so that file objects that read via a
+# temporary bytes object (zip members) never hold a second copy of a tensor.
+_READ_CHUNK = 1 << 24
+
+
+class CheckpointReader(abc.ABC):
+    """A checkpoint file opened for reading; use as a context manager."""
+
+    path: str
+
+    @abc.abstractmethod
+    def keys(self) -> list[str]:
+        """Tensor names, sorted by Python string order."""
+
+    @abc.abstractmethod
+    def spec(self, name: str) -> tuple[tuple[int, ...], DType]:
+        """Shape and dtype of tensor ``name``, without reading its data."""
+
+    @abc.abstractmethod
+    def read(self, name: str) -> np.ndarray:
+        """Tensor ``name`` as a C-contiguous array of dtype ``spec(name)[1].value``."""
+
+    @property
+    @abc.abstractmethod
+    def metadata(self) -> dict[str, str]:
+        """The file's free-form string metadata (empty where the format has none)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the file; further reads fail."""
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in set(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __enter__(self) -> CheckpointReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------- dispatch
+
+
+def _format_module(path: str) -> ModuleType:
+    # Imported on demand: the format modules import helpers from this package.
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix == ".safetensors":
+        from mdiff.checkpoints import safetensors
+
+        return safetensors
+    if suffix == ".npz":
+        from mdiff.checkpoints import npz
+
+        return npz
+    raise CheckpointError(
+        "MD700",
+        f"unsupported checkpoint extension {suffix or '(none)'!r}; "
+        f"supported extensions are {', '.join(SUPPORTED_EXTENSIONS)}",
+        path,
+    )
+
+
+def open_checkpoint(path: str | os.PathLike[str]) -> CheckpointReader:
+    """Open a checkpoint for lazy reading; the extension picks the format."""
+    path = os.fspath(path)
+    return _format_module(path).open_reader(path)
+
+
+def write_checkpoint(
+    path: str | os.PathLike[str],
+    entries: Sequence[tuple[str, Sequence[int], DType]],
+    fetch: Fetch,
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Write a checkpoint atomically, fetching one tensor at a time.
+
+    ``entries`` lists ``(name, shape, dtype)`` in file order; ``fetch(name)``
+    is called once per entry, in that order, and must return an array of that
+    shape and dtype (ValueError otherwise). On any exception no file is left
+    behind and an existing ``path`` keeps its previous contents.
+    """
+    path = os.fspath(path)
+    module = _format_module(path)
+    checked_entries = _checked_entries(entries)
+    checked_metadata = _checked_metadata(metadata)
+    # Before any file is created, so that a refusal leaves nothing behind.
+    module.check_writable(checked_entries, checked_metadata, path)
+    shapes = {name: (shape, dt) for name, shape, dt in checked_entries}
+
+    def checked_fetch(name: str) -> np.ndarray:
+        shape, dt = shapes[name]
+        return _canonical_fetched(fetch(name), name, shape, dt)
+
+    with _atomic_output(path) as file:
+        module.write(file, checked_entries, checked_fetch, checked_metadata)
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Every tensor of a checkpoint, in memory at once (convenient for small files)."""
+    with open_checkpoint(path) as reader:
+        return {name: reader.read(name) for name in reader.keys()}
+
+
+def save_checkpoint(
+    path: str | os.PathLike[str],
+    tensors: Mapping[str, np.ndarray],
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Write in-memory tensors; names are sorted so the bytes do not depend on dict order."""
+    entries: list[Entry] = []
+    for name in sorted(tensors):
+        array = tensors[name]
+        entries.append((name, tuple(np.shape(array)), _dtype_or_value_error(array, name)))
+    write_checkpoint(path, entries, lambda name: tensors[name], metadata)
+
+
+# ------------------------------------------------- argument checks (writers)
+
+
+def _dtype_or_value_error(array: object, name: str) -> DType:
+    if not isinstance(array, np.ndarray):
+        raise ValueError(f"tensor {name!r} is a {type(array).__name__}, not a numpy array")
+    try:
+        return dtype_of(array)
+    except KeyError:
+        raise ValueError(f"tensor {name!r} has dtype {array.dtype}, which mdiff does not support") from None
+
+
+def _checked_entries(entries: Sequence[tuple[str, Sequence[int], DType]]) -> list[Entry]:
+    checked: list[Entry] = []
+    seen: set[str] = set()
+    for name, shape, dt in entries:
+        if not is_valid_name(name):
+            raise ValueError(f"tensor name {name!r} is not a non-empty, valid Unicode string")
+        if name in seen:
+            raise ValueError(f"tensor name {name!r} appears twice")
+        if not isinstance(dt, DType):
+            raise ValueError(f"dtype of tensor {name!r} is {dt!r}, not an mdiff DType")
+        dims = tuple(shape)
+        if not all(type(d) is int and d >= 0 for d in dims):
+            raise ValueError(f"shape of tensor {name!r} is {dims!r}, not non-negative ints")
+        seen.add(name)
+        checked.append((name, dims, dt))
+    return checked
+
+
+def _checked_metadata(metadata: Mapping[str, str] | None) -> dict[str, str] | None:
+    if metadata is None:
+        return None
+    for key, value in metadata.items():
+        if not (isinstance(key, str) and isinstance(value, str)):
+            raise ValueError(f"metadata must map str to str; got {key!r}: {value!r}")
+        if not (is_valid_unicode(key) and is_valid_unicode(value)):
+            raise ValueError(f"metadata entry {key!r} is not valid Unicode")
+    # Sorted: the bytes written must not depend on the mapping's order.
+    return {key: metadata[key] for key in sorted(metadata)}
+
+
+def _canonical_fetched(array: object, name: str, shape: tuple[int, ...], dt: DType) -> np.ndarray:
+    actual = _dtype_or_value_error(array, name)
+    assert isinstance(array, np.ndarray)
+    if actual.name != dt.name:
+        raise ValueError(f"fetch({name!r}) returned dtype {actual.name}, the entry says {dt.name}")
+    if tuple(array.shape) != shape:
+        raise ValueError(f"fetch({name!r}) returned shape {array.shape}, the entry says {shape}")
+    # astype, not ascontiguousarray: the latter turns 0-d arrays into 1-d.
+    array = array.astype(dt.value, order="C", copy=False)
+    if dt.kind == "bool" and array.size and int(array.view(np.uint8).max()) > 1:
+        array = array.view(np.uint8) != 0  # a bool stored as 0x00/0x01 only
+    return array
+
+
+def is_valid_unicode(text: str) -> bool:
+    """Whether ``text`` can be stored as UTF-8 (it has no lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def is_valid_name(name: object) -> bool:
+    """A tensor name mdiff can carry: a non-empty string of valid Unicode."""
+    return isinstance(name, str) and name != "" and is_valid_unicode(name)
+
+
+# ------------------------------------------------- shared reader helpers
+
+
+def open_regular_file(path: str) -> io.FileIO:
+    """Open ``path`` unbuffered for reading; MD701 unless it is a regular file."""
+    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CheckpointError("MD701", "not a regular file; give the path of a checkpoint file", path)
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return io.FileIO(fd, "rb", closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def checked_shape(dims: object, itemsize: int, path: str, name: str) -> tuple[int, ...]:
+    """``dims`` as a shape numpy can allocate, or MD701 saying why not."""
+    if not isinstance(dims, (list, tuple)):
+        raise CheckpointError("MD701", f"tensor {name!r}: shape is {dims!r}, not a list of integers", path)
+    if len(dims) > MAX_RANK:
+        raise CheckpointError(
+            "MD701", f"tensor {name!r} has {len(dims)} dimensions; at most {MAX_RANK} are supported", path
+        )
+    size = itemsize
+    for dim in dims:
+        # type() rather than isinstance(): JSON true/false must not pass as 1/0.
+        if type(dim) is not int or dim < 0:
+            raise CheckpointError(
+                "MD701", f"tensor {name!r}: shape {dims!r} is not a list of non-negative integers", path
+            )
+        size *= max(dim, 1)  # numpy bounds the product of the non-zero dimensions
+        if size > _MAX_ARRAY_BYTES:
+            raise CheckpointError("MD701", f"tensor {name!r}: shape {dims!r} is too large for any array", path)
+    return tuple(dims)
+
+
+def element_count(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)
+
+
+def fill_from(
+    readinto: Callable[[memoryview], int | None], target: np.ndarray | bytearray, path: str, name: str
+) -> None:
+    """Fill a C-contiguous array or a bytearray from a stream; MD701 if the stream ends first."""
+    view = memoryview(target.reshape(-1).view(np.uint8) if isinstance(target, np.ndarray) else target)
+    filled = 0
+    while filled < len(view):
+        count = readinto(view[filled : filled + _READ_CHUNK])
+        if not count:
+            raise CheckpointError(
+                "MD701",
+                f"the file ends inside tensor {name!r}; it is truncated or was changed while open",
+                path,
+            )
+        filled += count
+
+
+def refuse_invalid_bools(array: np.ndarray, path: str, name: str) -> None:
+    """A bool is stored as byte 0 or 1; anything else would make numpy misbehave."""
+    if array.dtype == np.bool_ and array.size and int(array.view(np.uint8).max()) > 1:
+        raise CheckpointError(
+            "MD701", f"bool tensor {name!r} holds a byte other than 0 or 1; the file is corrupt", path
+        )
+
+
+# ------------------------------------------------- atomic output
+
+
+@contextlib.contextmanager
+def _atomic_output(path: str) -> Iterator[BinaryIO]:
+    """A new file that replaces ``path`` only once completely written and synced."""
+    directory = os.path.dirname(os.path.abspath(path))
+    temp_path, fd = _create_temp_file(directory, os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as file:
+            yield file
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp_path, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp_path)
+        raise
+    _fsync_directory(directory)
+
+
+def _create_temp_file(directory: str, basename: str) -> tuple[str, int]:
+    # Same directory as the target so that os.replace is an atomic rename;
+    # mode 0o666 lets the umask decide permissions as for an ordinary file.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        temp_path = os.path.join(directory, f".{basename[:200]}.{secrets.token_hex(8)}.tmp")
+        try:
+            return temp_path, os.open(temp_path, flags, 0o666)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a temporary file in {directory}")
+
+
+def _fsync_directory(directory: str) -> None:
+    # Makes the rename itself durable; not possible on every platform.
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -1,0 +1,323 @@
+"""The ``.safetensors`` format, read and written without the ``safetensors`` package.
+
+Layout: an 8-byte little-endian length N, N bytes of UTF-8 JSON header
+``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__":
+{str: str}}``, then the data buffer; offsets count from the buffer's start.
+Tensor data is little-endian and C-ordered.
+
+Our own implementation because the package's numpy API reads whole files,
+and we want per-tensor reads and stricter validation. Like the reference
+library the writer pads the header with spaces so that data starts at a
+multiple of 8 bytes. Unlike it, the reader accepts gaps between tensors (but
+never overlaps). This module assumes a little-endian host, as mdiff does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from mdiff.checkpoints import (
+    CheckpointReader,
+    Entry,
+    Fetch,
+    checked_shape,
+    element_count,
+    fill_from,
+    is_valid_name,
+    is_valid_unicode,
+    open_regular_file,
+    refuse_invalid_bools,
+)
+from mdiff.errors import CheckpointError
+from mdiff.format.dtypes import DType, dtype_named
+
+# The reference library refuses longer headers; so do we, before reading one.
+MAX_HEADER_BYTES = 100_000_000
+
+METADATA_KEY = "__metadata__"
+
+_LENGTH = struct.Struct("<Q")
+_ALIGNMENT = 8
+_ENTRY_KEYS = frozenset({"dtype", "shape", "data_offsets"})
+
+_DTYPE_BY_TAG: dict[str, DType] = {
+    tag: dtype_named(name)
+    for tag, name in {
+        "BOOL": "bool",
+        "U8": "uint8",
+        "I8": "int8",
+        "I16": "int16",
+        "U16": "uint16",
+        "I32": "int32",
+        "U32": "uint32",
+        "I64": "int64",
+        "U64": "uint64",
+        "F16": "float16",
+        "BF16": "bfloat16",
+        "F32": "float32",
+        "F64": "float64",
+    }.items()
+}
+_TAG_BY_DTYPE_NAME = {dt.name: tag for tag, dt in _DTYPE_BY_TAG.items()}
+
+# Dtypes the safetensors format defines (0.8) but mdiff cannot represent: a
+# file holding one is well formed, just out of reach (MD702, not MD701).
+_FOREIGN_TAGS = frozenset(
+    {"F4", "F6_E2M3", "F6_E3M2", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "C64"}
+)
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    shape: tuple[int, ...]
+    dtype: DType
+    offset: int  # absolute position of the first byte in the file
+    nbytes: int
+
+
+class SafetensorsReader(CheckpointReader):
+    """A ``.safetensors`` file; the header is validated on open, tensors read on demand."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._file = open_regular_file(path)
+        try:
+            self._tensors, self._metadata = _parse_file(self._file, path)
+        except BaseException:
+            self._file.close()
+            raise
+
+    def keys(self) -> list[str]:
+        return sorted(self._tensors)
+
+    def spec(self, name: str) -> tuple[tuple[int, ...], DType]:
+        tensor = self._tensor(name)
+        return tensor.shape, tensor.dtype
+
+    def read(self, name: str) -> np.ndarray:
+        tensor = self._tensor(name)
+        array = np.empty(tensor.shape, dtype=tensor.dtype.value)
+        self._file.seek(tensor.offset)
+        fill_from(self._file.readinto, array, self.path, name)
+        refuse_invalid_bools(array, self.path, name)
+        return array
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return dict(self._metadata)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tensors
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def _tensor(self, name: str) -> _Tensor:
+        try:
+            return self._tensors[name]
+        except KeyError:
+            raise KeyError(f"no tensor named {name!r} in {self.path}") from None
+
+
+def open_reader(path: str) -> SafetensorsReader:
+    return SafetensorsReader(path)
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _parse_file(file: Any, path: str) -> tuple[dict[str, _Tensor], dict[str, str]]:
+    file_size = os.fstat(file.fileno()).st_size
+    header_length = _read_header_length(file, file_size, path)
+    header = _decode_header(_read_bytes(file, header_length, path), path)
+    data_start = _LENGTH.size + header_length
+    data_size = file_size - data_start
+    metadata = _parse_metadata(header.pop(METADATA_KEY, None), path)
+    tensors = {
+        name: _parse_entry(name, entry, data_start, data_size, path) for name, entry in header.items()
+    }
+    _refuse_overlaps(tensors, path)
+    return tensors, metadata
+
+
+def _read_header_length(file: Any, file_size: int, path: str) -> int:
+    if file_size < _LENGTH.size:
+        raise CheckpointError(
+            "MD701", f"the file has {file_size} bytes, fewer than the 8 of a safetensors header length", path
+        )
+    (length,) = _LENGTH.unpack(_read_bytes(file, _LENGTH.size, path))
+    if length > MAX_HEADER_BYTES:
+        raise CheckpointError(
+            "MD701", f"the header claims {length} bytes; at most {MAX_HEADER_BYTES} are allowed", path
+        )
+    if length > file_size - _LENGTH.size:
+        raise CheckpointError(
+            "MD701", f"the header claims {length} bytes but the file is only {file_size} bytes long", path
+        )
+    return length
+
+
+def _read_bytes(file: Any, count: int, path: str) -> bytearray:
+    buffer = bytearray(count)
+    fill_from(file.readinto, buffer, path, "(header)")
+    return buffer
+
+
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+def _object_refusing_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKeyError(key)
+        result[key] = value
+    return result
+
+
+def _refuse_constant(token: str) -> None:
+    raise ValueError(f"{token} is not JSON")
+
+
+def _decode_header(raw: bytearray, path: str) -> dict[str, Any]:
+    try:
+        header = json.loads(
+            raw.decode("utf-8"),
+            object_pairs_hook=_object_refusing_duplicates,
+            parse_constant=_refuse_constant,
+        )
+    except _DuplicateKeyError as exc:
+        raise CheckpointError(
+            "MD701", f"the header names {exc.args[0]!r} twice; the file is ambiguous", path
+        ) from None
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise CheckpointError("MD701", f"the header is not UTF-8 JSON ({exc}); not a safetensors file?", path) from None
+    if not isinstance(header, dict):
+        raise CheckpointError(
+            "MD701", f"the header is a JSON {type(header).__name__}, not an object; not a safetensors file?", path
+        )
+    return header
+
+
+def _parse_metadata(value: Any, path: str) -> dict[str, str]:
+    if value is None:  # absent, or null as the reference library allows
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and is_valid_unicode(k) and is_valid_unicode(v)
+        for k, v in value.items()
+    ):
+        raise CheckpointError("MD701", f"{METADATA_KEY} must map strings to strings", path)
+    return value
+
+
+def _parse_entry(name: str, entry: Any, data_start: int, data_size: int, path: str) -> _Tensor:
+    if not is_valid_name(name):
+        raise CheckpointError("MD701", f"tensor name {name!r} is empty or not valid Unicode", path)
+    if not isinstance(entry, dict) or set(entry) != _ENTRY_KEYS:
+        raise CheckpointError(
+            "MD701", f"tensor {name!r}: entry must be an object with exactly dtype, shape, data_offsets", path
+        )
+    dtype = _dtype_of_tag(entry["dtype"], name, path)
+    shape = checked_shape(entry["shape"], dtype.itemsize, path, name)
+    begin, end = _offsets(entry["data_offsets"], name, path)
+    nbytes = element_count(shape) * dtype.itemsize
+    if end - begin != nbytes:
+        raise CheckpointError(
+            "MD701",
+            f"tensor {name!r}: data_offsets span {end - begin} bytes but shape {list(shape)} "
+            f"of {entry['dtype']} needs {nbytes}",
+            path,
+        )
+    if end > data_size:
+        raise CheckpointError(
+            "MD701",
+            f"tensor {name!r} ends at byte {end} of a {data_size}-byte data buffer; the file is truncated",
+            path,
+        )
+    return _Tensor(shape, dtype, data_start + begin, nbytes)
+
+
+def _dtype_of_tag(tag: Any, name: str, path: str) -> DType:
+    if isinstance(tag, str) and tag in _DTYPE_BY_TAG:
+        return _DTYPE_BY_TAG[tag]
+    if isinstance(tag, str) and tag in _FOREIGN_TAGS:
+        raise CheckpointError(
+            "MD702",
+            f"tensor {name!r} has dtype {tag}, which mdiff does not support; "
+            f"convert it to one of {', '.join(_DTYPE_BY_TAG)}",
+            path,
+        )
+    raise CheckpointError("MD701", f"tensor {name!r}: {tag!r} is not a safetensors dtype", path)
+
+
+def _offsets(value: Any, name: str, path: str) -> tuple[int, int]:
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not all(type(v) is int for v in value)
+        or not 0 <= value[0] <= value[1]
+    ):
+        raise CheckpointError(
+            "MD701", f"tensor {name!r}: data_offsets {value!r} is not [begin, end] with 0 <= begin <= end", path
+        )
+    return value[0], value[1]
+
+
+def _refuse_overlaps(tensors: dict[str, _Tensor], path: str) -> None:
+    # Empty tensors occupy no bytes, so they cannot overlap anything.
+    by_offset = sorted((t.offset, t.offset + t.nbytes, name) for name, t in tensors.items() if t.nbytes)
+    for (_, previous_end, previous), (begin, _, name) in zip(by_offset, by_offset[1:]):
+        if begin < previous_end:
+            raise CheckpointError(
+                "MD701", f"tensors {previous!r} and {name!r} share bytes; the file is corrupt or hostile", path
+            )
+
+
+# ---------------------------------------------------------------- writing
+
+
+def check_writable(entries: Sequence[Entry], metadata: dict[str, str] | None, path: str) -> None:
+    """ValueError for names the format reserves or a header the reader would refuse."""
+    for name, _, _ in entries:
+        if name == METADATA_KEY:
+            raise ValueError(f"{METADATA_KEY!r} is reserved in safetensors and cannot name a tensor")
+    if len(_header_bytes(entries, metadata)) > MAX_HEADER_BYTES:
+        raise ValueError(f"the header would exceed {MAX_HEADER_BYTES} bytes; split the checkpoint")
+
+
+def write(file: BinaryIO, entries: Sequence[Entry], fetch: Fetch, metadata: dict[str, str] | None) -> None:
+    header = _header_bytes(entries, metadata)
+    file.write(_LENGTH.pack(len(header)))
+    file.write(header)
+    for name, _, _ in entries:
+        array = fetch(name)
+        file.write(memoryview(array.reshape(-1).view(np.uint8)))
+
+
+def _header_bytes(entries: Sequence[Entry], metadata: dict[str, str] | None) -> bytes:
+    header: dict[str, Any] = {}
+    if metadata is not None:
+        header[METADATA_KEY] = metadata
+    offset = 0
+    for name, shape, dt in entries:
+        nbytes = element_count(shape) * dt.itemsize
+        header[name] = {
+            "dtype": _TAG_BY_DTYPE_NAME[dt.name],
+            "shape": list(shape),
+            "data_offsets": [offset, offset + nbytes],
+        }
+        offset += nbytes
+    encoded = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    padding = -(_LENGTH.size + len(encoded)) % _ALIGNMENT
+    return encoded + b" " * padding

@@ -1,0 +1,38 @@
+"""SPEC.md §8.2: attributes are scalar, fixed-length UTF-8 strings.
+
+Fixed length (not variable-length) so that a reader learns an attribute's
+size from its datatype before it reads a byte, and can refuse it first.
+"""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+
+
+def string_attribute_size(attr_id: h5py.h5a.AttrID) -> int | None:
+    """Bytes of a well-formed string attribute, or None if its type or shape is not allowed."""
+    tid = attr_id.get_type()
+    if tid.get_class() != h5py.h5t.STRING or tid.is_variable_str():
+        return None
+    if tid.get_cset() not in (h5py.h5t.CSET_UTF8, h5py.h5t.CSET_ASCII):
+        return None
+    if attr_id.get_space().get_simple_extent_type() != h5py.h5s.SCALAR:
+        return None
+    return tid.get_size()
+
+
+def read_string(attr_id: h5py.h5a.AttrID, size: int) -> str | None:
+    """The attribute's text (trailing NULs dropped), or None if it is not UTF-8."""
+    buf = np.zeros((), dtype=f"S{max(size, 1)}")
+    attr_id.read(buf, mtype=attr_id.get_type())
+    try:
+        return bytes(buf[()]).rstrip(b"\0").decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def write_string(obj: h5py.Group, name: str, text: str) -> None:
+    data = text.encode("utf-8")
+    dtype = h5py.string_dtype("utf-8", max(len(data), 1))
+    obj.attrs.create(name, np.array(data, dtype=dtype))

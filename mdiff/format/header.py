@@ -1,0 +1,80 @@
+"""SPEC.md §3–§4: the root attributes — identity, version, extensions, commit."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from mdiff.errors import InvalidFileError
+from mdiff.format import canonical_json, commit as commit_module
+from mdiff.format.commit import Commit
+from mdiff.format.constants import (
+    ATTR_COMMIT, ATTR_EXTENSIONS, ATTR_FORMAT, ATTR_VERSION, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME,
+    KNOWN_EXTENSIONS, PARAMETERS_GROUP,
+)
+from mdiff.format.findings import Finding
+from mdiff.format.structure import Inventory
+
+_VERSION = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")
+ROOT_ATTRIBUTES = {ATTR_FORMAT, ATTR_VERSION, ATTR_EXTENSIONS, ATTR_COMMIT}
+
+
+@dataclass(frozen=True)
+class Header:
+    version: tuple[int, int]
+    extensions: tuple[dict, ...]
+    commit: Commit | None  # None when the commit attribute is invalid
+
+
+def parse_header(inventory: Inventory) -> tuple[Header | None, list[Finding]]:
+    """The header, or None when the file cannot be read as mdiff 1.x at all."""
+    attrs = inventory.objects["/"].attrs
+    findings: list[Finding] = []
+    if attrs.get(ATTR_FORMAT) != FORMAT_NAME:
+        return None, [Finding("MD101", "/", f"`format` is {attrs.get(ATTR_FORMAT)!r}, not {FORMAT_NAME!r}")]
+    m = _VERSION.fullmatch(attrs.get(ATTR_VERSION, ""))
+    if not m:
+        return None, [Finding("MD102", "/", f"`format_version` is {attrs.get(ATTR_VERSION)!r}, not MAJOR.MINOR")]
+    version = (int(m.group(1)), int(m.group(2)))
+    if version[0] != FORMAT_MAJOR:
+        return None, [Finding("MD103", "/", f"format version {version[0]}.{version[1]}: this reader reads {FORMAT_MAJOR}.x")]
+    newer_minor = version[1] > FORMAT_MINOR
+    if newer_minor:
+        findings.append(Finding("MD104", "/", f"format version {version[0]}.{version[1]} is newer than {FORMAT_MAJOR}.{FORMAT_MINOR}; unknown members are ignored"))
+    extensions = _parse_extensions(attrs.get(ATTR_EXTENSIONS), findings)
+    commit = None
+    try:
+        commit = commit_module.parse_attribute(attrs.get(ATTR_COMMIT), known_members_only=newer_minor)
+    except InvalidFileError as exc:
+        findings.append(Finding.from_error(exc))
+    for name in sorted(set(attrs) - ROOT_ATTRIBUTES):
+        findings.append(Finding("MD303", "/", f"unknown root attribute {name!r}"))
+    for name in inventory.objects["/"].members:
+        if name != PARAMETERS_GROUP:
+            findings.append(Finding("MD303", "/" + name, "unknown root member"))
+    return Header(version, tuple(extensions), commit), findings
+
+
+def _parse_extensions(text: str | None, findings: list[Finding]) -> list[dict]:
+    if text is None:
+        return []
+    try:
+        value = canonical_json.loads(text)
+    except ValueError as exc:
+        findings.append(Finding("MD105", "/", f"`extensions` is not valid JSON: {exc}"))
+        return []
+    well_formed = isinstance(value, list) and all(
+        isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("must_understand"), bool)
+        for e in value
+    )
+    if not well_formed or len({e["name"] for e in value}) != len(value):
+        findings.append(Finding("MD105", "/", "`extensions` must be an array of {name, must_understand} with unique names"))
+        return []
+    for e in value:
+        if e["name"] in KNOWN_EXTENSIONS:
+            continue
+        if e["must_understand"]:
+            findings.append(Finding("MD106", "/", f"extension {e['name']!r} must be understood; this reader does not know it"))
+        else:
+            findings.append(Finding("MD107", "/", f"optional extension {e['name']!r} is ignored"))
+    return value

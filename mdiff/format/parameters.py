@@ -1,0 +1,114 @@
+"""SPEC.md §5 and §7.1: the parameter groups and their ``update`` attributes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import h5py
+import jsonschema
+
+from mdiff.errors import InvalidFileError
+from mdiff.format import canonical_json
+from mdiff.format.constants import ATTR_UPDATE, PARAMETERS_GROUP
+from mdiff.format.findings import Finding
+from mdiff.format.names import decode_name
+from mdiff.format.structure import Inventory
+from mdiff.updates import REGISTRY
+from mdiff.updates.base import Update
+
+PARAMETERS_PATH = "/" + PARAMETERS_GROUP
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    path: str  # HDF5 path of its group
+    update: Update  # datasets are lazy h5py.Dataset objects
+    sound: bool  # no error was found in its metadata or layout
+
+
+def parse_parameters(inventory: Inventory, f: h5py.File) -> tuple[dict[str, Parameter], list[Finding]]:
+    findings: list[Finding] = []
+    container = inventory.objects.get(PARAMETERS_PATH)
+    if container is None or container.kind != "group":
+        return {}, [Finding("MD300", PARAMETERS_PATH, "the file has no `/parameters` group")]
+    for attr in sorted(container.attrs):
+        findings.append(Finding("MD303", PARAMETERS_PATH, f"unknown attribute {attr!r}"))
+    parameters: dict[str, Parameter] = {}
+    for link in container.members:
+        path = f"{PARAMETERS_PATH}/{link}"
+        try:
+            name = decode_name(link)
+        except InvalidFileError as exc:
+            findings.append(Finding("MD302", path, exc.message))
+            continue
+        info = inventory.objects.get(path)
+        if info is None:  # refused by the structure walk, already reported
+            continue
+        if info.kind != "group":
+            findings.append(Finding("MD301", path, "a parameter must be a group"))
+            continue
+        parameter = _parse_one(name, path, inventory, f, findings)
+        if parameter is not None:
+            parameters[name] = parameter
+    return dict(sorted(parameters.items(), key=lambda kv: kv[0].encode("utf-8"))), findings
+
+
+def _parse_meta(path: str, text: str | None, findings: list[Finding]):
+    """The ``update`` attribute's JSON and its registered type, or (None, None)."""
+    if text is None:
+        findings.append(Finding("MD400", path, "attribute `update` is missing"))
+        return None, None
+    try:
+        meta = canonical_json.loads(text)
+    except ValueError as exc:
+        findings.append(Finding("MD401", path, f"`update` is not valid JSON: {exc}"))
+        return None, None
+    if not isinstance(meta, dict) or not isinstance(meta.get("type"), str):
+        findings.append(Finding("MD404", path, "`update` must be a JSON object with a string `type`"))
+        return None, None
+    kind = REGISTRY.get(meta["type"])
+    if kind is None:
+        findings.append(Finding("MD402", path, f"unknown update type {meta['type']!r}; known: {sorted(REGISTRY)}"))
+        return None, None
+    if meta.get("version") != kind.version:
+        findings.append(Finding("MD403", path, f"{kind.name} version {meta.get('version')!r} is not supported (this reader knows {kind.version})"))
+        return None, None
+    errors = sorted(jsonschema.Draft202012Validator(kind.schema).iter_errors(meta), key=lambda e: list(e.absolute_path))
+    if errors:
+        where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
+        findings.append(Finding("MD404", path, f"`update` breaks the {kind.name} schema at {where}: {errors[0].message}"))
+        return None, None
+    return meta, kind
+
+
+def _parse_one(name, path, inventory: Inventory, f: h5py.File, findings: list[Finding]) -> Parameter | None:
+    info = inventory.objects[path]
+    for attr in sorted(set(info.attrs) - {ATTR_UPDATE}):
+        findings.append(Finding("MD303", path, f"unknown attribute {attr!r}"))
+    before = len([x for x in findings if x.is_error])
+    meta, kind = _parse_meta(path, info.attrs.get(ATTR_UPDATE), findings)
+    if meta is None:
+        return None
+    for code, dataset, message in kind.check_meta(meta):
+        findings.append(Finding(code, f"{path}/{dataset}" if dataset else path, message))
+    datasets = {}
+    for member in info.members:
+        child = inventory.objects.get(f"{path}/{member}")
+        if child is not None and child.kind == "dataset" and child.dataset is not None:
+            datasets[member] = child.dataset
+    actual = {k: (d.shape, d.dtype) for k, d in datasets.items()}
+    problems = list(kind.check_layout(meta, actual))
+    for code, dataset, message in problems:
+        findings.append(Finding(code, f"{path}/{dataset}" if dataset else path, message))
+    expected = set(kind.datasets)
+    for member in info.members:
+        if member not in expected:
+            findings.append(Finding("MD303", f"{path}/{member}", f"unknown member of a {kind.name} update"))
+    for member in datasets:
+        for attr in sorted(inventory.objects[f"{path}/{member}"].attrs):
+            findings.append(Finding("MD303", f"{path}/{member}", f"unknown attribute {attr!r}"))
+    sound = len([x for x in findings if x.is_error]) == before
+    data = {k: f[f"{path}/{k}"] for k in datasets if k in expected}
+    return Parameter(name, path, Update(meta, data), sound)
+

@@ -1,0 +1,116 @@
+"""Reading a .mdiff file lazily (SPEC.md §3–§8): every structural rule and limit is
+checked on open, from metadata alone; data is read only when a parameter is used."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterator, Mapping
+
+import h5py
+
+from mdiff.errors import InvalidFileError
+from mdiff.format.commit import Commit
+from mdiff.format.findings import Finding
+from mdiff.format.header import Header, parse_header
+from mdiff.format.limits import DEFAULT_LIMITS, Limits
+from mdiff.format.parameters import Parameter, parse_parameters
+from mdiff.format.structure import inspect_structure
+
+
+
+def _forbid_filter_plugins() -> None:
+    """mdiff's filters are built into libhdf5; a plugin filter would run code a file asks for.
+
+    h5py exposes no switch for plugin loading, so empty the plugin search path.
+    """
+    while h5py.h5pl.size():
+        h5py.h5pl.remove(0)
+
+
+_forbid_filter_plugins()
+
+
+@dataclass
+class Contents:
+    """Everything learnt from a file's metadata, with every finding on the way."""
+
+    header: Header | None
+    parameters: dict[str, Parameter]
+    findings: list[Finding]
+
+
+def open_hdf5(path) -> tuple[h5py.File, int]:
+    try:
+        size = os.path.getsize(path)
+        return h5py.File(path, "r", locking=False), size
+    except (OSError, ValueError) as exc:
+        raise InvalidFileError("MD100", f"not a readable HDF5 file: {exc}", os.fspath(path)) from None
+
+
+def read_contents(f: h5py.File, file_size: int, limits: Limits) -> Contents:
+    inventory, findings = inspect_structure(f, file_size, limits)
+    if any(x.code in ("MD511", "MD512") for x in findings):
+        return Contents(None, {}, findings)  # past a global limit nothing more is looked at
+    header, header_findings = parse_header(inventory)
+    findings += header_findings
+    if header is None:
+        return Contents(None, {}, findings)
+    parameters, parameter_findings = parse_parameters(inventory, f)
+    return Contents(header, parameters, findings + parameter_findings)
+
+
+class DiffFile(Mapping[str, "Update"]):
+    """An open .mdiff file: ``commit``, and a mapping from parameter name to its lazy Update.
+
+    Opening raises the first error the file's metadata breaks; ``warnings``
+    keeps the findings a reader may ignore.
+    """
+
+    def __init__(self, path, limits: Limits = DEFAULT_LIMITS):
+        self.path = os.fspath(path)
+        self._file, size = open_hdf5(path)
+        try:
+            contents = read_contents(self._file, size, limits)
+            errors = [x for x in contents.findings if x.is_error]
+            if errors:
+                raise errors[0].to_error()
+        except BaseException:
+            self._file.close()
+            raise
+        self.header: Header = contents.header
+        self.warnings = [x for x in contents.findings if not x.is_error]
+        self._parameters = contents.parameters
+
+    @property
+    def commit(self) -> Commit:
+        return self.header.commit
+
+    @property
+    def version(self) -> str:
+        return "%d.%d" % self.header.version
+
+    def __getitem__(self, name: str):
+        return self._parameters[name].update
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._parameters)
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def hdf5_path(self, name: str) -> str:
+        return self._parameters[name].path
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> "DiffFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_diff(path, limits: Limits = DEFAULT_LIMITS) -> DiffFile:
+    return DiffFile(path, limits)

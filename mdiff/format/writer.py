@@ -1,0 +1,133 @@
+"""Writing a .mdiff file (SPEC.md §3–§8, §11): atomically, deterministically, one parameter at a time."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import h5py
+import jsonschema
+import numpy as np
+
+from mdiff.format import canonical_json
+from mdiff.format.attributes import write_string
+from mdiff.format.commit import Commit
+from mdiff.format.constants import (
+    ATTR_COMMIT, ATTR_EXTENSIONS, ATTR_FORMAT, ATTR_UPDATE, ATTR_VERSION, FORMAT_NAME, FORMAT_VERSION, LIBVER,
+    PARAMETERS_GROUP,
+)
+from mdiff.format.names import encode_name
+from mdiff.updates import get_type
+from mdiff.updates.base import Update
+
+COMPRESSIONS = ("gzip", "none")
+_CHUNK_BYTES = 1 << 20  # 1 MiB chunks: cheap partial reads, good deflate ratio
+_SMALLEST_COMPRESSED = 4096  # below this, a chunk index costs more than deflate saves
+
+
+def chunk_shape(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Chunks of about 1 MiB, cut along the leading axes first (C order stays contiguous)."""
+    target = max(1, _CHUNK_BYTES // itemsize)
+    chunk = list(shape)
+    for axis in range(len(chunk)):
+        inner = math.prod(chunk[axis + 1:])
+        if math.prod(chunk) <= target:
+            break
+        chunk[axis] = max(1, target // max(1, inner))
+    return tuple(chunk)
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class DiffWriter:
+    """Streams updates into a new .mdiff file; the file appears at ``path`` only on success.
+
+    Use as a context manager; ``add`` one parameter at a time so that only
+    one parameter's data need be in memory.
+    """
+
+    def __init__(self, path, commit: Commit | None = None, compression: str = "gzip", extensions: Iterable[Mapping] = ()):
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
+        self.path = Path(path)
+        self.compression = compression
+        self._names: set[str] = set()
+        commit_text = (commit or Commit()).to_attribute()
+        extensions = list(extensions)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        os.close(fd)
+        self._tmp = Path(tmp)
+        try:
+            self._file = h5py.File(self._tmp, "w", libver=LIBVER)
+            write_string(self._file, ATTR_FORMAT, FORMAT_NAME)
+            write_string(self._file, ATTR_VERSION, FORMAT_VERSION)
+            write_string(self._file, ATTR_COMMIT, commit_text)
+            if extensions:
+                write_string(self._file, ATTR_EXTENSIONS, canonical_json.dumps(extensions))
+            self._parameters = self._file.create_group(PARAMETERS_GROUP, track_order=False)
+        except BaseException:
+            self._tmp.unlink(missing_ok=True)
+            raise
+
+    def add(self, name: str, update: Update) -> None:
+        if name in self._names:
+            raise ValueError(f"parameter {name!r} is added twice")
+        kind = get_type(update.type)
+        jsonschema.validate(dict(update.meta), kind.schema)  # the writer never writes an invalid file
+        group = self._parameters.create_group(encode_name(name), track_order=False)
+        self._names.add(name)
+        write_string(group, ATTR_UPDATE, canonical_json.dumps(dict(update.meta)))
+        for key in sorted(update.data):
+            self._write_dataset(group, key, np.asarray(update.data[key]))
+
+    def _write_dataset(self, group: h5py.Group, key: str, array: np.ndarray) -> None:
+        array = np.ascontiguousarray(array)
+        if self.compression == "gzip" and array.ndim >= 1 and array.nbytes >= _SMALLEST_COMPRESSED:
+            group.create_dataset(
+                key, data=array, chunks=chunk_shape(array.shape, array.itemsize),
+                shuffle=array.itemsize > 1, compression="gzip", compression_opts=1, track_times=False,
+            )
+        else:
+            group.create_dataset(key, data=array, track_times=False)
+
+    def close(self) -> None:
+        """Finish the file: flush, fsync, and rename it into place."""
+        self._file.close()
+        fd = os.open(self._tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(self._tmp, self.path)
+        fsync_directory(self.path.parent.resolve())
+
+    def abort(self) -> None:
+        try:
+            self._file.close()
+        finally:
+            self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> "DiffWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def write(path, updates: Mapping[str, Update], commit: Commit | None = None, compression: str = "gzip") -> None:
+    """Write ``updates`` (parameter name → Update) as one .mdiff file; parameters go in name order."""
+    with DiffWriter(path, commit, compression) as writer:
+        for name in sorted(updates):
+            writer.add(name, updates[name])

@@ -1,0 +1,183 @@
+"""What every update type shares (SPEC.md §7.1) and the contract each type module fulfils."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Iterator, Mapping
+
+import numpy as np
+
+from mdiff.errors import ApplyError
+from mdiff.format.dtypes import DTYPES, DType, dtype_named
+
+SCHEMA_BASE_URI = "https://mdiff.dev/schemas/updates/"
+
+
+def sha256_hex(array: np.ndarray) -> str:
+    """SPEC.md §6.2: sha256 of a tensor's canonical bytes (little-endian, C order)."""
+    flat = np.ascontiguousarray(array).reshape(-1)
+    return hashlib.sha256(flat.view(np.uint8)).hexdigest()
+
+
+def read_array(source: Any, dtype: np.dtype) -> np.ndarray:
+    """A dataset's contents as a fresh array, or an in-memory array as it is.
+
+    h5py datasets are read with ``read_direct`` into a preallocated array:
+    several times faster than slicing, which page-faults a fresh buffer.
+    """
+    if isinstance(source, np.ndarray):
+        return source
+    out = np.empty(source.shape, dtype=dtype)
+    if out.size:
+        source.read_direct(out)
+    return out
+
+
+def update_schema(type_name: str, carries_sha256: bool, properties: Mapping[str, Any] = {}, required: list[str] = []) -> dict:
+    """The JSON Schema of one type's ``update`` attribute: the shared members plus the type's own."""
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": f"{SCHEMA_BASE_URI}{type_name}.schema.json",
+        "title": f"mdiff `{type_name}` update (SPEC.md §7)",
+        "type": "object",
+        "required": ["type", "version", "shape", "dtype"] + (["sha256"] if carries_sha256 else []) + list(required),
+        "additionalProperties": False,
+        "properties": {
+            "type": {"const": type_name},
+            "version": {"const": 1},
+            "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}, "maxItems": 32},
+            "dtype": {"enum": list(DTYPES)},
+            **({"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"}} if carries_sha256 else {}),
+            "lossy": {"type": "boolean"},
+            "stats": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "changed": {"type": "integer", "minimum": 0},
+                    "rel_change": {"type": "number", "minimum": 0},
+                },
+            },
+            **properties,
+        },
+    }
+
+
+@dataclass(frozen=True)
+class Update:
+    """One parameter's update: its ``update`` attribute and its datasets.
+
+    ``data`` maps dataset names to arrays in their storage dtype: numpy
+    arrays for an update about to be written, lazy h5py datasets for one
+    read from a file (nothing is read until the update is applied).
+    """
+
+    meta: Mapping[str, Any]
+    data: Mapping[str, Any]
+
+    @property
+    def type(self) -> str:
+        return self.meta["type"]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.meta["shape"])
+
+    @property
+    def dtype(self) -> DType:
+        return dtype_named(self.meta["dtype"])
+
+    @property
+    def sha256(self) -> str | None:
+        return self.meta.get("sha256")
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of the datasets as declared (before compression)."""
+        return sum(int(np.prod(d.shape)) * np.dtype(d.dtype).itemsize for d in self.data.values())
+
+    def array(self, name: str) -> np.ndarray:
+        source = self.data[name]
+        return read_array(source, np.dtype(source.dtype))
+
+    def apply(self, base: np.ndarray | None, name: str = "") -> np.ndarray | None:
+        """SPEC.md §9: the parameter after this update (None once deleted), verified."""
+        from mdiff.updates import get_type
+
+        kind = get_type(self.type)
+        if kind.needs_base:
+            check_base(self, base, name)
+        result = kind.apply(self, base)
+        if kind.carries_sha256:
+            got = sha256_hex(result)
+            if got != self.sha256:
+                raise ApplyError("MD602", f"result sha256 {got} differs from the update's {self.sha256}", name)
+        return result
+
+
+def check_base(update: Update, base: np.ndarray | None, name: str) -> None:
+    if base is None:
+        raise ApplyError("MD600", f"the base has no parameter {name!r} for this {update.type} update", name)
+    from mdiff.format.dtypes import dtype_of
+
+    try:
+        base_dtype = dtype_of(base).name
+    except KeyError:
+        base_dtype = str(base.dtype)
+    if tuple(base.shape) != update.shape or base_dtype != update.dtype.name:
+        raise ApplyError(
+            "MD601",
+            f"the base holds {base_dtype}{list(base.shape)}; the update expects {update.dtype.name}{list(update.shape)}",
+            name,
+        )
+
+
+# A check yields (code, dataset name or "", message).
+Problem = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class UpdateType:
+    """One registered update type: everything the format says about it, in one place."""
+
+    name: str
+    version: int
+    carries_sha256: bool  # the result is bit-exact and its sha256 is in `update`
+    needs_base: bool  # the parameter must exist in the base with the update's shape and dtype
+    datasets: tuple[str, ...]  # the names of its datasets
+    schema: dict
+    check_meta: Callable[[Mapping[str, Any]], Iterator[Problem]]
+    check_layout: Callable[[Mapping[str, Any], Mapping[str, tuple[tuple[int, ...], np.dtype]]], Iterator[Problem]]
+    check_data: Callable[[Update], Iterator[Problem]]
+    apply: Callable[[Update, np.ndarray | None], np.ndarray | None]
+
+    section: ClassVar[str] = "7"
+
+
+def no_problems(*_args) -> Iterator[Problem]:
+    return iter(())
+
+
+def expect_datasets(
+    expected: Mapping[str, tuple[tuple[int, ...] | None, np.dtype]],
+    actual: Mapping[str, tuple[tuple[int, ...], np.dtype]],
+) -> Iterator[Problem]:
+    """MD405–MD407 for datasets whose shape (None: any 1-D) and storage dtype are known in advance."""
+    for name, (shape, dtype) in expected.items():
+        if name not in actual:
+            yield ("MD405", name, f"dataset {name!r} is missing")
+            continue
+        got_shape, got_dtype = actual[name]
+        if got_dtype != dtype:
+            yield ("MD406", name, f"dataset {name!r} is {got_dtype.str}; it must be {dtype.str}")
+        if shape is None:
+            if len(got_shape) != 1:
+                yield ("MD407", name, f"dataset {name!r} has shape {list(got_shape)}; it must be 1-D")
+        elif tuple(got_shape) != tuple(shape):
+            yield ("MD407", name, f"dataset {name!r} has shape {list(got_shape)}; it must be {list(shape)}")
+
+
+def bool_values_problems(values: np.ndarray, dataset: str) -> Iterator[Problem]:
+    """MD409: bool tensors hold only 0 and 1, also as XOR patterns."""
+    if values.size and values.max() > 1:
+        yield ("MD409", dataset, f"dataset {dataset!r} holds a bool value other than 0 or 1")

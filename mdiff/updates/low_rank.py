@@ -1,0 +1,119 @@
+"""SPEC.md §7.5 ``low_rank``: ``new = base + scale · (A @ B)``, A m×r, B r×n (LoRA-style).
+
+A parameter of shape (d0, d1, …) is viewed as the matrix d0 × (d1·d2·…) in
+C order (a 1-D parameter as d0 × 1). Arithmetic is in float32 (float64 for
+float64 parameters), and the result is rounded to the parameter's dtype,
+to nearest, ties to even. Summation order is free, so results agree between
+appliers only within the tolerance of :func:`within_tolerance`; this type
+carries no result sha256, and its factors carry their own.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import ml_dtypes
+import numpy as np
+
+from mdiff.format.dtypes import DType, dtype_of
+from mdiff.updates.base import Problem, Update, UpdateType, expect_datasets, sha256_hex, update_schema
+
+NAME = "low_rank"
+_SHA = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+
+
+def compute_dtype(dt: DType) -> np.dtype:
+    return np.dtype("<f8") if dt.name == "float64" else np.dtype("<f4")
+
+
+def matrix_shape(shape) -> tuple[int, int]:
+    return shape[0], math.prod(shape[1:])
+
+
+def encode(A: np.ndarray, B: np.ndarray, shape, dtype: DType, scale: float = 1.0, lossy: bool = True) -> Update:
+    """A low-rank update from explicit factors (e.g. LoRA's ``lora_B`` as A and ``lora_A`` as B)."""
+    c = compute_dtype(dtype)
+    A = np.ascontiguousarray(A, dtype=c)
+    B = np.ascontiguousarray(B, dtype=c)
+    meta = {
+        "type": NAME, "version": 1, "shape": list(shape), "dtype": dtype.name,
+        "scale": float(scale), "A_sha256": sha256_hex(A), "B_sha256": sha256_hex(B),
+    }
+    if lossy:
+        meta["lossy"] = True
+    return Update(meta, {"A": A, "B": B})
+
+
+def _check_meta(meta) -> Iterator[Problem]:
+    dt = Update(meta, {}).dtype
+    if not dt.is_float or len(meta["shape"]) == 0:
+        yield ("MD411", "", f"low_rank needs a floating-point parameter of rank >= 1, not {dt.name}{meta['shape']}")
+
+
+def _check_layout(meta, actual) -> Iterator[Problem]:
+    dt = Update(meta, {}).dtype
+    if not dt.is_float or len(meta["shape"]) == 0:
+        return
+    m, n = matrix_shape(meta["shape"])
+    r = actual["A"][0][1] if "A" in actual and len(actual["A"][0]) == 2 else 1
+    if not 1 <= r <= max(1, min(m, n)):
+        yield ("MD407", "A", f"rank {r} is not between 1 and min(m, n) = {min(m, n)}")
+    c = compute_dtype(dt)
+    yield from expect_datasets({"A": ((m, r), c), "B": ((r, n), c)}, actual)
+
+
+def _check_data(update: Update) -> Iterator[Problem]:
+    for key in ("A", "B"):
+        if sha256_hex(update.array(key)) != update.meta[f"{key}_sha256"]:
+            yield ("MD410", key, f"factor {key} does not match `{key}_sha256`")
+
+
+def _apply(update: Update, base: np.ndarray) -> np.ndarray:
+    c = compute_dtype(update.dtype)
+    m, n = matrix_shape(update.shape)
+    acc = update.array("A") @ update.array("B")
+    if update.meta["scale"] != 1.0:
+        acc *= c.type(update.meta["scale"])
+    acc += base.reshape(m, n).astype(c)
+    return acc.astype(update.dtype.value).reshape(update.shape)
+
+
+def _ulp(values: np.ndarray, value_dtype: np.dtype) -> np.ndarray:
+    """Spacing of ``value_dtype`` at each |value| (float64), subnormals included."""
+    info = ml_dtypes.finfo(value_dtype) if value_dtype == ml_dtypes.bfloat16 else np.finfo(value_dtype)
+    exponent = np.floor(np.log2(np.maximum(np.abs(values), float(info.smallest_normal))))
+    return np.exp2(exponent - info.nmant)
+
+
+def within_tolerance(result: np.ndarray, base: np.ndarray, update: Update) -> bool:
+    """SPEC.md §7.5's tolerance: |y − R| ≤ ulp_T(R) + (r + 2)·u·(|base| + |scale|·Σ_k |A_ik|·|B_kj|).
+
+    R is the exact value, computed here in float64 (float64 parameters
+    are compared against a float64 result, which bounds R within the same
+    margin); u is the unit roundoff of the compute dtype.
+    """
+    c = compute_dtype(update.dtype)
+    m, n = matrix_shape(update.shape)
+    A = update.array("A").astype(np.float64)
+    B = update.array("B").astype(np.float64)
+    scale = update.meta["scale"]
+    b64 = base.reshape(m, n).astype(np.float64)
+    exact = b64 + scale * (A @ B)
+    magnitude = np.abs(b64) + abs(scale) * (np.abs(A) @ np.abs(B))
+    u = np.finfo(c).eps / 2
+    bound = _ulp(exact, update.dtype.value) + (A.shape[1] + 2) * u * magnitude
+    got = result.reshape(m, n).astype(np.float64)
+    same_special = (np.isnan(got) & np.isnan(exact)) | (got == exact)
+    return bool(np.all(same_special | (np.abs(got - exact) <= bound)))
+
+
+TYPE = UpdateType(
+    name=NAME, version=1, carries_sha256=False, needs_base=True, datasets=("A", "B"),
+    schema=update_schema(
+        NAME, carries_sha256=False,
+        properties={"scale": {"type": "number"}, "A_sha256": _SHA, "B_sha256": _SHA},
+        required=["scale", "A_sha256", "B_sha256"],
+    ),
+    check_meta=_check_meta, check_layout=_check_layout, check_data=_check_data, apply=_apply,
+)

@@ -1,0 +1,43 @@
+"""SPEC.md §12: check a file against every rule; report findings, never raise on a bad file."""
+
+from __future__ import annotations
+
+import os
+
+from mdiff.errors import InvalidFileError
+from mdiff.format.findings import Finding
+from mdiff.format.limits import DEFAULT_LIMITS, Limits
+from mdiff.format.reader import open_hdf5, read_contents
+from mdiff.updates import get_type
+
+
+def validate(path, limits: Limits = DEFAULT_LIMITS, check_data: bool = True) -> list[Finding]:
+    """Every finding for the file at ``path``; an empty list means valid.
+
+    With ``check_data`` the datasets are read too, one parameter at a time, for
+    the rules that depend on values (sparse index order, bool values, checksums).
+    """
+    try:
+        f, size = open_hdf5(path)
+    except InvalidFileError as exc:
+        return [Finding("MD100", os.fspath(path), exc.message)]
+    try:
+        contents = read_contents(f, size, limits)
+        findings = list(contents.findings)
+        if check_data:
+            for parameter in contents.parameters.values():
+                if not parameter.sound:
+                    continue
+                kind = get_type(parameter.update.type)
+                try:
+                    for code, dataset, message in kind.check_data(parameter.update):
+                        findings.append(Finding(code, f"{parameter.path}/{dataset}" if dataset else parameter.path, message))
+                except (OSError, ValueError) as exc:  # a chunk that fails to decode
+                    findings.append(Finding("MD513", parameter.path, f"data cannot be read: {exc}"))
+        return findings
+    finally:
+        f.close()
+
+
+def is_valid(findings: list[Finding]) -> bool:
+    return not any(x.is_error for x in findings)
