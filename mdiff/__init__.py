@@ -1,3 +1,49 @@
-"""mdiff: incremental changes to model parameters, one HDF5 file per commit."""
+"""mdiff: incremental changes to model parameters, one HDF5 file per commit.
+
+The public surface is small; everything else is private to the package::
+
+    mdiff.write(path, updates, commit)      # {name: Update} → .mdiff
+    mdiff.open(path)                        # → DiffFile: .commit, keys(), [name] → Update
+    mdiff.validate(path)                    # → [Finding]
+    mdiff.diff(old, new)                    # {name: array} × 2 → {name: Update}
+    mdiff.apply(base, diff)                 # {name: array} × DiffFile → {name: array}
+    mdiff.diff_files(old, new, out)         # checkpoint files → .mdiff
+    mdiff.apply_files(base, diff, out)      # checkpoint + .mdiff → checkpoint
+
+Updates by hand: ``mdiff.dense``, ``mdiff.sparse``, ``mdiff.low_rank``,
+``mdiff.replace``, ``mdiff.delete``.
+"""
 
 __version__ = "0.1.0"
+
+from mdiff.applying import apply_files
+from mdiff.applying import apply_mappings as apply
+from mdiff.diffing import diff_files
+from mdiff.errors import ApplyError, CheckpointError, InvalidFileError, LimitError, MdiffError
+from mdiff.format.commit import Author, Commit
+from mdiff.format.findings import Finding
+from mdiff.format.limits import Limits
+from mdiff.format.reader import DiffFile
+from mdiff.format.reader import open_diff as open
+from mdiff.format.writer import DiffWriter, write
+from mdiff.updates.base import Update
+from mdiff.updates.delete import encode as delete
+from mdiff.updates.dense import encode as dense
+from mdiff.updates.low_rank import encode as low_rank
+from mdiff.updates.replace import encode as replace
+from mdiff.updates.sparse import encode as sparse
+from mdiff.validate import validate
+
+
+def diff(old, new) -> dict:
+    """{name: Update} taking the mapping ``old`` to ``new`` exactly; unchanged names are omitted."""
+    from mdiff.diffing import diff_mappings
+
+    return dict(diff_mappings(old, new))
+
+
+__all__ = [
+    "ApplyError", "Author", "CheckpointError", "Commit", "DiffFile", "DiffWriter", "Finding", "InvalidFileError",
+    "LimitError", "Limits", "MdiffError", "Update", "apply", "apply_files", "delete", "dense", "diff", "diff_files",
+    "low_rank", "open", "replace", "sparse", "validate", "write",
+]

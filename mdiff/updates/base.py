@@ -9,7 +9,7 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping
 import numpy as np
 
 from mdiff.errors import ApplyError
-from mdiff.format.dtypes import DTYPES, DType, dtype_named
+from mdiff.format.dtypes import DTYPES, DType, dtype_named, dtype_of
 
 SCHEMA_BASE_URI = "https://mdiff.dev/schemas/updates/"
 
@@ -106,7 +106,7 @@ class Update:
 
         kind = get_type(self.type)
         if kind.needs_base:
-            check_base(self, base, name)
+            check_base(self, spec_of(base, name), name)
         result = kind.apply(self, base)
         if kind.carries_sha256:
             got = sha256_hex(result)
@@ -115,21 +115,26 @@ class Update:
         return result
 
 
-def check_base(update: Update, base: np.ndarray | None, name: str) -> None:
-    if base is None:
+def check_base(update: Update, spec: "tuple[tuple[int, ...], DType] | None", name: str) -> None:
+    """MD600/MD601: the base holds the parameter with the shape and dtype the update expects."""
+    if spec is None:
         raise ApplyError("MD600", f"the base has no parameter {name!r} for this {update.type} update", name)
-    from mdiff.format.dtypes import dtype_of
-
-    try:
-        base_dtype = dtype_of(base).name
-    except KeyError:
-        base_dtype = str(base.dtype)
-    if tuple(base.shape) != update.shape or base_dtype != update.dtype.name:
+    shape, dt = spec
+    if tuple(shape) != update.shape or dt != update.dtype:
         raise ApplyError(
             "MD601",
-            f"the base holds {base_dtype}{list(base.shape)}; the update expects {update.dtype.name}{list(update.shape)}",
+            f"the base holds {dt.name}{list(shape)}; the update expects {update.dtype.name}{list(update.shape)}",
             name,
         )
+
+
+def spec_of(array: np.ndarray | None, name: str) -> "tuple[tuple[int, ...], DType] | None":
+    if array is None:
+        return None
+    try:
+        return tuple(array.shape), dtype_of(array)
+    except KeyError:
+        raise ApplyError("MD601", f"the base parameter has dtype {array.dtype}, which mdiff does not support", name) from None
 
 
 # A check yields (code, dataset name or "", message).

@@ -22,7 +22,10 @@ NAME = "dense"
 
 def encode(old: np.ndarray, new: np.ndarray, stats: Mapping | None = None) -> Update:
     """The dense update taking ``old`` to ``new`` (same shape and dtype, canonical arrays)."""
-    xor = np.bitwise_xor(as_bits(old), as_bits(new))
+    return from_xor(np.bitwise_xor(as_bits(old), as_bits(new)), new, stats)
+
+
+def from_xor(xor: np.ndarray, new: np.ndarray, stats: Mapping | None = None) -> Update:
     meta = {"type": NAME, "version": 1, "shape": list(new.shape), "dtype": dtype_of(new).name, "sha256": sha256_hex(new)}
     if stats:
         meta["stats"] = dict(stats)

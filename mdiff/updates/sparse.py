@@ -24,9 +24,13 @@ INDEX_DTYPE = np.dtype("<u8")
 
 def encode(old: np.ndarray, new: np.ndarray, stats: Mapping | None = None) -> Update:
     """The sparse update taking ``old`` to ``new``: one entry per element whose bits differ."""
-    xor = np.bitwise_xor(as_bits(old), as_bits(new)).reshape(-1)
-    indices = np.flatnonzero(xor).astype(INDEX_DTYPE)
-    return from_entries(new, indices, xor[indices], stats)
+    return from_xor(np.bitwise_xor(as_bits(old), as_bits(new)), new, stats)
+
+
+def from_xor(xor: np.ndarray, new: np.ndarray, stats: Mapping | None = None) -> Update:
+    flat = xor.reshape(-1)
+    indices = np.flatnonzero(flat).astype(INDEX_DTYPE)
+    return from_entries(new, indices, flat[indices], stats)
 
 
 def from_entries(new: np.ndarray, indices: np.ndarray, xor: np.ndarray, stats: Mapping | None = None) -> Update:

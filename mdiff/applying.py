@@ -1,0 +1,74 @@
+"""SPEC.md §9: applying a diff to a base, parameter by parameter."""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import numpy as np
+
+from mdiff.format.dtypes import DType
+from mdiff.updates import get_type
+from mdiff.updates.base import Update, check_base, spec_of
+
+Progress = Callable[[str, int, int], None]
+
+
+def plan(base_specs: Mapping[str, tuple[tuple[int, ...], DType]], diff: Mapping[str, Update]):
+    """The result's (name, shape, DType) entries in name order, after checking every update
+    against the base (MD600, MD601) — before any data is read or written."""
+    for name, update in diff.items():
+        if get_type(update.type).needs_base:
+            check_base(update, base_specs.get(name), name)
+    entries = []
+    for name in sorted(set(base_specs) | set(diff)):
+        update = diff.get(name)
+        if update is None:
+            entries.append((name, *base_specs[name]))
+        elif update.type != "delete":
+            entries.append((name, update.shape, update.dtype))
+    return entries
+
+
+def apply_mappings(base: Mapping[str, np.ndarray], diff: Mapping[str, Update]) -> dict[str, np.ndarray]:
+    """The new state as a dict (in memory); every exact result is verified."""
+    entries = plan({k: spec_of(v, k) for k, v in base.items()}, diff)
+    result = {}
+    for name, _shape, _dtype in entries:
+        update = diff.get(name)
+        result[name] = base[name] if update is None else update.apply(base.get(name), name)
+    return result
+
+
+def apply_files(base_path, diff_path, out_path, progress: Progress | None = None, limits=None) -> int:
+    """Apply the diff at ``diff_path`` to the checkpoint at ``base_path``, writing ``out_path``.
+
+    Every update is checked against the base before anything is written; then
+    one parameter is read, updated, verified and written at a time. Returns
+    the number of parameters written.
+    """
+    from mdiff.checkpoints import open_checkpoint, write_checkpoint
+    from mdiff.format.limits import DEFAULT_LIMITS
+    from mdiff.format.reader import open_diff
+
+    with open_checkpoint(base_path) as base, open_diff(diff_path, limits or DEFAULT_LIMITS) as diff:
+        specs = {name: base.spec(name) for name in base.keys()}
+        entries = plan(specs, diff)
+
+        def fetch_counter():
+            count = 0
+
+            def fetch(name: str) -> np.ndarray:
+                nonlocal count
+                if progress:
+                    progress(name, count, len(entries))
+                count += 1
+                update = diff.get(name)
+                if update is None:
+                    return base.read(name)
+                needs_base = get_type(update.type).needs_base
+                return update.apply(base.read(name) if needs_base else None, name)
+
+            return fetch
+
+        write_checkpoint(out_path, entries, fetch_counter())
+    return len(entries)

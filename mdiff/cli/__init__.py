@@ -1,0 +1,1 @@
+"""The command line: parse, call the library, print, exit. No format logic lives here."""

@@ -1,0 +1,192 @@
+"""One function per command: add its arguments, then run it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import mdiff
+from mdiff.describe import describe
+from mdiff.cli.progress import ProgressBar
+from mdiff.format.commit import Author, Commit, default_date
+
+
+# ---------------------------------------------------------------- validate
+def add_validate(sub) -> None:
+    p = sub.add_parser("validate", help="check files against every rule of SPEC.md",
+                       description="Check .mdiff files against every rule of SPEC.md. One line per finding: "
+                                   "code, severity, HDF5 path, spec section, message.")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--json", action="store_true", help="one JSON object per file: {file, valid, findings}")
+    p.add_argument("--no-data", action="store_true", help="check metadata only; skip rules that read datasets")
+    p.set_defaults(run=run_validate)
+
+
+def run_validate(args) -> int:
+    status = 0
+    reports = []
+    for path in args.files:
+        findings = mdiff.validate(path, check_data=not args.no_data)
+        valid = not any(f.is_error for f in findings)
+        if any(f.code == "MD100" for f in findings):
+            status = 2
+        elif not valid:
+            status = max(status, 1)
+        if args.json:
+            reports.append({"file": path, "valid": valid, "findings": [f.to_json() for f in findings]})
+        else:
+            for f in findings:
+                print(f"{path}: {f.code} {f.severity} {f.path} §{f.section} {f.message}")
+            print(f"{path}: {'valid' if valid else 'INVALID'}"
+                  f" ({sum(f.is_error for f in findings)} errors, {sum(not f.is_error for f in findings)} warnings)")
+    if args.json:
+        print(json.dumps(reports if len(reports) != 1 else reports[0], indent=1))
+    return status
+
+
+# ---------------------------------------------------------------- dump
+def add_dump(sub) -> None:
+    p = sub.add_parser("dump", help="show a diff's commit and what it changes",
+                       description="Show a .mdiff file's commit metadata, one line per parameter, and totals.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--values", type=int, default=0, metavar="N", help="show the first N values of each dataset")
+    p.set_defaults(run=run_dump)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def run_dump(args) -> int:
+    info = describe(args.file, values=args.values)
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    c = info["commit"]
+    print(f"file     {info['file']}  (mdiff {info['format_version']}, {_size(info['totals']['file_bytes'])})")
+    print(f"author   {c['author']['name']}" + (f" <{c['author']['email']}>" if c['author']['email'] else ""))
+    print(f"date     {c['date']}")
+    print(f"parents  {' '.join(c['parents']) or '(root commit)'}")
+    print(f"writer   {c['writer']['name']} {c['writer']['version']}")
+    for k, v in sorted(c["meta"].items()):
+        print(f"meta     {k}={v}")
+    print()
+    for line in c["message"].splitlines() or [""]:
+        print(f"    {line}")
+    print()
+    rows = [("NAME", "TYPE", "SHAPE", "DTYPE", "STORED", "DETAILS")]
+    for p in info["parameters"]:
+        details = []
+        if "nnz" in p:
+            details.append(f"nnz={p['nnz']} density={p['density']:.4g}")
+        if "rank" in p:
+            details.append(f"rank={p['rank']} scale={p['scale']:g}")
+        if "rel_change" in p:
+            details.append(f"rel_change={p['rel_change']:.3g}")
+        if p.get("lossy"):
+            details.append("LOSSY")
+        rows.append((p["name"], p["type"], "x".join(map(str, p["shape"])) or "()", p["dtype"], _size(p["stored_bytes"]), " ".join(details)))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    for r in rows:
+        print("  ".join(r[i].ljust(widths[i]) for i in range(5)) + "  " + r[5])
+        if r is not rows[0] and args.values:
+            for key, vals in info["parameters"][rows.index(r) - 1]["values"].items():
+                print(f"    {key}: {vals}")
+    t = info["totals"]
+    by_type = ", ".join(f"{n} {k}" for k, n in t["by_type"].items())
+    print(f"\n{t['parameters']} parameters ({by_type or 'none'}); {_size(t['stored_bytes'])} stored, "
+          f"{_size(t['data_bytes'])} uncompressed")
+    for w in info["warnings"]:
+        print(f"warning {w['code']} {w['path']}: {w['message']}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------- diff
+def _parse_meta(pairs: list[str]) -> dict[str, str]:
+    meta = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"mdiff: --meta takes KEY=VALUE, not {pair!r}")
+        meta[key] = value
+    return meta
+
+
+def add_diff(sub) -> None:
+    p = sub.add_parser("diff", help="write the diff between two checkpoints",
+                       description="Write OLD → NEW as one .mdiff file. Checkpoints: .safetensors, .npz. "
+                                   "Unchanged parameters are omitted; each changed one is stored exactly "
+                                   "(sparse or dense XOR, whichever is smaller; replace for new shapes).")
+    p.add_argument("old", metavar="OLD")
+    p.add_argument("new", metavar="NEW")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.mdiff")
+    p.add_argument("-m", "--message", default="", help="commit message")
+    p.add_argument("--author", default=None, help='"Name <email>" (default: $MDIFF_AUTHOR or "unknown")')
+    p.add_argument("--date", default=None, help="RFC 3339 UTC date, e.g. 2026-01-31T12:00:00Z "
+                                                 "(default: $SOURCE_DATE_EPOCH, else now)")
+    p.add_argument("--parent", action="append", default=[], metavar="COMMIT_ID", help="parent commit id (repeatable)")
+    p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE", help="free key-value (repeatable)")
+    p.add_argument("--compression", choices=["gzip", "none"], default="gzip",
+                   help="gzip (shuffle + deflate level 1, readable everywhere; default) or none (fastest)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(run=run_diff)
+
+
+def run_diff(args) -> int:
+    commit = Commit(
+        message=args.message,
+        author=Author.parse(args.author or os.environ.get("MDIFF_AUTHOR", "unknown")),
+        date=args.date or default_date(),
+        parents=tuple(args.parent),
+        meta=_parse_meta(args.meta),
+    )
+    bar = ProgressBar("diff", enabled=False if args.quiet else None)
+    try:
+        summary = mdiff.diff_files(args.old, args.new, args.output, commit, args.compression, progress=bar)
+    finally:
+        bar.close()
+    counts = {t: sum(1 for v in summary.values() if v == t) for t in sorted(set(summary.values()))}
+    size = os.path.getsize(args.output)
+    if args.json:
+        print(json.dumps({"output": args.output, "bytes": size, "parameters": summary, "counts": counts}))
+    else:
+        listed = ", ".join(f"{n} {t}" for t, n in counts.items()) or "no changes"
+        print(f"wrote {args.output}: {len(summary)} parameters changed ({listed}), {_size(size)}")
+    return 0
+
+
+# ---------------------------------------------------------------- apply
+def add_apply(sub) -> None:
+    p = sub.add_parser("apply", help="apply a diff to a checkpoint",
+                       description="Apply DIFF to BASE and write OUT (.safetensors or .npz). Every update is "
+                                   "checked against BASE first; every exact result is verified by its sha256.")
+    p.add_argument("base", metavar="BASE")
+    p.add_argument("diff", metavar="DIFF")
+    p.add_argument("-o", "--output", required=True, metavar="OUT")
+    p.add_argument("--json", action="store_true", help="print a JSON summary")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(run=run_apply)
+
+
+def run_apply(args) -> int:
+    bar = ProgressBar("apply", enabled=False if args.quiet else None)
+    try:
+        count = mdiff.apply_files(args.base, args.diff, args.output, progress=bar)
+    finally:
+        bar.close()
+    if args.json:
+        print(json.dumps({"output": args.output, "parameters": count}))
+    else:
+        print(f"wrote {args.output}: {count} parameters, verified")
+    return 0
+
+
+REGISTER = [add_validate, add_dump, add_diff, add_apply]

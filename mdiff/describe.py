@@ -1,0 +1,89 @@
+"""What `mdiff dump` shows: a file's commit and, per parameter, what it changes — as plain data."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+from mdiff.format.dtypes import from_storage
+from mdiff.format.limits import DEFAULT_LIMITS, Limits
+from mdiff.format.reader import open_diff
+from mdiff.updates.base import Update
+
+
+def _stored_bytes(update: Update) -> int:
+    """Bytes the datasets occupy in the file (after compression)."""
+    return sum(int(ds.id.get_storage_size()) for ds in update.data.values())
+
+
+def _details(update: Update) -> dict[str, Any]:
+    numel = math.prod(update.shape)
+    out: dict[str, Any] = {}
+    stats = update.meta.get("stats", {})
+    if update.type == "sparse":
+        nnz = int(update.data["indices"].shape[0])
+        out["nnz"] = nnz
+        out["density"] = nnz / numel if numel else 0.0
+    elif "changed" in stats:
+        out["nnz"] = stats["changed"]
+        out["density"] = stats["changed"] / numel if numel else 0.0
+    if update.type == "low_rank":
+        out["rank"] = int(update.data["A"].shape[1])
+        out["scale"] = update.meta["scale"]
+    if "rel_change" in stats:
+        out["rel_change"] = stats["rel_change"]
+    if update.meta.get("lossy"):
+        out["lossy"] = True
+    return out
+
+
+def _first_values(update: Update, count: int) -> dict[str, list]:
+    values = {}
+    for key, ds in sorted(update.data.items()):
+        n = min(count, int(np.prod(ds.shape)))
+        flat = _head(ds, n)
+        if key == "value" and update.dtype.is_float:  # float16/bfloat16 are stored as bit patterns
+            flat = from_storage(flat, update.dtype).astype(np.float64)
+        values[key] = flat.tolist()
+    return values
+
+
+def _head(ds, n: int) -> np.ndarray:
+    """The first n elements in C order, reading no more rows than needed."""
+    if ds.ndim == 0:
+        return np.asarray(ds[()]).reshape(-1)[:n]
+    if n == 0:
+        return np.empty(0, ds.dtype)
+    row = math.prod(ds.shape[1:]) or 1
+    rows = min(ds.shape[0], -(-n // row))
+    return np.asarray(ds[:rows]).reshape(-1)[:n]
+
+
+def describe(path, values: int = 0, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
+    with open_diff(path, limits) as diff:
+        parameters = []
+        for name, update in diff.items():
+            entry = {
+                "name": name, "type": update.type, "shape": list(update.shape), "dtype": update.dtype.name,
+                "stored_bytes": _stored_bytes(update), "data_bytes": update.stored_bytes, **_details(update),
+            }
+            if values:
+                entry["values"] = _first_values(update, values)
+            parameters.append(entry)
+        return {
+            "file": os.fspath(path),
+            "format_version": diff.version,
+            "commit": diff.commit.to_json(),
+            "parameters": parameters,
+            "totals": {
+                "parameters": len(parameters),
+                "stored_bytes": sum(p["stored_bytes"] for p in parameters),
+                "data_bytes": sum(p["data_bytes"] for p in parameters),
+                "file_bytes": os.path.getsize(path),
+                "by_type": {t: sum(1 for p in parameters if p["type"] == t) for t in sorted({p["type"] for p in parameters})},
+            },
+            "warnings": [w.to_json() for w in diff.warnings],
+        }
