@@ -64,7 +64,10 @@ _READ_CHUNK = 1 << 24
 
 
 class CheckpointReader(abc.ABC):
-    """A checkpoint file opened for reading; use as a context manager."""
+    """A checkpoint file opened for reading; use as a context manager.
+
+    A reader holds one file position, so it is not safe to share between threads.
+    """
 
     path: str
 
@@ -206,6 +209,8 @@ def _checked_entries(entries: Sequence[tuple[str, Sequence[int], DType]]) -> lis
         dims = tuple(shape)
         if not all(type(d) is int and d >= 0 for d in dims):
             raise ValueError(f"shape of tensor {name!r} is {dims!r}, not non-negative ints")
+        if len(dims) > MAX_RANK:
+            raise ValueError(f"tensor {name!r} has {len(dims)} dimensions; readers accept at most {MAX_RANK}")
         seen.add(name)
         checked.append((name, dims, dt))
     return checked

@@ -111,6 +111,8 @@ class NpzReader(CheckpointReader):
 
     def read(self, name: str) -> np.ndarray:
         member = self._member(name)
+        if self._file.closed:
+            raise ValueError(f"the reader of {self.path} is closed")
         # Fortran-ordered data is the C-ordered transpose: read it so, then transpose.
         stored_shape = member.shape[::-1] if member.fortran_order else member.shape
         array = np.empty(stored_shape, dtype=member.stored_dtype)
@@ -136,7 +138,7 @@ class NpzReader(CheckpointReader):
         self._file.close()
 
     def __contains__(self, name: object) -> bool:
-        return name in self._members
+        return isinstance(name, str) and name in self._members
 
     def __len__(self) -> int:
         return len(self._members)

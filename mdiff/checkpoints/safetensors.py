@@ -103,6 +103,8 @@ class SafetensorsReader(CheckpointReader):
 
     def read(self, name: str) -> np.ndarray:
         tensor = self._tensor(name)
+        if self._file.closed:
+            raise ValueError(f"the reader of {self.path} is closed")
         array = np.empty(tensor.shape, dtype=tensor.dtype.value)
         self._file.seek(tensor.offset)
         fill_from(self._file.readinto, array, self.path, name)
@@ -117,7 +119,7 @@ class SafetensorsReader(CheckpointReader):
         self._file.close()
 
     def __contains__(self, name: object) -> bool:
-        return name in self._tensors
+        return isinstance(name, str) and name in self._tensors
 
     def __len__(self) -> int:
         return len(self._tensors)

@@ -27,7 +27,10 @@ class Parameter:
     sound: bool  # no error was found in its metadata or layout
 
 
-def parse_parameters(inventory: Inventory, f: h5py.File) -> tuple[dict[str, Parameter], list[Finding]]:
+def parse_parameters(
+    inventory: Inventory, f: h5py.File, newer_minor: bool = False
+) -> tuple[dict[str, Parameter], list[Finding]]:
+    """Every parameter group; with ``newer_minor``, unknown `update` members are dropped (§3.3)."""
     findings: list[Finding] = []
     container = inventory.objects.get(PARAMETERS_PATH)
     if container is None or container.kind != "group":
@@ -48,13 +51,13 @@ def parse_parameters(inventory: Inventory, f: h5py.File) -> tuple[dict[str, Para
         if info.kind != "group":
             findings.append(Finding("MD301", path, "a parameter must be a group"))
             continue
-        parameter = _parse_one(name, path, inventory, f, findings)
+        parameter = _parse_one(name, path, inventory, f, findings, newer_minor)
         if parameter is not None:
             parameters[name] = parameter
     return dict(sorted(parameters.items(), key=lambda kv: kv[0].encode("utf-8"))), findings
 
 
-def _parse_meta(path: str, text: str | None, findings: list[Finding]):
+def _parse_meta(path: str, text: str | None, findings: list[Finding], newer_minor: bool):
     """The ``update`` attribute's JSON and its registered type, or (None, None)."""
     if text is None:
         findings.append(Finding("MD400", path, "attribute `update` is missing"))
@@ -74,6 +77,8 @@ def _parse_meta(path: str, text: str | None, findings: list[Finding]):
     if meta.get("version") != kind.version:
         findings.append(Finding("MD403", path, f"{kind.name} version {meta.get('version')!r} is not supported (this reader knows {kind.version})"))
         return None, None
+    if newer_minor:
+        meta = {k: v for k, v in meta.items() if k in kind.schema["properties"]}
     errors = sorted(jsonschema.Draft202012Validator(kind.schema).iter_errors(meta), key=lambda e: list(e.absolute_path))
     if errors:
         where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
@@ -82,12 +87,12 @@ def _parse_meta(path: str, text: str | None, findings: list[Finding]):
     return meta, kind
 
 
-def _parse_one(name, path, inventory: Inventory, f: h5py.File, findings: list[Finding]) -> Parameter | None:
+def _parse_one(name, path, inventory: Inventory, f: h5py.File, findings: list[Finding], newer_minor: bool) -> Parameter | None:
     info = inventory.objects[path]
     for attr in sorted(set(info.attrs) - {ATTR_UPDATE}):
         findings.append(Finding("MD303", path, f"unknown attribute {attr!r}"))
     before = len([x for x in findings if x.is_error])
-    meta, kind = _parse_meta(path, info.attrs.get(ATTR_UPDATE), findings)
+    meta, kind = _parse_meta(path, info.attrs.get(ATTR_UPDATE), findings, newer_minor)
     if meta is None:
         return None
     for code, dataset, message in kind.check_meta(meta):

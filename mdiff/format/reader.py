@@ -11,6 +11,7 @@ import h5py
 
 from mdiff.errors import InvalidFileError
 from mdiff.format.commit import Commit
+from mdiff.format.constants import FORMAT_MINOR
 from mdiff.format.findings import Finding
 from mdiff.format.header import Header, parse_header
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
@@ -56,7 +57,7 @@ def read_contents(f: h5py.File, file_size: int, limits: Limits) -> Contents:
     findings += header_findings
     if header is None:
         return Contents(None, {}, findings)
-    parameters, parameter_findings = parse_parameters(inventory, f)
+    parameters, parameter_findings = parse_parameters(inventory, f, newer_minor=header.version[1] > FORMAT_MINOR)
     return Contents(header, parameters, findings + parameter_findings)
 
 
