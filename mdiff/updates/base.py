@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -155,8 +155,6 @@ class UpdateType:
     check_layout: Callable[[Mapping[str, Any], Mapping[str, tuple[tuple[int, ...], np.dtype]]], Iterator[Problem]]
     check_data: Callable[[Update], Iterator[Problem]]
     apply: Callable[[Update, np.ndarray | None], np.ndarray | None]
-
-    section: ClassVar[str] = "7"
 
 
 def no_problems(*_args) -> Iterator[Problem]:
