@@ -25,13 +25,15 @@ def relative_change(old: np.ndarray, new: np.ndarray) -> float | None:
     o = old.reshape(-1)
     n = new.reshape(-1)
     change = base = 0.0
-    for start in range(0, o.size, _BLOCK):
-        a = o[start:start + _BLOCK].astype(np.float64)
-        d = n[start:start + _BLOCK].astype(np.float64) - a
-        change += float(np.dot(d, d))
-        base += float(np.dot(a, a))
-    ratio = math.sqrt(change) / math.sqrt(base) if base else (0.0 if change == 0 else math.inf)
-    return ratio if math.isfinite(ratio) else None
+    with np.errstate(invalid="ignore", over="ignore"):  # inf − inf: the ratio is dropped below
+        for start in range(0, o.size, _BLOCK):
+            a = o[start:start + _BLOCK].astype(np.float64)
+            d = n[start:start + _BLOCK].astype(np.float64) - a
+            change += float(np.dot(d, d))
+            base += float(np.dot(a, a))
+    if not (math.isfinite(change) and math.isfinite(base)) or base == 0:
+        return None if change else 0.0
+    return math.sqrt(change) / math.sqrt(base)
 
 
 def diff_tensor(old: np.ndarray | None, new: np.ndarray | None) -> Update | None:

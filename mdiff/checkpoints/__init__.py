@@ -23,6 +23,7 @@ import abc
 import contextlib
 import io
 import math
+import operator
 import os
 import secrets
 import stat
@@ -206,14 +207,23 @@ def _checked_entries(entries: Sequence[tuple[str, Sequence[int], DType]]) -> lis
             raise ValueError(f"tensor name {name!r} appears twice")
         if not isinstance(dt, DType):
             raise ValueError(f"dtype of tensor {name!r} is {dt!r}, not an mdiff DType")
-        dims = tuple(shape)
-        if not all(type(d) is int and d >= 0 for d in dims):
-            raise ValueError(f"shape of tensor {name!r} is {dims!r}, not non-negative ints")
+        dims = _checked_dims(shape, name)
         if len(dims) > MAX_RANK:
             raise ValueError(f"tensor {name!r} has {len(dims)} dimensions; readers accept at most {MAX_RANK}")
         seen.add(name)
         checked.append((name, dims, dt))
     return checked
+
+
+def _checked_dims(shape: Sequence[int], name: str) -> tuple[int, ...]:
+    # operator.index accepts numpy integers (shapes read from HDF5 are such), not floats.
+    try:
+        dims = tuple(operator.index(d) for d in shape if not isinstance(d, (bool, np.bool_)))
+    except TypeError:
+        dims = ()
+    if len(dims) != len(shape) or any(d < 0 for d in dims):
+        raise ValueError(f"shape of tensor {name!r} is {shape!r}, not non-negative integers")
+    return dims
 
 
 def _checked_metadata(metadata: Mapping[str, str] | None) -> dict[str, str] | None:

@@ -206,7 +206,8 @@ def _refuse_implausible_sizes(info: zipfile.ZipInfo, archive_size: int, path: st
         )
     if info.header_offset + info.compress_size > archive_size:
         raise CheckpointError("MD701", f"member {info.filename!r} extends past the end of the file", path)
-    max_size = info.compress_size if info.compress_type == zipfile.ZIP_STORED else info.compress_size * _MAX_DEFLATE_RATIO
+    ratio = 1 if info.compress_type == zipfile.ZIP_STORED else _MAX_DEFLATE_RATIO
+    max_size = info.compress_size * ratio
     if info.file_size > max_size:
         raise CheckpointError(
             "MD701", f"member {info.filename!r} claims more data than its compressed bytes can hold", path

@@ -204,7 +204,9 @@ def _decode_header(raw: bytearray, path: str) -> dict[str, Any]:
             "MD701", f"the header names {exc.args[0]!r} twice; the file is ambiguous", path
         ) from None
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise CheckpointError("MD701", f"the header is not UTF-8 JSON ({exc}); not a safetensors file?", path) from None
+        raise CheckpointError(
+            "MD701", f"the header is not UTF-8 JSON ({exc}); not a safetensors file?", path
+        ) from None
     if not isinstance(header, dict):
         raise CheckpointError(
             "MD701", f"the header is a JSON {type(header).__name__}, not an object; not a safetensors file?", path

@@ -71,7 +71,8 @@ def dtype_of(array: np.ndarray) -> DType:
 def canonical(array: np.ndarray) -> np.ndarray:
     """``array`` as a C-contiguous, native-order array of its spec dtype."""
     dt = dtype_of(array)
-    return np.ascontiguousarray(array, dtype=dt.value)
+    # not np.ascontiguousarray: it turns a 0-d array into a 1-d one
+    return array.astype(dt.value, order="C", copy=False)
 
 
 def as_bits(array: np.ndarray) -> np.ndarray:
@@ -95,8 +96,3 @@ def from_storage(stored: np.ndarray, dt: DType) -> np.ndarray:
     if dt.storage == dt.value:
         return stored
     return stored.view(dt.value)
-
-
-def canonical_bytes(array: np.ndarray) -> memoryview:
-    """Little-endian, C-order bytes of a canonical array (bool as 0x00/0x01)."""
-    return memoryview(np.ascontiguousarray(array)).cast("B")

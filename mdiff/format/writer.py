@@ -90,7 +90,7 @@ class DiffWriter:
             self._write_dataset(group, key, np.asarray(update.data[key]))
 
     def _write_dataset(self, group: h5py.Group, key: str, array: np.ndarray) -> None:
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")
         if self.compression == "gzip" and array.ndim >= 1 and array.nbytes >= _SMALLEST_COMPRESSED:
             group.create_dataset(
                 key, data=array, chunks=chunk_shape(array.shape, array.itemsize),

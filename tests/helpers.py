@@ -1,0 +1,47 @@
+"""Tensors for tests: every dtype, with the bit patterns that break naive arithmetic."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from mdiff.format.dtypes import DTYPES, as_bits
+
+FLOAT_SPECIALS = {
+    # name: (bits of a quiet NaN with payload, -0.0, +inf, -inf, smallest subnormal)
+    "float16": [0x7E01, 0x8000, 0x7C00, 0xFC00, 0x0001],
+    "bfloat16": [0x7FC1, 0x8000, 0x7F80, 0xFF80, 0x0001],
+    "float32": [0x7FC00001, 0x80000000, 0x7F800000, 0xFF800000, 0x00000001],
+    "float64": [0x7FF8000000000001, 0x8000000000000000, 0x7FF0000000000000, 0xFFF0000000000000, 0x1],
+}
+
+
+def random_tensor(dtype_name: str, shape, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    dt = DTYPES[dtype_name]
+    if dt.kind == "bool":
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if dt.kind in ("int", "uint"):
+        info = np.iinfo(dt.value)
+        return rng.integers(info.min, info.max, size=shape, dtype=dt.value, endpoint=True)
+    values = rng.standard_normal(size=shape).astype(np.float32)
+    return values.astype(dt.value)
+
+
+def with_specials(array: np.ndarray, dtype_name: str, offset: int = 0) -> np.ndarray:
+    """A copy whose first elements are NaN-with-payload, -0.0, ±inf and a subnormal (rotated by offset)."""
+    out = array.copy()
+    if dtype_name in FLOAT_SPECIALS and out.size:
+        specials = FLOAT_SPECIALS[dtype_name]
+        bits = as_bits(out).reshape(-1)
+        for i in range(min(len(specials), bits.size)):
+            bits[i] = specials[(i + offset) % len(specials)]
+    return out
+
+
+def bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(as_bits(np.ascontiguousarray(a)), as_bits(np.ascontiguousarray(b)))
+
+
+ALL_DTYPES = list(DTYPES)
+BF16 = ml_dtypes.bfloat16
