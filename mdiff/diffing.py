@@ -13,7 +13,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from mdiff.format.dtypes import as_bits, canonical, dtype_of
+from mdiff.format.dtypes import canonical, dtype_of, xor_bits
 from mdiff.updates import delete, dense, replace, sparse
 from mdiff.updates.base import Update
 
@@ -49,7 +49,7 @@ def diff_tensor(old: np.ndarray | None, new: np.ndarray | None) -> Update | None
     old = canonical(old)
     if old.shape != new.shape or dtype_of(old) != dtype_of(new):
         return replace.encode(new)
-    xor = np.bitwise_xor(as_bits(old), as_bits(new))
+    xor = xor_bits(old, new)
     changed = int(np.count_nonzero(xor))
     if changed == 0:
         return None

@@ -78,7 +78,7 @@ def run_dump(args) -> int:
     for k, v in sorted(c["meta"].items()):
         print(f"meta     {k}={v}")
     print()
-    for line in c["message"].splitlines() or [""]:
+    for line in c["message"].splitlines() or ["(no message)"]:
         print(f"    {line}")
     print()
     rows = [("NAME", "TYPE", "SHAPE", "DTYPE", "STORED", "DETAILS")]

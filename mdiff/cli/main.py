@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mdiff: error {exc.code}: {exc.message}{where}", file=sys.stderr)
             print(f"  (SPEC.md §{exc.rule.section}: {exc.rule.title}; `mdiff validate FILE` lists every problem)", file=sys.stderr)
         return 1
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        print(f"mdiff: {exc.strerror}: {exc.filename}", file=sys.stderr)
+    except OSError as exc:  # the operating system's word: a missing file, no permission, a full disk
+        print(f"mdiff: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

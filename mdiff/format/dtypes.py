@@ -80,6 +80,12 @@ def as_bits(array: np.ndarray) -> np.ndarray:
     return array.view(dtype_of(array).bits)
 
 
+def xor_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise XOR of two tensors' bit patterns (or of bit arrays); an array even for
+    0-d inputs, where a ufunc would return a scalar."""
+    return np.asarray(np.bitwise_xor(a.view(np.dtype(f"<u{a.itemsize}")), b.view(np.dtype(f"<u{b.itemsize}"))))
+
+
 def from_bits(bits: np.ndarray, dt: DType) -> np.ndarray:
     return bits.view(dt.value)
 

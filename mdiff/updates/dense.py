@@ -12,7 +12,7 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
-from mdiff.format.dtypes import as_bits, dtype_of, from_bits
+from mdiff.format.dtypes import dtype_of, from_bits, xor_bits
 from mdiff.updates.base import (
     Problem, Update, UpdateType, bool_values_problems, expect_datasets, no_problems, sha256_hex, update_schema,
 )
@@ -22,7 +22,7 @@ NAME = "dense"
 
 def encode(old: np.ndarray, new: np.ndarray, stats: Mapping | None = None) -> Update:
     """The dense update taking ``old`` to ``new`` (same shape and dtype, canonical arrays)."""
-    return from_xor(np.bitwise_xor(as_bits(old), as_bits(new)), new, stats)
+    return from_xor(xor_bits(old, new), new, stats)
 
 
 def from_xor(xor: np.ndarray, new: np.ndarray, stats: Mapping | None = None) -> Update:
@@ -43,8 +43,7 @@ def _check_data(update: Update) -> Iterator[Problem]:
 
 
 def _apply(update: Update, base: np.ndarray) -> np.ndarray:
-    bits = np.bitwise_xor(as_bits(base), update.array("xor"))
-    return from_bits(bits, update.dtype)
+    return from_bits(xor_bits(base, update.array("xor")), update.dtype)
 
 
 TYPE = UpdateType(

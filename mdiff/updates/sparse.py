@@ -13,7 +13,7 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from mdiff.errors import InvalidFileError
-from mdiff.format.dtypes import as_bits, dtype_of, from_bits
+from mdiff.format.dtypes import as_bits, dtype_of, from_bits, xor_bits
 from mdiff.updates.base import (
     Problem, Update, UpdateType, bool_values_problems, expect_datasets, no_problems, sha256_hex, update_schema,
 )
@@ -24,7 +24,7 @@ INDEX_DTYPE = np.dtype("<u8")
 
 def encode(old: np.ndarray, new: np.ndarray, stats: Mapping | None = None) -> Update:
     """The sparse update taking ``old`` to ``new``: one entry per element whose bits differ."""
-    return from_xor(np.bitwise_xor(as_bits(old), as_bits(new)), new, stats)
+    return from_xor(xor_bits(old, new), new, stats)
 
 
 def from_xor(xor: np.ndarray, new: np.ndarray, stats: Mapping | None = None) -> Update:

@@ -1,0 +1,163 @@
+"""The command line: exit codes, JSON output, file round trips, determinism, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mdiff
+from mdiff.checkpoints import load_checkpoint, save_checkpoint
+from mdiff.cli.main import main
+from tests.helpers import ALL_DTYPES, bits_equal, random_tensor, with_specials
+
+DATE = "2026-03-04T05:06:07Z"
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def checkpoints(tmp_path):
+    """OLD and NEW safetensors checkpoints covering every dtype, an added and a removed parameter."""
+    old, new = {}, {}
+    for i, dtype in enumerate(ALL_DTYPES):
+        base = with_specials(random_tensor(dtype, (17, 9), i), dtype)
+        old[f"layer.{dtype}"] = base
+        changed = base.copy()
+        changed.reshape(-1)[::5] = random_tensor(dtype, changed.reshape(-1)[::5].shape, 100 + i)
+        new[f"layer.{dtype}"] = changed
+    old["removed"] = np.arange(4, dtype=np.int64)
+    new["added/new"] = np.ones((2, 2), dtype=ml_dtypes.bfloat16)
+    save_checkpoint(tmp_path / "old.safetensors", old)
+    save_checkpoint(tmp_path / "new.safetensors", new)
+    return tmp_path, old, new
+
+
+def test_diff_then_apply_reproduces_new_checkpoint_byte_for_byte(capsys, checkpoints):
+    d, _old, new = checkpoints
+    code, out, _ = run(capsys, "diff", d / "old.safetensors", d / "new.safetensors", "-o", d / "c.mdiff", "-m", "step 1",
+                       "--author", "Ada Lovelace <ada@example.org>", "--date", DATE, "--meta", "lr=1e-5", "--meta", "seed=3")
+    assert code == 0 and "wrote" in out
+    code, out, _ = run(capsys, "apply", d / "old.safetensors", d / "c.mdiff", "-o", d / "out.safetensors")
+    assert code == 0 and "verified" in out
+    result = load_checkpoint(d / "out.safetensors")
+    assert set(result) == set(new)
+    for name in new:
+        assert bits_equal(result[name], new[name]), name
+    assert (d / "out.safetensors").read_bytes() == (d / "new.safetensors").read_bytes()
+    with mdiff.open(d / "c.mdiff") as diff:
+        c = diff.commit
+        assert (c.message, c.author.name, c.author.email, c.date, dict(c.meta)) == (
+            "step 1", "Ada Lovelace", "ada@example.org", DATE, {"lr": "1e-5", "seed": "3"})
+        assert diff["removed"].type == "delete" and diff["added/new"].type == "replace"
+
+
+def test_npz_round_trip(capsys, tmp_path):
+    old = {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "flag": np.array(True)}
+    new = {"w": old["w"] * 3, "flag": np.array(False)}
+    save_checkpoint(tmp_path / "a.npz", old)
+    save_checkpoint(tmp_path / "b.npz", new)
+    assert run(capsys, "diff", tmp_path / "a.npz", tmp_path / "b.npz", "-o", tmp_path / "d.mdiff", "--date", DATE)[0] == 0
+    assert run(capsys, "apply", tmp_path / "a.npz", tmp_path / "d.mdiff", "-o", tmp_path / "c.npz")[0] == 0
+    with np.load(tmp_path / "c.npz", allow_pickle=False) as got:
+        assert got["w"].tolist() == new["w"].tolist() and got["flag"].shape == () and not got["flag"]
+
+
+def test_two_diffs_with_the_same_inputs_and_date_are_byte_identical(capsys, checkpoints, monkeypatch):
+    d, _, _ = checkpoints
+    for out in ("x.mdiff", "y.mdiff"):
+        run(capsys, "diff", d / "old.safetensors", d / "new.safetensors", "-o", d / out, "--date", DATE, "-m", "m")
+    assert (d / "x.mdiff").read_bytes() == (d / "y.mdiff").read_bytes()
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    for out in ("e1.mdiff", "e2.mdiff"):
+        run(capsys, "diff", d / "old.safetensors", d / "new.safetensors", "-o", d / out)
+    assert (d / "e1.mdiff").read_bytes() == (d / "e2.mdiff").read_bytes()
+    with mdiff.open(d / "e1.mdiff") as diff:
+        assert diff.commit.date == "2023-11-14T22:13:20Z"
+
+
+def test_validate_exit_codes_and_json(capsys, checkpoints):
+    d, _, _ = checkpoints
+    run(capsys, "diff", d / "old.safetensors", d / "new.safetensors", "-o", d / "ok.mdiff", "--date", DATE)
+    (d / "text.mdiff").write_text("not hdf5")
+    code, out, _ = run(capsys, "validate", d / "ok.mdiff", "--json")
+    assert code == 0 and json.loads(out) == {"file": str(d / "ok.mdiff"), "valid": True, "findings": []}
+    code, out, _ = run(capsys, "validate", d / "text.mdiff", "--json")
+    report = json.loads(out)
+    assert code == 2 and report["valid"] is False and [f["code"] for f in report["findings"]] == ["MD100"]
+    assert set(report["findings"][0]) == {"code", "severity", "path", "section", "message"}
+    import h5py
+    with h5py.File(d / "ok.mdiff", "r+") as f:
+        del f.attrs["format_version"]
+    code, out, _ = run(capsys, "validate", d / "ok.mdiff")
+    assert code == 1 and "MD102 error / §3.2" in out and "INVALID" in out
+
+
+def test_dump_lists_every_parameter_with_its_details(capsys, checkpoints):
+    d, _, new = checkpoints
+    run(capsys, "diff", d / "old.safetensors", d / "new.safetensors", "-o", d / "c.mdiff", "--date", DATE, "-m", "hello")
+    code, out, _ = run(capsys, "dump", d / "c.mdiff", "--json")
+    info = json.loads(out)
+    assert code == 0 and info["commit"]["message"] == "hello"
+    by_name = {p["name"]: p for p in info["parameters"]}
+    assert by_name["removed"]["type"] == "delete" and by_name["added/new"]["type"] == "replace"
+    f32 = by_name["layer.float32"]
+    assert (f32["shape"], f32["dtype"], f32["type"], f32["nnz"]) == ([17, 9], "float32", "sparse", 31)
+    assert info["totals"]["parameters"] == len(by_name) == len(ALL_DTYPES) + 2
+    code, out, _ = run(capsys, "dump", d / "c.mdiff", "--values", "2")
+    assert code == 0 and "layer.float32" in out and "hello" in out and "indices: [0, 5]" in out
+
+
+def test_apply_refuses_a_mismatched_base_before_writing(capsys, tmp_path):
+    save_checkpoint(tmp_path / "a.safetensors", {"w": np.zeros(4, np.float32)})
+    save_checkpoint(tmp_path / "b.safetensors", {"w": np.ones(4, np.float32)})
+    save_checkpoint(tmp_path / "other.safetensors", {"w": np.zeros(5, np.float32)})
+    run(capsys, "diff", tmp_path / "a.safetensors", tmp_path / "b.safetensors", "-o", tmp_path / "d.mdiff")
+    code, _, err = run(capsys, "apply", tmp_path / "other.safetensors", tmp_path / "d.mdiff", "-o", tmp_path / "o.safetensors")
+    assert code == 1 and "MD601" in err and not (tmp_path / "o.safetensors").exists()
+    code, out, _ = run(capsys, "apply", tmp_path / "other.safetensors", tmp_path / "d.mdiff", "-o", tmp_path / "o.safetensors", "--json")
+    assert code == 1 and json.loads(out)["error"]["code"] == "MD601"
+
+
+def test_apply_to_the_wrong_base_of_the_same_shape_fails_its_checksum(capsys, tmp_path):
+    save_checkpoint(tmp_path / "a.safetensors", {"w": np.zeros(4, np.float32)})
+    save_checkpoint(tmp_path / "b.safetensors", {"w": np.ones(4, np.float32)})
+    save_checkpoint(tmp_path / "c.safetensors", {"w": np.full(4, 2, np.float32)})
+    run(capsys, "diff", tmp_path / "a.safetensors", tmp_path / "b.safetensors", "-o", tmp_path / "d.mdiff")
+    code, _, err = run(capsys, "apply", tmp_path / "c.safetensors", tmp_path / "d.mdiff", "-o", tmp_path / "o.safetensors")
+    assert code == 1 and "MD602" in err and not (tmp_path / "o.safetensors").exists()
+
+
+def test_bad_metadata_is_refused_with_its_code(capsys, checkpoints):
+    d, _, _ = checkpoints
+    code, _, err = run(capsys, "diff", d / "old.safetensors", d / "new.safetensors", "-o", d / "c.mdiff", "--parent", "abc")
+    assert code == 1 and "MD202" in err and not (d / "c.mdiff").exists()
+    assert not [p for p in os.listdir(d) if p.endswith(".tmp")]
+
+
+def test_console_script_never_prints_a_traceback(tmp_path):
+    garbage = tmp_path / "g.mdiff"
+    garbage.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(200))  # an HDF5 signature and nothing behind it
+    for argv in (["validate", garbage], ["dump", garbage], ["apply", garbage, garbage, "-o", tmp_path / "o.npz"],
+                 ["dump", tmp_path / "missing.mdiff"]):
+        proc = subprocess.run([sys.executable, "-m", "mdiff.cli.main", *map(str, argv)], capture_output=True, text=True)
+        assert proc.returncode in (1, 2), (argv, proc.stderr)
+        assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_help_names_every_command(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0
+    for command in ("validate", "dump", "diff", "apply"):
+        assert command in out
