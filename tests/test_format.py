@@ -1,0 +1,179 @@
+"""The format's building blocks: names, commit metadata, schemas, laziness, atomic writes, h5dump."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import mdiff
+from mdiff.errors import InvalidFileError
+from mdiff.format.commit import SCHEMA as COMMIT_SCHEMA, Author, Commit, parse_attribute
+from mdiff.format.names import decode_name, encode_name
+from mdiff.format.writer import DiffWriter, chunk_shape
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXED = Commit("t", date="2026-01-01T00:00:00Z")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1))
+def test_name_encoding_is_a_bijection(name):
+    link = encode_name(name)
+    assert decode_name(link) == name
+    assert "/" not in link and not link.startswith(".") and all(ord(c) >= 0x20 and c != "\x7f" for c in link)
+
+
+@pytest.mark.parametrize("name,link", [
+    ("encoder.layer.0.weight", "encoder.layer.0.weight"), ("model/decoder/w", "model%2Fdecoder%2Fw"),
+    (".hidden", "%2Ehidden"), ("..", "%2E."), ("100% sure", "100%25 sure"), ("poids_é", "poids_é"),
+])
+def test_name_encoding_examples_of_the_spec(name, link):
+    assert encode_name(name) == link and decode_name(link) == name
+
+
+@pytest.mark.parametrize("link", ["%2f", "%41", ".x", "a%", "%ZZ", "", "a/b", "%C3%A9"])
+def test_non_canonical_link_names_are_refused(link):
+    with pytest.raises(InvalidFileError) as info:
+        decode_name(link)
+    assert info.value.code == "MD302"
+
+
+def test_author_parsing():
+    assert Author.parse("Ada Lovelace <ada@example.org>") == Author("Ada Lovelace", "ada@example.org")
+    assert Author.parse("  Grace ") == Author("Grace", "")
+
+
+@pytest.mark.parametrize("change,ok", [
+    ({}, True),
+    ({"date": "2026-01-01T00:00:00.123456789Z"}, True),
+    ({"date": "2026-01-01T00:00:00+00:00"}, False),
+    ({"date": "2026-02-30T00:00:00Z"}, False),
+    ({"parents": ["a" * 64, "b" * 64]}, True),
+    ({"parents": ["a" * 64, "a" * 64]}, False),
+    ({"parents": ["A" * 64]}, False),
+    ({"author": {"name": "", "email": ""}}, False),
+    ({"author": {"name": "x", "email": "not an email"}}, False),
+    ({"meta": {"k": 1}}, False),
+    ({"extra": 1}, False),
+])
+def test_commit_schema(change, ok):
+    obj = {**FIXED.to_json(), **change}
+    text = json.dumps(obj)
+    if ok:
+        assert parse_attribute(text).to_json() == obj
+    else:
+        with pytest.raises(InvalidFileError) as info:
+            parse_attribute(text)
+        assert info.value.code == "MD202"
+
+
+def test_commit_json_is_strict():
+    text = FIXED.to_attribute()
+    for bad, code in [(text[:-1], "MD201"), (text.replace('"message":"t"', '"message":"t","message":"u"'), "MD201"),
+                      ("[]", "MD202"), (text.replace('"t"', "NaN"), "MD201"), (7, "MD200")]:
+        with pytest.raises(InvalidFileError) as info:
+            parse_attribute(bad)
+        assert info.value.code == code
+
+
+def test_committed_schemas_are_generated_from_the_code():
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_schemas.py"), "--check"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((ROOT / "schemas" / "commit.schema.json").read_text()) == COMMIT_SCHEMA
+
+
+def test_reading_one_parameter_does_not_touch_the_others(tmp_path):
+    """Laziness: another parameter's data is garbage, yet this one reads and verifies."""
+    a = np.arange(100_000, dtype=np.float32)
+    path = tmp_path / "lazy.mdiff"
+    mdiff.write(path, {"a": mdiff.replace(a), "b": mdiff.replace(a * 2)}, FIXED, compression="none")
+    with h5py.File(path, "r") as f:
+        offset = f["parameters/b/value"].id.get_offset()
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        fh.write(b"\xff" * 4096)
+    with mdiff.open(path) as diff:
+        assert np.array_equal(diff["a"].apply(None, "a"), a)
+        with pytest.raises(mdiff.ApplyError) as info:
+            diff["b"].apply(None, "b")
+        assert info.value.code == "MD602"
+    assert [f.code for f in mdiff.validate(path)] == ["MD410"]
+
+
+def test_a_failed_write_leaves_nothing_behind(tmp_path):
+    path = tmp_path / "x.mdiff"
+    with pytest.raises(RuntimeError):
+        with DiffWriter(path, FIXED) as w:
+            w.add("a", mdiff.replace(np.zeros(3, np.int8)))
+            raise RuntimeError("killed mid-write")
+    assert os.listdir(tmp_path) == []
+
+
+def test_writer_refuses_duplicates_and_invalid_updates(tmp_path):
+    with DiffWriter(tmp_path / "x.mdiff", FIXED) as w:
+        w.add("a", mdiff.replace(np.zeros(3, np.int8)))
+        with pytest.raises(ValueError):
+            w.add("a", mdiff.replace(np.zeros(3, np.int8)))
+        bad = mdiff.Update({"type": "replace", "version": 1, "shape": [-1], "dtype": "int8", "sha256": "0" * 64}, {})
+        with pytest.raises(Exception):
+            w.add("b", bad)
+    assert mdiff.validate(tmp_path / "x.mdiff") == []
+
+
+@pytest.mark.parametrize("shape,itemsize,chunk", [
+    ((4096, 4096), 4, (64, 4096)), ((10,), 4, (10,)), ((1, 10_000_000), 2, (1, 524288)), ((3, 5, 1 << 20), 4, (1, 1, 262144)),
+])
+def test_chunks_are_about_one_mebibyte(shape, itemsize, chunk):
+    assert chunk_shape(shape, itemsize) == chunk
+
+
+def test_files_use_only_allowed_filters_and_hdf5_1_10_bounds(tmp_path):
+    path = tmp_path / "c.mdiff"
+    mdiff.write(path, {"w": mdiff.replace(np.arange(10_000, dtype=np.float32))}, FIXED)
+    with h5py.File(path, "r") as f:
+        ds = f["parameters/w/value"]
+        assert (ds.compression, ds.compression_opts, ds.shuffle, ds.chunks) == ("gzip", 1, True, (10_000,))
+        superblock = f.id.get_create_plist().get_version()[0]
+        assert superblock == 3  # what HDF5 1.10 writes and reads; 2.0's newer superblock would lock it out
+
+
+def _valid_files(tmp_path) -> list[Path]:
+    from tests.helpers import ALL_DTYPES, random_tensor
+
+    rng = np.random.default_rng(0)
+    updates = {}
+    for dtype in ALL_DTYPES:
+        a, b = random_tensor(dtype, (30, 7), 1), random_tensor(dtype, (30, 7), 2)
+        updates[f"dense/{dtype}"] = mdiff.dense(a, b)
+        updates[f"replace/{dtype}"] = mdiff.replace(b)
+        updates[f"sparse/{dtype}"] = mdiff.sparse(a, np.where(np.arange(a.size).reshape(a.shape) % 10 == 0, b, a))
+    updates["scalar"] = mdiff.replace(np.array(1.5, np.float32))
+    updates["empty"] = mdiff.replace(np.zeros((0, 4), np.float32))
+    updates["lr"] = mdiff.low_rank(rng.standard_normal((30, 2)), rng.standard_normal((2, 7)), (30, 7), mdiff.format.dtypes.DTYPES["bfloat16"])
+    updates["gone"] = mdiff.delete(np.zeros(3, np.int8))
+    paths = []
+    for compression in ("gzip", "none"):
+        path = tmp_path / f"{compression}.mdiff"
+        mdiff.write(path, updates, FIXED, compression=compression)
+        assert mdiff.validate(path) == []
+        paths.append(path)
+    return paths
+
+
+def test_debian_h5dump_reads_every_file(tmp_path):
+    h5dump = shutil.which("h5dump")
+    if h5dump is None:
+        pytest.skip("h5dump not installed (apt-get install hdf5-tools); CI installs it")
+    for path in _valid_files(tmp_path):
+        proc = subprocess.run([h5dump, str(path)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert 'ATTRIBUTE "update"' in proc.stdout and "h5dump error" not in proc.stderr
