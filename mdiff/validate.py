@@ -32,8 +32,8 @@ def validate(path, limits: Limits = DEFAULT_LIMITS, check_data: bool = True) -> 
                 try:
                     for code, dataset, message in kind.check_data(parameter.update):
                         findings.append(Finding(code, f"{parameter.path}/{dataset}" if dataset else parameter.path, message))
-                except (OSError, ValueError) as exc:  # a chunk that fails to decode
-                    findings.append(Finding("MD513", parameter.path, f"data cannot be read: {exc}"))
+                except InvalidFileError as exc:  # a chunk that fails to decode (MD513)
+                    findings.append(Finding.from_error(exc))
         return findings
     finally:
         f.close()

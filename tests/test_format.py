@@ -79,7 +79,7 @@ def test_commit_schema(change, ok):
 def test_commit_json_is_strict():
     text = FIXED.to_attribute()
     for bad, code in [(text[:-1], "MD201"), (text.replace('"message":"t"', '"message":"t","message":"u"'), "MD201"),
-                      ("[]", "MD202"), (text.replace('"t"', "NaN"), "MD201"), (7, "MD200")]:
+                      ("[]", "MD201"), (text.replace('"t"', "NaN"), "MD201"), (None, "MD200")]:
         with pytest.raises(InvalidFileError) as info:
             parse_attribute(bad)
         assert info.value.code == code

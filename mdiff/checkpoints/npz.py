@@ -184,7 +184,7 @@ def _parse_members(archive: zipfile.ZipFile, archive_size: int, path: str) -> di
 
 
 def _tensor_name(info: zipfile.ZipInfo, path: str) -> str:
-    if info.is_dir() or not info.filename.endswith(MEMBER_SUFFIX):
+    if not info.filename.endswith(MEMBER_SUFFIX) or info.is_dir():  # is_dir() fails on an empty name
         raise CheckpointError(
             "MD701", f"archive member {info.filename!r} is not a {MEMBER_SUFFIX} file; not an npz checkpoint", path
         )

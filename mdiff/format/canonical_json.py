@@ -20,7 +20,8 @@ def _refuse_constant(token: str) -> Any:
 
 
 def loads(text: str) -> Any:
-    """Strict JSON: NaN/Infinity are refused, duplicate keys are refused."""
+    """Strict JSON: NaN/Infinity, duplicate keys and nesting deeper than Python can parse are refused
+    with ValueError."""
 
     def no_duplicates(pairs):
         obj = {}
@@ -30,4 +31,7 @@ def loads(text: str) -> Any:
             obj[k] = v
         return obj
 
-    return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=no_duplicates)
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=no_duplicates)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None

@@ -8,10 +8,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-import jsonschema
-
 from mdiff.errors import InvalidFileError
 from mdiff.format import canonical_json
+from mdiff.format.schemas import ecma_validator
 
 _DATE_PATTERN = (
     r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
@@ -32,7 +31,7 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": False,
             "properties": {
                 "name": {"type": "string", "minLength": 1},
-                "email": {"type": "string", "pattern": r"^$|^[^@\s<>]+@[^@\s<>]+$"},
+                "email": {"type": "string", "pattern": "^$|^[^@<>\u0000-\u0020\u007f]+@[^@<>\u0000-\u0020\u007f]+$"},
             },
         },
         "date": {"type": "string", "pattern": _DATE_PATTERN},
@@ -55,7 +54,7 @@ SCHEMA: dict[str, Any] = {
     },
 }
 
-_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+_VALIDATOR = ecma_validator(SCHEMA)
 
 
 def _writer_version() -> str:
@@ -143,15 +142,17 @@ def check(obj: Any) -> None:
         raise InvalidFileError("MD202", "commit metadata is invalid: " + "; ".join(errors), "/")
 
 
-def parse_attribute(text: Any, known_members_only: bool = False) -> Commit:
+def parse_attribute(text: str | None, known_members_only: bool = False) -> Commit:
     """The Commit in a ``commit`` attribute value; InvalidFileError on any defect."""
-    if not isinstance(text, str):
-        raise InvalidFileError("MD200", "root attribute `commit` is not a string", "/")
+    if text is None:
+        raise InvalidFileError("MD200", "root attribute `commit` is missing", "/")
     try:
         obj = canonical_json.loads(text)
     except ValueError as exc:
         raise InvalidFileError("MD201", f"`commit` is not valid JSON: {exc}", "/") from None
-    if known_members_only and isinstance(obj, dict):  # a newer minor version may add members (§3.3)
+    if not isinstance(obj, dict):
+        raise InvalidFileError("MD201", f"`commit` is JSON {type(obj).__name__}, not an object", "/")
+    if known_members_only:  # a newer minor version may add members (§3.3)
         obj = {k: v for k, v in obj.items() if k in SCHEMA["properties"]}
     check(obj)
     return Commit.from_json(obj)

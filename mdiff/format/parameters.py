@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import h5py
-import jsonschema
 
 from mdiff.errors import InvalidFileError
 from mdiff.format import canonical_json
 from mdiff.format.constants import ATTR_UPDATE, PARAMETERS_GROUP
 from mdiff.format.findings import Finding
 from mdiff.format.names import decode_name
+from mdiff.format.schemas import ecma_validator
 from mdiff.format.structure import Inventory
 from mdiff.updates import REGISTRY
 from mdiff.updates.base import Update
@@ -67,8 +67,11 @@ def _parse_meta(path: str, text: str | None, findings: list[Finding], newer_mino
     except ValueError as exc:
         findings.append(Finding("MD401", path, f"`update` is not valid JSON: {exc}"))
         return None, None
-    if not isinstance(meta, dict) or not isinstance(meta.get("type"), str):
-        findings.append(Finding("MD404", path, "`update` must be a JSON object with a string `type`"))
+    if not isinstance(meta, dict):
+        findings.append(Finding("MD401", path, f"`update` is JSON {type(meta).__name__}, not an object"))
+        return None, None
+    if not isinstance(meta.get("type"), str):
+        findings.append(Finding("MD404", path, "`update` must have a string `type`"))
         return None, None
     kind = REGISTRY.get(meta["type"])
     if kind is None:
@@ -79,11 +82,12 @@ def _parse_meta(path: str, text: str | None, findings: list[Finding], newer_mino
         return None, None
     if newer_minor:
         meta = {k: v for k, v in meta.items() if k in kind.schema["properties"]}
-    errors = sorted(jsonschema.Draft202012Validator(kind.schema).iter_errors(meta), key=lambda e: list(e.absolute_path))
+    errors = sorted(ecma_validator(kind.schema).iter_errors(meta), key=lambda e: list(e.absolute_path))
     if errors:
         where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
         findings.append(Finding("MD404", path, f"`update` breaks the {kind.name} schema at {where}: {errors[0].message}"))
         return None, None
+    meta["shape"] = [int(d) for d in meta["shape"]]  # JSON Schema counts 2.0 as an integer
     return meta, kind
 
 

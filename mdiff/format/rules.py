@@ -28,17 +28,17 @@ _TABLE = [
     ("MD106", "error", "3.4", "an unknown extension is marked must_understand"),
     ("MD107", "warning", "3.4", "an unknown optional extension is ignored"),
     # §4 commit metadata
-    ("MD200", "error", "4.1", "root attribute `commit` is missing or is not a string"),
-    ("MD201", "error", "4.1", "`commit` is not valid UTF-8 JSON"),
+    ("MD200", "error", "4.1", "root attribute `commit` is missing"),
+    ("MD201", "error", "4.1", "`commit` is not a JSON object (invalid JSON, or another JSON value)"),
     ("MD202", "error", "4.2", "`commit` does not match schemas/commit.schema.json"),
     # §5 layout and names
     ("MD300", "error", "5.1", "group `/parameters` is missing"),
     ("MD301", "error", "5.1", "a member of `/parameters` is not a group"),
-    ("MD302", "error", "5.2", "a link name is not the canonical encoding of a parameter name"),
+    ("MD302", "error", "5.2", "a link name is not UTF-8, or not the canonical encoding of a parameter name"),
     ("MD303", "warning", "5.4", "an unknown member or attribute is ignored"),
     # §7 updates
-    ("MD400", "error", "7.1", "attribute `update` is missing or is not a string"),
-    ("MD401", "error", "7.1", "`update` is not valid UTF-8 JSON"),
+    ("MD400", "error", "7.1", "attribute `update` is missing"),
+    ("MD401", "error", "7.1", "`update` is not a JSON object (invalid JSON, or another JSON value)"),
     ("MD402", "error", "7.1", "the update type is unknown"),
     ("MD403", "error", "7.1", "the version of the update type is not supported"),
     ("MD404", "error", "7.1", "`update` does not match its type's JSON Schema"),

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 import h5py
-import jsonschema
 import numpy as np
 
 from mdiff.format import canonical_json
@@ -20,6 +19,7 @@ from mdiff.format.constants import (
     PARAMETERS_GROUP,
 )
 from mdiff.format.names import encode_name
+from mdiff.format.schemas import ecma_validator
 from mdiff.updates import get_type
 from mdiff.updates.base import Update
 
@@ -55,12 +55,16 @@ class DiffWriter:
     one parameter's data need be in memory.
     """
 
-    def __init__(self, path, commit: Commit | None = None, compression: str = "gzip", extensions: Iterable[Mapping] = ()):
+    def __init__(
+        self, path, commit: Commit | None = None, compression: str = "gzip", extensions: Iterable[Mapping] = (),
+        *, check_updates: bool = True,
+    ):
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
         self.path = Path(path)
         self.compression = compression
         self._names: set[str] = set()
+        self._check_updates = check_updates  # off only to make invalid files for tests and conformance
         commit_text = (commit or Commit()).to_attribute()
         extensions = list(extensions)
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
@@ -81,8 +85,8 @@ class DiffWriter:
     def add(self, name: str, update: Update) -> None:
         if name in self._names:
             raise ValueError(f"parameter {name!r} is added twice")
-        kind = get_type(update.type)
-        jsonschema.validate(dict(update.meta), kind.schema)  # the writer never writes an invalid file
+        if self._check_updates:
+            _check_update(name, update)
         group = self._parameters.create_group(encode_name(name), track_order=False)
         self._names.add(name)
         write_string(group, ATTR_UPDATE, canonical_json.dumps(dict(update.meta)))
@@ -126,8 +130,26 @@ class DiffWriter:
             self.abort()
 
 
-def write(path, updates: Mapping[str, Update], commit: Commit | None = None, compression: str = "gzip") -> None:
-    """Write ``updates`` (parameter name → Update) as one .mdiff file; parameters go in name order."""
-    with DiffWriter(path, commit, compression) as writer:
+def _check_update(name: str, update: Update) -> None:
+    """The writer never writes an invalid file: the same checks a reader makes, on the metadata."""
+    kind = get_type(update.type)
+    problems = [e.message for e in ecma_validator(kind.schema).iter_errors(dict(update.meta))]
+    if not problems:
+        actual = {k: (np.shape(v), np.asarray(v).dtype) for k, v in update.data.items()}
+        problems = [f"{code}: {message}" for code, _, message in (*kind.check_meta(update.meta), *kind.check_layout(update.meta, actual))]
+    if problems:
+        raise ValueError(f"update of {name!r} is invalid: " + "; ".join(problems))
+
+
+def write(
+    path, updates: Mapping[str, Update], commit: Commit | None = None, compression: str = "gzip",
+    *, check_updates: bool = True,
+) -> None:
+    """Write ``updates`` (parameter name → Update) as one .mdiff file; parameters go in name order.
+
+    Every update is checked first (ValueError if invalid) unless ``check_updates`` is False, which
+    exists to make deliberately invalid files for tests.
+    """
+    with DiffWriter(path, commit, compression, check_updates=check_updates) as writer:
         for name in sorted(updates):
             writer.add(name, updates[name])

@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from mdiff.errors import ApplyError
+from mdiff.errors import ApplyError, InvalidFileError
 from mdiff.format.dtypes import DTYPES, DType, dtype_named, dtype_of
 
 SCHEMA_BASE_URI = "https://mdiff.dev/schemas/updates/"
@@ -30,7 +30,10 @@ def read_array(source: Any, dtype: np.dtype) -> np.ndarray:
         return source
     out = np.empty(source.shape, dtype=dtype)
     if out.size:
-        source.read_direct(out)
+        try:
+            source.read_direct(out)
+        except (OSError, ValueError) as exc:  # a chunk that does not decode, a checksum filter that fails
+            raise InvalidFileError("MD513", f"dataset cannot be read: {exc}", source.name) from None
     return out
 
 
@@ -108,6 +111,10 @@ class Update:
         if kind.needs_base:
             check_base(self, spec_of(base, name), name)
         result = kind.apply(self, base)
+        if self.dtype.name == "bool" and result is not None:
+            problem = next(bool_values_problems(result.view(np.uint8), "result"), None)
+            if problem:
+                raise InvalidFileError("MD409", "the update makes a bool value other than 0 or 1", name)
         if kind.carries_sha256:
             got = sha256_hex(result)
             if got != self.sha256:

@@ -16,7 +16,8 @@ from typing import Iterator
 import ml_dtypes
 import numpy as np
 
-from mdiff.format.dtypes import DType, dtype_of
+from mdiff.errors import InvalidFileError
+from mdiff.format.dtypes import DType
 from mdiff.updates.base import Problem, Update, UpdateType, expect_datasets, sha256_hex, update_schema
 
 NAME = "low_rank"
@@ -72,7 +73,11 @@ def _check_data(update: Update) -> Iterator[Problem]:
 def _apply(update: Update, base: np.ndarray) -> np.ndarray:
     c = compute_dtype(update.dtype)
     m, n = matrix_shape(update.shape)
-    acc = update.array("A") @ update.array("B")
+    A, B = update.array("A"), update.array("B")
+    for key, factor in (("A", A), ("B", B)):  # no result sha256 here: the factors' own protect the data
+        if sha256_hex(factor) != update.meta[f"{key}_sha256"]:
+            raise InvalidFileError("MD410", f"factor {key} does not match `{key}_sha256`", key)
+    acc = A @ B
     if update.meta["scale"] != 1.0:
         acc *= c.type(update.meta["scale"])
     acc += base.reshape(m, n).astype(c)

@@ -1,0 +1,1129 @@
+"""Builders of invalid (and warning-only) .mdiff files: at least one per rule code of
+mdiff/format/rules.py (SPEC.md §12), except the checkpoint codes MD700–MD702 (tested in
+tests/test_checkpoints.py) and the apply-time codes MD600–MD602 (tested through
+``mdiff.apply`` in tests/test_rules.py, which uses :func:`base_state`).
+
+Each ``build_MDxxx_<what>(path)`` writes one file whose first finding (for an error
+code: its first error; for a warning code: its first finding, and no error) is the
+code ``MDxxx``. Builders are deterministic — fixed commit date, fixed arrays, no
+randomness — so that the files can become language-neutral conformance fixtures.
+Most start from a valid file written by :func:`mdiff.write` and break exactly one
+thing with h5py; a few build from scratch.
+
+``CASES`` lists ``(code, case_id, builder)`` for every builder in this module, in
+definition order. ``LIMITS`` gives, for the cases that need them, the
+:class:`mdiff.Limits` fields a reader must use (every other case uses the defaults).
+``DATA_LEVEL`` names the cases whose error only shows once dataset data is read
+(``mdiff.open`` accepts them; ``mdiff.validate`` with ``check_data`` and
+``mdiff.apply`` refuse them).
+
+``VALID_CASES`` lists ``(case_id, builder)`` for ``build_valid_<what>`` builders: files on
+edges the rules allow, for which a validator must report nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import h5py
+import numpy as np
+
+import mdiff
+from mdiff.format import canonical_json
+from mdiff.format.attributes import write_string
+from mdiff.format.dtypes import dtype_named
+from mdiff.updates.base import sha256_hex
+
+DATE = "2026-01-01T00:00:00Z"
+# The writer is pinned too, so that the files do not change with mdiff's version.
+COMMIT = mdiff.Commit("conformance case", author=mdiff.Author("Test", "test@example.org"), date=DATE,
+                      writer_name="mdiff-conformance", writer_version="1")
+ZERO_SHA = "0" * 64
+
+# ---------------------------------------------------------------- the base state
+
+W = (np.arange(8, dtype=np.float32) / 4).reshape(2, 4)  # float32 [2, 4]
+W_NEW = W.copy()
+W_NEW[0, 1] = 7.5
+W_NEW[1, 3] = -1.0
+FLAGS = np.array([1, 0, 1, 0, 1, 0, 1, 0], dtype=bool)  # bool [8]
+FLAGS_NEW = FLAGS.copy()
+FLAGS_NEW[1] = True
+COUNTS = np.arange(4, dtype=np.int32)  # int32 [4]
+BIG = np.arange(2048, dtype=np.float32)  # 8 KiB: the writer chunks and compresses it
+
+
+def base_state() -> dict[str, np.ndarray]:
+    """The base every case's updates were made against (for the apply-time checks)."""
+    return {"w": W.copy(), "flags": FLAGS.copy(), "counts": COUNTS.copy(), "big": BIG.copy()}
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _write(path, updates=None, compression: str = "gzip") -> None:
+    """A file of ``updates`` — by default one dense float32 update of ``w`` — written without the
+    writer's own checks, so that builders can write invalid updates."""
+    updates = updates if updates is not None else {"w": mdiff.dense(W, W_NEW)}
+    mdiff.write(path, updates, COMMIT, compression, check_updates=False)
+
+
+@contextmanager
+def _edit(path, updates=None, compression: str = "gzip") -> Iterator[h5py.File]:
+    """Write a valid file, then open it for editing."""
+    _write(path, updates, compression)
+    with h5py.File(path, "r+") as f:
+        yield f
+
+
+def _get_json(obj, name: str):
+    return json.loads(bytes(obj.attrs[name]).rstrip(b"\0").decode("utf-8"))
+
+
+def _set_json(obj, name: str, value) -> None:
+    write_string(obj, name, canonical_json.dumps(value))
+
+
+def _set_raw(obj, name: str, data: bytes) -> None:
+    """A scalar fixed-length UTF-8 string attribute holding exactly ``data`` (maybe not UTF-8)."""
+    if name in obj.attrs:
+        del obj.attrs[name]
+    obj.attrs.create(name, np.array(data, dtype=h5py.string_dtype("utf-8", max(len(data), 1))))
+
+
+def _edit_update(path, name: str, change: Callable[[dict], None], updates=None) -> None:
+    """A valid file whose parameter ``name`` has its ``update`` JSON changed by ``change``."""
+    with _edit(path, updates) as f:
+        group = f[f"parameters/{name}"]
+        meta = _get_json(group, "update")
+        change(meta)
+        _set_json(group, "update", meta)
+
+
+def _edit_commit(path, change: Callable[[dict], None]) -> None:
+    with _edit(path) as f:
+        commit = _get_json(f, "commit")
+        change(commit)
+        _set_json(f, "commit", commit)
+
+
+def _replace_dataset(group: h5py.Group, name: str, **kwargs) -> h5py.Dataset:
+    del group[name]
+    return group.create_dataset(name, track_times=False, **kwargs)
+
+
+def _untimed_dcpl():
+    """A dataset creation property list without object timestamps (HDF5's default records them,
+    which would make a file depend on the clock); for the low-level h5py API."""
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_obj_track_times(False)
+    return dcpl
+
+
+def _dense_xor() -> np.ndarray:
+    return np.bitwise_xor(W.view(np.uint32), W_NEW.view(np.uint32))
+
+
+def _low_rank_update(A=None, B=None, shape=(2, 4), dtype="float32") -> mdiff.Update:
+    A = np.array([[1.0], [2.0]], dtype=np.float32) if A is None else A
+    B = np.array([[0.5, 0.25, -1.0, 2.0]], dtype=np.float32) if B is None else B
+    return mdiff.low_rank(A, B, shape, dtype_named(dtype), scale=0.5)
+
+
+# ---------------------------------------------------------------- §3.1 container
+
+
+def build_MD100_not_hdf5(path) -> None:
+    with open(path, "wb") as fh:
+        fh.write(b"this is not an HDF5 file\n" * 8)
+
+
+def build_MD100_empty_file(path) -> None:
+    with open(path, "wb"):
+        pass
+
+
+def build_MD100_truncated(path) -> None:
+    """A valid file cut in half. HDF5 refuses to open a file whose end-of-file is before the
+    end-of-allocation recorded in its superblock, so this is MD100 (not a readable HDF5 file),
+    not MD513 (an object in an open file cannot be read)."""
+    _write(path, {"big": mdiff.replace(BIG)})
+    with open(path, "rb") as fh:
+        data = fh.read()
+    with open(path, "wb") as fh:
+        fh.write(data[: len(data) // 2])
+
+
+# ---------------------------------------------------------------- §3.2–§3.4 identity, version, extensions
+
+
+def build_MD101_format_missing(path) -> None:
+    with _edit(path) as f:
+        del f.attrs["format"]
+
+
+def build_MD101_format_hdf5(path) -> None:
+    with _edit(path) as f:
+        write_string(f, "format", "hdf5")
+
+
+def build_MD101_format_trailing_space(path) -> None:
+    """Only trailing NULs are padding (§8.2); a trailing space is part of the value."""
+    with _edit(path) as f:
+        write_string(f, "format", "mdiff ")
+
+
+def build_MD102_version_missing(path) -> None:
+    with _edit(path) as f:
+        del f.attrs["format_version"]
+
+
+def build_MD102_version_one_number(path) -> None:
+    with _edit(path) as f:
+        write_string(f, "format_version", "1")
+
+
+def build_MD102_version_leading_zero(path) -> None:
+    with _edit(path) as f:
+        write_string(f, "format_version", "1.00")
+
+
+def build_MD102_version_three_parts(path) -> None:
+    with _edit(path) as f:
+        write_string(f, "format_version", "1.0.0")
+
+
+def build_MD103_version_2_0(path) -> None:
+    with _edit(path) as f:
+        write_string(f, "format_version", "2.0")
+
+
+def build_MD103_version_0_9(path) -> None:
+    with _edit(path) as f:
+        write_string(f, "format_version", "0.9")
+
+
+def build_MD104_version_1_9(path) -> None:
+    with _edit(path) as f:
+        write_string(f, "format_version", "1.9")
+
+
+def build_MD104_version_1_1_unknown_members(path) -> None:
+    """A newer minor version may add `commit` and `update` members; an older reader ignores them."""
+    with _edit(path) as f:
+        write_string(f, "format_version", "1.1")
+        commit = _get_json(f, "commit")
+        commit["signature"] = "abc"
+        _set_json(f, "commit", commit)
+        group = f["parameters/w"]
+        meta = _get_json(group, "update")
+        meta["codec_hint"] = {"level": 3}
+        _set_json(group, "update", meta)
+
+
+def build_MD105_extensions_not_json(path) -> None:
+    with _edit(path) as f:
+        write_string(f, "extensions", "[{")
+
+
+def build_MD105_extensions_object(path) -> None:
+    with _edit(path) as f:
+        write_string(f, "extensions", '{"must_understand":false,"name":"x"}')
+
+
+def build_MD105_extensions_no_must_understand(path) -> None:
+    with _edit(path) as f:
+        write_string(f, "extensions", '[{"name":"x"}]')
+
+
+def build_MD105_extensions_must_understand_string(path) -> None:
+    with _edit(path) as f:
+        write_string(f, "extensions", '[{"must_understand":"false","name":"x"}]')
+
+
+def build_MD105_extensions_duplicate_names(path) -> None:
+    with _edit(path) as f:
+        write_string(f, "extensions", '[{"must_understand":false,"name":"x"},{"must_understand":false,"name":"x"}]')
+
+
+def build_MD105_extensions_deeply_nested(path) -> None:
+    """10,000 unclosed `[`: not JSON. A recursive-descent parser must not crash on it."""
+    with _edit(path) as f:
+        write_string(f, "extensions", "[" * 10_000)
+
+
+def build_MD106_extension_must_understand(path) -> None:
+    with _edit(path) as f:
+        write_string(f, "extensions", '[{"must_understand":true,"name":"org.example.encrypted"}]')
+
+
+def build_MD107_extension_optional(path) -> None:
+    with _edit(path) as f:
+        write_string(f, "extensions", '[{"must_understand":false,"name":"org.example.hint"}]')
+
+
+# ---------------------------------------------------------------- §4 commit
+
+
+def build_MD200_commit_missing(path) -> None:
+    with _edit(path) as f:
+        del f.attrs["commit"]
+
+
+def build_MD201_commit_truncated(path) -> None:
+    with _edit(path) as f:
+        write_string(f, "commit", "{")
+
+
+def build_MD201_commit_duplicate_member(path) -> None:
+    with _edit(path) as f:
+        text = bytes(f.attrs["commit"]).rstrip(b"\0").decode("utf-8")
+        write_string(f, "commit", text[:-1] + ',"message":"again"}')
+
+
+def build_MD201_commit_nan(path) -> None:
+    with _edit(path) as f:
+        text = bytes(f.attrs["commit"]).rstrip(b"\0").decode("utf-8")
+        write_string(f, "commit", text[:-1] + ',"x":NaN}')
+
+
+def build_MD201_commit_trailing_text(path) -> None:
+    with _edit(path) as f:
+        text = bytes(f.attrs["commit"]).rstrip(b"\0").decode("utf-8")
+        write_string(f, "commit", text + " {}")
+
+
+def build_MD201_commit_not_object(path) -> None:
+    """§4.1: the value is a JSON text encoding one object (MD201); `[]` is JSON but no object."""
+    with _edit(path) as f:
+        write_string(f, "commit", "[]")
+
+
+def build_MD201_commit_deeply_nested(path) -> None:
+    with _edit(path) as f:
+        write_string(f, "commit", "[" * 10_000)
+
+
+def build_MD202_date_february_30(path) -> None:
+    _edit_commit(path, lambda c: c.update(date="2026-02-30T00:00:00Z"))
+
+
+def build_MD202_date_with_offset(path) -> None:
+    _edit_commit(path, lambda c: c.update(date="2026-01-01T00:00:00+00:00"))
+
+
+def build_MD202_author_missing(path) -> None:
+    _edit_commit(path, lambda c: c.pop("author"))
+
+
+def build_MD202_commit_unknown_member(path) -> None:
+    """In a version 1.0 file no other member may appear (§4.2)."""
+    _edit_commit(path, lambda c: c.update(signature="abc"))
+
+
+def build_MD202_parents_duplicate(path) -> None:
+    _edit_commit(path, lambda c: c.update(parents=["ab" * 32, "ab" * 32]))
+
+
+def build_MD202_parent_uppercase(path) -> None:
+    _edit_commit(path, lambda c: c.update(parents=["AB" * 32]))
+
+
+def build_MD202_email_with_angle_brackets(path) -> None:
+    _edit_commit(path, lambda c: c.update(author={"name": "Test", "email": "<test@example.org>"}))
+
+
+def build_MD202_meta_not_string(path) -> None:
+    _edit_commit(path, lambda c: c.update(meta={"lr": 0.001}))
+
+
+# JSON Schema patterns follow ECMA-262: `$` matches only at the end of the string (Python's `re`
+# also matches before a final newline); mdiff checks them with ECMA semantics (format/schemas.py).
+
+
+def build_MD202_date_trailing_newline(path) -> None:
+    _edit_commit(path, lambda c: c.update(date=DATE + "\n"))
+
+
+def build_MD202_parent_trailing_newline(path) -> None:
+    _edit_commit(path, lambda c: c.update(parents=["ab" * 32 + "\n"]))
+
+
+def build_MD202_email_with_control_character(path) -> None:
+    """U+007F (DEL) is among the characters an email must not contain (SPEC.md §4.2)."""
+    _edit_commit(path, lambda c: c.update(author={"name": "Test", "email": "te\x7fst@example.org"}))
+
+
+# ---------------------------------------------------------------- §5 layout and names
+
+
+def build_MD300_parameters_missing(path) -> None:
+    with _edit(path) as f:
+        del f["parameters"]
+
+
+def build_MD300_parameters_is_dataset(path) -> None:
+    with _edit(path) as f:
+        del f["parameters"]
+        f.create_dataset("parameters", data=np.zeros(4, dtype="<f4"), track_times=False)
+
+
+def build_MD301_dataset_in_parameters(path) -> None:
+    with _edit(path) as f:
+        f["parameters"].create_dataset("x", data=np.zeros(4, dtype="<f4"), track_times=False)
+
+
+def _rename(path, link: str | bytes) -> None:
+    with _edit(path) as f:
+        f["parameters"].move("w", link)
+
+
+def build_MD302_needless_escape(path) -> None:
+    _rename(path, "%41bc")
+
+
+def build_MD302_lowercase_hex(path) -> None:
+    _rename(path, "a%2fb")
+
+
+def build_MD302_bare_percent(path) -> None:
+    _rename(path, "100%")
+
+
+def build_MD302_unescaped_leading_dot(path) -> None:
+    _rename(path, ".hidden")
+
+
+def build_MD302_escaped_inner_dot(path) -> None:
+    _rename(path, "a%2Eb")
+
+
+def build_MD302_unescaped_control(path) -> None:
+    _rename(path, "a\tb")
+
+
+def build_MD302_link_not_utf8(path) -> None:
+    _rename(path, b"\xffab")
+
+
+def build_MD303_root_attribute(path) -> None:
+    with _edit(path) as f:
+        write_string(f, "comment", "hello")
+
+
+def build_MD303_root_member(path) -> None:
+    with _edit(path) as f:
+        f.create_group("extra")
+
+
+def build_MD303_parameters_attribute(path) -> None:
+    with _edit(path) as f:
+        write_string(f["parameters"], "comment", "hello")
+
+
+def build_MD303_parameter_attribute(path) -> None:
+    with _edit(path) as f:
+        write_string(f["parameters/w"], "comment", "hello")
+
+
+def build_MD303_parameter_member(path) -> None:
+    with _edit(path) as f:
+        f["parameters/w"].create_dataset("note", data=np.zeros(2, dtype="<u1"), track_times=False)
+
+
+def build_MD303_dataset_attribute(path) -> None:
+    with _edit(path) as f:
+        write_string(f["parameters/w/xor"], "comment", "hello")
+
+
+# ---------------------------------------------------------------- §7.1 the update attribute
+
+
+def build_MD400_update_missing(path) -> None:
+    with _edit(path) as f:
+        del f["parameters/w"].attrs["update"]
+
+
+def build_MD401_update_truncated(path) -> None:
+    with _edit(path) as f:
+        write_string(f["parameters/w"], "update", '{"type":"dense"')
+
+
+def build_MD401_update_duplicate_member(path) -> None:
+    with _edit(path) as f:
+        text = bytes(f["parameters/w"].attrs["update"]).rstrip(b"\0").decode("utf-8")
+        write_string(f["parameters/w"], "update", text[:-1] + ',"version":1}')
+
+
+def build_MD401_update_nan(path) -> None:
+    with _edit(path, {"w": _low_rank_update()}) as f:
+        text = bytes(f["parameters/w"].attrs["update"]).rstrip(b"\0").decode("utf-8")
+        assert '"scale":0.5' in text
+        write_string(f["parameters/w"], "update", text.replace('"scale":0.5', '"scale":NaN'))
+
+
+def build_MD401_update_trailing_text(path) -> None:
+    with _edit(path) as f:
+        text = bytes(f["parameters/w"].attrs["update"]).rstrip(b"\0").decode("utf-8")
+        write_string(f["parameters/w"], "update", text + "x")
+
+
+def build_MD401_update_not_object(path) -> None:
+    """§7.1: the value is a JSON text encoding one object (MD401); `[1]` is JSON but no object."""
+    with _edit(path) as f:
+        write_string(f["parameters/w"], "update", "[1]")
+
+
+def build_MD401_update_deeply_nested(path) -> None:
+    with _edit(path) as f:
+        write_string(f["parameters/w"], "update", "[" * 10_000)
+
+
+def build_MD402_type_unknown(path) -> None:
+    _edit_update(path, "w", lambda m: m.update(type="mystery"))
+
+
+def build_MD402_type_capitalised(path) -> None:
+    _edit_update(path, "w", lambda m: m.update(type="Dense"))
+
+
+def build_MD403_dense_version_2(path) -> None:
+    _edit_update(path, "w", lambda m: m.update(version=2))
+
+
+def build_MD403_replace_version_0(path) -> None:
+    _edit_update(path, "w", lambda m: m.update(version=0), {"w": mdiff.replace(W_NEW)})
+
+
+def build_MD404_shape_missing(path) -> None:
+    _edit_update(path, "w", lambda m: m.pop("shape"))
+
+
+def build_MD404_update_unknown_member(path) -> None:
+    """In a version 1.0 file an `update` member the schema lacks is an error (additionalProperties)."""
+    _edit_update(path, "w", lambda m: m.update(codec_hint=3))
+
+
+def build_MD404_sha256_uppercase(path) -> None:
+    _edit_update(path, "w", lambda m: m.update(sha256=m["sha256"].upper()))
+
+
+def build_MD404_dtype_unknown(path) -> None:
+    _edit_update(path, "w", lambda m: m.update(dtype="float8"))
+
+
+def build_MD404_sha256_trailing_newline(path) -> None:
+    _edit_update(path, "w", lambda m: m.update(sha256=m["sha256"] + "\n"))
+
+
+def build_MD404_shape_rank_33(path) -> None:
+    _edit_update(path, "w", lambda m: m.update(shape=[1] * 33))
+
+
+def build_MD404_type_missing(path) -> None:
+    _edit_update(path, "w", lambda m: m.pop("type"))
+
+
+def build_MD404_shape_negative(path) -> None:
+    _edit_update(path, "w", lambda m: m.update(shape=[2, -4]))
+
+
+def build_MD404_delete_with_sha256(path) -> None:
+    _edit_update(path, "w", lambda m: m.update(sha256=ZERO_SHA), {"w": mdiff.delete(W)})
+
+
+def build_MD404_low_rank_scale_string(path) -> None:
+    _edit_update(path, "w", lambda m: m.update(scale="0.5"), {"w": _low_rank_update()})
+
+
+# ---------------------------------------------------------------- §7.1 datasets of each type
+
+
+def build_MD405_dense_xor_missing(path) -> None:
+    with _edit(path) as f:
+        del f["parameters/w/xor"]
+
+
+def build_MD405_sparse_indices_missing(path) -> None:
+    with _edit(path, {"w": mdiff.sparse(W, W_NEW)}) as f:
+        del f["parameters/w/indices"]
+
+
+def build_MD405_replace_value_missing(path) -> None:
+    with _edit(path, {"w": mdiff.replace(W_NEW)}) as f:
+        del f["parameters/w/value"]
+
+
+def build_MD405_low_rank_B_missing(path) -> None:
+    with _edit(path, {"w": _low_rank_update()}) as f:
+        del f["parameters/w/B"]
+
+
+def build_MD406_dense_xor_signed(path) -> None:
+    with _edit(path) as f:
+        _replace_dataset(f["parameters/w"], "xor", data=_dense_xor().view("<i4"))
+
+
+def build_MD406_sparse_indices_int64(path) -> None:
+    with _edit(path, {"w": mdiff.sparse(W, W_NEW)}) as f:
+        indices = f["parameters/w/indices"][()]
+        _replace_dataset(f["parameters/w"], "indices", data=indices.astype("<i8"))
+
+
+def build_MD406_replace_float16_as_int16(path) -> None:
+    value = np.array([1.0, -2.0, 0.5, 0.0], dtype=np.float16)
+    with _edit(path, {"w": mdiff.replace(value)}) as f:
+        _replace_dataset(f["parameters/w"], "value", data=value.view("<i2"))
+
+
+def build_MD406_replace_float32_as_float64(path) -> None:
+    with _edit(path, {"w": mdiff.replace(W_NEW)}) as f:
+        _replace_dataset(f["parameters/w"], "value", data=W_NEW.astype("<f8"))
+
+
+def build_MD406_low_rank_A_float64(path) -> None:
+    with _edit(path, {"w": _low_rank_update()}) as f:
+        A = f["parameters/w/A"][()]
+        _replace_dataset(f["parameters/w"], "A", data=A.astype("<f8"))
+
+
+def build_MD407_dense_xor_flat(path) -> None:
+    with _edit(path) as f:
+        _replace_dataset(f["parameters/w"], "xor", data=_dense_xor().reshape(-1))
+
+
+def build_MD407_sparse_length_mismatch(path) -> None:
+    with _edit(path, {"w": mdiff.sparse(W, W_NEW)}) as f:
+        xor = f["parameters/w/xor"][()]
+        _replace_dataset(f["parameters/w"], "xor", data=xor[:1])
+
+
+def build_MD407_sparse_more_entries_than_elements(path) -> None:
+    old = np.zeros(2, dtype=np.float32)
+    new = np.ones(2, dtype=np.float32)
+    with _edit(path, {"v": mdiff.sparse(old, new)}) as f:
+        g = f["parameters/v"]
+        _replace_dataset(g, "indices", data=np.array([0, 1, 1], dtype="<u8"))
+        _replace_dataset(g, "xor", data=np.array([1, 1, 1], dtype="<u4"))
+
+
+def build_MD407_sparse_indices_2d(path) -> None:
+    with _edit(path, {"w": mdiff.sparse(W, W_NEW)}) as f:
+        indices = f["parameters/w/indices"][()]
+        _replace_dataset(f["parameters/w"], "indices", data=indices.reshape(1, -1))
+
+
+def build_MD407_low_rank_rank_too_big(path) -> None:
+    """m = 2, n = 4: the rank may be at most 2."""
+    A = np.ones((2, 3), dtype=np.float32)
+    B = np.ones((3, 4), dtype=np.float32)
+    _write(path, {"w": _low_rank_update(A, B)})
+
+
+def build_MD407_low_rank_rank_zero(path) -> None:
+    A = np.ones((2, 0), dtype=np.float32)
+    B = np.ones((0, 4), dtype=np.float32)
+    _write(path, {"w": _low_rank_update(A, B)})
+
+
+def build_MD407_low_rank_B_wrong_shape(path) -> None:
+    A = np.ones((2, 1), dtype=np.float32)
+    B = np.ones((1, 3), dtype=np.float32)
+    _write(path, {"w": _low_rank_update(A, B)})
+
+
+def build_MD407_replace_scalar_for_vector(path) -> None:
+    with _edit(path, {"x": mdiff.replace(np.array([1.5], dtype=np.float32))}) as f:
+        _replace_dataset(f["parameters/x"], "value", data=np.float32(1.5))
+
+
+# ---------------------------------------------------------------- data-level rules
+
+
+def _sparse_with_indices(path, indices) -> None:
+    with _edit(path, {"w": mdiff.sparse(W, W_NEW)}) as f:
+        g = f["parameters/w"]
+        _replace_dataset(g, "indices", data=np.asarray(indices, dtype="<u8"))
+        _replace_dataset(g, "xor", data=np.ones(len(indices), dtype="<u4"))
+
+
+def build_MD408_sparse_unsorted(path) -> None:
+    _sparse_with_indices(path, [5, 1])
+
+
+def build_MD408_sparse_duplicate(path) -> None:
+    _sparse_with_indices(path, [1, 1])
+
+
+def build_MD408_sparse_out_of_range(path) -> None:
+    _sparse_with_indices(path, [1, 8])  # numel is 8
+
+
+def build_MD409_replace_bool_2(path) -> None:
+    """A bool value of 2 whose `sha256` is right for the bytes stored: only MD409 is broken."""
+    value = np.array([0, 1, 2, 1], dtype=np.uint8)
+    meta = {"type": "replace", "version": 1, "shape": [4], "dtype": "bool", "sha256": sha256_hex(value)}
+    _write(path, {"flags": mdiff.Update(meta, {"value": value})})
+
+
+def build_MD409_dense_bool_xor_2(path) -> None:
+    """A dense bool XOR of 2, with `sha256` that of the (non-bool) bytes the XOR gives."""
+    xor = np.zeros(8, dtype=np.uint8)
+    xor[1] = 2
+    result = np.bitwise_xor(FLAGS.view(np.uint8), xor)
+    meta = {"type": "dense", "version": 1, "shape": [8], "dtype": "bool", "sha256": sha256_hex(result)}
+    _write(path, {"flags": mdiff.Update(meta, {"xor": xor})})
+
+
+def build_MD409_sparse_bool_xor_2(path) -> None:
+    with _edit(path, {"flags": mdiff.sparse(FLAGS, FLAGS_NEW)}) as f:
+        _replace_dataset(f["parameters/flags"], "xor", data=np.array([3], dtype="<u1"))
+
+
+def build_MD410_replace_wrong_sha256(path) -> None:
+    _edit_update(path, "w", lambda m: m.update(sha256=ZERO_SHA), {"w": mdiff.replace(W_NEW)})
+
+
+def build_MD410_replace_value_changed(path) -> None:
+    with _edit(path, {"w": mdiff.replace(W_NEW)}) as f:
+        f["parameters/w/value"][0, 0] = np.float32(99.0)
+
+
+def build_MD410_low_rank_A_sha256_wrong(path) -> None:
+    _edit_update(path, "w", lambda m: m.update(A_sha256=ZERO_SHA), {"w": _low_rank_update()})
+
+
+def build_MD410_low_rank_B_changed(path) -> None:
+    with _edit(path, {"w": _low_rank_update()}) as f:
+        f["parameters/w/B"][0, 0] = np.float32(99.0)
+
+
+def build_MD411_low_rank_int32(path) -> None:
+    A = np.ones((4, 1), dtype=np.float32)
+    B = np.ones((1, 1), dtype=np.float32)
+    _write(path, {"counts": _low_rank_update(A, B, shape=(4,), dtype="int32")})
+
+
+def build_MD411_low_rank_bool(path) -> None:
+    A = np.ones((8, 1), dtype=np.float32)
+    B = np.ones((1, 1), dtype=np.float32)
+    _write(path, {"flags": _low_rank_update(A, B, shape=(8,), dtype="bool")})
+
+
+def build_MD411_low_rank_rank_0(path) -> None:
+    A = np.ones((1, 1), dtype=np.float32)
+    B = np.ones((1, 1), dtype=np.float32)
+    _write(path, {"s": _low_rank_update(A, B, shape=(), dtype="float32")})
+
+
+# ---------------------------------------------------------------- §8.1 objects and links
+
+
+def build_MD500_soft_link(path) -> None:
+    with _edit(path) as f:
+        f["parameters/v"] = h5py.SoftLink("/parameters/w")
+
+
+def build_MD500_dangling_soft_link(path) -> None:
+    with _edit(path) as f:
+        f["parameters/v"] = h5py.SoftLink("/nowhere")
+
+
+def build_MD500_external_link(path) -> None:
+    with _edit(path) as f:
+        f["parameters/v"] = h5py.ExternalLink("other.h5", "/parameters/w")
+
+
+def build_MD501_committed_datatype(path) -> None:
+    with _edit(path) as f:
+        f["t"] = np.dtype("<f4")
+
+
+def build_MD501_committed_datatype_in_parameter(path) -> None:
+    with _edit(path) as f:
+        f["parameters/w/t"] = np.dtype("<u4")
+
+
+def build_MD513_corrupt_object_header(path) -> None:
+    """The object header of `xor` with its signature overwritten: its checksum fails too."""
+    with _edit(path) as f:
+        address = h5py.h5o.get_info(f["parameters/w/xor"].id).addr
+    with open(path, "r+b") as fh:
+        fh.seek(address)
+        assert fh.read(4) == b"OHDR", "expected a version 2 object header"
+        fh.seek(address)
+        fh.write(b"XXXX")
+
+
+def _write_chunk(path, data: bytes, **dataset_kwargs) -> None:
+    """`big` replaced, its one chunk written raw (bypassing the filters)."""
+    with _edit(path, {"big": mdiff.replace(BIG)}) as f:
+        ds = _replace_dataset(f["parameters/big"], "value", shape=BIG.shape, dtype="<f4", chunks=BIG.shape, **dataset_kwargs)
+        ds.id.write_direct_chunk((0,), data)
+
+
+def build_MD513_corrupt_chunk(path) -> None:
+    """A deflated chunk whose bytes are not a deflate stream: only reading the data shows it."""
+    _write_chunk(path, bytes(range(256)) * 4, compression="gzip", compression_opts=1, shuffle=True)
+
+
+def build_MD513_fletcher32_mismatch(path) -> None:
+    """A chunk whose fletcher32 checksum does not match its data."""
+    _write_chunk(path, BIG.tobytes() + b"\0\0\0\0", fletcher32=True)
+
+
+def build_MD514_group_alias(path) -> None:
+    with _edit(path) as f:
+        f["parameters/v"] = f["parameters/w"]
+
+
+def build_MD514_dataset_alias(path) -> None:
+    with _edit(path) as f:
+        f["parameters/w/xor2"] = f["parameters/w/xor"]
+
+
+def build_MD514_link_to_root(path) -> None:
+    with _edit(path) as f:
+        f["parameters/w/up"] = f["/"]
+
+
+def build_MD514_cycle(path) -> None:
+    with _edit(path) as f:
+        f["parameters/w/loop"] = f["parameters"]
+
+
+# ---------------------------------------------------------------- §8.2 datasets and attributes
+
+
+def build_MD502_external_storage(path) -> None:
+    with _edit(path) as f:
+        _replace_dataset(f["parameters/w"], "xor", shape=(2, 4), dtype="<u4", external=[("xor.bin", 0, 32)])
+
+
+def build_MD503_virtual_dataset(path) -> None:
+    """`xor` mapped from a dataset of another file (which need not exist)."""
+    with _edit(path) as f:
+        group = f["parameters/w"]
+        del group["xor"]
+        dcpl = _untimed_dcpl()
+        space = h5py.h5s.create_simple((2, 4))
+        dcpl.set_virtual(space, b"source.h5", b"/xor", h5py.h5s.create_simple((2, 4)))
+        h5py.h5d.create(group.id, b"xor", h5py.h5t.STD_U32LE, space, dcpl=dcpl).close()
+
+
+def build_MD504_lzf(path) -> None:
+    with _edit(path) as f:
+        _replace_dataset(f["parameters/w"], "xor", data=_dense_xor(), chunks=(1, 4), compression="lzf")
+
+
+def build_MD504_scaleoffset(path) -> None:
+    with _edit(path) as f:
+        _replace_dataset(f["parameters/w"], "xor", data=_dense_xor(), chunks=(1, 4), scaleoffset=0)
+
+
+def _replace_value(path, **kwargs) -> None:
+    with _edit(path, {"w": mdiff.replace(W_NEW)}) as f:
+        _replace_dataset(f["parameters/w"], "value", **kwargs)
+
+
+def build_MD505_big_endian(path) -> None:
+    _replace_value(path, data=W_NEW.astype(">f4"))
+
+
+def build_MD505_float16_dataset(path) -> None:
+    value = np.array([1.0, -2.0, 0.5, 0.0], dtype=np.float16)
+    with _edit(path, {"h": mdiff.replace(value)}) as f:
+        _replace_dataset(f["parameters/h"], "value", data=value)
+
+
+def build_MD505_string_dataset(path) -> None:
+    _replace_value(path, data=np.array([b"abcd"] * 8, dtype="S4").reshape(2, 4))
+
+
+def build_MD505_dataset_null_dataspace(path) -> None:
+    _replace_value(path, data=h5py.Empty("<f4"))
+
+
+def build_MD505_compound(path) -> None:
+    _replace_value(path, data=np.zeros((2, 4), dtype=[("a", "<f4")]))
+
+
+def build_MD505_enum_bool(path) -> None:
+    """h5py stores numpy bool as an HDF5 enum; the bool storage datatype is uint8."""
+    with _edit(path, {"flags": mdiff.replace(FLAGS_NEW)}) as f:
+        _replace_dataset(f["parameters/flags"], "value", data=FLAGS_NEW)
+
+
+def build_MD505_array_type(path) -> None:
+    """An HDF5 array datatype (4 × binary32) in a dataset of shape [2]. (numpy would flatten a
+    subarray dtype into shape [2, 4], so the dataset is made with the low-level API.)"""
+    with _edit(path, {"w": mdiff.replace(W_NEW)}) as f:
+        group = f["parameters/w"]
+        del group["value"]
+        tid = h5py.h5t.array_create(h5py.h5t.IEEE_F32LE, (4,))
+        dsid = h5py.h5d.create(group.id, b"value", tid, h5py.h5s.create_simple((2,)), dcpl=_untimed_dcpl())
+        dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, W_NEW, mtype=tid)
+        dsid.close()
+
+
+def build_MD505_vlen_sequence(path) -> None:
+    with _edit(path, {"w": mdiff.replace(W_NEW)}) as f:
+        ds = _replace_dataset(f["parameters/w"], "value", shape=(2,), dtype=h5py.vlen_dtype("<f4"))
+        ds[0] = W_NEW[0]
+        ds[1] = W_NEW[1]
+
+
+def build_MD505_opaque(path) -> None:
+    _replace_value(path, data=np.zeros((2, 4), dtype="V4"))
+
+
+def build_MD505_integer_precision_24(path) -> None:
+    """A little-endian 4-byte unsigned integer with 24 bits of precision: not the standard uint32."""
+    value = np.array([1, 2, 3, 4], dtype=np.uint32)
+    with _edit(path, {"u": mdiff.replace(value)}) as f:
+        group = f["parameters/u"]
+        del group["value"]
+        tid = h5py.h5t.STD_U32LE.copy()
+        tid.set_precision(24)
+        dsid = h5py.h5d.create(group.id, b"value", tid, h5py.h5s.create_simple((4,)), dcpl=_untimed_dcpl())
+        dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, value, mtype=h5py.h5t.NATIVE_UINT32)
+        dsid.close()
+
+
+def build_MD506_vlen_string(path) -> None:
+    with _edit(path) as f:
+        f.attrs.create("format", "mdiff", dtype=h5py.string_dtype("utf-8"))
+
+
+def build_MD506_numeric(path) -> None:
+    with _edit(path) as f:
+        f.attrs["format_version"] = np.float64(1.0)
+
+
+def build_MD506_array_of_strings(path) -> None:
+    with _edit(path) as f:
+        f.attrs.create("format", np.array([b"mdiff"], dtype=h5py.string_dtype("utf-8", 5)))
+
+
+def build_MD506_attribute_not_utf8(path) -> None:
+    with _edit(path) as f:
+        _set_raw(f["parameters/w"], "comment", b"caf\xe9")
+
+
+def build_MD506_dataset_attribute_numeric(path) -> None:
+    with _edit(path) as f:
+        f["parameters/w/xor"].attrs["scale"] = np.float32(1.0)
+
+
+def build_MD506_attribute_null_dataspace(path) -> None:
+    with _edit(path) as f:
+        f["parameters/w"].attrs.create("comment", h5py.Empty(h5py.string_dtype("utf-8", 4)))
+
+
+def build_MD506_update_vlen(path) -> None:
+    with _edit(path) as f:
+        text = bytes(f["parameters/w"].attrs["update"]).rstrip(b"\0").decode("utf-8")
+        f["parameters/w"].attrs.create("update", text, dtype=h5py.string_dtype("utf-8"))
+
+
+# ---------------------------------------------------------------- §8.3 limits and storage
+
+
+def build_MD507_rank_over_limit(path) -> None:
+    """Limits(max_rank=1): `xor` has rank 2. (HDF5 cannot store rank 33, the default limit + 1.)"""
+    _write(path)
+
+
+def build_MD508_elements_over_default_limit(path) -> None:
+    """A dense update declaring 2³⁶ + 1 uint8 elements (in chunks never written): the default
+    limits refuse it before anything else is looked at."""
+    n = 2**36 + 1
+    with _edit(path) as f:
+        g = f["parameters/w"]
+        meta = {"type": "dense", "version": 1, "shape": [n], "dtype": "uint8", "sha256": ZERO_SHA}
+        _set_json(g, "update", meta)
+        _replace_dataset(g, "xor", shape=(n,), dtype="<u1", chunks=(2**20,))
+
+
+def build_MD508_elements_over_limit(path) -> None:
+    """Limits(max_elements=4): `xor` has 8."""
+    _write(path)
+
+
+def build_MD508_bytes_over_limit(path) -> None:
+    """Limits(max_dataset_bytes=16): `xor` declares 32 bytes."""
+    _write(path)
+
+
+def build_MD509_chunked_never_written(path) -> None:
+    with _edit(path) as f:
+        _replace_dataset(f["parameters/w"], "xor", shape=(2, 4), dtype="<u4", chunks=(1, 4))
+
+
+def build_MD509_chunked_half_written(path) -> None:
+    with _edit(path) as f:
+        ds = _replace_dataset(f["parameters/w"], "xor", shape=(2, 4), dtype="<u4", chunks=(1, 4))
+        ds[0] = _dense_xor()[0]
+
+
+def build_MD509_contiguous_unallocated(path) -> None:
+    with _edit(path) as f:
+        _replace_dataset(f["parameters/w"], "xor", shape=(2, 4), dtype="<u4")
+
+
+def build_MD509_chunk_too_small(path) -> None:
+    """An unfiltered chunk of 8 KiB that stores 16 bytes."""
+    _write_chunk(path, BIG.tobytes()[:16], shuffle=True)
+
+
+def build_MD509_deflate_ratio(path) -> None:
+    """A deflated 8 KiB chunk that stores 4 bytes: more than deflate's ~1032:1 can expand."""
+    _write_chunk(path, b"\x78\x01\x03\x00", compression="gzip", compression_opts=1)
+
+
+def build_MD510_attribute_over_limit(path) -> None:
+    """Limits(max_attribute_bytes=64): the `commit` attribute is longer."""
+    _write(path)
+
+
+def build_MD511_objects_over_limit(path) -> None:
+    """Limits(max_objects=4): 3 root attributes, /parameters, and three parameter groups."""
+    _write(path, {name: mdiff.delete(W) for name in ("a", "b", "c")})
+
+
+def build_MD511_attributes_over_limit(path) -> None:
+    """Limits(max_objects=8): the root group alone has 12 attributes."""
+    with _edit(path) as f:
+        for i in range(9):
+            write_string(f, f"note{i}", "x")
+
+
+def build_MD512_total_bytes_over_limit(path) -> None:
+    """Limits(max_total_bytes=48): two 32-byte datasets."""
+    _write(path, {"w": mdiff.dense(W, W_NEW), "w2": mdiff.replace(W_NEW)})
+
+
+# ---------------------------------------------------------------- files that must be valid
+# Each ``build_valid_<what>(path)`` writes a file on an edge the rules allow: a validator must
+# report nothing for it (no error, no warning).
+
+
+def build_valid_escaped_names(path) -> None:
+    """The names of SPEC.md §5.2's table, plus a control character and a leading `..`."""
+    names = ["encoder.layer.0.weight", "model/decoder/w", ".hidden", "..", "100% sure", "poids_é", "a\tb"]
+    _write(path, {name: mdiff.replace(np.array([i], dtype=np.int8)) for i, name in enumerate(names)})
+
+
+def build_valid_empty_parameters(path) -> None:
+    _write(path, {})
+
+
+def build_valid_every_type(path) -> None:
+    import ml_dtypes
+
+    _write(path, {
+        "w": mdiff.dense(W, W_NEW),
+        "flags": mdiff.sparse(FLAGS, FLAGS_NEW),
+        "counts": mdiff.delete(COUNTS),
+        "big": _low_rank_update(np.ones((2048, 1), np.float32), np.ones((1, 1), np.float32), shape=(2048,)),
+        "scalar": mdiff.replace(np.float64(-0.0)),
+        "empty": mdiff.replace(np.zeros((0, 4), dtype=np.float16)),
+        "bf16": mdiff.replace(np.array([1.5, -2.0], dtype=ml_dtypes.bfloat16)),
+    })
+
+
+def build_valid_sparse_without_entries(path) -> None:
+    _write(path, {"w": mdiff.sparse(W, W)})
+
+
+def build_valid_storage_variants(path) -> None:
+    """A compact dataset, a chunked one with fletcher32 + shuffle + deflate, an ASCII attribute
+    padded with NULs, and JSON that is valid but not canonical."""
+    with _edit(path, {"w": mdiff.dense(W, W_NEW), "v": mdiff.replace(W_NEW)}) as f:
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_layout(h5py.h5d.COMPACT)
+        _replace_dataset(f["parameters/w"], "xor", data=_dense_xor(), dcpl=dcpl)
+        _replace_dataset(f["parameters/v"], "value", data=W_NEW, chunks=(1, 4), fletcher32=True, shuffle=True,
+                         compression="gzip", compression_opts=9)
+        del f.attrs["format"]
+        f.attrs.create("format", np.array(b"mdiff\0\0\0", dtype="S8"))
+        group = f["parameters/v"]
+        write_string(group, "update", json.dumps(_get_json(group, "update"), indent=2, ensure_ascii=True))
+
+
+def build_valid_json_integral_floats(path) -> None:
+    """JSON Schema's `integer` is any number with a zero fraction: `1.0` and `4.0` are integers."""
+    _write(path, {"w": mdiff.dense(W, W_NEW), "counts": mdiff.delete(COUNTS)})
+    with h5py.File(path, "r+") as f:
+        for name in ("w", "counts"):
+            group = f[f"parameters/{name}"]
+            text = bytes(group.attrs["update"]).rstrip(b"\0").decode("utf-8")
+            text = text.replace('"version":1', '"version":1.0').replace('"shape":[2,4]', '"shape":[2.0,4e0]')
+            text = text.replace('"shape":[4]', '"shape":[4.0]')
+            write_string(group, "update", text)
+
+
+def build_valid_commit_edges(path) -> None:
+    """A leap day with nine fraction digits, a merge commit, an empty email and message, meta."""
+    def change(c):
+        c.update(date="2024-02-29T23:59:59.123456789Z", parents=["ab" * 32, "cd" * 32], message="",
+                 author={"name": "Ünïcode", "email": ""}, meta={"lr": "1e-4", "": ""})
+    _edit_commit(path, change)
+
+
+def build_valid_empty_extensions(path) -> None:
+    """A writer must not write `[]` (§3.4), but it is an array of (no) well-formed objects."""
+    with _edit(path) as f:
+        write_string(f, "extensions", "[]")
+
+
+# ---------------------------------------------------------------- registry
+
+# Limits a reader must use for a case (Limits field -> value); all other cases use the defaults.
+LIMITS: dict[str, dict[str, int]] = {
+    "rank_over_limit": {"max_rank": 1},
+    "elements_over_limit": {"max_elements": 4},
+    "bytes_over_limit": {"max_dataset_bytes": 16},
+    "attribute_over_limit": {"max_attribute_bytes": 64},
+    "objects_over_limit": {"max_objects": 4},
+    "attributes_over_limit": {"max_objects": 8},
+    "total_bytes_over_limit": {"max_total_bytes": 48},
+}
+
+# Cases whose error only shows once the data is read.
+DATA_LEVEL: frozenset[str] = frozenset({
+    "sparse_unsorted", "sparse_duplicate", "sparse_out_of_range",
+    "replace_bool_2", "dense_bool_xor_2", "sparse_bool_xor_2",
+    "replace_wrong_sha256", "replace_value_changed", "low_rank_A_sha256_wrong", "low_rank_B_changed",
+    "corrupt_chunk", "fletcher32_mismatch",
+})
+
+
+def _registry() -> list[tuple[str, str, Callable]]:
+    cases = []
+    for name, fn in list(globals().items()):
+        if name.startswith("build_MD") and callable(fn):
+            code, case_id = name[len("build_"):len("build_") + 5], name[len("build_") + 6:]
+            cases.append((code, case_id, fn))
+    return cases
+
+
+CASES: list[tuple[str, str, Callable]] = _registry()
+
+VALID_CASES: list[tuple[str, Callable]] = [
+    (name[len("build_"):], fn) for name, fn in list(globals().items()) if name.startswith("build_valid_")
+]
+
+
+def limits_for(case_id: str) -> mdiff.Limits:
+    return mdiff.Limits(**LIMITS.get(case_id, {}))
+
+
+def case_ids() -> list[str]:
+    return [case_id for _, case_id, _ in CASES]
+
+
+assert len(set(case_ids()) | {v for v, _ in VALID_CASES}) == len(CASES) + len(VALID_CASES), "case ids must be unique"
+assert set(LIMITS) <= set(case_ids()) and DATA_LEVEL <= set(case_ids())
