@@ -29,46 +29,40 @@ def plan(base_specs: Mapping[str, tuple[tuple[int, ...], DType]], diff: Mapping[
     return entries
 
 
-def apply_mappings(base: Mapping[str, np.ndarray], diff: Mapping[str, Update]) -> dict[str, np.ndarray]:
-    """The new state as a dict (in memory); every exact result is verified."""
+def apply_mappings(base: Mapping[str, np.ndarray], diff: Mapping[str, Update], engine: str | None = None) -> dict[str, np.ndarray]:
+    """The new state as a dict (in memory); every exact result is verified. ``base`` is not modified."""
     entries = plan({k: spec_of(v, k) for k, v in base.items()}, diff)
     result = {}
     for name, _shape, _dtype in entries:
         update = diff.get(name)
-        result[name] = base[name] if update is None else update.apply(base.get(name), name)
+        result[name] = base[name] if update is None else update.apply(base.get(name), name, engine)
     return result
 
 
-def apply_files(base_path, diff_path, out_path, progress: Progress | None = None, limits=None) -> int:
+def apply_files(base_path, diff_path, out_path, progress: Progress | None = None, limits=None, engine: str | None = None) -> int:
     """Apply the diff at ``diff_path`` to the checkpoint at ``base_path``, writing ``out_path``.
 
     Every update is checked against the base before anything is written; then
-    one parameter is read, updated, verified and written at a time. Returns
-    the number of parameters written.
+    one parameter is read, updated in its own buffer, verified and written at
+    a time. Returns the number of parameters written.
     """
     from mdiff.checkpoints import open_checkpoint, write_checkpoint
     from mdiff.format.limits import DEFAULT_LIMITS
     from mdiff.format.reader import open_diff
 
     with open_checkpoint(base_path) as base, open_diff(diff_path, limits or DEFAULT_LIMITS) as diff:
-        specs = {name: base.spec(name) for name in base.keys()}
-        entries = plan(specs, diff)
+        entries = plan({name: base.spec(name) for name in base.keys()}, diff)
+        position = {name: i for i, (name, _, _) in enumerate(entries)}
 
-        def fetch_counter():
-            count = 0
+        def fetch(name: str) -> np.ndarray:
+            if progress:
+                progress(name, position[name], len(entries))
+            update = diff.get(name)
+            if update is None:
+                return base.read(name)
+            needs_base = get_type(update.type).needs_base
+            # the base tensor was just read for this purpose alone: the update may overwrite it
+            return update.apply(base.read(name) if needs_base else None, name, engine, scratch=True)
 
-            def fetch(name: str) -> np.ndarray:
-                nonlocal count
-                if progress:
-                    progress(name, count, len(entries))
-                count += 1
-                update = diff.get(name)
-                if update is None:
-                    return base.read(name)
-                needs_base = get_type(update.type).needs_base
-                return update.apply(base.read(name) if needs_base else None, name)
-
-            return fetch
-
-        write_checkpoint(out_path, entries, fetch_counter())
+        write_checkpoint(out_path, entries, fetch)
     return len(entries)

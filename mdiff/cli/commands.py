@@ -9,6 +9,7 @@ import sys
 
 import mdiff
 from mdiff.describe import describe
+from mdiff.engines import DEFAULT_ENGINE, ENGINES
 from mdiff.cli.progress import ProgressBar
 from mdiff.format.commit import Author, Commit, default_date
 
@@ -171,6 +172,9 @@ def add_apply(sub) -> None:
     p.add_argument("base", metavar="BASE")
     p.add_argument("diff", metavar="DIFF")
     p.add_argument("-o", "--output", required=True, metavar="OUT")
+    p.add_argument("--engine", choices=ENGINES, default=None,
+                   help=f"onnx: the normative ONNX functions on onnxruntime; numpy: its proven-equal twin "
+                        f"(default: {DEFAULT_ENGINE})")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_apply)
@@ -179,7 +183,7 @@ def add_apply(sub) -> None:
 def run_apply(args) -> int:
     bar = ProgressBar("apply", enabled=False if args.quiet else None)
     try:
-        count = mdiff.apply_files(args.base, args.diff, args.output, progress=bar)
+        count = mdiff.apply_files(args.base, args.diff, args.output, progress=bar, engine=args.engine)
     finally:
         bar.close()
     if args.json:

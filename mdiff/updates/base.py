@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
 import numpy as np
 
@@ -103,14 +103,22 @@ class Update:
         source = self.data[name]
         return read_array(source, np.dtype(source.dtype))
 
-    def apply(self, base: np.ndarray | None, name: str = "") -> np.ndarray | None:
-        """SPEC.md §9: the parameter after this update (None once deleted), verified."""
+    def apply(
+        self, base: np.ndarray | None, name: str = "", engine: str | None = None, scratch: bool = False
+    ) -> np.ndarray | None:
+        """SPEC.md §9: the parameter after this update (None once deleted), verified.
+
+        ``engine`` is "onnx" (the normative functions on onnxruntime) or "numpy";
+        None picks the default. With ``scratch`` the base's buffer may be
+        overwritten with the result (the caller owns it and needs it no more).
+        """
+        from mdiff.engines import run_update
         from mdiff.updates import get_type
 
         kind = get_type(self.type)
         if kind.needs_base:
             check_base(self, spec_of(base, name), name)
-        result = kind.apply(self, base)
+        result = run_update(kind, self, base, engine, scratch)
         if self.dtype.name == "bool" and result is not None:
             problem = next(bool_values_problems(result.view(np.uint8), "result"), None)
             if problem:
@@ -161,11 +169,25 @@ class UpdateType:
     check_meta: Callable[[Mapping[str, Any]], Iterator[Problem]]
     check_layout: Callable[[Mapping[str, Any], Mapping[str, tuple[tuple[int, ...], np.dtype]]], Iterator[Problem]]
     check_data: Callable[[Update], Iterator[Problem]]
-    apply: Callable[[Update, np.ndarray | None], np.ndarray | None]
+    # The math, twice: in numpy, and as the normative ONNX models run through ``run`` (SPEC.md §7.9).
+    # Both take (update, base, scratch); ``scratch`` lets them overwrite the base's buffer.
+    apply_numpy: Callable[[Update, np.ndarray | None, bool], np.ndarray | None]
+    apply_onnx: Callable[[Update, np.ndarray | None, "Runner", bool], np.ndarray | None]
+    onnx_models: Callable[[], dict[str, Any]]  # model name → onnx.ModelProto
+
+
+class Runner(Protocol):
+    """Runs normative model ``model`` on ``inputs``, writing its one output into ``output``."""
+
+    def __call__(self, model: str, inputs: Mapping[str, np.ndarray], output: np.ndarray) -> None: ...
 
 
 def no_problems(*_args) -> Iterator[Problem]:
     return iter(())
+
+
+def no_models() -> dict[str, Any]:
+    return {}
 
 
 def expect_datasets(

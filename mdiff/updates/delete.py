@@ -7,7 +7,7 @@ from typing import Iterator
 import numpy as np
 
 from mdiff.format.dtypes import dtype_of
-from mdiff.updates.base import Problem, Update, UpdateType, no_problems, update_schema
+from mdiff.updates.base import Problem, Update, UpdateType, no_models, no_problems, update_schema
 
 NAME = "delete"
 
@@ -20,12 +20,17 @@ def _check_layout(meta, actual) -> Iterator[Problem]:
     return iter(())
 
 
-def _apply(update: Update, base: np.ndarray) -> None:
+def _apply_numpy(update: Update, base: np.ndarray, scratch: bool) -> None:
     return None
+
+
+def _apply_onnx(update: Update, base: np.ndarray, run, scratch: bool) -> None:
+    return None  # nothing to compute: the parameter is gone
 
 
 TYPE = UpdateType(
     name=NAME, version=1, carries_sha256=False, needs_base=True, datasets=(),
     schema=update_schema(NAME, carries_sha256=False),
-    check_meta=no_problems, check_layout=_check_layout, check_data=no_problems, apply=_apply,
+    check_meta=no_problems, check_layout=_check_layout, check_data=no_problems,
+    apply_numpy=_apply_numpy, apply_onnx=_apply_onnx, onnx_models=no_models,
 )

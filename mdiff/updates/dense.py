@@ -11,10 +11,12 @@ from __future__ import annotations
 from typing import Iterator, Mapping
 
 import numpy as np
+from onnx import helper
 
-from mdiff.format.dtypes import dtype_of, from_bits, xor_bits
+from mdiff.format.dtypes import as_bits, dtype_of, from_bits, xor_bits
+from mdiff.format.onnx_functions import BITS_NAMES, BITS_TYPES, make_model, tensor
 from mdiff.updates.base import (
-    Problem, Update, UpdateType, bool_values_problems, expect_datasets, no_problems, sha256_hex, update_schema,
+    Problem, Runner, Update, UpdateType, bool_values_problems, expect_datasets, no_problems, sha256_hex, update_schema,
 )
 
 NAME = "dense"
@@ -42,12 +44,39 @@ def _check_data(update: Update) -> Iterator[Problem]:
         yield from bool_values_problems(update.array("xor"), "xor")
 
 
-def _apply(update: Update, base: np.ndarray) -> np.ndarray:
-    return from_bits(xor_bits(base, update.array("xor")), update.dtype)
+def _apply_numpy(update: Update, base: np.ndarray, scratch: bool) -> np.ndarray:
+    bits = as_bits(base)
+    out = bits if scratch else np.empty_like(bits)
+    np.bitwise_xor(bits, update.array("xor"), out=out)
+    return from_bits(out, update.dtype)
+
+
+def _model_name(itemsize: int) -> str:
+    return f"{NAME}_{BITS_NAMES[itemsize]}"
+
+
+def _onnx_models() -> dict:
+    """base, xor: bits(T) [N] (the parameter flattened in C order) → result = base XOR xor."""
+    return {
+        _model_name(width): make_model(
+            _model_name(width), "SPEC.md §7.3: bits(result) = bits(base) XOR xor",
+            [helper.make_node("BitwiseXor", ["base", "xor"], ["result"])],
+            [tensor("base", t, ["N"]), tensor("xor", t, ["N"])], [tensor("result", t, ["N"])],
+        )
+        for width, t in BITS_TYPES.items()
+    }
+
+
+def _apply_onnx(update: Update, base: np.ndarray, run: Runner, scratch: bool) -> np.ndarray:
+    bits = as_bits(base)
+    out = bits if scratch else np.empty_like(bits)
+    run(_model_name(bits.itemsize), {"base": bits.reshape(-1), "xor": update.array("xor").reshape(-1)}, out.reshape(-1))
+    return from_bits(out, update.dtype)
 
 
 TYPE = UpdateType(
     name=NAME, version=1, carries_sha256=True, needs_base=True, datasets=("xor",),
     schema=update_schema(NAME, carries_sha256=True),
-    check_meta=no_problems, check_layout=_check_layout, check_data=_check_data, apply=_apply,
+    check_meta=no_problems, check_layout=_check_layout, check_data=_check_data,
+    apply_numpy=_apply_numpy, apply_onnx=_apply_onnx, onnx_models=_onnx_models,
 )

@@ -15,10 +15,12 @@ from typing import Iterator
 
 import ml_dtypes
 import numpy as np
+from onnx import helper
 
 from mdiff.errors import InvalidFileError
 from mdiff.format.dtypes import DType
-from mdiff.updates.base import Problem, Update, UpdateType, expect_datasets, sha256_hex, update_schema
+from mdiff.format.onnx_functions import VALUE_TYPES, make_model, tensor
+from mdiff.updates.base import Problem, Runner, Update, UpdateType, expect_datasets, sha256_hex, update_schema
 
 NAME = "low_rank"
 _SHA = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
@@ -70,18 +72,68 @@ def _check_data(update: Update) -> Iterator[Problem]:
             yield ("MD410", key, f"factor {key} does not match `{key}_sha256`")
 
 
-def _apply(update: Update, base: np.ndarray) -> np.ndarray:
-    c = compute_dtype(update.dtype)
-    m, n = matrix_shape(update.shape)
-    A, B = update.array("A"), update.array("B")
-    for key, factor in (("A", A), ("B", B)):  # no result sha256 here: the factors' own protect the data
+def _checked_factors(update: Update) -> tuple[np.ndarray, np.ndarray]:
+    """A and B, refused (MD410) unless they match their sha256: no result sha256 protects them."""
+    factors = update.array("A"), update.array("B")
+    for key, factor in zip(("A", "B"), factors):
         if sha256_hex(factor) != update.meta[f"{key}_sha256"]:
             raise InvalidFileError("MD410", f"factor {key} does not match `{key}_sha256`", key)
+    return factors
+
+
+def _apply_numpy(update: Update, base: np.ndarray, scratch: bool) -> np.ndarray:
+    c = compute_dtype(update.dtype)
+    m, n = matrix_shape(update.shape)
+    A, B = _checked_factors(update)
     acc = A @ B
-    if update.meta["scale"] != 1.0:
-        acc *= c.type(update.meta["scale"])
+    acc *= c.type(update.meta["scale"])
     acc += base.reshape(m, n).astype(c)
     return acc.astype(update.dtype.value).reshape(update.shape)
+
+
+def _model_name(dt_name: str) -> str:
+    return f"{NAME}_{dt_name}"
+
+
+def _onnx_models() -> dict:
+    """base: T [m, n], A: C [m, r], B: C [r, n], scale: C scalar → result: T [m, n].
+
+    Casts between T and C are explicit, so no runtime needs float16 or bfloat16
+    arithmetic kernels: all arithmetic is in C, and the last Cast rounds to
+    nearest, ties to even.
+    """
+    models = {}
+    for name in ("float16", "bfloat16", "float32", "float64"):
+        t = VALUE_TYPES[name]
+        c = VALUE_TYPES["float64" if name == "float64" else "float32"]
+        nodes = [
+            helper.make_node("MatMul", ["A", "B"], ["product"]),
+            helper.make_node("Mul", ["product", "scale"], ["change"]),
+        ]
+        if t == c:
+            nodes.append(helper.make_node("Add", ["base", "change"], ["result"]))
+        else:
+            nodes += [
+                helper.make_node("Cast", ["base"], ["base_c"], to=c),
+                helper.make_node("Add", ["base_c", "change"], ["sum"]),
+                helper.make_node("Cast", ["sum"], ["result"], to=t),
+            ]
+        models[_model_name(name)] = make_model(
+            _model_name(name), "SPEC.md §7.5: result = round_T(base_C + scale_C * (A @ B))", nodes,
+            [tensor("base", t, ["m", "n"]), tensor("A", c, ["m", "r"]), tensor("B", c, ["r", "n"]), tensor("scale", c, [])],
+            [tensor("result", t, ["m", "n"])],
+        )
+    return models
+
+
+def _apply_onnx(update: Update, base: np.ndarray, run: Runner, scratch: bool) -> np.ndarray:
+    c = compute_dtype(update.dtype)
+    m, n = matrix_shape(update.shape)
+    A, B = _checked_factors(update)
+    matrix = base.reshape(m, n)
+    out = matrix if scratch else np.empty_like(matrix)
+    run(_model_name(update.dtype.name), {"base": matrix, "A": A, "B": B, "scale": np.array(update.meta["scale"], c)}, out)
+    return out.reshape(update.shape)
 
 
 def _ulp(values: np.ndarray, value_dtype: np.dtype) -> np.ndarray:
@@ -120,5 +172,6 @@ TYPE = UpdateType(
         properties={"scale": {"type": "number"}, "A_sha256": _SHA, "B_sha256": _SHA},
         required=["scale", "A_sha256", "B_sha256"],
     ),
-    check_meta=_check_meta, check_layout=_check_layout, check_data=_check_data, apply=_apply,
+    check_meta=_check_meta, check_layout=_check_layout, check_data=_check_data,
+    apply_numpy=_apply_numpy, apply_onnx=_apply_onnx, onnx_models=_onnx_models,
 )

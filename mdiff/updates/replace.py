@@ -9,10 +9,12 @@ from __future__ import annotations
 from typing import Iterator
 
 import numpy as np
+from onnx import helper
 
-from mdiff.format.dtypes import dtype_of, from_storage, to_storage
+from mdiff.format.dtypes import dtype_of, from_bits, from_storage, to_storage
+from mdiff.format.onnx_functions import BITS_NAMES, BITS_TYPES, make_model, tensor
 from mdiff.updates.base import (
-    Problem, Update, UpdateType, bool_values_problems, expect_datasets, no_problems, sha256_hex, update_schema,
+    Problem, Runner, Update, UpdateType, bool_values_problems, expect_datasets, no_problems, sha256_hex, update_schema,
 )
 
 NAME = "replace"
@@ -37,12 +39,35 @@ def _check_data(update: Update) -> Iterator[Problem]:
         yield ("MD410", "value", "the stored value does not match `sha256`")
 
 
-def _apply(update: Update, base: np.ndarray | None) -> np.ndarray:
+def _apply_numpy(update: Update, base: np.ndarray | None, scratch: bool) -> np.ndarray:
     return from_storage(update.array("value"), update.dtype)
+
+
+def _model_name(itemsize: int) -> str:
+    return f"{NAME}_{BITS_NAMES[itemsize]}"
+
+
+def _onnx_models() -> dict:
+    """value: bits(T) [N] (flattened in C order) → result = value (the base is not an input)."""
+    return {
+        _model_name(width): make_model(
+            _model_name(width), "SPEC.md §7.6: result = value",
+            [helper.make_node("Identity", ["value"], ["result"])], [tensor("value", t, ["N"])], [tensor("result", t, ["N"])],
+        )
+        for width, t in BITS_TYPES.items()
+    }
+
+
+def _apply_onnx(update: Update, base: np.ndarray | None, run: Runner, scratch: bool) -> np.ndarray:
+    value = update.array("value").view(update.dtype.bits)
+    out = np.empty_like(value)
+    run(_model_name(value.itemsize), {"value": value.reshape(-1)}, out.reshape(-1))
+    return from_bits(out, update.dtype)
 
 
 TYPE = UpdateType(
     name=NAME, version=1, carries_sha256=True, needs_base=False, datasets=("value",),
     schema=update_schema(NAME, carries_sha256=True),
-    check_meta=no_problems, check_layout=_check_layout, check_data=_check_data, apply=_apply,
+    check_meta=no_problems, check_layout=_check_layout, check_data=_check_data,
+    apply_numpy=_apply_numpy, apply_onnx=_apply_onnx, onnx_models=_onnx_models,
 )

@@ -11,11 +11,13 @@ import math
 from typing import Iterator, Mapping
 
 import numpy as np
+from onnx import TensorProto, helper
 
 from mdiff.errors import InvalidFileError
 from mdiff.format.dtypes import as_bits, dtype_of, from_bits, xor_bits
+from mdiff.format.onnx_functions import BITS_NAMES, BITS_TYPES, make_model, tensor
 from mdiff.updates.base import (
-    Problem, Update, UpdateType, bool_values_problems, expect_datasets, no_problems, sha256_hex, update_schema,
+    Problem, Runner, Update, UpdateType, bool_values_problems, expect_datasets, no_problems, sha256_hex, update_schema,
 )
 
 NAME = "sparse"
@@ -62,19 +64,57 @@ def _check_data(update: Update) -> Iterator[Problem]:
         yield from bool_values_problems(update.array("xor"), "xor")
 
 
-def _apply(update: Update, base: np.ndarray) -> np.ndarray:
+def _checked_indices(update: Update, size: int) -> np.ndarray:
+    """The indices, refused (MD408) if out of order or range: they address memory."""
     indices = update.array("indices")
-    problems = list(_index_problems(indices, base.size))
-    if problems:  # an out-of-range index would write outside the tensor
+    problems = list(_index_problems(indices, size))
+    if problems:
         raise InvalidFileError(problems[0][0], problems[0][2], "indices")
-    bits = as_bits(base).copy()
+    return indices
+
+
+def _apply_numpy(update: Update, base: np.ndarray, scratch: bool) -> np.ndarray:
+    indices = _checked_indices(update, base.size)
+    bits = as_bits(base) if scratch else as_bits(base).copy()
+    bits.reshape(-1)[indices] ^= update.array("xor")
+    return from_bits(bits, update.dtype)
+
+
+def _model_name(itemsize: int) -> str:
+    return f"{NAME}_{BITS_NAMES[itemsize]}"
+
+
+def _onnx_models() -> dict:
+    """base: bits(T) [N] (the parameter flattened in C order), indices: uint64 [k], xor: bits(T) [k]
+    → result [N]: a gather, an XOR of the k gathered elements, and a scatter back."""
+    models = {}
+    for width, t in BITS_TYPES.items():
+        nodes = [
+            helper.make_node("Cast", ["indices"], ["positions"], to=TensorProto.INT64),
+            helper.make_node("Gather", ["base", "positions"], ["old"], axis=0),
+            helper.make_node("BitwiseXor", ["old", "xor"], ["new"]),
+            helper.make_node("ScatterElements", ["base", "positions", "new"], ["result"], axis=0),
+        ]
+        models[_model_name(width)] = make_model(
+            _model_name(width), "SPEC.md §7.4: bits(result)[indices[j]] = bits(base)[indices[j]] XOR xor[j]", nodes,
+            [tensor("base", t, ["N"]), tensor("indices", TensorProto.UINT64, ["k"]), tensor("xor", t, ["k"])],
+            [tensor("result", t, ["N"])],
+        )
+    return models
+
+
+def _apply_onnx(update: Update, base: np.ndarray, run: Runner, scratch: bool) -> np.ndarray:
+    indices = _checked_indices(update, base.size)
+    bits = as_bits(base) if scratch else as_bits(base).copy()
     flat = bits.reshape(-1)
-    flat[indices] ^= update.array("xor")
+    # The output is bound onto the input's buffer: ScatterElements then skips copying the base.
+    run(_model_name(bits.itemsize), {"base": flat, "indices": indices, "xor": update.array("xor")}, flat)
     return from_bits(bits, update.dtype)
 
 
 TYPE = UpdateType(
     name=NAME, version=1, carries_sha256=True, needs_base=True, datasets=("indices", "xor"),
     schema=update_schema(NAME, carries_sha256=True),
-    check_meta=no_problems, check_layout=_check_layout, check_data=_check_data, apply=_apply,
+    check_meta=no_problems, check_layout=_check_layout, check_data=_check_data,
+    apply_numpy=_apply_numpy, apply_onnx=_apply_onnx, onnx_models=_onnx_models,
 )

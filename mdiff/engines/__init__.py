@@ -1,0 +1,24 @@
+"""The two ways of carrying out an update's math (SPEC.md §7.9).
+
+``onnx`` runs the normative ONNX models on onnxruntime; ``numpy`` is a
+hand-written twin that the tests prove equal — bit for bit on the exact
+types, within §7.5's tolerance on low_rank — on every dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+ENGINES = ("onnx", "numpy")
+DEFAULT_ENGINE = "onnx"
+
+
+def run_update(kind, update, base: np.ndarray | None, engine: str | None, scratch: bool):
+    engine = engine or DEFAULT_ENGINE
+    if engine == "numpy":
+        return kind.apply_numpy(update, base, scratch)
+    if engine == "onnx":
+        from mdiff.engines.onnxruntime_engine import shared_runner
+
+        return kind.apply_onnx(update, base, shared_runner(), scratch)
+    raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")

@@ -1,0 +1,73 @@
+"""Runs the normative ONNX models on onnxruntime, without copying inputs or outputs.
+
+Sessions are built once per model and cached. Inputs are wrapped as OrtValues
+over the numpy buffers; the output is bound onto a buffer the caller chose —
+the base's own, when the caller allows it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Mapping
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto
+
+from mdiff.format.onnx_functions import serialize
+
+# numpy has no bfloat16 of its own, so onnxruntime cannot infer that type from an array.
+_BY_DECLARED_TYPE = {"tensor(bfloat16)": TensorProto.BFLOAT16}
+
+
+def _normative_models() -> dict:
+    from mdiff.updates import REGISTRY
+
+    return {name: model for kind in REGISTRY.values() for name, model in kind.onnx_models().items()}
+
+
+class OnnxRunner:
+    def __init__(self, threads: int = 0):
+        self._options = ort.SessionOptions()
+        self._options.intra_op_num_threads = threads  # 0: onnxruntime's default, one per core
+        self._models: dict | None = None
+        self._sessions: dict[str, ort.InferenceSession] = {}
+        self._lock = threading.Lock()
+
+    def session(self, model: str) -> ort.InferenceSession:
+        with self._lock:
+            if model not in self._sessions:
+                if self._models is None:
+                    self._models = _normative_models()
+                self._sessions[model] = ort.InferenceSession(
+                    serialize(self._models[model]), self._options, providers=["CPUExecutionProvider"]
+                )
+            return self._sessions[model]
+
+    def __call__(self, model: str, inputs: Mapping[str, np.ndarray], output: np.ndarray) -> None:
+        session = self.session(model)
+        binding = session.io_binding()
+        for arg in session.get_inputs():
+            binding.bind_ortvalue_input(arg.name, _ortvalue(inputs[arg.name], arg.type))
+        out = session.get_outputs()[0]
+        binding.bind_ortvalue_output(out.name, _ortvalue(output, out.type))
+        session.run_with_iobinding(binding)
+
+
+def _ortvalue(array: np.ndarray, declared: str) -> ort.OrtValue:
+    if not array.flags.c_contiguous:
+        raise ValueError("onnxruntime binds C-contiguous buffers only")
+    onnx_type = _BY_DECLARED_TYPE.get(declared)
+    if onnx_type is not None:
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(np.uint16), onnx_type)
+    return ort.OrtValue.ortvalue_from_numpy(array)
+
+
+_shared: OnnxRunner | None = None
+
+
+def shared_runner() -> OnnxRunner:
+    global _shared
+    if _shared is None:
+        _shared = OnnxRunner()
+    return _shared
