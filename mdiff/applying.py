@@ -7,7 +7,6 @@ from typing import Callable, Mapping
 import numpy as np
 
 from mdiff.format.dtypes import DType
-from mdiff.updates import get_type
 from mdiff.updates.base import Update, check_base, spec_of
 
 Progress = Callable[[str, int, int], None]
@@ -17,7 +16,7 @@ def plan(base_specs: Mapping[str, tuple[tuple[int, ...], DType]], diff: Mapping[
     """The result's (name, shape, DType) entries in name order, after checking every update
     against the base (MD600, MD601) — before any data is read or written."""
     for name, update in diff.items():
-        if get_type(update.type).needs_base:
+        if update.update_type.needs_base:
             check_base(update, base_specs.get(name), name)
     entries = []
     for name in sorted(set(base_specs) | set(diff)):
@@ -60,7 +59,7 @@ def apply_files(base_path, diff_path, out_path, progress: Progress | None = None
             update = diff.get(name)
             if update is None:
                 return base.read(name)
-            needs_base = get_type(update.type).needs_base
+            needs_base = update.update_type.needs_base
             # the base tensor was just read for this purpose alone: the update may overwrite it
             return update.apply(base.read(name) if needs_base else None, name, engine, scratch=True)
 

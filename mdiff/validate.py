@@ -8,7 +8,6 @@ from mdiff.errors import InvalidFileError
 from mdiff.format.findings import Finding
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
 from mdiff.format.reader import open_hdf5, read_contents
-from mdiff.updates import get_type
 
 
 def validate(path, limits: Limits = DEFAULT_LIMITS, check_data: bool = True) -> list[Finding]:
@@ -28,7 +27,7 @@ def validate(path, limits: Limits = DEFAULT_LIMITS, check_data: bool = True) -> 
             for parameter in contents.parameters.values():
                 if not parameter.sound:
                     continue
-                kind = get_type(parameter.update.type)
+                kind = parameter.update.update_type
                 try:
                     for code, dataset, message in kind.check_data(parameter.update):
                         findings.append(Finding(code, f"{parameter.path}/{dataset}" if dataset else parameter.path, message))

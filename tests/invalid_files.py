@@ -31,6 +31,7 @@ import h5py
 import numpy as np
 
 import mdiff
+from tests import ia3
 from mdiff.format import canonical_json
 from mdiff.format.attributes import write_string
 from mdiff.format.dtypes import dtype_named
@@ -698,6 +699,56 @@ def build_MD410_low_rank_A_sha256_wrong(path) -> None:
 def build_MD410_low_rank_B_changed(path) -> None:
     with _edit(path, {"w": _low_rank_update()}) as f:
         f["parameters/w/B"][0, 0] = np.float32(99.0)
+
+
+# ---------------------------------------------------------------- §7.8 embedded update types (tests/ia3.py)
+
+
+def _embedded(path, code: str) -> None:
+    ia3.write_with_function(path, ia3.HOSTILE[code]())
+
+
+def build_MD420_definition_without_version(path) -> None:
+    ia3.write_with_function(path, ia3.function("float32"), definition={"inputs": ["s"], "exact": True})
+
+
+def build_MD420_type_name_without_x_prefix(path) -> None:
+    with _edit(path) as f:
+        group = f.create_group("update_types/ia3")
+        write_string(group, "definition", json.dumps(ia3.DEFINITION))
+        group.create_dataset("function.float32", data=np.frombuffer(ia3.function("float32"), np.uint8))
+
+
+def build_MD421_function_not_onnx(path) -> None:
+    _embedded(path, "MD421")
+
+
+def build_MD422_function_old_opset(path) -> None:
+    _embedded(path, "MD422")
+
+
+def build_MD423_function_random_op(path) -> None:
+    _embedded(path, "MD423")
+
+
+def build_MD424_function_external_data(path) -> None:
+    _embedded(path, "MD424")
+
+
+def build_MD425_function_subgraph(path) -> None:
+    _embedded(path, "MD425")
+
+
+def build_MD426_function_too_many_nodes(path) -> None:
+    _embedded(path, "MD426")
+
+
+def build_MD427_function_of_another_dtype(path) -> None:
+    _embedded(path, "MD427")
+
+
+def build_MD428_function_with_huge_intermediate(path) -> None:
+    _embedded(path, "MD428")
 
 
 def build_MD411_low_rank_int32(path) -> None:

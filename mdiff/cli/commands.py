@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 
 import mdiff
 from mdiff.describe import describe
-from mdiff.engines import DEFAULT_ENGINE, ENGINES
+from mdiff.engines import ENGINES
 from mdiff.cli.progress import ProgressBar
 from mdiff.format.commit import Author, Commit, default_date
 
@@ -173,8 +172,8 @@ def add_apply(sub) -> None:
     p.add_argument("diff", metavar="DIFF")
     p.add_argument("-o", "--output", required=True, metavar="OUT")
     p.add_argument("--engine", choices=ENGINES, default=None,
-                   help=f"onnx: the normative ONNX functions on onnxruntime; numpy: its proven-equal twin "
-                        f"(default: {DEFAULT_ENGINE})")
+                   help="onnx: the normative ONNX functions on onnxruntime; numpy: their proven-equal twin; "
+                        "auto (default): the faster of the two for each update type")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_apply)

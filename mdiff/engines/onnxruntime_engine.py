@@ -7,6 +7,7 @@ the base's own, when the caller allows it.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from typing import Mapping
 
@@ -16,8 +17,9 @@ from onnx import TensorProto
 
 from mdiff.format.onnx_functions import serialize
 
-# numpy has no bfloat16 of its own, so onnxruntime cannot infer that type from an array.
-_BY_DECLARED_TYPE = {"tensor(bfloat16)": TensorProto.BFLOAT16}
+# Declared 2-byte float types, which may be fed uint16 bit patterns (and bfloat16 always is:
+# numpy has no bfloat16 of its own, so onnxruntime cannot infer that type from an array).
+_TWO_BYTE_FLOATS = {"tensor(bfloat16)": TensorProto.BFLOAT16, "tensor(float16)": TensorProto.FLOAT16}
 
 
 def _normative_models() -> dict:
@@ -39,13 +41,25 @@ class OnnxRunner:
             if model not in self._sessions:
                 if self._models is None:
                     self._models = _normative_models()
-                self._sessions[model] = ort.InferenceSession(
-                    serialize(self._models[model]), self._options, providers=["CPUExecutionProvider"]
-                )
+                self._sessions[model] = self._new_session(serialize(self._models[model]))
             return self._sessions[model]
 
+    def _new_session(self, model_bytes: bytes) -> ort.InferenceSession:
+        return ort.InferenceSession(model_bytes, self._options, providers=["CPUExecutionProvider"])
+
     def __call__(self, model: str, inputs: Mapping[str, np.ndarray], output: np.ndarray) -> None:
-        session = self.session(model)
+        self._run(self.session(model), inputs, output)
+
+    def embedded(self, model_bytes: bytes, inputs: Mapping[str, np.ndarray], output: np.ndarray) -> None:
+        """Run a function a file embeds; the caller has checked it (mdiff.updates.embedded)."""
+        key = "embedded:" + hashlib.sha256(model_bytes).hexdigest()
+        with self._lock:
+            if key not in self._sessions:
+                self._sessions[key] = self._new_session(model_bytes)
+        self._run(self._sessions[key], inputs, output)
+
+    @staticmethod
+    def _run(session: ort.InferenceSession, inputs: Mapping[str, np.ndarray], output: np.ndarray) -> None:
         binding = session.io_binding()
         for arg in session.get_inputs():
             binding.bind_ortvalue_input(arg.name, _ortvalue(inputs[arg.name], arg.type))
@@ -57,8 +71,8 @@ class OnnxRunner:
 def _ortvalue(array: np.ndarray, declared: str) -> ort.OrtValue:
     if not array.flags.c_contiguous:
         raise ValueError("onnxruntime binds C-contiguous buffers only")
-    onnx_type = _BY_DECLARED_TYPE.get(declared)
-    if onnx_type is not None:
+    onnx_type = _TWO_BYTE_FLOATS.get(declared)
+    if onnx_type is not None and array.itemsize == 2:
         return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(np.uint16), onnx_type)
     return ort.OrtValue.ortvalue_from_numpy(array)
 

@@ -12,6 +12,8 @@ ATTR_EXTENSIONS = "extensions"
 ATTR_COMMIT = "commit"
 
 PARAMETERS_GROUP = "parameters"  # §5.1
+UPDATE_TYPES_GROUP = "update_types"  # §7.8
+ATTR_DEFINITION = "definition"  # §7.8, on each group in /update_types
 ATTR_UPDATE = "update"  # §7.1, on each parameter group
 
 # Extensions this reader understands (§3.4). Version 1.0 defines none.

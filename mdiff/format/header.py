@@ -10,7 +10,7 @@ from mdiff.format import canonical_json, commit as commit_module
 from mdiff.format.commit import Commit
 from mdiff.format.constants import (
     ATTR_COMMIT, ATTR_EXTENSIONS, ATTR_FORMAT, ATTR_VERSION, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME,
-    KNOWN_EXTENSIONS, PARAMETERS_GROUP,
+    KNOWN_EXTENSIONS, PARAMETERS_GROUP, UPDATE_TYPES_GROUP,
 )
 from mdiff.format.findings import Finding
 from mdiff.format.structure import Inventory
@@ -50,7 +50,7 @@ def parse_header(inventory: Inventory) -> tuple[Header | None, list[Finding]]:
     for name in sorted(set(attrs) - ROOT_ATTRIBUTES):
         findings.append(Finding("MD303", "/", f"unknown root attribute {name!r}"))
     for name in inventory.objects["/"].members:
-        if name != PARAMETERS_GROUP:
+        if name not in (PARAMETERS_GROUP, UPDATE_TYPES_GROUP):
             findings.append(Finding("MD303", "/" + name, "unknown root member"))
     return Header(version, tuple(extensions), commit), findings
 

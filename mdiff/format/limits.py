@@ -18,6 +18,8 @@ class Limits:
     max_total_bytes: int = 2**40  # declared bytes of all datasets together: 1 TiB
     max_objects: int = 1_000_000  # groups + datasets
     max_attribute_bytes: int = 2**20  # one attribute: 1 MiB
+    max_function_bytes: int = 2**20  # one embedded ONNX function (§7.8): 1 MiB
+    max_function_nodes: int = 256  # nodes of one embedded ONNX function
 
 
 DEFAULT_LIMITS = Limits()

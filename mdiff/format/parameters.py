@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import h5py
 
@@ -14,7 +15,7 @@ from mdiff.format.names import decode_name
 from mdiff.format.schemas import ecma_validator
 from mdiff.format.structure import Inventory
 from mdiff.updates import REGISTRY
-from mdiff.updates.base import Update
+from mdiff.updates.base import Update, UpdateType
 
 PARAMETERS_PATH = "/" + PARAMETERS_GROUP
 
@@ -28,9 +29,10 @@ class Parameter:
 
 
 def parse_parameters(
-    inventory: Inventory, f: h5py.File, newer_minor: bool = False
+    inventory: Inventory, f: h5py.File, types: Mapping[str, UpdateType] = REGISTRY, newer_minor: bool = False
 ) -> tuple[dict[str, Parameter], list[Finding]]:
-    """Every parameter group; with ``newer_minor``, unknown `update` members are dropped (§3.3)."""
+    """Every parameter group, its update checked against ``types`` (the registry and the file's own);
+    with ``newer_minor``, unknown `update` members are dropped (§3.3)."""
     findings: list[Finding] = []
     container = inventory.objects.get(PARAMETERS_PATH)
     if container is None or container.kind != "group":
@@ -51,13 +53,13 @@ def parse_parameters(
         if info.kind != "group":
             findings.append(Finding("MD301", path, "a parameter must be a group"))
             continue
-        parameter = _parse_one(name, path, inventory, f, findings, newer_minor)
+        parameter = _parse_one(name, path, inventory, f, findings, types, newer_minor)
         if parameter is not None:
             parameters[name] = parameter
     return dict(sorted(parameters.items(), key=lambda kv: kv[0].encode("utf-8"))), findings
 
 
-def _parse_meta(path: str, text: str | None, findings: list[Finding], newer_minor: bool):
+def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Mapping[str, UpdateType], newer_minor: bool):
     """The ``update`` attribute's JSON and its registered type, or (None, None)."""
     if text is None:
         findings.append(Finding("MD400", path, "attribute `update` is missing"))
@@ -73,9 +75,9 @@ def _parse_meta(path: str, text: str | None, findings: list[Finding], newer_mino
     if not isinstance(meta.get("type"), str):
         findings.append(Finding("MD404", path, "`update` must have a string `type`"))
         return None, None
-    kind = REGISTRY.get(meta["type"])
+    kind = types.get(meta["type"])
     if kind is None:
-        findings.append(Finding("MD402", path, f"unknown update type {meta['type']!r}; known: {sorted(REGISTRY)}"))
+        findings.append(Finding("MD402", path, f"unknown update type {meta['type']!r}; known: {sorted(types)}"))
         return None, None
     if meta.get("version") != kind.version:
         findings.append(Finding("MD403", path, f"{kind.name} version {meta.get('version')!r} is not supported (this reader knows {kind.version})"))
@@ -91,12 +93,12 @@ def _parse_meta(path: str, text: str | None, findings: list[Finding], newer_mino
     return meta, kind
 
 
-def _parse_one(name, path, inventory: Inventory, f: h5py.File, findings: list[Finding], newer_minor: bool) -> Parameter | None:
+def _parse_one(name, path, inventory: Inventory, f: h5py.File, findings: list[Finding], types, newer_minor: bool) -> Parameter | None:
     info = inventory.objects[path]
     for attr in sorted(set(info.attrs) - {ATTR_UPDATE}):
         findings.append(Finding("MD303", path, f"unknown attribute {attr!r}"))
     before = len([x for x in findings if x.is_error])
-    meta, kind = _parse_meta(path, info.attrs.get(ATTR_UPDATE), findings, newer_minor)
+    meta, kind = _parse_meta(path, info.attrs.get(ATTR_UPDATE), findings, types, newer_minor)
     if meta is None:
         return None
     for code, dataset, message in kind.check_meta(meta):
@@ -119,5 +121,5 @@ def _parse_one(name, path, inventory: Inventory, f: h5py.File, findings: list[Fi
             findings.append(Finding("MD303", f"{path}/{member}", f"unknown attribute {attr!r}"))
     sound = len([x for x in findings if x.is_error]) == before
     data = {k: f[f"{path}/{k}"] for k in datasets if k in expected}
-    return Parameter(name, path, Update(meta, data), sound)
+    return Parameter(name, path, Update(meta, data, kind), sound)
 

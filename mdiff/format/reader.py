@@ -17,6 +17,9 @@ from mdiff.format.header import Header, parse_header
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
 from mdiff.format.parameters import Parameter, parse_parameters
 from mdiff.format.structure import inspect_structure
+from mdiff.format.update_types import parse_update_types
+from mdiff.updates import REGISTRY
+from mdiff.updates.base import Update
 
 
 
@@ -57,11 +60,14 @@ def read_contents(f: h5py.File, file_size: int, limits: Limits) -> Contents:
     findings += header_findings
     if header is None:
         return Contents(None, {}, findings)
-    parameters, parameter_findings = parse_parameters(inventory, f, newer_minor=header.version[1] > FORMAT_MINOR)
-    return Contents(header, parameters, findings + parameter_findings)
+    embedded, type_findings = parse_update_types(inventory, f, limits)
+    parameters, parameter_findings = parse_parameters(
+        inventory, f, {**REGISTRY, **embedded}, newer_minor=header.version[1] > FORMAT_MINOR
+    )
+    return Contents(header, parameters, findings + type_findings + parameter_findings)
 
 
-class DiffFile(Mapping[str, "Update"]):
+class DiffFile(Mapping[str, Update]):
     """An open .mdiff file: ``commit``, and a mapping from parameter name to its lazy Update.
 
     Opening raises the first error the file's metadata breaks; ``warnings``

@@ -15,13 +15,13 @@ from mdiff.format import canonical_json
 from mdiff.format.attributes import write_string
 from mdiff.format.commit import Commit
 from mdiff.format.constants import (
-    ATTR_COMMIT, ATTR_EXTENSIONS, ATTR_FORMAT, ATTR_UPDATE, ATTR_VERSION, FORMAT_NAME, FORMAT_VERSION, LIBVER,
-    PARAMETERS_GROUP,
+    ATTR_COMMIT, ATTR_DEFINITION, ATTR_EXTENSIONS, ATTR_FORMAT, ATTR_UPDATE, ATTR_VERSION, FORMAT_NAME,
+    FORMAT_VERSION, LIBVER, PARAMETERS_GROUP, UPDATE_TYPES_GROUP,
 )
 from mdiff.format.names import encode_name
 from mdiff.format.schemas import ecma_validator
-from mdiff.updates import get_type
 from mdiff.updates.base import Update
+from mdiff.updates.embedded import function_dataset
 
 COMPRESSIONS = ("gzip", "none")
 _CHUNK_BYTES = 1 << 20  # 1 MiB chunks: cheap partial reads, good deflate ratio
@@ -65,6 +65,8 @@ class DiffWriter:
         self.compression = compression
         self._names: set[str] = set()
         self._check_updates = check_updates  # off only to make invalid files for tests and conformance
+        self._types: dict = {}  # update types this file defines (§7.8)
+        self._update_types: h5py.Group | None = None
         commit_text = (commit or Commit()).to_attribute()
         extensions = list(extensions)
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
@@ -82,11 +84,22 @@ class DiffWriter:
             self._tmp.unlink(missing_ok=True)
             raise
 
+    def add_update_type(self, name: str, definition: Mapping, functions: Mapping[str, bytes]) -> None:
+        """Embed an update type of the file's own (SPEC.md §7.8): ``functions`` maps dtype → ONNX model bytes."""
+        if self._check_updates:
+            self._types[name] = _checked_type(name, definition, functions)
+        if self._update_types is None:
+            self._update_types = self._file.create_group(UPDATE_TYPES_GROUP, track_order=False)
+        group = self._update_types.create_group(encode_name(name), track_order=False)
+        write_string(group, ATTR_DEFINITION, canonical_json.dumps(dict(definition)))
+        for dtype_name in sorted(functions):
+            group.create_dataset(function_dataset(dtype_name), data=np.frombuffer(functions[dtype_name], np.uint8), track_times=False)
+
     def add(self, name: str, update: Update) -> None:
         if name in self._names:
             raise ValueError(f"parameter {name!r} is added twice")
         if self._check_updates:
-            _check_update(name, update)
+            _check_update(name, update, self._types.get(update.type) or update.update_type)
         group = self._parameters.create_group(encode_name(name), track_order=False)
         self._names.add(name)
         write_string(group, ATTR_UPDATE, canonical_json.dumps(dict(update.meta)))
@@ -130,9 +143,25 @@ class DiffWriter:
             self.abort()
 
 
-def _check_update(name: str, update: Update) -> None:
+def _checked_type(name: str, definition: Mapping, functions: Mapping[str, bytes]):
+    """An embedded type, checked as a reader will check it (ValueError otherwise)."""
+    from mdiff.format.limits import DEFAULT_LIMITS
+    from mdiff.updates.embedded import DEFINITION_SCHEMA, TYPE_NAME, check_function, make_type
+
+    problems = [] if TYPE_NAME.fullmatch(name) else [f"name {name!r} is not x-<lower case>"]
+    problems += [e.message for e in ecma_validator(DEFINITION_SCHEMA).iter_errors(dict(definition))]
+    checked = {}
+    for dtype_name, data in ([] if problems else sorted(functions.items())):
+        model, found = check_function(bytes(data), dtype_name, list(definition["inputs"]), DEFAULT_LIMITS)
+        problems += [f"{dtype_name}: {code}: {message}" for code, _, message in found]
+        checked[dtype_name] = (model, bytes(data))
+    if problems or not checked:
+        raise ValueError(f"update type {name!r} is invalid: " + ("; ".join(problems) or "it has no function"))
+    return make_type(name, definition, checked, DEFAULT_LIMITS)
+
+
+def _check_update(name: str, update: Update, kind) -> None:
     """The writer never writes an invalid file: the same checks a reader makes, on the metadata."""
-    kind = get_type(update.type)
     problems = [e.message for e in ecma_validator(kind.schema).iter_errors(dict(update.meta))]
     if not problems:
         actual = {k: (np.shape(v), np.asarray(v).dtype) for k, v in update.data.items()}

@@ -37,7 +37,9 @@ def read_array(source: Any, dtype: np.dtype) -> np.ndarray:
     return out
 
 
-def update_schema(type_name: str, carries_sha256: bool, properties: Mapping[str, Any] = {}, required: list[str] = []) -> dict:
+def update_schema(
+    type_name: str, carries_sha256: bool, properties: Mapping[str, Any] = {}, required: list[str] = [], version: int = 1
+) -> dict:
     """The JSON Schema of one type's ``update`` attribute: the shared members plus the type's own."""
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -48,7 +50,7 @@ def update_schema(type_name: str, carries_sha256: bool, properties: Mapping[str,
         "additionalProperties": False,
         "properties": {
             "type": {"const": type_name},
-            "version": {"const": 1},
+            "version": {"const": version},
             "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}, "maxItems": 32},
             "dtype": {"enum": list(DTYPES)},
             **({"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"}} if carries_sha256 else {}),
@@ -77,6 +79,7 @@ class Update:
 
     meta: Mapping[str, Any]
     data: Mapping[str, Any]
+    kind: "UpdateType | None" = None  # set for types a file defines itself (§7.8); else found in the registry
 
     @property
     def type(self) -> str:
@@ -99,6 +102,13 @@ class Update:
         """Bytes of the datasets as declared (before compression)."""
         return sum(int(np.prod(d.shape)) * np.dtype(d.dtype).itemsize for d in self.data.values())
 
+    @property
+    def update_type(self) -> "UpdateType":
+        """The type's definition: a file's own (§7.8), else the registry's."""
+        from mdiff.updates import get_type
+
+        return self.kind or get_type(self.type)
+
     def array(self, name: str) -> np.ndarray:
         source = self.data[name]
         return read_array(source, np.dtype(source.dtype))
@@ -113,9 +123,8 @@ class Update:
         overwritten with the result (the caller owns it and needs it no more).
         """
         from mdiff.engines import run_update
-        from mdiff.updates import get_type
 
-        kind = get_type(self.type)
+        kind = self.update_type
         if kind.needs_base:
             check_base(self, spec_of(base, name), name)
         result = run_update(kind, self, base, engine, scratch)
@@ -174,12 +183,17 @@ class UpdateType:
     apply_numpy: Callable[[Update, np.ndarray | None, bool], np.ndarray | None]
     apply_onnx: Callable[[Update, np.ndarray | None, "Runner", bool], np.ndarray | None]
     onnx_models: Callable[[], dict[str, Any]]  # model name → onnx.ModelProto
+    # The engine `apply` uses unless told otherwise: the faster of the two, as tools/bench/engines.py measures.
+    preferred_engine: str = "onnx"
 
 
 class Runner(Protocol):
     """Runs normative model ``model`` on ``inputs``, writing its one output into ``output``."""
 
     def __call__(self, model: str, inputs: Mapping[str, np.ndarray], output: np.ndarray) -> None: ...
+
+    def embedded(self, model_bytes: bytes, inputs: Mapping[str, np.ndarray], output: np.ndarray) -> None:
+        """The same for a checked function a file embeds (§7.8)."""
 
 
 def no_problems(*_args) -> Iterator[Problem]:

@@ -70,4 +70,5 @@ TYPE = UpdateType(
     schema=update_schema(NAME, carries_sha256=True),
     check_meta=no_problems, check_layout=_check_layout, check_data=_check_data,
     apply_numpy=_apply_numpy, apply_onnx=_apply_onnx, onnx_models=_onnx_models,
+    preferred_engine="numpy",  # the ONNX function is an Identity: running it only adds a copy
 )
