@@ -33,7 +33,7 @@ except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.
 SPEC = Path(__file__).resolve().parent.parent / "SPEC.md"
 
 APPLY_CODES = {"MD600", "MD601", "MD602"}  # tested below through mdiff.apply
-CHECKPOINT_CODES = {"MD700", "MD701", "MD702"}  # tested in tests/test_checkpoints.py
+CHECKPOINT_CODES = {"MD700", "MD701", "MD702", "MD703"}  # tested in tests/test_checkpoints*.py
 LIMIT_CODES = {"MD507", "MD508", "MD510", "MD511", "MD512"}  # refused with LimitError
 
 def _cases(test: str, only=lambda code, case_id: True):

@@ -82,6 +82,7 @@ _TABLE = [
     ("MD700", "error", "10", "the checkpoint format is not supported"),
     ("MD701", "error", "10", "the checkpoint file is malformed"),
     ("MD702", "error", "10", "the checkpoint holds a dtype the format does not support"),
+    ("MD703", "error", "10", "the checkpoint format cannot hold the result (e.g. an ONNX graph would lose an initializer it uses)"),
 ]
 
 RULES: dict[str, Rule] = {code: Rule(code, sev, sec, title) for code, sev, sec, title in _TABLE}
