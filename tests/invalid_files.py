@@ -1008,6 +1008,16 @@ def build_MD508_bytes_over_limit(path) -> None:
     _write(path)
 
 
+def build_MD509_extendible_dataset(path) -> None:
+    """Fully written, but its maximum shape is unlimited: readers need not parse growable chunk indexes."""
+    with _edit(path) as f:
+        _replace_dataset(f["parameters/w"], "xor", data=_dense_xor(), chunks=(1, 4), maxshape=(None, 4))
+
+
+def build_MD404_update_version_missing(path) -> None:
+    _edit_update(path, "w", lambda u: u.pop("version"))
+
+
 def build_MD509_chunked_never_written(path) -> None:
     with _edit(path) as f:
         _replace_dataset(f["parameters/w"], "xor", shape=(2, 4), dtype="<u4", chunks=(1, 4))

@@ -31,7 +31,7 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": False,
             "properties": {
                 "name": {"type": "string", "minLength": 1},
-                "email": {"type": "string", "pattern": "^$|^[^@<>\u0000-\u0020\u007f]+@[^@<>\u0000-\u0020\u007f]+$"},
+                "email": {"type": "string", "pattern": r"^$|^[^@<>\u0000-\u0020\u007f]+@[^@<>\u0000-\u0020\u007f]+$"},
             },
         },
         "date": {"type": "string", "pattern": _DATE_PATTERN},

@@ -28,8 +28,11 @@ class Header:
 
 def parse_header(inventory: Inventory) -> tuple[Header | None, list[Finding]]:
     """The header, or None when the file cannot be read as mdiff 1.x at all."""
-    attrs = inventory.objects["/"].attrs
+    root = inventory.objects["/"]
+    attrs = root.attrs
     findings: list[Finding] = []
+    if {ATTR_FORMAT, ATTR_VERSION} & root.refused_attrs:
+        return None, []  # already reported under §8.2; nothing can be read without them
     if attrs.get(ATTR_FORMAT) != FORMAT_NAME:
         return None, [Finding("MD101", "/", f"`format` is {attrs.get(ATTR_FORMAT)!r}, not {FORMAT_NAME!r}")]
     m = _VERSION.fullmatch(attrs.get(ATTR_VERSION, ""))
@@ -43,10 +46,11 @@ def parse_header(inventory: Inventory) -> tuple[Header | None, list[Finding]]:
         findings.append(Finding("MD104", "/", f"format version {version[0]}.{version[1]} is newer than {FORMAT_MAJOR}.{FORMAT_MINOR}; unknown members are ignored"))
     extensions = _parse_extensions(attrs.get(ATTR_EXTENSIONS), findings)
     commit = None
-    try:
-        commit = commit_module.parse_attribute(attrs.get(ATTR_COMMIT), known_members_only=newer_minor)
-    except InvalidFileError as exc:
-        findings.append(Finding.from_error(exc))
+    if ATTR_COMMIT not in root.refused_attrs:
+        try:
+            commit = commit_module.parse_attribute(attrs.get(ATTR_COMMIT), known_members_only=newer_minor)
+        except InvalidFileError as exc:
+            findings.append(Finding.from_error(exc))
     for name in sorted(set(attrs) - ROOT_ATTRIBUTES):
         findings.append(Finding("MD303", "/", f"unknown root attribute {name!r}"))
     for name in inventory.objects["/"].members:

@@ -79,7 +79,7 @@ def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Map
     if kind is None:
         findings.append(Finding("MD402", path, f"unknown update type {meta['type']!r}; known: {sorted(types)}"))
         return None, None
-    if meta.get("version") != kind.version:
+    if isinstance(meta.get("version"), int) and not isinstance(meta.get("version"), bool) and meta["version"] != kind.version:
         findings.append(Finding("MD403", path, f"{kind.name} version {meta.get('version')!r} is not supported (this reader knows {kind.version})"))
         return None, None
     if newer_minor:
@@ -98,18 +98,22 @@ def _parse_one(name, path, inventory: Inventory, f: h5py.File, findings: list[Fi
     for attr in sorted(set(info.attrs) - {ATTR_UPDATE}):
         findings.append(Finding("MD303", path, f"unknown attribute {attr!r}"))
     before = len([x for x in findings if x.is_error])
+    if ATTR_UPDATE in info.refused_attrs:
+        return None  # present but unusable: reported under §8.2
     meta, kind = _parse_meta(path, info.attrs.get(ATTR_UPDATE), findings, types, newer_minor)
     if meta is None:
         return None
     for code, dataset, message in kind.check_meta(meta):
         findings.append(Finding(code, f"{path}/{dataset}" if dataset else path, message))
-    datasets = {}
+    datasets, refused = {}, set()
     for member in info.members:
         child = inventory.objects.get(f"{path}/{member}")
         if child is not None and child.kind == "dataset" and child.dataset is not None:
             datasets[member] = child.dataset
+        else:
+            refused.add(member)  # reported under §8, so not "missing" (MD405) as well
     actual = {k: (d.shape, d.dtype) for k, d in datasets.items()}
-    problems = list(kind.check_layout(meta, actual))
+    problems = [p for p in kind.check_layout(meta, actual) if not (p[0] == "MD405" and p[1] in refused)]
     for code, dataset, message in problems:
         findings.append(Finding(code, f"{path}/{dataset}" if dataset else path, message))
     expected = set(kind.datasets)
@@ -119,7 +123,7 @@ def _parse_one(name, path, inventory: Inventory, f: h5py.File, findings: list[Fi
     for member in datasets:
         for attr in sorted(inventory.objects[f"{path}/{member}"].attrs):
             findings.append(Finding("MD303", f"{path}/{member}", f"unknown attribute {attr!r}"))
-    sound = len([x for x in findings if x.is_error]) == before
+    sound = len([x for x in findings if x.is_error]) == before and not (refused & set(kind.datasets))
     data = {k: f[f"{path}/{k}"] for k in datasets if k in expected}
     return Parameter(name, path, Update(meta, data, kind), sound)
 

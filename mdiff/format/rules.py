@@ -68,7 +68,7 @@ _TABLE = [
     ("MD506", "error", "8.2", "an attribute's datatype or shape is not allowed"),
     ("MD507", "error", "8.3", "a dataset's rank exceeds the limit"),
     ("MD508", "error", "8.3", "a dataset's element count or byte size exceeds the limit"),
-    ("MD509", "error", "8.3", "a dataset declares more data than its storage can hold"),
+    ("MD509", "error", "8.3", "a dataset declares more data than its storage holds, or is extendible"),
     ("MD510", "error", "8.3", "an attribute exceeds the size limit"),
     ("MD511", "error", "8.3", "the file holds more objects or attributes than the limit"),
     ("MD512", "error", "8.3", "the declared bytes of all datasets exceed the limit"),

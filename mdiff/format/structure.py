@@ -39,6 +39,7 @@ class ObjectInfo:
     path: str
     kind: str  # "group" or "dataset"
     attrs: dict[str, str] = field(default_factory=dict)  # well-formed attributes only
+    refused_attrs: set[str] = field(default_factory=set)  # present, but reported under §8 (not "missing")
     members: list[str] = field(default_factory=list)  # link names, for groups
     dataset: DatasetInfo | None = None  # None for groups and refused datasets
 
@@ -153,9 +154,11 @@ class _Walk:
                 size = string_attribute_size(aid)
                 if size is None:
                     self.finding("MD506", path, f"attribute {name!r} is not a scalar fixed-length UTF-8 string")
+                    info.refused_attrs.add(name)
                     continue
                 if size > self.limits.max_attribute_bytes:
                     self.finding("MD510", path, f"attribute {name!r} has {size} bytes (limit {self.limits.max_attribute_bytes})")
+                    info.refused_attrs.add(name)
                     continue
                 text = read_string(aid, size)
             except Exception as exc:
@@ -163,6 +166,7 @@ class _Walk:
                 continue
             if text is None:
                 self.finding("MD506", path, f"attribute {name!r} is not valid UTF-8")
+                info.refused_attrs.add(name)
                 continue
             info.attrs[name] = text
         return True
@@ -191,6 +195,9 @@ class _Walk:
                 self.finding("MD505", path, "null dataspace")
                 return None
             shape = tuple(int(d) for d in space.shape)
+            if space.get_simple_extent_type() == h5py.h5s.SIMPLE and tuple(space.get_simple_extent_dims(True)) != shape:
+                self.finding("MD509", path, "the dataset is extendible (its maximum shape is not its shape)")
+                return None
             if len(shape) > self.limits.max_rank:
                 self.finding("MD507", path, f"rank {len(shape)} (limit {self.limits.max_rank})")
                 return None

@@ -1,0 +1,167 @@
+// Applying a diff (SPEC.md §9).
+
+import { MdiffError } from "./codes.js";
+import { validateFile, sha256hex } from "./validate.js";
+import { readSafetensors, writeSafetensors } from "./safetensors.js";
+import { DTYPES, computeDtype, numelOf } from "./dtypes.js";
+import { f16BitsToNumber, bf16BitsToNumber, numberToF16Bits, numberToBf16Bits } from "./float.js";
+import { H5Error } from "./hdf5.js";
+
+// A typed-array view of a Buffer, copying it when it is not aligned.
+function view(Type, buf) {
+  if (buf.byteOffset % Type.BYTES_PER_ELEMENT !== 0) buf = Buffer.from(buf);
+  return new Type(buf.buffer, buf.byteOffset, buf.length / Type.BYTES_PER_ELEMENT);
+}
+
+function toComputeArray(dtype, data) {
+  switch (dtype) {
+    case "float64":
+      return view(Float64Array, data);
+    case "float32":
+      return view(Float32Array, data);
+    case "float16": {
+      const h = view(Uint16Array, data);
+      const out = new Float32Array(h.length);
+      for (let i = 0; i < h.length; i++) out[i] = f16BitsToNumber(h[i]);
+      return out;
+    }
+    case "bfloat16": {
+      const h = view(Uint16Array, data);
+      const out = new Float32Array(h.length);
+      for (let i = 0; i < h.length; i++) out[i] = bf16BitsToNumber(h[i]);
+      return out;
+    }
+    default:
+      throw new Error(`low_rank on ${dtype}`);
+  }
+}
+
+// result = round_T(base_C + scale_C * (A . B)), §7.5. Products and sums in C:
+// for float32, every operation is rounded with Math.fround (a double holds the exact product of
+// two floats, and double rounding through binary64 is innocuous for +, -, *).
+export function lowRank(dtype, shape, baseData, Abuf, Bbuf, scale) {
+  const C = computeDtype(dtype);
+  const m = shape[0];
+  const n = Number(numelOf(shape.slice(1)));
+  const base = toComputeArray(dtype, baseData);
+  const A = C === "float64" ? view(Float64Array, Abuf) : view(Float32Array, Abuf);
+  const B = C === "float64" ? view(Float64Array, Bbuf) : view(Float32Array, Bbuf);
+  const r = m > 0 ? A.length / m : n > 0 ? B.length / n : 0;
+  const res = new Float64Array(m * n);
+  if (C === "float64") {
+    for (let i = 0; i < m; i++) {
+      for (let j = 0; j < n; j++) {
+        let acc = 0;
+        for (let k = 0; k < r; k++) acc += A[i * r + k] * B[k * n + j];
+        res[i * n + j] = base[i * n + j] + scale * acc;
+      }
+    }
+  } else {
+    const fr = Math.fround;
+    const s = fr(scale);
+    for (let i = 0; i < m; i++) {
+      for (let j = 0; j < n; j++) {
+        let acc = 0;
+        for (let k = 0; k < r; k++) acc = fr(acc + fr(A[i * r + k] * B[k * n + j]));
+        res[i * n + j] = fr(base[i * n + j] + fr(s * acc));
+      }
+    }
+  }
+  const T = DTYPES[dtype];
+  const out = Buffer.alloc(m * n * T.size);
+  if (dtype === "float64") out.set(new Uint8Array(res.buffer));
+  else if (dtype === "float32") out.set(new Uint8Array(Float32Array.from(res).buffer));
+  else {
+    const conv = dtype === "float16" ? numberToF16Bits : numberToBf16Bits;
+    const u = new Uint16Array(m * n);
+    for (let i = 0; i < u.length; i++) u[i] = conv(res[i]);
+    out.set(new Uint8Array(u.buffer));
+  }
+  return out;
+}
+
+function sameShape(a, b) {
+  return a.length === b.length && a.every((x, i) => BigInt(x) === BigInt(b[i]));
+}
+
+function fail(code, message, path) {
+  throw new MdiffError(code, message, path);
+}
+
+export async function applyFiles(basePath, diffPath, outPath, opts = {}) {
+  // 1. open the file and check it against §3-§8
+  const v = await validateFile(diffPath, opts);
+  try {
+    if (v.notHdf5) fail("MD100", v.findings[0].message, diffPath);
+    const errs = v.errors;
+    if (errs.length) fail(errs[0].code, `${diffPath} is invalid (${errs.length} error${errs.length > 1 ? "s" : ""}): ${errs[0].message}`, errs[0].path);
+
+    const base = readSafetensors(basePath);
+    // 2. base checks (§9.2), before any result is computed
+    for (const prm of v.params) {
+      const u = prm.update;
+      if (u.type === "replace") continue;
+      const t = base.get(prm.name);
+      if (!t) fail("MD600", `the base has no parameter ${JSON.stringify(prm.name)} for this ${u.type} update`, prm.name);
+      if (t.dtype !== u.dtype || !sameShape(t.shape, u.shape)) {
+        fail(
+          "MD601",
+          `the base parameter ${JSON.stringify(prm.name)} is ${t.dtype}[${t.shape.join(", ")}]; the ${u.type} update needs ${u.dtype}[${u.shape.join(", ")}]`,
+          prm.name,
+        );
+      }
+    }
+    // 3./4. compute and verify each result
+    const result = new Map(base);
+    const ds = (prm, name) => v.data(`${prm.path}/${name}`);
+    for (const prm of v.params) {
+      const u = prm.update;
+      const T = DTYPES[u.dtype];
+      const shape = u.shape.map(Number);
+      let data;
+      if (u.type === "delete") {
+        result.delete(prm.name);
+        continue;
+      } else if (u.type === "replace") {
+        data = Buffer.from(ds(prm, "value"));
+      } else if (u.type === "dense") {
+        const x = ds(prm, "xor");
+        data = Buffer.from(base.get(prm.name).data);
+        for (let i = 0; i < data.length; i++) data[i] ^= x[i];
+      } else if (u.type === "sparse") {
+        const idx = view(BigUint64Array, ds(prm, "indices"));
+        const x = ds(prm, "xor");
+        data = Buffer.from(base.get(prm.name).data);
+        const s = T.size;
+        for (let j = 0; j < idx.length; j++) {
+          const off = Number(idx[j]) * s;
+          for (let b = 0; b < s; b++) data[off + b] ^= x[j * s + b];
+        }
+      } else if (u.type === "low_rank") {
+        data = lowRank(u.dtype, shape, base.get(prm.name).data, ds(prm, "A"), ds(prm, "B"), Number(u.scale));
+      }
+      if (u.dtype === "bool") {
+        // §9.1 step 3: a bool result must hold only 0 and 1 (MD409)
+        const k = data.findIndex((x) => x > 1);
+        if (k >= 0) fail("MD409", `the result for ${JSON.stringify(prm.name)} holds the bool value ${data[k]} at ${k}`, prm.name);
+      }
+      if (u.type !== "low_rank") {
+        const h = sha256hex(data);
+        if (h !== u.sha256) {
+          fail("MD602", `the result for ${JSON.stringify(prm.name)} hashes to ${h}, not the update's sha256 ${u.sha256}`, prm.name);
+        }
+      }
+      result.set(prm.name, { dtype: u.dtype, shape, data });
+    }
+    // 5. the result state
+    writeSafetensors(outPath, result);
+    return { output: outPath, parameters: result.size };
+  } catch (e) {
+    if (e instanceof MdiffError) throw e;
+    if (e instanceof H5Error) throw new MdiffError("MD513", `${diffPath}: ${e.message}`);
+    // Anything else (e.g. a RangeError for a tensor too large for this process) still gets a code.
+    throw new MdiffError("MD513", `${diffPath}: cannot be applied: ${e && e.name}: ${e && e.message}`);
+  } finally {
+    v.close();
+  }
+}

@@ -1,0 +1,558 @@
+// A small, defensive reader of HDF5 on-disk structures, for the storage rules of SPEC.md §8
+// that h5wasm does not expose: the data layout (contiguous / chunked / compact / virtual), external
+// raw storage, the exact datatype encoding (precision, offset, exponent bias), and where every
+// chunk is stored (MD509).
+//
+// It never follows anything outside the file: every read is bounds-checked against the file size
+// and throws RawError otherwise. It starts from object header addresses, which h5wasm gives us as
+// HDF5 object references (H5R_OBJECT: the haddr_t of the object header).
+//
+// Structures implemented (HDF5 File Format Specification, version 3):
+//   superblock v0-v3; object header v1 and v2 with continuation blocks; messages: datatype (0x03),
+//   external data files (0x07), data layout (0x08) v1-v4; chunk indexes: v1 B-tree (layout v1-v3),
+//   single chunk, implicit and fixed array (layout v4). Extensible arrays and v2 B-trees (used only
+//   by datasets with unlimited dimensions) are reported as "not verifiable".
+
+import fs from "node:fs";
+
+export class RawError extends Error {}
+
+const SIGNATURE = Buffer.from([0x89, 0x48, 0x44, 0x46, 0x0d, 0x0a, 0x1a, 0x0a]);
+export const UNDEF = null;
+
+class Cursor {
+  constructor(file, buf, pos, where) {
+    this.file = file;
+    this.buf = buf;
+    this.pos = pos;
+    this.where = where;
+  }
+  need(n) {
+    if (this.pos + n > this.buf.length) throw new RawError(`${this.where}: truncated structure`);
+  }
+  u8() {
+    this.need(1);
+    return this.buf[this.pos++];
+  }
+  u16() {
+    this.need(2);
+    const v = this.buf.readUInt16LE(this.pos);
+    this.pos += 2;
+    return v;
+  }
+  u32() {
+    this.need(4);
+    const v = this.buf.readUInt32LE(this.pos);
+    this.pos += 4;
+    return v;
+  }
+  // Unsigned little-endian integer of n bytes, as a BigInt.
+  big(n) {
+    this.need(n);
+    let v = 0n;
+    for (let i = n - 1; i >= 0; i--) v = (v << 8n) | BigInt(this.buf[this.pos + i]);
+    this.pos += n;
+    return v;
+  }
+  // A length of n bytes as a Number (Infinity when it cannot be exact).
+  num(n) {
+    const v = this.big(n);
+    return v <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(v) : Infinity;
+  }
+  addr() {
+    const n = this.file.O;
+    this.need(n);
+    let allOnes = true;
+    for (let i = 0; i < n; i++) if (this.buf[this.pos + i] !== 0xff) allOnes = false;
+    if (allOnes) {
+      this.pos += n;
+      return UNDEF;
+    }
+    return this.num(n);
+  }
+  len() {
+    return this.num(this.file.L);
+  }
+  bytes(n) {
+    this.need(n);
+    const b = this.buf.subarray(this.pos, this.pos + n);
+    this.pos += n;
+    return b;
+  }
+  skip(n) {
+    this.need(n);
+    this.pos += n;
+  }
+}
+
+export class RawFile {
+  constructor(path) {
+    this.fd = fs.openSync(path, "r");
+    this.size = fs.fstatSync(this.fd).size;
+    this.readSuperblock();
+  }
+
+  close() {
+    if (this.fd !== null) fs.closeSync(this.fd);
+    this.fd = null;
+  }
+
+  // Reads n bytes at absolute file offset `off`.
+  readAbs(off, n, where) {
+    if (!Number.isFinite(off) || off < 0 || n < 0 || off + n > this.size) {
+      throw new RawError(`${where}: bytes ${off}..${off + n} lie outside the file (${this.size} bytes)`);
+    }
+    const buf = Buffer.alloc(n);
+    let got = 0;
+    while (got < n) {
+      const r = fs.readSync(this.fd, buf, got, n - got, off + got);
+      if (r <= 0) throw new RawError(`${where}: unexpected end of file`);
+      got += r;
+    }
+    return buf;
+  }
+
+  // Reads n bytes at HDF5 address `addr` (relative to the base address).
+  read(addr, n, where) {
+    if (addr === UNDEF) throw new RawError(`${where}: undefined address`);
+    return this.readAbs(this.base + addr, n, where);
+  }
+
+  // Reads up to n bytes (fewer at the end of the file).
+  readUpTo(addr, n, where) {
+    if (addr === UNDEF) throw new RawError(`${where}: undefined address`);
+    const off = this.base + addr;
+    if (!Number.isFinite(off) || off >= this.size) throw new RawError(`${where}: address ${addr} lies outside the file`);
+    return this.readAbs(off, Math.min(n, this.size - off), where);
+  }
+
+  // Whether [addr, addr + n) lies inside the file.
+  within(addr, n) {
+    if (addr === UNDEF || !Number.isFinite(addr) || !Number.isFinite(n)) return false;
+    return this.base + addr + n <= this.size;
+  }
+
+  readSuperblock() {
+    let at = -1;
+    for (let off = 0; off + 8 <= this.size; off = off === 0 ? 512 : off * 2) {
+      if (this.readAbs(off, 8, "superblock").equals(SIGNATURE)) {
+        at = off;
+        break;
+      }
+    }
+    if (at < 0) throw new RawError("no HDF5 superblock signature");
+    const head = this.readAbs(at, Math.min(256, this.size - at), "superblock");
+    this.sbVersion = head[8];
+    const c = new Cursor(this, head, 9, "superblock");
+    if (this.sbVersion === 0 || this.sbVersion === 1) {
+      c.skip(4); // free-space, root group symtab, reserved, shared header versions
+      this.O = c.u8();
+      this.L = c.u8();
+      c.skip(1 + 4 + 4); // reserved, K values, flags
+      if (this.sbVersion === 1) c.skip(4);
+    } else if (this.sbVersion === 2 || this.sbVersion === 3) {
+      this.O = c.u8();
+      this.L = c.u8();
+      c.skip(1);
+    } else {
+      throw new RawError(`superblock version ${this.sbVersion} is unknown`);
+    }
+    if (![2, 4, 8].includes(this.O) || ![2, 4, 8].includes(this.L)) throw new RawError("superblock: bad sizes of offsets/lengths");
+    const base = c.addr();
+    this.base = base === UNDEF ? at : base;
+    if (this.base !== at && this.base !== 0) this.base = at;
+  }
+
+  // Returns the messages of the object header at `addr`: [{type, flags, data: Buffer}].
+  readObjectHeader(addr, where) {
+    const msgs = [];
+    const first = this.readUpTo(addr, 16, where);
+    const blocks = [];
+    const seenBlocks = new Set();
+    let v2 = false;
+    let v2crorder = false;
+    if (first.length >= 4 && first.subarray(0, 4).toString("latin1") === "OHDR") {
+      v2 = true;
+      const c0 = new Cursor(this, first, 4, where);
+      const version = c0.u8();
+      if (version !== 2) throw new RawError(`${where}: object header version ${version}`);
+      const flags = c0.u8();
+      let hdr = 6;
+      if (flags & 0x20) hdr += 16;
+      if (flags & 0x10) hdr += 4;
+      const sizeLen = 1 << (flags & 3);
+      const h = this.read(addr, hdr + sizeLen, where);
+      const c = new Cursor(this, h, hdr, where);
+      const chunk0 = c.num(sizeLen);
+      blocks.push({ addr: addr + hdr + sizeLen, len: chunk0 });
+      v2crorder = (flags & 0x04) !== 0;
+    } else {
+      const c = new Cursor(this, first, 0, where);
+      const version = c.u8();
+      if (version !== 1) throw new RawError(`${where}: not an object header (version byte ${version})`);
+      c.skip(1);
+      c.u16(); // number of messages
+      c.u32(); // reference count
+      const size = c.u32();
+      blocks.push({ addr: addr + 16, len: size });
+    }
+    let guard = 0;
+    while (blocks.length) {
+      if (++guard > 100000) throw new RawError(`${where}: too many object header blocks`);
+      const b = blocks.shift();
+      const key = `${b.addr}`;
+      if (seenBlocks.has(key)) throw new RawError(`${where}: object header continuation cycle`);
+      seenBlocks.add(key);
+      if (b.len > 1 << 30) throw new RawError(`${where}: object header block too large`);
+      const buf = this.read(b.addr, b.len, where);
+      let pos = 0;
+      let end = buf.length;
+      if (v2) {
+        if (b.cont) {
+          if (buf.subarray(0, 4).toString("latin1") !== "OCHK") throw new RawError(`${where}: bad continuation block signature`);
+          pos = 4;
+        }
+        end = b.cont ? buf.length - 4 : buf.length; // chunk 0's length excludes its checksum
+        const crorder = v2crorder;
+        const hlen = crorder ? 6 : 4;
+        while (end - pos >= hlen) {
+          const c = new Cursor(this, buf, pos, where);
+          const type = c.u8();
+          const size = c.u16();
+          const mflags = c.u8();
+          if (crorder) c.u16();
+          const data = c.bytes(size);
+          pos = c.pos;
+          msgs.push({ type, flags: mflags, data });
+          if (type === 0x10) {
+            const cc = new Cursor(this, data, 0, where);
+            blocks.push({ addr: cc.addr(), len: cc.len(), cont: true });
+          }
+        }
+      } else {
+        while (end - pos >= 8) {
+          const c = new Cursor(this, buf, pos, where);
+          const type = c.u16();
+          const size = c.u16();
+          const mflags = c.u8();
+          c.skip(3);
+          const data = c.bytes(size);
+          pos = c.pos;
+          msgs.push({ type, flags: mflags, data });
+          if (type === 0x10) {
+            const cc = new Cursor(this, data, 0, where);
+            blocks.push({ addr: cc.addr(), len: cc.len(), cont: true });
+          }
+        }
+      }
+    }
+    return msgs;
+  }
+
+  // Facts about the dataset whose object header is at `addr`.
+  datasetInfo(addr, where) {
+    const msgs = this.readObjectHeader(addr, where);
+    const info = { external: false, layout: null, datatype: null, sharedDatatype: null };
+    for (const m of msgs) {
+      if (m.type === 0x07) info.external = true;
+      else if (m.type === 0x08) info.layout = this.decodeLayout(m.data, where);
+      else if (m.type === 0x03) {
+        if (m.flags & 0x02) info.sharedDatatype = this.decodeShared(m.data, where);
+        else info.datatype = decodeDatatype(m.data, where);
+      }
+    }
+    return info;
+  }
+
+  decodeShared(data, where) {
+    const c = new Cursor(this, data, 0, where);
+    const version = c.u8();
+    const type = c.u8();
+    // Version 1 and 2 always point to an object header (a committed datatype);
+    // version 3 type 1 is a message in the shared-message heap, type 2 a committed datatype.
+    return { committed: version < 3 || type === 2 };
+  }
+
+  decodeLayout(data, where) {
+    const c = new Cursor(this, data, 0, where);
+    const version = c.u8();
+    const L = { version };
+    if (version === 1 || version === 2) {
+      const ndims = c.u8();
+      L.cls = c.u8();
+      c.skip(5);
+      if (L.cls !== 0) L.address = c.addr();
+      L.dims = [];
+      for (let i = 0; i < ndims; i++) L.dims.push(c.u32());
+      if (L.cls === 2) {
+        L.chunk = L.dims.slice(0, -1);
+        L.index = "btree1";
+      }
+      if (L.cls === 0) L.compactSize = c.u32();
+      return L;
+    }
+    if (version === 3 || version === 4) {
+      L.cls = c.u8();
+      if (L.cls === 0) {
+        L.compactSize = c.u16();
+      } else if (L.cls === 1) {
+        L.address = c.addr();
+        L.size = c.len();
+      } else if (L.cls === 2) {
+        if (version === 3) {
+          const ndims = c.u8();
+          L.address = c.addr();
+          const dims = [];
+          for (let i = 0; i < ndims; i++) dims.push(c.u32());
+          L.chunk = dims.slice(0, -1);
+          L.index = "btree1";
+        } else {
+          L.flags = c.u8();
+          const ndims = c.u8();
+          const enc = c.u8();
+          if (enc < 1 || enc > 8) throw new RawError(`${where}: bad chunk dimension encoding`);
+          const dims = [];
+          for (let i = 0; i < ndims; i++) dims.push(c.num(enc));
+          L.chunk = dims.slice(0, -1);
+          const it = c.u8();
+          if (it === 1) {
+            L.index = "single";
+            if (L.flags & 0x02) {
+              L.filteredSize = c.len();
+              c.u32();
+            }
+          } else if (it === 2) {
+            L.index = "implicit";
+          } else if (it === 3) {
+            L.index = "farray";
+            L.pageBits = c.u8();
+          } else if (it === 4) {
+            L.index = "earray";
+            c.skip(5);
+          } else if (it === 5) {
+            L.index = "btree2";
+            c.skip(6);
+          } else {
+            throw new RawError(`${where}: unknown chunk index type ${it}`);
+          }
+          L.address = c.addr();
+        }
+      } else if (L.cls === 3) {
+        L.address = c.addr();
+      } else {
+        throw new RawError(`${where}: unknown layout class ${L.cls}`);
+      }
+      return L;
+    }
+    throw new RawError(`${where}: unknown layout message version ${version}`);
+  }
+
+  // Checks MD509 for a chunked dataset. `shape`/`maxshape`: dataset dims; `elemSize`;
+  // `deflate`: whether deflate is among the filters. Returns a list of problems (strings).
+  checkChunks(L, shape, maxshape, elemSize, deflate, filtered, where) {
+    const rank = shape.length;
+    const chunk = L.chunk;
+    if (chunk.length !== rank) return [`the chunk has rank ${chunk.length}, the dataset ${rank}`];
+    if (chunk.some((d) => !(d >= 1))) return ["a chunk dimension is 0"];
+    const chunkBytes = chunk.reduce((a, b) => a * b, 1) * elemSize;
+    const need = shape.map((d, i) => Math.ceil(d / chunk[i]));
+    const nNeeded = need.reduce((a, b) => a * b, 1);
+    const problems = [];
+    let stored = 0;
+    const sizeOk = (s) => (deflate ? chunkBytes <= 1100 * s : chunkBytes <= s);
+    const checkOne = (addr, s, label) => {
+      if (addr === UNDEF) return false;
+      if (!this.within(addr, s)) {
+        problems.push(`${label} does not end within the file`);
+        return false;
+      }
+      if (!sizeOk(s)) {
+        problems.push(`${label} stores ${s} bytes for a chunk of ${chunkBytes} bytes`);
+        return false;
+      }
+      return true;
+    };
+    if (L.index === "single") {
+      if (nNeeded > 1) return [`a single-chunk index for ${nNeeded} chunks`];
+      const s = L.flags & 0x02 ? L.filteredSize : chunkBytes;
+      if (checkOne(L.address, s, "the chunk")) stored = 1;
+    } else if (L.index === "implicit") {
+      const grid = (maxshape || shape).map((d, i) => Math.ceil(d / chunk[i]));
+      const n = grid.reduce((a, b) => a * b, 1);
+      if (L.address !== UNDEF && this.within(L.address, n * chunkBytes)) stored = nNeeded;
+      else problems.push("the implicit chunk storage is not allocated within the file");
+    } else if (L.index === "farray") {
+      const grid = (maxshape && maxshape.every((d) => d !== null && d >= 0) ? maxshape : shape).map((d, i) => Math.ceil(d / chunk[i]));
+      stored = this.walkFixedArray(L, grid, need, chunkBytes, checkOne, problems, where);
+    } else if (L.index === "btree1") {
+      stored = this.walkBtree1(L, shape, chunk, need, checkOne, problems, where);
+    } else {
+      return [`chunk index type '${L.index}' (a dataset with unlimited dimensions) cannot be verified by this reader`];
+    }
+    if (stored < nNeeded && problems.length === 0) problems.push(`${stored} of ${nNeeded} chunks are stored`);
+    else if (stored < nNeeded) problems.push(`${stored} of ${nNeeded} chunks are stored within the file`);
+    return problems;
+  }
+
+  walkFixedArray(L, grid, need, chunkBytes, checkOne, problems, where) {
+    const hb = this.read(L.address, 4 + 4 + this.L + this.O + 4, where);
+    const h = new Cursor(this, hb, 0, where);
+    if (h.bytes(4).toString("latin1") !== "FAHD") throw new RawError(`${where}: bad fixed array header signature`);
+    h.u8();
+    const clientId = h.u8();
+    const entrySize = h.u8();
+    const pageBits = h.u8();
+    const n = h.len();
+    const dblock = h.addr();
+    const expected = grid.reduce((a, b) => a * b, 1);
+    if (n !== expected) {
+      problems.push(`the chunk index has ${n} entries for ${expected} chunks`);
+      return 0;
+    }
+    if (pageBits > 32) throw new RawError(`${where}: bad fixed array page bits`);
+    if (entrySize < this.O || (clientId === 1 && entrySize < this.O + 5)) throw new RawError(`${where}: bad fixed array entry size`);
+    if (dblock === UNDEF) return 0;
+    const pageSize = 2 ** pageBits;
+    const paged = n > pageSize;
+    const npages = paged ? Math.ceil(n / pageSize) : 0;
+    const prefix = 4 + 1 + 1 + this.O + (paged ? Math.ceil(npages / 8) : 0);
+    if (!Number.isSafeInteger(n * entrySize) || n * entrySize > this.size) throw new RawError(`${where}: fixed array larger than the file`);
+    const pb = this.read(dblock, prefix, where);
+    if (pb.subarray(0, 4).toString("latin1") !== "FADB") throw new RawError(`${where}: bad fixed array data block signature`);
+    const bitmap = paged ? pb.subarray(prefix - Math.ceil(npages / 8)) : null;
+    let stored = 0;
+    const rank = grid.length;
+    const coord = new Array(rank);
+    const visit = (i, buf, pos) => {
+      const c = new Cursor(this, buf, pos, where);
+      const addr = c.addr();
+      let s = null;
+      if (clientId === 1) s = c.num(entrySize - this.O - 4);
+      // linear index i -> chunk coordinates in the grid
+      let r = i;
+      for (let d = rank - 1; d >= 0; d--) {
+        coord[d] = r % grid[d];
+        r = Math.floor(r / grid[d]);
+      }
+      const needed = coord.every((x, d) => x < need[d]);
+      if (!needed) return;
+      if (checkOne(addr, clientId === 1 ? s : chunkBytes, `chunk ${i}`)) stored++;
+    };
+    if (!paged) {
+      const eb = this.read(dblock + prefix, n * entrySize, where);
+      for (let i = 0; i < n; i++) visit(i, eb, i * entrySize);
+    } else {
+      let pageAddr = dblock + prefix + 4; // the data block prefix has its own checksum
+      for (let p = 0; p < npages; p++) {
+        const count = p === npages - 1 ? n - p * pageSize : pageSize;
+        const init = (bitmap[p >> 3] >> (7 - (p & 7))) & 1;
+        if (init) {
+          const eb = this.read(pageAddr, count * entrySize, where);
+          for (let k = 0; k < count; k++) visit(p * pageSize + k, eb, k * entrySize);
+        }
+        pageAddr += count * entrySize + 4;
+      }
+    }
+    return stored;
+  }
+
+  walkBtree1(L, shape, chunk, need, checkOne, problems, where) {
+    const rank = shape.length;
+    const keySize = 4 + 4 + 8 * (rank + 1);
+    const seenNodes = new Set();
+    const seenChunks = new Set();
+    let stored = 0;
+    let nodes = 0;
+    const walk = (addr, depth) => {
+      if (addr === UNDEF) return;
+      if (depth > 64) throw new RawError(`${where}: chunk B-tree too deep`);
+      if (seenNodes.has(addr)) throw new RawError(`${where}: chunk B-tree node visited twice`);
+      seenNodes.add(addr);
+      if (++nodes > 10000000) throw new RawError(`${where}: chunk B-tree too large`);
+      const hb = this.read(addr, 8 + 2 * this.O, where);
+      const h = new Cursor(this, hb, 0, where);
+      if (h.bytes(4).toString("latin1") !== "TREE") throw new RawError(`${where}: bad B-tree node signature`);
+      const type = h.u8();
+      const level = h.u8();
+      const entries = h.u16();
+      if (type !== 1) throw new RawError(`${where}: B-tree node of type ${type} in a chunk index`);
+      const body = this.read(addr + 8 + 2 * this.O, entries * (keySize + this.O) + keySize, where);
+      const c = new Cursor(this, body, 0, where);
+      for (let e = 0; e < entries; e++) {
+        const size = c.u32();
+        c.u32(); // filter mask
+        const offs = [];
+        for (let d = 0; d <= rank; d++) offs.push(c.num(8));
+        const child = c.addr();
+        if (level > 0) {
+          walk(child, depth + 1);
+          continue;
+        }
+        let lin = 0;
+        let ok = true;
+        for (let d = 0; d < rank; d++) {
+          if (offs[d] % chunk[d] !== 0 || offs[d] >= shape[d]) ok = false;
+          lin = lin * need[d] + Math.floor(offs[d] / chunk[d]);
+        }
+        if (!ok) continue; // a chunk outside the dataset's extent holds nothing we need
+        if (seenChunks.has(lin)) {
+          problems.push(`chunk ${lin} is listed twice`);
+          continue;
+        }
+        seenChunks.add(lin);
+        if (checkOne(child, size, `chunk ${lin}`)) stored++;
+      }
+    };
+    walk(L.address, 0);
+    return stored;
+  }
+}
+
+// Decodes a datatype message far enough for §8.2's rule (MD505).
+export function decodeDatatype(data, where) {
+  if (data.length < 8) throw new RawError(`${where}: truncated datatype message`);
+  const cls = data[0] & 0x0f;
+  const bits = data[1] | (data[2] << 8) | (data[3] << 16);
+  const size = data.readUInt32LE(4);
+  const t = { cls, size, bits };
+  if (cls === 0 && data.length >= 12) {
+    t.littleEndian = (bits & 1) === 0;
+    t.signed = (bits & 8) !== 0;
+    t.offset = data.readUInt16LE(8);
+    t.precision = data.readUInt16LE(10);
+  } else if (cls === 1 && data.length >= 20) {
+    t.littleEndian = (bits & 1) === 0 && (bits & 0x40) === 0;
+    t.norm = (bits >> 4) & 3;
+    t.signLoc = (bits >> 8) & 0xff;
+    t.offset = data.readUInt16LE(8);
+    t.precision = data.readUInt16LE(10);
+    t.expLoc = data[12];
+    t.expSize = data[13];
+    t.mantLoc = data[14];
+    t.mantSize = data[15];
+    t.bias = data.readUInt32LE(16);
+  }
+  return t;
+}
+
+// Whether a decoded datatype is one that §8.2 allows; returns null or the reason it is not.
+export function datatypeProblem(t) {
+  if (t.cls === 0) {
+    if (![1, 2, 4, 8].includes(t.size)) return `an integer of ${t.size} bytes`;
+    if (!t.littleEndian && t.size > 1) return "a big-endian integer";
+    if (t.offset !== 0 || t.precision !== 8 * t.size) return `an integer with bit offset ${t.offset} and precision ${t.precision}`;
+    return null;
+  }
+  if (t.cls === 1) {
+    const std = {
+      4: { precision: 32, expLoc: 23, expSize: 8, mantLoc: 0, mantSize: 23, bias: 127, signLoc: 31 },
+      8: { precision: 64, expLoc: 52, expSize: 11, mantLoc: 0, mantSize: 52, bias: 1023, signLoc: 63 },
+    }[t.size];
+    if (!std) return `a float of ${t.size} bytes`;
+    if (!t.littleEndian) return "a float that is not little-endian";
+    for (const [k, v] of Object.entries(std)) if (t[k] !== v) return `a float with non-standard ${k} ${t[k]}`;
+    if (t.offset !== 0 || t.norm !== 2) return "a float with a non-standard bit offset or mantissa normalisation";
+    return null;
+  }
+  return `datatype class ${t.cls}`;
+}

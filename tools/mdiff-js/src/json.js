@@ -1,0 +1,162 @@
+// Strict JSON (RFC 8259) parser, as SPEC.md §4.1 requires for every JSON attribute:
+// duplicate member names, NaN/Infinity tokens and text after the value are errors.
+// Integers (no fraction, no exponent) beyond 2^53 are returned as BigInt so that
+// shapes are never silently rounded; every other number is a JS number.
+
+export class JSONError extends Error {}
+
+const WS = new Set([0x20, 0x09, 0x0a, 0x0d]);
+
+export function parseStrict(text) {
+  let i = 0;
+  const n = text.length;
+
+  function fail(msg) {
+    throw new JSONError(`${msg} at offset ${i}`);
+  }
+  function ws() {
+    while (i < n && WS.has(text.charCodeAt(i))) i++;
+  }
+  function value(depth) {
+    if (depth > 512) fail("nesting too deep");
+    ws();
+    if (i >= n) fail("unexpected end of text");
+    const c = text[i];
+    if (c === "{") return object(depth);
+    if (c === "[") return array(depth);
+    if (c === '"') return string();
+    if (c === "t") return literal("true", true);
+    if (c === "f") return literal("false", false);
+    if (c === "n") return literal("null", null);
+    if (c === "-" || (c >= "0" && c <= "9")) return number();
+    if (text.startsWith("NaN", i) || text.startsWith("Infinity", i)) fail("NaN and Infinity are not JSON");
+    fail(`unexpected character ${JSON.stringify(c)}`);
+  }
+  function literal(word, v) {
+    if (!text.startsWith(word, i)) fail("invalid literal");
+    i += word.length;
+    return v;
+  }
+  function object(depth) {
+    i++; // {
+    const out = Object.create(null);
+    const seen = new Set();
+    ws();
+    if (text[i] === "}") {
+      i++;
+      return out;
+    }
+    for (;;) {
+      ws();
+      if (text[i] !== '"') fail("expected a member name");
+      const k = string();
+      if (seen.has(k)) fail(`duplicate member name ${JSON.stringify(k)}`);
+      seen.add(k);
+      ws();
+      if (text[i] !== ":") fail("expected ':'");
+      i++;
+      out[k] = value(depth + 1);
+      ws();
+      if (text[i] === ",") {
+        i++;
+        continue;
+      }
+      if (text[i] === "}") {
+        i++;
+        return out;
+      }
+      fail("expected ',' or '}'");
+    }
+  }
+  function array(depth) {
+    i++; // [
+    const out = [];
+    ws();
+    if (text[i] === "]") {
+      i++;
+      return out;
+    }
+    for (;;) {
+      out.push(value(depth + 1));
+      ws();
+      if (text[i] === ",") {
+        i++;
+        continue;
+      }
+      if (text[i] === "]") {
+        i++;
+        return out;
+      }
+      fail("expected ',' or ']'");
+    }
+  }
+  function string() {
+    i++; // opening quote
+    let out = "";
+    let start = i;
+    for (;;) {
+      if (i >= n) fail("unterminated string");
+      const ch = text.charCodeAt(i);
+      if (ch === 0x22) {
+        out += text.slice(start, i);
+        i++;
+        return out;
+      }
+      if (ch < 0x20) fail("control character in string");
+      if (ch === 0x5c) {
+        out += text.slice(start, i);
+        i++;
+        const e = text[i];
+        const simple = { '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t" };
+        if (e in simple) {
+          out += simple[e];
+          i++;
+        } else if (e === "u") {
+          const hex = text.slice(i + 1, i + 5);
+          if (!/^[0-9a-fA-F]{4}$/.test(hex)) fail("invalid \\u escape");
+          out += String.fromCharCode(parseInt(hex, 16));
+          i += 5;
+        } else {
+          fail("invalid escape");
+        }
+        start = i;
+        continue;
+      }
+      i++;
+    }
+  }
+  function number() {
+    const m = /^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/.exec(text.slice(i, i + 4096));
+    if (!m || m[0] === "-") fail("invalid number");
+    i += m[0].length;
+    if (text.startsWith("Infinity", i)) fail("NaN and Infinity are not JSON");
+    const lex = m[0];
+    if (!m[2] && !m[3]) {
+      const v = Number(lex);
+      if (!Number.isSafeInteger(v)) return BigInt(lex);
+      return v;
+    }
+    return Number(lex);
+  }
+
+  const v = value(0);
+  ws();
+  if (i !== n) fail("text after the JSON value");
+  return v;
+}
+
+export function isPlainObject(v) {
+  return v !== null && typeof v === "object" && !Array.isArray(v);
+}
+
+export function isInteger(v) {
+  return typeof v === "bigint" || (typeof v === "number" && Number.isInteger(v));
+}
+
+export function isNumber(v) {
+  return typeof v === "bigint" || (typeof v === "number" && Number.isFinite(v));
+}
+
+export function describe(v) {
+  return JSON.stringify(v, (_k, x) => (typeof x === "bigint" ? x.toString() : x));
+}

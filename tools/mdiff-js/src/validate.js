@@ -1,0 +1,708 @@
+// The validator: every rule of SPEC.md §3-§8 that can be checked with h5wasm plus the raw
+// reader of h5raw.js. See README.md for the rules it cannot check.
+
+import crypto from "node:crypto";
+import { init, H5File, H5Error } from "./hdf5.js";
+import { RawFile, RawError, UNDEF, datatypeProblem } from "./h5raw.js";
+import { finding, MdiffError } from "./codes.js";
+import { parseStrict, JSONError, isPlainObject, isInteger, describe } from "./json.js";
+import { checkCommit, checkUpdate, UPDATE_TYPES, UPDATE_VERSIONS } from "./schema.js";
+import { DTYPES, bitsStorage, computeDtype, storageName, sameStorage, numelOf } from "./dtypes.js";
+import { decodeName, compareUtf8 } from "./names.js";
+
+// §8.3 limits; these are this reader's defaults (the reference defaults).
+export const DEFAULT_LIMITS = {
+  maxRank: 32,
+  maxElements: 2n ** 36n,
+  maxDatasetBytes: 2n ** 38n,
+  maxAttributeBytes: 2 ** 20,
+  maxObjects: 1_000_000,
+  maxTotalBytes: 2n ** 40n,
+};
+
+const READER_MAJOR = 1;
+const READER_MINOR = 0;
+const KNOWN_EXTENSIONS = new Set(); // version 1.0 defines none
+const ALLOWED_FILTERS = new Set([1, 2, 3]);
+
+export function sha256hex(buf) {
+  return crypto.createHash("sha256").update(buf).digest("hex");
+}
+
+function join(parent, name) {
+  return parent === "/" ? `/${name}` : `${parent}/${name}`;
+}
+
+// Datasets each update type defines: name -> (update) => {storage, shape}
+function requiredDatasets(u) {
+  const T = u.dtype;
+  const shape = u.shape.map((d) => BigInt(d));
+  switch (u.type) {
+    case "dense":
+      return { xor: { storage: bitsStorage(T), shape } };
+    case "sparse":
+      return { indices: { storage: DTYPES.uint64.storage, shape: null }, xor: { storage: bitsStorage(T), shape: null } };
+    case "replace":
+      return { value: { storage: DTYPES[T].storage, shape } };
+    case "low_rank": {
+      const C = DTYPES[computeDtype(T)].storage;
+      return { A: { storage: C, shape: null }, B: { storage: C, shape: null } };
+    }
+    default:
+      return {};
+  }
+}
+
+export class Validation {
+  constructor(path, limits = DEFAULT_LIMITS) {
+    this.path = path;
+    this.limits = limits;
+    this.findings = [];
+    this.h5 = null;
+    this.raw = null;
+    this.objects = []; // {path, kind, parent, name, attrs: Map name -> string|undefined}
+    this.byPath = new Map();
+    this.dsInfo = new Map(); // dataset path -> {meta, ok}
+    this.params = []; // {name, path, update, ok}
+    this.dataCache = new Map();
+    this.strict = true;
+    this.notHdf5 = false;
+  }
+
+  add(code, path, message) {
+    this.findings.push(finding(code, path, message));
+  }
+
+  get errors() {
+    return this.findings.filter((f) => f.severity === "error");
+  }
+
+  close() {
+    if (this.h5) this.h5.close();
+    if (this.raw) this.raw.close();
+  }
+
+  async run({ data = true } = {}) {
+    await init();
+    try {
+      this.h5 = new H5File(this.path);
+    } catch (e) {
+      this.notHdf5 = true;
+      this.add("MD100", this.path, `not a readable HDF5 file: ${e.message}`);
+      return this;
+    }
+    try {
+      this.raw = new RawFile(this.path);
+    } catch (e) {
+      this.add("MD513", "/", `the file's superblock cannot be read: ${e.message}`);
+    }
+    this.walk();
+    this.checkAttributes();
+    this.checkDatasets();
+    const securityOk = !this.findings.some((f) => f.severity === "error" && f.code >= "MD500" && f.code < "MD600");
+    const versionOk = this.checkIdentity();
+    if (versionOk) {
+      this.checkCommit();
+      this.checkLayout();
+      if (data && securityOk) this.checkData();
+    }
+    return this;
+  }
+
+  // §8.1: links, object kinds, objects reachable once; §8.3: object count.
+  walk() {
+    const seen = new Map(); // address -> path
+    let count = 0;
+    const root = { path: "/", kind: "group", parent: null, name: "", attrs: new Map() };
+    try {
+      seen.set(this.h5.address("/"), "/");
+    } catch {
+      /* the root's address is only for MD514 */
+    }
+    const queue = [root];
+    this.objects.push(root);
+    this.byPath.set("/", root);
+    count++;
+    while (queue.length) {
+      const g = queue.shift();
+      let names;
+      try {
+        names = this.h5.keys(g.path);
+      } catch (e) {
+        this.add("MD513", g.path, `the group's links cannot be read: ${e.message}`);
+        continue;
+      }
+      g.children = [];
+      for (const name of names) {
+        const p = join(g.path, name);
+        let kind;
+        try {
+          kind = this.h5.linkKind(p);
+        } catch (e) {
+          if (name.includes("\uFFFD") || !name.isWellFormed()) {
+            // h5wasm decodes link names as UTF-8, replacing bad bytes; the name then names nothing.
+            this.add("MD302", p, "the link name is not valid UTF-8");
+          } else this.add("MD513", p, `the link cannot be read: ${e.message}`);
+          continue;
+        }
+        if (kind !== "hard") {
+          this.add("MD500", p, `${kind === "user" ? "user-defined" : kind} link; only hard links are allowed`);
+          g.children.push({ name, path: p, kind: "link" });
+          continue;
+        }
+        let okind;
+        let addr;
+        try {
+          okind = this.h5.objectKind(p);
+          addr = this.h5.address(p);
+        } catch (e) {
+          this.add("MD513", p, `the object cannot be read: ${e.message}`);
+          continue;
+        }
+        if (okind === "datatype") {
+          this.add("MD501", p, "a committed datatype; only groups and datasets are allowed");
+          g.children.push({ name, path: p, kind: "datatype" });
+          continue;
+        }
+        if (okind === "other") {
+          this.add("MD501", p, "an object that is neither a group nor a dataset");
+          g.children.push({ name, path: p, kind: "other" });
+          continue;
+        }
+        if (seen.has(addr)) {
+          const first = seen.get(addr);
+          this.add("MD514", p, `the object is also linked as ${first}${first === "/" ? " (a cycle)" : ""}`);
+          g.children.push({ name, path: p, kind: "duplicate" });
+          continue;
+        }
+        seen.set(addr, p);
+        const obj = { path: p, kind: okind, parent: g, name, addr, attrs: new Map() };
+        g.children.push(obj);
+        this.objects.push(obj);
+        this.byPath.set(p, obj);
+        if (++count > this.limits.maxObjects) {
+          this.add("MD511", p, `more than ${this.limits.maxObjects} objects and attributes`);
+          return;
+        }
+        if (okind === "group") queue.push(obj);
+      }
+    }
+    this.count = count;
+  }
+
+  // §8.2 attributes (MD506), §8.3 (MD510, MD511).
+  checkAttributes() {
+    let count = this.count || 0;
+    for (const obj of this.objects) {
+      let names;
+      try {
+        names = this.h5.attrNames(obj.path);
+      } catch (e) {
+        this.add("MD513", obj.path, `the attributes cannot be read: ${e.message}`);
+        continue;
+      }
+      count += names.length;
+      if (count > this.limits.maxObjects) {
+        this.add("MD511", obj.path, `more than ${this.limits.maxObjects} objects and attributes`);
+        return;
+      }
+      for (const name of names) {
+        let meta;
+        try {
+          meta = this.h5.attrMeta(obj.path, name);
+        } catch (e) {
+          this.add("MD513", obj.path, `attribute '${name}' cannot be read: ${e.message}`);
+          obj.attrs.set(name, undefined);
+          continue;
+        }
+        const isString = meta.type === 3 && !meta.vlen && (meta.cset === 0 || meta.cset === 1);
+        const scalar = Array.isArray(meta.shape) && meta.shape.length === 0;
+        if (!isString || !scalar) {
+          this.add("MD506", obj.path, `attribute '${name}' is not a scalar fixed-length UTF-8 string`);
+          obj.attrs.set(name, undefined);
+          continue;
+        }
+        const nbytes = meta.size * meta.total_size;
+        if (nbytes > this.limits.maxAttributeBytes) {
+          this.add("MD510", obj.path, `attribute '${name}' has ${nbytes} bytes; the limit is ${this.limits.maxAttributeBytes}`);
+          obj.attrs.set(name, undefined);
+          continue;
+        }
+        let bytes;
+        try {
+          bytes = this.h5.attrBytes(obj.path, name, meta);
+        } catch (e) {
+          this.add("MD513", obj.path, `attribute '${name}' cannot be read: ${e.message}`);
+          obj.attrs.set(name, undefined);
+          continue;
+        }
+        let end = bytes.length;
+        while (end > 0 && bytes[end - 1] === 0) end--;
+        let text;
+        try {
+          text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(bytes.subarray(0, end));
+        } catch {
+          this.add("MD506", obj.path, `attribute '${name}' is not valid UTF-8`);
+          obj.attrs.set(name, undefined);
+          continue;
+        }
+        obj.attrs.set(name, text);
+      }
+    }
+  }
+
+  // §8.2 datasets (MD502-MD505), §8.3 limits (MD507-MD509, MD512).
+  checkDatasets() {
+    let total = 0n;
+    const L = this.limits;
+    for (const obj of this.objects) {
+      if (obj.kind !== "dataset") continue;
+      const p = obj.path;
+      const info = { ok: false };
+      this.dsInfo.set(p, info);
+      let meta;
+      let filters;
+      try {
+        meta = this.h5.datasetMeta(p);
+        filters = this.h5.datasetFilters(p);
+      } catch (e) {
+        this.add("MD513", p, `the dataset cannot be read: ${e.message}`);
+        continue;
+      }
+      info.meta = meta;
+      let ok = true;
+      let raw = null;
+      if (this.raw) {
+        try {
+          raw = this.raw.datasetInfo(obj.addr, p);
+        } catch (e) {
+          this.add("MD513", p, `the dataset's object header cannot be read: ${e.message}`);
+          ok = false;
+        }
+      }
+      if (raw && raw.external) {
+        this.add("MD502", p, "external raw storage");
+        ok = false;
+      }
+      if ((raw && raw.layout && raw.layout.cls === 3) || (meta.virtual_sources && meta.virtual_sources.length)) {
+        this.add("MD503", p, "virtual dataset");
+        ok = false;
+      }
+      for (const f of filters || []) {
+        if (!ALLOWED_FILTERS.has(f.id)) {
+          this.add("MD504", p, `filter ${f.id} (${f.name}) is not among deflate (1), shuffle (2), fletcher32 (3)`);
+          ok = false;
+        }
+      }
+      // datatype and dataspace
+      if (raw && raw.sharedDatatype && raw.sharedDatatype.committed) {
+        this.add("MD501", p, "the dataset uses a committed datatype");
+        ok = false;
+      }
+      let typeProblem = null;
+      if (meta.type !== 0 && meta.type !== 1) typeProblem = `datatype class ${meta.type}`;
+      else if (meta.type === 0 && ![1, 2, 4, 8].includes(meta.size)) typeProblem = `an integer of ${meta.size} bytes`;
+      else if (meta.type === 1 && ![4, 8].includes(meta.size)) typeProblem = `a float of ${meta.size} bytes`;
+      else if (!meta.littleEndian && meta.size > 1) typeProblem = "a big-endian datatype";
+      else if (raw && raw.datatype) typeProblem = datatypeProblem(raw.datatype);
+      if (typeProblem) {
+        this.add("MD505", p, `datatype is not a little-endian IEEE float or two's-complement integer: ${typeProblem}`);
+        ok = false;
+      }
+      if (meta.shape === null || meta.shape === undefined) {
+        this.add("MD505", p, "null dataspace");
+        info.ok = false;
+        continue;
+      }
+      const shape = meta.shape;
+      if (shape.length > L.maxRank) {
+        this.add("MD507", p, `rank ${shape.length} exceeds the limit ${L.maxRank}`);
+        ok = false;
+      }
+      const numel = numelOf(shape);
+      const bytes = numel * BigInt(meta.size);
+      total += bytes;
+      if (numel > L.maxElements || bytes > L.maxDatasetBytes) {
+        this.add("MD508", p, `${numel} elements, ${bytes} bytes exceed the limits (${L.maxElements} elements, ${L.maxDatasetBytes} bytes)`);
+        ok = false;
+      }
+      const maxshape = meta.maxshape;
+      if (ok && shape.length && maxshape && (maxshape.length !== shape.length || maxshape.some((d, i) => d !== shape[i]))) {
+        this.add("MD509", p, "the dataset is extendible (its maximum shape is not its shape)");
+        ok = false;
+      }
+      if (process.env.MDIFF_JS_DEBUG && raw) process.stderr.write(`${p}: layout ${JSON.stringify(raw.layout, (k, x) => (k === "data" ? undefined : x))}\n`);
+      if (numel >= 1n && raw && raw.layout && ok) {
+        const problems = this.storageProblems(raw.layout, meta, filters || [], Number(bytes), p);
+        if (problems.length) {
+          this.add("MD509", p, `declares ${bytes} bytes; ${problems.join("; ")}`);
+          ok = false;
+        }
+      }
+      info.ok = ok && !typeProblem;
+    }
+    if (total > L.maxTotalBytes) this.add("MD512", "/", `the datasets declare ${total} bytes; the limit is ${L.maxTotalBytes}`);
+  }
+
+  storageProblems(layout, meta, filters, declared, p) {
+    try {
+      if (layout.cls === 0) return []; // compact: the data is in the object header
+      if (layout.cls === 1) {
+        if (layout.address === UNDEF) return ["0 are stored within the file (the storage is not allocated)"];
+        const size = layout.size === undefined ? declared : layout.size;
+        if (size < declared) return [`only ${size} bytes of storage are allocated`];
+        if (!this.raw.within(layout.address, size)) return ["the contiguous storage does not end within the file"];
+        return [];
+      }
+      if (layout.cls === 2) {
+        const deflate = filters.some((f) => f.id === 1);
+        return this.raw.checkChunks(layout, meta.shape, meta.maxshape, meta.size, deflate, filters.length > 0, p);
+      }
+      return [];
+    } catch (e) {
+      if (e instanceof RawError) return [`the chunk index cannot be read: ${e.message}`];
+      throw e;
+    }
+  }
+
+  // §3.2-§3.4. Returns false when the rest of the file cannot be interpreted (MD103).
+  checkIdentity() {
+    const root = this.byPath.get("/");
+    const a = root.attrs;
+    if (a.get("format") !== "mdiff") {
+      this.add("MD101", "/", `\`format\` is ${a.has("format") ? describe(a.get("format") ?? null) : "missing"}, not "mdiff"`);
+    }
+    const v = a.get("format_version");
+    let ok = true;
+    const m = typeof v === "string" ? /^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$/.exec(v) : null;
+    if (!m) {
+      this.add("MD102", "/", `\`format_version\` is ${a.has("format_version") ? describe(v ?? null) : "missing"}, not MAJOR.MINOR`);
+    } else {
+      const major = BigInt(m[1]);
+      const minor = BigInt(m[2]);
+      if (major !== BigInt(READER_MAJOR)) {
+        this.add("MD103", "/", `format version ${v}: this reader reads ${READER_MAJOR}.x`);
+        ok = false;
+      } else if (minor > BigInt(READER_MINOR)) {
+        this.add("MD104", "/", `format version ${v} is newer than ${READER_MAJOR}.${READER_MINOR}; unknown members are ignored`);
+        this.strict = false;
+      }
+    }
+    if (a.has("extensions")) {
+      const raw = a.get("extensions");
+      let ext = null;
+      let why = null;
+      if (raw === undefined) why = "it is not a string";
+      else {
+        try {
+          ext = parseStrict(raw);
+        } catch (e) {
+          why = `it is not valid JSON: ${e.message}`;
+        }
+      }
+      if (!why) {
+        if (!Array.isArray(ext)) why = "it is not a JSON array";
+        else {
+          const names = new Set();
+          for (const e of ext) {
+            if (!isPlainObject(e) || typeof e.name !== "string" || typeof e.must_understand !== "boolean") {
+              why = "an element is not an object with a string `name` and a boolean `must_understand`";
+              break;
+            }
+            if (names.has(e.name)) {
+              why = `the name ${describe(e.name)} appears twice`;
+              break;
+            }
+            names.add(e.name);
+          }
+        }
+      }
+      if (why) this.add("MD105", "/", `\`extensions\` is malformed: ${why}`);
+      else {
+        for (const e of ext) {
+          if (KNOWN_EXTENSIONS.has(e.name)) continue;
+          if (e.must_understand) this.add("MD106", "/", `extension ${describe(e.name)} must be understood; this reader does not know it`);
+          else this.add("MD107", "/", `optional extension ${describe(e.name)} is ignored`);
+        }
+      }
+    }
+    for (const name of a.keys()) {
+      if (!["format", "format_version", "commit", "extensions"].includes(name)) this.add("MD303", "/", `unknown attribute '${name}'`);
+    }
+    return ok;
+  }
+
+  // §4
+  checkCommit() {
+    const a = this.byPath.get("/").attrs;
+    const raw = a.get("commit");
+    if (!a.has("commit")) {
+      this.add("MD200", "/", "root attribute `commit` is missing");
+      return;
+    }
+    if (raw === undefined) return; // present but not a readable UTF-8 string: MD506/MD510/MD513 said so
+    let c;
+    try {
+      c = parseStrict(raw);
+    } catch (e) {
+      this.add("MD201", "/", `\`commit\` is not valid JSON: ${e.message}`);
+      return;
+    }
+    if (!isPlainObject(c)) {
+      this.add("MD201", "/", `\`commit\` is a JSON ${Array.isArray(c) ? "array" : typeof c}, not an object`);
+      return;
+    }
+    this.commit = c;
+    const errs = checkCommit(c, this.strict);
+    if (errs.length) this.add("MD202", "/", `commit metadata is invalid: ${errs.join("; ")}`);
+  }
+
+  // §5, §7.1 metadata, §7.3-§7.7 dataset shapes and types.
+  checkLayout() {
+    const root = this.byPath.get("/");
+    for (const ch of root.children || []) {
+      if (ch.name === "parameters" || !(ch.kind === "group" || ch.kind === "dataset")) continue;
+      if (ch.name === "update_types") {
+        this.add("MD303", ch.path, "embedded update types (§7.8) are not implemented by mdiff-js; the group is ignored and updates of these types are refused (MD402)");
+        continue;
+      }
+      this.add("MD303", ch.path, "unknown root member");
+    }
+    const params = (root.children || []).find((c) => c.name === "parameters");
+    if (!params) {
+      this.add("MD300", "/parameters", "group `/parameters` is missing");
+      return;
+    }
+    if (params.kind !== "group") {
+      if (params.kind === "dataset") this.add("MD300", "/parameters", "`/parameters` is a dataset, not a group");
+      return; // links and other kinds were reported by walk()
+    }
+    for (const name of params.attrs.keys()) this.add("MD303", params.path, `unknown attribute '${name}'`);
+    const entries = [];
+    for (const ch of params.children || []) {
+      if (ch.kind === "dataset") {
+        this.add("MD301", ch.path, "a dataset; every member of /parameters must be a group");
+        continue;
+      }
+      if (ch.kind !== "group") continue; // reported already (MD500, MD501, MD514)
+      let pname;
+      try {
+        pname = decodeName(ch.name);
+      } catch (e) {
+        this.add("MD302", ch.path, `link name ${describe(ch.name)}: ${e.message}`);
+        continue;
+      }
+      entries.push({ name: pname, group: ch });
+    }
+    entries.sort((x, y) => compareUtf8(x.name, y.name));
+    for (const { name, group } of entries) {
+      const u = this.checkUpdate(group);
+      this.params.push({ name, path: group.path, group, update: u ? u.update : null, ok: !!(u && u.ok) });
+    }
+  }
+
+  checkUpdate(g) {
+    const p = g.path;
+    for (const name of g.attrs.keys()) if (name !== "update") this.add("MD303", p, `unknown attribute '${name}'`);
+    const raw = g.attrs.get("update");
+    const members = new Map((g.children || []).map((c) => [c.name, c]));
+    const report = () => {
+      for (const c of members.values()) {
+        if (c.kind === "group" || c.kind === "dataset") this.add("MD303", c.path, "unknown member");
+      }
+    };
+    if (!g.attrs.has("update")) {
+      this.add("MD400", p, "attribute `update` is missing");
+      return null;
+    }
+    if (raw === undefined) return null; // present but unusable: MD506/MD510/MD513 said so
+    let u;
+    try {
+      u = parseStrict(raw);
+    } catch (e) {
+      this.add("MD401", p, `\`update\` is not valid JSON: ${e.message}`);
+      return null;
+    }
+    if (!isPlainObject(u)) {
+      this.add("MD401", p, `\`update\` is a JSON ${Array.isArray(u) ? "array" : typeof u}, not an object`);
+      return null;
+    }
+    if (typeof u.type !== "string") {
+      this.add("MD404", p, "`update` has no string member `type`");
+      return null;
+    }
+    if (!UPDATE_TYPES.includes(u.type)) {
+      const embedded = u.type.startsWith("x-") ? " (embedded update types, §7.8, are not implemented by mdiff-js)" : "";
+      this.add("MD402", p, `unknown update type ${describe(u.type)}; known: ${UPDATE_TYPES.join(", ")}${embedded}`);
+      return null;
+    }
+    if (!("version" in u) || !isInteger(u.version)) {
+      this.add("MD404", p, `\`update\` breaks the ${u.type} schema: \`version\` is ${"version" in u ? describe(u.version) : "missing"}, not an integer`);
+      return null;
+    }
+    if (!UPDATE_VERSIONS[u.type].some((v) => BigInt(v) === BigInt(u.version))) {
+      this.add("MD403", p, `${u.type} version ${describe(u.version)} is not supported (this reader knows ${UPDATE_VERSIONS[u.type].join(", ")})`);
+      return null;
+    }
+    const errs = checkUpdate(u, this.strict);
+    if (errs.length) {
+      this.add("MD404", p, `\`update\` breaks the ${u.type} schema: ${errs.join("; ")}`);
+      return null;
+    }
+    if (u.type === "low_rank" && (!DTYPES[u.dtype].float || u.shape.length === 0)) {
+      this.add("MD411", p, `low_rank needs a floating-point parameter of rank >= 1, not ${u.dtype}[${u.shape.join(", ")}]`);
+      return null;
+    }
+    // datasets
+    const req = requiredDatasets(u);
+    let ok = true;
+    const got = {};
+    for (const [dn, spec] of Object.entries(req)) {
+      const c = members.get(dn);
+      members.delete(dn);
+      if (!c || c.kind !== "dataset") {
+        this.add("MD405", join(p, dn), `the ${u.type} update needs a dataset '${dn}'${c ? `, not a ${c.kind}` : ""}`);
+        ok = false;
+        continue;
+      }
+      for (const an of c.attrs.keys()) this.add("MD303", c.path, `unknown attribute '${an}'`);
+      const info = this.dsInfo.get(c.path);
+      if (!info || !info.meta || !info.meta.shape) {
+        ok = false;
+        continue;
+      }
+      const m = info.meta;
+      const storage = { cls: m.type === 1 ? "float" : "int", size: m.size, signed: !!m.signed };
+      if (!(m.type === 0 || m.type === 1) || !sameStorage(storage, spec.storage)) {
+        this.add("MD406", c.path, `storage datatype is ${m.type === 0 || m.type === 1 ? storageName(storage) : `class ${m.type}`}; ${u.dtype} ${dn} needs ${storageName(spec.storage)}`);
+        ok = false;
+      }
+      got[dn] = m.shape.map((d) => BigInt(d));
+      if (!info.ok) ok = false;
+    }
+    report();
+    const eq = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
+    const fmt = (s) => `[${s.join(", ")}]`;
+    if (ok || Object.keys(got).length) {
+      const shape = u.shape.map((d) => BigInt(d));
+      const numel = numelOf(shape);
+      const bad = (dn, why) => {
+        this.add("MD407", join(p, dn), why);
+        ok = false;
+      };
+      if (u.type === "dense" && got.xor && !eq(got.xor, shape)) bad("xor", `shape ${fmt(got.xor)}; the update's shape is ${fmt(shape)}`);
+      if (u.type === "replace" && got.value && !eq(got.value, shape)) bad("value", `shape ${fmt(got.value)}; the update's shape is ${fmt(shape)}`);
+      if (u.type === "sparse" && got.indices && got.xor) {
+        if (got.indices.length !== 1) bad("indices", `rank ${got.indices.length}; indices must be [k]`);
+        else if (got.xor.length !== 1) bad("xor", `rank ${got.xor.length}; xor must be [k]`);
+        else if (got.indices[0] !== got.xor[0]) bad("xor", `length ${got.xor[0]} differs from the ${got.indices[0]} indices`);
+        else if (got.indices[0] > numel) bad("indices", `${got.indices[0]} indices for ${numel} elements`);
+      }
+      if (u.type === "low_rank" && got.A && got.B) {
+        const mm = shape[0];
+        const nn = numelOf(shape.slice(1));
+        const A = got.A;
+        const B = got.B;
+        if (A.length !== 2) bad("A", `rank ${A.length}; A must be [m, r]`);
+        else if (B.length !== 2) bad("B", `rank ${B.length}; B must be [r, n]`);
+        else {
+          const r = A[1];
+          const mn = mm < nn ? mm : nn;
+          const rmax = mn > 1n ? mn : 1n;
+          if (A[0] !== mm) bad("A", `shape ${fmt(A)}; A must be [${mm}, r]`);
+          else if (B[1] !== nn) bad("B", `shape ${fmt(B)}; B must be [r, ${nn}]`);
+          else if (B[0] !== r) bad("B", `shape ${fmt(B)}; B must be [${r}, ${nn}] to match A`);
+          else if (r < 1n || r > rmax) bad("A", `rank r = ${r}; it must satisfy 1 <= r <= ${rmax}`);
+        }
+      }
+    }
+    return { update: u, ok };
+  }
+
+  data(path) {
+    if (this.dataCache.has(path)) return this.dataCache.get(path);
+    const info = this.dsInfo.get(path);
+    const b = this.h5.datasetBytes(path, info.meta);
+    this.dataCache.set(path, b);
+    return b;
+  }
+
+  // Data rules: MD408, MD409, MD410.
+  checkData() {
+    for (const prm of this.params) {
+      if (!prm.ok) continue;
+      const u = prm.update;
+      const p = prm.path;
+      try {
+        const bool = u.dtype === "bool";
+        const checkBool = (dn) => {
+          const b = this.data(join(p, dn));
+          for (let i = 0; i < b.length; i++) {
+            if (b[i] > 1) {
+              this.add("MD409", join(p, dn), `dataset '${dn}' holds a bool value other than 0 or 1 (${b[i]} at ${i})`);
+              prm.ok = false;
+              return;
+            }
+          }
+        };
+        if (u.type === "dense" && bool) checkBool("xor");
+        if (u.type === "sparse") {
+          const b = this.data(join(p, "indices"));
+          const idx = new BigUint64Array(b.buffer, b.byteOffset, b.length / 8);
+          const numel = numelOf(u.shape);
+          for (let j = 0; j < idx.length; j++) {
+            if (idx[j] >= numel) {
+              this.add("MD408", join(p, "indices"), `index ${idx[j]} at ${j} is not less than numel = ${numel}`);
+              prm.ok = false;
+              break;
+            }
+            if (j > 0 && idx[j] <= idx[j - 1]) {
+              this.add("MD408", join(p, "indices"), `indices are not strictly increasing at ${j} (${idx[j - 1]}, ${idx[j]})`);
+              prm.ok = false;
+              break;
+            }
+          }
+          if (bool) checkBool("xor");
+        }
+        if (u.type === "replace") {
+          if (bool) checkBool("value");
+          const h = sha256hex(this.data(join(p, "value")));
+          if (h !== u.sha256) {
+            this.add("MD410", join(p, "value"), `the stored value does not match \`sha256\` (it hashes to ${h})`);
+            prm.ok = false;
+          }
+        }
+        if (u.type === "low_rank") {
+          for (const [dn, key] of [["A", "A_sha256"], ["B", "B_sha256"]]) {
+            const h = sha256hex(this.data(join(p, dn)));
+            if (h !== u[key]) {
+              this.add("MD410", join(p, dn), `factor ${dn} does not match \`${key}\` (it hashes to ${h})`);
+              prm.ok = false;
+            }
+          }
+        }
+      } catch (e) {
+        if (e instanceof H5Error || e instanceof RangeError) {
+          this.add("MD513", p, `the data cannot be read: ${e.message}`);
+          prm.ok = false;
+        } else throw e;
+      }
+    }
+  }
+
+  result() {
+    return { file: this.path, valid: this.errors.length === 0, findings: this.findings };
+  }
+}
+
+export async function validateFile(path, opts = {}) {
+  const v = new Validation(path, opts.limits || DEFAULT_LIMITS);
+  try {
+    await v.run(opts);
+  } catch (e) {
+    if (e instanceof MdiffError) v.add(e.code, e.path || "/", e.message);
+    else if (e instanceof H5Error || e instanceof RawError) v.add("MD513", "/", `the file cannot be read: ${e.message}`);
+    else v.add("MD513", "/", `the file cannot be read (${e && e.name}: ${e && e.message})`);
+  }
+  return v;
+}
