@@ -63,5 +63,5 @@ def apply_files(base_path, diff_path, out_path, progress: Progress | None = None
             # the base tensor was just read for this purpose alone: the update may overwrite it
             return update.apply(base.read(name) if needs_base else None, name, engine, scratch=True)
 
-        write_checkpoint(out_path, entries, fetch)
+        write_checkpoint(out_path, entries, fetch, template=base_path)
     return len(entries)

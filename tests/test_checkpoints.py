@@ -341,7 +341,6 @@ def test_writer_accepts_non_canonical_arrays(tmp_path: Path) -> None:
         [("", (1,), DTYPES["uint8"])],
         [("a", (-1,), DTYPES["uint8"])],
         [("a", (1,), "uint8")],
-        [("__metadata__", (1,), DTYPES["uint8"])],
         [("a", (1,) * 33, DTYPES["uint8"])],
         [("a", (1.0,), DTYPES["uint8"])],
         [("a", (True,), DTYPES["uint8"])],
@@ -351,6 +350,12 @@ def test_bad_entries_are_value_errors(tmp_path: Path, entries) -> None:
     with pytest.raises(ValueError):
         write_checkpoint(tmp_path / "m.safetensors", entries, lambda name: np.zeros(1, np.uint8))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_reserved_safetensors_key_cannot_name_a_tensor(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError) as info:
+        write_checkpoint(tmp_path / "m.safetensors", [("__metadata__", (1,), DTYPES["uint8"])], lambda n: np.zeros(1, np.uint8))
+    assert info.value.code == "MD703" and list(tmp_path.iterdir()) == []
 
 
 def test_bfloat16_cannot_be_written_to_npz(tmp_path: Path) -> None:

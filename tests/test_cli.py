@@ -161,3 +161,13 @@ def test_help_names_every_command(capsys):
     assert exit_info.value.code == 0
     for command in ("validate", "dump", "diff", "apply"):
         assert command in out
+
+
+def test_a_parameter_safetensors_cannot_name_is_refused_with_a_code(capsys, tmp_path):
+    """A diff may add a parameter called __metadata__; safetensors reserves that key (MD703)."""
+    save_checkpoint(tmp_path / "a.npz", {"w": np.zeros(2, np.float32)})
+    mdiff.write(tmp_path / "d.mdiff", {"__metadata__": mdiff.replace(np.ones(2, np.float32))})
+    save_checkpoint(tmp_path / "a.safetensors", {"w": np.zeros(2, np.float32)})
+    code, _, err = run(capsys, "apply", tmp_path / "a.safetensors", tmp_path / "d.mdiff", "-o", tmp_path / "o.safetensors")
+    assert code == 1 and "MD703" in err and not (tmp_path / "o.safetensors").exists()
+    assert run(capsys, "apply", tmp_path / "a.npz", tmp_path / "d.mdiff", "-o", tmp_path / "o.npz")[0] == 0

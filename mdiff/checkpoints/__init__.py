@@ -1,9 +1,12 @@
 """Checkpoint files (SPEC.md §10): the model files a diff is made from or applied to.
 
-Two formats are supported, chosen by file extension: ``.safetensors`` and
-``.npz``. Readers are lazy: opening a file reads and validates its header
-only, and :meth:`CheckpointReader.read` reads the bytes of one tensor, so a
-checkpoint larger than memory can be processed one tensor at a time.
+Four formats are supported, chosen by file extension: ``.safetensors``,
+``.npz``, PyTorch state dicts (``.pt``, ``.pth``; needs ``mdiff[torch]``) and
+the initializers of ONNX models (``.onnx``). Readers are lazy: opening a file
+reads and validates its header only, and :meth:`CheckpointReader.read`
+reads the bytes of one tensor, so a checkpoint larger than memory can be
+processed one tensor at a time (``.onnx`` files, and legacy non-zip ``.pt``
+files, are held in memory whole; see their modules).
 
 Readers fail closed. Whatever a file holds, reading it raises
 :class:`~mdiff.errors.CheckpointError` (MD700 unsupported format, MD701
@@ -14,7 +17,9 @@ about the file's contents and stay ``OSError``.
 
 Writers are streaming, atomic and deterministic: ``fetch`` is asked for one
 tensor at a time, the file appears under its name only once complete, and
-the same inputs always give the same bytes.
+the same inputs always give the same bytes. (``.pt`` writers fetch every
+tensor before writing, since ``torch.save`` needs the whole dict; ``.onnx``
+writers need the base model as ``template``.)
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ __all__ = [
 Entry = tuple[str, tuple[int, ...], DType]
 Fetch = Callable[[str], np.ndarray]
 
-SUPPORTED_EXTENSIONS = (".safetensors", ".npz")
+SUPPORTED_EXTENSIONS = (".safetensors", ".npz", ".pt", ".pth", ".onnx")
 
 # numpy 1.x cannot create arrays of more dimensions than this (numpy 2 allows
 # 64); refusing more keeps every file we accept loadable by both.
@@ -123,10 +128,19 @@ def _format_module(path: str) -> ModuleType:
         from mdiff.checkpoints import npz
 
         return npz
+    if suffix in (".pt", ".pth"):
+        from mdiff.checkpoints import torch_pt
+
+        return torch_pt
+    if suffix == ".onnx":
+        from mdiff.checkpoints import onnx_model
+
+        return onnx_model
     raise CheckpointError(
         "MD700",
         f"unsupported checkpoint extension {suffix or '(none)'!r}; "
-        f"supported extensions are {', '.join(SUPPORTED_EXTENSIONS)}",
+        f"supported extensions are {', '.join(SUPPORTED_EXTENSIONS)} "
+        "(.pt/.pth: PyTorch state dicts; .onnx: the initializers of an ONNX model)",
         path,
     )
 
@@ -142,6 +156,8 @@ def write_checkpoint(
     entries: Sequence[tuple[str, Sequence[int], DType]],
     fetch: Fetch,
     metadata: Mapping[str, str] | None = None,
+    *,
+    template: str | os.PathLike[str] | None = None,
 ) -> None:
     """Write a checkpoint atomically, fetching one tensor at a time.
 
@@ -149,13 +165,21 @@ def write_checkpoint(
     is called once per entry, in that order, and must return an array of that
     shape and dtype (ValueError otherwise). On any exception no file is left
     behind and an existing ``path`` keeps its previous contents.
+
+    ``template`` is the checkpoint the result derives from (the base of an
+    applied diff). Formats that store more than tensors use it: an ``.onnx``
+    output is the template model with its initializers replaced, and cannot
+    be written without one (MD703). Other formats ignore it.
     """
     path = os.fspath(path)
     module = _format_module(path)
     checked_entries = _checked_entries(entries)
     checked_metadata = _checked_metadata(metadata)
     # Before any file is created, so that a refusal leaves nothing behind.
-    module.check_writable(checked_entries, checked_metadata, path)
+    if getattr(module, "WRITES_FROM_TEMPLATE", False):
+        module.check_writable(checked_entries, checked_metadata, path, template)
+    else:
+        module.check_writable(checked_entries, checked_metadata, path)
     shapes = {name: (shape, dt) for name, shape, dt in checked_entries}
 
     def checked_fetch(name: str) -> np.ndarray:
@@ -163,7 +187,7 @@ def write_checkpoint(
         return _canonical_fetched(fetch(name), name, shape, dt)
 
     with _atomic_output(path) as file:
-        module.write(file, checked_entries, checked_fetch, checked_metadata)
+        module.write(file, checked_entries, checked_fetch, checked_metadata, template)
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:

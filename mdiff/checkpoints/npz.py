@@ -280,7 +280,13 @@ def check_writable(entries: Sequence[Entry], metadata: dict[str, str] | None, pa
         )
 
 
-def write(file: BinaryIO, entries: Sequence[Entry], fetch: Fetch, metadata: dict[str, str] | None) -> None:
+def write(
+    file: BinaryIO,
+    entries: Sequence[Entry],
+    fetch: Fetch,
+    metadata: dict[str, str] | None,
+    template: str | os.PathLike[str] | None = None,  # not used by this format
+) -> None:
     with zipfile.ZipFile(file, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
         for name, _, _ in entries:
             array = fetch(name)

@@ -292,15 +292,25 @@ def _refuse_overlaps(tensors: dict[str, _Tensor], path: str) -> None:
 
 
 def check_writable(entries: Sequence[Entry], metadata: dict[str, str] | None, path: str) -> None:
-    """ValueError for names the format reserves or a header the reader would refuse."""
+    """CheckpointError (MD703) for what a safetensors file cannot hold: a tensor named like the
+    format's reserved key, or a header larger than readers accept. A diff may carry such a
+    parameter, so this is a refusal with a code, not a programming error."""
     for name, _, _ in entries:
         if name == METADATA_KEY:
-            raise ValueError(f"{METADATA_KEY!r} is reserved in safetensors and cannot name a tensor")
+            raise CheckpointError(
+                "MD703", f"{METADATA_KEY!r} is reserved in safetensors and cannot name a tensor; write .npz or .pt", path
+            )
     if len(_header_bytes(entries, metadata)) > MAX_HEADER_BYTES:
-        raise ValueError(f"the header would exceed {MAX_HEADER_BYTES} bytes; split the checkpoint")
+        raise CheckpointError("MD703", f"the header would exceed {MAX_HEADER_BYTES} bytes; split the checkpoint", path)
 
 
-def write(file: BinaryIO, entries: Sequence[Entry], fetch: Fetch, metadata: dict[str, str] | None) -> None:
+def write(
+    file: BinaryIO,
+    entries: Sequence[Entry],
+    fetch: Fetch,
+    metadata: dict[str, str] | None,
+    template: str | os.PathLike[str] | None = None,  # not used by this format
+) -> None:
     header = _header_bytes(entries, metadata)
     file.write(_LENGTH.pack(len(header)))
     file.write(header)
