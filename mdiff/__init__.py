@@ -12,6 +12,9 @@ The public surface is small; everything else is private to the package::
 
 Updates by hand: ``mdiff.dense``, ``mdiff.sparse``, ``mdiff.low_rank``,
 ``mdiff.replace``, ``mdiff.delete``.
+
+Version control: ``mdiff.Repository.init(dir)`` / ``.find(dir)``, then ``commit``, ``checkout``,
+``merge``, ``squash``, ``snapshot``, ``status``, ``diff`` (SPEC.md §13).
 """
 
 __version__ = "0.1.0"
@@ -19,7 +22,7 @@ __version__ = "0.1.0"
 from mdiff.applying import apply_files
 from mdiff.applying import apply_mappings as apply
 from mdiff.diffing import diff_files
-from mdiff.errors import ApplyError, CheckpointError, InvalidFileError, LimitError, MdiffError
+from mdiff.errors import ApplyError, CheckpointError, InvalidFileError, LimitError, MdiffError, RepositoryError
 from mdiff.format.commit import Author, Commit
 from mdiff.format.findings import Finding
 from mdiff.format.limits import Limits
@@ -33,6 +36,7 @@ from mdiff.updates.low_rank import encode as low_rank
 from mdiff.updates.replace import encode as replace
 from mdiff.updates.sparse import encode as sparse
 from mdiff.validate import validate
+from mdiff.repo import Repository
 
 
 def diff(old, new) -> dict:
@@ -44,6 +48,6 @@ def diff(old, new) -> dict:
 
 __all__ = [
     "ApplyError", "Author", "CheckpointError", "Commit", "DiffFile", "DiffWriter", "Finding", "InvalidFileError",
-    "LimitError", "Limits", "MdiffError", "Update", "apply", "apply_files", "delete", "dense", "diff", "diff_files",
+    "LimitError", "Limits", "MdiffError", "Repository", "RepositoryError", "Update", "apply", "apply_files", "delete", "dense", "diff", "diff_files",
     "low_rank", "open", "replace", "sparse", "validate", "write",
 ]

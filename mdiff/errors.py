@@ -37,3 +37,7 @@ class ApplyError(MdiffError):
 
 class CheckpointError(MdiffError):
     """A checkpoint file cannot be read or written (SPEC.md §10)."""
+
+
+class RepositoryError(MdiffError):
+    """A repository is malformed, corrupt or busy (SPEC.md §13)."""

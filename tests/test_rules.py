@@ -34,6 +34,7 @@ SPEC = Path(__file__).resolve().parent.parent / "SPEC.md"
 
 APPLY_CODES = {"MD600", "MD601", "MD602"}  # tested below through mdiff.apply
 CHECKPOINT_CODES = {"MD700", "MD701", "MD702", "MD703"}  # tested in tests/test_checkpoints*.py
+REPOSITORY_CODES = {"MD800", "MD801", "MD802", "MD803", "MD804"}  # about repositories: tests/test_repo.py
 LIMIT_CODES = {"MD507", "MD508", "MD510", "MD511", "MD512"}  # refused with LimitError
 
 def _cases(test: str, only=lambda code, case_id: True):
@@ -171,7 +172,8 @@ def test_every_rule_has_a_case():
     # a new apply-time or checkpoint rule must come with its own test, here or in test_checkpoints.py
     assert {c for c in RULES if c.startswith("MD6")} == APPLY_CODES
     assert {c for c in RULES if c.startswith("MD7")} == CHECKPOINT_CODES
-    missing = set(RULES) - APPLY_CODES - CHECKPOINT_CODES - covered
+    assert {c for c in RULES if c.startswith("MD8")} == REPOSITORY_CODES
+    missing = set(RULES) - APPLY_CODES - CHECKPOINT_CODES - REPOSITORY_CODES - covered
     assert not missing, f"rules without a case in tests/invalid_files.py: {sorted(missing)}"
 
 
@@ -212,7 +214,8 @@ def test_spec_cites_each_code_in_its_section():
     """Each code is defined (in bold) in the prose of the section the table gives it, and the
     prose cites no code the table lacks."""
     text = SPEC.read_text(encoding="utf-8")
-    text = text[: text.index("## 12 Validation table")]
+    table = text.index("## 12 Validation table")
+    text = text[:table] + text[text.index("\n## ", table + 1):]  # the prose, without the table itself
     sections: dict[str, str] = {}
     current = None
     for line in text.splitlines():

@@ -119,15 +119,7 @@ class TorchReader(CheckpointReader):
         shape, dt = self.spec(name)
         if self._tensors is None:
             raise ValueError(f"the reader of {self.path} is closed")
-        tensor = self._tensors[name].detach().resolve_conj().resolve_neg()
-        if dt.name == "bfloat16":
-            # numpy has no bfloat16: reinterpret the bits, never convert values.
-            view = tensor.view(_import_torch().int16).numpy().view(dt.value)
-        else:
-            view = tensor.numpy()
-        # A copy in C order: exactly this tensor's elements, independent of the
-        # (possibly shared, memory-mapped) storage and of the reader's lifetime.
-        array = np.array(view, dtype=dt.value, order="C", copy=True)
+        array = tensor_to_numpy(self._tensors[name], dt)
         if array.shape != shape:  # cannot happen; cheap insurance against a torch surprise
             raise CheckpointError("MD701", f"tensor {name!r} changed shape while read", self.path)
         refuse_invalid_bools(array, self.path, name)
@@ -145,6 +137,29 @@ class TorchReader(CheckpointReader):
 
     def __len__(self) -> int:
         return len(self._specs)
+
+
+def tensor_to_numpy(tensor: Any, dt: DType | None = None) -> np.ndarray:
+    """A torch tensor as a fresh C-ordered numpy array of the same bits (bfloat16 included)."""
+    torch = _import_torch()
+    tensor = tensor.detach().cpu().resolve_conj().resolve_neg()
+    dt = dt or _torch_dtypes(torch)[tensor.dtype]
+    if dt.name == "bfloat16":
+        # numpy has no bfloat16: reinterpret the bits, never convert values.
+        view = tensor.view(torch.int16).numpy().view(dt.value)
+    else:
+        view = tensor.numpy()
+    # A copy in C order: exactly this tensor's elements, independent of the
+    # (possibly shared, memory-mapped) storage and of the reader's lifetime.
+    return np.array(view, dtype=dt.value, order="C", copy=True)
+
+
+def numpy_to_tensor(array: np.ndarray) -> Any:
+    """A numpy array (bfloat16 as ml_dtypes) as a torch tensor sharing its memory."""
+    from mdiff.format.dtypes import canonical, dtype_of
+
+    array = canonical(array)
+    return _to_tensor(_import_torch(), array, dtype_of(array))
 
 
 def open_reader(path: str) -> TorchReader:

@@ -120,13 +120,16 @@ def _parse_meta(pairs: list[str]) -> dict[str, str]:
 
 
 def add_diff(sub) -> None:
-    p = sub.add_parser("diff", help="write the diff between two checkpoints",
-                       description="Write OLD → NEW as one .mdiff file. Checkpoints: .safetensors, .npz. "
-                                   "Unchanged parameters are omitted; each changed one is stored exactly "
-                                   "(sparse or dense XOR, whichever is smaller; replace for new shapes).")
+    p = sub.add_parser("diff", help="the diff between two checkpoints or two commits",
+                       description="Write OLD → NEW as one .mdiff file. OLD and NEW are checkpoint files "
+                                   "(.safetensors, .npz, .pt, .onnx) or, inside a repository, revisions (a branch, "
+                                   "a commit id, HEAD~2, ...). Unchanged parameters are omitted; each changed one is "
+                                   "stored exactly (sparse or dense XOR, whichever is smaller; replace for new shapes). "
+                                   "Between revisions, -o may be left out to list the changes only.")
     p.add_argument("old", metavar="OLD")
     p.add_argument("new", metavar="NEW")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.mdiff")
+    p.add_argument("-o", "--output", metavar="OUT.mdiff", help="the diff file to write (required for checkpoints)")
+    p.add_argument("-C", "--repo", default=".", metavar="DIR", help="the repository, for revisions")
     p.add_argument("-m", "--message", default="", help="commit message")
     p.add_argument("--author", default=None, help='"Name <email>" (default: $MDIFF_AUTHOR or "unknown")')
     p.add_argument("--date", default=None, help="RFC 3339 UTC date, e.g. 2026-01-31T12:00:00Z "
@@ -141,6 +144,10 @@ def add_diff(sub) -> None:
 
 
 def run_diff(args) -> int:
+    if not (os.path.isfile(args.old) and os.path.isfile(args.new)):
+        return _diff_revisions(args)
+    if not args.output:
+        raise SystemExit("mdiff diff: -o OUT.mdiff is required when OLD and NEW are checkpoint files")
     commit = Commit(
         message=args.message,
         author=Author.parse(args.author or os.environ.get("MDIFF_AUTHOR", "unknown")),
@@ -160,6 +167,25 @@ def run_diff(args) -> int:
     else:
         listed = ", ".join(f"{n} {t}" for t, n in counts.items()) or "no changes"
         print(f"wrote {args.output}: {len(summary)} parameters changed ({listed}), {_size(size)}")
+    return 0
+
+
+def _diff_revisions(args) -> int:
+    import tempfile
+
+    from mdiff.repo import Repository
+
+    repo = Repository.find(args.repo)
+    with tempfile.TemporaryDirectory() as tmp:
+        output = args.output or os.path.join(tmp, "diff.mdiff")
+        summary = repo.diff(args.old, args.new, output, args.message)
+    if args.json:
+        print(json.dumps({"output": args.output, "parameters": summary}))
+        return 0
+    for name, kind in summary.items():
+        print(f"  {kind:<9} {name}")
+    where = f"; wrote {args.output}" if args.output else ""
+    print(f"{len(summary)} parameters differ between {args.old} and {args.new}{where}")
     return 0
 
 

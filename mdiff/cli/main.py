@@ -7,8 +7,8 @@ import json
 import sys
 
 from mdiff import __version__
-from mdiff.cli import commands
-from mdiff.errors import MdiffError
+from mdiff.cli import commands, repo_commands
+from mdiff.errors import InvalidFileError, MdiffError
 
 EPILOG = """exit status: 0 success; 1 an invalid file or a failed operation; 2 usage error or a file that is not HDF5.
 Every error names a rule code (MD###) from SPEC.md's validation table."""
@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"mdiff {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for register in commands.REGISTER:
+    for register in commands.REGISTER + repo_commands.REGISTER:
         register(sub)
     return parser
 
@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             where = f" [{exc.path}]" if exc.path else ""
             print(f"mdiff: error {exc.code}: {exc.message}{where}", file=sys.stderr)
-            print(f"  (SPEC.md §{exc.rule.section}: {exc.rule.title}; `mdiff validate FILE` lists every problem)", file=sys.stderr)
+            hint = "; `mdiff validate FILE` lists every problem" if isinstance(exc, InvalidFileError) else ""
+            print(f"  (SPEC.md §{exc.rule.section}: {exc.rule.title}{hint})", file=sys.stderr)
         return 1
     except OSError as exc:  # the operating system's word: a missing file, no permission, a full disk
         print(f"mdiff: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)

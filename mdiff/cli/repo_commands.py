@@ -1,0 +1,340 @@
+"""Repository commands (SPEC.md §13): init, commit, log, show, checkout, status, branch, switch,
+merge, squash, snapshot. Each is a thin layer over mdiff.repo."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from mdiff.cli.progress import ProgressBar
+from mdiff.errors import RepositoryError
+from mdiff.repo import Repository
+from mdiff.repo.history import graph_lines, resolve, topological
+
+
+def _repo(args) -> Repository:
+    return Repository.find(args.repo)
+
+
+def _common(p, json_help: str = "print JSON") -> None:
+    p.add_argument("-C", "--repo", default=".", metavar="DIR", help="the repository (default: the one containing .)")
+    p.add_argument("--json", action="store_true", help=json_help)
+
+
+def _commit_metadata_options(p) -> None:
+    p.add_argument("-m", "--message", required=True, help="commit message")
+    p.add_argument("--author", default=os.environ.get("MDIFF_AUTHOR"), help='"Name <email>" (default: $MDIFF_AUTHOR)')
+    p.add_argument("--date", help="RFC 3339 UTC date (default: $SOURCE_DATE_EPOCH, else now)")
+    p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE", help="free key-value (repeatable)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def _meta(pairs):
+    from mdiff.cli.commands import _parse_meta
+
+    return _parse_meta(pairs)
+
+
+def _print(args, data, text: str) -> None:
+    print(json.dumps(data) if args.json else text)
+
+
+# ---------------------------------------------------------------- init
+def add_init(sub) -> None:
+    p = sub.add_parser("init", help="create a repository", description="Create an mdiff repository (a .mdiff folder).")
+    p.add_argument("directory", nargs="?", default=".", metavar="DIR")
+    p.add_argument("-b", "--branch", default="main", help="the first branch (default: main)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(run=run_init)
+
+
+def run_init(args) -> int:
+    repo = Repository.init(args.directory, args.branch)
+    _print(args, {"repository": str(repo.dir)}, f"initialised an empty mdiff repository in {repo.dir} (branch {args.branch})")
+    return 0
+
+
+# ---------------------------------------------------------------- commit
+def add_commit(sub) -> None:
+    p = sub.add_parser("commit", help="commit a checkpoint on the current branch",
+                       description="Diff CHECKPOINT against HEAD's state and record the changes as a new commit. "
+                                   "Unchanged parameters are omitted; changed ones are stored exactly (sparse or "
+                                   "dense XOR, whichever is smaller), unless given explicitly with --low-rank.")
+    p.add_argument("checkpoint", metavar="CHECKPOINT", help=".safetensors, .npz, .pt or .onnx")
+    _commit_metadata_options(p)
+    p.add_argument("--low-rank", metavar="FACTORS.safetensors",
+                   help="store these parameters as low_rank updates: tensors 'A:<name>' (m×r), 'B:<name>' (r×n) "
+                        "and optionally 'scale:<name>' (0-d); mdiff never guesses a rank")
+    p.add_argument("--sparse-mask", metavar="MASK.safetensors",
+                   help="store these parameters as sparse updates of the True elements of bool tensors '<name>'; "
+                        "changes outside a mask are dropped and the update is marked lossy")
+    p.add_argument("--no-wait", action="store_true", help="fail at once if another process is committing")
+    _common(p)
+    p.set_defaults(run=run_commit)
+
+
+def run_commit(args) -> int:
+    from mdiff.repo.explicit import low_rank_updates, sparse_masks
+
+    repo = _repo(args)
+    explicit = low_rank_updates(args.low_rank, args.checkpoint) if args.low_rank else {}
+    masks = sparse_masks(args.sparse_mask) if args.sparse_mask else {}
+    bar = ProgressBar("commit", enabled=False if args.quiet else None)
+    try:
+        commit_id = repo.commit(args.checkpoint, args.message, args.author, args.date, _meta(args.meta), explicit,
+                                progress=bar, wait=not args.no_wait, masks=masks)
+    finally:
+        bar.close()
+    branch = repo.head()[0]
+    _print(args, {"commit": commit_id, "branch": branch}, f"[{branch or 'detached'} {commit_id[:12]}] {args.message}")
+    return 0
+
+
+# ---------------------------------------------------------------- log / show
+def add_log(sub) -> None:
+    p = sub.add_parser("log", help="show the history graph", description="Show the commits reachable from REV (default HEAD), newest first, with merges drawn as a graph.")
+    p.add_argument("rev", nargs="?", default="HEAD", metavar="REV")
+    p.add_argument("--oneline", action="store_true", help="one line per commit")
+    p.add_argument("--all", action="store_true", help="every branch, not only REV")
+    _common(p, "one JSON object per commit (id, parents, author, date, message, meta)")
+    p.set_defaults(run=run_log)
+
+
+def run_log(args) -> int:
+    repo = _repo(args)
+    heads = sorted(set(repo.branches().values()) - {None}) if args.all else [resolve(repo, args.rev)]
+    labels: dict[str, list[str]] = {}
+    for name, target in repo.branches().items():
+        labels.setdefault(target, []).append(name)
+    head_branch, head_id = repo.head()
+    if args.json:
+        for c in topological(repo, heads):
+            m = repo.metadata(c)
+            print(json.dumps({"id": c, "branches": labels.get(c, []), **m.to_json()}))
+        return 0
+
+    def describe(c: str) -> str:
+        m = repo.metadata(c)
+        refs = [("HEAD -> " + b if b == head_branch and c == head_id else b) for b in labels.get(c, [])]
+        tag = f" ({', '.join(refs)})" if refs else ""
+        first = m.message.splitlines()[0] if m.message else ""
+        if args.oneline:
+            return f"{c[:12]}{tag} {first}"
+        lines = [f"commit {c}{tag}"]
+        if len(m.parents) > 1:
+            lines.append("Merge:  " + " ".join(p[:12] for p in m.parents))
+        lines += [f"Author: {m.author.name}" + (f" <{m.author.email}>" if m.author.email else ""), f"Date:   {m.date}", ""]
+        lines += ["    " + line for line in (m.message.splitlines() or [""])]
+        return "\n".join(lines)
+
+    for line in graph_lines(repo, heads, describe):
+        head, _, rest = line.partition("  ")
+        if "\n" in rest:  # the full form: continue the graph's lanes down the commit's lines
+            first, *more = rest.split("\n")
+            print(f"{head}  {first}")
+            lanes = head.replace("*", "|")
+            for extra in more + [""]:
+                print(f"{lanes}  {extra}".rstrip())
+        else:
+            print(line)
+    return 0
+
+
+def add_show(sub) -> None:
+    p = sub.add_parser("show", help="show a commit (like dump)", description="Show a commit's metadata and what it changes, as `mdiff dump` does.")
+    p.add_argument("rev", nargs="?", default="HEAD", metavar="REV")
+    p.add_argument("--values", type=int, default=0, metavar="N")
+    _common(p)
+    p.set_defaults(run=run_show)
+
+
+def run_show(args) -> int:
+    from mdiff.cli.commands import run_dump
+
+    repo = _repo(args)
+    commit_id = resolve(repo, args.rev)
+    if not args.json:
+        print(f"commit {commit_id}")
+    args.file = str(repo.commit_path(commit_id))
+    return run_dump(args)
+
+
+# ---------------------------------------------------------------- checkout / status
+def add_checkout(sub) -> None:
+    p = sub.add_parser("checkout", help="write the state at a commit to a checkpoint",
+                       description="Reconstruct the state at REV and write it to OUT (.safetensors, .npz, .pt, or "
+                                   ".onnx with --template BASE.onnx). Every exact update is verified by its sha256.")
+    p.add_argument("rev", metavar="REV")
+    p.add_argument("-o", "--output", required=True, metavar="OUT")
+    p.add_argument("--template", metavar="BASE.onnx", help="for .onnx output: the model whose initializers are replaced")
+    p.add_argument("--engine", choices=["auto", "onnx", "numpy"], default=None)
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _common(p)
+    p.set_defaults(run=run_checkout)
+
+
+def run_checkout(args) -> int:
+    repo = _repo(args)
+    commit_id = resolve(repo, args.rev)
+    bar = ProgressBar("checkout", enabled=False if args.quiet else None)
+    try:
+        repo.checkout(commit_id, args.output, template=args.template, progress=bar, engine=args.engine)
+    finally:
+        bar.close()
+    _print(args, {"commit": commit_id, "output": args.output}, f"wrote {args.output} (state at {commit_id[:12]}, verified)")
+    return 0
+
+
+def add_status(sub) -> None:
+    p = sub.add_parser("status", help="what a checkpoint changes against HEAD", description="List the parameters CHECKPOINT adds, deletes or changes against HEAD's state.")
+    p.add_argument("checkpoint", metavar="CHECKPOINT")
+    _common(p)
+    p.set_defaults(run=run_status)
+
+
+def run_status(args) -> int:
+    repo = _repo(args)
+    branch, head = repo.head()
+    changes = repo.status(args.checkpoint)
+    if args.json:
+        print(json.dumps({"branch": branch, "head": head, "changes": changes}))
+        return 0
+    print(f"on branch {branch or '(detached)'} at {head[:12] if head else '(no commit yet)'}")
+    for name, kind in changes.items():
+        print(f"  {kind:<9} {name}")
+    print("nothing changed" if not changes else f"{len(changes)} parameters differ")
+    return 0
+
+
+# ---------------------------------------------------------------- branches
+def add_branch(sub) -> None:
+    p = sub.add_parser("branch", help="list, create or delete branches", description="Without NAME, list branches; with NAME, create it at REV (default HEAD).")
+    p.add_argument("name", nargs="?", metavar="NAME")
+    p.add_argument("rev", nargs="?", default="HEAD", metavar="REV")
+    p.add_argument("-d", "--delete", action="store_true", help="delete NAME")
+    _common(p)
+    p.set_defaults(run=run_branch)
+
+
+def run_branch(args) -> int:
+    repo = _repo(args)
+    if args.name is None:
+        current = repo.head()[0]
+        branches = repo.branches()
+        if args.json:
+            print(json.dumps({"current": current, "branches": branches}))
+        for name, target in branches.items():
+            if not args.json:
+                print(f"{'*' if name == current else ' '} {name:<20} {target[:12] if target else '(no commit)'}")
+        return 0
+    if args.delete:
+        with repo.lock():
+            repo.delete_branch(args.name)
+        _print(args, {"deleted": args.name}, f"deleted branch {args.name}")
+        return 0
+    if args.name in repo.branches():
+        raise RepositoryError("MD801", f"branch {args.name!r} exists already")
+    target = resolve(repo, args.rev)
+    with repo.lock():
+        repo.set_branch(args.name, target)
+    _print(args, {"branch": args.name, "commit": target}, f"created branch {args.name} at {target[:12]}")
+    return 0
+
+
+def add_switch(sub) -> None:
+    p = sub.add_parser("switch", help="make another branch current", description="Make BRANCH the current branch (commits go there). With -c, create it at HEAD first.")
+    p.add_argument("branch", metavar="BRANCH")
+    p.add_argument("-c", "--create", action="store_true", help="create BRANCH at HEAD")
+    _common(p)
+    p.set_defaults(run=run_switch)
+
+
+def run_switch(args) -> int:
+    repo = _repo(args)
+    with repo.lock():
+        if args.create:
+            if args.branch in repo.branches():
+                raise RepositoryError("MD801", f"branch {args.branch!r} exists already")
+            head = repo.head()[1]
+            if head is None:
+                raise RepositoryError("MD801", "make a first commit before creating branches")
+            repo.set_branch(args.branch, head)
+        elif args.branch not in repo.branches():
+            raise RepositoryError("MD801", f"no branch {args.branch!r}; `mdiff switch -c {args.branch}` creates it")
+        repo.set_head(args.branch)
+    _print(args, {"branch": args.branch}, f"switched to branch {args.branch}")
+    return 0
+
+
+# ---------------------------------------------------------------- merge / squash / snapshot
+def add_merge(sub) -> None:
+    p = sub.add_parser("merge", help="merge a branch into the current one",
+                       description="Merge REV into the current branch with a strategy (SPEC.md §13.7): average, "
+                                   "weighted:ALPHA (ALPHA·ours + (1−ALPHA)·theirs), ours, theirs, task-arithmetic[:λ] "
+                                   "(base + λ·((ours−base) + (theirs−base))). Conflicts are listed per parameter and "
+                                   "nothing is committed.")
+    p.add_argument("rev", metavar="REV")
+    p.add_argument("--strategy", default="average")
+    p.add_argument("-m", "--message", default=None)
+    p.add_argument("--author", default=os.environ.get("MDIFF_AUTHOR"))
+    p.add_argument("--date")
+    p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("-q", "--quiet", action="store_true")
+    _common(p)
+    p.set_defaults(run=run_merge)
+
+
+def run_merge(args) -> int:
+    repo = _repo(args)
+    bar = ProgressBar("merge", enabled=False if args.quiet else None)
+    try:
+        commit_id, conflicts = repo.merge(args.rev, args.strategy, args.message, args.author, args.date, _meta(args.meta), bar)
+    finally:
+        bar.close()
+    if conflicts:
+        if args.json:
+            print(json.dumps({"error": {"code": "MD804", "conflicts": [{"parameter": n, "reason": r} for n, r in conflicts]}}))
+        else:
+            print(f"mdiff: error MD804: {len(conflicts)} conflicts; nothing was committed:")
+            for name, reason in conflicts:
+                print(f"  {name}: {reason}")
+            print("  (use --strategy ours or theirs to take one side)")
+        return 1
+    _print(args, {"commit": commit_id}, f"merged {args.rev}: {commit_id[:12]}")
+    return 0
+
+
+def add_squash(sub) -> None:
+    p = sub.add_parser("squash", help="replace the commits after REV by one",
+                       description="Replace the current branch's commits after REV by a single commit with the same state.")
+    p.add_argument("rev", metavar="REV")
+    _commit_metadata_options(p)
+    _common(p)
+    p.set_defaults(run=run_squash)
+
+
+def run_squash(args) -> int:
+    repo = _repo(args)
+    commit_id = repo.squash(args.rev, args.message, args.author, args.date, _meta(args.meta))
+    _print(args, {"commit": commit_id}, f"squashed onto {args.rev}: {commit_id[:12]}")
+    return 0
+
+
+def add_snapshot(sub) -> None:
+    p = sub.add_parser("snapshot", help="store the full state at a commit for fast checkouts",
+                       description="Store the full state at REV, so that checking out REV or its descendants starts there "
+                                   "instead of replaying the chain from the root.")
+    p.add_argument("rev", nargs="?", default="HEAD", metavar="REV")
+    _common(p)
+    p.set_defaults(run=run_snapshot)
+
+
+def run_snapshot(args) -> int:
+    repo = _repo(args)
+    commit_id = repo.snapshot(args.rev)
+    _print(args, {"snapshot": commit_id}, f"snapshot stored for {commit_id[:12]}")
+    return 0
+
+
+REGISTER = [add_init, add_commit, add_log, add_show, add_checkout, add_status, add_branch, add_switch, add_merge,
+            add_squash, add_snapshot]

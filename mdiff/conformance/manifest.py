@@ -1,0 +1,136 @@
+"""Loading ``conformance/manifest.json``: the list of cases and what each expects."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+FAMILIES = ("valid", "invalid", "hostile")
+VALIDATE_OUTCOMES = ("valid", "invalid", "not-hdf5")
+APPLY_OUTCOMES = ("result", "refuse")
+_CODE = re.compile(r"MD[0-9]{3}")
+
+
+class ManifestError(ValueError):
+    """The manifest is not what this runner understands."""
+
+
+def default_corpus() -> Path:
+    """``conformance/`` of the source tree this package was imported from."""
+    return Path(__file__).resolve().parents[2] / "conformance"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One case of the manifest. ``expect`` holds:
+
+    - ``validate``: ``valid`` (exit 0, the findings' codes are exactly ``warnings``), ``invalid``
+      (exit 1, ``code`` among the errors) or ``not-hdf5`` (exit 2, ``code`` among the errors);
+    - ``apply``: ``result`` (exit 0; the output equals ``files.result``, low_rank parameters
+      within ``tolerance``) or ``refuse`` (non-zero exit, no output; when the file is valid,
+      apply must report ``code``).
+    """
+
+    id: str
+    family: str
+    section: str
+    description: str
+    files: Mapping[str, str]
+    expect: Mapping[str, Any]
+    features: tuple[str, ...] = ()
+    limits: Mapping[str, int] = field(default_factory=dict)
+    corpus: Path = Path(".")
+
+    def path(self, key: str) -> Path:
+        return self.corpus / self.files[key]
+
+    @property
+    def code(self) -> str | None:
+        return self.expect.get("code")
+
+    @property
+    def apply_code(self) -> str | None:
+        """The code apply must report: for a valid file apply refuses (§9.2, §9.3, §10)."""
+        return self.code if self.expect["validate"] == "valid" and self.expect["apply"] == "refuse" else None
+
+    def expected_text(self) -> str:
+        e = self.expect
+        if e["validate"] == "valid":
+            v = "valid" + "".join(f"+{w}" for w in e.get("warnings", []))
+        else:
+            v = e["code"]
+        if e["apply"] == "result":
+            a = "applied" + (" (§7.5 bound)" if e.get("tolerance") else "")
+        else:
+            a = f"refused {self.apply_code}" if self.apply_code else "refused"
+        return f"{v}, {a}"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    corpus: Path
+    cases: tuple[Case, ...]
+    features: Mapping[str, str]
+    limits: Mapping[str, Mapping[str, Any]]
+    not_applicable: Mapping[str, str]
+    blocked: tuple[Mapping[str, str], ...]
+    raw: Mapping[str, Any]
+
+    def case(self, case_id: str) -> Case:
+        for c in self.cases:
+            if c.id == case_id:
+                return c
+        raise KeyError(case_id)
+
+
+def _case(raw: Mapping[str, Any], corpus: Path, features: Mapping[str, str], limits: Mapping[str, Any]) -> Case:
+    def need(cond: bool, why: str) -> None:
+        if not cond:
+            raise ManifestError(f"case {raw.get('id')!r}: {why}")
+
+    need(isinstance(raw.get("id"), str) and raw["id"], "no id")
+    need(raw.get("family") in FAMILIES, f"family must be one of {FAMILIES}")
+    files, expect = raw.get("files"), raw.get("expect")
+    need(isinstance(files, dict) and isinstance(files.get("diff"), str), "no files.diff")
+    need(isinstance(expect, dict), "no expect")
+    need(expect.get("validate") in VALIDATE_OUTCOMES, f"expect.validate must be one of {VALIDATE_OUTCOMES}")
+    need(expect.get("apply") in APPLY_OUTCOMES, f"expect.apply must be one of {APPLY_OUTCOMES}")
+    need(isinstance(files.get("base"), str), "no files.base (apply needs one)")
+    if expect["validate"] != "valid" or expect["apply"] == "refuse":
+        need(isinstance(expect.get("code"), str) and bool(_CODE.fullmatch(expect["code"])), "no rule code")
+    if expect["apply"] == "result":
+        need(isinstance(files.get("result"), str), "no files.result")
+        tol = expect.get("tolerance")
+        need(tol is None or (isinstance(tol, dict) and tol.get("kind") == "low_rank" and "bounds" in tol),
+             "tolerance must be null or a low_rank bounds file")
+    feats = tuple(raw.get("features", ()))
+    need(all(f in features for f in feats), "names a feature the manifest does not define")
+    lims = dict(raw.get("limits", {}))
+    need(all(k in limits and isinstance(v, int) for k, v in lims.items()), "names an unknown limit")
+    return Case(raw["id"], raw["family"], str(raw.get("section", "")), str(raw.get("description", "")),
+                dict(files), dict(expect), feats, lims, corpus)
+
+
+def load_manifest(corpus: str | Path | None = None) -> Manifest:
+    """The manifest of the corpus at ``corpus`` (default: :func:`default_corpus`)."""
+    corpus = Path(corpus) if corpus is not None else default_corpus()
+    path = corpus / "manifest.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ManifestError(f"{path} does not exist; generate it with `python tools/gen_conformance.py`") from None
+    except json.JSONDecodeError as exc:
+        raise ManifestError(f"{path} is not JSON: {exc}") from None
+    if raw.get("format") != "mdiff-conformance" or raw.get("manifest_version") != 1:
+        raise ManifestError(f"{path} is not an mdiff conformance manifest of version 1")
+    features = dict(raw.get("features", {}))
+    limits = dict(raw.get("limits", {}))
+    cases = tuple(_case(c, corpus, features, limits) for c in raw.get("cases", []))
+    ids = [c.id for c in cases]
+    if len(set(ids)) != len(ids):
+        raise ManifestError("case ids are not unique")
+    return Manifest(corpus, cases, features, limits, dict(raw.get("not_applicable", {})),
+                    tuple(raw.get("blocked", ())), raw)

@@ -1,0 +1,194 @@
+"""Running cases: one validate and one apply per case, checked against the manifest."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from mdiff.conformance.compare import compare_files
+from mdiff.conformance.implementations import DEFAULT_TIMEOUT, Completed, Implementation
+from mdiff.conformance.manifest import Case, Manifest
+from mdiff.format.rules import RULES
+
+_SEVERITIES = ("error", "warning")
+
+
+@dataclass
+class CaseResult:
+    id: str
+    family: str
+    status: str  # "pass", "fail" or "skip"
+    expected: str
+    got: str = ""
+    problems: list[str] = field(default_factory=list)
+    reason: str = ""  # why a case was skipped
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+    def to_json(self) -> dict:
+        out = {"id": self.id, "family": self.family, "status": self.status, "expected": self.expected, "got": self.got}
+        if self.problems:
+            out["problems"] = self.problems
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+def unclaimed_features(case: Case, claimed: frozenset[str] | None) -> list[str]:
+    return [] if claimed is None else [f for f in case.features if f not in claimed]
+
+
+def _json_object(text: str):
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(value, list) and len(value) == 1:  # one file's report in a list
+        value = value[0]
+    return value if isinstance(value, dict) else None
+
+
+def _tail(done: Completed) -> str:
+    text = (done.stderr.strip() or done.stdout.strip()).splitlines()
+    return f": {text[-1][:300]}" if text else ""
+
+
+def _findings(done: Completed) -> tuple[list[tuple[str, str]], str | None]:
+    """[(code, severity)] from validate's JSON, or a problem."""
+    report = _json_object(done.stdout)
+    if report is None or not isinstance(report.get("findings"), list):
+        return [], f"validate printed no JSON object with `findings`{_tail(done)}"
+    out = []
+    for f in report["findings"]:
+        if not isinstance(f, dict) or not isinstance(f.get("code"), str):
+            return [], f"a finding without a string `code`: {f!r}"
+        severity = f.get("severity")
+        if severity is None and f["code"] in RULES:
+            severity = RULES[f["code"]].severity
+        if severity not in _SEVERITIES:
+            return [], f"finding {f['code']} has severity {severity!r}"
+        out.append((f["code"], severity))
+    return out, None
+
+
+def _check_validate(case: Case, done: Completed) -> tuple[str, list[str], set[str]]:
+    """(what validate did, problems, its error codes)."""
+    e = case.expect
+    if done.returncode is None:
+        return "timed out", ["validate timed out"], set()
+    findings, problem = _findings(done)
+    if problem:
+        return f"exit {done.returncode}, no report", [problem], set()
+    errors = {c for c, s in findings if s == "error"}
+    warnings = {c for c, s in findings if s == "warning"}
+    if errors:
+        got = ("not-hdf5" if done.returncode == 2 else "") + "[" + ",".join(sorted(errors)) + "]"
+    else:
+        got = "valid" + "".join(f"+{w}" for w in sorted(warnings))
+    if done.returncode not in (0, 1, 2):
+        got = f"exit {done.returncode} {got}"
+    problems = []
+    if e["validate"] == "valid":
+        want = set(e.get("warnings", []))
+        if done.returncode != 0:
+            problems.append(f"validate exited {done.returncode}, expected 0")
+        if errors:
+            problems.append(f"validate reported errors {sorted(errors)} for a valid file")
+        if warnings != want:
+            problems.append(f"validate reported warnings {sorted(warnings)}, expected {sorted(want)}")
+    else:
+        status = 2 if e["validate"] == "not-hdf5" else 1
+        if done.returncode != status:
+            problems.append(f"validate exited {done.returncode}, expected {status}")
+        if e["code"] not in errors:
+            problems.append(f"validate's errors {sorted(errors)} lack {e['code']}")
+    return got, problems, errors
+
+
+def _check_apply(case: Case, done: Completed, out: Path, errors: set[str]) -> tuple[str, list[str]]:
+    e = case.expect
+    if done.returncode is None:
+        return "timed out", ["apply timed out"]
+    if done.returncode == 0:
+        if e["apply"] == "refuse":
+            return "applied", ["apply succeeded; it must refuse" + (" and write nothing" if out.exists() else "")]
+        if not out.is_file():
+            return "applied, no output", ["apply exited 0 but wrote no output file"]
+        tol = e.get("tolerance")
+        problems = compare_files(out, case.path("result"), case.corpus / tol["bounds"] if tol else None)
+        return ("applied" if not problems else "applied, wrong result"), problems
+    report = _json_object(done.stdout)
+    error = report.get("error") if report else None
+    code = error.get("code") if isinstance(error, dict) else None
+    got = f"refused {code}" if isinstance(code, str) else f"refused (exit {done.returncode}, no code)"
+    problems = []
+    if out.exists():
+        problems.append(f"apply refused (exit {done.returncode}) but left {out.name} behind")
+    if e["apply"] == "result":
+        problems.append(f"apply refused a valid file (exit {done.returncode}){_tail(done)}")
+        return got, problems
+    if not isinstance(code, str):
+        problems.append("apply refused without printing {\"error\": {\"code\": ...}} with --json" + _tail(done))
+    elif case.apply_code and code != case.apply_code:
+        problems.append(f"apply reported {code}, expected {case.apply_code}")
+    elif not case.apply_code and code not in errors | {e["code"]}:
+        problems.append(f"apply reported {code}, which validate did not report for this file ({sorted(errors)})")
+    return got, problems
+
+
+def run_case(impl: Implementation, case: Case, claimed: frozenset[str] | None = None,
+             timeout: float = DEFAULT_TIMEOUT, workdir: Path | None = None) -> CaseResult:
+    """Validate the case's file, then apply it to its base; compare both with the manifest."""
+    result = CaseResult(case.id, case.family, "fail", case.expected_text())
+    missing = unclaimed_features(case, claimed)
+    if missing:
+        result.status = "skip"
+        result.reason = f"unclaimed feature {', '.join(missing)}"
+        return result
+    with tempfile.TemporaryDirectory(prefix="mdiff-conf-", dir=workdir) as tmp:
+        done = impl.validate(case.path("diff"), case.limits, timeout)
+        v_got, problems, errors = _check_validate(case, done)
+        out = Path(tmp) / "out.safetensors"
+        done = impl.apply(case.path("base"), case.path("diff"), out, case.limits, timeout)
+        a_got, a_problems = _check_apply(case, done, out, errors)
+    result.got = f"{v_got}, {a_got}"
+    result.problems = problems + a_problems
+    result.status = "fail" if result.problems else "pass"
+    return result
+
+
+def run_cases(impl: Implementation, manifest: Manifest, select: Callable[[Case], bool] | None = None,
+              jobs: int = 2, timeout: float = DEFAULT_TIMEOUT, claimed: frozenset[str] | None | str = "ask",
+              on_result: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
+    """Every (selected) case, in manifest order. ``claimed`` defaults to asking the implementation."""
+    if claimed == "ask":
+        claimed = impl.features()
+    cases = [c for c in manifest.cases if select is None or select(c)]
+
+    def one(case: Case) -> CaseResult:
+        r = run_case(impl, case, claimed, timeout)  # type: ignore[arg-type]
+        if on_result:
+            on_result(r)
+        return r
+
+    if jobs <= 1 or not impl.parallel_safe:
+        return [one(c) for c in cases]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, cases))
+
+
+def summary_line(results: Iterable[CaseResult]) -> str:
+    results = list(results)
+    passed = sum(r.status == "pass" for r in results)
+    failed = sum(r.status == "fail" for r in results)
+    skipped = sum(r.status == "skip" for r in results)
+    return f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else "")

@@ -1,0 +1,117 @@
+"""SPEC.md §13.3: naming commits (revisions), walking history, drawing it."""
+
+from __future__ import annotations
+
+import re
+
+from mdiff.errors import RepositoryError
+
+_REV = re.compile(r"(?P<base>[^~^]+)(?P<moves>(?:~\d*|\^)*)")
+
+
+def resolve(repo, rev: str) -> str:
+    """A commit id from ``HEAD``, a branch, a commit id or unique prefix (≥ 4 hex digits),
+    each optionally followed by ``~N`` / ``^`` (N first parents back)."""
+    m = _REV.fullmatch(rev.strip())
+    if not m:
+        raise RepositoryError("MD801", f"{rev!r} is not a revision (HEAD, a branch, a commit id, with ~N)")
+    base = m.group("base")
+    if base == "HEAD":
+        commit_id = repo.head()[1]
+        if commit_id is None:
+            raise RepositoryError("MD801", "HEAD has no commit yet; make the first commit")
+    elif base in repo.branches():
+        commit_id = repo.branch_target(base)
+    elif re.fullmatch(r"[0-9a-f]{4,64}", base):
+        matches = [c for c in repo.commit_ids() if c.startswith(base)]
+        if len(matches) != 1:
+            raise RepositoryError("MD801", f"{base!r} names {'no' if not matches else 'more than one'} commit")
+        commit_id = matches[0]
+    else:
+        raise RepositoryError("MD801", f"no branch or commit {base!r}")
+    for move in re.findall(r"~\d*|\^", m.group("moves")):
+        steps = 1 if move in ("^", "~") else int(move[1:])
+        for _ in range(steps):
+            parents = repo.parents(commit_id)
+            if not parents:
+                raise RepositoryError("MD801", f"{rev!r} goes back past a root commit")
+            commit_id = parents[0]
+    return commit_id
+
+
+def ancestors(repo, commit_id: str) -> set[str]:
+    """``commit_id`` and every commit reachable from it through any parent."""
+    seen: set[str] = set()
+    stack = [commit_id]
+    while stack:
+        c = stack.pop()
+        if c not in seen:
+            seen.add(c)
+            stack.extend(repo.parents(c))
+    return seen
+
+
+def first_parent_line(repo, commit_id: str, stop: str | None = None) -> list[str]:
+    """``commit_id`` and its first parents back to a root, or to ``stop`` (included)."""
+    line = [commit_id]
+    while line[-1] != stop:
+        parents = repo.parents(line[-1])
+        if not parents:
+            break
+        line.append(parents[0])
+    return line
+
+
+def merge_base(repo, a: str, b: str) -> str | None:
+    """The best common ancestor: a common ancestor that no other common ancestor descends from."""
+    common = ancestors(repo, a) & ancestors(repo, b)
+    if not common:
+        return None
+    dominated = set()
+    for c in common:
+        dominated |= ancestors(repo, c) - {c}
+    best = sorted(common - dominated, key=lambda c: (repo.metadata(c).date, c))
+    return best[-1]
+
+
+def topological(repo, heads: list[str]) -> list[str]:
+    """Every commit reachable from ``heads``, children before parents, each line of history kept
+    together: a merge is followed by its first parent's line, then by the merged line."""
+    order: list[str] = []
+    done: set[str] = set()
+    for head in sorted(heads, key=lambda c: (repo.metadata(c).date, c)):  # the newest head ends up first
+        stack = [(head, False)]
+        while stack:
+            c, expanded = stack.pop()
+            if expanded:
+                order.append(c)
+            elif c not in done:
+                done.add(c)
+                stack.append((c, True))
+                # parents pushed first-parent last, so it is explored first and ends up nearest its child
+                stack.extend((p, False) for p in repo.parents(c) if p not in done)
+    return order[::-1]
+
+
+def graph_lines(repo, heads: list[str], describe) -> list[str]:
+    """A text graph like ``git log --graph``: one ``*`` row per commit, ``|`` for other lines of
+    history, ``|\\`` where a merge opens a lane and ``|/`` where lanes join."""
+    lanes: list[str] = []
+    lines = []
+    for c in topological(repo, heads):
+        if c not in lanes:
+            lanes.append(c)
+        for i in reversed([i for i, lane in enumerate(lanes) if lane == c][1:]):  # lanes that end here join
+            lines.append(" ".join("|" for _ in range(i)) + "/")
+            del lanes[i]
+        col = lanes.index(c)
+        lines.append(" ".join("*" if i == col else "|" for i in range(len(lanes))) + "  " + describe(c))
+        parents = list(repo.parents(c))
+        if not parents:
+            del lanes[col]
+            continue
+        lanes[col] = parents[0]
+        for p in parents[1:]:
+            lanes.insert(col + 1, p)
+            lines.append(" ".join("|" for _ in range(col + 1)) + "\\")
+    return lines

@@ -1,0 +1,576 @@
+"""SPEC.md §13: a repository — commit files named by their sha256, branches, HEAD, snapshots.
+
+Every write is atomic (temporary file, fsync, rename) and every change of the
+repository happens under one exclusive lock, so a process killed at any moment
+leaves the repository as it was before or as it is after, and two writers never
+interleave.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Mapping
+
+import numpy as np
+
+from mdiff.applying import apply_mappings
+from mdiff.errors import ApplyError, InvalidFileError, RepositoryError
+from mdiff.format.commit import Commit
+from mdiff.format.reader import open_diff
+from mdiff.format.writer import DiffWriter, fsync_directory
+from mdiff.updates import replace
+from mdiff.updates.base import Update
+
+REPO_DIR = ".mdiff"
+FORMAT_LINE = "mdiff-repository 1\n"
+COMMIT_ID = re.compile(r"[0-9a-f]{64}")
+BRANCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
+Progress = Callable[[str, int, int], None]
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_directory(path.parent)
+
+
+def valid_branch(name: str) -> bool:
+    return bool(BRANCH_NAME.fullmatch(name)) and ".." not in name and not name.endswith(".lock")
+
+
+class Repository:
+    """A directory holding ``.mdiff/``; see SPEC.md §13 for the layout."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.dir = self.root / REPO_DIR
+
+    # ------------------------------------------------------------ creation and discovery
+    @classmethod
+    def init(cls, root=".", branch: str = "main") -> "Repository":
+        if not valid_branch(branch):
+            raise RepositoryError("MD801", f"{branch!r} is not a valid branch name")
+        repo = cls(Path(root))
+        if repo.dir.exists():
+            raise RepositoryError("MD801", f"{repo.dir} already exists; it is a repository already")
+        repo.root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".mdiff-init.", dir=repo.root))
+        for sub in ("commits", "snapshots", "refs/heads"):
+            (staging / sub).mkdir(parents=True)
+        (staging / "format").write_text(FORMAT_LINE, encoding="utf-8")
+        (staging / "HEAD").write_text(f"ref: refs/heads/{branch}\n", encoding="utf-8")
+        os.replace(staging, repo.dir)  # the repository appears whole or not at all
+        fsync_directory(repo.root.resolve())
+        return repo
+
+    @classmethod
+    def find(cls, start=".") -> "Repository":
+        """The repository containing ``start`` (searching upwards, like git)."""
+        here = Path(start).resolve()
+        for candidate in (here, *here.parents):
+            if (candidate / REPO_DIR / "format").is_file():
+                repo = cls(candidate)
+                repo._check_format()
+                return repo
+        raise RepositoryError("MD801", f"no mdiff repository in {here} or its parents; run `mdiff init`")
+
+    def _check_format(self) -> None:
+        if (self.dir / "format").read_text(encoding="utf-8") != FORMAT_LINE:
+            raise RepositoryError("MD801", f"{self.dir / 'format'} does not say {FORMAT_LINE.strip()!r}")
+
+    # ------------------------------------------------------------ locking
+    @contextlib.contextmanager
+    def lock(self, wait: bool = True) -> Iterator[None]:
+        """The one writer lock; ``wait=False`` refuses at once (MD803) if another process holds it."""
+        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except OSError as exc:
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise RepositoryError("MD803", "another mdiff process is writing to this repository; try again") from None
+                raise
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    # ------------------------------------------------------------ refs
+    def head(self) -> tuple[str | None, str | None]:
+        """(branch, commit id) of HEAD; branch is None when HEAD is detached, id None before the first commit."""
+        text = (self.dir / "HEAD").read_text(encoding="utf-8")
+        m = re.fullmatch(r"ref: refs/heads/(\S+)\n", text)
+        if m and valid_branch(m.group(1)):
+            return m.group(1), self.branch_target(m.group(1))
+        if COMMIT_ID.fullmatch(text.strip()) and text.endswith("\n"):
+            return None, self._existing(text.strip(), "HEAD")
+        raise RepositoryError("MD801", f"HEAD is malformed: {text[:80]!r}")
+
+    def branches(self) -> dict[str, str]:
+        heads = self.dir / "refs" / "heads"
+        found = {}
+        for path in sorted(heads.rglob("*")):
+            if path.is_file() and not path.name.startswith("."):
+                name = path.relative_to(heads).as_posix()
+                found[name] = self.branch_target(name)
+        return found
+
+    def branch_target(self, branch: str) -> str | None:
+        path = self.dir / "refs" / "heads" / branch
+        if not path.exists():
+            return None
+        text = path.read_text(encoding="utf-8")
+        if not (COMMIT_ID.fullmatch(text.strip()) and text.endswith("\n")):
+            raise RepositoryError("MD801", f"ref {branch!r} is malformed: {text[:80]!r}")
+        return self._existing(text.strip(), f"branch {branch!r}")
+
+    def _existing(self, commit_id: str, what: str) -> str:
+        if not self.commit_path(commit_id).exists():
+            raise RepositoryError("MD801", f"{what} names commit {commit_id[:12]}, which is not in the repository")
+        return commit_id
+
+    def set_branch(self, branch: str, commit_id: str) -> None:
+        if not valid_branch(branch):
+            raise RepositoryError("MD801", f"{branch!r} is not a valid branch name")
+        path = self.dir / "refs" / "heads" / branch
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomically(path, commit_id + "\n")
+
+    def set_head(self, branch: str | None = None, commit_id: str | None = None) -> None:
+        _write_atomically(self.dir / "HEAD", f"ref: refs/heads/{branch}\n" if branch else f"{commit_id}\n")
+
+    def delete_branch(self, branch: str) -> None:
+        if self.head()[0] == branch:
+            raise RepositoryError("MD801", f"cannot delete {branch!r}: it is the current branch")
+        path = self.dir / "refs" / "heads" / branch
+        if not path.exists():
+            raise RepositoryError("MD801", f"no branch {branch!r}")
+        path.unlink()
+        fsync_directory(path.parent)
+
+    # ------------------------------------------------------------ commits
+    def commit_path(self, commit_id: str) -> Path:
+        return self.dir / "commits" / f"{commit_id}.mdiff"
+
+    def snapshot_path(self, commit_id: str) -> Path:
+        return self.dir / "snapshots" / f"{commit_id}.mdiff"
+
+    def commit_ids(self) -> list[str]:
+        return sorted(p.stem for p in (self.dir / "commits").glob("*.mdiff") if COMMIT_ID.fullmatch(p.stem))
+
+    def metadata(self, commit_id: str) -> Commit:
+        with open_diff(self.commit_path(commit_id)) as diff:
+            return diff.commit
+
+    def parents(self, commit_id: str) -> tuple[str, ...]:
+        return self.metadata(commit_id).parents
+
+    def store(self, write: Callable[[DiffWriter], None], commit: Commit, compression: str = "gzip", directory: str = "commits") -> str:
+        """Write a commit file with ``write``; file it under its sha256; return that id.
+
+        The file is complete and synced before it gets its name, so a crash leaves at most
+        a stray temporary file, never a partial commit.
+        """
+        target_dir = self.dir / directory
+        fd, tmp = tempfile.mkstemp(prefix=".commit.", suffix=".mdiff", dir=target_dir)
+        os.close(fd)
+        tmp_path = Path(tmp)
+        try:
+            with DiffWriter(tmp_path, commit, compression) as writer:
+                write(writer)
+            commit_id = file_sha256(tmp_path)
+            os.replace(tmp_path, target_dir / f"{commit_id}.mdiff")
+        except BaseException:
+            tmp_path.unlink(missing_ok=True)
+            raise
+        fsync_directory(target_dir)
+        return commit_id
+
+    def verify(self, commit_id: str) -> None:
+        """MD800: the commit file's bytes still hash to its name."""
+        got = file_sha256(self.commit_path(commit_id))
+        if got != commit_id:
+            raise RepositoryError("MD800", f"commit file {commit_id[:12]} is corrupt: its bytes hash to {got[:12]}")
+
+    # ------------------------------------------------------------ states
+    def state(self, commit_id: str | None, progress: Progress | None = None, engine: str | None = None) -> dict[str, np.ndarray]:
+        """The full state at a commit (§13.4): from the nearest snapshot or root, apply the
+        first-parent chain forward, each diff touching only the parameters it changes."""
+        if commit_id is None:
+            return {}
+        chain = []
+        cursor: str | None = commit_id
+        while cursor is not None and not self.snapshot_path(cursor).exists():
+            chain.append(cursor)
+            parents = self.parents(cursor)
+            cursor = parents[0] if parents else None
+        state: dict[str, np.ndarray] = {}
+        if cursor is not None:
+            with open_diff(self.snapshot_path(cursor)) as snapshot:
+                state = apply_mappings({}, snapshot, engine)
+        for i, cid in enumerate(reversed(chain)):
+            if progress:
+                progress(cid[:12], i, len(chain))
+            self.verify(cid)  # a commit file is trusted only while its bytes match its id
+            try:
+                with open_diff(self.commit_path(cid)) as diff:
+                    changed = {name: diff[name] for name in diff}
+                    for name, update in changed.items():
+                        base = state.get(name)
+                        result = update.apply(base, name, engine, scratch=True)  # the state's arrays are ours
+                        if result is None:
+                            del state[name]
+                        else:
+                            state[name] = result
+            except (InvalidFileError, ApplyError) as exc:
+                raise RepositoryError("MD802", f"commit {cid[:12]} cannot be applied: {exc}") from exc
+        return state
+
+    def write_snapshot(self, commit_id: str, state: Mapping[str, np.ndarray]) -> None:
+        """Store the full state of ``commit_id`` so that checkouts start there (§13.5)."""
+        meta = Commit("snapshot", date=self.metadata(commit_id).date, meta={"snapshot_of": commit_id})
+        snapshot_id = self.store(
+            lambda w: [w.add(name, replace.encode(state[name])) for name in sorted(state)], meta, directory="snapshots"
+        )
+        os.replace(self.dir / "snapshots" / f"{snapshot_id}.mdiff", self.snapshot_path(commit_id))
+        fsync_directory(self.dir / "snapshots")
+
+
+def masked_update(old: np.ndarray, new: np.ndarray, mask: np.ndarray) -> Update:
+    """A sparse update storing exactly the elements ``mask`` selects (FISH-style sparse fine-tuning).
+
+    Changes outside the mask are dropped: the update is then marked lossy, and its sha256 is of
+    the state it really produces.
+    """
+    from mdiff.format.dtypes import as_bits, canonical, from_bits, xor_bits
+    from mdiff.updates import sparse
+
+    old, new = canonical(old), canonical(new)
+    if mask.shape != new.shape or old.shape != new.shape or old.dtype != new.dtype:
+        raise RepositoryError("MD801", f"a sparse mask needs the parameter's shape {list(new.shape)} on both sides")
+    indices = np.flatnonzero(mask.reshape(-1)).astype(sparse.INDEX_DTYPE)
+    xor = xor_bits(old, new).reshape(-1)
+    result_bits = as_bits(old).copy().reshape(-1)
+    result_bits[indices] ^= xor[indices]
+    result = from_bits(result_bits.reshape(new.shape), dtype_of_array(new))
+    update = sparse.from_entries(result, indices, xor[indices])
+    if np.count_nonzero(xor) != np.count_nonzero(xor[indices]):
+        update.meta["lossy"] = True
+    return update
+
+
+def dtype_of_array(array: np.ndarray):
+    from mdiff.format.dtypes import dtype_of
+
+    return dtype_of(array)
+
+
+def updates_between(old: Mapping[str, np.ndarray], new: Mapping, explicit: Mapping[str, Update] = {},
+                    masks: Mapping[str, np.ndarray] = {}) -> Iterable[tuple[str, Update]]:
+    """(name, update) taking ``old`` to ``new``: explicit updates win, masked parameters store just
+    their masked elements, the rest are exact diffs."""
+    from mdiff.diffing import diff_tensor
+
+    for name in sorted(set(old) | set(new) | set(explicit)):
+        if name in explicit:
+            yield name, explicit[name]
+            continue
+        if name in masks:
+            if name not in old or name not in new:
+                raise RepositoryError("MD801", f"sparse mask for {name!r}, which is not in both states")
+            yield name, masked_update(old[name], new[name], masks[name])
+            continue
+        update = diff_tensor(old.get(name), new[name] if name in new else None)
+        if update is not None:
+            yield name, update
+
+
+# ---------------------------------------------------------------- work on a repository (the verbs)
+
+
+def _as_numpy_state(state: Mapping) -> Mapping[str, np.ndarray]:
+    """A state dict of numpy arrays or torch tensors, seen as numpy arrays (torch read on access)."""
+
+    class _View(Mapping):
+        def __getitem__(self, name):
+            value = state[name]
+            if isinstance(value, np.ndarray):
+                return value
+            from mdiff.checkpoints.torch_pt import tensor_to_numpy
+
+            return tensor_to_numpy(value)
+
+        def __iter__(self):
+            return iter(state)
+
+        def __len__(self):
+            return len(state)
+
+    return _View()
+
+
+class _Checkpoint(Mapping):
+    """A checkpoint file read lazily, one tensor per access."""
+
+    def __init__(self, reader):
+        self._reader = reader
+
+    def __getitem__(self, name):
+        if name not in self._reader:
+            raise KeyError(name)
+        return self._reader.read(name)
+
+    def __iter__(self):
+        return iter(self._reader.keys())
+
+    def __len__(self):
+        return len(self._reader)
+
+
+@contextlib.contextmanager
+def checkpoint_state(path) -> Iterator[Mapping[str, np.ndarray]]:
+    from mdiff.checkpoints import open_checkpoint
+
+    with open_checkpoint(path) as reader:
+        yield _Checkpoint(reader)
+
+
+def _commit(repo: Repository, new: Mapping, message: str, parents: tuple[str, ...], explicit: Mapping[str, Update],
+            progress: Progress | None, masks: Mapping[str, np.ndarray] = {}, **commit_fields) -> tuple[str, dict[str, str]]:
+    old = repo.state(parents[0] if parents else None)
+    meta = Commit(message, parents=parents, **commit_fields)
+    summary: dict[str, str] = {}
+    names = sorted(set(old) | set(new) | set(explicit))
+    position = {n: i for i, n in enumerate(names)}
+
+    def write(writer: DiffWriter) -> None:
+        for name, update in updates_between(old, new, explicit, masks):
+            if progress:
+                progress(name, position[name], len(names))
+            writer.add(name, update)
+            summary[name] = update.type
+
+    return repo.store(write, meta), summary
+
+
+def _author_fields(author, date, meta) -> dict:
+    from mdiff.format.commit import Author, default_date
+
+    fields = {"date": date or default_date(), "meta": dict(meta or {})}
+    if author is not None:
+        fields["author"] = author if isinstance(author, Author) else Author.parse(author)
+    return fields
+
+
+def commit(repo: Repository, new_state, message: str, author=None, date: str | None = None, meta=None,
+           explicit: Mapping[str, Update] | None = None, progress: Progress | None = None, wait: bool = True,
+           masks: Mapping[str, np.ndarray] | None = None) -> str:
+    """Commit a new state on the current branch: a checkpoint path, or an in-memory state dict of
+    numpy arrays or torch tensors. ``explicit`` supplies updates by hand (e.g. low-rank factors);
+    ``masks`` (name → bool array) stores just the masked elements of those parameters; every
+    other parameter is diffed exactly. Returns the new commit id."""
+    with repo.lock(wait):
+        branch, head = repo.head()
+        with contextlib.ExitStack() as stack:
+            if isinstance(new_state, (str, os.PathLike)):
+                new = stack.enter_context(checkpoint_state(new_state))
+            else:
+                new = _as_numpy_state(new_state)
+            masks = {k: np.asarray(_as_numpy_state(masks)[k], dtype=bool) for k in masks} if masks else {}
+            commit_id, _ = _commit(repo, new, message, (head,) if head else (), explicit or {}, progress, masks,
+                                   **_author_fields(author, date, meta))
+        if branch:
+            repo.set_branch(branch, commit_id)
+        else:
+            repo.set_head(commit_id=commit_id)
+    return commit_id
+
+
+def checkout(repo: Repository, rev: str = "HEAD", output=None, template=None, progress: Progress | None = None,
+             engine: str | None = None):
+    """The state at ``rev``: written to ``output`` (.safetensors, .npz, .pt, .onnx with the base
+    model as ``template``) when given, else returned as a dict of numpy arrays."""
+    from mdiff.checkpoints import write_checkpoint
+    from mdiff.format.dtypes import dtype_of
+    from mdiff.repo.history import resolve
+
+    state = repo.state(resolve(repo, rev), progress, engine)
+    if output is None:
+        return state
+    entries = [(name, state[name].shape, dtype_of(state[name])) for name in sorted(state)]
+    write_checkpoint(output, entries, state.__getitem__, template=template)
+    return None
+
+
+def status(repo: Repository, checkpoint) -> dict[str, str]:
+    """What a checkpoint changes against HEAD: {name: "modified" | "added" | "deleted" | "retyped"}."""
+    from mdiff.format.dtypes import dtype_of, xor_bits
+
+    head = repo.state(repo.head()[1])
+    changes = {}
+    with checkpoint_state(checkpoint) as new:
+        for name in sorted(set(head) | set(new)):
+            if name not in new:
+                changes[name] = "deleted"
+            elif name not in head:
+                changes[name] = "added"
+            else:
+                a, b = head[name], new[name]
+                if a.shape != b.shape or dtype_of(a) != dtype_of(b):
+                    changes[name] = "retyped"
+                elif np.count_nonzero(xor_bits(a, b)):
+                    changes[name] = "modified"
+    return changes
+
+
+def merge(repo: Repository, rev: str, strategy: str = "average", message: str | None = None, author=None,
+          date: str | None = None, meta=None, progress: Progress | None = None, wait: bool = True) -> tuple[str | None, list]:
+    """Merge ``rev`` into the current branch (§13.7): a commit with parents (HEAD, rev).
+
+    Returns (commit id, []) — or (None, conflicts) with nothing written when some parameters
+    conflict under the strategy; each conflict is (name, reason).
+    """
+    from mdiff.repo.history import merge_base, resolve
+    from mdiff.repo.merge import Strategy, merge_parameter
+
+    chosen = Strategy.parse(strategy)
+    with repo.lock(wait):
+        branch, head = repo.head()
+        theirs_id = resolve(repo, rev)
+        if head is None:
+            raise RepositoryError("MD804", "nothing to merge into: the current branch has no commit")
+        if theirs_id == head or theirs_id in _ancestors(repo, head):
+            raise RepositoryError("MD804", f"{rev} is already merged into {branch or 'HEAD'}")
+        base_id = merge_base(repo, head, theirs_id)
+        # Each state is materialised once, to a file, then read one parameter at a time:
+        # three states are never in memory together.
+        with tempfile.TemporaryDirectory(dir=repo.dir) as tmp:
+            paths = {}
+            for label, cid in (("ours", head), ("theirs", theirs_id), ("base", base_id)):
+                paths[label] = Path(tmp) / f"{label}.safetensors"
+                checkout(repo, cid, paths[label]) if cid else _empty_checkpoint(paths[label])
+            with checkpoint_state(paths["ours"]) as ours, checkpoint_state(paths["theirs"]) as theirs, \
+                    checkpoint_state(paths["base"]) as base:
+                conflicts, merged_names = [], sorted(set(ours) | set(theirs))
+                for name in merged_names:
+                    _, reason = _merged(name, ours, theirs, base, chosen)
+                    if reason:
+                        conflicts.append((name, reason))
+                if conflicts:
+                    return None, conflicts
+
+                class _Merged(Mapping):
+                    def __getitem__(self, name):
+                        value, _ = _merged(name, ours, theirs, base, chosen)
+                        if value is None:
+                            raise KeyError(name)
+                        return value
+
+                    def __iter__(self):
+                        return iter([n for n in merged_names if _merged(n, ours, theirs, base, chosen)[0] is not None])
+
+                    def __len__(self):
+                        return sum(1 for _ in self)
+
+                fields = _author_fields(author, date, meta)
+                fields["meta"].setdefault("merge_strategy", strategy)
+                text = message or f"Merge {rev} into {branch or 'HEAD'} ({strategy})"
+                commit_id, _ = _commit(repo, _Merged(), text, (head, theirs_id), {}, progress, **fields)
+        if branch:
+            repo.set_branch(branch, commit_id)
+        else:
+            repo.set_head(commit_id=commit_id)
+    return commit_id, []
+
+
+def _merged(name, ours, theirs, base, strategy):
+    from mdiff.repo.merge import merge_parameter
+
+    get = lambda m: m[name] if name in m._reader else None  # noqa: E731
+    return merge_parameter(name, get(ours), get(theirs), get(base), strategy)
+
+
+def _ancestors(repo, commit_id):
+    from mdiff.repo.history import ancestors
+
+    return ancestors(repo, commit_id)
+
+
+def _empty_checkpoint(path: Path) -> None:
+    from mdiff.checkpoints import save_checkpoint
+
+    save_checkpoint(path, {})
+
+
+def squash(repo: Repository, rev: str, message: str, author=None, date: str | None = None, meta=None,
+           wait: bool = True) -> str:
+    """Replace the commits after ``rev`` on the current branch by one commit on top of ``rev``
+    holding the same state; the branch then points to it (the old commits stay in the store)."""
+    from mdiff.repo.history import first_parent_line, resolve
+
+    with repo.lock(wait):
+        branch, head = repo.head()
+        onto = resolve(repo, rev)
+        if head is None or onto == head or onto not in first_parent_line(repo, head, stop=onto):
+            raise RepositoryError("MD801", f"{rev} is not an earlier commit of the current branch")
+        final = repo.state(head)
+        commit_id, _ = _commit(repo, final, message, (onto,), {}, None, **_author_fields(author, date, meta))
+        if branch:
+            repo.set_branch(branch, commit_id)
+        else:
+            repo.set_head(commit_id=commit_id)
+    return commit_id
+
+
+def snapshot(repo: Repository, rev: str = "HEAD", wait: bool = True) -> str:
+    """Store the full state of ``rev`` so that checkouts of it and its descendants start there."""
+    from mdiff.repo.history import resolve
+
+    commit_id = resolve(repo, rev)
+    with repo.lock(wait):
+        repo.write_snapshot(commit_id, repo.state(commit_id))
+    return commit_id
+
+
+def diff_revisions(repo: Repository, rev_a: str, rev_b: str, output, message: str = "", compression: str = "gzip") -> dict[str, str]:
+    """Write the diff taking ``rev_a``'s state to ``rev_b``'s as a standalone .mdiff file."""
+    from mdiff.repo.history import resolve
+
+    a, b = repo.state(resolve(repo, rev_a)), repo.state(resolve(repo, rev_b))
+    summary = {}
+    with DiffWriter(output, Commit(message or f"diff {rev_a}..{rev_b}"), compression) as writer:
+        for name, update in updates_between(a, b):
+            writer.add(name, update)
+            summary[name] = update.type
+    return summary
+
+
+Repository.commit = commit
+Repository.checkout = checkout
+Repository.status = status
+Repository.merge = merge
+Repository.squash = squash
+Repository.snapshot = snapshot
+Repository.diff = diff_revisions

@@ -1,0 +1,288 @@
+"""The repository (SPEC.md §13): history, checkout, merges with exact numbers, safety under kill -9."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mdiff
+from mdiff.checkpoints import load_checkpoint, save_checkpoint
+from mdiff.cli.main import main
+from mdiff.errors import RepositoryError
+from mdiff.repo import Repository
+from mdiff.repo.history import graph_lines, resolve
+from tests.helpers import bits_equal
+
+DATE = "2026-05-01T00:00:00Z"
+
+
+def state(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "layer.w": rng.standard_normal((16, 8)).astype(np.float32),
+        "layer.b": rng.standard_normal(8).astype(ml_dtypes.bfloat16),
+        "steps": np.array(seed, dtype=np.int64),
+    }
+
+
+def same_state(a: dict, b: dict) -> bool:
+    return set(a) == set(b) and all(bits_equal(np.asarray(a[k]), np.asarray(b[k])) for k in a)
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def repo(tmp_path) -> Repository:
+    return Repository.init(tmp_path / "r")
+
+
+def test_two_branches_and_a_merge_check_out_bit_exactly(repo):
+    s0, s1, s2 = state(0), state(1), state(2)
+    c0 = repo.commit(s0, "root", date=DATE)
+    repo.set_branch("feature", c0)
+    c1 = repo.commit(dict(s1, **{"extra/new": np.ones(3, np.float16)}), "main work", date=DATE)
+    repo.set_head("feature")
+    s2_feature = dict(s2)
+    del s2_feature["steps"]
+    c2 = repo.commit(s2_feature, "feature work (drops steps)", date=DATE)
+    repo.set_head("main")
+    merged, conflicts = repo.merge("feature", "ours", "take ours", date=DATE)
+    assert conflicts == []
+    assert repo.parents(merged) == (c1, c2)
+    expected = {c0: s0, c1: dict(s1, **{"extra/new": np.ones(3, np.float16)}), c2: s2_feature,
+                merged: dict(s1, **{"extra/new": np.ones(3, np.float16)})}
+    for commit_id, want in expected.items():
+        repo.verify(commit_id)
+        assert same_state(repo.checkout(commit_id), want), commit_id[:12]
+        assert mdiff.validate(repo.commit_path(commit_id)) == []
+    lines = graph_lines(repo, [merged], lambda c: {c0: "root", c1: "main", c2: "feature", merged: "merge"}[c])
+    assert lines == ["*  merge", "|\\", "* |  main", "| *  feature", "|/", "*  root"]
+
+
+def test_commit_ids_are_the_sha256_of_deterministic_files(tmp_path):
+    ids = []
+    for name in ("a", "b"):
+        r = Repository.init(tmp_path / name)
+        ids.append(r.commit(state(0), "same", author="Ada <ada@example.org>", date=DATE))
+        path = r.commit_path(ids[-1])
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == ids[-1]
+    assert ids[0] == ids[1]
+
+
+@pytest.mark.parametrize("strategy,expected", [
+    ("weighted:0.5", 2.0), ("average", 2.0), ("weighted:0.25", 2.5), ("ours", 1.0), ("theirs", 3.0),
+    ("task-arithmetic", 4.0), ("task-arithmetic:0.5", 2.0),
+])
+def test_merge_strategies_give_exact_numbers(repo, strategy, expected):
+    """A = 1 (ours), B = 3 (theirs), base 0: the formulas of SPEC.md §13.7, each input weighted once."""
+    c0 = repo.commit({"w": np.zeros(4, np.float32)}, "base", date=DATE)
+    repo.set_branch("other", c0)
+    repo.commit({"w": np.ones(4, np.float32)}, "A", date=DATE)
+    repo.set_head("other")
+    repo.commit({"w": np.full(4, 3.0, np.float32)}, "B", date=DATE)
+    repo.set_head("main")
+    merged, conflicts = repo.merge("other", strategy, date=DATE)
+    assert conflicts == []
+    assert repo.checkout(merged)["w"].tolist() == [expected] * 4
+
+
+def test_merge_conflicts_are_reported_per_parameter_and_nothing_is_committed(repo, capsys):
+    c0 = repo.commit({"kept": np.zeros(2, np.float32), "gone": np.zeros(2, np.float32), "n": np.zeros(2, np.int32)}, "base", date=DATE)
+    repo.set_branch("other", c0)
+    head = repo.commit({"kept": np.zeros((1, 2), np.float32), "gone": np.ones(2, np.float32), "n": np.ones(2, np.int32)}, "ours", date=DATE)
+    repo.set_head("other")
+    repo.commit({"kept": np.zeros(2, np.float32), "n": np.full(2, 2, np.int32)}, "theirs", date=DATE)
+    repo.set_head("main")
+    merged, conflicts = repo.merge("other", "average", date=DATE)
+    assert merged is None and repo.head() == ("main", head)
+    assert [name for name, _ in conflicts] == ["gone", "kept", "n"]
+    code, out, _ = run(capsys, "merge", "other", "-C", repo.root)
+    assert code == 1 and "MD804" in out and "deleted on one side" in out
+    merged, conflicts = repo.merge("other", "theirs", date=DATE)
+    assert conflicts == [] and set(repo.checkout(merged)) == {"kept", "n"}
+
+
+def test_pipeline_commits_torch_tensors_and_checks_out(repo):
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Linear(4, 3).to(torch.bfloat16)
+    first = repo.commit(model.state_dict(), "init", date=DATE)
+    with torch.no_grad():
+        model.weight.add_(1)
+    second = repo.commit(model.state_dict(), "step", date=DATE)
+    out = repo.checkout(second)
+    assert out["weight"].dtype == ml_dtypes.bfloat16
+    assert np.array_equal(out["weight"].view(np.uint16), model.weight.detach().view(torch.int16).numpy().view(np.uint16))
+    with mdiff.open(repo.commit_path(second)) as diff:
+        assert list(diff) == ["weight"]  # the unchanged bias is omitted
+    assert repo.parents(second) == (first,)
+
+
+def test_sparse_mask_stores_exactly_the_masked_elements(repo):
+    old = {"w": np.zeros(10, np.float32)}
+    repo.commit(old, "base", date=DATE)
+    new = {"w": np.arange(10, dtype=np.float32)}
+    mask = np.zeros(10, bool)
+    mask[[1, 2, 3]] = True
+    commit_id = repo.commit(new, "masked", date=DATE, masks={"w": mask})
+    with mdiff.open(repo.commit_path(commit_id)) as diff:
+        update = diff["w"]
+        assert update.type == "sparse" and update.array("indices").tolist() == [1, 2, 3]
+        assert update.meta["lossy"] is True  # elements 4..9 changed outside the mask and were dropped
+    assert repo.checkout(commit_id)["w"].tolist() == [0, 1, 2, 3, 0, 0, 0, 0, 0, 0]
+
+
+def test_snapshots_and_squash_shorten_the_path_to_a_state(repo):
+    ids = [repo.commit(state(i), f"step {i}", date=DATE) for i in range(6)]
+    repo.snapshot(ids[3])
+    os.chmod(repo.commit_path(ids[1]), 0o644)
+    repo.commit_path(ids[1]).write_bytes(b"corrupt")  # the checkout of step 5 must not need it
+    assert same_state(repo.checkout(ids[5]), state(5))
+    squashed = repo.squash(ids[3][:10], "steps 4-5", date=DATE)
+    assert repo.parents(squashed) == (ids[3],) and repo.head() == ("main", squashed)
+    assert same_state(repo.checkout("HEAD"), state(5))
+    with pytest.raises(RepositoryError) as info:
+        repo.verify(ids[1])
+    assert info.value.code == "MD800"
+
+
+def test_revisions(repo):
+    ids = [repo.commit(state(i), f"step {i}", date=DATE) for i in range(3)]
+    assert resolve(repo, "HEAD") == ids[2] and resolve(repo, "HEAD~2") == ids[0] and resolve(repo, "main^") == ids[1]
+    assert resolve(repo, ids[1][:6]) == ids[1]
+    for bad in ("HEAD~3", "nope", "zz"):
+        with pytest.raises(RepositoryError) as info:
+            resolve(repo, bad)
+        assert info.value.code == "MD801"
+
+
+def test_command_line_round_trip(capsys, tmp_path):
+    d = tmp_path / "repo"
+    assert run(capsys, "init", d)[0] == 0
+    for i in range(2):
+        save_checkpoint(tmp_path / f"s{i}.safetensors", state(i))
+    assert run(capsys, "commit", tmp_path / "s0.safetensors", "-m", "first", "-C", d, "--date", DATE)[0] == 0
+    code, out, _ = run(capsys, "status", tmp_path / "s1.safetensors", "-C", d, "--json")
+    assert code == 0 and json.loads(out)["changes"] == {"layer.b": "modified", "layer.w": "modified", "steps": "modified"}
+    assert run(capsys, "switch", "-c", "exp", "-C", d)[0] == 0
+    assert run(capsys, "commit", tmp_path / "s1.safetensors", "-m", "second\n\nbody", "-C", d, "--date", DATE)[0] == 0
+    code, out, _ = run(capsys, "log", "--oneline", "-C", d)
+    assert code == 0 and out.splitlines()[0].endswith("(HEAD -> exp) second") and out.splitlines()[1].endswith("(main) first")
+    code, out, _ = run(capsys, "log", "-C", d)
+    assert "Author: unknown" in out and "    body" in out
+    code, _, err = run(capsys, "checkout", "main", "-o", tmp_path / "out.npz", "-C", d)
+    assert code == 1 and "MD702" in err and "bfloat16" in err  # npz cannot hold bfloat16: said, not crashed
+    assert run(capsys, "checkout", "main", "-o", tmp_path / "out.safetensors", "-C", d)[0] == 0
+    assert same_state(load_checkpoint(tmp_path / "out.safetensors"), state(0))
+    code, out, _ = run(capsys, "diff", "main", "exp", "-C", d)
+    assert code == 0 and "3 parameters differ" in out
+    code, out, _ = run(capsys, "branch", "-C", d, "--json")
+    assert json.loads(out)["current"] == "exp" and set(json.loads(out)["branches"]) == {"main", "exp"}
+    code, out, _ = run(capsys, "show", "HEAD", "-C", d)
+    assert code == 0 and "second" in out
+    code, _, err = run(capsys, "checkout", "nope", "-o", tmp_path / "x.npz", "-C", d)
+    assert code == 1 and "MD801" in err
+
+
+def test_low_rank_factors_from_the_command_line(capsys, tmp_path):
+    d = tmp_path / "repo"
+    run(capsys, "init", d)
+    base = {"w": np.ones((4, 3), np.float32)}
+    save_checkpoint(tmp_path / "base.safetensors", base)
+    run(capsys, "commit", tmp_path / "base.safetensors", "-m", "base", "-C", d)
+    A, B = np.arange(8, dtype=np.float32).reshape(4, 2), np.ones((2, 3), np.float32)
+    save_checkpoint(tmp_path / "lora.safetensors", {"A:w": A, "B:w": B, "scale:w": np.array(0.5)})
+    tuned = {"w": base["w"] + 0.5 * (A @ B)}
+    save_checkpoint(tmp_path / "tuned.safetensors", tuned)
+    code, out, err = run(capsys, "commit", tmp_path / "tuned.safetensors", "-m", "lora", "--low-rank", tmp_path / "lora.safetensors", "-C", d, "--json")
+    assert code == 0, err
+    repo = Repository.find(d)
+    with mdiff.open(repo.commit_path(json.loads(out)["commit"])) as diff:
+        assert diff["w"].type == "low_rank" and diff["w"].meta["scale"] == 0.5
+    assert np.array_equal(repo.checkout("HEAD")["w"], tuned["w"])
+
+
+def test_concurrent_commits_are_serialised(repo):
+    repo.commit(state(0), "base", date=DATE)
+    script = (
+        "import sys, numpy as np; from mdiff.repo import Repository; from tests.test_repo import state;"
+        "r = Repository.find(sys.argv[1]); r.commit(state(int(sys.argv[2])), 'c' + sys.argv[2], date='2026-05-01T00:00:00Z')"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(repo.root), str(i)], env=env) for i in (1, 2)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    head = repo.head()[1]
+    chain = [head, repo.parents(head)[0]]
+    assert {repo.metadata(c).message for c in chain} == {"c1", "c2"}  # both landed, one on top of the other
+    with repo.lock():
+        with pytest.raises(RepositoryError) as info:
+            with repo.lock(wait=False):
+                pass
+    assert info.value.code == "MD803"
+
+
+KILLER = """
+import sys
+from mdiff.repo import Repository
+from tests.test_repo import big_state
+r = Repository.find(sys.argv[1])
+for i in range(1, 1000):
+    r.commit(big_state(i), f"step {i}", date="2026-05-01T00:00:00Z")
+"""
+
+
+def big_state(i: int) -> dict:
+    rng = np.random.default_rng(i)
+    return {f"p{j}": rng.standard_normal(50_000).astype(np.float32) for j in range(4)}
+
+
+def test_kill_nine_at_any_moment_leaves_the_repository_before_or_after(repo):
+    repo.commit(big_state(0), "step 0", date=DATE)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    rng = np.random.default_rng(0)
+    for attempt in range(12):
+        proc = subprocess.Popen([sys.executable, "-c", KILLER, str(repo.root)], env=env)
+        time.sleep(float(rng.uniform(0.5, 2.5)))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        branch, head = repo.head()
+        repo.verify(head)
+        step = int(repo.metadata(head).message.split()[1])
+        assert same_state(repo.checkout(head), big_state(step)), f"attempt {attempt}: HEAD at step {step} is wrong"
+        for commit_id in repo.commit_ids():  # no commit file is ever partial
+            repo.verify(commit_id)
+
+
+def test_a_commit_that_does_not_fit_its_parent_is_refused(repo):
+    """MD802: a well-formed commit file (its id matches) whose update needs what the parent lacks."""
+    root = repo.commit({"w": np.zeros(3, np.float32)}, "root", date=DATE)
+    bad = repo.store(lambda w: w.add("missing", mdiff.dense(np.zeros(2, np.int8), np.ones(2, np.int8))),
+                     mdiff.Commit("broken", parents=(root,), date=DATE))
+    repo.set_branch("main", bad)
+    with pytest.raises(RepositoryError) as info:
+        repo.checkout("HEAD")
+    assert info.value.code == "MD802" and "MD600" in info.value.message
+
+
+def test_a_corrupt_commit_file_is_detected_by_its_id(repo):
+    first = repo.commit({"w": np.zeros(3, np.float32)}, "root", date=DATE)
+    path = repo.commit_path(first)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(RepositoryError) as info:
+        repo.checkout("HEAD")
+    assert info.value.code == "MD800"
