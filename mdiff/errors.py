@@ -22,6 +22,9 @@ class MdiffError(Exception):
         self.rule = RULES[code]
         super().__init__(f"{code}: {message}" + (f" [{path}]" if path else ""))
 
+    def __reduce__(self):  # pickled with its fields, e.g. from an isolated child process
+        return (type(self), (self.code, self.message, self.path))
+
 
 class InvalidFileError(MdiffError):
     """The .mdiff file breaks a rule of the format (SPEC.md §3–§8)."""

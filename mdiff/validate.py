@@ -8,14 +8,26 @@ from mdiff.errors import InvalidFileError
 from mdiff.format.findings import Finding
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
 from mdiff.format.reader import open_hdf5, read_contents
+from mdiff.isolation import Isolation, IsolationFailure, run_isolated
 
 
-def validate(path, limits: Limits = DEFAULT_LIMITS, check_data: bool = True) -> list[Finding]:
+def validate(path, limits: Limits = DEFAULT_LIMITS, check_data: bool = True, isolation: Isolation | None = None) -> list[Finding]:
     """Every finding for the file at ``path``; an empty list means valid.
 
     With ``check_data`` the datasets are read too, one parameter at a time, for
     the rules that depend on values (sparse index order, bool values, checksums).
+    With ``isolation`` the work runs in a child process with those time and memory
+    limits; a crash, hang or runaway allocation is then the finding MD515.
     """
+    if isolation is not None:
+        try:
+            return run_isolated(_validate, path, limits, check_data, limits=isolation)
+        except IsolationFailure as failure:
+            return [Finding("MD515", os.fspath(path), failure.reason)]
+    return _validate(path, limits, check_data)
+
+
+def _validate(path, limits: Limits, check_data: bool) -> list[Finding]:
     try:
         f, size = open_hdf5(path)
     except InvalidFileError as exc:

@@ -264,6 +264,7 @@ def test_kill_nine_at_any_moment_leaves_the_repository_before_or_after(repo):
         assert same_state(repo.checkout(head), big_state(step)), f"attempt {attempt}: HEAD at step {step} is wrong"
         for commit_id in repo.commit_ids():  # no commit file is ever partial
             repo.verify(commit_id)
+        assert [f for f in repo.fsck(check_data=False) if f.is_error] == []
 
 
 def test_a_commit_that_does_not_fit_its_parent_is_refused(repo):
@@ -286,3 +287,33 @@ def test_a_corrupt_commit_file_is_detected_by_its_id(repo):
     with pytest.raises(RepositoryError) as info:
         repo.checkout("HEAD")
     assert info.value.code == "MD800"
+
+
+def test_fsck_reports_corruption_and_stray_files(repo, capsys):
+    ids = [repo.commit(state(i), f"step {i}", date=DATE) for i in range(2)]
+    assert run(capsys, "fsck", "-C", repo.root)[0] == 0
+    (repo.dir / "commits" / ".commit.abc.mdiff").write_bytes(b"partial")
+    path = repo.commit_path(ids[0])
+    data = bytearray(path.read_bytes())
+    data[100] ^= 1
+    path.write_bytes(bytes(data))
+    code, out, _ = run(capsys, "fsck", "-C", repo.root, "--json")
+    report = json.loads(out)
+    assert code == 1 and report["sound"] is False
+    assert sorted(f["code"] for f in report["findings"]) == ["MD303", "MD800"]
+
+
+def test_a_full_disk_leaves_the_repository_as_it_was(repo):
+    """RLIMIT_FSIZE makes every write past 64 KiB fail, as a full disk would."""
+    first = repo.commit(state(0), "small", date=DATE)
+    script = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536));"
+        "import signal; signal.signal(signal.SIGXFSZ, signal.SIG_IGN);"
+        "from mdiff.repo import Repository; from tests.test_repo import big_state;"
+        "Repository.find(sys.argv[1]).commit(big_state(1), 'too big', date='2026-05-01T00:00:00Z')"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.run([sys.executable, "-c", script, str(repo.root)], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and ("File too large" in proc.stderr or "OSError" in proc.stderr)
+    assert repo.head() == ("main", first) and repo.commit_ids() == [first]
+    assert [f for f in repo.fsck() if f.is_error] == []

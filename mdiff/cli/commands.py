@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -9,8 +10,41 @@ import sys
 import mdiff
 from mdiff.describe import describe
 from mdiff.engines import ENGINES
+from mdiff.errors import InvalidFileError
+from mdiff.format.limits import Limits
+from mdiff.isolation import DEFAULT_MEMORY_BYTES, DEFAULT_TIMEOUT_S, Isolation, IsolationFailure, run_isolated
 from mdiff.cli.progress import ProgressBar
 from mdiff.format.commit import Author, Commit, default_date
+
+
+# ---------------------------------------------------------------- reading untrusted files safely
+def add_safety_options(p, isolate_default: bool) -> None:
+    defaults = ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(Limits))
+    p.add_argument("--limit", action="append", default=[], metavar="NAME=N",
+                   help=f"a reader limit (SPEC.md §8.3), repeatable; defaults: {defaults}")
+    if isolate_default:
+        p.add_argument("--no-isolation", dest="isolate", action="store_false",
+                       help="read in this process instead of a child with time and memory limits")
+    else:
+        p.add_argument("--isolate", action="store_true",
+                       help="do the work in a child process with time and memory limits (a crash becomes MD515)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS", help="for the isolated child")
+    p.add_argument("--memory", type=int, default=DEFAULT_MEMORY_BYTES, metavar="BYTES", help="for the isolated child")
+
+
+def limits_of(args) -> Limits:
+    values = {}
+    known = {f.name for f in dataclasses.fields(Limits)}
+    for pair in args.limit:
+        name, sep, value = pair.partition("=")
+        if not sep or name not in known or not value.isdigit():
+            raise SystemExit(f"mdiff: --limit takes NAME=N with NAME one of {sorted(known)}, not {pair!r}")
+        values[name] = int(value)
+    return Limits(**values)
+
+
+def isolation_of(args) -> Isolation | None:
+    return Isolation(args.timeout, args.memory) if args.isolate else None
 
 
 # ---------------------------------------------------------------- validate
@@ -21,6 +55,7 @@ def add_validate(sub) -> None:
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--json", action="store_true", help="one JSON object per file: {file, valid, findings}")
     p.add_argument("--no-data", action="store_true", help="check metadata only; skip rules that read datasets")
+    add_safety_options(p, isolate_default=True)
     p.set_defaults(run=run_validate)
 
 
@@ -28,7 +63,7 @@ def run_validate(args) -> int:
     status = 0
     reports = []
     for path in args.files:
-        findings = mdiff.validate(path, check_data=not args.no_data)
+        findings = mdiff.validate(path, limits_of(args), not args.no_data, isolation_of(args))
         valid = not any(f.is_error for f in findings)
         if any(f.code == "MD100" for f in findings):
             status = 2
@@ -197,6 +232,7 @@ def add_apply(sub) -> None:
     p.add_argument("base", metavar="BASE")
     p.add_argument("diff", metavar="DIFF")
     p.add_argument("-o", "--output", required=True, metavar="OUT")
+    add_safety_options(p, isolate_default=False)
     p.add_argument("--engine", choices=ENGINES, default=None,
                    help="onnx: the normative ONNX functions on onnxruntime; numpy: their proven-equal twin; "
                         "auto (default): the faster of the two for each update type")
@@ -208,7 +244,7 @@ def add_apply(sub) -> None:
 def run_apply(args) -> int:
     bar = ProgressBar("apply", enabled=False if args.quiet else None)
     try:
-        count = mdiff.apply_files(args.base, args.diff, args.output, progress=bar, engine=args.engine)
+        count = apply_maybe_isolated(args, bar)
     finally:
         bar.close()
     if args.json:
@@ -216,6 +252,16 @@ def run_apply(args) -> int:
     else:
         print(f"wrote {args.output}: {count} parameters, verified")
     return 0
+
+
+def apply_maybe_isolated(args, bar) -> int:
+    work = (args.base, args.diff, args.output, None if args.isolate else bar, limits_of(args), args.engine)
+    if not args.isolate:
+        return mdiff.apply_files(*work)
+    try:
+        return run_isolated(mdiff.apply_files, *work, limits=isolation_of(args))
+    except IsolationFailure as failure:
+        raise InvalidFileError("MD515", failure.reason, args.diff) from None
 
 
 REGISTER = [add_validate, add_dump, add_diff, add_apply]

@@ -338,3 +338,28 @@ def run_snapshot(args) -> int:
 
 REGISTER = [add_init, add_commit, add_log, add_show, add_checkout, add_status, add_branch, add_switch, add_merge,
             add_squash, add_snapshot]
+
+
+def add_fsck(sub) -> None:
+    p = sub.add_parser("fsck", help="check a repository's integrity",
+                       description="Verify every commit file against its id (sha256), validate it, and check refs, HEAD "
+                                   "and parents. Exit 0 when sound, 1 otherwise.")
+    p.add_argument("--no-data", action="store_true", help="skip the rules that read datasets")
+    _common(p)
+    p.set_defaults(run=run_fsck)
+
+
+def run_fsck(args) -> int:
+    repo = _repo(args)
+    findings = repo.fsck(check_data=not args.no_data)
+    errors = [f for f in findings if f.is_error]
+    if args.json:
+        print(json.dumps({"sound": not errors, "findings": [f.to_json() for f in findings]}))
+    else:
+        for f in findings:
+            print(f"{f.code} {f.severity} {f.path}: {f.message}")
+        print(f"{len(repo.commit_ids())} commits checked: " + ("sound" if not errors else f"{len(errors)} problems"))
+    return 1 if errors else 0
+
+
+REGISTER.append(add_fsck)

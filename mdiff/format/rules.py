@@ -74,6 +74,7 @@ _TABLE = [
     ("MD512", "error", "8.3", "the declared bytes of all datasets exceed the limit"),
     ("MD513", "error", "8.1", "an object cannot be read (truncated or corrupt file)"),
     ("MD514", "error", "8.1", "an object is reachable through more than one link"),
+    ("MD515", "error", "8.5", "reading the file crashed, hung or exceeded the memory limit (isolated reader)"),
     # §9 applying
     ("MD600", "error", "9.2", "the base lacks a parameter the update needs"),
     ("MD601", "error", "9.2", "the base parameter's shape or dtype differs from the update's"),

@@ -574,3 +574,40 @@ Repository.merge = merge
 Repository.squash = squash
 Repository.snapshot = snapshot
 Repository.diff = diff_revisions
+
+
+def fsck(repo: Repository, check_data: bool = True) -> list:
+    """Every problem of the repository (SPEC.md §13): corrupt or invalid commit files, missing
+    parents, malformed refs. Returns Findings; stray temporary files left by a killed writer are
+    reported as warnings (MD303) — they are harmless and may be deleted."""
+    from mdiff.format.findings import Finding
+    from mdiff.validate import validate
+
+    findings = []
+    try:
+        repo._check_format()
+        repo.head()
+        repo.branches()
+    except RepositoryError as exc:
+        findings.append(Finding(exc.code, str(repo.dir), exc.message))
+    known = set(repo.commit_ids())
+    for commit_id in sorted(known):
+        path = repo.commit_path(commit_id)
+        try:
+            repo.verify(commit_id)
+        except RepositoryError as exc:
+            findings.append(Finding(exc.code, str(path), exc.message))
+            continue
+        problems = [f for f in validate(path, check_data=check_data) if f.is_error]
+        findings += problems
+        if not problems:
+            for parent in repo.parents(commit_id):
+                if parent not in known:
+                    findings.append(Finding("MD801", str(path), f"parent {parent[:12]} is not in the repository"))
+    for folder in ("commits", "snapshots", "refs/heads", "."):
+        for stray in sorted((repo.dir / folder).glob(".*.tmp")) + sorted((repo.dir / folder).glob(".commit.*.mdiff")):
+            findings.append(Finding("MD303", str(stray), "a temporary file left by an interrupted writer; it may be deleted"))
+    return findings
+
+
+Repository.fsck = fsck

@@ -1,0 +1,73 @@
+"""Reading in a child process with limits (SPEC.md §8.5): a crash, hang or runaway allocation in
+the HDF5 library becomes the finding MD515, never a dead caller."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import mdiff
+from mdiff.isolation import Isolation, IsolationFailure, crashes_here, run_isolated
+from mdiff.validate import validate
+
+
+def _sleep_forever():
+    time.sleep(60)
+
+
+def _allocate(n: int):
+    return len(bytearray(n))
+
+
+def _fail():
+    raise mdiff.InvalidFileError("MD100", "typed errors cross the process boundary", "x")
+
+
+def test_results_and_typed_errors_come_back_from_the_child():
+    assert run_isolated(_allocate, 10) == 10
+    with pytest.raises(mdiff.InvalidFileError) as info:
+        run_isolated(_fail)
+    assert info.value.code == "MD100"
+
+
+@pytest.mark.parametrize("fn,args,reason", [
+    (crashes_here, (), "SIGSEGV"),
+    (_sleep_forever, (), "no answer within 1 s"),
+    (_allocate, (3 * 2**30,), "memory"),
+])
+def test_crashes_hangs_and_allocations_become_failures(fn, args, reason):
+    with pytest.raises(IsolationFailure) as info:
+        run_isolated(fn, *args, limits=Isolation(timeout_s=1, memory_bytes=2**30))
+    assert reason in info.value.reason
+
+
+def test_validate_in_isolation_reports_md515_when_the_reader_dies(tmp_path, monkeypatch):
+    path = tmp_path / "ok.mdiff"
+    mdiff.write(path, {"w": mdiff.replace(np.arange(3, dtype=np.float32))})
+    assert validate(path, isolation=Isolation()) == validate(path) == []
+    monkeypatch.setattr(sys.modules["mdiff.validate"], "_validate", lambda *a: crashes_here())  # the forked child inherits it
+    findings = validate(path, isolation=Isolation(timeout_s=20))
+    assert [(f.code, f.severity) for f in findings] == [("MD515", "error")] and "SIGSEGV" in findings[0].message
+
+
+def test_the_command_line_isolates_validation_by_default(tmp_path):
+    (tmp_path / "junk.mdiff").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(100))
+    proc = subprocess.run([sys.executable, "-m", "mdiff.cli.main", "validate", str(tmp_path / "junk.mdiff"), "--json",
+                           "--timeout", "30", "--limit", "max_objects=10"], capture_output=True, text=True)
+    assert proc.returncode == 2 and json.loads(proc.stdout)["findings"][0]["code"] == "MD100"
+    bad = subprocess.run([sys.executable, "-m", "mdiff.cli.main", "validate", "x", "--limit", "max_nothing=1"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "max_objects" in bad.stderr
+
+
+def test_limits_from_the_command_line_apply(tmp_path):
+    path = tmp_path / "big.mdiff"
+    mdiff.write(path, {"w": mdiff.replace(np.zeros(1000, np.float32))})
+    proc = subprocess.run([sys.executable, "-m", "mdiff.cli.main", "validate", str(path), "--json",
+                           "--limit", "max_elements=100"], capture_output=True, text=True)
+    assert proc.returncode == 1 and [f["code"] for f in json.loads(proc.stdout)["findings"]] == ["MD508"]
