@@ -88,26 +88,7 @@ def diff_files(old_path, new_path, out_path, commit=None, compression: str = "gz
     summary = {}
     with open_checkpoint(old_path) as old, open_checkpoint(new_path) as new:
         with DiffWriter(out_path, commit, compression) as writer:
-            for name, update in diff_mappings(_TensorView(old), _TensorView(new), progress):
+            for name, update in diff_mappings(old, new, progress):
                 writer.add(name, update)
                 summary[name] = update.type
     return summary
-
-
-class _TensorView(Mapping):
-    """A checkpoint reader seen as a read-only mapping of name → array, read on access."""
-
-    def __init__(self, reader):
-        self._reader = reader
-
-    def __getitem__(self, name):
-        return self._reader.read(name)
-
-    def __iter__(self):
-        return iter(self._reader.keys())
-
-    def __len__(self):
-        return len(self._reader.keys())
-
-    def __contains__(self, name):
-        return name in self._reader

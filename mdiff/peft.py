@@ -72,8 +72,9 @@ convert it to safetensors). :class:`~mdiff.errors.ApplyError` MD600 when the
 base lacks a parameter the adapter changes, MD601 when its shape or dtype
 does not fit the factors.
 
-Imported updates are marked ``lossy`` as :func:`mdiff.updates.low_rank.encode`
-does by default.
+Imported factors are not marked ``lossy`` (SPEC.md §7.1): they are the
+adapter's own, and PEFT's merge is reproduced within §7.5's tolerance — except
+where a rank above what §7.5 allows had to be folded into one rounded product.
 """
 
 from __future__ import annotations
@@ -472,7 +473,8 @@ def _low_rank(A: np.ndarray, B: np.ndarray, shape, dt: DType, scale: float) -> U
     """A low_rank update, folding factors whose rank exceeds what §7.5 allows (r ≤ max(1, min(m, n)))."""
     c = _compute(dt)
     m, n = low_rank.matrix_shape(shape)
-    if A.shape[1] > max(1, min(m, n)):
+    folded = A.shape[1] > max(1, min(m, n))
+    if folded:
         product = A.astype(np.float64) @ B.astype(np.float64)
         if min(m, n) == 0:
             A, B = np.zeros((m, 1), c), np.zeros((1, n), c)
@@ -480,8 +482,10 @@ def _low_rank(A: np.ndarray, B: np.ndarray, shape, dt: DType, scale: float) -> U
             A, B = np.eye(m, dtype=c), product.astype(c)
         else:
             A, B = product.astype(c), np.eye(n, dtype=c)
-    # lossy: left to low_rank.encode (True by default).
-    return low_rank.encode(A.astype(c), B.astype(c), shape, dt, scale)
+    # The adapter's own factors and scale are stored as they are: PEFT's merge W + s·(B·A) is
+    # reproduced within §7.5's tolerance, so the update is not lossy. Folding a rank that §7.5
+    # does not allow rounds the product once: that one is.
+    return low_rank.encode(A.astype(c), B.astype(c), shape, dt, scale, lossy=folded)
 
 
 def _check_spec(base_name: str, spec, expected: tuple[int, ...], what: str, hint: str = "") -> DType:
@@ -566,6 +570,8 @@ def lora_updates(
     refused. See the module's doc for what becomes what and what is refused.
     """
     adapter_dir = os.fspath(adapter_dir)
+    if not os.path.exists(adapter_dir):
+        raise FileNotFoundError(f"no such adapter folder: {adapter_dir!r}")
     if not os.path.isdir(adapter_dir):
         raise NotADirectoryError(f"{adapter_dir!r} is not a folder (a PEFT adapter is a folder)")
     config = _read_config(adapter_dir)

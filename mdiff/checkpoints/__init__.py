@@ -69,17 +69,28 @@ _MAX_ARRAY_BYTES = int(np.iinfo(np.intp).max)
 _READ_CHUNK = 1 << 24
 
 
-class CheckpointReader(abc.ABC):
+class CheckpointReader(Mapping):
     """A checkpoint file opened for reading; use as a context manager.
 
-    A reader holds one file position, so it is not safe to share between threads.
+    It is a read-only mapping of name → array in which each access reads that one
+    tensor. A reader holds one file position, so it is not safe to share between threads.
     """
 
     path: str
 
     @abc.abstractmethod
+    def _index(self) -> Mapping[str, object]:
+        """Name → whatever the format keeps per tensor (ValueError once closed)."""
+
     def keys(self) -> list[str]:
         """Tensor names, sorted by Python string order."""
+        return sorted(self._index())
+
+    def _entry(self, name: str):
+        try:
+            return self._index()[name]
+        except KeyError:
+            raise KeyError(f"no tensor named {name!r} in {self.path}") from None
 
     @abc.abstractmethod
     def spec(self, name: str) -> tuple[tuple[int, ...], DType]:
@@ -98,11 +109,14 @@ class CheckpointReader(abc.ABC):
     def close(self) -> None:
         """Release the file; further reads fail."""
 
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.read(name)
+
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in set(self.keys())
+        return isinstance(name, str) and name in self._index()
 
     def __len__(self) -> int:
-        return len(self.keys())
+        return len(self._index())
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())

@@ -102,15 +102,15 @@ class NpzReader(CheckpointReader):
             self._file.close()
             raise
 
-    def keys(self) -> list[str]:
-        return sorted(self._members)
+    def _index(self) -> dict[str, _Member]:
+        return self._members
 
     def spec(self, name: str) -> tuple[tuple[int, ...], DType]:
-        member = self._member(name)
+        member = self._entry(name)
         return member.shape, member.dtype
 
     def read(self, name: str) -> np.ndarray:
-        member = self._member(name)
+        member = self._entry(name)
         if self._file.closed:
             raise ValueError(f"the reader of {self.path} is closed")
         # Fortran-ordered data is the C-ordered transpose: read it so, then transpose.
@@ -137,17 +137,6 @@ class NpzReader(CheckpointReader):
         self._zip.close()
         self._file.close()
 
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in self._members
-
-    def __len__(self) -> int:
-        return len(self._members)
-
-    def _member(self, name: str) -> _Member:
-        try:
-            return self._members[name]
-        except KeyError:
-            raise KeyError(f"no tensor named {name!r} in {self.path}") from None
 
 
 def open_reader(path: str) -> NpzReader:

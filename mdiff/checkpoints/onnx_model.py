@@ -101,15 +101,12 @@ class OnnxReader(CheckpointReader):
         self._initializers: dict[str, _Initializer] | None = _initializers(model, path)
         self._metadata = _metadata(model, path)
 
-    def keys(self) -> list[str]:
-        return sorted(self._open())
-
     def spec(self, name: str) -> tuple[tuple[int, ...], DType]:
-        init = self._initializer(name)
+        init = self._entry(name)
         return init.shape, init.dtype
 
     def read(self, name: str) -> np.ndarray:
-        init = self._initializer(name)
+        init = self._entry(name)
         return _to_array(init, self.path, name)
 
     @property
@@ -119,22 +116,10 @@ class OnnxReader(CheckpointReader):
     def close(self) -> None:
         self._initializers = None
 
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in self._open()
-
-    def __len__(self) -> int:
-        return len(self._open())
-
-    def _open(self) -> dict[str, _Initializer]:
+    def _index(self) -> dict[str, _Initializer]:
         if self._initializers is None:
             raise ValueError(f"the reader of {self.path} is closed")
         return self._initializers
-
-    def _initializer(self, name: str) -> _Initializer:
-        try:
-            return self._open()[name]
-        except KeyError:
-            raise KeyError(f"no tensor named {name!r} in {self.path}") from None
 
 
 def open_reader(path: str) -> OnnxReader:

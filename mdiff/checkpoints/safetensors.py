@@ -94,15 +94,15 @@ class SafetensorsReader(CheckpointReader):
             self._file.close()
             raise
 
-    def keys(self) -> list[str]:
-        return sorted(self._tensors)
+    def _index(self) -> dict[str, _Tensor]:
+        return self._tensors
 
     def spec(self, name: str) -> tuple[tuple[int, ...], DType]:
-        tensor = self._tensor(name)
+        tensor = self._entry(name)
         return tensor.shape, tensor.dtype
 
     def read(self, name: str) -> np.ndarray:
-        tensor = self._tensor(name)
+        tensor = self._entry(name)
         if self._file.closed:
             raise ValueError(f"the reader of {self.path} is closed")
         array = np.empty(tensor.shape, dtype=tensor.dtype.value)
@@ -118,17 +118,6 @@ class SafetensorsReader(CheckpointReader):
     def close(self) -> None:
         self._file.close()
 
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in self._tensors
-
-    def __len__(self) -> int:
-        return len(self._tensors)
-
-    def _tensor(self, name: str) -> _Tensor:
-        try:
-            return self._tensors[name]
-        except KeyError:
-            raise KeyError(f"no tensor named {name!r} in {self.path}") from None
 
 
 def open_reader(path: str) -> SafetensorsReader:

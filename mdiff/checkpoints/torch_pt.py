@@ -106,14 +106,11 @@ class TorchReader(CheckpointReader):
         tensors, self._specs = _validated(torch, _load(torch, path), path)
         self._tensors: dict[str, Any] | None = tensors
 
-    def keys(self) -> list[str]:
-        return sorted(self._specs)
+    def _index(self) -> dict[str, _Spec]:
+        return self._specs
 
     def spec(self, name: str) -> tuple[tuple[int, ...], DType]:
-        try:
-            return self._specs[name]
-        except KeyError:
-            raise KeyError(f"no tensor named {name!r} in {self.path}") from None
+        return self._entry(name)
 
     def read(self, name: str) -> np.ndarray:
         shape, dt = self.spec(name)
@@ -131,12 +128,6 @@ class TorchReader(CheckpointReader):
 
     def close(self) -> None:
         self._tensors = None  # drops the memory map once no read array refers to it
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in self._specs
-
-    def __len__(self) -> int:
-        return len(self._specs)
 
 
 def tensor_to_numpy(tensor: Any, dt: DType | None = None) -> np.ndarray:

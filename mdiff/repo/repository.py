@@ -331,35 +331,19 @@ def _as_numpy_state(state: Mapping) -> Mapping[str, np.ndarray]:
     return _View()
 
 
-class _Checkpoint(Mapping):
-    """A checkpoint file read lazily, one tensor per access."""
-
-    def __init__(self, reader):
-        self._reader = reader
-
-    def __getitem__(self, name):
-        if name not in self._reader:
-            raise KeyError(name)
-        return self._reader.read(name)
-
-    def __iter__(self):
-        return iter(self._reader.keys())
-
-    def __len__(self):
-        return len(self._reader)
-
-
 @contextlib.contextmanager
 def checkpoint_state(path) -> Iterator[Mapping[str, np.ndarray]]:
     from mdiff.checkpoints import open_checkpoint
 
     with open_checkpoint(path) as reader:
-        yield _Checkpoint(reader)
+        yield reader
 
 
 def _commit(repo: Repository, new: Mapping, message: str, parents: tuple[str, ...], explicit: Mapping[str, Update],
-            progress: Progress | None, masks: Mapping[str, np.ndarray] = {}, **commit_fields) -> tuple[str, dict[str, str]]:
-    old = repo.state(parents[0] if parents else None)
+            progress: Progress | None, masks: Mapping[str, np.ndarray] = {}, old: Mapping | None = None,
+            **commit_fields) -> tuple[str, dict[str, str]]:
+    if old is None:
+        old = repo.state(parents[0] if parents else None)
     meta = Commit(message, parents=parents, **commit_fields)
     summary: dict[str, str] = {}
     names = sorted(set(old) | set(new) | set(explicit))
@@ -453,7 +437,7 @@ def merge(repo: Repository, rev: str, strategy: str = "average", message: str | 
     conflict under the strategy; each conflict is (name, reason).
     """
     from mdiff.repo.history import merge_base, resolve
-    from mdiff.repo.merge import Strategy, merge_parameter
+    from mdiff.repo.merge import Strategy
 
     chosen = Strategy.parse(strategy)
     with repo.lock(wait):
@@ -508,7 +492,7 @@ def merge(repo: Repository, rev: str, strategy: str = "average", message: str | 
 def _merged(name, ours, theirs, base, strategy):
     from mdiff.repo.merge import merge_parameter
 
-    get = lambda m: m[name] if name in m._reader else None  # noqa: E731
+    get = lambda m: m[name] if name in m else None  # noqa: E731
     return merge_parameter(name, get(ours), get(theirs), get(base), strategy)
 
 
@@ -611,3 +595,39 @@ def fsck(repo: Repository, check_data: bool = True) -> list:
 
 
 Repository.fsck = fsck
+
+
+def import_peft(repo: Repository, adapter_dir, base_checkpoint, message: str | None = None, author=None,
+                date: str | None = None, meta=None, wait: bool = True) -> list[str]:
+    """Commit a PEFT LoRA adapter as ``low_rank`` updates (with the adapter's scale and names mapped
+    to the base checkpoint's). On an empty branch the base checkpoint is committed first, as the
+    root; otherwise HEAD must hold the base's values of every parameter the adapter changes."""
+    from mdiff.format.dtypes import xor_bits
+    from mdiff.peft import lora_updates_from_checkpoint
+
+    updates = lora_updates_from_checkpoint(adapter_dir, base_checkpoint)
+    made = []
+    if repo.head()[1] is None:
+        made.append(repo.commit(base_checkpoint, f"base: {os.path.basename(os.fspath(base_checkpoint))}", author, date, meta,
+                                wait=wait))
+    with repo.lock(wait):
+        branch, head = repo.head()
+        state = repo.state(head)
+        with checkpoint_state(base_checkpoint) as base:
+            for name in updates:
+                if name in base and (name not in state or state[name].shape != base[name].shape
+                                     or np.count_nonzero(xor_bits(state[name], base[name]))):
+                    raise RepositoryError("MD802", f"HEAD's {name!r} is not the adapter's base; switch to the branch "
+                                                   "that holds the base model")
+        fields = _author_fields(author, date, meta)
+        fields["meta"].setdefault("peft_adapter", os.path.basename(os.path.normpath(os.fspath(adapter_dir))))
+        text = message or f"import PEFT adapter {fields['meta']['peft_adapter']}"
+        commit_id, _ = _commit(repo, state, text, (head,), updates, None, old=state, **fields)
+        if branch:
+            repo.set_branch(branch, commit_id)
+        else:
+            repo.set_head(commit_id=commit_id)
+    return made + [commit_id]
+
+
+Repository.import_peft = import_peft
