@@ -240,7 +240,16 @@ from mdiff.repo import Repository
 from tests.test_repo import big_state
 r = Repository.find(sys.argv[1])
 for i in range(1, 1000):
-    r.commit(big_state(i), f"step {i}", date="2026-05-01T00:00:00Z")
+    step = int(r.metadata(r.head()[1]).message.split()[1])
+    if i % 3 == 0:  # a side branch merged back with `theirs`: the state becomes the side's
+        r.set_branch(f"side{i}", r.head()[1]); r.set_head(f"side{i}")
+        r.commit(big_state(step + 1), f"step {step + 1}", date="2026-05-01T00:00:00Z")
+        r.set_head("main")
+        r.merge(f"side{i}", "theirs", f"step {step + 1} (merged)", date="2026-05-01T00:00:00Z")
+    elif i % 3 == 1 and step >= 2:  # squash the last commit onto its parent: same state, shorter history
+        r.squash("HEAD~1", f"step {step} (squashed)", date="2026-05-01T00:00:00Z")
+    else:
+        r.commit(big_state(step + 1), f"step {step + 1}", date="2026-05-01T00:00:00Z")
 """
 
 
@@ -250,10 +259,14 @@ def big_state(i: int) -> dict:
 
 
 def test_kill_nine_at_any_moment_leaves_the_repository_before_or_after(repo):
+    """Commits, merges and squashes killed at random moments: HEAD always names a whole, verified
+    commit whose state is exactly the one its message promises."""
     repo.commit(big_state(0), "step 0", date=DATE)
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     rng = np.random.default_rng(0)
     for attempt in range(12):
+        if repo.head()[0] != "main":  # killed between switching branches: go back, as a user would
+            repo.set_head("main")
         proc = subprocess.Popen([sys.executable, "-c", KILLER, str(repo.root)], env=env)
         time.sleep(float(rng.uniform(0.5, 2.5)))
         proc.send_signal(signal.SIGKILL)
