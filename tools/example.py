@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A short end-to-end run of mdiff (the README's first command, until `mdiff demo` lands).
+"""A short end-to-end run of mdiff's file commands, without training (`mdiff demo` is the full tour).
 
 Makes a small model checkpoint and a fine-tuned variant (a few dense changes, a
 1% sparse change, a bfloat16 layer, an added and a removed parameter), then

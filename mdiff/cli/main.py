@@ -7,7 +7,7 @@ import json
 import sys
 
 from mdiff import __version__
-from mdiff.cli import commands, repo_commands
+from mdiff.cli import commands, demo_command, repo_commands
 from mdiff.errors import InvalidFileError, MdiffError
 
 EPILOG = """exit status: 0 success; 1 an invalid file or a failed operation; 2 usage error or a file that is not HDF5.
@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"mdiff {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for register in commands.REGISTER + repo_commands.REGISTER:
+    for register in commands.REGISTER + repo_commands.REGISTER + demo_command.REGISTER:
         register(sub)
     return parser
 
