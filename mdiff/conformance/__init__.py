@@ -9,9 +9,8 @@ case through that contract and compares what it did with what the manifest expec
     manifest = load_manifest()
     results = run_cases(CommandImplementation("node tools/mdiff-js/bin/mdiff-js.js"), manifest)
 
-``python -m mdiff.conformance`` is the command-line runner; ``python -m
-mdiff.conformance.reference`` is the reference implementation as the contract wants it. This
-package prints nothing; only ``__main__`` does.
+``python -m mdiff.conformance`` is the command-line runner (by default on the reference, ``python
+-m mdiff.cli.main``). This package prints nothing; only ``__main__`` does.
 """
 
 from mdiff.conformance.compare import compare_states, within_bounds

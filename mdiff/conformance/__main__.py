@@ -32,12 +32,16 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--impl", metavar="CMD", help="the implementation's command line (default: the reference, "
                         f"{' '.join(shlex.quote(a) for a in reference_command())})")
-    parser.add_argument("--filter", metavar="SUBSTR", help="only cases whose id, family or section contains SUBSTR")
+    parser.add_argument("--filter", metavar="SUBSTR", action="append",
+                        help="only cases whose id, family or section (§7.4) contains SUBSTR (repeatable: any)")
     parser.add_argument("--json", action="store_true", help="print a JSON report instead of the table "
                         "(the summary line then goes to stderr)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="cases run at once (default 2)")
     parser.add_argument("--corpus", metavar="DIR", help="the corpus directory (default: conformance/ of this tree)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per command (default 120)")
+    parser.add_argument("--batch", type=int, default=0, metavar="N",
+                        help="validate N files per command (`validate --json FILE...`, optional in the contract); "
+                             "saves start-up time, checks exit statuses per batch only")
     args = parser.parse_args(argv)
 
     try:
@@ -51,12 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"mdiff.conformance: {exc}", file=sys.stderr)
         return 2
-    needle = args.filter
+    needles = args.filter
 
     def select(case) -> bool:
-        return needle is None or any(needle in s for s in (case.id, case.family, f"§{case.section}"))
+        return not needles or any(n in s for n in needles for s in (case.id, case.family, f"§{case.section}"))
 
-    results = run_cases(impl, manifest, select, jobs=args.jobs, timeout=args.timeout, claimed=claimed)
+    results = run_cases(impl, manifest, select, jobs=args.jobs, timeout=args.timeout, claimed=claimed,
+                        batch=args.batch)
     line = summary_line(results)
     failed = any(r.status == "fail" for r in results)
     if args.json:
@@ -89,8 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     if skipped:
         print("\nunclaimed (skipped):")
         for r in skipped:
-            feats = [f for f in manifest.case(r.id).features if claimed is not None and f not in claimed]
-            print(f"  {r.id}: {'; '.join(f'{f}: {manifest.features[f]}' for f in feats)}")
+            print(f"  {r.id}: {r.reason}")
     if manifest.blocked:
         print("\nblocked (no case yet):")
         for b in manifest.blocked:

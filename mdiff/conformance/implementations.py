@@ -117,11 +117,13 @@ class InProcessImplementation(Implementation):
 
 
 def reference_command() -> list[str]:
-    """The reference implementation as a command: mdiff's CLI with the contract's options."""
-    return [sys.executable, "-m", "mdiff.conformance.reference"]
+    """The reference implementation as a command: mdiff's own command line."""
+    return [sys.executable, "-m", "mdiff.cli.main"]
 
 
 def reference_in_process() -> InProcessImplementation:
-    from mdiff.conformance.reference import main
+    """mdiff's command line (``mdiff.cli.main.main``) called in this process: the same commands,
+    output and exit statuses as :func:`reference_command`, without a Python start-up per command."""
+    from mdiff.cli.main import main
 
     return InProcessImplementation(main, "mdiff (reference, in process)")

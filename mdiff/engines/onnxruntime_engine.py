@@ -17,6 +17,14 @@ from onnx import TensorProto
 
 from mdiff.format.onnx_functions import serialize
 
+# onnxruntime's own exception classes derive from Exception alone, not from RuntimeError.
+ONNXRUNTIME_ERRORS: tuple[type[Exception], ...] = tuple(
+    getattr(ort.capi.onnxruntime_pybind11_state, n) for n in (
+        "Fail", "InvalidArgument", "NoSuchFile", "NoModel", "EngineError", "RuntimeException", "InvalidProtobuf",
+        "ModelLoaded", "NotImplemented", "InvalidGraph", "EPFail")
+    if hasattr(ort.capi.onnxruntime_pybind11_state, n)
+)
+
 # Declared 2-byte float types, which may be fed uint16 bit patterns (and bfloat16 always is:
 # numpy has no bfloat16 of its own, so onnxruntime cannot infer that type from an array).
 _TWO_BYTE_FLOATS = {"tensor(bfloat16)": TensorProto.BFLOAT16, "tensor(float16)": TensorProto.FLOAT16}

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from mdiff.errors import InvalidFileError
 from mdiff.format import canonical_json
-from mdiff.format.schemas import ecma_validator
+from mdiff.format.schemas import first_errors
 
 _DATE_PATTERN = (
     r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
@@ -53,8 +53,6 @@ SCHEMA: dict[str, Any] = {
         "meta": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }
-
-_VALIDATOR = ecma_validator(SCHEMA)
 
 
 def _writer_version() -> str:
@@ -124,10 +122,7 @@ class Commit:
 
 def schema_errors(obj: Any) -> list[str]:
     """Every way ``obj`` breaks §4.2, as messages naming the JSON location."""
-    messages = []
-    for err in sorted(_VALIDATOR.iter_errors(obj), key=lambda e: list(e.absolute_path)):
-        where = "/".join(str(p) for p in err.absolute_path) or "(root)"
-        messages.append(f"{where}: {err.message}")
+    messages = first_errors(SCHEMA, obj)
     if not messages:
         try:  # the pattern cannot see a 31st of February
             _dt.datetime.strptime(obj["date"][:19], "%Y-%m-%dT%H:%M:%S")

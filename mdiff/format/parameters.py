@@ -12,7 +12,7 @@ from mdiff.format import canonical_json
 from mdiff.format.constants import ATTR_UPDATE, PARAMETERS_GROUP
 from mdiff.format.findings import Finding
 from mdiff.format.names import decode_name
-from mdiff.format.schemas import ecma_validator
+from mdiff.format.schemas import first_errors
 from mdiff.format.structure import Inventory
 from mdiff.updates import REGISTRY
 from mdiff.updates.base import Update, UpdateType
@@ -84,10 +84,9 @@ def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Map
         return None, None
     if newer_minor:
         meta = {k: v for k, v in meta.items() if k in kind.schema["properties"]}
-    errors = sorted(ecma_validator(kind.schema).iter_errors(meta), key=lambda e: list(e.absolute_path))
+    errors = first_errors(kind.schema, meta)
     if errors:
-        where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
-        findings.append(Finding("MD404", path, f"`update` breaks the {kind.name} schema at {where}: {errors[0].message}"))
+        findings.append(Finding("MD404", path, f"`update` breaks the {kind.name} schema at {errors[0]}"))
         return None, None
     meta["shape"] = [int(d) for d in meta["shape"]]  # JSON Schema counts 2.0 as an integer
     return meta, kind

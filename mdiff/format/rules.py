@@ -63,7 +63,7 @@ _TABLE = [
     ("MD501", "error", "8.1", "an object is neither a group nor a dataset"),
     ("MD502", "error", "8.2", "a dataset uses external raw storage"),
     ("MD503", "error", "8.2", "a dataset is virtual"),
-    ("MD504", "error", "8.2", "a dataset uses a filter off the allowlist"),
+    ("MD504", "error", "8.2", "a dataset uses a filter off the allowlist, or a chunk skips one of its filters"),
     ("MD505", "error", "8.2", "a dataset's datatype or dataspace is not allowed"),
     ("MD506", "error", "8.2", "an attribute's datatype or shape is not allowed"),
     ("MD507", "error", "8.3", "a dataset's rank exceeds the limit"),

@@ -31,3 +31,23 @@ _Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pat
 
 def ecma_validator(schema: dict) -> jsonschema.protocols.Validator:
     return _Validator(schema)
+
+
+MAX_REPORTED = 8  # a hostile document can break a schema a million times; a few say enough
+
+
+def first_errors(schema: dict, instance) -> list[str]:
+    """Up to MAX_REPORTED messages ("location: problem"), found lazily; [] when ``instance`` is valid.
+
+    A document nested too deeply for the validator to walk is reported, not raised.
+    """
+    messages = []
+    try:
+        for error in _Validator(schema).iter_errors(instance):
+            where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+            messages.append(f"{where}: {error.message[:200]}")
+            if len(messages) == MAX_REPORTED:
+                break
+    except RecursionError:
+        messages.append("(root): nested too deeply to check")
+    return messages

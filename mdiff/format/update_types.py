@@ -11,14 +11,13 @@ from mdiff.format.findings import Finding
 from mdiff.format.constants import ATTR_DEFINITION, UPDATE_TYPES_GROUP
 from mdiff.format.limits import Limits
 from mdiff.format.names import decode_name
-from mdiff.format.schemas import ecma_validator
+from mdiff.format.schemas import first_errors
 from mdiff.format.structure import Inventory
 from mdiff.updates import REGISTRY
 from mdiff.updates.base import UpdateType
 from mdiff.updates.embedded import DEFINITION_SCHEMA, TYPE_NAME, check_function, dtype_of_function_dataset, make_type
 
 UPDATE_TYPES_PATH = "/" + UPDATE_TYPES_GROUP
-_DEFINITION_VALIDATOR = ecma_validator(DEFINITION_SCHEMA)
 
 
 def parse_update_types(inventory: Inventory, f: h5py.File, limits: Limits) -> tuple[dict[str, UpdateType], list[Finding]]:
@@ -56,9 +55,9 @@ def _parse_one(name, path, inventory: Inventory, f: h5py.File, limits: Limits, f
     except (KeyError, ValueError) as exc:
         findings.append(Finding("MD420", path, f"attribute `definition` is missing or not JSON: {exc}"))
         return None
-    errors = list(_DEFINITION_VALIDATOR.iter_errors(definition))
+    errors = first_errors(DEFINITION_SCHEMA, definition)
     if errors:
-        findings.append(Finding("MD420", path, f"`definition` breaks its schema: {errors[0].message}"))
+        findings.append(Finding("MD420", path, f"`definition` breaks its schema at {errors[0]}"))
         return None
     functions = {}
     broken = False

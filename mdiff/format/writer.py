@@ -19,7 +19,7 @@ from mdiff.format.constants import (
     FORMAT_VERSION, LIBVER, PARAMETERS_GROUP, UPDATE_TYPES_GROUP,
 )
 from mdiff.format.names import encode_name
-from mdiff.format.schemas import ecma_validator
+from mdiff.format.schemas import first_errors
 from mdiff.updates.base import Update
 from mdiff.updates.embedded import function_dataset
 
@@ -149,7 +149,7 @@ def _checked_type(name: str, definition: Mapping, functions: Mapping[str, bytes]
     from mdiff.updates.embedded import DEFINITION_SCHEMA, TYPE_NAME, check_function, make_type
 
     problems = [] if TYPE_NAME.fullmatch(name) else [f"name {name!r} is not x-<lower case>"]
-    problems += [e.message for e in ecma_validator(DEFINITION_SCHEMA).iter_errors(dict(definition))]
+    problems += first_errors(DEFINITION_SCHEMA, dict(definition))
     checked = {}
     for dtype_name, data in ([] if problems else sorted(functions.items())):
         model, found = check_function(bytes(data), dtype_name, list(definition["inputs"]), DEFAULT_LIMITS)
@@ -162,7 +162,7 @@ def _checked_type(name: str, definition: Mapping, functions: Mapping[str, bytes]
 
 def _check_update(name: str, update: Update, kind) -> None:
     """The writer never writes an invalid file: the same checks a reader makes, on the metadata."""
-    problems = [e.message for e in ecma_validator(kind.schema).iter_errors(dict(update.meta))]
+    problems = first_errors(kind.schema, dict(update.meta))
     if not problems:
         actual = {k: (np.shape(v), np.asarray(v).dtype) for k, v in update.data.items()}
         problems = [f"{code}: {message}" for code, _, message in (*kind.check_meta(update.meta), *kind.check_layout(update.meta, actual))]

@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError
 from onnx import AttributeProto, TensorProto, helper
 
 from mdiff.errors import InvalidFileError
+from mdiff.engines.onnxruntime_engine import ONNXRUNTIME_ERRORS
 from mdiff.format.dtypes import DTYPES, dtype_named
 from mdiff.format.limits import Limits
 from mdiff.format.onnx_functions import IR_VERSION, OPSET, VALUE_TYPES
@@ -121,17 +122,27 @@ def _signature_problems(model: onnx.ModelProto, dtype_name: str, inputs: list[st
     if names != ["base", *inputs]:
         problems.append(("MD427", "", f"inputs are {names}; the definition needs {['base', *inputs]}"))
     elif graph.input[0].type.tensor_type.elem_type != want_type:
-        problems.append(("MD427", "", f"input `base` must be {TensorProto.DataType.Name(want_type)}"))
+        problems.append(("MD427", "", f"input `base` must be {_type_name(want_type)}"))
     if [o.name for o in graph.output] != ["result"] or graph.output[0].type.tensor_type.elem_type != want_type:
-        problems.append(("MD427", "", f"the only output must be `result` of {TensorProto.DataType.Name(want_type)}"))
+        problems.append(("MD427", "", f"the only output must be `result` of {_type_name(want_type)}"))
     return problems
+
+
+def _type_name(elem_type: int) -> str:
+    try:
+        return TensorProto.DataType.Name(elem_type)
+    except ValueError:  # a number ONNX does not define
+        return f"element type {elem_type}"
 
 
 def _can_feed(storage: np.dtype, declared: int) -> bool:
     """A dataset feeds an input of its own type, or a 2-byte float input with its uint16 bit patterns."""
     if storage == np.dtype("<u2") and declared in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
         return True
-    return helper.np_dtype_to_tensor_dtype(storage) == declared
+    try:
+        return helper.np_dtype_to_tensor_dtype(storage) == declared
+    except (KeyError, ValueError, TypeError):
+        return False
 
 
 def check_shapes(model: onnx.ModelProto, shape, datasets: Mapping[str, tuple[tuple[int, ...], np.dtype]], limits: Limits) -> list[Problem]:
@@ -144,7 +155,7 @@ def check_shapes(model: onnx.ModelProto, shape, datasets: Mapping[str, tuple[tup
         got_shape, storage = datasets[value.name]
         if not _can_feed(storage, value.type.tensor_type.elem_type):
             return [("MD427", value.name, f"dataset {value.name!r} ({storage.str}) cannot feed input of type "
-                                          f"{TensorProto.DataType.Name(value.type.tensor_type.elem_type)}")]
+                                          f"{_type_name(value.type.tensor_type.elem_type)}")]
     for value, dims in zip(concrete.graph.input, [shape] + [datasets[i.name][0] for i in graph.input[1:]]):
         declared = value.type.tensor_type.shape.dim if value.type.tensor_type.HasField("shape") else None
         if declared is not None and (len(declared) != len(dims) or any(
@@ -196,7 +207,7 @@ def make_type(name: str, definition: Mapping[str, Any], functions: Mapping[str, 
         out = np.empty(update.shape, update.dtype.value)
         try:
             run.embedded(model_bytes, {"base": base, **{i: update.array(i) for i in inputs}}, out)
-        except (RuntimeError, ValueError) as exc:  # onnxruntime's errors derive from RuntimeError
+        except (RuntimeError, ValueError, *ONNXRUNTIME_ERRORS) as exc:
             raise InvalidFileError("MD428", f"the function of {name!r} failed to run: {exc}", name) from None
         return out
 
