@@ -61,7 +61,8 @@ def update(base: np.ndarray, s: np.ndarray) -> mdiff.Update:
 
 
 def write(path, base: dict, scales: dict, commit=None) -> None:
-    with mdiff.DiffWriter(path, commit or mdiff.Commit("ia3", date="2026-01-01T00:00:00Z")) as w:
+    commit = commit or mdiff.Commit("ia3", date="2026-01-01T00:00:00Z", writer_name="mdiff", writer_version="fixture")
+    with mdiff.DiffWriter(path, commit) as w:
         w.add_update_type(NAME, DEFINITION, functions())
         for name in sorted(scales):
             w.add(name, update(base[name], scales[name]))
@@ -73,7 +74,8 @@ def write(path, base: dict, scales: dict, commit=None) -> None:
 def write_with_function(path, fn: bytes, scale_shape=(8, 1), definition=None):
     """A file whose x-ia3 float32 function is ``fn``, written without the writer's checks."""
     base = np.ones((8, 6), np.float32)
-    with mdiff.DiffWriter(path, mdiff.Commit("h", date="2026-01-01T00:00:00Z"), check_updates=False) as w:
+    commit = mdiff.Commit("h", date="2026-01-01T00:00:00Z", writer_name="mdiff", writer_version="fixture")  # bytes stay put across releases
+    with mdiff.DiffWriter(path, commit, check_updates=False) as w:
         w.add_update_type(NAME, definition or DEFINITION, {"float32": fn})
         w.add("w32", update(base, np.ones(scale_shape, np.float32)))
     return path

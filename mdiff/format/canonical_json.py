@@ -8,6 +8,7 @@ readers accept any valid JSON.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 
@@ -17,6 +18,13 @@ def dumps(value: Any) -> str:
 
 def _refuse_constant(token: str) -> Any:
     raise ValueError(f"{token} is not JSON")
+
+
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if math.isinf(value):
+        raise ValueError(f"{token[:40]} overflows binary64")
+    return value
 
 
 def loads(text: str) -> Any:
@@ -32,6 +40,6 @@ def loads(text: str) -> Any:
         return obj
 
     try:
-        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=no_duplicates)
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, object_pairs_hook=no_duplicates)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None

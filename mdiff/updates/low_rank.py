@@ -144,7 +144,8 @@ def _ulp(values: np.ndarray, value_dtype: np.dtype) -> np.ndarray:
 
 
 def within_tolerance(result: np.ndarray, base: np.ndarray, update: Update) -> bool:
-    """SPEC.md §7.5's tolerance: |y − R| ≤ ulp_T(R) + (r + 2)·u·(|base| + |scale|·Σ_k |A_ik|·|B_kj|).
+    """SPEC.md §7.5's tolerance: |y − R| ≤ ulp_T(R) + γ·(|base| + |scale|·Σ_k |A_ik|·|B_kj|),
+    γ = (r + 2)·u / (1 − (r + 2)·u).
 
     R is the exact value, computed here in float64 (float64 parameters
     are compared against a float64 result, which bounds R within the same
@@ -159,7 +160,8 @@ def within_tolerance(result: np.ndarray, base: np.ndarray, update: Update) -> bo
     exact = b64 + scale * (A @ B)
     magnitude = np.abs(b64) + abs(scale) * (np.abs(A) @ np.abs(B))
     u = np.finfo(c).eps / 2
-    bound = _ulp(exact, update.dtype.value) + (A.shape[1] + 2) * u * magnitude
+    k = (A.shape[1] + 2) * u
+    bound = _ulp(exact, update.dtype.value) + k / (1 - k) * magnitude
     got = result.reshape(m, n).astype(np.float64)
     same_special = (np.isnan(got) & np.isnan(exact)) | (got == exact)
     return bool(np.all(same_special | (np.abs(got - exact) <= bound)))

@@ -1,0 +1,977 @@
+#!/usr/bin/env python3
+"""Generates the conformance corpus in conformance/ (see conformance/README.md).
+
+    python tools/gen_conformance.py            # (re)write conformance/ from scratch
+    python tools/gen_conformance.py --check    # exit 1 if conformance/ differs in any way
+
+Everything is deterministic: fixed commit dates and writers, fixed seeds, no clocks. The
+corpus is built in a temporary directory and then compared with, or copied over, every
+generated path of conformance/: ``manifest.json``, ``bases/``, ``valid/``, ``invalid/`` and
+``hostile/``. A file there that the generator does not make is a difference too. The
+hand-written parts — ``README.md`` and ``schema-tests/`` — are left alone.
+
+The invalid and hostile cases reuse the builders of tests/invalid_files.py (one per rule);
+the valid cases are written here with the reference writer, and their expected results
+computed with the reference applier — except low_rank results, which are computed exactly
+(rational arithmetic), with their SPEC.md §7.5 bounds. The bytes depend on the installed
+HDF5 library (through h5py): regenerate with the versions the test suite pins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import hashlib
+import json
+import math
+import shutil
+import struct
+import sys
+import tempfile
+from fractions import Fraction
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
+
+import mdiff  # noqa: E402
+from mdiff.checkpoints import load_checkpoint, save_checkpoint  # noqa: E402
+from mdiff.format.attributes import write_string  # noqa: E402
+from mdiff.format.dtypes import DTYPES  # noqa: E402
+from mdiff.format.rules import RULES  # noqa: E402
+from tests import ia3  # noqa: E402
+from tests import invalid_files as inv  # noqa: E402
+
+CORPUS = ROOT / "conformance"
+GENERATED = ("manifest.json", "bases", "valid", "invalid", "hostile")
+MAX_FILE_BYTES = 64 * 1024
+MAX_CORPUS_BYTES = 5 * 1024 * 1024
+
+DATE = inv.DATE
+COMMIT = inv.COMMIT
+
+
+def commit(message: str, parents=(), meta=None, date: str = DATE) -> mdiff.Commit:
+    return mdiff.Commit(message, author=mdiff.Author("Conformance", "conformance@example.org"), date=date,
+                        parents=tuple(parents), meta=dict(meta or {}), writer_name="mdiff-conformance",
+                        writer_version="1")
+
+
+# ---------------------------------------------------------------- the manifest's fixed parts
+
+FEATURES = {
+    "embedded-update-types": "SPEC.md §7.8-§7.9: checking and running embedded ONNX functions needs ONNX "
+                             "parsing, shape inference and an ONNX runtime",
+    "configurable-limits": "SPEC.md §8.3 makes the limits configurable but does not say how; these cases "
+                           "pass `--limit NAME=N` to validate and apply",
+    "checkpoint-rule-codes": "SPEC.md §10: other implementations MAY report checkpoint problems with "
+                             "MD700-MD703; these cases expect apply to name the code",
+}
+
+LIMITS_DOC = {
+    "max_rank": {"default": 32, "code": "MD507", "meaning": "rank of a dataset"},
+    "max_elements": {"default": 2**36, "code": "MD508", "meaning": "elements in a dataset"},
+    "max_dataset_bytes": {"default": 2**38, "code": "MD508", "meaning": "declared bytes of a dataset"},
+    "max_attribute_bytes": {"default": 2**20, "code": "MD510", "meaning": "bytes of one attribute"},
+    "max_objects": {"default": 1_000_000, "code": "MD511", "meaning": "objects and attributes in the file"},
+    "max_total_bytes": {"default": 2**40, "code": "MD512", "meaning": "declared bytes of all datasets"},
+}
+
+TOLERANCES = {
+    "low_rank": (
+        "SPEC.md §7.5. The case's `bounds` file (.safetensors) holds, for each low_rank parameter of "
+        "the result, a float64 tensor of shape [*shape, 2]: the lower and upper end of the interval "
+        "R - bound .. R + bound that §7.5 allows for each element, rounded outward to binary64 "
+        "(an end is ±inf where §7.5 allows an infinity). Convert the result's element exactly to "
+        "binary64 and check lower <= y <= upper. A pair of NaNs means y MUST be a NaN (any payload). "
+        "The `result` file holds, for these parameters, the correctly rounded R (one allowed answer)."
+    ),
+}
+
+NOT_APPLICABLE = {
+    "MD515": "reports a failure of the reader itself (a crash, hang or runaway allocation of an isolated "
+             "reader, §8.5), not a rule a file breaks: no file makes every conforming reader report it",
+    "MD700": "which checkpoint formats an implementation reads is its own choice; the corpus uses "
+             ".safetensors, the interchange format every implementation must read",
+}
+
+BLOCKED = [
+    {
+        "what": "repository case: a branch and a merge replayed from a repository (a commit chain, a merge "
+                "commit with two parents, the merged state)",
+        "section": "13",
+        "reason": "blocked on the repository feature (SPEC.md §13, mdiff/repo/), which is still being built, "
+                  "and on a command-line contract for repository commands; MD800-MD804 wait for it too",
+    },
+]
+
+# tests/invalid_files.py cases that are attacks on a reader rather than mistakes of a writer
+HOSTILE_CASES = {
+    "not_hdf5", "empty_file", "truncated",
+    "version_2_0",
+    "extensions_deeply_nested", "commit_deeply_nested", "update_deeply_nested",
+    "commit_nan", "update_nan", "commit_duplicate_member", "update_duplicate_member",
+    "commit_truncated", "update_truncated", "commit_trailing_text", "update_trailing_text",
+    "link_not_utf8",
+    "shape_rank_33", "shape_negative",
+    "dense_xor_flat", "sparse_length_mismatch", "sparse_more_entries_than_elements", "sparse_indices_2d",
+    "low_rank_rank_too_big", "low_rank_B_wrong_shape", "replace_scalar_for_vector",
+    "sparse_unsorted", "sparse_duplicate", "sparse_out_of_range",
+    "replace_bool_2", "dense_bool_xor_2", "sparse_bool_xor_2",
+    "replace_value_changed", "low_rank_B_changed",
+    "function_not_onnx", "function_random_op", "function_external_data", "function_subgraph",
+    "function_too_many_nodes", "function_with_huge_intermediate",
+    "soft_link", "dangling_soft_link", "external_link",
+    "committed_datatype", "committed_datatype_in_parameter",
+    "corrupt_object_header", "corrupt_chunk", "fletcher32_mismatch",
+    "group_alias", "dataset_alias", "link_to_root", "cycle",
+    "external_storage", "virtual_dataset", "lzf", "scaleoffset",
+    "string_dataset", "compound", "vlen_sequence", "opaque", "array_type", "dataset_null_dataspace",
+    "vlen_string", "attribute_null_dataspace", "attribute_not_utf8",
+    "rank_over_limit", "elements_over_default_limit", "elements_over_limit", "bytes_over_limit",
+    "extendible_dataset", "chunked_never_written", "chunked_half_written", "contiguous_unallocated",
+    "chunk_too_small", "deflate_ratio",
+    "attribute_over_limit", "objects_over_limit", "attributes_over_limit", "total_bytes_over_limit",
+}
+
+# Cases written by tests/ia3.py's write_with_function: their parameter is `w32`, float32 [8, 6].
+IA3_BASE_CASES = {
+    "definition_without_version", "function_not_onnx", "function_old_opset", "function_random_op",
+    "function_external_data", "function_subgraph", "function_too_many_nodes", "function_of_another_dtype",
+    "function_with_huge_intermediate",
+}
+
+WARNING_CODES = {code for code, rule in RULES.items() if rule.severity == "warning"}
+
+
+# ---------------------------------------------------------------- arrays
+
+NP = {name: dt.value for name, dt in DTYPES.items()}
+BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+# NaN with a payload, a signalling NaN, a negative NaN, -0, +inf, -inf, the smallest subnormal,
+# the largest negative subnormal, the largest finite number, the smallest normal.
+SPECIAL = {
+    "float16": [0x7E01, 0x7C01, 0xFE00, 0x8000, 0x7C00, 0xFC00, 0x0001, 0x83FF, 0x7BFF, 0x0400],
+    "bfloat16": [0x7FC1, 0x7F81, 0xFFC0, 0x8000, 0x7F80, 0xFF80, 0x0001, 0x807F, 0x7F7F, 0x0080],
+    "float32": [0x7FC00001, 0x7F800001, 0xFFC00000, 0x80000000, 0x7F800000, 0xFF800000, 0x1, 0x807FFFFF,
+                0x7F7FFFFF, 0x00800000],
+    "float64": [0x7FF8000000000001, 0x7FF0000000000001, 0xFFF8000000000000, 0x8000000000000000,
+                0x7FF0000000000000, 0xFFF0000000000000, 0x1, 0x800FFFFFFFFFFFFF, 0x7FEFFFFFFFFFFFFF,
+                0x0010000000000000],
+}
+
+# Parameter names that need care: '/', '%', leading '.', spaces, non-ASCII, control characters.
+ODD_NAMES = [
+    "model/decoder/w", "100% sure", ".hidden", "..", "with space ", " leading space", "poids_é",
+    "日本語の重み", "emoji 😀", "tab\tand\x01ctl", "%2F not an escape", "a.b.c", "x\x7f", "/", "%",
+]
+
+
+def rng_bits(rng: np.random.Generator, dtype: str, shape) -> np.ndarray:
+    """An array with random bit patterns (floats: NaNs, infinities, subnormals and all), the
+    special patterns first."""
+    dt = np.dtype(NP[dtype])
+    n = math.prod(shape)
+    if dtype == "bool":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    a = rng.integers(0, 256, size=n * dt.itemsize, dtype=np.uint8).view(BITS[dt.itemsize]).copy()
+    if dtype in SPECIAL and n:
+        k = min(n, len(SPECIAL[dtype]))
+        a[:k] = np.array(SPECIAL[dtype][:k], dtype=BITS[dt.itemsize])
+    return a.view(dt).reshape(shape)
+
+
+def changed(rng: np.random.Generator, a: np.ndarray, fraction: float) -> np.ndarray:
+    """``a`` with the bits of about ``fraction`` of its elements changed (at least one)."""
+    flat = a.reshape(-1)
+    if flat.size == 0:
+        return a.copy()
+    mask = rng.random(flat.size) < fraction
+    mask[-1] = True
+    if a.dtype == bool:
+        return np.logical_xor(flat, mask).reshape(a.shape)
+    u = flat.view(BITS[a.dtype.itemsize]).copy()
+    noise = rng.integers(1, 256, size=flat.size * a.dtype.itemsize, dtype=np.uint8).view(u.dtype)
+    u[mask] ^= noise[mask]
+    return u.view(a.dtype).reshape(a.shape)
+
+
+def floats(rng: np.random.Generator, dtype: str, shape, scale: float = 4.0) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(NP[dtype])
+
+
+# ---------------------------------------------------------------- exact low_rank (SPEC.md §7.5)
+
+# precision p (with the implicit bit), smallest normal exponent, largest exponent
+FORMATS = {"float16": (11, -14, 15), "bfloat16": (8, -126, 127), "float32": (24, -126, 127), "float64": (53, -1022, 1023)}
+
+
+def _exponent(a: Fraction, emin: int) -> int:
+    """e with 2**e <= a < 2**(e+1), at least emin (a > 0)."""
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    if Fraction(2) ** e > a:
+        e -= 1
+    elif Fraction(2) ** (e + 1) <= a:
+        e += 1
+    return max(e, emin)
+
+
+def round_to(x: Fraction, dtype: str) -> float:
+    """x rounded to dtype, to nearest, ties to even (as a Python float, which holds it exactly)."""
+    p, emin, emax = FORMATS[dtype]
+    if x == 0:
+        return 0.0
+    a = abs(x)
+    q = Fraction(2) ** (_exponent(a, emin) - p + 1)
+    n = a / q
+    whole, rest = divmod(n.numerator, n.denominator)
+    if 2 * rest > n.denominator or (2 * rest == n.denominator and whole % 2 == 1):
+        whole += 1
+    r = whole * q
+    largest = (2 - Fraction(2) ** (1 - p)) * Fraction(2) ** emax
+    value = math.inf if r > largest else float(r)
+    return value if x > 0 else -value
+
+
+_F64_MAX = Fraction(np.finfo(np.float64).max.item())
+
+
+def _float(x: Fraction) -> float:
+    """x to the nearest binary64, saturating at the largest finite value."""
+    if abs(x) > _F64_MAX:
+        return float(_F64_MAX) if x > 0 else -float(_F64_MAX)
+    return float(x)
+
+
+def _down(x: Fraction) -> float:
+    f = _float(x)
+    return math.nextafter(f, -math.inf) if Fraction(f) > x else f
+
+
+def _up(x: Fraction) -> float:
+    f = _float(x)
+    return math.nextafter(f, math.inf) if Fraction(f) < x else f
+
+
+def low_rank_exact(base: np.ndarray, A: np.ndarray, B: np.ndarray, scale: float, dtype: str):
+    """(correctly rounded result, bounds [*shape, 2]) for one low_rank parameter, per SPEC.md §7.5."""
+    p, emin, emax = FORMATS[dtype]
+    u = Fraction(1, 2**53) if dtype == "float64" else Fraction(1, 2**24)
+    largest = (2 - Fraction(2) ** (1 - p)) * Fraction(2) ** emax
+    m, r = A.shape
+    n = B.shape[1]
+    with np.errstate(invalid="ignore"):
+        b2 = base.reshape(m, n).astype(np.float64)
+    s = Fraction(scale)
+    out = np.zeros((m, n), np.float64)
+    bounds = np.zeros((m, n, 2), np.float64)
+    for i in range(m):
+        for j in range(n):
+            b = float(b2[i, j])
+            if math.isnan(b):
+                out[i, j] = b
+                bounds[i, j] = (math.nan, math.nan)
+                continue
+            if math.isinf(b):
+                out[i, j] = b
+                bounds[i, j] = (b, b)
+                continue
+            prods = [Fraction(float(A[i, k])) * Fraction(float(B[k, j])) for k in range(r)]
+            R = Fraction(b) + s * sum(prods, Fraction(0))
+            ulp = Fraction(2) ** (_exponent(abs(R), emin) - p + 1) if R else Fraction(2) ** (emin - p + 1)
+            bound = ulp + (r + 2) * u * (abs(Fraction(b)) + abs(s) * sum((abs(x) for x in prods), Fraction(0)))
+            lo, hi = _down(R - bound), _up(R + bound)
+            if R - bound > largest:
+                hi = math.inf
+            if R + bound < -largest:
+                lo = -math.inf
+            out[i, j] = round_to(R, dtype)
+            if out[i, j] == 0 and b == 0 and math.copysign(1, b) < 0 and R == 0:
+                out[i, j] = -0.0
+            bounds[i, j] = (lo, hi)
+    return out.reshape(base.shape).astype(NP[dtype]), bounds.reshape((*base.shape, 2))
+
+
+def within(y: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    y = y.astype(np.float64)
+    lo, hi = bounds[..., 0], bounds[..., 1]
+    return np.where(np.isnan(lo), np.isnan(y), (lo <= y) & (y <= hi))
+
+
+# ---------------------------------------------------------------- raw safetensors (for broken bases)
+
+ST_TAGS = {"bool": "BOOL", "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64", "uint8": "U8",
+           "uint16": "U16", "uint32": "U32", "uint64": "U64", "float16": "F16", "bfloat16": "BF16",
+           "float32": "F32", "float64": "F64"}
+
+
+def raw_safetensors(tensors: dict[str, tuple[str, list, bytes]]) -> bytes:
+    """{name: (safetensors dtype tag, shape, raw bytes)} -> file bytes, any tag allowed."""
+    header, blobs, off = {}, [], 0
+    for name in sorted(tensors):
+        tag, shape, raw = tensors[name]
+        header[name] = {"dtype": tag, "shape": list(shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+
+
+def raw_state(state: dict[str, np.ndarray]) -> dict[str, tuple[str, list, bytes]]:
+    from mdiff.format.dtypes import dtype_of
+
+    return {k: (ST_TAGS[dtype_of(v).name], list(v.shape), v.tobytes()) for k, v in state.items()}
+
+
+# ---------------------------------------------------------------- the corpus builder
+
+
+class Corpus:
+    def __init__(self, out: Path):
+        self.out = out
+        self.cases: list[dict] = []
+        for sub in ("bases", "valid", "invalid", "hostile"):
+            (out / sub).mkdir(parents=True, exist_ok=True)
+        self.rules_base = self.base("rules", inv.base_state())
+        self.ia3_base = self.base("ia3-hostile", {"w32": np.ones((8, 6), np.float32)})
+        self.empty_base = self.base("empty", {})
+
+    def rel(self, path: Path) -> str:
+        return path.relative_to(self.out).as_posix()
+
+    def base(self, name: str, state: dict[str, np.ndarray]) -> str:
+        path = self.out / "bases" / f"{name}.safetensors"
+        save_checkpoint(path, state)
+        return self.rel(path)
+
+    def case_dir(self, family: str, case_id: str) -> Path:
+        d = self.out / family / case_id
+        assert not d.exists(), f"case {case_id} made twice"
+        d.mkdir(parents=True)
+        return d
+
+    def add(self, case: dict) -> None:
+        assert case["id"] not in {c["id"] for c in self.cases}, case["id"]
+        self.cases.append(case)
+
+    # ------------------------------------------------------------ valid cases
+
+    def valid(self, case_id: str, section: str, description: str, write: Callable[[Path], None],
+              base: dict[str, np.ndarray] | str, warnings=(), features=()) -> None:
+        """A valid file: written by ``write(path)``, applied to ``base`` (a state, or the path of a
+        shared base) by the reference; low_rank results replaced by the exact ones."""
+        d = self.case_dir("valid", case_id)
+        diff_path = d / "diff.mdiff"
+        write(diff_path)
+        if isinstance(base, str):
+            base_rel = base
+            state = load_checkpoint(self.out / base)
+        else:
+            save_checkpoint(d / "base.safetensors", base)
+            base_rel = self.rel(d / "base.safetensors")
+            state = base
+        findings = mdiff.validate(diff_path)
+        assert {f.code for f in findings} == set(warnings), (case_id, findings)
+        with mdiff.open(diff_path) as diff:
+            result = mdiff.apply(state, diff)
+            bounds = {}
+            for name, update in diff.items():
+                if update.type != "low_rank":
+                    continue
+                A, B = update.array("A"), update.array("B")
+                exact, bounds[name] = low_rank_exact(state[name], A, B, update.meta["scale"], update.dtype.name)
+                ok = within(result[name], bounds[name])
+                assert ok.all(), (case_id, name, "the reference is outside §7.5's bound")
+                assert within(exact, bounds[name]).all(), (case_id, name, "the rounded R is outside the bound")
+                result[name] = exact
+        save_checkpoint(d / "result.safetensors", result)
+        files = {"diff": self.rel(diff_path), "base": base_rel, "result": self.rel(d / "result.safetensors")}
+        tolerance = None
+        if bounds:
+            save_checkpoint(d / "bounds.safetensors", bounds)
+            files["bounds"] = self.rel(d / "bounds.safetensors")
+            tolerance = {"kind": "low_rank", "section": "7.5", "parameters": sorted(bounds), "bounds": files["bounds"]}
+        case = {"id": case_id, "family": "valid", "section": section, "description": description, "files": files,
+                "expect": {"validate": "valid", "warnings": sorted(set(warnings)), "apply": "result",
+                           "tolerance": tolerance}}
+        if features:
+            case["features"] = sorted(features)
+        self.add(case)
+
+    def valid_updates(self, case_id, section, description, base, updates, message=None, commit_=None, **kw):
+        def write(path):
+            mdiff.write(path, updates, commit_ or commit(message or description))
+
+        self.valid(case_id, section, description, write, base, **kw)
+
+    # ------------------------------------------------------------ invalid and hostile cases
+
+    def invalid(self, case_id: str, family: str, code: str, section: str, description: str,
+                write: Callable[[Path], None], base: str, limits=None, features=()) -> None:
+        d = self.case_dir(family, case_id)
+        diff_path = d / "diff.mdiff"
+        write(diff_path)
+        case = {"id": case_id, "family": family, "section": section, "description": description,
+                "files": {"diff": self.rel(diff_path), "base": base},
+                "expect": {"validate": "not-hdf5" if code == "MD100" else "invalid", "code": code, "apply": "refuse"}}
+        if limits:
+            case["limits"] = dict(limits)
+        features = set(features) | ({"configurable-limits"} if limits else set())
+        if features:
+            case["features"] = sorted(features)
+        self.add(case)
+
+    def apply_refused(self, case_id: str, code: str, description: str, write: Callable[[Path], None],
+                      base: dict[str, np.ndarray] | bytes | str, features=()) -> None:
+        """A valid file that apply must refuse with ``code`` given this base (§9.2, §9.3, §10)."""
+        d = self.case_dir("invalid", case_id)
+        diff_path = d / "diff.mdiff"
+        write(diff_path)
+        assert not [f for f in mdiff.validate(diff_path) if f.is_error], case_id
+        if isinstance(base, str):
+            base_rel = base
+        else:
+            path = d / "base.safetensors"
+            if isinstance(base, bytes):
+                path.write_bytes(base)
+            else:
+                save_checkpoint(path, base)
+            base_rel = self.rel(path)
+        case = {"id": case_id, "family": "invalid", "section": RULES[code].section,
+                "description": description, "files": {"diff": self.rel(diff_path), "base": base_rel},
+                "expect": {"validate": "valid", "warnings": [], "apply": "refuse", "code": code}}
+        if features:
+            case["features"] = sorted(features)
+        self.add(case)
+
+    # ------------------------------------------------------------ the manifest
+
+    def manifest(self) -> dict:
+        covered = {c["expect"]["code"] for c in self.cases if "code" in c["expect"]}
+        covered |= {w for c in self.cases for w in c["expect"].get("warnings", [])}
+        not_applicable = dict(NOT_APPLICABLE)
+        for code, rule in RULES.items():
+            if rule.section.startswith("13.") and code not in covered:
+                not_applicable[code] = (f"SPEC.md §{rule.section}: a rule about a repository, not about one file "
+                                        "and its base; blocked, see `blocked`")
+        missing = sorted(set(RULES) - covered - set(not_applicable))
+        assert not missing, f"rule codes with no case and no reason: {missing}"
+        return {
+            "format": "mdiff-conformance",
+            "manifest_version": 1,
+            "spec_version": "1.0",
+            "generator": "tools/gen_conformance.py",
+            "contract": "README.md",
+            "paths": "relative to the directory of this manifest",
+            "features": FEATURES,
+            "limits": LIMITS_DOC,
+            "tolerances": TOLERANCES,
+            "not_applicable": dict(sorted(not_applicable.items())),
+            "blocked": BLOCKED,
+            "cases": self.cases,
+        }
+
+
+# ---------------------------------------------------------------- the cases
+
+
+def first_sentence(fn) -> str:
+    return " ".join((fn.__doc__ or "").split()).split(". ")[0].rstrip(".")
+
+
+def build_valid(c: Corpus) -> None:
+    rng_for = lambda tag: np.random.default_rng(int.from_bytes(hashlib.sha256(tag.encode()).digest()[:4], "little"))
+    shapes = {"v": (7,), "m": (3, 4)}
+
+    # every update type x every dtype
+    rng = rng_for("dense")
+    base, ups = {}, {}
+    for dtype in DTYPES:
+        for tag, shape in shapes.items():
+            old = rng_bits(rng, dtype, shape)
+            base[f"{dtype}/{tag}"] = old
+            ups[f"{dtype}/{tag}"] = mdiff.dense(old, changed(rng, old, 0.5))
+    c.valid_updates("dense-every-dtype", "7.3", "dense (XOR) updates of every dtype of §6.1, a vector and a "
+                    "matrix each, random bit patterns (floats: NaN payloads, infinities, subnormals)", base, ups)
+
+    rng = rng_for("sparse")
+    base, ups = {}, {}
+    for dtype in DTYPES:
+        for tag, shape in shapes.items():
+            old = rng_bits(rng, dtype, shape)
+            base[f"{dtype}/{tag}"] = old
+            ups[f"{dtype}/{tag}"] = mdiff.sparse(old, changed(rng, old, 0.3))
+    old = rng_bits(rng, "float32", (5,))
+    base["no-entries"] = old
+    ups["no-entries"] = mdiff.sparse(old, old)
+    c.valid_updates("sparse-every-dtype", "7.4", "sparse updates of every dtype of §6.1 (vector and matrix), and "
+                    "one with no entries (k = 0)", base, ups)
+
+    rng = rng_for("replace")
+    base, ups = {}, {}
+    for dtype in DTYPES:
+        for tag, shape in shapes.items():
+            base[f"{dtype}/{tag}"] = rng_bits(rng, dtype, shape)
+            ups[f"{dtype}/{tag}"] = mdiff.replace(rng_bits(rng, dtype, shape))
+    c.valid_updates("replace-every-dtype", "7.6", "replace updates of every dtype of §6.1 (vector and matrix) "
+                    "over existing parameters of the same shape and dtype", base, ups)
+
+    rng = rng_for("delete")
+    base, ups = {"kept": np.arange(3, dtype=np.int16)}, {}
+    for dtype in DTYPES:
+        for tag, shape in shapes.items():
+            base[f"{dtype}/{tag}"] = rng_bits(rng, dtype, shape)
+            ups[f"{dtype}/{tag}"] = mdiff.delete(base[f"{dtype}/{tag}"])
+    c.valid_updates("delete-every-dtype", "7.7", "delete updates of every dtype of §6.1; one parameter is kept",
+                    base, ups)
+
+    rng = rng_for("low_rank")
+    base, ups = {}, {}
+    for dtype in FLOATS:
+        cdt = np.float64 if dtype == "float64" else np.float32
+        for tag, (shape, r, scale) in {"m": ((8, 6), 2, 0.5), "v": ((5,), 1, 2.0), "t": ((3, 4, 5), 2, -1.25),
+                                       "r3": ((6, 6), 3, 0.125)}.items():
+            m, n = shape[0], math.prod(shape[1:])
+            old = floats(rng, dtype, shape)
+            base[f"{dtype}/{tag}"] = old
+            ups[f"{dtype}/{tag}"] = mdiff.low_rank(rng.standard_normal((m, r)).astype(cdt),
+                                                   rng.standard_normal((r, n)).astype(cdt), shape, DTYPES[dtype], scale)
+    c.valid_updates("low_rank-every-float-dtype", "7.5", "low_rank updates of float16, bfloat16, float32 and float64 "
+                    "parameters of rank 1, 2 and 3, factor ranks r = 1-3, positive and negative scales; compared within §7.5's "
+                    "bound", base, ups)
+
+    # special float bit patterns
+    base, ups = {}, {}
+    for dtype in FLOATS:
+        bits = np.array(SPECIAL[dtype], dtype=BITS[np.dtype(NP[dtype]).itemsize])
+        sp = bits.view(NP[dtype])
+        rolled = np.roll(sp, 3)
+        base[f"dense/{dtype}"] = sp.copy()
+        ups[f"dense/{dtype}"] = mdiff.dense(sp, rolled)
+        base[f"sparse/{dtype}"] = sp.copy()
+        new = sp.copy()
+        new[[0, 3, 6]] = rolled[[0, 3, 6]]
+        ups[f"sparse/{dtype}"] = mdiff.sparse(sp, new)
+        ups[f"replace/{dtype}"] = mdiff.replace(rolled.copy())
+        cdt = np.float64 if dtype == "float64" else np.float32
+        lr_base = sp.copy().reshape(2, 5)
+        base[f"low_rank/{dtype}"] = lr_base
+        ups[f"low_rank/{dtype}"] = mdiff.low_rank(np.array([[1.0], [-0.5]], cdt),
+                                                  np.array([[0.25, 0.5, 0.0, -0.0, 2.0]], cdt), (2, 5), DTYPES[dtype], 0.5)
+    # float16: a result beyond the largest finite value by more than the bound (may be +inf)
+    base["low_rank/float16-overflow"] = np.array([65504.0, -65504.0, 1.0], np.float16)
+    ups["low_rank/float16-overflow"] = mdiff.low_rank(np.array([[1.0], [-1.0], [1.0]], np.float32),
+                                                      np.array([[200.0]], np.float32), (3,), DTYPES["float16"], 1.0)
+    c.valid_updates("special-float-bit-patterns", "6.2", "NaN payloads, signalling and negative NaNs, -0, ±inf, "
+                    "subnormals, the largest finite values: passed through dense, sparse and replace bit for bit; "
+                    "low_rank of such bases (NaN stays NaN, infinities stay, overflow may give inf)", base, ups)
+
+    # names that need escaping (§5.2)
+    rng = rng_for("names")
+    base, ups = {}, {}
+    for i, name in enumerate(ODD_NAMES):
+        old = rng_bits(rng, "float32", (3,))
+        kind = ("dense", "sparse", "replace", "delete")[i % 4]
+        if kind != "replace":
+            base[name] = old
+        ups[name] = {"dense": lambda: mdiff.dense(old, changed(rng, old, 0.7)),
+                     "sparse": lambda: mdiff.sparse(old, changed(rng, old, 0.3)),
+                     "replace": lambda: mdiff.replace(old),
+                     "delete": lambda: mdiff.delete(old)}[kind]()
+    base["unchanged/é"] = np.arange(2, dtype=np.uint8)
+    c.valid_updates("names-needing-escapes", "5.2", "parameter names with '/', '%', a leading '.', '..', spaces, "
+                    "non-ASCII letters, an emoji and control characters, with every exact update type", base, ups)
+
+    # 0-d and zero-size tensors
+    rng = rng_for("zero-d")
+    base, ups = {}, {}
+    for dtype in DTYPES:
+        for kind in ("dense", "sparse", "replace", "delete"):
+            old = rng_bits(rng, dtype, ())
+            name = f"{kind}/{dtype}"
+            if kind == "replace":
+                ups[name] = mdiff.replace(rng_bits(rng, dtype, ()))
+                continue
+            base[name] = old
+            ups[name] = {"dense": lambda: mdiff.dense(old, changed(rng, old, 1.0)),
+                         "sparse": lambda: mdiff.sparse(old, changed(rng, old, 1.0)),
+                         "delete": lambda: mdiff.delete(old)}[kind]()
+    base["unchanged"] = np.array(5, dtype=np.int64)
+    c.valid_updates("zero-d-tensors", "6.2", "rank-0 (scalar) parameters of every dtype with dense, sparse, "
+                    "replace and delete; a rank-0 tensor has one element and is stored in a scalar dataset", base, ups)
+
+    rng = rng_for("zero-size")
+    base, ups = {}, {}
+    for dtype in ("bool", "int8", "uint64", "float16", "bfloat16", "float32"):
+        for tag, shape in {"z": (0,), "z2": (3, 0)}.items():
+            for kind in ("dense", "sparse", "delete"):
+                base[f"{kind}/{dtype}/{tag}"] = rng_bits(rng, dtype, shape)
+            ups[f"dense/{dtype}/{tag}"] = mdiff.dense(base[f"dense/{dtype}/{tag}"], base[f"dense/{dtype}/{tag}"])
+            ups[f"sparse/{dtype}/{tag}"] = mdiff.sparse(base[f"sparse/{dtype}/{tag}"], base[f"sparse/{dtype}/{tag}"])
+            ups[f"delete/{dtype}/{tag}"] = mdiff.delete(base[f"delete/{dtype}/{tag}"])
+            ups[f"replace/{dtype}/{tag}"] = mdiff.replace(rng_bits(rng, dtype, shape))
+    for dtype, shape in (("float16", (0, 4)), ("float32", (4, 0)), ("bfloat16", (0,)), ("float64", (2, 0, 3))):
+        cdt = np.float64 if dtype == "float64" else np.float32
+        m, n = shape[0], math.prod(shape[1:])
+        base[f"low_rank/{dtype}"] = np.zeros(shape, NP[dtype])
+        ups[f"low_rank/{dtype}"] = mdiff.low_rank(np.ones((m, 1), cdt), np.ones((1, n), cdt), shape, DTYPES[dtype], 1.0)
+    c.valid_updates("zero-size-tensors", "6.2", "tensors with a zero in their shape ([0], [3, 0], [2, 0, 3]) with "
+                    "every update type: no bytes, sha256 of the empty string", base, ups)
+
+    # added, deleted and retyped parameters
+    rng = rng_for("added")
+    base = {"kept": rng_bits(rng, "float32", (4,)), "gone": rng_bits(rng, "int32", (2, 2)),
+            "retyped": rng_bits(rng, "float32", (2, 3)), "reshaped": rng_bits(rng, "bfloat16", (6,))}
+    ups = {"gone": mdiff.delete(base["gone"]), "retyped": mdiff.replace(rng_bits(rng, "int8", (2, 3))),
+           "reshaped": mdiff.replace(rng_bits(rng, "bfloat16", (3, 2, 1))),
+           "new/bias": mdiff.replace(rng_bits(rng, "float64", (5,))), "new/flag": mdiff.replace(np.array([True, False]))}
+    c.valid_updates("added-deleted-retyped", "9.1", "replace adds parameters the base lacks and changes a "
+                    "parameter's dtype or shape; delete removes one; untouched parameters are carried over", base, ups)
+
+    # a root commit: an empty base, every parameter replaced in
+    rng = rng_for("root")
+    ups = {f"p{i}/{dtype}": mdiff.replace(rng_bits(rng, dtype, (2, 2))) for i, dtype in enumerate(DTYPES)}
+    c.valid_updates("root-commit", "4.2", "a root commit (no parents) applied to an empty checkpoint: every "
+                    "parameter is a replace", c.empty_base, ups)
+
+    c.valid_updates("empty-diff", "5.1", "an empty /parameters: the commit changes nothing and the result equals "
+                    "the base", c.rules_base, {})
+
+    def merge(path):
+        parents = [hashlib.sha256((c.out / "valid" / cid / "diff.mdiff").read_bytes()).hexdigest()
+                   for cid in ("dense-every-dtype", "sparse-every-dtype")]
+        mdiff.write(path, {"w": mdiff.dense(inv.W, inv.W_NEW)},
+                    commit("Merge branch 'sparse' into 'dense'", parents=parents, meta={"strategy": "ours"}))
+
+    c.valid("merge-commit", "4.2", "a merge commit: two parents (the commit ids of the dense-every-dtype and "
+            "sparse-every-dtype cases' files) in the commit metadata", merge, c.rules_base)
+
+    # the example embedded update type
+    rng = rng_for("ia3")
+    base = {"q/float32": floats(rng, "float32", (4, 3)), "k/float16": floats(rng, "float16", (4, 3)),
+            "v/bfloat16": floats(rng, "bfloat16", (2, 5)), "other": np.arange(3, dtype=np.int8)}
+    scales = {"q/float32": floats(rng, "float32", (4, 1), 1.0), "k/float16": floats(rng, "float16", (1, 3), 1.0),
+              "v/bfloat16": floats(rng, "bfloat16", (2, 1), 1.0)}
+    c.valid("embedded-x-ia3", "7.8", "the example embedded update type x-ia3 (tests/ia3.py: result = base * s, s "
+            "broadcast, float32 arithmetic rounded to nearest even), exact, for float16, bfloat16 and float32",
+            lambda path: ia3.write(path, base, scales, commit("x-ia3 scaling")), base,
+            features=["embedded-update-types"])
+
+    # storage variants (§8.2)
+    rng = rng_for("storage")
+    old = rng_bits(rng, "float32", (64, 40))
+    base = {"w": old, "i": rng_bits(rng, "int64", (300,))}
+    ups = {"w": mdiff.dense(old, changed(rng, old, 0.2)), "i": mdiff.sparse(base["i"], changed(rng, base["i"], 0.1)),
+           "new": mdiff.replace(rng_bits(rng, "uint16", (50, 30)))}
+    c.valid("storage-uncompressed", "8.2", "the same kinds of updates written without compression (contiguous "
+            "datasets)", lambda path: mdiff.write(path, ups, commit("uncompressed"), compression="none"), base)
+
+    def edge_chunks(path):
+        mdiff.write(path, ups, commit("edge chunks"), compression="none")
+        with h5py.File(path, "r+") as f:
+            g = f["parameters/w"]
+            x = g["xor"][()]
+            del g["xor"]
+            g.create_dataset("xor", data=x, chunks=(7, 9), shuffle=True, compression="gzip", compression_opts=6,
+                             track_times=False)
+            g = f["parameters/new"]
+            x = g["value"][()]
+            del g["value"]
+            g.create_dataset("value", data=x, chunks=(16, 7), fletcher32=True, track_times=False)
+            g = f["parameters/i"]
+            x = g["xor"][()]
+            del g["xor"]
+            g.create_dataset("xor", data=x, chunks=(1,), compression="gzip", compression_opts=9, track_times=False)
+
+    c.valid("storage-edge-chunks", "8.2", "chunked datasets whose chunk shape does not divide the dataset shape "
+            "(partial edge chunks): shuffle + deflate, fletcher32 alone, and one-element chunks", edge_chunks, base)
+
+    def old_format(path):
+        tmp = path.with_suffix(".tmp")
+        mdiff.write(tmp, ups, commit("HDF5 1.8 structures"))
+        with h5py.File(tmp, "r") as src, h5py.File(path, "w", libver=("earliest", "v108"), track_order=False) as dst:
+            for k in sorted(src.attrs):
+                write_string(dst, k, bytes(src.attrs[k]).rstrip(b"\0").decode("utf-8"))
+            params = dst.create_group("parameters")
+            for name in sorted(src["parameters"]):
+                sg, dg = src["parameters"][name], params.create_group(name)
+                for k in sorted(sg.attrs):
+                    write_string(dg, k, bytes(sg.attrs[k]).rstrip(b"\0").decode("utf-8"))
+                for k in sorted(sg):
+                    ds = sg[k]
+                    kw = {"chunks": ds.chunks, "compression": ds.compression, "compression_opts": ds.compression_opts,
+                          "shuffle": ds.shuffle} if ds.chunks else {}
+                    dg.create_dataset(k, data=ds[()], track_times=False, **kw)
+        tmp.unlink()
+
+    c.valid("storage-hdf5-1.8-structures", "3.1", "a file made with the oldest HDF5 structures (superblock 0, "
+            "symbol-table groups, version 1 object headers, version 1 B-tree chunk indexes)", old_format, base)
+
+    # optional members of `update` (§7.1): lossy and stats
+    rng = rng_for("optional-members")
+    base = {"d": rng_bits(rng, "float32", (4,)), "s": rng_bits(rng, "int16", (6,)), "l": floats(rng, "float32", (3, 2))}
+    d_new, s_new = changed(rng, base["d"], 0.5), changed(rng, base["s"], 0.3)
+
+    def with_members(update, **members):
+        return mdiff.Update({**update.meta, **members}, update.data)
+
+    ups = {"d": with_members(mdiff.dense(base["d"], d_new), lossy=False, stats={"changed": 2, "rel_change": 0.25}),
+           "s": with_members(mdiff.sparse(base["s"], s_new), stats={"changed": 1}),
+           "r": with_members(mdiff.replace(np.arange(3, dtype=np.uint8)), lossy=False, stats={}),
+           "l": with_members(mdiff.low_rank(np.ones((3, 1), np.float32), np.ones((1, 2), np.float32), (3, 2),
+                                            DTYPES["float32"], 0.25), stats={"rel_change": 0.5})}
+    c.valid_updates("optional-update-members", "7.1", "updates with the optional members `lossy` and `stats` "
+                    "(informative: they change nothing)", base, ups)
+
+    def many_root_attributes(path):
+        with inv._edit(path) as f:
+            for i in range(10):
+                write_string(f, f"note{i:02d}", f"unknown attribute {i}")
+
+    c.valid("MD303-many_root_attributes", "5.4", "MD303 (a warning; the file is valid): 13 attributes on the root "
+            "group, more than HDF5 keeps in the object header (dense attribute storage in a fractal heap)",
+            many_root_attributes, c.rules_base, warnings=["MD303"])
+
+    # the reference's edge cases (tests/invalid_files.py VALID_CASES) and warning-only cases
+    sections = {"valid_escaped_names": "5.2", "valid_empty_parameters": "5.1", "valid_every_type": "7.1",
+                "valid_sparse_without_entries": "7.4", "valid_storage_variants": "8.2",
+                "valid_json_integral_floats": "4.1", "valid_commit_edges": "4.2", "valid_empty_extensions": "3.4"}
+    for case_id, build in inv.VALID_CASES:
+        doc = first_sentence(build)
+        c.valid(case_id, sections.get(case_id, "12"),
+                f"an edge the rules allow: {case_id.replace('_', ' ')}" + (f". {doc}" if doc else ""),
+                build, c.rules_base)
+    for code, case_id, build in inv.CASES:
+        if code in WARNING_CODES:
+            doc = first_sentence(build)
+            c.valid(f"{code}-{case_id}", RULES[code].section, f"{code} (a warning; the file is valid): "
+                    f"{case_id.replace('_', ' ')}" + (f". {doc}" if doc else ""), build, c.rules_base, warnings=[code])
+
+
+def build_invalid(c: Corpus) -> None:
+    for code, case_id, build in inv.CASES:
+        if code in WARNING_CODES:
+            continue
+        rule = RULES[code]
+        doc = first_sentence(build)
+        # (the rule's title is not repeated: its code says it, and titles get reworded)
+        description = f"{code}: {case_id.replace('_', ' ')}" + (f". {doc}" if doc else "")
+        features = ["embedded-update-types"] if rule.section == "7.8" else []
+        family = "hostile" if case_id in HOSTILE_CASES else "invalid"
+        base = c.ia3_base if case_id in IA3_BASE_CASES else c.rules_base
+        c.invalid(f"{code}-{case_id}", family, code, rule.section, description, build, base,
+                  limits=inv.LIMITS.get(case_id), features=features)
+
+    # hostile files tests/invalid_files.py lacks
+    def absurd_dimensions(path):
+        n = 2**40
+        with inv._edit(path) as f:
+            g = f["parameters/w"]
+            inv._set_json(g, "update", {"type": "dense", "version": 1, "shape": [n, n], "dtype": "uint8",
+                                        "sha256": inv.ZERO_SHA})
+            inv._replace_dataset(g, "xor", shape=(n, n), dtype="<u1", chunks=(2**10, 2**10))
+
+    c.invalid("MD508-absurd_dimensions", "hostile", "MD508", "8.3", "a dense update of shape [2^40, 2^40] with a "
+              "matching chunked dataset (never written): 2^80 elements, more than 64-bit arithmetic holds",
+              absurd_dimensions, c.rules_base)
+
+    def index_max(path):
+        inv._sparse_with_indices(path, [1, 2**64 - 1])
+
+    c.invalid("MD408-sparse_index_uint64_max", "hostile", "MD408", "7.4", "a sparse index of 2^64 - 1, which "
+              "overflows any signed or 64-bit `index + 1` arithmetic", index_max, c.rules_base)
+
+    def update_text(path, old, new):
+        with inv._edit(path) as f:
+            g = f["parameters/w"]
+            text = bytes(g.attrs["update"]).rstrip(b"\0").decode("utf-8")
+            assert old in text
+            write_string(g, "update", text.replace(old, new))
+
+    c.invalid("MD407-shape_beyond_64_bits", "hostile", "MD407", "7.1", "a dimension of 2^64 + 4 (an integer the "
+              "schema allows) with a dataset of shape [2, 4]: no 64-bit wrap-around may make them agree",
+              lambda path: update_text(path, '"shape":[2,4]', '"shape":[2,18446744073709551620]'), c.rules_base)
+
+    # apply-time rules: a valid file, a base that does not fit (§9.2, §9.3)
+    state = inv.base_state()
+
+    def dense_w(path):
+        mdiff.write(path, {"w": mdiff.dense(inv.W, inv.W_NEW), "counts": mdiff.sparse(inv.COUNTS, inv.COUNTS + 1)},
+                    commit("dense w, sparse counts"))
+
+    def without(name):
+        return {k: v for k, v in state.items() if k != name}
+
+    c.apply_refused("MD600-base_lacks_dense_parameter", "MD600", "the base has no parameter `w` for a dense update",
+                    dense_w, without("w"))
+
+    def delete_flags(path):
+        mdiff.write(path, {"flags": mdiff.delete(inv.FLAGS)}, commit("delete flags"))
+
+    c.apply_refused("MD600-base_lacks_deleted_parameter", "MD600", "the base has no parameter `flags` for a delete "
+                    "update", delete_flags, without("flags"))
+
+    c.apply_refused("MD601-base_shape_differs", "MD601", "the base's `w` is float32 [4, 2], the dense update's "
+                    "float32 [2, 4]", dense_w, {**state, "w": inv.W.reshape(4, 2).copy()})
+    c.apply_refused("MD601-base_dtype_differs", "MD601", "the base's `w` is float64 [2, 4], the dense update's "
+                    "float32 [2, 4]", dense_w, {**state, "w": inv.W.astype(np.float64)})
+    c.apply_refused("MD601-delete_base_dtype_differs", "MD601", "the base's `flags` is uint8, the delete update's "
+                    "bool", delete_flags, {**state, "flags": inv.FLAGS.astype(np.uint8)})
+
+    def low_rank_w(path):
+        mdiff.write(path, {"w": inv._low_rank_update()}, commit("low_rank w"))
+
+    c.apply_refused("MD601-low_rank_base_shape_differs", "MD601", "the base's `w` is [8], the low_rank update's "
+                    "[2, 4]", low_rank_w, {**state, "w": inv.W.reshape(8).copy()})
+
+    other = inv.W.copy()
+    other[1, 1] = -other[1, 1]
+    c.apply_refused("MD602-dense_other_base", "MD602", "the dense update was made from another base: the result's "
+                    "sha256 differs", dense_w, {**state, "w": other})
+    c.apply_refused("MD602-sparse_other_base", "MD602", "the sparse update was made from another base: the result's "
+                    "sha256 differs", dense_w, {**state, "counts": inv.COUNTS[::-1].copy()})
+
+    # checkpoint rules (§10): the base checkpoint is not a usable .safetensors file
+    good = raw_safetensors(raw_state(state))
+    feats = ["checkpoint-rule-codes"]
+    c.apply_refused("MD701-base_truncated", "MD701", "the base checkpoint is cut short: its last tensor's bytes "
+                    "are missing", dense_w, good[: len(good) - 16], features=feats)
+    c.apply_refused("MD701-base_header_not_json", "MD701", "the base checkpoint's header is not JSON", dense_w,
+                    struct.pack("<Q", 16) + b"{not json at all", features=feats)
+    overlap = {**raw_state(state)}
+    bad = raw_safetensors(overlap)
+    (n,) = struct.unpack("<Q", bad[:8])
+    header = json.loads(bad[8: 8 + n])
+    header["flags"]["data_offsets"] = [0, 8]  # overlaps `big`
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    c.apply_refused("MD701-base_tensors_overlap", "MD701", "two tensors of the base checkpoint share bytes "
+                    "(data_offsets overlap)", dense_w, struct.pack("<Q", len(h)) + h + bad[8 + n:], features=feats)
+    fp8 = {**raw_state(state), "fp8": ("F8_E4M3", [4], bytes([0x38, 0x40, 0xB8, 0x00]))}
+    c.apply_refused("MD702-base_float8_tensor", "MD702", "the base checkpoint holds an F8_E4M3 tensor (untouched by "
+                    "the diff): a dtype outside §6.1", dense_w, raw_safetensors(fp8), features=feats)
+
+    def metadata_name(path):
+        mdiff.write(path, {"__metadata__": mdiff.replace(np.arange(4, dtype=np.int32))}, commit("__metadata__"))
+
+    c.apply_refused("MD703-parameter_named___metadata__", "MD703", "the diff adds a parameter named `__metadata__`, "
+                    "which a .safetensors file cannot hold (the name is its metadata key)", metadata_name,
+                    c.rules_base, features=feats)
+
+
+def manifest_text(manifest: dict) -> str:
+    """JSON, one case per line (diffs of the corpus stay readable, the file small)."""
+    dump = lambda v: json.dumps(v, ensure_ascii=False, separators=(", ", ": "))
+    lines = ["{"]
+    items = list(manifest.items())
+    for i, (key, value) in enumerate(items):
+        comma = "," if i < len(items) - 1 else ""
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            lines.append(f" {dump(key)}: [")
+            lines += [f"  {dump(v)}{',' if j < len(value) - 1 else ''}" for j, v in enumerate(value)]
+            lines.append(f" ]{comma}")
+        elif isinstance(value, dict) and value:
+            lines.append(f" {dump(key)}: {{")
+            lines += [f"  {dump(k)}: {dump(v)}{',' if j < len(value) - 1 else ''}" for j, (k, v) in enumerate(value.items())]
+            lines.append(f" }}{comma}")
+        else:
+            lines.append(f" {dump(key)}: {dump(value)}{comma}")
+    lines.append("}")
+    text = "\n".join(lines) + "\n"
+    assert json.loads(text) == manifest
+    return text
+
+
+def build(out: Path) -> dict:
+    c = Corpus(out)
+    build_valid(c)
+    build_invalid(c)
+    manifest = c.manifest()
+    (out / "manifest.json").write_text(manifest_text(manifest), encoding="utf-8")
+    for path in out.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)  # the reference writer makes its files 0600
+    return manifest
+
+
+# ---------------------------------------------------------------- compare / write
+
+
+def generated_files(root: Path) -> set[str]:
+    files = set()
+    for top in GENERATED:
+        p = root / top
+        if p.is_file():
+            files.add(top)
+        elif p.is_dir():
+            files |= {q.relative_to(root).as_posix() for q in p.rglob("*") if q.is_file() or q.is_symlink()}
+    return files
+
+
+def differences(built: Path, committed: Path) -> list[str]:
+    want, have = generated_files(built), generated_files(committed)
+    out = [f"missing: {p}" for p in sorted(want - have)]
+    out += [f"not generated (should not be there): {p}" for p in sorted(have - want)]
+    for p in sorted(want & have):
+        if (committed / p).is_symlink() or not filecmp.cmp(built / p, committed / p, shallow=False):
+            out.append(f"differs: {p}")
+    return out
+
+
+def check_sizes(root: Path) -> None:
+    total = 0
+    for p in generated_files(root):
+        size = (root / p).stat().st_size
+        # the manifest is the index, not a fixture: only the fixtures are held to the per-file limit
+        assert size < MAX_FILE_BYTES or p == "manifest.json", f"{p} is {size} bytes (at most {MAX_FILE_BYTES})"
+        total += size
+    assert total < MAX_CORPUS_BYTES, f"the corpus is {total} bytes (at most {MAX_CORPUS_BYTES})"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="compare with conformance/; exit 1 on any difference")
+    parser.add_argument("--out", type=Path, default=CORPUS, help="the corpus directory (default: conformance/)")
+    parser.add_argument("--keep", type=Path, help=argparse.SUPPRESS)  # debugging: build into this directory
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="mdiff-conformance-") as tmp:
+        built = args.keep or Path(tmp) / "corpus"
+        manifest = build(built)
+        check_sizes(built)
+        if args.check:
+            diffs = differences(built, args.out)
+            for d in diffs:
+                print(d)
+            if diffs:
+                print(f"{len(diffs)} differences: run `python tools/gen_conformance.py` to regenerate", file=sys.stderr)
+                return 1
+            print(f"conformance/ is up to date ({len(manifest['cases'])} cases)")
+            return 0
+        args.out.mkdir(parents=True, exist_ok=True)
+        for top in GENERATED:
+            target = args.out / top
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            elif target.exists() or target.is_symlink():
+                target.unlink()
+            source = built / top
+            if source.is_dir():
+                shutil.copytree(source, target)
+            else:
+                shutil.copy2(source, target)
+        counts = {}
+        for case in manifest["cases"]:
+            counts[case["family"]] = counts.get(case["family"], 0) + 1
+        print(f"wrote {args.out}: {len(manifest['cases'])} cases ({', '.join(f'{n} {k}' for k, n in counts.items())})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
