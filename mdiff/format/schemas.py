@@ -33,6 +33,17 @@ def ecma_validator(schema: dict) -> jsonschema.protocols.Validator:
     return _Validator(schema)
 
 
+_compiled: dict[int, jsonschema.protocols.Validator] = {}
+
+
+def _validator_for(schema: dict) -> jsonschema.protocols.Validator:
+    """One validator per schema object: building one costs more than validating a small document."""
+    validator = _compiled.get(id(schema))
+    if validator is None or validator.schema is not schema:
+        validator = _compiled[id(schema)] = _Validator(schema)
+    return validator
+
+
 MAX_REPORTED = 8  # a hostile document can break a schema a million times; a few say enough
 
 
@@ -43,7 +54,7 @@ def first_errors(schema: dict, instance) -> list[str]:
     """
     messages = []
     try:
-        for error in _Validator(schema).iter_errors(instance):
+        for error in _validator_for(schema).iter_errors(instance):
             where = "/".join(str(p) for p in error.absolute_path) or "(root)"
             messages.append(f"{where}: {error.message[:200]}")
             if len(messages) == MAX_REPORTED:

@@ -114,13 +114,16 @@ class Update:
         return read_array(source, np.dtype(source.dtype))
 
     def apply(
-        self, base: np.ndarray | None, name: str = "", engine: str | None = None, scratch: bool = False
+        self, base: np.ndarray | None, name: str = "", engine: str | None = None, scratch: bool = False,
+        verify: bool = True,
     ) -> np.ndarray | None:
         """SPEC.md §9: the parameter after this update (None once deleted), verified.
 
         ``engine`` is "onnx" (the normative functions on onnxruntime) or "numpy";
         None picks the default. With ``scratch`` the base's buffer may be
         overwritten with the result (the caller owns it and needs it no more).
+        ``verify=False`` leaves the sha256 check to the caller (:meth:`verify`), who MUST
+        make it before the result is used other than as the base of a further XOR update.
         """
         from mdiff.engines import run_update
 
@@ -132,11 +135,16 @@ class Update:
             problem = next(bool_values_problems(result.view(np.uint8), "result"), None)
             if problem:
                 raise InvalidFileError("MD409", "the update makes a bool value other than 0 or 1", name)
-        if kind.carries_sha256:
+        if verify:
+            self.verify(result, name)
+        return result
+
+    def verify(self, result: np.ndarray | None, name: str = "") -> None:
+        """MD602 unless ``result`` is this update's result (for types that carry a sha256)."""
+        if self.update_type.carries_sha256:
             got = sha256_hex(result)
             if got != self.sha256:
                 raise ApplyError("MD602", f"result sha256 {got} differs from the update's {self.sha256}", name)
-        return result
 
 
 def check_base(update: Update, spec: "tuple[tuple[int, ...], DType] | None", name: str) -> None:
