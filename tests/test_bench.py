@@ -1,0 +1,98 @@
+"""tools/bench/run.py --quick: the side-by-side benchmark runs end to end and reports every row.
+
+A smoke test only: it runs into a temporary folder (never docs/) and asserts nothing about timings.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytest.importorskip("safetensors")
+pytest.importorskip("torch")
+pytest.importorskip("matplotlib")
+
+# Every row the report must have, whatever the machine (tools/bench/run.py keeps these labels stable).
+ROWS = [
+    # targets
+    "write dense diff (none) ≥ 0.8× safetensors.torch.save_file",
+    "write dense diff (none) ≥ 0.8× safetensors.torch.save_file + fsync (same durability)",
+    "write dense diff (none) ≥ 2× safetensors.numpy.save_file",
+    "write dense diff (none) ≥ 2× safetensors.numpy.save_file + fsync (same durability)",
+    "apply dense diff (none) ≤ 1.2× baseline",
+    "apply dense diff (none) ≤ 1.2× baseline + fsync (same durability)",
+    "apply dense diff (gzip) ≤ 1.2× baseline",
+    "sparse 1% diff ≤ 1.15× ideal",
+    "sparse 1% diff < the delta stored dense with zstd",
+    "low_rank ≤ 1.02× ideal + 4 KiB per parameter",
+    "MiniLM fp32 ≤ 1.7 bytes per parameter",
+    "MiniLM bf16 ≤ 0.35 bytes per parameter",
+    "MiniLM 1% of values ≤ 0.08 bytes per parameter",
+    "apply peak RSS ≤ 1.25× model bytes",
+    "read one parameter (none) ≤ 2× its own file",
+    "read one parameter (gzip) ≤ 2× its own file",
+    "checkout of commit 100 of a sparse chain ≤ 2× one full model load",
+    # machine limits
+    "memcpy (np.copyto)", "sequential write + fsync", "sequential read (page cache)", "sha256 (hashlib, 1 core)",
+    "deflate level 1 of shuffled XOR data (zlib, 1 core)",
+    # write (fp32 and bf16 tables)
+    "mdiff.write (compression none)", "mdiff.write (gzip)",
+    "safetensors.torch.save_file", "safetensors.torch.save_file + fsync",
+    "safetensors.numpy.save_file", "safetensors.numpy.save_file + fsync", "np.savez", "np.savez + fsync",
+    # apply and its memory
+    "mdiff.apply_files (dense, none)", "mdiff.apply_files (dense, gzip)",
+    "baseline: safetensors load ×2, numpy add, save", "baseline + fsync",
+    # sizes
+    "dense fp32", "dense bf16", "sparse 1% fp32", "low_rank r=16 fp32",
+    "MiniLM fp32", "MiniLM bf16", "MiniLM fp32, 1% of values",
+    # read one parameter; chain checkout
+    "one parameter of the large diff (none)", "the same parameter from its own .mdiff (none)",
+    "one parameter of the large diff (gzip)", "the same parameter from its own .mdiff (gzip)",
+    "the same parameter from its own .safetensors",
+    "Repository.checkout of the chain's last commit", "safetensors.numpy.load_file of the full model",
+]
+
+
+def table_rows(markdown: str) -> set[str]:
+    return {line.split("|")[1].strip() for line in markdown.splitlines() if line.startswith("| ")}
+
+
+def docs_state() -> list:
+    return [(p.name, p.stat().st_mtime_ns) for p in sorted((ROOT / "docs").glob("benchmarks.*"))]
+
+
+def test_quick_bench_writes_every_row(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    docs_before = docs_state()
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "bench" / "run.py"), "--quick", "--out-dir", str(out),
+         "--workdir", str(work), "--json", str(tmp_path / "results.json")],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    md = (out / "benchmarks.md").read_text(encoding="utf-8")
+    png = (out / "benchmarks.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    missing = [row for row in ROWS if row not in table_rows(md)]
+    assert not missing, f"rows missing from benchmarks.md: {missing}"
+    for heading in ("## Targets", "## Machine limits", "## Writing a dense diff", "## Applying a dense diff",
+                    "## Peak memory of apply", "## Sizes", "## Reading one parameter", "## Checking out the end"):
+        assert heading in md
+    results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert len(results["targets"]) == 17
+    for target in results["targets"]:  # each target is judged, or says why it could not be
+        assert target["met"] in (True, False) or target["detail"].startswith("not measured")
+    again = tmp_path / "again"  # the report and chart can be made again from the JSON alone
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "run.py"), "--from-json",
+                           str(tmp_path / "results.json"), "--out-dir", str(again)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert (again / "benchmarks.md").read_text(encoding="utf-8") == md
+    assert (again / "benchmarks.png").exists()
+    assert docs_state() == docs_before  # the smoke test never rewrites the docs

@@ -1,0 +1,1039 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark of mdiff against the ordinary ways of saving and applying weights.
+
+One run builds a synthetic model (64 float32 tensors of 4096×1024 = 1 GiB by default, and the
+same model in bfloat16) with fine-tuned variants — dense (a small gaussian change), sparse (1% of
+the entries) and low-rank (r=16) — and fine-tunes the real all-MiniLM-L6-v2 for a few seeded AdamW
+steps (float32; cast to bfloat16; and a variant where only 1% of the values change). Then, with
+the contenders of each comparison interleaved and every comparison repeated, it measures:
+
+  write    mdiff.write of the dense diff (none, gzip) vs safetensors.torch/.numpy save_file and
+           np.savez of the full new model: throughput on the same bytes
+  apply    mdiff.apply_files vs load base and delta with safetensors, numpy add, save
+  sizes    each diff vs the full checkpoint and vs the ideal (sparse: nnz × (index + value);
+           low-rank: (m + n)·r × value), and the sparse delta stored dense with zstd
+  memory   peak RSS of apply, in a child process (VmHWM), as a ratio to the model's bytes
+  read     one parameter out of the large diff vs out of a file holding only it
+  checkout the last (100th) commit of a chain of sparse commits vs one full model load
+  machine  memcpy, sequential write + fsync, read from the page cache, sha256, deflate
+
+and writes a markdown report (docs/benchmarks.md) and a chart (docs/benchmarks.png), each target
+of the project's performance issue marked met or missed with its ratio.
+
+    python tools/bench/run.py [--size-gib 1] [--quick] [--repeat 3] [--out-dir docs] [--json FILE]
+
+Bench-only dependencies: tools/bench/requirements.txt. Figures are medians (min–max) over the
+repetitions; on a shared VM quote them as ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+from typing import Callable
+
+import ml_dtypes
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import mdiff  # noqa: E402
+from mdiff.format.dtypes import DTYPES  # noqa: E402
+from mdiff.updates.sparse import from_entries as sparse_from_entries  # noqa: E402
+
+import minilm  # noqa: E402  (tools/bench/minilm.py)
+
+MB = 1e6
+GIB = 1 << 30
+KIB = 1024
+DATE = "2026-01-01T00:00:00Z"  # commit dates: the files are the same run to run
+WEIGHT_STD = 0.02  # the synthetic weights are N(0, 0.02²), like an initialised transformer's
+CHANGE = 1e-3  # a fine-tune's change, relative to WEIGHT_STD
+RANK = 16
+DENSITY = 0.01  # sparse variant and every commit of the sparse chain: 1% of the entries
+INDEX_BYTES = 4  # the ideal sparse index: uint32 addresses every tensor here (mdiff stores uint64)
+
+# Row labels: stable, so that tests and readers can find them (tests/test_bench.py lists them).
+WRITE_ROWS = [
+    "mdiff.write (compression none)", "mdiff.write (gzip)",
+    "safetensors.torch.save_file", "safetensors.torch.save_file + fsync",
+    "safetensors.numpy.save_file", "safetensors.numpy.save_file + fsync",
+    "np.savez", "np.savez + fsync",
+]
+APPLY_ROWS = [
+    "mdiff.apply_files (dense, none)", "mdiff.apply_files (dense, gzip)",
+    "baseline: safetensors load ×2, numpy add, save", "baseline + fsync",
+]
+READ_ROWS = [
+    "one parameter of the large diff (none)", "the same parameter from its own .mdiff (none)",
+    "one parameter of the large diff (gzip)", "the same parameter from its own .mdiff (gzip)",
+    "the same parameter from its own .safetensors",
+]
+CHAIN_ROWS = ["Repository.checkout of the chain's last commit", "safetensors.numpy.load_file of the full model"]
+LIMIT_ROWS = [
+    "memcpy (np.copyto)", "sequential write + fsync", "sequential read (page cache)", "sha256 (hashlib, 1 core)",
+    "deflate level 1 of shuffled XOR data (zlib, 1 core)",
+]
+SIZE_ROWS = [
+    "dense fp32", "dense bf16", "sparse 1% fp32", "low_rank r=16 fp32",
+    "MiniLM fp32", "MiniLM bf16", "MiniLM fp32, 1% of values",
+]
+RSS_ROWS = APPLY_ROWS[:3]
+TARGET_ROWS = [
+    "write dense diff (none) ≥ 0.8× safetensors.torch.save_file",
+    "write dense diff (none) ≥ 0.8× safetensors.torch.save_file + fsync (same durability)",
+    "write dense diff (none) ≥ 2× safetensors.numpy.save_file",
+    "write dense diff (none) ≥ 2× safetensors.numpy.save_file + fsync (same durability)",
+    "apply dense diff (none) ≤ 1.2× baseline",
+    "apply dense diff (none) ≤ 1.2× baseline + fsync (same durability)",
+    "apply dense diff (gzip) ≤ 1.2× baseline",
+    "sparse 1% diff ≤ 1.15× ideal",
+    "sparse 1% diff < the delta stored dense with zstd",
+    "low_rank ≤ 1.02× ideal + 4 KiB per parameter",
+    "MiniLM fp32 ≤ 1.7 bytes per parameter",
+    "MiniLM bf16 ≤ 0.35 bytes per parameter",
+    "MiniLM 1% of values ≤ 0.08 bytes per parameter",
+    "apply peak RSS ≤ 1.25× model bytes",
+    "read one parameter (none) ≤ 2× its own file",
+    "read one parameter (gzip) ≤ 2× its own file",
+    "checkout of commit 100 of a sparse chain ≤ 2× one full model load",
+]
+
+
+# ---------------------------------------------------------------- small helpers
+
+
+def series(times: list[float]) -> dict:
+    return {"median": statistics.median(times), "min": min(times), "max": max(times), "n": len(times), "all": times}
+
+
+def fsync_file(path: Path) -> float:
+    """fsync an existing file; the seconds it took."""
+    start = time.perf_counter()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return time.perf_counter() - start
+
+
+def remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def wait_quiet(limit_s: float, threshold: float, log) -> dict:
+    """Wait up to ``limit_s`` for a 1-minute load average below ``threshold``."""
+    start = time.time()
+    first = loadavg()
+    while True:
+        now = loadavg()
+        one = float(now.split()[0]) if now != "unknown" else 0.0
+        if one < threshold or time.time() - start >= limit_s:
+            break
+        log(f"load {now}: waiting for the 1-minute load to fall below {threshold} "
+            f"({time.time() - start:.0f}/{limit_s:.0f} s)")
+        time.sleep(min(15, max(1.0, limit_s - (time.time() - start))))
+    return {"at_start": first, "when_measuring": now, "waited_s": round(time.time() - start, 1),
+            "quiet": one < threshold}
+
+
+def commit(message: str, parents: tuple[str, ...] = ()) -> mdiff.Commit:
+    return mdiff.Commit(message, mdiff.Author("bench"), date=DATE, parents=parents)
+
+
+def nbytes(state: dict) -> int:
+    return sum(a.nbytes for a in state.values())
+
+
+def to_torch(state: dict) -> dict:
+    import torch
+
+    out = {}
+    for k, a in state.items():
+        if a.dtype == ml_dtypes.bfloat16:
+            out[k] = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+        else:
+            out[k] = torch.from_numpy(a)
+    return out
+
+
+def as_plain(state: dict) -> dict:
+    """bfloat16 arrays as uint16 (same bytes) for writers that know no bfloat16."""
+    return {k: a.view(np.uint16) if a.dtype == ml_dtypes.bfloat16 else a for k, a in state.items()}
+
+
+# ---------------------------------------------------------------- the synthetic model
+
+
+def synthetic_base(tensors: int, rows: int, cols: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    state = {}
+    for i in range(tensors):
+        a = rng.standard_normal((rows, cols), dtype=np.float32)
+        a *= np.float32(WEIGHT_STD)
+        state[f"layers.{i:03d}.weight"] = a
+    return state
+
+
+def dense_variant(base: dict, seed: int = 1) -> dict:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for k, a in base.items():
+        noise = rng.standard_normal(a.shape, dtype=np.float32)
+        noise *= np.float32(WEIGHT_STD * CHANGE)
+        noise += a
+        out[k] = noise
+    return out
+
+
+def sparse_positions(size: int, rng: np.random.Generator, density: float = DENSITY) -> np.ndarray:
+    return np.unique(rng.integers(0, size, max(1, int(size * density)))).astype(np.uint64)
+
+
+def sparse_variant(base: dict, seed: int = 2) -> dict:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for k, a in base.items():
+        b = a.copy()
+        flat = b.reshape(-1)
+        idx = sparse_positions(flat.size, rng)
+        flat[idx] += rng.standard_normal(idx.size, dtype=np.float32) * np.float32(WEIGHT_STD * CHANGE * 10)
+        out[k] = b
+    return out
+
+
+def low_rank_updates(base: dict, seed: int = 3) -> dict:
+    rng = np.random.default_rng(seed)
+    updates = {}
+    for k, a in base.items():
+        m, n = a.shape
+        A = rng.standard_normal((m, RANK), dtype=np.float32) * np.float32(0.01)
+        B = rng.standard_normal((RANK, n), dtype=np.float32) * np.float32(0.01)
+        updates[k] = mdiff.low_rank(A, B, a.shape, DTYPES["float32"], scale=1.0)
+    return updates
+
+
+def zstd_dense_bytes(old: dict, new: dict, level: int = 3) -> int | None:
+    """The XOR delta stored dense, each tensor compressed alone with zstd (no shuffle: it hurts mostly-zero data)."""
+    try:
+        import zstandard
+    except ImportError:
+        return None
+    compressor = zstandard.ZstdCompressor(level=level)
+    total = 0
+    for k in old:
+        bits = np.dtype(f"<u{old[k].itemsize}")
+        xor = np.bitwise_xor(old[k].view(bits), new[k].view(bits))
+        total += len(compressor.compress(memoryview(xor.reshape(-1).view(np.uint8))))
+    return total
+
+
+def update_types(updates: dict) -> dict:
+    counts: dict[str, int] = {}
+    for u in updates.values():
+        counts[u.type] = counts.get(u.type, 0) + 1
+    return counts
+
+
+# ---------------------------------------------------------------- the benchmark
+
+
+class Bench:
+    def __init__(self, args, work: Path, log):
+        self.args = args
+        self.work = work
+        self.log = log
+        self.r: dict = {"write": {}, "apply": {}, "read": {}, "chain": {}, "limits": {}, "sizes": {}, "rss": {},
+                        "minilm": {}, "notes": [], "loads_per_repetition": []}
+        self.times: dict[str, dict[str, list[float]]] = {}
+        self.rep = 0
+
+    def record(self, group: str, label: str, seconds: float) -> None:
+        self.times.setdefault(group, {}).setdefault(label, []).append(seconds)
+
+    # ------------------------------------------------------------ set-up (untimed)
+    def setup(self) -> None:
+        a, w = self.args, self.work
+        t0 = time.perf_counter()
+        self.log(f"building a {a.tensors}×({a.rows}×{a.cols}) float32 model ({a.tensors * a.rows * a.cols * 4 / GIB:.3g} GiB)")
+        base = synthetic_base(a.tensors, a.rows, a.cols)
+        self.model_bytes = nbytes(base)
+        self.names = sorted(base)
+        self.probe = self.names[len(self.names) // 2]  # the parameter read alone
+        from safetensors.numpy import save_file
+
+        self.base_path = w / "base.safetensors"
+        save_file(base, self.base_path)
+
+        # dense fp32: the write, apply and read comparisons use it
+        new = dense_variant(base)
+        self.new32 = new
+        chosen = mdiff.diff(base, new)  # what a user gets: dense XOR for every tensor of this variant
+        if update_types(chosen) != {"dense": len(self.names)}:
+            chosen = {k: mdiff.dense(base[k], new[k]) for k in self.names}
+            self.r["notes"].append("mdiff.diff did not choose dense for every tensor of the dense variant; "
+                                   "the write/apply/read comparisons use mdiff.dense updates.")
+        self.dense32 = chosen
+        self.log("writing the dense diffs and the baseline's delta")
+        delta = {k: new[k] - base[k] for k in self.names}
+        self.delta_path = w / "delta.safetensors"
+        save_file(delta, self.delta_path)
+        del delta
+        self.full32_path = w / "new.safetensors"
+        save_file(new, self.full32_path)
+        self.dense_paths = {}
+        for comp in ("none", "gzip"):
+            self.dense_paths[comp] = w / f"dense-{comp}.mdiff"
+            mdiff.write(self.dense_paths[comp], self.dense32, commit("dense"), comp)
+            one = w / f"one-{comp}.mdiff"
+            mdiff.write(one, {self.probe: self.dense32[self.probe]}, commit("one parameter"), comp)
+        self.one_st = w / "one.safetensors"
+        save_file({self.probe: self.dense32[self.probe].data["xor"]}, self.one_st)
+        sizes = self.r["sizes"]
+        sizes["dense fp32"] = self._sizes(chosen, self.full32_path, ideal=None, parameters=base, written=self.dense_paths)
+        del chosen
+
+        # dense bf16: the same model and change, cast
+        self.log("bfloat16 model")
+        base16 = {k: v.astype(ml_dtypes.bfloat16) for k, v in base.items()}
+        new16 = {k: v.astype(ml_dtypes.bfloat16) for k, v in new.items()}
+        self.new16 = new16
+        self.dense16 = {k: mdiff.dense(base16[k], new16[k]) for k in self.names}
+        full16 = w / "new16.safetensors"
+        save_file(new16, full16)
+        chosen = mdiff.diff(base16, new16)
+        sizes["dense bf16"] = self._sizes(chosen, full16, ideal=None, parameters=base16)
+        del chosen, base16
+        remove(full16)
+
+        # sparse: 1% of the entries
+        self.log("sparse variant")
+        few = sparse_variant(base)
+        chosen = mdiff.diff(base, few)
+        ideal = sum(int(u.data["indices"].size) * (INDEX_BYTES + 4) for u in chosen.values() if u.type == "sparse")
+        zstd = zstd_dense_bytes(base, few)
+        sizes["sparse 1% fp32"] = self._sizes(chosen, self.full32_path, ideal=ideal, parameters=base, zstd=zstd)
+        if zstd is None:
+            sizes["sparse 1% fp32"]["zstd_missing"] = "zstandard is not installed (pip install zstandard)"
+        del few, chosen
+
+        # low-rank r=16
+        self.log("low-rank variant")
+        lr = low_rank_updates(base)
+        ideal = sum((a.shape[0] + a.shape[1]) * RANK * 4 for a in base.values())
+        sizes["low_rank r=16 fp32"] = self._sizes(lr, self.full32_path, ideal=ideal, parameters=base)
+        del lr
+
+        # the sparse chain (mutates base: the last use of it)
+        self.log(f"building a chain: a root commit and {a.chain} sparse commits")
+        self.chain_repo = w / "chain"
+        self._build_chain(base)  # checkout verifies every result by the sha256 recorded when it was committed
+        del base
+        gc.collect()
+
+        self._minilm()
+        self.r["setup_s"] = time.perf_counter() - t0
+
+    def _sizes(self, updates: dict, full_path: Path, ideal: int | None, parameters: dict, zstd: int | None = None,
+               written: dict | None = None) -> dict:
+        row = {"types": update_types(updates), "full": full_path.stat().st_size, "ideal": ideal, "zstd": zstd,
+               "parameters": int(sum(v.size for v in parameters.values())), "tensors": len(parameters)}
+        for comp in ("none", "gzip"):
+            if written:
+                row[comp] = written[comp].stat().st_size
+                continue
+            path = self.work / f"size-{comp}.mdiff"
+            mdiff.write(path, updates, commit("size"), comp)
+            row[comp] = path.stat().st_size
+            remove(path)
+        return row
+
+    def _build_chain(self, state: dict) -> dict:
+        repo = mdiff.Repository.init(self.chain_repo)
+        rng = np.random.default_rng(4)
+        head = repo.store(lambda w: [w.add(k, mdiff.replace(state[k])) for k in self.names], commit("base"))
+        for i in range(self.args.chain):
+            def write(w):
+                for k in self.names:
+                    flat = state[k].reshape(-1)
+                    idx = sparse_positions(flat.size, rng)
+                    old_bits = flat.view(np.uint32)[idx]
+                    flat[idx] += rng.standard_normal(idx.size, dtype=np.float32) * np.float32(WEIGHT_STD * CHANGE * 10)
+                    xor = old_bits ^ flat.view(np.uint32)[idx]
+                    keep = xor != 0
+                    w.add(k, sparse_from_entries(state[k], idx[keep], xor[keep]))
+
+            head = repo.store(write, commit(f"sparse step {i + 1}", (head,)))
+        repo.set_branch("main", head)
+        self.r["chain"]["commits"] = self.args.chain
+        self.r["chain"]["bytes"] = sum(p.stat().st_size for p in (self.chain_repo / ".mdiff" / "commits").glob("*.mdiff"))
+        return state
+
+    def _minilm(self) -> None:
+        out = self.r["minilm"]
+        reason = minilm.unavailable()
+        if reason:
+            out["skipped"] = reason
+            for label in SIZE_ROWS[4:]:
+                self.r["sizes"][label] = {"skipped": reason}
+            return
+        self.log(f"fine-tuning all-MiniLM-L6-v2: {self.args.minilm_steps} AdamW steps")
+        start = time.perf_counter()
+        got = minilm.states(self.args.minilm_steps, batch=self.args.minilm_batch, seq=self.args.minilm_seq)
+        out.update({k: got[k] for k in ("parameters", "tensors", "steps", "lr", "batch", "seq", "losses")})
+        out["finetune_s"] = time.perf_counter() - start
+        from safetensors.numpy import save_file
+
+        for variant, (old, new) in got["pairs"].items():
+            full = self.work / "minilm.safetensors"
+            save_file(new, full)
+            updates = mdiff.diff(old, new)
+            row = self._sizes(updates, full, ideal=None, parameters=old, zstd=zstd_dense_bytes(old, new))
+            changed = sum(int(u.meta.get("stats", {}).get("changed", 0)) for u in updates.values())
+            row["changed_fraction"] = changed / row["parameters"]
+            rel = [u.meta["stats"]["rel_change"] for u in updates.values() if "rel_change" in u.meta.get("stats", {})]
+            row["median_rel_change"] = statistics.median(rel) if rel else None
+            self.r["sizes"][{"fp32": "MiniLM fp32", "bf16": "MiniLM bf16"}.get(variant, "MiniLM fp32, 1% of values")] = row
+            remove(full)
+
+    # ------------------------------------------------------------ timed groups
+    def run_limits(self) -> None:
+        size = min(self.model_bytes, 512 << 20)
+        src = np.empty(size, np.uint8)
+        src[:] = 7
+        dst = np.empty_like(src)
+        dst[:] = 0
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        self.record("limits", LIMIT_ROWS[0], size / (time.perf_counter() - start))
+        path = self.work / "limits.bin"
+        start = time.perf_counter()
+        with open(path, "wb", buffering=0) as f:
+            view = memoryview(src)
+            for offset in range(0, size, 64 << 20):
+                f.write(view[offset:offset + (64 << 20)])
+            os.fsync(f.fileno())
+        self.record("limits", LIMIT_ROWS[1], size / (time.perf_counter() - start))
+        start = time.perf_counter()
+        with open(path, "rb", buffering=0) as f:
+            view = memoryview(dst)
+            got = 0
+            while got < size:
+                got += f.readinto(view[got:])
+        self.record("limits", LIMIT_ROWS[2], size / (time.perf_counter() - start))
+        remove(path)
+        hashed = min(size, 256 << 20)
+        start = time.perf_counter()
+        hashlib.sha256(memoryview(src)[:hashed]).hexdigest()
+        self.record("limits", LIMIT_ROWS[3], hashed / (time.perf_counter() - start))
+        del src, dst
+        xor = self.dense32[self.probe].data["xor"].reshape(-1)[: (32 << 20) // 4]
+        shuffled = np.ascontiguousarray(xor.view(np.uint8).reshape(-1, 4).T)
+        start = time.perf_counter()
+        zlib.compress(memoryview(shuffled.reshape(-1)), 1)
+        self.record("limits", LIMIT_ROWS[4], shuffled.nbytes / (time.perf_counter() - start))
+
+    def run_write(self, dtype: str) -> None:
+        from safetensors.numpy import save_file as np_save
+        from safetensors.torch import save_file as torch_save
+
+        updates, new = (self.dense32, self.new32) if dtype == "fp32" else (self.dense16, self.new16)
+        torch_state, plain = to_torch(new), as_plain(new)
+        group = f"write {dtype}"
+        path = self.work / "write.out"
+        npz = self.work / "write.npz"
+
+        def mdiff_write(comp):
+            def run():
+                start = time.perf_counter()
+                mdiff.write(path, updates, commit("bench"), comp)
+                self.record(group, f"mdiff.write ({'compression none' if comp == 'none' else 'gzip'})",
+                            time.perf_counter() - start)
+                remove(path)
+            return run
+
+        def baseline(label, save, path=path):
+            def run():
+                start = time.perf_counter()
+                save()
+                seconds = time.perf_counter() - start
+                synced = fsync_file(path)
+                self.record(group, label, seconds)
+                self.record(group, label + " + fsync", seconds + synced)
+                remove(path)
+            return run
+
+        contenders = [
+            mdiff_write("none"), mdiff_write("gzip"),
+            baseline("safetensors.torch.save_file", lambda: torch_save(torch_state, path)),
+            baseline("safetensors.numpy.save_file", lambda: np_save(new, path)),
+            baseline("np.savez", lambda: np.savez(npz, **plain), npz),
+        ]
+        turn = self.rep % len(contenders)  # a different order each repetition: no contender always follows the same one
+        for run in contenders[turn:] + contenders[:turn]:
+            run()
+
+    def run_apply(self) -> None:
+        out = self.work / "applied.safetensors"
+
+        def with_mdiff(comp):
+            def run():
+                start = time.perf_counter()
+                mdiff.apply_files(self.base_path, self.dense_paths[comp], out)
+                self.record("apply", f"mdiff.apply_files (dense, {comp})", time.perf_counter() - start)
+                remove(out)
+            return run
+
+        def baseline():
+            start = time.perf_counter()
+            baseline_apply(self.base_path, self.delta_path, out)
+            seconds = time.perf_counter() - start
+            synced = fsync_file(out)
+            self.record("apply", APPLY_ROWS[2], seconds)
+            self.record("apply", APPLY_ROWS[3], seconds + synced)
+            remove(out)
+            gc.collect()
+
+        contenders = [with_mdiff("none"), with_mdiff("gzip"), baseline]
+        turn = self.rep % len(contenders)
+        for run in contenders[turn:] + contenders[:turn]:
+            run()
+
+    def run_read(self) -> None:
+        from safetensors.numpy import load_file
+
+        def from_mdiff(path):
+            with mdiff.open(path) as d:
+                return d[self.probe].array("xor")
+
+        for _ in range(self.args.read_repeat):
+            for comp in ("none", "gzip"):
+                for label, path in ((f"one parameter of the large diff ({comp})", self.dense_paths[comp]),
+                                    (f"the same parameter from its own .mdiff ({comp})", self.work / f"one-{comp}.mdiff")):
+                    start = time.perf_counter()
+                    from_mdiff(path)
+                    self.record("read", label, time.perf_counter() - start)
+            start = time.perf_counter()
+            load_file(self.one_st)[self.probe]
+            self.record("read", READ_ROWS[4], time.perf_counter() - start)
+
+    def run_chain(self) -> None:
+        from safetensors.numpy import load_file
+
+        repo = mdiff.Repository.find(self.chain_repo)
+        start = time.perf_counter()
+        state = repo.checkout("HEAD")
+        self.record("chain", CHAIN_ROWS[0], time.perf_counter() - start)
+        del state
+        gc.collect()
+        start = time.perf_counter()
+        state = load_file(self.base_path)
+        self.record("chain", CHAIN_ROWS[1], time.perf_counter() - start)
+        del state
+        gc.collect()
+
+    def run_rss(self) -> None:
+        """Peak RSS (VmHWM) of each apply in a fresh child process."""
+        out = self.work / "rss.safetensors"
+        cases = [
+            (APPLY_ROWS[0], ["mdiff", self.base_path, self.dense_paths["none"], out]),
+            (APPLY_ROWS[1], ["mdiff", self.base_path, self.dense_paths["gzip"], out]),
+            (APPLY_ROWS[2], ["baseline", self.base_path, self.delta_path, out]),
+        ]
+        for label, argv in cases:
+            done = subprocess.run([sys.executable, __file__, "--rss-child", *map(str, argv)], check=True,
+                                  capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+            self.r["rss"][label] = json.loads(done.stdout.strip().splitlines()[-1])
+            remove(out)
+
+    def measure(self) -> None:
+        groups: list[tuple[str, Callable[[], None]]] = [
+            ("machine limits", self.run_limits),
+            ("write fp32", lambda: self.run_write("fp32")),
+            ("write bf16", lambda: self.run_write("bf16")),
+            ("apply", self.run_apply),
+            ("read", self.run_read),
+            ("chain checkout", self.run_chain),
+        ]
+        for rep in range(self.args.repeat):
+            self.rep = rep
+            self.r["loads_per_repetition"].append(loadavg())
+            for name, run in groups:
+                self.log(f"repetition {rep + 1}/{self.args.repeat}: {name} (load {loadavg()})")
+                run()
+        self.log("peak RSS of apply (child processes)")
+        self.run_rss()
+        # the write contenders' inputs are not needed any more
+        self.new32 = self.new16 = self.dense32 = self.dense16 = None
+        gc.collect()
+
+
+def baseline_apply(base_path, delta_path, out_path) -> None:
+    """The pipeline mdiff replaces: load base and delta with safetensors, numpy add, save with safetensors."""
+    from safetensors.numpy import load_file, save_file
+
+    base = load_file(base_path)
+    delta = load_file(delta_path)
+    for k in base:
+        np.add(base[k], delta[k], out=base[k])
+    del delta
+    save_file(base, out_path)
+
+
+def rss_child(kind: str, a: str, b: str, out: str) -> None:
+    def status() -> dict:
+        found = {}
+        for line in Path("/proc/self/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                found[key] = int(value.split()[0]) * 1024
+        return found
+
+    if kind == "mdiff":
+        import mdiff.checkpoints.safetensors  # noqa: F401  (imports first: they are not the apply's memory)
+        import mdiff.format.reader  # noqa: F401
+        import mdiff.updates.dense  # noqa: F401
+    else:
+        import safetensors.numpy  # noqa: F401
+    before = status()
+    start = time.perf_counter()
+    if kind == "mdiff":
+        mdiff.apply_files(a, b, out)
+    else:
+        baseline_apply(a, b, out)
+    seconds = time.perf_counter() - start
+    after = status()
+    print(json.dumps({"after_imports": before["VmRSS"], "peak": after["VmHWM"], "seconds": seconds}))
+
+
+# ---------------------------------------------------------------- results: targets, markdown, chart
+
+
+def summarise(bench: Bench) -> dict:
+    r = bench.r
+    for group, rows in bench.times.items():
+        store = r["limits"] if group == "limits" else r["write"].setdefault(group.split()[1], {}) if group.startswith("write") \
+            else r[group]
+        for label, times in rows.items():
+            store[label] = series(times)
+    r["model_bytes"] = bench.model_bytes
+    r["model_bytes_bf16"] = bench.model_bytes // 2
+    r["targets"] = targets(r)
+    return r
+
+
+def _t(name, measured, threshold, kind, detail, met=None):
+    """One target: ``kind`` "le" (measured ≤ threshold is met) or "ge"; ``margin`` ≤ 1 means met."""
+    if measured is None:
+        return {"name": name, "measured": None, "threshold": threshold, "kind": kind, "met": None, "margin": None,
+                "detail": detail}
+    margin = measured / threshold if kind == "le" else threshold / measured if measured else math.inf
+    if met is None:
+        met = measured <= threshold if kind == "le" else measured >= threshold
+    return {"name": name, "measured": measured, "threshold": threshold, "kind": kind, "met": bool(met), "margin": margin,
+            "detail": detail}
+
+
+def targets(r: dict) -> list[dict]:
+    w, ap, sz, rd, ch = r["write"].get("fp32", {}), r["apply"], r["sizes"], r["read"], r["chain"]
+    med = lambda rows, k: rows[k]["median"] if k in rows else None  # noqa: E731
+    mdw = med(w, "mdiff.write (compression none)")
+    out = []
+    for lib, threshold in (("torch", 0.8), ("numpy", 2.0)):
+        for suffix, note in (("", "as called (no fsync); mdiff.write always fsyncs"), (" + fsync", "both durable")):
+            base = med(w, f"safetensors.{lib}.save_file{suffix}")
+            ratio = base / mdw if base and mdw else None  # throughput ratio = inverse time ratio
+            name = f"write dense diff (none) ≥ {threshold:g}× safetensors.{lib}.save_file" + (
+                " + fsync (same durability)" if suffix else "")
+            out.append(_t(name, ratio, threshold, "ge", f"throughput ratio; {note}"))
+    ratio = med(ap, APPLY_ROWS[0]) / med(ap, APPLY_ROWS[2])
+    out.append(_t(TARGET_ROWS[4], ratio, 1.2, "le", "time ratio; the baseline does not fsync, mdiff does"))
+    out.append(_t(TARGET_ROWS[5], med(ap, APPLY_ROWS[0]) / med(ap, APPLY_ROWS[3]), 1.2, "le", "time ratio, both durable"))
+    out.append(_t(TARGET_ROWS[6], med(ap, APPLY_ROWS[1]) / med(ap, APPLY_ROWS[2]), 1.2, "le",
+                  "time ratio; gzip is mdiff's default compression"))
+    s = sz["sparse 1% fp32"]
+    out.append(_t(TARGET_ROWS[7], s["gzip"] / s["ideal"], 1.15, "le",
+                  f"gzip file / ideal nnz × ({INDEX_BYTES}-byte index + 4-byte value)"))
+    out.append(_t(TARGET_ROWS[8], s["gzip"] / s["zstd"] if s.get("zstd") else None, 1.0, "le",
+                  "gzip file / XOR delta stored dense, zstd level 3, each tensor alone" if s.get("zstd")
+                  else "not measured: " + s.get("zstd_missing", ""), met=(s["gzip"] < s["zstd"]) if s.get("zstd") else None))
+    lr = sz["low_rank r=16 fp32"]
+    allowed = 1.02 * lr["ideal"] + 4 * KIB * lr["tensors"]
+    out.append(_t(TARGET_ROWS[9], min(lr["gzip"], lr["none"]) / allowed, 1.0, "le",
+                  f"smaller file ({'gzip' if lr['gzip'] <= lr['none'] else 'none'}) / (1.02 × (m+n)·r·4 + 4 KiB × {lr['tensors']})"))
+    for label, target, threshold in (("MiniLM fp32", TARGET_ROWS[10], 1.7), ("MiniLM bf16", TARGET_ROWS[11], 0.35),
+                                     ("MiniLM fp32, 1% of values", TARGET_ROWS[12], 0.08)):
+        row = sz.get(label, {})
+        per = row["gzip"] / row["parameters"] if "gzip" in row else None
+        out.append(_t(target, per, threshold, "le", "gzip file bytes / parameters" if per is not None
+                      else "not measured: " + row.get("skipped", "")))
+    peak = max(v["peak"] for k, v in r["rss"].items() if k.startswith("mdiff"))
+    out.append(_t(TARGET_ROWS[13], peak / r["model_bytes"], 1.25, "le",
+                  "larger of the none/gzip applies' VmHWM (whole process, interpreter included) / model bytes"))
+    for comp, target in (("none", TARGET_ROWS[14]), ("gzip", TARGET_ROWS[15])):
+        ratio = med(rd, f"one parameter of the large diff ({comp})") / med(rd, f"the same parameter from its own .mdiff ({comp})")
+        out.append(_t(target, ratio, 2.0, "le", "time ratio: open + read one parameter, page cache warm"))
+    out.append(_t(TARGET_ROWS[16], med(ch, CHAIN_ROWS[0]) / med(ch, CHAIN_ROWS[1]), 2.0, "le",
+                  f"time ratio; root + {ch.get('commits')} sparse commits (the last is commit {ch.get('commits')}), "
+                  f"each changing {DENSITY:.0%} of every tensor"))
+    return out
+
+
+def fmt_s(s: dict, scale: float = 1.0, unit: str = "s", digits: int = 3) -> str:
+    text = f"{s['median'] * scale:.{digits}g} {unit}"
+    if s.get("n", 2) > 1:
+        text += f" ({s['min'] * scale:.{digits}g}–{s['max'] * scale:.{digits}g})"
+    return text
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "—"
+    for unit, size in (("GiB", GIB), ("MiB", 1 << 20), ("KiB", KIB)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n} B"
+
+
+def markdown(r: dict) -> str:
+    m = r["meta"]
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Generated by `{m['command']}` on {m['date']} in {m['total_s']:.0f} s "
+        f"({m['repeat']} interleaved repetition{'s' if m['repeat'] > 1 else ''}; figures are medians (min–max)). "
+        "Rerunning the command overwrites this file and `benchmarks.png`.",
+        "",
+        f"- Machine: {m['machine']}. Load average (1, 5, 15 min) {m['load']['at_start']} at start, "
+        f"{m['load']['when_measuring']} when measuring began (waited {m['load']['waited_s']} s; "
+        f"{'quiet' if m['load']['quiet'] else 'NOT quiet: figures are noisier'}), {m['load']['at_end']} at the end; "
+        f"per repetition: {'; '.join(r['loads_per_repetition'])}.",
+        f"- Versions: {m['versions']}. Peak RSS of the bench process itself: {fmt_bytes(m['bench_peak_rss'])}.",
+        f"- Synthetic model: {m['model']} ({fmt_bytes(r['model_bytes'])}; bf16 copy {fmt_bytes(r['model_bytes_bf16'])}); "
+        f"weights N(0, {WEIGHT_STD}²); dense variant adds N(0, ({WEIGHT_STD * CHANGE:g})²) to every value; sparse variant "
+        f"changes {DENSITY:.0%} of each tensor's entries; low-rank adds A·B with r={RANK}.",
+        "- Page cache warm throughout (files were just written or read); mdiff.write and mdiff.apply_files always fsync "
+        "their output, the baselines do not, so each baseline is also shown with an fsync of its output (\"+ fsync\"; "
+        "every baseline's output is fsynced, untimed, before the next contender starts). The contenders of each "
+        "comparison run in a rotated order each repetition.",
+    ]
+    if r["quick"]:
+        lines.append("- **Quick mode** (CI smoke test): tiny sizes, one repetition; the figures are not meaningful.")
+    lines += ["", "## Targets", "", "| target | measured | threshold | status | how |", "|---|---|---|---|---|"]
+    for t in r["targets"]:
+        if t["measured"] is None:
+            lines.append(f"| {t['name']} | — | {t['threshold']:g} | not measured | {t['detail']} |")
+            continue
+        unit = "×" if "bytes per parameter" not in t["name"] else " B/param"
+        status = ("**met**" if t["met"] else "**missed**") + f" ({t['margin']:.2f} of the allowance)"
+        lines.append(f"| {t['name']} | {t['measured']:.3g}{unit} | {t['threshold']:g}{unit} | {status} | {t['detail']} |")
+    lines += ["", "\"of the allowance\": measured ÷ threshold for an upper bound, threshold ÷ measured for a lower "
+              "bound; ≤ 1 is met.", ""]
+
+    lines += ["## Machine limits (same run)", "", "| what | throughput |", "|---|---|"]
+    for label in LIMIT_ROWS:
+        s = r["limits"][label]
+        big = s["median"] >= 1e9
+        lines.append(f"| {label} | {fmt_s(s, 1e-9 if big else 1 / MB, 'GB/s' if big else 'MB/s', 3)} |")
+
+    for dtype, size in (("fp32", r["model_bytes"]), ("bf16", r["model_bytes_bf16"])):
+        rows = r["write"][dtype]
+        lines += ["", f"## Writing a dense diff vs the full model, {dtype} ({fmt_bytes(size)} either way)", "",
+                  "| how | time | throughput | vs mdiff.write (none) |", "|---|---|---|---|"]
+        ref = rows["mdiff.write (compression none)"]["median"]
+        for label in WRITE_ROWS:
+            s = rows[label]
+            tput = {"median": size / s["median"], "min": size / s["max"], "max": size / s["min"], "n": s["n"]}
+            lines.append(f"| {label} | {fmt_s(s)} | {fmt_s(tput, 1 / MB, 'MB/s', 4)} | {s['median'] / ref:.2f}× the time |")
+        if dtype == "bf16":
+            lines.append("\nnp.savez writes the bf16 tensors as uint16 (same bytes); it knows no bfloat16.")
+
+    lines += ["", f"## Applying a dense diff ({fmt_bytes(r['model_bytes'])} model, file to file)", "",
+              "| how | time | vs baseline |", "|---|---|---|"]
+    ref = r["apply"][APPLY_ROWS[2]]["median"]
+    for label in APPLY_ROWS:
+        lines.append(f"| {label} | {fmt_s(r['apply'][label])} | {r['apply'][label]['median'] / ref:.2f}× |")
+    lines.append("\nmdiff.apply_files also verifies every result's sha256; the baseline's float add is not bit-exact.")
+
+    lines += ["", "## Peak memory of apply (child process, VmHWM)", "",
+              "| how | peak RSS | ÷ model bytes | RSS after imports | apply time in the child |", "|---|---|---|---|---|"]
+    for label in RSS_ROWS:
+        v = r["rss"][label]
+        lines.append(f"| {label} | {fmt_bytes(v['peak'])} | {v['peak'] / r['model_bytes']:.3f} | "
+                     f"{fmt_bytes(v['after_imports'])} | {v['seconds']:.3g} s |")
+
+    lines += ["", "## Sizes", "",
+              "| diff | updates | full checkpoint | mdiff none | mdiff gzip | gzip ÷ full | ideal | gzip ÷ ideal | "
+              "dense XOR + zstd-3 | gzip bytes / parameter |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for label in SIZE_ROWS:
+        s = r["sizes"].get(label, {})
+        if "gzip" not in s:
+            lines.append(f"| {label} | not measured: {s.get('skipped', '?')} |  |  |  |  |  |  |  |  |")
+            continue
+        types = ", ".join(f"{v} {k}" for k, v in sorted(s["types"].items()))
+        ideal = s.get("ideal")
+        vs_ideal = f"{s['gzip'] / ideal:.3f}" if ideal else "—"
+        lines.append(
+            f"| {label} | {types} | {fmt_bytes(s['full'])} | {fmt_bytes(s['none'])} | {fmt_bytes(s['gzip'])} | "
+            f"{s['gzip'] / s['full']:.4f} | {fmt_bytes(ideal)} | {vs_ideal} | "
+            f"{fmt_bytes(s.get('zstd'))} | {s['gzip'] / s['parameters']:.4f} |")
+    lines.append(f"\nIdeal sparse: nnz × ({INDEX_BYTES}-byte index + 4-byte value); ideal low-rank: (m + n)·r × 4 bytes. "
+                 "Full checkpoint: the new model as a .safetensors file.")
+    mm = r["minilm"]
+    if "skipped" in mm:
+        lines.append(f"MiniLM: not measured ({mm['skipped']}).")
+    else:
+        fractions = "; ".join(
+            f"{k}: {r['sizes'][k]['changed_fraction']:.4%} of values changed"
+            + (f", median ‖Δ‖/‖W‖ per tensor {r['sizes'][k]['median_rel_change']:.2g}"
+               if r["sizes"][k].get("median_rel_change") is not None else "")
+            for k in SIZE_ROWS[4:])
+        lines.append(f"MiniLM: all-MiniLM-L6-v2, {mm['parameters']:,} parameters in {mm['tensors']} tensors, "
+                     f"{mm['steps']} seeded AdamW steps (lr {mm['lr']:g}, batch {mm['batch']} pairs × {mm['seq']} tokens, "
+                     f"in-batch contrastive loss; {mm['finetune_s']:.0f} s); bf16 = both states cast to bfloat16; "
+                     f"1% = the fp32 fine-tune kept on a seeded 1% of the values. {fractions}.")
+
+    lines += ["", "## Reading one parameter", "",
+              f"One {r['meta']['tensor_shape']} float32 parameter, out of the {fmt_bytes(r['model_bytes'])} dense diff "
+              "or out of a file holding only it (open, read, close; page cache warm).", "",
+              "| how | time |", "|---|---|"]
+    for label in READ_ROWS:
+        lines.append(f"| {label} | {fmt_s(r['read'][label], 1e3, 'ms')} |")
+
+    ch = r["chain"]
+    lines += ["", "## Checking out the end of a sparse chain", "",
+              f"A repository holding a root commit (the {fmt_bytes(r['model_bytes'])} model, gzip, as `mdiff commit` stores it) "
+              f"and {ch['commits']} sparse commits, each changing {DENSITY:.0%} of every tensor "
+              f"({fmt_bytes(ch['bytes'])} of commit files); no snapshot.", "", "| how | time |", "|---|---|"]
+    for label in CHAIN_ROWS:
+        lines.append(f"| {label} | {fmt_s(ch[label])} |")
+    for note in r["notes"]:
+        lines += ["", note]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def chart(r: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(17, 16), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[2, 1.05])
+    grid = top.add_gridspec(2, 2)
+    title = "mdiff benchmarks" + (" — QUICK MODE (not meaningful)" if r["quick"] else "") + \
+        f" — {fmt_bytes(r['model_bytes'])} model, {r['meta']['date']}, load {r['meta']['load']['when_measuring']}"
+    fig.suptitle(title)
+
+    def bars(ax, rows: dict, labels: list[str], scale, xlabel: str, title: str, invert: bool = False):
+        med, lo, hi = [], [], []
+        for label in labels:
+            s = rows[label]
+            if invert:  # throughput: scale / time
+                med.append(scale / s["median"])
+                lo.append(med[-1] - scale / s["max"])
+                hi.append(scale / s["min"] - med[-1])
+            else:
+                med.append(s["median"] * scale)
+                lo.append(med[-1] - s["min"] * scale)
+                hi.append(s["max"] * scale - med[-1])
+        colors = ["tab:blue" if label.startswith(("mdiff", "one parameter", "Repository")) else "tab:gray"
+                  for label in labels]
+        ax.barh(labels, med, xerr=[lo, hi], color=colors)
+        ax.invert_yaxis()
+        ax.set_xlabel(xlabel)
+        ax.set_title(title)
+
+    bars(top.add_subplot(grid[0, 0]), r["write"]["fp32"], WRITE_ROWS, r["model_bytes"] / MB,
+         "MB/s (median, min–max)", "write, fp32 dense: throughput on the same bytes", invert=True)
+    bars(top.add_subplot(grid[0, 1]), r["apply"], APPLY_ROWS, 1, "seconds (median, min–max)",
+         "apply a dense diff, file to file")
+
+    ax = top.add_subplot(grid[1, 0])
+    rows = [k for k in SIZE_ROWS if "gzip" in r["sizes"].get(k, {})]
+    y = np.arange(len(rows))
+    width = 0.2
+    for i, (key, name, color) in enumerate((("none", "mdiff none", "tab:cyan"), ("gzip", "mdiff gzip", "tab:blue"),
+                                            ("ideal", "ideal", "tab:green"), ("zstd", "dense XOR + zstd-3", "tab:orange"))):
+        vals = [r["sizes"][k][key] / r["sizes"][k]["full"] if r["sizes"][k].get(key) else 0 for k in rows]
+        ax.barh(y + (i - 1.5) * width, vals, width, label=name, color=color)
+    ax.set_yticks(y, rows)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("size ÷ full checkpoint (log)")
+    ax.set_title("sizes")
+    ax.legend(fontsize=8)
+
+    ax = top.add_subplot(grid[1, 1])
+    labels = READ_ROWS + CHAIN_ROWS
+    bars(ax, {**r["read"], **r["chain"]}, labels, 1e3, "milliseconds (median, min–max; log)",
+         "read one parameter · check out a sparse chain")
+    ax.set_xscale("log")
+
+    ax = bottom.add_subplot()
+    ts = [t for t in r["targets"] if t["margin"] is not None]
+    ax.barh([t["name"] for t in ts], [t["margin"] for t in ts],
+            color=["tab:green" if t["met"] else "tab:red" for t in ts])
+    for i, t in enumerate(ts):
+        ax.text(t["margin"], i, f" {t['margin']:.2f}", va="center", fontsize=8)
+    ax.axvline(1.0, color="black", lw=1)
+    ax.set_xscale("log")
+    ax.invert_yaxis()
+    ax.set_xlabel("fraction of the allowance used (log; ≤ 1 is met): measured ÷ bound, or bound ÷ measured for a lower bound")
+    ax.set_title("targets (green met, red missed)")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- main
+
+
+def own_peak_rss() -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def versions() -> str:
+    import h5py
+
+    parts = [f"Python {platform.python_version()}", f"numpy {np.__version__}",
+             f"h5py {h5py.__version__} (HDF5 {h5py.version.hdf5_version})", f"mdiff {mdiff.__version__}"]
+    for module in ("safetensors", "torch", "zstandard"):
+        try:
+            parts.append(f"{module} {__import__(module).__version__}")
+        except ImportError:
+            parts.append(f"{module} missing")
+    return ", ".join(parts)
+
+
+def machine() -> str:
+    mem = "?"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem = f"{int(line.split()[1]) / (1 << 20):.1f} GiB"
+    except OSError:
+        pass
+    return f"{os.cpu_count()} CPUs, {mem} memory, {platform.platform()}"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size-gib", type=float, default=None, help="size of the float32 model (default 1; --quick: 1/64)")
+    p.add_argument("--tensors", type=int, default=None, help="how many tensors (default 64; --quick: 8)")
+    p.add_argument("--quick", action="store_true", help="small sizes, one repetition: a smoke test (< 1 minute)")
+    p.add_argument("--repeat", type=int, default=None, help="repetitions (default 3; --quick: 1)")
+    p.add_argument("--chain", type=int, default=None, help="sparse commits after the root (default 100; --quick: 20)")
+    p.add_argument("--minilm-steps", type=int, default=None, help="AdamW steps of the MiniLM fine-tune (default 20; --quick: 2)")
+    p.add_argument("--out-dir", type=Path, default=ROOT / "docs", help="where benchmarks.md and benchmarks.png go")
+    p.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a new temporary one, removed after)")
+    p.add_argument("--json", type=Path, default=None, help="also write every figure as JSON to this file")
+    p.add_argument("--wait-quiet", type=float, default=None,
+                   help="seconds to wait for a 1-minute load below --quiet-load first (default 600; --quick: 0)")
+    p.add_argument("--quiet-load", type=float, default=1.0)
+    p.add_argument("--from-json", type=Path, default=None,
+                   help="no measuring: write the report and chart again from a file that --json wrote")
+    p.add_argument("--rss-child", nargs=4, metavar=("KIND", "A", "B", "OUT"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.rss_child:
+        return args
+    q = args.quick
+    args.size_gib = args.size_gib if args.size_gib is not None else (1 / 64 if q else 1.0)
+    args.tensors = args.tensors or (8 if q else 64)
+    args.repeat = args.repeat or (1 if q else 3)
+    args.minilm_steps = args.minilm_steps if args.minilm_steps is not None else (1 if q else 20)
+    args.minilm_batch, args.minilm_seq = (4, 32) if q else (8, 64)
+    args.chain = args.chain if args.chain is not None else (20 if q else 100)
+    args.wait_quiet = args.wait_quiet if args.wait_quiet is not None else (0 if q else 600)
+    args.read_repeat = 3 if q else 10
+    args.cols = 1024
+    args.rows = max(1, round(args.size_gib * GIB / (args.tensors * args.cols * 4)))
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.rss_child:
+        rss_child(*args.rss_child)
+        return 0
+    if args.from_json:
+        r = json.loads(args.from_json.read_text(encoding="utf-8"))
+        r["targets"] = targets(r)
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        (args.out_dir / "benchmarks.md").write_text(markdown(r), encoding="utf-8")
+        chart(r, args.out_dir / "benchmarks.png")
+        return 0
+    started = time.perf_counter()
+
+    def log(message: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f} s] {message}", file=sys.stderr, flush=True)
+
+    load = wait_quiet(args.wait_quiet, args.quiet_load, log)
+    log(f"load average {load['when_measuring']}")
+    own_work = args.workdir is None
+    work = Path(tempfile.mkdtemp(prefix="mdiff-bench-")) if own_work else args.workdir
+    work.mkdir(parents=True, exist_ok=True)
+    bench = Bench(args, work, log)
+    try:
+        bench.setup()
+        bench.measure()
+    finally:
+        if own_work:
+            shutil.rmtree(work, ignore_errors=True)
+    r = summarise(bench)
+    r["quick"] = args.quick
+    load["at_end"] = loadavg()
+    cmd = "python tools/bench/run.py" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+    r["meta"] = {
+        "command": cmd, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "repeat": args.repeat,
+        "machine": machine(), "versions": versions(), "load": load, "total_s": time.perf_counter() - started,
+        "model": f"{args.tensors} float32 tensors of {args.rows}×{args.cols}", "tensor_shape": f"{args.rows}×{args.cols}",
+        "bench_peak_rss": own_peak_rss(),
+    }
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / "benchmarks.md").write_text(markdown(r), encoding="utf-8")
+    chart(r, args.out_dir / "benchmarks.png")
+    if args.json:
+        args.json.write_text(json.dumps(r, indent=1, default=str), encoding="utf-8")
+    log(f"wrote {args.out_dir / 'benchmarks.md'} and benchmarks.png in {time.perf_counter() - started:.0f} s")
+    for t in r["targets"]:
+        status = "not measured" if t["met"] is None else ("met" if t["met"] else "MISSED")
+        value = "—" if t["measured"] is None else f"{t['measured']:.3g}"
+        print(f"{status:>12}  {value:>8}  (threshold {t['threshold']:g})  {t['name']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
