@@ -20,6 +20,7 @@ from mdiff.format.findings import Finding
 from mdiff.format.limits import MAX_DEFLATE_RATIO, Limits
 
 FILTER_DEFLATE, FILTER_SHUFFLE, FILTER_FLETCHER32 = 1, 2, 3
+MAX_ATTRIBUTES_PER_OBJECT = 64  # mdiff defines at most 4 per object; more is hostile (§8.3)
 ALLOWED_FILTERS = {FILTER_DEFLATE: "deflate", FILTER_SHUFFLE: "shuffle", FILTER_FLETCHER32: "fletcher32"}
 
 # The only dataset datatypes a file may use (§8.2): little-endian IEEE floats and two's-complement integers.
@@ -144,6 +145,9 @@ class _Walk:
             self.finding("MD513", path, f"attributes cannot be read: {exc}")
             return True
         self.count += n
+        if n > MAX_ATTRIBUTES_PER_OBJECT:  # opening the i-th of many attributes costs libhdf5 O(n log n)
+            self.finding("MD511", path, f"{n} attributes on one object (at most {MAX_ATTRIBUTES_PER_OBJECT})")
+            return False
         if self.count > self.limits.max_objects:
             self.finding("MD511", path, f"more than {self.limits.max_objects} objects and attributes")
             return False
@@ -247,6 +251,8 @@ class _Walk:
                 skipped.append(chunk_info.chunk_offset)
             elif chunk_info.byte_offset + chunk_info.size > self.file_size:
                 problems.append(f"chunk {chunk_info.chunk_offset} lies outside the file")
+            elif FILTER_FLETCHER32 in filters and chunk_info.size < 4:  # libhdf5 underflows on these
+                problems.append(f"chunk {chunk_info.chunk_offset} is too short to hold its fletcher32 checksum")
             elif chunk_info.size * ratio < chunk_bytes:
                 problems.append(f"chunk {chunk_info.chunk_offset} stores {chunk_info.size} bytes for {chunk_bytes}")
 

@@ -1,0 +1,126 @@
+"""Fuzzing mdiff's reader, validator and applier with mutated files (tests/fuzz/harness.py).
+
+- ``test_fuzz_ci``: a CI-sized run — MDIFF_FUZZ_FILES files (default 2000) from a fixed seed
+  (MDIFF_FUZZ_SEED), on MDIFF_FUZZ_JOBS worker processes (default: 2, or 1 on one core), each
+  with a 2 GiB address-space limit and 10 s per file. Every file must end OK or with a typed
+  MdiffError: no other exception, crash, hang, runaway memory or malformed result. Failures
+  that match a known bug (tests/fuzz/known.py, each with an xfail regression test below) are
+  skipped, and only those; every other one fails the test, with the inputs kept for triage.
+- ``test_regression``: one test per file in tests/fuzz/regressions/ (every input that ever
+  failed, and a minimised reproducer per bug), each in a fresh worker process: the outcome of
+  every target must be OK or typed. Known bugs are ``xfail(strict=True)``: fixing one makes its
+  test XPASS, which fails until the entry in tests/fuzz/known.py is removed.
+
+The long run is tools/fuzz.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.fuzz import harness
+from tests.fuzz.known import FIXED, KNOWN, known_bug, regression_reasons
+
+REGRESSIONS = Path(__file__).resolve().parent / "regressions"
+FILES = int(os.environ.get("MDIFF_FUZZ_FILES", "2000"))
+SEED = int(os.environ.get("MDIFF_FUZZ_SEED", "20260101"))
+JOBS = int(os.environ.get("MDIFF_FUZZ_JOBS", str(max(1, min(2, os.cpu_count() or 1)))))
+HANG_TIMEOUT = 3.0  # for the hang reproducers: each took 6-25 s before its fix, well under a second after
+
+
+def _describe(outcome: harness.Outcome, r: dict, kept: Path | None) -> str:
+    lines = [f"{harness.Outcome.signature(r)}: {r.get('message', '')[:300]}",
+             f"    task {outcome.task} ops {outcome.ops}"]
+    if r.get("frames"):
+        lines.append("    " + "\n    ".join(r["frames"][-6:]))
+    if kept:
+        lines.append(f"    input kept at {kept}")
+    return "\n".join(lines)
+
+
+def test_fuzz_ci(tmp_path):
+    started = time.monotonic()
+    manifest = harness.prepare(tmp_path)
+    failures: list[str] = []
+    skipped: Counter = Counter()
+    harness_problems: list[str] = []
+    classes: Counter = Counter()
+    kept_dir = tmp_path / "failures"
+
+    def on_outcome(outcome: harness.Outcome, current: Path) -> None:
+        classes[outcome.cls] += 1
+        for r in outcome.failures():
+            sig = harness.Outcome.signature(r)
+            if r.get("harness"):  # the mutation step itself died: not a finding about mdiff
+                harness_problems.append(f"{sig} task {outcome.task}")
+                continue
+            bug = known_bug(sig, r.get("message", ""))
+            if bug:
+                skipped[bug.id] += 1
+                continue
+            kept = None
+            if current.exists():
+                kept_dir.mkdir(exist_ok=True)
+                kept = kept_dir / f"task{outcome.task['id']}.mdiff"
+                shutil.copyfile(current, kept)
+                kept.with_suffix(".json").write_text(json.dumps(
+                    {"task": outcome.task, "ops": outcome.ops, "results": outcome.results, "log": outcome.log[-4000:],
+                     "history": outcome.history}, indent=1, default=str))
+            failures.append(_describe(outcome, r, kept))
+
+    pool = harness.Pool(tmp_path / "workers", manifest, jobs=JOBS)
+    pool.run(harness.make_tasks(json.loads(manifest.read_text()), SEED, FILES), on_outcome, static=True)
+    elapsed = time.monotonic() - started
+    print(f"\nfuzz: {sum(classes.values())} files in {elapsed:.1f} s on {JOBS} workers (seed {SEED}): {dict(classes)}; "
+          f"known bugs skipped: {dict(skipped)}; respawns {pool.respawns}; harness problems {len(harness_problems)}")
+    assert sum(classes.values()) == FILES
+    assert not failures, f"{len(failures)} failing targets (seed {SEED}; reproduce a task with tools/fuzz.py " \
+                         f"--seed {SEED} --start ID --count 1):\n" + "\n".join(failures[:20])
+
+
+def _regressions() -> list:
+    reasons = regression_reasons()
+    params = []
+    for path in sorted(REGRESSIONS.glob("*.mdiff")):
+        marks = [pytest.mark.xfail(strict=True, reason=reasons[path.name])] if path.name in reasons else []
+        params.append(pytest.param(path, id=path.stem, marks=marks))
+    return params
+
+
+def _is_hang(name: str) -> bool:
+    return any(name in bug.regressions and bug.signature.startswith("^HANG") for bug in KNOWN + FIXED)
+
+
+@pytest.fixture(scope="module")
+def regression_outcomes():
+    """Every regression file, each in a fresh worker (two at a time)."""
+    paths = sorted(REGRESSIONS.glob("*.mdiff"))
+    quick = [p for p in paths if not _is_hang(p.name)]
+    slow = [p for p in paths if _is_hang(p.name)]
+    big = [p for p in quick if p.stem.endswith("-8gib")]  # crashes only where a 2 GiB allocation succeeds
+    quick = [p for p in quick if p not in big]
+    outcomes = harness.replay_many(quick, jobs=JOBS)
+    outcomes.update(harness.replay_many(slow, jobs=JOBS, timeout=HANG_TIMEOUT))
+    outcomes.update(harness.replay_many(big, jobs=JOBS, memory=8 << 30))
+    return outcomes
+
+
+@pytest.mark.parametrize("path", _regressions())
+def test_regression(path, regression_outcomes):
+    outcome = regression_outcomes[str(path.resolve())]
+    bad = outcome.failures()
+    assert not bad, "\n".join(_describe(outcome, r, None) for r in bad) + (f"\n{outcome.log[-2000:]}" if outcome.log else "")
+    assert all(r["class"] in ("OK", "TYPED") for r in outcome.results)
+
+
+def test_every_bug_has_its_regression_files():
+    names = {p.name for p in REGRESSIONS.glob("*.mdiff")}
+    for bug in KNOWN + FIXED:
+        assert bug.regressions and set(bug.regressions) <= names, bug.id
