@@ -24,40 +24,13 @@ from mdiff.checkpoints import (
     write_checkpoint,
 )
 from mdiff.errors import CheckpointError
-from mdiff.format.dtypes import DTYPES, DType, dtype_named
+from mdiff.format.dtypes import DTYPES, DType
+from tests.helpers import special_values
 
 ALL_DTYPES = list(DTYPES)
+
 NPZ_DTYPES = [name for name in ALL_DTYPES if name != "bfloat16"]
 
-# Eight bit patterns per dtype, chosen to catch anything that converts values
-# instead of copying bytes: NaNs with payloads (quiet and signalling), -0.0,
-# infinities, subnormals, extremes.
-_FLOAT_BITS = {
-    "float16": [0x7E01, 0x7C01, 0x8000, 0x7C00, 0xFC00, 0x0001, 0x83FF, 0x3C00],
-    "bfloat16": [0x7FC1, 0x7F81, 0x8000, 0x7F80, 0xFF80, 0x0001, 0x807F, 0x3F80],
-    "float32": [0x7FC00001, 0x7F800001, 0x80000000, 0x7F800000, 0xFF800000, 0x00000001, 0x807FFFFF, 0x3F800000],
-    "float64": [
-        0x7FF8000000000001,
-        0x7FF0000000000001,
-        0x8000000000000000,
-        0x7FF0000000000000,
-        0xFFF0000000000000,
-        0x0000000000000001,
-        0x800FFFFFFFFFFFFF,
-        0x3FF0000000000000,
-    ],
-}
-
-
-def special_values(name: str) -> np.ndarray:
-    """Eight values of dtype ``name`` that exercise its edge cases."""
-    dt = dtype_named(name)
-    if name in _FLOAT_BITS:
-        return np.array(_FLOAT_BITS[name], dtype=dt.bits).view(dt.value)
-    if name == "bool":
-        return np.array([True, False, False, True, True, True, False, True])
-    info = np.iinfo(dt.value)
-    return np.array([info.min, info.max, 0, 1, info.max - 1, info.min + 1, 7, info.max // 3], dtype=dt.value)
 
 
 def sample_tensors(name: str) -> dict[str, np.ndarray]:
