@@ -68,7 +68,10 @@ def base_for(diff) -> dict[str, np.ndarray]:
         for d in shape:
             n *= d
         if n <= MAX_SYNTH_ELEMENTS:
-            base[name] = synth(name, shape, dt.name)
+            try:
+                base[name] = synth(name, shape, dt.name)
+            except (ValueError, MemoryError):  # e.g. shape [0, 2**62]: no elements, but numpy cannot hold it
+                pass
     return base
 
 

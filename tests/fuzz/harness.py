@@ -271,7 +271,11 @@ def worker_main() -> None:
                 current.write_bytes(Path(seed["path"]).read_bytes())
             path = str(current)
         proto.write(json.dumps({"id": task["id"], "phase": "run", "ops": ops}) + "\n")
-        results = run_targets(path, task.get("limits"), tuple(task.get("engines", ("numpy", "onnx"))))
+        try:
+            results = run_targets(path, task.get("limits"), tuple(task.get("engines", ("numpy", "onnx"))))
+        except Exception as exc:  # noqa: BLE001 — the harness's own code failed: report it, go on
+            results = [{"target": "harness", "class": "UNTYPED", "code": None, "harness": True, "type": type(exc).__name__,
+                        "message": f"harness error: {type(exc).__name__}: {exc}"[:300], "where": _where(_frames(exc.__traceback__))}]
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         proto.write(json.dumps({"id": task["id"], "results": results, "ops": ops, "rss": rss,
                                 "seconds": time.perf_counter() - started}) + "\n")

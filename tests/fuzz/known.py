@@ -26,11 +26,15 @@ class KnownBug:
 KNOWN: list[KnownBug] = [
     KnownBug(
         "hdf5-dense-link-table-overflow",
-        ("crash-hdf5-dense-links-btree-record-count-heap-overflow.mdiff", "fuzz-hdf5-dense-links-heap-overflow.mdiff"),
+        ("crash-hdf5-dense-links-btree-record-count-heap-overflow.mdiff",
+         "fuzz-hdf5-dense-links-record-count-too-large.mdiff"),
         "libhdf5 2.0.0 sizes the link table of a densely stored group by the v2 B-tree header's record "
-        "count and writes every record it finds into it (H5G__dense_build_table -> H5O__link_copy): a heap "
-        "buffer overflow, SIGABRT/SIGSEGV, when mdiff lists the links of /parameters",
-        r"^CRASH \S+ SIG(ABRT|SEGV|BUS) at mdiff/format/structure\.py:_link_names",
+        "count and trusts it: fewer than the records found -> it writes past the table (H5G__dense_build_table "
+        "-> H5O__link_copy, a heap buffer overflow, SIGABRT/SIGSEGV); more -> it sorts uninitialised "
+        "entries (H5G__link_sort_table -> strcmp on garbage pointers: SIGSEGV, sometimes after a long "
+        "stall) - when mdiff lists the links of a group (fuzz-hdf5-dense-links-heap-overflow.mdiff, one "
+        "48-byte entry too many, does not crash reliably and is an ordinary test)",
+        r"^(CRASH \S+ SIG(ABRT|SEGV|BUS)|HANG \S+ over [\d.]+ s) at mdiff/format/structure\.py:_link_names",
     ),
     KnownBug(
         "hdf5-btree2-type-confusion",
@@ -51,6 +55,23 @@ KNOWN: list[KnownBug] = [
         "for an object's info or attribute count (fuzz-...-8gib crashes only when that allocation can "
         "succeed, i.e. above the fuzzer's 2 GiB address-space limit; its test uses 8 GiB)",
         r"^CRASH \S+ (SIGFPE at mdiff/format/structure\.py:|SIG(SEGV|BUS|ABRT) at mdiff/format/structure\.py:_visit)",
+    ),
+    KnownBug(
+        "onnx-data-propagation-unbounded",
+        ("hang-onnx-shape-inference-reshape-huge-then-cast.mdiff", "fuzz-onnx-shape-inference-reshape-huge-then-cast.mdiff"),
+        "an embedded function that Reshapes an input to a constant shape like [2**62] and then Casts it makes "
+        "onnx.shape_inference.infer_shapes(strict_mode=True, data_prop=True), which check_shapes runs while "
+        "the file is opened or validated, run without bound: no answer within 10 s inside a 2 GiB address "
+        "space; without a limit 18.7 GB resident after ~5 min, then the OOM killer (onnx 1.23.2)",
+        r"^HANG \S+ over [\d.]+ s at mdiff/updates/embedded\.py:check_shapes",
+    ),
+    KnownBug(
+        "zero-size-huge-dimension",
+        ("untyped-valueerror-replace-shape-0-by-2pow62.mdiff",),
+        "a dataset of shape [0, 2**62] holds no element, so it passes every limit of SPEC §8.3, but "
+        "read_array's np.empty(shape) raises ValueError ('array is too big'): untyped, out of validate "
+        "(check_data) and apply",
+        r"^UNTYPED \S+ builtins\.ValueError at mdiff/updates/base\.py:read_array .*array is too big",
     ),
 ]
 
@@ -122,6 +143,15 @@ FIXED: list[KnownBug] = [
         r"^UNTYPED \S+ builtins\.ValueError at mdiff/updates/embedded\.py:check_shapes .*Enum DataType has no name",
     ),
 ]
+
+
+# Inputs of an open bug whose outcome is not deterministic (a small heap overflow crashes or not,
+# depending on the heap's layout): their tests are xfail(strict=False).
+FLAKY: dict[str, str] = {
+    "fuzz-hdf5-dense-links-heap-overflow.mdiff":
+        "BUG hdf5-dense-link-table-overflow, flaky: the table is one 48-byte entry short, which corrupts the "
+        "heap without always crashing (the minimised reproducer, nine entries short, always crashes)",
+}
 
 
 def known_bug(signature: str, message: str) -> KnownBug | None:

@@ -193,6 +193,38 @@ def fletcher32_chunk_under_4_bytes(path) -> None:
         ds.id.write_direct_chunk((0, 0), b"\x01", 0)
 
 
+def embedded_reshape_to_huge_then_cast(path) -> None:
+    """An x-ia3 function: Reshape(s, [2**62]) -> Cast(float) -> ReduceMax -> Mul(base, .). mdiff's
+    check_shapes runs onnx.shape_inference.infer_shapes(strict_mode=True, data_prop=True) on it while
+    opening the file: the Cast of a tensor declared [2**62] makes ONNX's inference run without bound
+    (without an address-space limit: 18.7 GB resident after ~5 min, then the OOM killer; within 2 GiB:
+    well over 10 s). Reshape alone is refused in 0.03 s (MD428)."""
+    from onnx import TensorProto as T, helper
+
+    nodes = [
+        helper.make_node("Constant", [], ["huge"], value=helper.make_tensor("huge", T.INT64, [1], [2**62])),
+        helper.make_node("Reshape", ["s", "huge"], ["flat"]),
+        helper.make_node("Cast", ["flat"], ["cast"], to=T.FLOAT),
+        helper.make_node("ReduceMax", ["cast"], ["top"], keepdims=0),
+        helper.make_node("Mul", ["base", "top"], ["result"]),
+    ]
+    ia3.write_with_function(path, ia3.function("float32", nodes=nodes))
+
+
+def replace_of_shape_0_by_2pow62(path) -> None:
+    """A replace update of shape [0, 2**62] (float32) with a `value` dataset of that shape: no element,
+    no byte, so every limit of SPEC §8.3 passes (elements = 0); reading it makes numpy allocate
+    np.empty((0, 2**62)), which numpy refuses ("array is too big"): ValueError out of validate and apply."""
+    inv._write(path, {"w": mdiff.replace(inv.W_NEW)})
+    with h5py.File(path, "r+") as f:
+        group = f["parameters/w"]
+        del group["value"]
+        group.create_dataset("value", shape=(0, 2**62), dtype="<f4", track_times=False)
+        meta = {"type": "replace", "version": 1, "shape": [0, 2**62], "dtype": "float32",
+                "sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}
+        write_string(group, "update", json.dumps(meta))
+
+
 BUILDERS = {
     "untyped-valueerror-format-version-4301-digits.mdiff": format_version_minor_of_4301_digits,
     "untyped-recursionerror-commit-parents-deep-duplicates.mdiff": commit_parents_two_deep_arrays,
@@ -207,6 +239,8 @@ BUILDERS = {
     "untyped-valueerror-embedded-input-elem-type-40.mdiff": embedded_input_of_unknown_elem_type,
     "hang-structure-4000-attributes-opened-by-index.mdiff": many_attributes,
     "crash-hdf5-fletcher32-chunk-of-1-byte.mdiff": fletcher32_chunk_under_4_bytes,
+    "hang-onnx-shape-inference-reshape-huge-then-cast.mdiff": embedded_reshape_to_huge_then_cast,
+    "untyped-valueerror-replace-shape-0-by-2pow62.mdiff": replace_of_shape_0_by_2pow62,
 }
 
 
