@@ -41,6 +41,7 @@ ROWS = [
     # machine limits
     "memcpy (np.copyto)", "sequential write + fsync", "sequential read (page cache)", "sha256 (hashlib, 1 core)",
     "deflate level 1 of shuffled XOR data (zlib, 1 core)",
+    "first touch of memory (recently freed)", "first touch of memory (freed 3 s before: balloon)",
     # write (fp32 and bf16 tables)
     "mdiff.write (compression none)", "mdiff.write (gzip)",
     "safetensors.torch.save_file", "safetensors.torch.save_file + fsync",

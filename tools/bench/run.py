@@ -88,6 +88,7 @@ CHAIN_ROWS = ["Repository.checkout of the chain's last commit", "safetensors.num
 LIMIT_ROWS = [
     "memcpy (np.copyto)", "sequential write + fsync", "sequential read (page cache)", "sha256 (hashlib, 1 core)",
     "deflate level 1 of shuffled XOR data (zlib, 1 core)",
+    "first touch of memory (recently freed)", "first touch of memory (freed 3 s before: balloon)",
 ]
 SIZE_ROWS = [
     "dense fp32", "dense bf16", "sparse 1% fp32", "low_rank r=16 fp32",
@@ -138,6 +139,20 @@ def remove(path: Path) -> None:
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)
+
+
+def prime(nbytes: int) -> None:
+    """Touch and free ``nbytes`` of memory just before a timed call (untimed).
+
+    On this VM, memory that has been free for a few seconds may be handed back to the host (virtio
+    free page reporting); touching it again was seen to cost ~0.5 GB/s instead of 5–10 GB/s. A
+    contender that allocates (page cache for its output file, arrays) right after a pause would
+    pay for that and one that follows another allocation would not: priming gives every contender
+    recently used memory.
+    """
+    if nbytes > 0:
+        block = np.ones(int(nbytes), np.uint8)
+        del block
 
 
 def loadavg() -> str:
@@ -433,6 +448,7 @@ class Bench:
         np.copyto(dst, src)
         self.record("limits", LIMIT_ROWS[0], size / (time.perf_counter() - start))
         path = self.work / "limits.bin"
+        prime(size)
         start = time.perf_counter()
         with open(path, "wb", buffering=0) as f:
             view = memoryview(src)
@@ -453,6 +469,14 @@ class Bench:
         hashlib.sha256(memoryview(src)[:hashed]).hexdigest()
         self.record("limits", LIMIT_ROWS[3], hashed / (time.perf_counter() - start))
         del src, dst
+        touched = min(size, 256 << 20)
+        for label, pause in ((LIMIT_ROWS[5], 0.0), (LIMIT_ROWS[6], 3.0)):
+            prime(touched)
+            time.sleep(pause)
+            start = time.perf_counter()
+            block = np.ones(touched, np.uint8)
+            self.record("limits", label, touched / (time.perf_counter() - start))
+            del block
         xor = self.dense32[self.probe].data["xor"].reshape(-1)[: (32 << 20) // 4]
         shuffled = np.ascontiguousarray(xor.view(np.uint8).reshape(-1, 4).T)
         start = time.perf_counter()
@@ -469,8 +493,11 @@ class Bench:
         path = self.work / "write.out"
         npz = self.work / "write.npz"
 
+        warm = int(1.25 * nbytes(new))  # the output's page cache
+
         def mdiff_write(comp):
             def run():
+                prime(warm)
                 start = time.perf_counter()
                 mdiff.write(path, updates, commit("bench"), comp)
                 self.record(group, f"mdiff.write ({'compression none' if comp == 'none' else 'gzip'})",
@@ -480,6 +507,7 @@ class Bench:
 
         def baseline(label, save, path=path):
             def run():
+                prime(warm)
                 start = time.perf_counter()
                 save()
                 seconds = time.perf_counter() - start
@@ -504,6 +532,7 @@ class Bench:
 
         def with_mdiff(comp):
             def run():
+                prime(int(1.25 * self.model_bytes))  # the output's page cache
                 start = time.perf_counter()
                 mdiff.apply_files(self.base_path, self.dense_paths[comp], out)
                 self.record("apply", f"mdiff.apply_files (dense, {comp})", time.perf_counter() - start)
@@ -511,6 +540,7 @@ class Bench:
             return run
 
         def baseline():
+            prime(int(3.25 * self.model_bytes))  # base and delta arrays, the output's page cache
             start = time.perf_counter()
             baseline_apply(self.base_path, self.delta_path, out)
             seconds = time.perf_counter() - start
@@ -547,11 +577,13 @@ class Bench:
         from safetensors.numpy import load_file
 
         repo = mdiff.Repository.find(self.chain_repo)
+        prime(int(1.25 * self.model_bytes))
         start = time.perf_counter()
         state = repo.checkout("HEAD")
         self.record("chain", CHAIN_ROWS[0], time.perf_counter() - start)
         del state
         gc.collect()
+        prime(int(1.25 * self.model_bytes))
         start = time.perf_counter()
         state = load_file(self.base_path)
         self.record("chain", CHAIN_ROWS[1], time.perf_counter() - start)
@@ -742,6 +774,10 @@ def markdown(r: dict) -> str:
         "their output, the baselines do not, so each baseline is also shown with an fsync of its output (\"+ fsync\"; "
         "every baseline's output is fsynced, untimed, before the next contender starts). The contenders of each "
         "comparison run in a rotated order each repetition.",
+        "- Memory: on this VM, memory that has been free for a few seconds can be handed back to the host (free page "
+        "reporting), and touching it again was seen to be up to ~10× slower; the machine limits show it for this run "
+        "(first touch right after a free vs 3 s after). Before each timed call the bench touches and frees as much "
+        "memory as the call will allocate (untimed), so that every contender starts with recently used memory.",
     ]
     if r["quick"]:
         lines.append("- **Quick mode** (CI smoke test): tiny sizes, one repetition; the figures are not meaningful.")
