@@ -109,3 +109,11 @@ def test_a_second_onnx_runtime_agrees(dtype):
             model = f"sparse_u{bits.itemsize * 8}"
         (got,) = ReferenceEvaluator(models[model]).run(None, feeds)
         assert np.array_equal(got, as_bits(expected).reshape(-1)), label
+
+
+def test_auto_uses_numpy_only_for_types_whose_engines_are_proven_equal_above():
+    """`auto` may pick the numpy twin only where test_engines_give_the_same_bits_on_exact_types covers it."""
+    proven = {label for label, *_ in exact_updates("float32", (3,))}
+    by_numpy = {name for name, kind in REGISTRY.items() if kind.preferred_engine == "numpy"}
+    assert by_numpy == {"dense", "sparse", "replace"}
+    assert by_numpy <= proven

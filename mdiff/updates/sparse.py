@@ -117,4 +117,7 @@ TYPE = UpdateType(
     schema=update_schema(NAME, carries_sha256=True),
     check_meta=no_problems, check_layout=_check_layout, check_data=_check_data,
     apply_numpy=_apply_numpy, apply_onnx=_apply_onnx, onnx_models=_onnx_models,
+    # onnxruntime 1.32's ScatterElements passes over the whole base even when the output is bound
+    # onto it: 1% changes of a 4096×1024 float32 tensor took 1.1–2.4 ms vs numpy's 0.25–0.45 ms.
+    preferred_engine="numpy",
 )
