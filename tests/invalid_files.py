@@ -751,6 +751,68 @@ def build_MD428_function_with_huge_intermediate(path) -> None:
     _embedded(path, "MD428")
 
 
+def _reshape_then_cast(shape_nodes, shape: str) -> bytes:
+    """An x-ia3 float32 function: Reshape(s, <shape>) -> Cast -> ReduceMax -> Mul(base, .)."""
+    from onnx import TensorProto, helper
+
+    return ia3.function("float32", nodes=[
+        *shape_nodes,
+        helper.make_node("Reshape", ["s", shape], ["flat"]),
+        helper.make_node("Cast", ["flat"], ["cast"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceMax", ["cast"], ["top"], keepdims=0),
+        helper.make_node("Mul", ["base", "top"], ["result"]),
+    ])
+
+
+def _int64_constant(name: str, values: list[int]):
+    from onnx import TensorProto, helper
+
+    return helper.make_node("Constant", [], [name], value=helper.make_tensor(name, TensorProto.INT64, [len(values)], values))
+
+
+def build_MD428_function_reshape_to_huge_constant_shape(path) -> None:
+    """Reshape(s, [2**62]) then Cast: ONNX's data propagation would spell out 2**62 entries (the fuzzer's
+    hang); a constant shape over the element limit is refused before inference runs."""
+    ia3.write_with_function(path, _reshape_then_cast([_int64_constant("huge", [2**62])], "huge"))
+
+
+def build_MD428_function_computed_huge_shape(path) -> None:
+    """The same shape computed (2**31 * 2**31): `flat` is 1-D of a length only data propagation learns,
+    and it feeds Cast, so data propagation cannot be bounded."""
+    from onnx import helper
+
+    ia3.write_with_function(path, _reshape_then_cast(
+        [_int64_constant("a", [2**31]), _int64_constant("b", [2**31]), helper.make_node("Mul", ["a", "b"], ["huge"])], "huge"))
+
+
+def build_MD428_function_shape_input_too_long(path) -> None:
+    """A shape input of 64 entries (a constant doubled by Concat six times): a rank over the limit."""
+    from onnx import helper
+
+    nodes = [_int64_constant("c0", [1])]
+    nodes += [helper.make_node("Concat", [f"c{i}", f"c{i}"], [f"c{i + 1}"], axis=0) for i in range(6)]
+    ia3.write_with_function(path, _reshape_then_cast(nodes, "c6"))
+
+
+def build_MD428_function_data_propagation_over_budget(path) -> None:
+    """A 1-D `s` of 2**16 + 1 elements through Cast, in a function whose result's shape needs data
+    propagation (Expand to Shape(base)): ONNX would spell `s` out entry by entry; refused."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from mdiff.format.onnx_functions import serialize
+
+    model = onnx.load_from_string(ia3.function("float32", nodes=[
+        helper.make_node("Cast", ["s"], ["cast"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceMax", ["cast"], ["top"], keepdims=0),
+        helper.make_node("Shape", ["base"], ["base_shape"]),
+        helper.make_node("Expand", ["top", "base_shape"], ["scale"]),
+        helper.make_node("Mul", ["base", "scale"], ["result"]),
+    ]))
+    model.graph.input[1].CopyFrom(helper.make_tensor_value_info("s", TensorProto.FLOAT, ["n"]))
+    ia3.write_with_function(path, serialize(model), scale_shape=(2**16 + 1,))
+
+
 def build_MD411_low_rank_int32(path) -> None:
     A = np.ones((4, 1), dtype=np.float32)
     B = np.ones((1, 1), dtype=np.float32)
@@ -1008,6 +1070,25 @@ def build_MD508_bytes_over_limit(path) -> None:
     _write(path)
 
 
+def build_MD508_empty_dataset_with_huge_dimension(path) -> None:
+    """A replace of shape [0, 2**62]: no element, but a dimension of 0 counts as 1, so it declares 2**62
+    (numpy cannot even allocate the empty array)."""
+    with _edit(path, {"w": mdiff.replace(W_NEW)}) as f:
+        g = f["parameters/w"]
+        _replace_dataset(g, "value", shape=(0, 2**62), dtype="<f4")
+        _set_json(g, "update", {"type": "replace", "version": 1, "shape": [0, 2**62], "dtype": "float32",
+                                "sha256": sha256_hex(np.zeros((0,), np.float32))})
+
+
+def build_MD508_empty_dataset_over_limit(path) -> None:
+    """Limits(max_elements=4): `value` has shape [0, 8], no element but an extent of 8."""
+    with _edit(path, {"w": mdiff.replace(W_NEW)}) as f:
+        g = f["parameters/w"]
+        _replace_dataset(g, "value", shape=(0, 8), dtype="<f4")
+        _set_json(g, "update", {"type": "replace", "version": 1, "shape": [0, 8], "dtype": "float32",
+                                "sha256": sha256_hex(np.zeros((0, 8), np.float32))})
+
+
 def build_MD509_extendible_dataset(path) -> None:
     """Fully written, but its maximum shape is unlimited: readers need not parse growable chunk indexes."""
     with _edit(path) as f:
@@ -1147,6 +1228,7 @@ LIMITS: dict[str, dict[str, int]] = {
     "rank_over_limit": {"max_rank": 1},
     "elements_over_limit": {"max_elements": 4},
     "bytes_over_limit": {"max_dataset_bytes": 16},
+    "empty_dataset_over_limit": {"max_elements": 4},
     "attribute_over_limit": {"max_attribute_bytes": 64},
     "objects_over_limit": {"max_objects": 4},
     "attributes_over_limit": {"max_objects": 8},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -68,3 +70,128 @@ def test_malformed_definitions_are_refused(tmp_path, definition):
 def test_the_writer_refuses_a_hostile_type(tmp_path):
     with mdiff.DiffWriter(tmp_path / "x.mdiff") as w, pytest.raises(ValueError, match="MD423"):
         w.add_update_type(ia3.NAME, ia3.DEFINITION, {"float32": ia3.HOSTILE["MD423"]()})
+
+
+# ---------------------------------------------------------------- bounded shape inference (fuzzing: onnx-data-propagation-unbounded)
+
+
+def _variant(nodes, s_shape=(8, 1)) -> bytes:
+    """An x-ia3 float32 function of ``nodes``; with a 1-D ``s_shape``, `s` is declared 1-D."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from mdiff.format.onnx_functions import serialize
+
+    model = onnx.load_from_string(ia3.function("float32", nodes=nodes))
+    if len(s_shape) == 1:
+        model.graph.input[1].CopyFrom(helper.make_tensor_value_info("s", TensorProto.FLOAT, ["n"]))
+    return serialize(model)
+
+
+def _shape_variants():
+    from onnx import TensorProto as T, helper
+
+    N = helper.make_node
+
+    def const(name, values):
+        return N("Constant", [], [name], value=helper.make_tensor(name, T.INT64, [len(values)], values))
+
+    def scalar(name, value):
+        return N("Constant", [], [name], value=helper.make_tensor(name, T.INT64, [], [value]))
+
+    def cast_max(x):  # Cast is data-propagating: ONNX spells out a 1-D input entry by entry
+        return [N("Cast", [x], ["cast"], to=T.FLOAT), N("ReduceMax", ["cast"], ["top"], keepdims=0),
+                N("Mul", ["base", "top"], ["result"])]
+
+    doubling = [const("c0", [1])] + [N("Concat", [f"c{i}", f"c{i}"], [f"c{i + 1}"], axis=0) for i in range(24)]
+    shape_of_base = [N("Shape", ["base"], ["sb"]), N("Expand", ["top", "sb"], ["e"]), N("Mul", ["base", "e"], ["result"])]
+    return {
+        # the fuzzer's reproducer: a constant shape of 2**62 into Reshape, then Cast
+        "reshape-2^62-cast": ([const("h", [2**62]), N("Reshape", ["s", "h"], ["flat"])] + cast_max("flat"), (8, 1), "MD428"),
+        "reshape-2^31x2^31-cast": ([const("h", [2**31, 2**31]), N("Reshape", ["s", "h"], ["flat"])] + cast_max("flat"), (8, 1), "MD428"),
+        "reshape-0x2^62-allowzero": ([const("h", [0, 2**62]), N("Reshape", ["s", "h"], ["flat"], allowzero=1)] + cast_max("flat"), (8, 1), "MD428"),
+        "expand-2^31x2^31": ([const("h", [2**31, 2**31]), N("Expand", ["s", "h"], ["big"])] + cast_max("big"), (8, 1), "MD428"),
+        "expand-1x2^40": ([const("h", [1, 2**40]), N("Expand", ["s", "h"], ["big"])] + cast_max("big"), (8, 1), "MD428"),
+        "identity-then-reshape-2^62": ([const("h", [2**62]), N("Identity", ["h"], ["h2"]), N("Reshape", ["s", "h2"], ["flat"])]
+                                       + cast_max("flat"), (8, 1), "MD428"),
+        "computed-2^62-then-cast": ([const("a", [2**31]), const("b", [2**31]), N("Mul", ["a", "b"], ["h"]),
+                                     N("Reshape", ["s", "h"], ["flat"])] + cast_max("flat"), (8, 1), "MD428"),
+        "computed-2^62-no-cast": ([const("a", [2**31]), const("b", [2**31]), N("Mul", ["a", "b"], ["h"]), N("Reshape", ["s", "h"], ["flat"]),
+                                   N("ReduceMax", ["flat"], ["top"], keepdims=0), N("Mul", ["base", "top"], ["result"])], (8, 1), "MD428"),
+        "shape-of-s-squared-twice": ([N("Shape", ["s"], ["sh"]), N("Mul", ["sh", "sh"], ["sq"]), N("Mul", ["sq", "sq"], ["h"]),
+                                      N("Reshape", ["base", "h"], ["flat"])] + cast_max("flat"), (2**16,), "MD428"),
+        "concat-doubling-2^24-shape": (doubling + [N("Reshape", ["s", "c24"], ["flat"])] + cast_max("flat"), (8, 1), "MD428"),
+        "unsqueeze-100000-axes": ([const("ax", list(range(100_000))), N("Unsqueeze", ["s", "ax"], ["u"])] + cast_max("u"), (8, 1), "MD428"),
+        "long-1-d-input-needing-data-propagation": (
+            [N("Cast", ["s"], ["c"], to=T.FLOAT), N("ReduceMax", ["c"], ["top"], keepdims=0)] + shape_of_base, (2**22,), "MD428"),
+        # Tile, ConstantOfShape and Range are off the allowlist
+        "tile": ([const("r", [2**31, 2**31]), N("Tile", ["s", "r"], ["t"])] + cast_max("t"), (8, 1), "MD423"),
+        "constant-of-shape": ([const("h", [2**62]), N("ConstantOfShape", ["h"], ["t"])] + cast_max("t"), (8, 1), "MD423"),
+        "range": ([scalar("z", 0), scalar("big", 2**62), scalar("one", 1), N("Range", ["z", "big", "one"], ["t"])] + cast_max("t"), (8, 1), "MD423"),
+        # what stays allowed: a long 1-D input when no shape depends on values (no data propagation runs),
+        # shapes computed from Shape, Slice to INT64_MAX ("to the end")
+        "long-1-d-input-without-data-propagation": (
+            [N("Cast", ["s"], ["c0"], to=T.FLOAT)] + [N("Cast", [f"c{i}"], [f"c{i + 1}"], to=T.FLOAT) for i in range(50)]
+            + [N("ReduceMax", ["c50"], ["top"], keepdims=0), N("Mul", ["base", "top"], ["result"])], (2**22,), None),
+        "expand-to-shape-of-base": ([N("Cast", ["s"], ["c"], to=T.FLOAT), N("ReduceMax", ["c"], ["top"], keepdims=0)] + shape_of_base,
+                                    (8, 1), None),
+        "slice-to-int64-max": ([const("st", [0]), const("en", [2**63 - 1]), const("ax", [0]), N("Slice", ["s", "st", "en", "ax"], ["sl"]),
+                                N("Mul", ["base", "sl"], ["result"])], (8, 1), None),
+    }
+
+
+SHAPE_VARIANTS = _shape_variants()
+
+
+@pytest.mark.parametrize("name", list(SHAPE_VARIANTS))
+def test_shape_inference_is_bounded(tmp_path, name):
+    """Every variant ends within a second: refused with its code, or accepted (None)."""
+    import time
+
+    nodes, s_shape, code = SHAPE_VARIANTS[name]
+    path = tmp_path / "variant.mdiff"
+    ia3.write_with_function(path, _variant(nodes, s_shape), scale_shape=s_shape)
+    started = time.monotonic()
+    findings = [f for f in mdiff.validate(path, check_data=False) if f.is_error]
+    assert time.monotonic() - started < 1.5, name
+    assert [f.code for f in findings][:1] == ([code] if code else []), findings
+
+
+def test_an_accepted_shape_dependent_function_runs(tmp_path):
+    """Data propagation still resolves shapes computed from Shape: Expand(max(s), Shape(base))."""
+    nodes, s_shape, _ = SHAPE_VARIANTS["expand-to-shape-of-base"]
+    path = tmp_path / "ok.mdiff"
+    ia3.write_with_function(path, _variant(nodes, s_shape), scale_shape=s_shape)
+    with mdiff.open(path) as diff:
+        result = diff["w32"].apply(np.ones((8, 6), np.float32), "w32", verify=False)
+    assert result.shape == (8, 6) and np.all(result == 1.0)
+
+
+@pytest.mark.parametrize("shape", [[2**70], [0, 2**62], [2**20, 2**20]])
+def test_a_declared_shape_over_the_limits_is_MD508(tmp_path, shape):
+    """The declared shape becomes `base`'s ONNX shape (int64): checked against §8.3 first."""
+    import h5py
+
+    from mdiff.format.attributes import write_string
+
+    path = tmp_path / "declared.mdiff"
+    ia3.write_with_function(path, ia3.function("float32"))
+    with h5py.File(path, "r+") as f:
+        group = f["parameters/w32"]
+        meta = json.loads(bytes(group.attrs["update"]).rstrip(b"\0"))
+        write_string(group, "update", json.dumps(dict(meta, shape=shape)))
+    assert [f.code for f in mdiff.validate(path) if f.is_error] == ["MD508"]
+    with pytest.raises(mdiff.LimitError) as info:
+        mdiff.open(path)
+    assert info.value.code == "MD508"
+
+
+def test_the_data_propagating_operators_are_those_onnx_propagates_through():
+    """SPEC.md §7.8 names them; a newer onnx that propagates data through more operators must be noticed."""
+    import onnx.defs
+
+    from mdiff.format.onnx_functions import OPSET
+    from mdiff.updates.embedded import _DATA_PROPAGATING, ALLOWED_OPS
+
+    onnx_ops = {op for op in ALLOWED_OPS if onnx.defs.get_schema(op, OPSET).has_data_propagation_function}
+    assert onnx_ops - {"Shape"} == _DATA_PROPAGATING  # Shape's propagation reads only its input's rank

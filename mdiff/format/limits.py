@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Iterable
 
 # Deflate cannot expand data by more than ~1032:1; a chunk that claims more is hostile.
 MAX_DEFLATE_RATIO = 1100
@@ -13,7 +15,7 @@ class Limits:
     """Defaults suit models up to a few hundred billion parameters; pass stricter ones for untrusted files."""
 
     max_rank: int = 32
-    max_elements: int = 2**36  # per dataset
+    max_elements: int = 2**36  # per dataset, counting a dimension of 0 as 1 (see extent)
     max_dataset_bytes: int = 2**38  # declared (decoded) bytes of one dataset: 256 GiB
     max_total_bytes: int = 2**40  # declared bytes of all datasets together: 1 TiB
     max_objects: int = 1_000_000  # groups + datasets
@@ -23,3 +25,27 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+
+
+def extent(shape: Iterable[int]) -> int:
+    """The product of a shape's dimensions with every 0 counted as 1: what §8.3's element limit bounds.
+
+    It equals the element count of every non-empty tensor, and bounds each dimension of an
+    empty one too: numpy (and most runtimes) refuse a shape such as [0, 2**62] although it
+    holds no element.
+    """
+    return math.prod(max(int(d), 1) for d in shape)
+
+
+def shape_problem(shape: Iterable[int], itemsize: int, limits: Limits) -> tuple[str, str] | None:
+    """(code, message) when a tensor of this shape breaks §8.3's limits (MD507 rank, MD508 elements
+    or bytes, both counted by :func:`extent`), else None."""
+    shape = [int(d) for d in shape]
+    if len(shape) > limits.max_rank:
+        return "MD507", f"rank {len(shape)} (limit {limits.max_rank})"
+    elements = extent(shape)
+    if elements > limits.max_elements or elements * itemsize > limits.max_dataset_bytes:
+        zeros = " (a dimension of 0 counts as 1)" if 0 in shape else ""
+        return "MD508", (f"shape {shape}: {elements} elements, {elements * itemsize} bytes{zeros} "
+                         f"(limits {limits.max_elements} elements, {limits.max_dataset_bytes} bytes)")
+    return None

@@ -17,7 +17,7 @@ import numpy as np
 
 from mdiff.format.attributes import read_string, string_attribute_size
 from mdiff.format.findings import Finding
-from mdiff.format.limits import MAX_DEFLATE_RATIO, Limits
+from mdiff.format.limits import MAX_DEFLATE_RATIO, Limits, shape_problem
 
 FILTER_DEFLATE, FILTER_SHUFFLE, FILTER_FLETCHER32 = 1, 2, 3
 MAX_ATTRIBUTES_PER_OBJECT = 64  # mdiff defines at most 4 per object; more is hostile (§8.3)
@@ -202,18 +202,11 @@ class _Walk:
             if space.get_simple_extent_type() == h5py.h5s.SIMPLE and tuple(space.get_simple_extent_dims(True)) != shape:
                 self.finding("MD509", path, "the dataset is extendible (its maximum shape is not its shape)")
                 return None
-            if len(shape) > self.limits.max_rank:
-                self.finding("MD507", path, f"rank {len(shape)} (limit {self.limits.max_rank})")
+            problem = shape_problem(shape, dtype.itemsize, self.limits)  # MD507/MD508; a 0 counts as 1
+            if problem:
+                self.finding(problem[0], path, problem[1])
                 return None
-            elements = math.prod(shape)
-            nbytes = elements * dtype.itemsize
-            if elements > self.limits.max_elements or nbytes > self.limits.max_dataset_bytes:
-                self.finding(
-                    "MD508", path,
-                    f"{elements} elements, {nbytes} bytes (limits {self.limits.max_elements} elements, "
-                    f"{self.limits.max_dataset_bytes} bytes)",
-                )
-                return None
+            nbytes = math.prod(shape) * dtype.itemsize
             if not self._storage_complete(path, did, layout, dcpl, shape, dtype, nbytes, filters):
                 return None
         except Exception as exc:

@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol
 
 import numpy as np
 
-from mdiff.errors import ApplyError, InvalidFileError
+from mdiff.errors import ApplyError, InvalidFileError, LimitError
 from mdiff.format.dtypes import DTYPES, DType, dtype_named, dtype_of
 
 SCHEMA_BASE_URI = "https://mdiff.dev/schemas/updates/"
@@ -20,6 +20,19 @@ def sha256_hex(array: np.ndarray) -> str:
     return hashlib.sha256(flat.view(np.uint8)).hexdigest()
 
 
+def empty_array(shape, dtype, path: str = "") -> np.ndarray:
+    """``np.empty(shape, dtype)`` for a shape a file declares: MD508 instead of numpy's ValueError.
+
+    The structure walk already refuses every shape over the limits of §8.3 (a dimension of 0
+    counting as 1, so that [0, 2**62] is refused too); this keeps a shape that slipped past them,
+    or limits configured beyond what numpy can address, from raising an untyped error.
+    """
+    try:
+        return np.empty(shape, dtype=dtype)
+    except (ValueError, OverflowError, TypeError) as exc:  # "array is too big", "Maximum allowed dimension exceeded"
+        raise LimitError("MD508", f"a tensor of shape {list(shape)} cannot be allocated: {exc}", path) from None
+
+
 def read_array(source: Any, dtype: np.dtype) -> np.ndarray:
     """A dataset's contents as a fresh array, or an in-memory array as it is.
 
@@ -28,7 +41,7 @@ def read_array(source: Any, dtype: np.dtype) -> np.ndarray:
     """
     if isinstance(source, np.ndarray):
         return source
-    out = np.empty(source.shape, dtype=dtype)
+    out = empty_array(source.shape, dtype, source.name)
     if out.size:
         try:
             source.read_direct(out)
