@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections import deque
+from concurrent.futures import Future
 from typing import Callable, Mapping
 
 import numpy as np
 
 from mdiff.format.dtypes import DType
-from mdiff.updates.base import Update, check_base, spec_of
+from mdiff.threads import shared_pool
+from mdiff.updates.base import Update, check_base, spec_of, verify_all, with_data_read
 
 Progress = Callable[[str, int, int], None]
+_RESULTS_IN_FLIGHT = 2
 
 
 def plan(base_specs: Mapping[str, tuple[tuple[int, ...], DType]], diff: Mapping[str, Update]):
@@ -34,7 +38,8 @@ def apply_mappings(base: Mapping[str, np.ndarray], diff: Mapping[str, Update], e
     result = {}
     for name, _shape, _dtype in entries:
         update = diff.get(name)
-        result[name] = base[name] if update is None else update.apply(base.get(name), name, engine)
+        result[name] = base[name] if update is None else update.apply(base.get(name), name, engine, verify=False)
+    verify_all((diff[name], result[name], name) for name, _, _ in entries if name in diff)
     return result
 
 
@@ -52,6 +57,12 @@ def apply_files(base_path, diff_path, out_path, progress: Progress | None = None
     with open_checkpoint(base_path) as base, open_diff(diff_path, limits or DEFAULT_LIMITS) as diff:
         entries = plan({name: base.spec(name) for name in base.keys()}, diff)
         position = {name: i for i, (name, _, _) in enumerate(entries)}
+        # Each result is hashed on another core while the next one is made and written; the
+        # output takes its name only once every hash has matched.
+        checks: deque[Future] = deque()
+        updated = [name for name, _, _ in entries if name in diff]
+        following = {a: b for a, b in zip(updated, updated[1:])}
+        prefetched: dict[str, Future] = {}
 
         def fetch(name: str) -> np.ndarray:
             if progress:
@@ -59,9 +70,21 @@ def apply_files(base_path, diff_path, out_path, progress: Progress | None = None
             update = diff.get(name)
             if update is None:
                 return base.read(name)
+            # the next update's data is read (and inflated) on other cores while this one is applied
+            update = prefetched.pop(name).result() if name in prefetched else update
+            if name in following:
+                prefetched[following[name]] = shared_pool().submit(with_data_read, diff[following[name]])
             needs_base = update.update_type.needs_base
             # the base tensor was just read for this purpose alone: the update may overwrite it
-            return update.apply(base.read(name) if needs_base else None, name, engine, scratch=True)
+            result = update.apply(base.read(name) if needs_base else None, name, engine, scratch=True, verify=False)
+            checks.append(shared_pool().submit(update.verify, result, name))
+            while len(checks) > _RESULTS_IN_FLIGHT:  # bounds the results held for their hash
+                checks.popleft().result()
+            return result
 
-        write_checkpoint(out_path, entries, fetch, template=base_path)
+        def all_verified() -> None:
+            while checks:
+                checks.popleft().result()
+
+        write_checkpoint(out_path, entries, fetch, template=base_path, before_commit=all_verified)
     return len(entries)

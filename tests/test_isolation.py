@@ -71,3 +71,19 @@ def test_limits_from_the_command_line_apply(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mdiff.cli.main", "validate", str(path), "--json",
                            "--limit", "max_elements=100"], capture_output=True, text=True)
     assert proc.returncode == 1 and [f["code"] for f in json.loads(proc.stdout)["findings"]] == ["MD508"]
+
+
+def _apply_one(path, base):
+    with mdiff.open(path) as diff:
+        return diff["w"].apply(base, "w").tobytes()
+
+
+def test_an_isolated_child_reads_in_parallel_after_its_parent_did(tmp_path):
+    """The child inherits the parent's thread pool without its threads; it must make its own."""
+    rng = np.random.default_rng(0)
+    old = {"w": rng.standard_normal((2048, 1024)).astype(np.float32)}  # 8 MiB: inflated on the pool
+    new = {"w": old["w"] + np.float32(1e-3)}
+    path = tmp_path / "d.mdiff"
+    mdiff.write(path, mdiff.diff(old, new), mdiff.Commit("m"))
+    assert _apply_one(path, old["w"]) == new["w"].tobytes()  # the parent's pool is running now
+    assert run_isolated(_apply_one, path, old["w"], limits=Isolation(timeout_s=30)) == new["w"].tobytes()

@@ -172,6 +172,7 @@ def write_checkpoint(
     metadata: Mapping[str, str] | None = None,
     *,
     template: str | os.PathLike[str] | None = None,
+    before_commit: Callable[[], None] | None = None,
 ) -> None:
     """Write a checkpoint atomically, fetching one tensor at a time.
 
@@ -184,6 +185,9 @@ def write_checkpoint(
     applied diff). Formats that store more than tensors use it: an ``.onnx``
     output is the template model with its initializers replaced, and cannot
     be written without one (MD703). Other formats ignore it.
+
+    ``before_commit`` runs once every tensor is written, before the file takes
+    its name: an exception from it leaves no file behind either.
     """
     path = os.fspath(path)
     module = _format_module(path)
@@ -202,6 +206,8 @@ def write_checkpoint(
 
     with _atomic_output(path) as file:
         module.write(file, checked_entries, checked_fetch, checked_metadata, template)
+        if before_commit is not None:
+            before_commit()
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:

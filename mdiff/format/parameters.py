@@ -13,7 +13,8 @@ from mdiff.format.constants import ATTR_UPDATE, PARAMETERS_GROUP
 from mdiff.format.findings import Finding
 from mdiff.format.names import decode_name
 from mdiff.format.schemas import first_errors
-from mdiff.format.structure import Inventory
+from mdiff.format.storage import PlannedDataset
+from mdiff.format.structure import DatasetInfo, Inventory
 from mdiff.updates import REGISTRY
 from mdiff.updates.base import Update, UpdateType
 
@@ -123,6 +124,17 @@ def _parse_one(name, path, inventory: Inventory, f: h5py.File, findings: list[Fi
         for attr in sorted(inventory.objects[f"{path}/{member}"].attrs):
             findings.append(Finding("MD303", f"{path}/{member}", f"unknown attribute {attr!r}"))
     sound = len([x for x in findings if x.is_error]) == before and not (refused & set(kind.datasets))
-    data = {k: f[f"{path}/{k}"] for k in datasets if k in expected}
+    data = {k: _lazy_dataset(f, f"{path}/{k}", datasets[k]) for k in datasets if k in expected}
     return Parameter(name, path, Update(meta, data, kind), sound)
 
+
+def _lazy_dataset(f: h5py.File, path: str, info: DatasetInfo):
+    """The dataset, read by storage.py where the walk could plan it (faster, parallel inflate), else by libhdf5."""
+    dataset = f[path]
+    if info.plan is None:
+        return dataset
+    try:
+        fd = f.id.get_vfd_handle()
+    except Exception:  # a driver without a file descriptor
+        return dataset
+    return PlannedDataset(dataset, info.plan, fd)

@@ -18,6 +18,7 @@ import numpy as np
 from mdiff.format.attributes import read_string, string_attribute_size
 from mdiff.format.findings import Finding
 from mdiff.format.limits import MAX_DEFLATE_RATIO, Limits, shape_problem
+from mdiff.format.storage import Chunk, StoragePlan, plan_for
 
 FILTER_DEFLATE, FILTER_SHUFFLE, FILTER_FLETCHER32 = 1, 2, 3
 MAX_ATTRIBUTES_PER_OBJECT = 64  # mdiff defines at most 4 per object; more is hostile (§8.3)
@@ -33,6 +34,7 @@ class DatasetInfo:
     shape: tuple[int, ...]
     dtype: np.dtype
     nbytes: int
+    plan: StoragePlan | None = None  # where the bytes lie, when storage.py can read them itself
 
 
 @dataclass
@@ -207,13 +209,14 @@ class _Walk:
                 self.finding(problem[0], path, problem[1])
                 return None
             nbytes = math.prod(shape) * dtype.itemsize
-            if not self._storage_complete(path, did, layout, dcpl, shape, dtype, nbytes, filters):
+            plan = self._storage_plan(path, did, layout, dcpl, shape, dtype, nbytes, filters)
+            if plan is False:
                 return None
         except Exception as exc:
             self.finding("MD513", path, f"the dataset's header cannot be read: {exc}")
             return None
         self.inventory.total_bytes += nbytes
-        return DatasetInfo(shape, dtype, nbytes)
+        return DatasetInfo(shape, dtype, nbytes, plan)
 
     @staticmethod
     def _storage_dtype(tid) -> np.dtype | None:
@@ -222,24 +225,29 @@ class _Walk:
                 return dtype
         return None
 
-    def _storage_complete(self, path, did, layout, dcpl, shape, dtype, nbytes, filters) -> bool:
-        """Every byte the dataset declares is stored inside the file; nothing is left to fill values."""
+    def _storage_plan(self, path, did, layout, dcpl, shape, dtype, nbytes, filters) -> StoragePlan | None | bool:
+        """Every byte the dataset declares is stored inside the file; nothing is left to fill values.
+
+        False when not (reported); otherwise how storage.py can read the bytes, or None (libhdf5 reads them).
+        """
         if nbytes == 0 or layout == h5py.h5d.COMPACT:
-            return True
+            return None
         if layout == h5py.h5d.CONTIGUOUS:
             offset = did.get_offset()
             stored = did.get_storage_size()
             if offset is None or stored < nbytes or offset + nbytes > self.file_size:
                 self.finding("MD509", path, f"declares {nbytes} bytes; {stored} are stored within the file")
                 return False
-            return True
+            return plan_for(shape, dtype.itemsize, contiguous_offset=offset)
         chunk = dcpl.get_chunk()
         expected = math.prod(math.ceil(d / c) for d, c in zip(shape, chunk))
         chunk_bytes = math.prod(chunk) * dtype.itemsize
         ratio = MAX_DEFLATE_RATIO if FILTER_DEFLATE in filters else 1
         problems: list[str] = []
+        chunks: list[Chunk] = []
 
         def visit(chunk_info) -> None:
+            chunks.append(Chunk(tuple(int(o) for o in chunk_info.chunk_offset), int(chunk_info.byte_offset), int(chunk_info.size)))
             if chunk_info.filter_mask:
                 skipped.append(chunk_info.chunk_offset)
             elif chunk_info.byte_offset + chunk_info.size > self.file_size:
@@ -260,7 +268,8 @@ class _Walk:
         if problems:
             self.finding("MD509", path, problems[0])
             return False
-        return True
+        pipeline = tuple((int(code), tuple(int(v) for v in values)) for code, _, values, _ in map(dcpl.get_filter, range(dcpl.get_nfilters())))
+        return plan_for(shape, dtype.itemsize, chunk_shape=tuple(int(c) for c in chunk), chunks=chunks, filters=pipeline)
 
     def _check_total(self) -> None:
         if self.inventory.total_bytes > self.limits.max_total_bytes:

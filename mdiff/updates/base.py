@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Protocol
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
 
 import numpy as np
 
@@ -158,6 +158,22 @@ class Update:
             got = sha256_hex(result)
             if got != self.sha256:
                 raise ApplyError("MD602", f"result sha256 {got} differs from the update's {self.sha256}", name)
+
+
+def with_data_read(update: Update) -> Update:
+    """The same update with its datasets read into memory (for reading ahead on another thread)."""
+    return Update(update.meta, {key: update.array(key) for key in update.data}, update.kind)
+
+
+def verify_all(checks: Iterable[tuple[Update, np.ndarray | None, str]]) -> None:
+    """:meth:`Update.verify` of many results, hashed side by side (hashlib releases the GIL);
+    the first failure in ``checks``' order is raised."""
+    from mdiff.threads import shared_pool
+
+    checks = list(checks)
+    futures = [shared_pool().submit(update.verify, result, name) for update, result, name in checks]
+    for future in futures:
+        future.result()
 
 
 def check_base(update: Update, spec: "tuple[tuple[int, ...], DType] | None", name: str) -> None:

@@ -1,0 +1,171 @@
+"""storage.py reads exactly the bytes libhdf5 reads, on every layout it plans; it leaves the rest to libhdf5."""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+import h5py
+import numpy as np
+import pytest
+
+import mdiff
+from mdiff.errors import InvalidFileError
+from mdiff.format.limits import DEFAULT_LIMITS
+from mdiff.format.storage import PlannedDataset
+from mdiff.format.structure import inspect_structure
+
+# (shape, chunks, filters): slabs along the leading axes, edge chunks, every order of the allowed filters
+PLANNED = [
+    ((4096, 256), (512, 256), ("shuffle", "gzip")),
+    ((1000, 77), (128, 77), ("shuffle", "gzip")),  # the last chunk sticks out of the dataset
+    ((3, 5, 70), (1, 2, 70), ("gzip",)),
+    ((3, 5, 70), (1, 1, 70), ("shuffle",)),
+    ((2, 3, 4), (1, 1, 3), ()),  # chunked, unfiltered; the inner axis cut (a slab still)
+    ((100_003,), (4096,), ("shuffle", "gzip")),
+    ((64, 64), (64, 64), ("gzip",)),  # one chunk
+]
+
+
+def _dataset_file(path, array, chunks=None, filters=(), order_deflate_first=False):
+    with h5py.File(path, "w", libver=("v110", "v110")) as f:
+        if chunks is None:
+            f.create_dataset("d", data=array)
+            return
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk(chunks)
+        for name in (reversed(filters) if order_deflate_first else filters):
+            if name == "shuffle":
+                dcpl.set_shuffle()
+            elif name == "gzip":
+                dcpl.set_deflate(1)
+            elif name == "fletcher32":
+                dcpl.set_fletcher32()
+        space = h5py.h5s.create_simple(array.shape)
+        dset = h5py.h5d.create(f.id, b"d", h5py.h5t.py_create(array.dtype), space, dcpl=dcpl)
+        dset.write(h5py.h5s.ALL, h5py.h5s.ALL, np.ascontiguousarray(array))
+
+
+def _planned(path):
+    f = h5py.File(path, "r")
+    inventory, findings = inspect_structure(f, os.path.getsize(path), DEFAULT_LIMITS)
+    assert not [x for x in findings if x.is_error], findings
+    return f, inventory.objects["/d"].dataset.plan
+
+
+def _read_both(path):
+    f, plan = _planned(path)
+    with f:
+        dataset = f["d"]
+        by_hdf5 = np.empty(dataset.shape, dataset.dtype)
+        dataset.read_direct(by_hdf5)
+        if plan is None:
+            return None, by_hdf5
+        ours = np.empty_like(by_hdf5)
+        PlannedDataset(dataset, plan, f.id.get_vfd_handle()).read_direct(ours)
+        return ours, by_hdf5
+
+
+def _data(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=np.uint8)
+    raw[: raw.size // 3] = 0  # compressible in part
+    return raw.view(dtype).reshape(shape)
+
+
+@pytest.mark.parametrize("deflate_first", [False, True], ids=["shuffle-then-deflate", "deflate-then-shuffle"])
+@pytest.mark.parametrize("dtype", ["<u1", "<u2", "<f4", "<u8"])
+@pytest.mark.parametrize("shape,chunks,filters", PLANNED, ids=str)
+def test_planned_reads_equal_libhdf5(tmp_path, shape, chunks, filters, dtype, deflate_first):
+    array = _data(shape, dtype)
+    path = tmp_path / "f.h5"
+    _dataset_file(path, array, chunks, filters, deflate_first)
+    ours, by_hdf5 = _read_both(path)
+    assert ours is not None, "expected a plan"
+    assert ours.tobytes() == by_hdf5.tobytes() == array.tobytes()
+
+
+def test_contiguous_datasets_are_planned(tmp_path):
+    array = _data((300, 7), "<f4")
+    _dataset_file(tmp_path / "f.h5", array)
+    ours, by_hdf5 = _read_both(tmp_path / "f.h5")
+    assert ours is not None and ours.tobytes() == array.tobytes()
+
+
+@pytest.mark.parametrize("shape,chunks,filters", [
+    ((64, 64), (16, 16), ("gzip",)),  # chunks cut both axes: not contiguous runs
+    ((64, 64), (16, 64), ("shuffle", "gzip", "fletcher32")),  # fletcher32 is checked by libhdf5
+], ids=str)
+def test_other_layouts_are_left_to_libhdf5(tmp_path, shape, chunks, filters):
+    array = _data(shape, "<f4")
+    _dataset_file(tmp_path / "f.h5", array, chunks, filters)
+    ours, by_hdf5 = _read_both(tmp_path / "f.h5")
+    assert ours is None
+    assert by_hdf5.tobytes() == array.tobytes()
+
+
+def _chunk_span(path):
+    with h5py.File(path, "r") as f:
+        info = f["d"].id.get_chunk_info(0)
+        return info.byte_offset, info.size
+
+
+def _rewrite_chunk(path, stored: bytes):
+    """Replace chunk 0's stored bytes in place (same length, padded with zeros)."""
+    offset, size = _chunk_span(path)
+    assert len(stored) <= size
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        fh.write(stored + bytes(size - len(stored)))
+
+
+@pytest.mark.parametrize("what", ["not deflate", "inflates short", "inflates long"])
+def test_chunks_that_do_not_inflate_to_their_size_are_md513(tmp_path, what):
+    array = _data((256, 64), "<f4")
+    path = tmp_path / "f.h5"
+    _dataset_file(path, array, (128, 64), ("gzip",))
+    chunk_bytes = 128 * 64 * 4
+    stream = {
+        "not deflate": b"\xff" * 64,
+        "inflates short": zlib.compress(bytes(chunk_bytes - 4)),
+        "inflates long": zlib.compress(bytes(chunk_bytes + 4)),
+    }[what]
+    _rewrite_chunk(path, stream)
+    f, plan = _planned(path)
+    with f, pytest.raises(InvalidFileError) as info:
+        PlannedDataset(f["d"], plan, f.id.get_vfd_handle()).read_direct(np.empty(array.shape, array.dtype))
+    assert info.value.code == "MD513"
+
+
+def test_a_stream_whose_end_follows_the_last_byte_is_complete(tmp_path):
+    """Inflating stops at the chunk's size; the stream's end (and adler32) may still be unread."""
+    array = _data((256, 64), "<u1")
+    path = tmp_path / "f.h5"
+    _dataset_file(path, array, (128, 64), ("gzip",))
+    ours, _ = _read_both(path)
+    assert ours.tobytes() == array.tobytes()
+
+
+def test_diff_files_use_the_planned_reader_and_apply_exactly(tmp_path):
+    rng = np.random.default_rng(3)
+    old = {"w": rng.standard_normal((700, 300)).astype(np.float32), "v": rng.standard_normal(5).astype(np.float32)}
+    new = {k: v + np.float32(1e-3) for k, v in old.items()}
+    for compression in ("gzip", "none"):
+        path = tmp_path / f"{compression}.mdiff"
+        mdiff.write(path, mdiff.diff(old, new), mdiff.Commit("m"), compression)
+        with mdiff.open(path) as diff:
+            assert isinstance(diff["w"].data["xor"], PlannedDataset)
+            for name in diff:
+                assert diff[name].apply(old[name], name).tobytes() == new[name].tobytes()
+
+
+def test_the_plan_refuses_chunk_sets_that_do_not_cover_the_dataset_once():
+    from mdiff.format.storage import Chunk, plan_for
+
+    chunks = [Chunk((0, 0), 100, 10), Chunk((2, 0), 200, 10)]
+    assert plan_for((4, 3), 4, chunk_shape=(2, 3), chunks=chunks) is not None
+    assert plan_for((4, 3), 4, chunk_shape=(2, 3), chunks=[chunks[0], chunks[0]]) is None  # twice, one missing
+    assert plan_for((4, 3), 4, chunk_shape=(2, 3), chunks=[chunks[0], Chunk((1, 0), 200, 10)]) is None  # misaligned
+    assert plan_for((4, 3), 4, chunk_shape=(2, 3), chunks=[chunks[0], Chunk((4, 0), 200, 10)]) is None  # outside
+    assert plan_for((4, 3), 4, chunk_shape=(2, 3), chunks=chunks[:1]) is None  # one missing
+    assert plan_for((4, 3), 4, chunk_shape=(2, 3), chunks=[chunks[0], Chunk((2, 0), 200, 1 << 30)]) is None  # oversized
