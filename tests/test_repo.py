@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import h5py
 import ml_dtypes
 import numpy as np
 import pytest
@@ -330,3 +331,70 @@ def test_a_full_disk_leaves_the_repository_as_it_was(repo):
     assert proc.returncode != 0 and ("File too large" in proc.stderr or "OSError" in proc.stderr)
     assert repo.head() == ("main", first) and repo.commit_ids() == [first]
     assert [f for f in repo.fsck() if f.is_error] == []
+
+
+def _sparse_chain(repo, commits: int, changed: int = 300) -> list[tuple[str, dict]]:
+    """A root of one float32[1000] (4000 declared bytes), then commits changing ``changed`` elements
+    each, stored as sparse updates (12 declared bytes per element)."""
+    rng = np.random.default_rng(7)
+    current = {"w": rng.standard_normal(1000).astype(np.float32)}
+    made = [(repo.commit(current, "root", date=DATE), dict(current))]
+    for i in range(commits):
+        mask = np.zeros(1000, bool)
+        mask[rng.choice(1000, changed, replace=False)] = True
+        current = {"w": np.where(mask, current["w"] + np.float32(1), current["w"]).astype(np.float32)}
+        made.append((repo.commit(current, f"step {i + 1}", date=DATE, masks={"w": mask}), dict(current)))
+    return made
+
+
+def test_snapshots_are_written_once_a_checkout_would_replay_a_model_s_worth_of_updates(repo):
+    made = _sparse_chain(repo, 17)
+    assert repo.replay_cost(made[7][0]) == (7, 7 * 3600, 4000)
+    snapshotted = [i for i, (cid, _) in enumerate(made) if repo.snapshot_path(cid).exists()]
+    assert snapshotted == [8, 16]  # the 8th commit after the root (≥ 8 commits, 28,800 ≥ 4,000 bytes), then 8 after it
+    assert repo.replay_cost(made[17][0]) == (1, 3600, 4000)
+    for cid, expected in made:
+        assert same_state(repo.checkout(cid), expected)
+    with mdiff.open(repo.snapshot_path(made[8][0])) as snapshot:
+        assert snapshot.commit.meta == {"snapshot_of": made[8][0]} and snapshot["w"].type == "replace"
+
+
+def test_small_commits_get_a_snapshot_every_snapshot_max_commits(repo, monkeypatch):
+    from mdiff.repo import repository
+
+    monkeypatch.setattr(repository, "SNAPSHOT_MAX_COMMITS", 5)
+    made = _sparse_chain(repo, 11, changed=1)
+    assert [i for i, (cid, _) in enumerate(made) if repo.snapshot_path(cid).exists()] == [5, 10]
+    assert same_state(repo.checkout("HEAD"), made[-1][1])
+
+
+@pytest.mark.parametrize("damage", ["not an mdiff file", "bits changed", "another commit's snapshot"])
+def test_a_checkout_walks_past_a_snapshot_it_cannot_use(repo, damage):
+    """§13.5: a snapshot is a cache; one that is damaged or misfiled changes nothing but the time."""
+    made = _sparse_chain(repo, 10)
+    snapshot = repo.snapshot_path(made[8][0])
+    assert snapshot.exists()
+    if damage == "not an mdiff file":
+        snapshot.write_bytes(b"garbage")
+    elif damage == "bits changed":  # the replace data, so only the final sha256 check can tell
+        with h5py.File(snapshot, "r+") as f:
+            data = f["parameters/w/value"]
+            data[0] = data[0] + np.float32(1)
+    else:
+        repo.write_snapshot(made[8][0], made[3][1])  # the state of another commit under this name
+        with mdiff.open(snapshot) as diff:
+            meta = dict(diff.commit.meta)
+        assert meta["snapshot_of"] == made[8][0]
+        os.replace(repo.snapshot_path(made[8][0]), repo.snapshot_path(made[9][0]))
+        snapshot = repo.snapshot_path(made[9][0])
+    for cid, expected in made:
+        assert same_state(repo.checkout(cid), expected)
+
+
+def test_fsck_reports_a_snapshot_checkouts_would_ignore(repo):
+    made = _sparse_chain(repo, 8)
+    assert repo.fsck() == []
+    os.replace(repo.snapshot_path(made[8][0]), repo.snapshot_path(made[7][0]))
+    findings = repo.fsck()
+    assert [(f.code, Path(f.path).name) for f in findings] == [("MD303", f"{made[7][0]}.mdiff")]
+    assert "checkouts ignore this snapshot" in findings[0].message

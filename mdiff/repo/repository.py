@@ -23,16 +23,19 @@ import numpy as np
 from mdiff.applying import apply_mappings
 from mdiff.errors import ApplyError, InvalidFileError, RepositoryError
 from mdiff.format.commit import Commit
-from mdiff.format.reader import open_diff
+from mdiff.format.reader import DiffFile, open_diff
 from mdiff.format.writer import DiffWriter, fsync_directory
 from mdiff.updates import replace
-from mdiff.updates.base import Update
+from mdiff.updates.base import Update, verify_all
 
 REPO_DIR = ".mdiff"
 FORMAT_LINE = "mdiff-repository 1\n"
 COMMIT_ID = re.compile(r"[0-9a-f]{64}")
 BRANCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
 Progress = Callable[[str, int, int], None]
+SNAPSHOT_MIN_COMMITS = 8  # dense commits are each about a model's size: not a snapshot per commit
+SNAPSHOT_MAX_COMMITS = 256  # bounds the files a checkout opens, however small the commits
+_KEEP_OPEN = 64  # commit files a checkout keeps open between finding its chain and replaying it
 
 
 def file_sha256(path: Path) -> str:
@@ -67,6 +70,8 @@ class Repository:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.dir = self.root / REPO_DIR
+        # by commit id (a commit's content never changes): its parents and its updates' declared bytes
+        self._facts: dict[str, tuple[tuple[str, ...], int]] = {}
 
     # ------------------------------------------------------------ creation and discovery
     @classmethod
@@ -185,7 +190,16 @@ class Repository:
             return diff.commit
 
     def parents(self, commit_id: str) -> tuple[str, ...]:
-        return self.metadata(commit_id).parents
+        return self._commit_facts(commit_id)[0]
+
+    def _commit_facts(self, commit_id: str) -> tuple[tuple[str, ...], int]:
+        if commit_id not in self._facts:
+            with open_diff(self.commit_path(commit_id)) as diff:
+                self._remember(commit_id, diff)
+        return self._facts[commit_id]
+
+    def _remember(self, commit_id: str, diff: DiffFile) -> None:
+        self._facts[commit_id] = (diff.commit.parents, sum(diff[name].stored_bytes for name in diff))
 
     def store(self, write: Callable[[DiffWriter], None], commit: Commit, compression: str = "gzip", directory: str = "commits") -> str:
         """Write a commit file with ``write``; file it under its sha256; return that id.
@@ -220,27 +234,62 @@ class Repository:
         first-parent chain forward, each diff touching only the parameters it changes."""
         if commit_id is None:
             return {}
-        chain = []
+        try:
+            return self._state(commit_id, progress, engine, snapshots=True)
+        except _SnapshotUnusable:  # §13.5: a snapshot is a cache; without it the result is the same
+            return self._state(commit_id, progress, engine, snapshots=False)
+
+    def _state(self, commit_id: str, progress, engine, snapshots: bool) -> dict[str, np.ndarray]:
+        chain: list[tuple[str, DiffFile | None]] = []
         cursor: str | None = commit_id
-        while cursor is not None and not self.snapshot_path(cursor).exists():
-            chain.append(cursor)
-            parents = self.parents(cursor)
-            cursor = parents[0] if parents else None
-        state: dict[str, np.ndarray] = {}
-        if cursor is not None:
-            with open_diff(self.snapshot_path(cursor)) as snapshot:
-                state = apply_mappings({}, snapshot, engine)
+        with contextlib.ExitStack() as opened:
+            while cursor is not None and not (snapshots and self.snapshot_path(cursor).exists()):
+                self.verify(cursor)  # a commit file is trusted only while its bytes match its id
+                diff = opened.enter_context(self._open_commit(cursor))
+                parents = diff.commit.parents
+                if len(chain) >= _KEEP_OPEN:  # a long chain: reopened when its turn comes
+                    diff.close()
+                    diff = None
+                chain.append((cursor, diff))
+                cursor = parents[0] if parents else None
+            return self._replay(commit_id, cursor, chain, progress, engine)
+
+    def _open_commit(self, commit_id: str) -> DiffFile:
+        try:
+            diff = open_diff(self.commit_path(commit_id))
+        except InvalidFileError as exc:
+            raise RepositoryError("MD802", f"commit {commit_id[:12]} cannot be applied: {exc}") from exc
+        self._remember(commit_id, diff)
+        return diff
+
+    def _replay(self, commit_id: str, start: str | None, chain, progress, engine) -> dict[str, np.ndarray]:
+        cursor = start
         # An XOR update (dense, sparse) maps a wrong base to a wrong result, element for element: so
         # the sha256 of a parameter's intermediate value need not be checked when the next update of
         # that parameter is another XOR — the later check covers it. Checking every intermediate
-        # value made the 100th commit of a sparse chain cost 100 full hashes of the model.
+        # value made the 100th commit of a sparse chain cost 100 full hashes of the model. The
+        # snapshot's values are the first links of those chains.
+        state: dict[str, np.ndarray] = {}
         pending: dict[str, Update] = {}
-        for i, cid in enumerate(reversed(chain)):
+        if cursor is not None:
+            try:
+                with open_diff(self.snapshot_path(cursor)) as snapshot:
+                    if snapshot.commit.meta.get("snapshot_of") != cursor or any(
+                        snapshot[name].type != "replace" for name in snapshot
+                    ):
+                        raise _SnapshotUnusable(cursor)
+                    for name in snapshot:
+                        state[name] = snapshot[name].apply(None, name, engine, verify=False)
+                        pending[name] = _detached(snapshot[name])
+            except (InvalidFileError, ApplyError) as exc:
+                raise _SnapshotUnusable(cursor) from exc
+        for i, (cid, kept) in enumerate(reversed(chain)):
             if progress:
                 progress(cid[:12], i, len(chain))
-            self.verify(cid)  # a commit file is trusted only while its bytes match its id
+            if kept is None:
+                self.verify(cid)
             try:
-                with open_diff(self.commit_path(cid)) as diff:
+                with kept or open_diff(self.commit_path(cid)) as diff:
                     for name in diff:
                         update = diff[name]
                         if name in pending and update.type not in ("dense", "sparse"):
@@ -257,21 +306,57 @@ class Repository:
                             pending.pop(name, None)
             except (InvalidFileError, ApplyError) as exc:
                 raise RepositoryError("MD802", f"commit {cid[:12]} cannot be applied: {exc}") from exc
-        for name, update in pending.items():
-            try:
-                update.verify(state[name], name)
-            except ApplyError as exc:
-                raise RepositoryError("MD802", f"the state at {commit_id[:12]} fails its check: {exc}") from exc
+        try:
+            verify_all((update, state[name], name) for name, update in pending.items())
+        except ApplyError as exc:
+            if start is not None:  # the snapshot, or a commit after it: a walk without snapshots tells
+                raise _SnapshotUnusable(start) from exc
+            raise RepositoryError("MD802", f"the state at {commit_id[:12]} fails its check: {exc}") from exc
         return state
 
     def write_snapshot(self, commit_id: str, state: Mapping[str, np.ndarray]) -> None:
-        """Store the full state of ``commit_id`` so that checkouts start there (§13.5)."""
+        """Store the full state of ``commit_id`` so that checkouts start there (§13.5).
+
+        Uncompressed: a snapshot is a cache for speed (weights hardly deflate: ~0.86 of their size,
+        at a tenth of the read speed).
+        """
         meta = Commit("snapshot", date=self.metadata(commit_id).date, meta={"snapshot_of": commit_id})
         snapshot_id = self.store(
-            lambda w: [w.add(name, replace.encode(state[name])) for name in sorted(state)], meta, directory="snapshots"
+            lambda w: [w.add(name, replace.encode(state[name])) for name in sorted(state)], meta,
+            compression="none", directory="snapshots",
         )
         os.replace(self.dir / "snapshots" / f"{snapshot_id}.mdiff", self.snapshot_path(commit_id))
         fsync_directory(self.dir / "snapshots")
+
+
+    def replay_cost(self, commit_id: str) -> tuple[int, int, int]:
+        """What a checkout of ``commit_id`` replays after its starting point (the nearest snapshot,
+        or the state a root commit holds): (commits, their declared update bytes, the starting
+        state's declared bytes)."""
+        commits = replayed = 0
+        cursor: str | None = commit_id
+        while not self.snapshot_path(cursor).exists():
+            parents, declared = self._commit_facts(cursor)
+            if not parents:
+                return commits, replayed, declared
+            commits, replayed, cursor = commits + 1, replayed + declared, parents[0]
+        with open_diff(self.snapshot_path(cursor)) as snapshot:
+            return commits, replayed, sum(snapshot[name].stored_bytes for name in snapshot)
+
+    def snapshot_if_due(self, commit_id: str, state: Mapping[str, np.ndarray]) -> bool:
+        """Write a snapshot of ``commit_id`` (whose state is ``state``) when a checkout of it would
+        replay at least one model's worth of updates after its starting point, and at least
+        SNAPSHOT_MIN_COMMITS commits; or SNAPSHOT_MAX_COMMITS commits, whatever their size. Checkouts
+        then read at most about one snapshot plus one model's worth of updates. Returns whether it wrote one."""
+        commits, replayed, start_bytes = self.replay_cost(commit_id)
+        due = commits >= SNAPSHOT_MAX_COMMITS or (commits >= SNAPSHOT_MIN_COMMITS and replayed >= start_bytes)
+        if due:
+            self.write_snapshot(commit_id, state)
+        return due
+
+
+class _SnapshotUnusable(Exception):
+    """A snapshot that is not a valid file of `replace` updates for its commit, or whose state fails its checks."""
 
 
 def masked_update(old: np.ndarray, new: np.ndarray, mask: np.ndarray) -> Update:
@@ -362,7 +447,7 @@ def checkpoint_state(path) -> Iterator[Mapping[str, np.ndarray]]:
 
 def _commit(repo: Repository, new: Mapping, message: str, parents: tuple[str, ...], explicit: Mapping[str, Update],
             progress: Progress | None, masks: Mapping[str, np.ndarray] = {}, old: Mapping | None = None,
-            **commit_fields) -> tuple[str, dict[str, str]]:
+            snapshots: bool = True, **commit_fields) -> tuple[str, dict[str, str]]:
     if old is None:
         old = repo.state(parents[0] if parents else None)
     meta = Commit(message, parents=parents, **commit_fields)
@@ -377,7 +462,10 @@ def _commit(repo: Repository, new: Mapping, message: str, parents: tuple[str, ..
             writer.add(name, update)
             summary[name] = update.type
 
-    return repo.store(write, meta), summary
+    commit_id = repo.store(write, meta)
+    if snapshots:
+        repo.snapshot_if_due(commit_id, new)
+    return commit_id, summary
 
 
 def _author_fields(author, date, meta) -> dict:
@@ -609,10 +697,25 @@ def fsck(repo: Repository, check_data: bool = True) -> list:
             for parent in repo.parents(commit_id):
                 if parent not in known:
                     findings.append(Finding("MD801", str(path), f"parent {parent[:12]} is not in the repository"))
+    for path in sorted((repo.dir / "snapshots").glob("*.mdiff")):
+        problems = [f for f in validate(path, check_data=check_data) if f.is_error]
+        if problems or not _snapshot_fits(path):
+            why = problems[0].message if problems else "it does not hold `replace` updates of its commit's state"
+            findings.append(Finding("MD303", str(path), f"checkouts ignore this snapshot ({why}); it may be deleted"))
     for folder in ("commits", "snapshots", "refs/heads", "."):
         for stray in sorted((repo.dir / folder).glob(".*.tmp")) + sorted((repo.dir / folder).glob(".commit.*.mdiff")):
             findings.append(Finding("MD303", str(stray), "a temporary file left by an interrupted writer; it may be deleted"))
     return findings
+
+
+def _snapshot_fits(path: Path) -> bool:
+    try:
+        with open_diff(path) as snapshot:
+            return snapshot.commit.meta.get("snapshot_of") == path.stem and all(
+                snapshot[name].type == "replace" for name in snapshot
+            )
+    except InvalidFileError:
+        return False
 
 
 Repository.fsck = fsck

@@ -405,6 +405,7 @@ class Bench:
                     w.add(k, sparse_from_entries(state[k], idx[keep], xor[keep]))
 
             head = repo.store(write, commit(f"sparse step {i + 1}", (head,)))
+            repo.snapshot_if_due(head, state)  # what `mdiff commit` does after each commit
         repo.set_branch("main", head)
         self.r["chain"]["commits"] = self.args.chain
         self.r["chain"]["bytes"] = sum(p.stat().st_size for p in (self.chain_repo / ".mdiff" / "commits").glob("*.mdiff"))
