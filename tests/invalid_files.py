@@ -1089,6 +1089,12 @@ def build_MD508_empty_dataset_over_limit(path) -> None:
                                 "sha256": sha256_hex(np.zeros((0, 8), np.float32))})
 
 
+def build_MD508_declared_shape_over_limit(path) -> None:
+    """A sparse update (no dataset of the parameter's shape) declaring shape [2**40, 2**40]: the
+    declared shape is held to the same limits as a dataset's (§8.3)."""
+    _edit_update(path, "w", lambda u: u.update(shape=[2**40, 2**40]), {"w": mdiff.sparse(W, W_NEW)})
+
+
 def build_MD509_extendible_dataset(path) -> None:
     """Fully written, but its maximum shape is unlimited: readers need not parse growable chunk indexes."""
     with _edit(path) as f:

@@ -10,6 +10,8 @@ import h5py
 from mdiff.errors import InvalidFileError
 from mdiff.format import canonical_json
 from mdiff.format.constants import ATTR_UPDATE, PARAMETERS_GROUP
+from mdiff.format.dtypes import dtype_named
+from mdiff.format.limits import DEFAULT_LIMITS, Limits, shape_problem
 from mdiff.format.findings import Finding
 from mdiff.format.names import decode_name
 from mdiff.format.schemas import first_errors
@@ -30,10 +32,12 @@ class Parameter:
 
 
 def parse_parameters(
-    inventory: Inventory, f: h5py.File, types: Mapping[str, UpdateType] = REGISTRY, newer_minor: bool = False
+    inventory: Inventory, f: h5py.File, types: Mapping[str, UpdateType] = REGISTRY, newer_minor: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> tuple[dict[str, Parameter], list[Finding]]:
-    """Every parameter group, its update checked against ``types`` (the registry and the file's own);
-    with ``newer_minor``, unknown `update` members are dropped (§3.3)."""
+    """Every parameter group, its update checked against ``types`` (the registry and the file's own)
+    and its declared shape against ``limits`` (§8.3); with ``newer_minor``, unknown `update` members
+    are dropped (§3.3)."""
     findings: list[Finding] = []
     container = inventory.objects.get(PARAMETERS_PATH)
     if container is None or container.kind != "group":
@@ -54,13 +58,14 @@ def parse_parameters(
         if info.kind != "group":
             findings.append(Finding("MD301", path, "a parameter must be a group"))
             continue
-        parameter = _parse_one(name, path, inventory, f, findings, types, newer_minor)
+        parameter = _parse_one(name, path, inventory, f, findings, types, newer_minor, limits)
         if parameter is not None:
             parameters[name] = parameter
     return dict(sorted(parameters.items(), key=lambda kv: kv[0].encode("utf-8"))), findings
 
 
-def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Mapping[str, UpdateType], newer_minor: bool):
+def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Mapping[str, UpdateType], newer_minor: bool,
+                limits: Limits):
     """The ``update`` attribute's JSON and its registered type, or (None, None)."""
     if text is None:
         findings.append(Finding("MD400", path, "attribute `update` is missing"))
@@ -93,18 +98,17 @@ def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Map
     return meta, kind
 
 
-def _parse_one(name, path, inventory: Inventory, f: h5py.File, findings: list[Finding], types, newer_minor: bool) -> Parameter | None:
+def _parse_one(name, path, inventory: Inventory, f: h5py.File, findings: list[Finding], types, newer_minor: bool,
+               limits: Limits) -> Parameter | None:
     info = inventory.objects[path]
     for attr in sorted(set(info.attrs) - {ATTR_UPDATE}):
         findings.append(Finding("MD303", path, f"unknown attribute {attr!r}"))
     before = len([x for x in findings if x.is_error])
     if ATTR_UPDATE in info.refused_attrs:
         return None  # present but unusable: reported under §8.2
-    meta, kind = _parse_meta(path, info.attrs.get(ATTR_UPDATE), findings, types, newer_minor)
+    meta, kind = _parse_meta(path, info.attrs.get(ATTR_UPDATE), findings, types, newer_minor, limits)
     if meta is None:
         return None
-    for code, dataset, message in kind.check_meta(meta):
-        findings.append(Finding(code, f"{path}/{dataset}" if dataset else path, message))
     datasets, refused = {}, set()
     for member in info.members:
         child = inventory.objects.get(f"{path}/{member}")
@@ -112,6 +116,13 @@ def _parse_one(name, path, inventory: Inventory, f: h5py.File, findings: list[Fi
             datasets[member] = child.dataset
         else:
             refused.add(member)  # reported under §8, so not "missing" (MD405) as well
+    problem = shape_problem(meta["shape"], dtype_named(meta["dtype"]).itemsize, limits)
+    if problem:  # §8.3 holds the declared shape to a dataset's limits; a refused dataset already said so
+        if not refused:
+            findings.append(Finding(problem[0], path, f"the declared shape: {problem[1]}"))
+        return None
+    for code, dataset, message in kind.check_meta(meta):
+        findings.append(Finding(code, f"{path}/{dataset}" if dataset else path, message))
     actual = {k: (d.shape, d.dtype) for k, d in datasets.items()}
     problems = [p for p in kind.check_layout(meta, actual) if not (p[0] == "MD405" and p[1] in refused)]
     for code, dataset, message in problems:

@@ -62,7 +62,7 @@ def read_contents(f: h5py.File, file_size: int, limits: Limits) -> Contents:
         return Contents(None, {}, findings)
     embedded, type_findings = parse_update_types(inventory, f, limits)
     parameters, parameter_findings = parse_parameters(
-        inventory, f, {**REGISTRY, **embedded}, newer_minor=header.version[1] > FORMAT_MINOR
+        inventory, f, {**REGISTRY, **embedded}, newer_minor=header.version[1] > FORMAT_MINOR, limits=limits
     )
     return Contents(header, parameters, findings + type_findings + parameter_findings)
 
