@@ -43,18 +43,21 @@ def apply_mappings(base: Mapping[str, np.ndarray], diff: Mapping[str, Update], e
     return result
 
 
-def apply_files(base_path, diff_path, out_path, progress: Progress | None = None, limits=None, engine: str | None = None) -> int:
+def apply_files(base_path, diff_path, out_path, progress: Progress | None = None, limits=None, engine: str | None = None,
+                isolation=None) -> int:
     """Apply the diff at ``diff_path`` to the checkpoint at ``base_path``, writing ``out_path``.
 
     Every update is checked against the base before anything is written; then
     one parameter is read, updated in its own buffer, verified and written at
-    a time. Returns the number of parameters written.
+    a time. Returns the number of parameters written. With ``isolation`` (an
+    ``mdiff.isolation.Isolation``) the diff's metadata is read by a child first
+    (see ``mdiff.open``).
     """
     from mdiff.checkpoints import open_checkpoint, write_checkpoint
     from mdiff.format.limits import DEFAULT_LIMITS
     from mdiff.format.reader import open_diff
 
-    with open_checkpoint(base_path) as base, open_diff(diff_path, limits or DEFAULT_LIMITS) as diff:
+    with open_checkpoint(base_path) as base, open_diff(diff_path, limits or DEFAULT_LIMITS, isolation) as diff:
         entries = plan({name: base.spec(name) for name in base.keys()}, diff)
         position = {name: i for i, (name, _, _) in enumerate(entries)}
         # Each result is hashed on another core while the next one is made and written; the

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -87,3 +88,37 @@ def test_an_isolated_child_reads_in_parallel_after_its_parent_did(tmp_path):
     mdiff.write(path, mdiff.diff(old, new), mdiff.Commit("m"))
     assert _apply_one(path, old["w"]) == new["w"].tobytes()  # the parent's pool is running now
     assert run_isolated(_apply_one, path, old["w"], limits=Isolation(timeout_s=30)) == new["w"].tobytes()
+
+
+REGRESSIONS = Path(__file__).parent / "fuzz" / "regressions"
+LIBHDF5_CRASH = REGRESSIONS / "crash-hdf5-btree2-header-type-0-null-deref.mdiff"  # an open libhdf5 2.0.0 bug
+
+
+def test_open_with_isolation_turns_a_libhdf5_crash_into_md515():
+    with pytest.raises(mdiff.InvalidFileError) as info:
+        mdiff.open(LIBHDF5_CRASH, isolation=Isolation(timeout_s=30))
+    assert info.value.code == "MD515" and "SIGSEGV" in info.value.message
+
+
+def test_open_with_isolation_raises_the_file_s_own_error_and_opens_good_files(tmp_path):
+    bad = REGRESSIONS / "untyped-valueerror-format-version-4301-digits.mdiff"
+    with pytest.raises(mdiff.InvalidFileError) as info:
+        mdiff.open(bad, isolation=Isolation(timeout_s=30))
+    plain = pytest.raises(mdiff.InvalidFileError, mdiff.open, bad).value
+    assert (info.value.code, info.value.message) == (plain.code, plain.message)
+    good = tmp_path / "good.mdiff"
+    mdiff.write(good, {"w": mdiff.replace(np.arange(3, dtype=np.float32))}, mdiff.Commit("m"))
+    with mdiff.open(good, isolation=Isolation(timeout_s=30)) as diff:
+        assert diff["w"].apply(None, "w").tolist() == [0, 1, 2]
+
+
+def test_apply_on_the_command_line_reads_a_diff_s_metadata_in_a_child_first(tmp_path):
+    from mdiff.checkpoints import save_checkpoint
+
+    base = tmp_path / "base.safetensors"
+    save_checkpoint(base, {})
+    out = tmp_path / "out.safetensors"
+    run = subprocess.run([sys.executable, "-m", "mdiff", "apply", str(base), str(LIBHDF5_CRASH), "-o", str(out), "--json", "-q"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0 and run.returncode > 0  # an exit code, not a signal
+    assert "MD515" in run.stderr + run.stdout and not out.exists()

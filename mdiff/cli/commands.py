@@ -233,6 +233,9 @@ def add_apply(sub) -> None:
     p.add_argument("diff", metavar="DIFF")
     p.add_argument("-o", "--output", required=True, metavar="OUT")
     add_safety_options(p, isolate_default=False)
+    p.add_argument("--no-isolation", dest="preflight", action="store_false",
+                   help="skip reading DIFF's metadata in a child process first (by default a libhdf5 crash "
+                        "on a crafted file is caught there and becomes MD515)")
     p.add_argument("--engine", choices=ENGINES, default=None,
                    help="onnx: the normative ONNX functions on onnxruntime; numpy: their proven-equal twin; "
                         "auto (default): the faster of the two for each update type")
@@ -257,7 +260,8 @@ def run_apply(args) -> int:
 def apply_maybe_isolated(args, bar) -> int:
     work = (args.base, args.diff, args.output, None if args.isolate else bar, limits_of(args), args.engine)
     if not args.isolate:
-        return mdiff.apply_files(*work)
+        preflight = Isolation(args.timeout, args.memory) if args.preflight else None
+        return mdiff.apply_files(*work, isolation=preflight)
     try:
         return run_isolated(mdiff.apply_files, *work, limits=isolation_of(args))
     except IsolationFailure as failure:

@@ -18,6 +18,7 @@ from mdiff.format.limits import DEFAULT_LIMITS, Limits
 from mdiff.format.parameters import Parameter, parse_parameters
 from mdiff.format.structure import inspect_structure
 from mdiff.format.update_types import parse_update_types
+from mdiff.isolation import Isolation, IsolationFailure, run_isolated
 from mdiff.updates import REGISTRY
 from mdiff.updates.base import Update
 
@@ -119,5 +120,20 @@ class DiffFile(Mapping[str, Update]):
         self.close()
 
 
-def open_diff(path, limits: Limits = DEFAULT_LIMITS) -> DiffFile:
+def open_diff(path, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None = None) -> DiffFile:
+    """Open a .mdiff file. With ``isolation``, its metadata is first read in full (the structure walk,
+    every parameter's checks) by a forked child with those time and memory limits: a crash or hang of
+    libhdf5 on a crafted file then becomes MD515 here (§8.5), and an error of the file is raised
+    without this process having parsed it. Data read later goes through the chunk map the walk made
+    (storage.py) wherever it can, so libhdf5 parses in this process what it parsed in the child."""
+    if isolation is not None:
+        try:
+            run_isolated(_metadata_only, path, limits, limits=isolation)
+        except IsolationFailure as failure:
+            raise InvalidFileError("MD515", f"reading the metadata in an isolated child: {failure.reason}",
+                                   os.fspath(path)) from None
     return DiffFile(path, limits)
+
+
+def _metadata_only(path, limits: Limits) -> None:
+    DiffFile(path, limits).close()
