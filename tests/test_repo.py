@@ -398,3 +398,20 @@ def test_fsck_reports_a_snapshot_checkouts_would_ignore(repo):
     findings = repo.fsck()
     assert [(f.code, Path(f.path).name) for f in findings] == [("MD303", f"{made[7][0]}.mdiff")]
     assert "checkouts ignore this snapshot" in findings[0].message
+
+
+def test_a_missing_first_parent_and_padded_refs_are_md801(repo):
+    from mdiff.repo.history import resolve
+
+    made = _sparse_chain(repo, 2)
+    repo.commit_path(made[1][0]).unlink()
+    for action in (lambda: repo.checkout("HEAD"), lambda: resolve(repo, "HEAD~2")):
+        with pytest.raises(RepositoryError) as info:
+            action()
+        assert info.value.code == "MD801" and made[1][0][:12] in info.value.message
+    ref = repo.dir / "refs" / "heads" / "main"
+    for text in (f" {made[2][0]}\n", f"{made[2][0]}\n\n", f"{made[2][0]}"):
+        ref.write_text(text)
+        with pytest.raises(RepositoryError) as info:
+            repo.head()
+        assert info.value.code == "MD801"

@@ -31,6 +31,7 @@ from mdiff.updates.base import Update, verify_all
 REPO_DIR = ".mdiff"
 FORMAT_LINE = "mdiff-repository 1\n"
 COMMIT_ID = re.compile(r"[0-9a-f]{64}")
+_ID_LINE = re.compile(r"[0-9a-f]{64}\n")  # a ref or detached HEAD: the id and one newline, nothing else (§13.1)
 BRANCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
 Progress = Callable[[str, int, int], None]
 SNAPSHOT_MIN_COMMITS = 8  # dense commits are each about a model's size: not a snapshot per commit
@@ -129,8 +130,8 @@ class Repository:
         m = re.fullmatch(r"ref: refs/heads/(\S+)\n", text)
         if m and valid_branch(m.group(1)):
             return m.group(1), self.branch_target(m.group(1))
-        if COMMIT_ID.fullmatch(text.strip()) and text.endswith("\n"):
-            return None, self._existing(text.strip(), "HEAD")
+        if _ID_LINE.fullmatch(text):
+            return None, self._existing(text[:-1], "HEAD")
         raise RepositoryError("MD801", f"HEAD is malformed: {text[:80]!r}")
 
     def branches(self) -> dict[str, str]:
@@ -147,9 +148,9 @@ class Repository:
         if not path.exists():
             return None
         text = path.read_text(encoding="utf-8")
-        if not (COMMIT_ID.fullmatch(text.strip()) and text.endswith("\n")):
+        if not _ID_LINE.fullmatch(text):
             raise RepositoryError("MD801", f"ref {branch!r} is malformed: {text[:80]!r}")
-        return self._existing(text.strip(), f"branch {branch!r}")
+        return self._existing(text[:-1], f"branch {branch!r}")
 
     def _existing(self, commit_id: str, what: str) -> str:
         if not self.commit_path(commit_id).exists():
@@ -193,6 +194,7 @@ class Repository:
         return self._commit_facts(commit_id)[0]
 
     def _commit_facts(self, commit_id: str) -> tuple[tuple[str, ...], int]:
+        self._existing(commit_id, "a commit's parent list")  # even when known: the file may have gone since
         if commit_id not in self._facts:
             with open_diff(self.commit_path(commit_id)) as diff:
                 self._remember(commit_id, diff)
@@ -223,7 +225,8 @@ class Repository:
         return commit_id
 
     def verify(self, commit_id: str) -> None:
-        """MD800: the commit file's bytes still hash to its name."""
+        """MD800: the commit file's bytes still hash to its name (MD801 when there is no such file)."""
+        self._existing(commit_id, "a commit's parent list")
         got = file_sha256(self.commit_path(commit_id))
         if got != commit_id:
             raise RepositoryError("MD800", f"commit file {commit_id[:12]} is corrupt: its bytes hash to {got[:12]}")
