@@ -2,6 +2,8 @@
 
 - the generator reproduces the committed bytes (``--check``);
 - every rule code has a case, or a reason in the manifest why not;
+- the repository cases (SPEC.md §13) hold what they claim: a merge commit, branches, every form of
+  revision, MD800-MD802;
 - the reference passes every case (in process, through its command line ``main``; and a few cases
   through the real command line, as separate processes);
 - mdiff-js passes every case it claims (needs node and tools/mdiff-js/node_modules);
@@ -67,6 +69,12 @@ def test_manifest_families_files_and_sizes():
     families = {}
     for case in MANIFEST.cases:
         families[case.family] = families.get(case.family, 0) + 1
+        if case.is_repository:
+            assert (case.path("repository") / ".mdiff").is_dir(), case.id
+            for r in case.expect["revisions"]:
+                for rel in [r.get("result"), (r.get("tolerance") or {}).get("bounds")]:
+                    assert rel is None or (CORPUS / rel).is_file(), (case.id, r)
+            continue
         for key, rel in case.files.items():
             assert (CORPUS / rel).is_file(), (case.id, key, rel)
         if case.expect["apply"] == "result":
@@ -81,9 +89,9 @@ def test_manifest_families_files_and_sizes():
                 continue  # the manifest (an index) and the hand-written parts
             assert path.stat().st_size < 64 * 1024, path
     assert total < 5 * 1024 * 1024, total
-    # every feature a case needs is explained; blocked work is recorded
+    # every feature a case needs is explained; nothing waits for a feature any more
     assert all(MANIFEST.features[f] for c in MANIFEST.cases for f in c.features)
-    assert MANIFEST.blocked and all(b.get("reason") for b in MANIFEST.blocked)
+    assert not MANIFEST.blocked and "blocked" not in MANIFEST.raw
 
 
 def test_every_rule_code_has_a_case_or_a_reason():
@@ -101,6 +109,58 @@ def test_every_rule_code_has_a_case_or_a_reason():
         assert code in RULES, code
     warnings = {c for c, r in RULES.items() if r.severity == "warning"}
     assert warnings <= covered
+    repository_codes = {c for c, r in RULES.items() if r.section.startswith("13.")}
+    assert {"MD800", "MD801", "MD802"} <= covered
+    assert repository_codes - covered == {"MD803", "MD804"} <= set(MANIFEST.not_applicable)
+
+
+def _commit_parents(path: Path) -> list[str]:
+    import mdiff
+
+    with mdiff.open(path) as diff:
+        return list(diff.commit.parents)
+
+
+def test_the_repository_cases_cover_section_13():
+    """The valid repository: a root, a merge commit with two parents, branches with and without a
+    `/`, a snapshot, ignored temporary files; every commit checked out, by every form of revision;
+    each commit file hashes to its name and names the parents the manifest says."""
+    import hashlib
+
+    case = MANIFEST.case("repository-branch-merge")
+    assert case.features == ("repository",) and case.family == "valid"
+    dot = case.path("repository") / ".mdiff"
+    ids = {c["label"]: c["id"] for c in next(r for r in MANIFEST.raw["cases"] if r["id"] == case.id)["commits"]}
+    assert len(ids) == 8
+    for cid in ids.values():
+        assert hashlib.sha256((dot / "commits" / f"{cid}.mdiff").read_bytes()).hexdigest() == cid
+    assert _commit_parents(dot / "commits" / f"{ids['root']}.mdiff") == []
+    assert _commit_parents(dot / "commits" / f"{ids['merge']}.mdiff") == [ids["main-2"], ids["feature-2"]]
+    assert (dot / "refs" / "heads" / "exp" / "lora").read_text() == ids["lora-1"] + "\n"
+    assert (dot / "HEAD").read_text() == "ref: refs/heads/main\n"
+    assert (dot / "snapshots" / f"{ids['main-1']}.mdiff").is_file()
+    assert any(p.name.startswith(".") for p in (dot / "commits").iterdir())  # a stray temporary file
+    revisions = {r["revision"]: r for r in case.expect["revisions"]}
+    assert {r["commit"] for r in revisions.values()} == set(ids.values())  # every commit checked out
+    for cid in ids.values():
+        assert cid in revisions  # by its full id
+    forms = {"HEAD", "main", "main~0", "main^", "main~", "main~2", "main~2^", "main~4", "feature", "feature^",
+             "exp/lora", "exp/lora^"}
+    assert forms <= set(revisions)
+    assert revisions["main~2^"]["commit"] == ids["main-1"] and revisions["main^"]["commit"] == ids["merge"]
+    prefixes = [r for r in revisions if re.fullmatch(r"[0-9a-f]{4,63}(~\d*)?", r)]
+    assert prefixes and min(len(r.split("~")[0]) for r in prefixes) == 4
+    assert [r["revision"] for r in revisions.values() if r["tolerance"]] == ["exp/lora", ids["lora-1"]]
+    import mdiff
+
+    updates = set()
+    for cid in ids.values():
+        with mdiff.open(dot / "commits" / f"{cid}.mdiff") as diff:
+            updates |= {u.type for u in diff.values()}
+    assert updates == {"dense", "sparse", "replace", "delete", "low_rank"}
+    refused = {c.id: c for c in MANIFEST.cases if c.is_repository and c.family == "invalid"}
+    assert {c.code for c in refused.values()} == {"MD800", "MD801", "MD802"}
+    assert len(refused) >= 12
 
 
 def test_the_valid_family_covers_the_matrix():
@@ -136,7 +196,7 @@ def test_reference_passes_every_case_in_process():
 # A valid file with a low_rank tolerance, a file that is not HDF5 (exit 2), a valid file whose base
 # does not fit (apply's code). Each costs two Python start-ups (over a second each, mostly `import
 # ml_dtypes`); every case goes through the same `main` in process above.
-CLI_CASES = ["low_rank-every-float-dtype", "MD100-not_hdf5", "MD600-base_lacks_dense_parameter"]
+CLI_CASES = ["low_rank-every-float-dtype", "MD100-not_hdf5", "MD600-base_lacks_dense_parameter", "MD801-head_malformed"]
 
 
 def test_reference_through_the_real_command_line():
@@ -180,7 +240,7 @@ def test_mdiff_js_passes_every_case_it_claims(batch):
     command, for the per-file exit statuses."""
     impl = CommandImplementation([NODE, str(JS_CLI)])
     claimed = impl.features()
-    assert claimed is not None and "embedded-update-types" not in claimed
+    assert claimed is not None and "embedded-update-types" not in claimed and "repository" in claimed
     select = None if batch else (lambda c: c.id in CLI_CASES or c.id in ("embedded-x-ia3", "MD303-root_member",
                                                                          "MD510-attribute_over_limit"))
     results = run_cases(impl, MANIFEST, select=select, jobs=2, claimed=claimed, batch=batch)
@@ -200,10 +260,15 @@ def test_h5dump_reads_every_valid_fixture():
     for case in MANIFEST.cases:
         if case.family != "valid":
             continue
-        p = subprocess.run([H5DUMP, str(case.path("diff"))], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                           timeout=60)
-        if p.returncode != 0:
-            failures.append(f"{case.id}: {p.stderr.decode(errors='replace')[:300]}")
+        if case.is_repository:  # every commit and snapshot file
+            dot = case.path("repository") / ".mdiff"
+            files = sorted((dot / "commits").glob("[0-9a-f]*.mdiff")) + sorted((dot / "snapshots").glob("*.mdiff"))
+        else:
+            files = [case.path("diff")]
+        for path in files:
+            p = subprocess.run([H5DUMP, str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
+            if p.returncode != 0:
+                failures.append(f"{case.id} {path.name}: {p.stderr.decode(errors='replace')[:300]}")
     assert not failures, "\n".join(failures)
 
 
@@ -254,3 +319,50 @@ def test_compare_is_bit_exact_and_bounds_low_rank():
     assert compare_states({"x": np.array([0.0, 1.0, 5.0], np.float32)}, {"x": a}, {"x": bounds}) != []  # not NaN
     bf = np.array([1.0, np.inf], ml_dtypes.bfloat16)
     assert within_bounds(bf, np.array([[1.0, 1.0], [1.0, np.inf]])).all()
+
+
+def test_runner_catches_wrong_checkouts():
+    """A checkout of the wrong commit, a state with a flipped bit, a refusal with another code, a
+    checkout that should have been refused: each fails its case."""
+    import json
+
+    from mdiff.cli.main import main
+
+    valid = MANIFEST.case("repository-detached-head")
+    refused = MANIFEST.case("MD802-merge_made_against_second_parent")
+
+    def run(argv, rev=None, after=None):
+        if argv[0] == "checkout" and rev is not None:
+            argv = ["checkout", rev(argv[1]), *argv[2:]]
+        code = main(argv)
+        if after:
+            after(argv)
+        return code
+
+    def impl(**kw):
+        return InProcessImplementation(lambda argv: run(argv, **kw), "wrong")
+
+    wrong_commit = run_case(impl(rev=lambda r: r + "^" if r == "HEAD" else r), valid, claimed=None)
+    assert wrong_commit.status == "fail" and any("says it checked out commit" in p for p in wrong_commit.problems)
+
+    def flip(argv):
+        out = Path(argv[argv.index("-o") + 1])
+        if out.exists():
+            data = bytearray(out.read_bytes())
+            data[-1] ^= 1
+            out.write_bytes(bytes(data))
+
+    flipped = run_case(impl(after=flip), valid, claimed=None)
+    assert flipped.status == "fail" and any("bit for bit" in p for p in flipped.problems)
+
+    def other_code(argv):
+        print(json.dumps({"error": {"code": "MD602"}}))
+        return 1
+
+    assert run_case(InProcessImplementation(lambda argv: other_code(argv), "MD602"), refused, claimed=None).problems
+    second_parent = run_case(impl(rev=lambda r: "side"), refused, claimed=None)  # side: a state exists
+    assert second_parent.status == "fail" and any("must refuse" in p for p in second_parent.problems)
+    assert run_case(reference_in_process(), valid, claimed=None).passed
+    assert run_case(reference_in_process(), refused, claimed=None).passed
+    skipped = run_case(reference_in_process(), valid, claimed=frozenset())
+    assert skipped.status == "skip" and "repository" in skipped.reason

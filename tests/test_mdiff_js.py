@@ -13,6 +13,7 @@ import math
 import shutil
 import struct
 import subprocess
+import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -421,6 +422,12 @@ def _bool_two(f):
     f["parameters/flag/value"][0] = 2
 
 
+def _overflow(obj, name, old, new):
+    text = bytes(obj.attrs[name]).rstrip(b"\0").decode()
+    assert old in text, text
+    set_str_attr(obj, name, text.replace(old, new, 1))
+
+
 def _replace_corrupt(f):
     f["parameters/flag/value"][0] = 1
 
@@ -440,6 +447,9 @@ BROKEN = {
     "bool_value_2": (_bool_two, {"MD409", "MD410"}),
     "replace_corrupt": (_replace_corrupt, {"MD410"}),
     "no_parameters": (lambda f: f.__delitem__("parameters"), {"MD300"}),
+    # SPEC.md §4.1: a number that rounds to infinity in binary64 is an error of the JSON, like Infinity
+    "update_number_overflows": (lambda f: _overflow(f["parameters/lr"], "update", '"scale":1', '"scale":1e400'), {"MD401"}),
+    "commit_number_overflows": (lambda f: _overflow(f, "commit", '"message":"small"', '"message":-1e400'), {"MD201"}),
 }
 
 
@@ -569,3 +579,72 @@ def test_reference_rule_corpus(tmp_path):
         if r["findings"]:
             failures.append(("valid", path, r["findings"]))
     assert not failures, failures
+
+
+# ---------------------------------------------------------------------------------------------
+# repositories (SPEC.md §13): `mdiff-js checkout`; the conformance corpus's repository cases run in
+# tests/test_conformance.py, these are the edges a corpus of files at rest does not reach
+
+
+CORPUS_REPO = ROOT / "conformance" / "valid" / "repository-branch-merge"
+
+
+def _corpus_repo(tmp_path) -> tuple[Path, dict]:
+    repo = tmp_path / "repo"
+    shutil.copytree(CORPUS_REPO / "repo", repo)
+    manifest = json.loads((ROOT / "conformance" / "manifest.json").read_text())
+    case = next(c for c in manifest["cases"] if c["id"] == "repository-branch-merge")
+    return repo, {c["label"]: c["id"] for c in case["commits"]}
+
+
+def js_checkout(repo: Path, rev: str, out: Path):
+    rc, report, p = run_js("checkout", rev, "-o", str(out), "-C", str(repo), "--json")
+    assert report is not None, p.stderr
+    return rc, report
+
+
+def test_checkout_starts_at_the_snapshot(tmp_path):
+    """Without the root commit's file, main-1 and its descendants still check out from main-1's
+    snapshot (§13.5); the root itself now names a missing commit (MD801)."""
+    repo, ids = _corpus_repo(tmp_path)
+    (repo / ".mdiff" / "commits" / f"{ids['root']}.mdiff").unlink()
+    out = tmp_path / "main.safetensors"
+    rc, report = js_checkout(repo, "main", out)
+    assert rc == 0 and report["commit"] == ids["main-3"]
+    assert load_safetensors(out) == load_safetensors(CORPUS_REPO / "states" / "main-3.safetensors")
+    rc, report = js_checkout(repo, "main~4", tmp_path / "root.safetensors")
+    assert rc == 1 and report["error"]["code"] == "MD801" and "not in commits/" in report["error"]["message"]
+    assert not (tmp_path / "root.safetensors").exists()
+
+
+def test_checkout_ignores_an_unusable_snapshot(tmp_path):
+    """A snapshot is a shortcut (§13.5): one that is not a valid file is walked past."""
+    repo, ids = _corpus_repo(tmp_path)
+    (repo / ".mdiff" / "snapshots" / f"{ids['main-1']}.mdiff").write_bytes(b"not an HDF5 file")
+    out = tmp_path / "feature.safetensors"
+    rc, report = js_checkout(repo, "feature", out)
+    assert rc == 0 and report["commit"] == ids["feature-2"]
+    assert load_safetensors(out) == load_safetensors(CORPUS_REPO / "states" / "feature-2.safetensors")
+
+
+def test_checkout_revisions_like_the_reference(tmp_path):
+    """§13.3: a branch wins over a commit-id prefix of the same name; `~0`; HEAD on a branch without
+    commits names nothing; every answer as the reference's `mdiff checkout`."""
+    repo = mdiff.Repository.init(tmp_path / "r")
+    a = np.arange(6, dtype=np.float32)
+    root = repo.commit({"a": a}, "root", author="T <t@example.org>", date="2026-01-01T00:00:00Z")
+    second = repo.commit({"a": a * 2}, "second", author="T <t@example.org>", date="2026-01-01T00:00:01Z")
+    repo.set_branch(root[:4], second)  # a branch named like the root's 4-digit prefix
+    for rev, want in [(root[:4], second), (root[:5], root), ("main~0", second), ("main~1", root)]:
+        out = tmp_path / "out.safetensors"
+        rc, report = js_checkout(repo.root, rev, out)
+        assert rc == 0 and report["commit"] == want, (rev, report)
+        ref = subprocess.run([sys.executable, "-m", "mdiff.cli.main", "checkout", rev, "-o", str(tmp_path / "ref.safetensors"),
+                              "-C", str(repo.root), "--json", "-q"], capture_output=True, text=True)
+        assert json.loads(ref.stdout)["commit"] == want, (rev, ref.stdout, ref.stderr)
+        assert load_safetensors(out) == load_safetensors(tmp_path / "ref.safetensors")
+    repo.set_head(branch="unborn")
+    rc, report = js_checkout(repo.root, "HEAD", tmp_path / "none.safetensors")
+    assert rc == 1 and report["error"]["code"] == "MD801"
+    rc, report = js_checkout(tmp_path, "HEAD", tmp_path / "none.safetensors")  # no .mdiff/ there
+    assert rc == 1 and report["error"]["code"] == "MD801"

@@ -20,7 +20,10 @@ HDF5 library (through h5py): regenerate with the versions the test suite pins.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import filecmp
+import io
 import hashlib
 import json
 import math
@@ -31,6 +34,7 @@ import tempfile
 from fractions import Fraction
 from pathlib import Path
 from typing import Callable
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -44,6 +48,7 @@ from mdiff.checkpoints import load_checkpoint, save_checkpoint  # noqa: E402
 from mdiff.format.attributes import write_string  # noqa: E402
 from mdiff.format.dtypes import DTYPES  # noqa: E402
 from mdiff.format.rules import RULES  # noqa: E402
+from mdiff.repo import Repository  # noqa: E402
 from tests import ia3  # noqa: E402
 from tests import invalid_files as inv  # noqa: E402
 
@@ -71,6 +76,9 @@ FEATURES = {
                            "pass `--limit NAME=N` to validate and apply",
     "checkpoint-rule-codes": "SPEC.md §10: other implementations MAY report checkpoint problems with "
                              "MD700-MD703; these cases expect apply to name the code",
+    "repository": "SPEC.md §13: reading a repository (.mdiff/format, HEAD, refs, commits, snapshots), resolving "
+                  "revisions and reconstructing the state at a commit; these cases run the optional contract "
+                  "command `checkout REVISION -o OUT -C REPO_DIR --json`",
 }
 
 LIMITS_DOC = {
@@ -98,17 +106,11 @@ NOT_APPLICABLE = {
              "reader, §8.5), not a rule a file breaks: no file makes every conforming reader report it",
     "MD700": "which checkpoint formats an implementation reads is its own choice; the corpus uses "
              ".safetensors, the interchange format every implementation must read",
+    "MD803": "SPEC.md §13.6: the lock is held by a running writer (POSIX flock on .mdiff/lock), which files at rest "
+             "cannot hold; and the contract's only repository command, checkout, reads and takes no lock",
+    "MD804": "SPEC.md §13.7: merge conflicts arise when a merge commit is written; the contract's only repository "
+             "command, checkout, reads merge commits (the repository-branch-merge case) and writes none",
 }
-
-BLOCKED = [
-    {
-        "what": "repository case: a branch and a merge replayed from a repository (a commit chain, a merge "
-                "commit with two parents, the merged state)",
-        "section": "13",
-        "reason": "blocked on the repository feature (SPEC.md §13, mdiff/repo/), which is still being built, "
-                  "and on a command-line contract for repository commands; MD800-MD804 wait for it too",
-    },
-]
 
 # tests/invalid_files.py cases that are attacks on a reader rather than mistakes of a writer
 HOSTILE_CASES = {
@@ -331,6 +333,15 @@ def raw_state(state: dict[str, np.ndarray]) -> dict[str, tuple[str, list, bytes]
     return {k: (ST_TAGS[dtype_of(v).name], list(v.shape), v.tobytes()) for k, v in state.items()}
 
 
+def uses_embedded_types(path: Path) -> bool:
+    """The file defines update types of its own (§7.8): a root member `update_types`."""
+    try:
+        with h5py.File(path, "r") as f:
+            return "update_types" in f
+    except Exception:  # not HDF5, or too broken to tell: no
+        return False
+
+
 # ---------------------------------------------------------------- the corpus builder
 
 
@@ -419,6 +430,8 @@ class Corpus:
         d = self.case_dir(family, case_id)
         diff_path = d / "diff.mdiff"
         write(diff_path)
+        if uses_embedded_types(diff_path):  # whatever its rule, a reader without §7.8 cannot reach it
+            features = {*features, "embedded-update-types"}
         case = {"id": case_id, "family": family, "section": section, "description": description,
                 "files": {"diff": self.rel(diff_path), "base": base},
                 "expect": {"validate": "not-hdf5" if code == "MD100" else "invalid", "code": code, "apply": "refuse"}}
@@ -452,16 +465,54 @@ class Corpus:
             case["features"] = sorted(features)
         self.add(case)
 
+    # ------------------------------------------------------------ repository cases (§13)
+
+    def repository_case(self, case_id: str, family: str, section: str, description: str, repo_dir: Path,
+                        revisions: list[tuple[str, str | None]], ids: dict[str, str] | None = None,
+                        what: dict[str, str] | None = None, states: dict[str, Path] | None = None,
+                        bounds: dict[str, Path] | None = None, code: str | None = None) -> None:
+        """A repository and the revisions to check out: each giving a state (``family`` valid: the
+        revision's label names the commit in ``ids`` and its state file) or refused with ``code``.
+        Every expectation is checked here against the reference's command line."""
+        bounds = bounds or {}
+        entries = []
+        with tempfile.TemporaryDirectory(prefix="mdiff-conf-checkout-") as tmp:
+            for i, (rev, label) in enumerate(revisions):
+                out = Path(tmp) / f"{i}.safetensors"
+                status, report = reference_checkout(repo_dir, rev, out)
+                if code:
+                    assert status != 0 and report["error"]["code"] == code and not out.exists(), (case_id, rev, report)
+                    entries.append({"revision": rev})
+                    continue
+                assert status == 0 and report["commit"] == ids[label], (case_id, rev, report)
+                got, want = load_checkpoint(out), load_checkpoint(states[label])
+                if label in bounds:
+                    b = load_checkpoint(bounds[label])
+                    assert all(within(got[k], b[k]).all() for k in b), (case_id, rev)
+                    got = {**got, **{k: want[k] for k in b}}
+                assert same_state(got, want), (case_id, rev)
+                tolerance = None
+                if label in bounds:
+                    tolerance = {"kind": "low_rank", "section": "7.5",
+                                 "parameters": sorted(load_checkpoint(bounds[label])), "bounds": self.rel(bounds[label])}
+                entries.append({"revision": rev, "commit": ids[label], "result": self.rel(states[label]),
+                                "tolerance": tolerance})
+        case = {"id": case_id, "family": family, "section": section, "description": description,
+                "files": {"repository": self.rel(repo_dir)}, "features": ["repository"]}
+        if ids:
+            case["commits"] = [{"label": label, "id": cid, "what": (what or {}).get(label, ""),
+                                "state": self.rel(states[label])} for label, cid in ids.items()]
+        case["expect"] = ({"checkout": "refuse", "code": code, "revisions": entries} if code
+                          else {"checkout": "result", "revisions": entries})
+        self.add(case)
+
     # ------------------------------------------------------------ the manifest
 
     def manifest(self) -> dict:
         covered = {c["expect"]["code"] for c in self.cases if "code" in c["expect"]}
         covered |= {w for c in self.cases for w in c["expect"].get("warnings", [])}
         not_applicable = dict(NOT_APPLICABLE)
-        for code, rule in RULES.items():
-            if rule.section.startswith("13.") and code not in covered:
-                not_applicable[code] = (f"SPEC.md §{rule.section}: a rule about a repository, not about one file "
-                                        "and its base; blocked, see `blocked`")
+        assert not covered & set(not_applicable), sorted(covered & set(not_applicable))
         missing = sorted(set(RULES) - covered - set(not_applicable))
         assert not missing, f"rule codes with no case and no reason: {missing}"
         return {
@@ -475,7 +526,6 @@ class Corpus:
             "limits": LIMITS_DOC,
             "tolerances": TOLERANCES,
             "not_applicable": dict(sorted(not_applicable.items())),
-            "blocked": BLOCKED,
             "cases": self.cases,
         }
 
@@ -483,12 +533,15 @@ class Corpus:
 # ---------------------------------------------------------------- the cases
 
 
+def rng_for(tag: str) -> np.random.Generator:
+    return np.random.default_rng(int.from_bytes(hashlib.sha256(tag.encode()).digest()[:4], "little"))
+
+
 def first_sentence(fn) -> str:
     return " ".join((fn.__doc__ or "").split()).split(". ")[0].rstrip(".")
 
 
 def build_valid(c: Corpus) -> None:
-    rng_for = lambda tag: np.random.default_rng(int.from_bytes(hashlib.sha256(tag.encode()).digest()[:4], "little"))
     shapes = {"v": (7,), "m": (3, 4)}
 
     # every update type x every dtype
@@ -796,9 +849,28 @@ def build_invalid(c: Corpus) -> None:
             assert old in text
             write_string(g, "update", text.replace(old, new))
 
-    c.invalid("MD407-shape_beyond_64_bits", "hostile", "MD407", "7.1", "a dimension of 2^64 + 4 (an integer the "
-              "schema allows) with a dataset of shape [2, 4]: no 64-bit wrap-around may make them agree",
+    c.invalid("MD508-shape_beyond_64_bits", "hostile", "MD508", "8.3", "a declared dimension of 2^64 + 4 (an integer "
+              "the schema allows) with a dataset of shape [2, 4]: over the element limit, which keeps any 64-bit "
+              "wrap-around from making them agree",
               lambda path: update_text(path, '"shape":[2,4]', '"shape":[2,18446744073709551620]'), c.rules_base)
+
+    # §4.1: a number whose magnitude rounds to infinity is an error, like `Infinity`
+    def overflowing_number(path, where):
+        mdiff.write(path, {"w": inv._low_rank_update()}, commit("a number beyond binary64"))
+        with h5py.File(path, "r+") as f:
+            obj = f["parameters/w"] if where == "update" else f
+            text = bytes(obj.attrs[where]).rstrip(b"\0").decode("utf-8")
+            old, new = ('"scale":0.5', '"scale":1e400') if where == "update" else \
+                ('"message":"a number beyond binary64"', '"message":1e400')
+            assert old in text
+            write_string(obj, where, text.replace(old, new))
+
+    c.invalid("MD401-update_number_overflows", "invalid", "MD401", "4.1", "MD401: a low_rank update whose `scale` "
+              "is 1e400, a JSON number whose magnitude rounds to infinity in binary64: an error like `Infinity` (§4.1), "
+              "not a number the schema refuses", lambda path: overflowing_number(path, "update"), c.rules_base)
+    c.invalid("MD201-commit_number_overflows", "invalid", "MD201", "4.1", "MD201: `commit` holds the number 1e400 "
+              "(its `message`), which rounds to infinity in binary64: an error like `Infinity` (§4.1)",
+              lambda path: overflowing_number(path, "commit"), c.rules_base)
 
     # apply-time rules: a valid file, a base that does not fit (§9.2, §9.3)
     state = inv.base_state()
@@ -867,6 +939,338 @@ def build_invalid(c: Corpus) -> None:
                     c.rules_base, features=feats)
 
 
+# ---------------------------------------------------------------- repositories (SPEC.md §13)
+
+REPO_AUTHOR = "Conformance <conformance@example.org>"
+
+
+@contextlib.contextmanager
+def pinned_writer():
+    """mdiff's repository API stamps its commits (and snapshots) with writer {"name": "mdiff", "version":
+    mdiff.__version__}: pin the version, so that the bytes, and with them the commit ids, do not change
+    with mdiff's version."""
+    with mock.patch.object(mdiff, "__version__", "conformance"):
+        yield
+
+
+def repo_date(i: int) -> str:
+    return f"2026-01-02T00:{i // 60:02d}:{i % 60:02d}Z"
+
+
+def reference_checkout(repo_dir: Path, revision: str, out: Path) -> tuple[int, dict]:
+    """The reference's command line on the contract's checkout command: (exit status, its JSON)."""
+    from mdiff.cli.main import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
+        status = main(["checkout", revision, "-o", str(out), "-C", str(repo_dir), "--json", "-q"])
+    return status, json.loads(buf.getvalue())
+
+
+def same_state(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    from mdiff.format.dtypes import dtype_of
+
+    return set(a) == set(b) and all(
+        a[k].shape == b[k].shape and dtype_of(a[k]) == dtype_of(b[k])
+        and np.ascontiguousarray(a[k]).tobytes() == np.ascontiguousarray(b[k]).tobytes() for k in a)
+
+
+def _commit_explicit(repo: Repository, branch: str, old: dict, explicit: dict, message: str, when: int):
+    """A commit on ``branch`` made with the reference API, every update given explicitly (so each has the
+    type the case wants); returns (id, new state)."""
+    new = dict(old)
+    for name, update in explicit.items():  # the new value (unused by the commit: every change is explicit)
+        value = update.apply(old.get(name), name)
+        if value is None:
+            del new[name]
+        else:
+            new[name] = value
+    repo.set_head(branch=branch)
+    cid = repo.commit(new, message, author=REPO_AUTHOR, date=repo_date(when), explicit=explicit)
+    return cid, new
+
+
+def build_repositories(c: Corpus) -> None:
+    with pinned_writer():
+        branch_merge_repository(c)
+        detached_head_repository(c)
+        refused_repositories(c)
+
+
+def branch_merge_repository(c: Corpus) -> None:
+    """Two branches off `main` (one with a `/` in its name), a merge, a snapshot; every update type."""
+    case_id = "repository-branch-merge"
+    d = c.case_dir("valid", case_id)
+    repo = Repository.init(d / "repo")
+    rng = rng_for(case_id)
+    ids: dict[str, str] = {}
+    states: dict[str, dict[str, np.ndarray]] = {}
+    what: dict[str, str] = {}
+
+    def step(label, branch, old, updates, message, when, new=None):
+        ids[label], state = _commit_explicit(repo, branch, states[old] if old else {}, updates, message, when)
+        states[label] = state if new is None else new
+        what[label] = message
+
+    root = {"embed": floats(rng, "float32", (4, 3)), "bias": floats(rng, "float16", (3,)),
+            "norm": floats(rng, "float64", (3,)), "steps": np.array(100, np.int64),
+            "mask": np.array([True, False, True, True, False]), "old": np.arange(4, dtype=np.int8)}
+    step("root", "main", None, {k: mdiff.replace(v) for k, v in root.items()},
+         "root: six parameters (replace)", 0, root)
+
+    def moved(state, name, scale=0.5, where=None):
+        v = state[name]
+        delta = floats(rng, "float64", v.shape, scale)
+        if where is not None:
+            delta = np.where(np.isin(np.arange(v.size).reshape(v.shape), where), delta, 0.0)
+        return (v.astype(np.float64) + delta).astype(v.dtype)
+
+    r = states["root"]
+    new_embed, new_bias = moved(r, "embed"), moved(r, "bias", where=[1])
+    step("main-1", "main", "root", {"embed": mdiff.dense(r["embed"], new_embed), "bias": mdiff.sparse(r["bias"], new_bias)},
+         "main-1: embed dense, bias sparse", 1, {**r, "embed": new_embed, "bias": new_bias})
+    repo.set_branch("feature", ids["main-1"])
+    repo.set_branch("exp/lora", ids["main-1"])
+
+    a = states["main-1"]
+    head = np.array([[1.5, -2.0], [0.25, 3.0]], NP["bfloat16"])
+    new_embed = moved(a, "embed", where=[2, 7])
+    step("main-2", "main", "main-1", {"steps": mdiff.replace(np.array(200, np.int64)), "old": mdiff.delete(a["old"]),
+                                       "head": mdiff.replace(head), "embed": mdiff.sparse(a["embed"], new_embed)},
+         "main-2: steps replaced, old deleted, head added, embed sparse", 2,
+         {**{k: v for k, v in a.items() if k != "old"}, "steps": np.array(200, np.int64), "head": head,
+          "embed": new_embed})
+
+    new_embed, new_mask = moved(a, "embed"), a["mask"] ^ np.array([False, True, False, False, True])
+    adapter = np.array([0.5, -0.75], np.float32)
+    step("feature-1", "feature", "main-1", {"embed": mdiff.dense(a["embed"], new_embed), "adapter": mdiff.replace(adapter),
+                                             "mask": mdiff.sparse(a["mask"], new_mask)},
+         "feature-1: embed dense, adapter added, mask sparse (bool)", 3,
+         {**a, "embed": new_embed, "adapter": adapter, "mask": new_mask})
+    f1 = states["feature-1"]
+    new_bias, new_norm = moved(f1, "bias"), moved(f1, "norm", where=[0])
+    step("feature-2", "feature", "feature-1", {"bias": mdiff.dense(f1["bias"], new_bias),
+                                                "norm": mdiff.sparse(f1["norm"], new_norm)},
+         "feature-2: bias dense, norm sparse", 4, {**f1, "bias": new_bias, "norm": new_norm})
+
+    repo.set_head(branch="main")
+    merge_id, conflicts = repo.merge("feature", "average", message="merge feature into main (average)",
+                                     author=REPO_AUTHOR, date=repo_date(5))
+    assert merge_id and not conflicts, conflicts
+    ids["merge"] = merge_id
+    what["merge"] = "merge of feature into main (strategy average, §13.7): parents main-2, feature-2"
+    assert repo.parents(merge_id) == (ids["main-2"], ids["feature-2"])
+    states["merge"] = repo.checkout(merge_id)
+    ours, theirs = states["main-2"], states["feature-2"]
+    assert same_state(states["merge"], {  # §13.7, by hand
+        "embed": (0.5 * ours["embed"].astype(np.float64) + 0.5 * theirs["embed"].astype(np.float64)).astype(np.float32),
+        "bias": (0.5 * ours["bias"].astype(np.float64) + 0.5 * theirs["bias"].astype(np.float64)).astype(np.float16),
+        "norm": 0.5 * ours["norm"] + 0.5 * theirs["norm"], "steps": ours["steps"], "mask": theirs["mask"],
+        "head": ours["head"], "adapter": theirs["adapter"]})
+
+    m = states["merge"]
+    new_embed, new_norm = moved(m, "embed", where=[5]), floats(rng, "float64", (3,))
+    step("main-3", "main", "merge", {"embed": mdiff.sparse(m["embed"], new_embed), "norm": mdiff.replace(new_norm)},
+         "main-3: after the merge, embed sparse, norm replaced", 6, {**m, "embed": new_embed, "norm": new_norm})
+
+    # exp/lora: a low_rank update (§7.5; compared within its bound)
+    A = np.array([[1.0], [-2.0], [0.5], [4.0]], np.float32)
+    B = np.array([[0.25, -1.0, 2.0]], np.float32)
+    step("lora-1", "exp/lora", "main-1", {"embed": mdiff.low_rank(A, B, (4, 3), DTYPES["float32"], 0.5)},
+         "lora-1 (branch exp/lora): embed low_rank, rank 1", 7)
+    exact, lora_bounds = low_rank_exact(a["embed"], A, B, 0.5, "float32")
+    states["lora-1"] = {**a, "embed": exact}
+
+    repo.set_head(branch="main")
+    repo.snapshot(ids["main-1"])  # checkouts of every commit but the root may start there (§13.5)
+    # what an interrupted writer leaves behind; readers ignore files starting with '.' (§13.1)
+    (repo.dir / "commits" / ".commit.q7x2k9.mdiff").write_bytes(b"a partial commit file\n")
+    (repo.dir / "refs" / "heads" / ".main.a81f.tmp").write_text("not a ref\n", encoding="utf-8")
+
+    # the reference's checkout of every commit is the state committed
+    for label, cid in ids.items():
+        got = repo.checkout(cid)
+        if label == "lora-1":
+            assert within(got["embed"], lora_bounds).all()
+            assert same_state({k: v for k, v in got.items() if k != "embed"},
+                              {k: v for k, v in states[label].items() if k != "embed"})
+        else:
+            assert same_state(got, states[label]), label
+
+    (d / "states").mkdir()
+    for label, state in states.items():
+        save_checkpoint(d / "states" / f"{label}.safetensors", state)
+    save_checkpoint(d / "states" / "lora-1.bounds.safetensors", {"embed": lora_bounds})
+
+    def unique_prefix(cid: str) -> str:
+        n = 4
+        while sum(other.startswith(cid[:n]) for other in repo.commit_ids()) > 1:
+            n += 1
+        return cid[:n]
+
+    revisions = [("HEAD", "main-3"), ("main", "main-3"), ("main~0", "main-3"), ("main^", "merge"), ("main~", "merge"),
+                 ("main~2", "main-2"), ("main~2^", "main-1"), ("main~4", "root"), ("feature", "feature-2"),
+                 ("feature^", "feature-1"), ("feature~2", "main-1"), ("exp/lora", "lora-1"), ("exp/lora^", "main-1")]
+    revisions += [(cid, label) for label, cid in ids.items()]
+    revisions += [(unique_prefix(ids["merge"]), "merge"), (ids["root"][:10], "root"),
+                  (unique_prefix(ids["feature-2"]) + "~1", "feature-1")]
+    c.repository_case(case_id, "valid", "13.4", "a repository: root, three commits on main, a branch `feature` "
+                      "(two commits) merged into main (a merge commit with two parents, made by the reference's "
+                      "merge, strategy average), a branch `exp/lora` (a low_rank commit), a snapshot of main-1 (§13.5), "
+                      "and temporary files a reader ignores; every update type. The state at each commit, checked out "
+                      "by branch, HEAD, ~N, ^, full id and prefix", d / "repo", revisions=revisions, ids=ids,
+                      what=what, states={k: d / "states" / f"{k}.safetensors" for k in states},
+                      bounds={"lora-1": d / "states" / "lora-1.bounds.safetensors"})
+
+
+def small_repository(path: Path, detach: bool = False):
+    """root (w float32 [2, 4] and c int32 [3], replaced), k1 (w dense), k2 (c sparse) on main."""
+    repo = Repository.init(path)
+    ids, updates = {}, {}
+    root = {"w": inv.W.copy(), "c": np.array([7, -1, 3], np.int32)}
+    updates["root"] = {k: mdiff.replace(v) for k, v in root.items()}
+    ids["root"], s0 = _commit_explicit(repo, "main", {}, updates["root"], "root", 0)
+    updates["k1"] = {"w": mdiff.dense(inv.W, inv.W_NEW)}
+    ids["k1"], s1 = _commit_explicit(repo, "main", s0, updates["k1"], "k1: w dense", 1)
+    updates["k2"] = {"c": mdiff.sparse(root["c"], np.array([7, 5, 3], np.int32))}
+    ids["k2"], _ = _commit_explicit(repo, "main", s1, updates["k2"], "k2: c sparse", 2)
+    states = {"root": root, "k1": {**root, "w": inv.W_NEW.copy()},
+              "k2": {"w": inv.W_NEW.copy(), "c": np.array([7, 5, 3], np.int32)}}
+    return repo, ids, updates, states
+
+
+def detached_head_repository(c: Corpus) -> None:
+    case_id = "repository-detached-head"
+    d = c.case_dir("valid", case_id)
+    repo, ids, _, states = small_repository(d / "repo")
+    repo.set_head(commit_id=ids["k1"])
+    (d / "states").mkdir()
+    for label, state in states.items():
+        assert same_state(repo.checkout(ids[label]), state), label
+        save_checkpoint(d / "states" / f"{label}.safetensors", state)
+    c.repository_case(case_id, "valid", "13.1", "a detached HEAD (a commit id, not a branch): HEAD, HEAD^ and the "
+                      "branch main", d / "repo", revisions=[("HEAD", "k1"), ("HEAD^", "root"), ("main", "k2")], ids=ids,
+                      what={"root": "root: w, c (replace)", "k1": "k1: w dense", "k2": "k2: c sparse"},
+                      states={k: d / "states" / f"{k}.safetensors" for k in states})
+
+
+def refused_repositories(c: Corpus) -> None:
+    def case(case_id: str, code: str, description: str, edit, revisions, small: bool = True) -> None:
+        """``edit`` breaks a small repository (``small``) or makes its own; ``revisions`` (a list, or a
+        function of the small repository's ids) must each be refused with ``code``."""
+        d = c.case_dir("invalid", case_id)
+        ids: dict[str, str] = {}
+        if small:
+            repo, ids, updates, _ = small_repository(d / "repo")
+            edit(repo, ids, updates)
+        else:
+            edit(d / "repo")
+        revs = revisions(ids) if callable(revisions) else revisions
+        c.repository_case(case_id, "invalid", RULES[code].section, f"{code}: {description}", d / "repo",
+                          revisions=[(r, None) for r in revs], code=code)
+
+    def rewrite(repo, cid, updates):
+        """commits/<cid>.mdiff replaced by another valid commit: the same parents and updates, another message."""
+        meta = repo.metadata(cid)
+        mdiff.write(repo.commit_path(cid), updates, dataclasses.replace(meta, message=meta.message + " (rewritten)"))
+
+    case("MD800-commit_bytes_changed", "MD800", "the file of main's commit (k2) was replaced by another valid commit "
+         "file (same parents and updates, another message): its bytes no longer hash to its name",
+         lambda repo, ids, ups: rewrite(repo, ids["k2"], ups["k2"]), ["main", "HEAD"])
+    case("MD800-root_bytes_changed", "MD800", "the root commit's file was replaced by another valid commit file "
+         "(another message); every checkout of main walks through it",
+         lambda repo, ids, ups: rewrite(repo, ids["root"], ups["root"]), ["main", "main~2", "HEAD^"])
+
+    def write(path: Path, text: str):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text.encode("utf-8"))
+
+    missing = hashlib.sha256(b"a commit that is not in the repository").hexdigest()
+    case("MD801-head_malformed", "MD801", "HEAD holds `refs/heads/main` (without `ref: `)",
+         lambda repo, ids, ups: write(repo.dir / "HEAD", "refs/heads/main\n"), ["HEAD"])
+    case("MD801-ref_malformed", "MD801", "refs/heads/main holds the commit id in upper case; refs/heads/topic holds "
+         "an id without the final newline",
+         lambda repo, ids, ups: (write(repo.dir / "refs/heads/main", ids["k2"].upper() + "\n"),
+                                 write(repo.dir / "refs/heads/topic", ids["k1"])), ["main", "topic", "HEAD"])
+    case("MD801-ref_names_missing_commit", "MD801", "refs/heads/main names a well-formed commit id that is not in "
+         "commits/", lambda repo, ids, ups: write(repo.dir / "refs/heads/main", missing + "\n"), ["main", "HEAD"])
+    case("MD801-detached_head_names_missing_commit", "MD801", "HEAD is detached at a commit id that is not in commits/",
+         lambda repo, ids, ups: write(repo.dir / "HEAD", missing + "\n"), ["HEAD"])
+    case("MD801-first_parent_missing", "MD801", "the file of k1, the first parent of main's commit k2, is gone "
+         "from commits/: a checkout of main cannot walk past k2",
+         lambda repo, ids, ups: repo.commit_path(ids["k1"]).unlink(), ["main", "HEAD", "main~2"])
+    case("MD801-format_unknown", "MD801", ".mdiff/format says `mdiff-repository 2`",
+         lambda repo, ids, ups: write(repo.dir / "format", "mdiff-repository 2\n"), ["main", "HEAD"])
+
+    def no_match(ids):
+        return next(p for p in (f"{i:04x}" for i in range(1 << 16)) if not any(v.startswith(p) for v in ids.values()))
+
+    case("MD801-revision_names_nothing", "MD801", "revisions that name nothing: an unknown name, ~N and ^ past the "
+         "root, a prefix of 3 digits, a commit id in upper case, 65 digits, a 4-digit prefix of no commit, a ref's path",
+         lambda repo, ids, ups: None,
+         lambda ids: ["nosuch", "main~3", "HEAD^^^", ids["k1"][:3], ids["k1"].upper(), ids["k1"] + "0", no_match(ids),
+                      "refs/heads/main"])
+
+    shared: dict[str, str] = {}
+
+    def ambiguous(repo, ids, ups):
+        """Root commits without parameters, written until two commit ids share their first 4 digits."""
+        seen = {v[:4]: v for v in repo.commit_ids()}
+        with tempfile.TemporaryDirectory(prefix="mdiff-conf-ambiguous-") as tmp:
+            for i in range(1 << 16):
+                path = Path(tmp) / f"{i}.mdiff"
+                mdiff.write(path, {}, commit("a commit made to share a prefix", meta={"attempt": str(i)}))
+                cid = hashlib.sha256(path.read_bytes()).hexdigest()
+                path = path.rename(Path(tmp) / f"{cid}.mdiff")
+                if cid[:4] in seen:
+                    for one in (cid, seen[cid[:4]]):
+                        if not repo.commit_path(one).exists():
+                            shutil.move(Path(tmp) / f"{one}.mdiff", repo.commit_path(one))
+                    shared["prefix"] = cid[:4]
+                    return
+                seen[cid[:4]] = cid
+        raise AssertionError("no two ids shared a prefix")
+
+    case("MD801-ambiguous_prefix", "MD801", "a 4-digit prefix shared by two commits (two root commits without "
+         "parameters, made until their ids shared 4 digits)", ambiguous, lambda ids: [shared["prefix"]])
+
+    def chain(root_updates, k1_updates):
+        def edit(path: Path):
+            repo = Repository.init(path)
+            r0 = repo.store(lambda w: [w.add(k, u) for k, u in sorted(root_updates.items())],
+                            commit("root", date=repo_date(0)))
+            k1 = repo.store(lambda w: [w.add(k, u) for k, u in sorted(k1_updates.items())],
+                            commit("k1", parents=[r0], date=repo_date(1)))
+            repo.set_branch("main", k1)
+        return edit
+
+    dense_w = {"w": mdiff.dense(inv.W, inv.W_NEW)}
+    case("MD802-parameter_missing_from_parent_state", "MD802", "main's commit has a dense update of `w`; its first "
+         "parent's state has no `w`", chain({"v": mdiff.replace(inv.W.copy())}, dense_w), ["main"], small=False)
+    case("MD802-shape_differs_from_parent_state", "MD802", "main's commit has a dense update of `w` float32 [2, 4]; "
+         "its first parent's `w` is float32 [4, 2]", chain({"w": mdiff.replace(inv.W.reshape(4, 2).copy())}, dense_w),
+         ["main"], small=False)
+    other = inv.W.copy()
+    other[1, 1] = -other[1, 1]
+    case("MD802-result_hash_differs", "MD802", "main's commit has a dense update of `w` made from another value than "
+         "its first parent's: the result's sha256 differs", chain({"w": mdiff.replace(other)}, dense_w), ["main"],
+         small=False)
+
+    def merge_against_second_parent(path: Path):
+        repo = Repository.init(path)
+        w1, w2, wm = inv.W + 1, inv.W * 2, inv.W * 3
+        r0 = repo.store(lambda w: w.add("w", mdiff.replace(inv.W.copy())), commit("root", date=repo_date(0)))
+        p1 = repo.store(lambda w: w.add("w", mdiff.dense(inv.W, w1)), commit("main", parents=[r0], date=repo_date(1)))
+        p2 = repo.store(lambda w: w.add("w", mdiff.dense(inv.W, w2)), commit("side", parents=[r0], date=repo_date(2)))
+        m = repo.store(lambda w: w.add("w", mdiff.dense(w2, wm)), commit("merge", parents=[p1, p2], date=repo_date(3)))
+        repo.set_branch("main", m)
+        repo.set_branch("side", p2)
+
+    case("MD802-merge_made_against_second_parent", "MD802", "a merge commit (parents main, side) whose dense update "
+         "was made from its second parent's state: applied to its first parent's state (§13.4) its result's sha256 "
+         "differs", merge_against_second_parent, ["main"], small=False)
+
+
 def manifest_text(manifest: dict) -> str:
     """JSON, one case per line (diffs of the corpus stay readable, the file small)."""
     dump = lambda v: json.dumps(v, ensure_ascii=False, separators=(", ", ": "))
@@ -894,6 +1298,7 @@ def build(out: Path) -> dict:
     c = Corpus(out)
     build_valid(c)
     build_invalid(c)
+    build_repositories(c)
     manifest = c.manifest()
     (out / "manifest.json").write_text(manifest_text(manifest), encoding="utf-8")
     for path in out.rglob("*"):

@@ -3,6 +3,7 @@
     IMPL validate FILE --json [--limit NAME=N ...]
     IMPL apply BASE DIFF -o OUT --json [--limit NAME=N ...]
     IMPL features                       (optional)
+    IMPL checkout REVISION -o OUT -C REPO_DIR --json   (optional: the `repository` feature)
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ class Implementation:
     def apply(self, base: Path, diff: Path, out: Path, limits: Mapping[str, int] = {},
               timeout: float = DEFAULT_TIMEOUT) -> Completed:
         return self.run(["apply", str(base), str(diff), "-o", str(out), "--json", *limit_args(limits)], timeout)
+
+    def checkout(self, repo: Path, revision: str, out: Path, timeout: float = DEFAULT_TIMEOUT) -> Completed:
+        """The state at ``revision`` of the repository in the folder ``repo`` (holding ``.mdiff/``)."""
+        return self.run(["checkout", revision, "-o", str(out), "-C", str(repo), "--json"], timeout)
 
     def features(self) -> frozenset[str] | None:
         """The features the implementation claims; None (it has no `features` command) claims all."""

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 FAMILIES = ("valid", "invalid", "hostile")
 VALIDATE_OUTCOMES = ("valid", "invalid", "not-hdf5")
 APPLY_OUTCOMES = ("result", "refuse")
+CHECKOUT_OUTCOMES = ("result", "refuse")
 _CODE = re.compile(r"MD[0-9]{3}")
 
 
@@ -25,13 +26,18 @@ def default_corpus() -> Path:
 
 @dataclass(frozen=True)
 class Case:
-    """One case of the manifest. ``expect`` holds:
+    """One case of the manifest: a file case (``files.diff``) or a repository case
+    (``files.repository``, SPEC.md §13). A file case's ``expect`` holds:
 
     - ``validate``: ``valid`` (exit 0, the findings' codes are exactly ``warnings``), ``invalid``
       (exit 1, ``code`` among the errors) or ``not-hdf5`` (exit 2, ``code`` among the errors);
     - ``apply``: ``result`` (exit 0; the output equals ``files.result``, low_rank parameters
       within ``tolerance``) or ``refuse`` (non-zero exit, no output; when the file is valid,
       apply must report ``code``).
+
+    A repository case's ``expect`` holds ``checkout``: ``result`` (each of ``revisions`` —
+    ``{revision, commit, result, tolerance}`` — checks out to its ``result`` state) or ``refuse``
+    (each of ``revisions`` — ``{revision}`` — is refused with ``code``).
     """
 
     id: str
@@ -48,16 +54,29 @@ class Case:
         return self.corpus / self.files[key]
 
     @property
+    def is_repository(self) -> bool:
+        """A repository case (SPEC.md §13): checkouts of revisions, no validate or apply."""
+        return "repository" in self.files
+
+    @property
     def code(self) -> str | None:
         return self.expect.get("code")
 
     @property
     def apply_code(self) -> str | None:
         """The code apply must report: for a valid file apply refuses (§9.2, §9.3, §10)."""
+        if self.is_repository:
+            return None
         return self.code if self.expect["validate"] == "valid" and self.expect["apply"] == "refuse" else None
 
     def expected_text(self) -> str:
         e = self.expect
+        if self.is_repository:
+            n = len(e["revisions"])
+            what = f"{n} checkout{'s' if n != 1 else ''}"
+            if e["checkout"] == "result":
+                return what + (" (§7.5 bound)" if any(r.get("tolerance") for r in e["revisions"]) else "")
+            return f"{what} refused {e['code']}"
         if e["validate"] == "valid":
             v = "valid" + "".join(f"+{w}" for w in e.get("warnings", []))
         else:
@@ -94,6 +113,9 @@ def _case(raw: Mapping[str, Any], corpus: Path, features: Mapping[str, str], lim
     need(isinstance(raw.get("id"), str) and raw["id"], "no id")
     need(raw.get("family") in FAMILIES, f"family must be one of {FAMILIES}")
     files, expect = raw.get("files"), raw.get("expect")
+    if isinstance(files, dict) and "repository" in files:
+        _check_repository_case(raw, need)
+        return _make_case(raw, corpus, features, limits, need)
     need(isinstance(files, dict) and isinstance(files.get("diff"), str), "no files.diff")
     need(isinstance(expect, dict), "no expect")
     need(expect.get("validate") in VALIDATE_OUTCOMES, f"expect.validate must be one of {VALIDATE_OUTCOMES}")
@@ -106,12 +128,35 @@ def _case(raw: Mapping[str, Any], corpus: Path, features: Mapping[str, str], lim
         tol = expect.get("tolerance")
         need(tol is None or (isinstance(tol, dict) and tol.get("kind") == "low_rank" and "bounds" in tol),
              "tolerance must be null or a low_rank bounds file")
+    return _make_case(raw, corpus, features, limits, need)
+
+
+def _check_repository_case(raw: Mapping[str, Any], need) -> None:
+    files, expect = raw["files"], raw.get("expect")
+    need(isinstance(files["repository"], str), "files.repository must be a path")
+    need(isinstance(expect, dict) and expect.get("checkout") in CHECKOUT_OUTCOMES,
+         f"expect.checkout must be one of {CHECKOUT_OUTCOMES}")
+    revisions = expect.get("revisions")
+    need(isinstance(revisions, list) and revisions, "no expect.revisions")
+    for r in revisions:
+        need(isinstance(r, dict) and isinstance(r.get("revision"), str) and r["revision"], "a revision without `revision`")
+        if expect["checkout"] == "result":
+            need(isinstance(r.get("result"), str), f"revision {r['revision']!r}: no result")
+            tol = r.get("tolerance")
+            need(tol is None or (isinstance(tol, dict) and tol.get("kind") == "low_rank" and "bounds" in tol),
+                 "tolerance must be null or a low_rank bounds file")
+    if expect["checkout"] == "refuse":
+        need(isinstance(expect.get("code"), str) and bool(_CODE.fullmatch(expect["code"])), "no rule code")
+
+
+def _make_case(raw: Mapping[str, Any], corpus: Path, features: Mapping[str, str], limits: Mapping[str, Any],
+               need) -> Case:
     feats = tuple(raw.get("features", ()))
     need(all(f in features for f in feats), "names a feature the manifest does not define")
     lims = dict(raw.get("limits", {}))
     need(all(k in limits and isinstance(v, int) for k, v in lims.items()), "names an unknown limit")
     return Case(raw["id"], raw["family"], str(raw.get("section", "")), str(raw.get("description", "")),
-                dict(files), dict(expect), feats, lims, corpus)
+                dict(raw["files"]), dict(raw["expect"]), feats, lims, corpus)
 
 
 def load_manifest(corpus: str | Path | None = None) -> Manifest:

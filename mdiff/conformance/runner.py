@@ -1,8 +1,10 @@
-"""Running cases: one validate and one apply per case, checked against the manifest."""
+"""Running cases, checked against the manifest: one validate and one apply per file case; one
+checkout per revision of a repository case (SPEC.md §13)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -144,16 +146,72 @@ def _check_apply(case: Case, done: Completed, out: Path) -> tuple[str, list[str]
     return got, problems
 
 
+def _check_checkout(case: Case, entry: dict, done: Completed, out: Path) -> tuple[str, list[str]]:
+    """(what one checkout did, its problems)."""
+    rev = entry["revision"]
+    if done.returncode is None:
+        return "timed out", [f"checkout {rev!r} timed out"]
+    report = _json_object(done.stdout)
+    if done.returncode == 0:
+        if case.expect["checkout"] == "refuse":
+            return "checked out", [f"checkout {rev!r} succeeded; it must refuse with {case.code}"
+                                   + (" and write nothing" if out.exists() else "")]
+        if not out.is_file():
+            return "no output", [f"checkout {rev!r} exited 0 but wrote no output file"]
+        problems = []
+        said = report.get("commit") if report else None
+        if said is not None and said != entry.get("commit"):
+            problems.append(f"checkout {rev!r} says it checked out commit {said!r}, expected {entry.get('commit')}")
+        tol = entry.get("tolerance")
+        problems += [f"checkout {rev!r}: {p}" for p in
+                     compare_files(out, case.corpus / entry["result"], case.corpus / tol["bounds"] if tol else None)]
+        return ("checked out" if not problems else "wrong state"), problems
+    error = report.get("error") if report else None
+    code = error.get("code") if isinstance(error, dict) else None
+    got = f"refused {code}" if isinstance(code, str) else f"refused (exit {done.returncode}, no code)"
+    problems = []
+    if out.exists():
+        problems.append(f"checkout {rev!r} refused (exit {done.returncode}) but left {out.name} behind")
+    if case.expect["checkout"] == "result":
+        problems.append(f"checkout {rev!r} refused (exit {done.returncode}){_tail(done)}")
+    elif code != case.code:
+        problems.append(f"checkout {rev!r} reported {code or 'no code'}, expected {case.code}"
+                        + ("" if code else " (print {\"error\": {\"code\": ...}} with --json)"))
+    return got, problems
+
+
+def run_repository_case(impl: Implementation, case: Case, timeout: float = DEFAULT_TIMEOUT,
+                        workdir: Path | None = None) -> tuple[str, list[str]]:
+    """Check out every revision of a repository case, from a copy of its repository (so that an
+    implementation that writes, e.g. a lock file, leaves the corpus alone); (got, problems)."""
+    problems: list[str] = []
+    outcomes: dict[str, int] = {}
+    with tempfile.TemporaryDirectory(prefix="mdiff-conf-", dir=workdir) as tmp:
+        repo = Path(tmp) / "repo"
+        shutil.copytree(case.path("repository"), repo, symlinks=True)
+        for i, entry in enumerate(case.expect["revisions"]):
+            out = Path(tmp) / f"out-{i}.safetensors"
+            done = impl.checkout(repo, entry["revision"], out, timeout)
+            got, p = _check_checkout(case, entry, done, out)
+            outcomes[got] = outcomes.get(got, 0) + 1
+            problems += p
+    return ", ".join(f"{n}× {got}" for got, n in outcomes.items()), problems
+
+
 def run_case(impl: Implementation, case: Case, claimed: frozenset[str] | None = None,
              timeout: float = DEFAULT_TIMEOUT, workdir: Path | None = None,
              validated: Completed | None = None) -> CaseResult:
     """Validate the case's file (unless ``validated`` holds that answer already), then apply it
-    to its base; compare both with the manifest."""
+    to its base; compare both with the manifest. A repository case: check out each revision."""
     result = CaseResult(case.id, case.family, "fail", case.expected_text())
     missing = unclaimed_features(case, claimed)
     if missing:
         result.status = "skip"
         result.reason = f"unclaimed feature {', '.join(missing)}"
+        return result
+    if case.is_repository:
+        result.got, result.problems = run_repository_case(impl, case, timeout, workdir)
+        result.status = "fail" if result.problems else "pass"
         return result
     with tempfile.TemporaryDirectory(prefix="mdiff-conf-", dir=workdir) as tmp:
         done = validated or impl.validate(case.path("diff"), case.limits, timeout)
@@ -234,7 +292,7 @@ def run_cases(impl: Implementation, manifest: Manifest, select: Callable[[Case],
     if batch > 1:
         groups: dict[tuple, list[Case]] = {}
         for c in cases:
-            if not unclaimed_features(c, claimed):  # type: ignore[arg-type]
+            if not c.is_repository and not unclaimed_features(c, claimed):  # type: ignore[arg-type]
                 groups.setdefault(tuple(sorted(c.limits.items())), []).append(c)
         chunks = [g[i:i + batch] for g in groups.values() for i in range(0, len(g), batch)]
         if parallel:

@@ -3,6 +3,7 @@
 //
 //   mdiff-js validate FILE... [--json] [--no-data] [--limit NAME=N ...]
 //   mdiff-js apply BASE.safetensors DIFF.mdiff -o OUT.safetensors [--json] [--limit NAME=N ...]
+//   mdiff-js checkout REVISION -o OUT.safetensors [-C REPO_DIR] [--json] [--limit NAME=N ...]
 //   mdiff-js features          (conformance features claimed: conformance/README.md)
 //
 // Exit status: 0 success / valid; 1 invalid file or refused operation; 2 usage error or a file
@@ -34,10 +35,12 @@ if (!process.env.MDIFF_JS_NO_FAST_START && inputBytes(process.argv.slice(3)) < F
 const { validateFile, DEFAULT_LIMITS } = await import("../src/validate.js");
 const { applyFiles } = await import("../src/apply.js");
 const { MdiffError, CODES } = await import("../src/codes.js");
+const { Repository } = await import("../src/repository.js");
+const { writeSafetensors } = await import("../src/safetensors.js");
 
 // Optional capabilities of the conformance corpus (conformance/manifest.json `features`) that this
 // implementation claims. Not claimed: "embedded-update-types" (SPEC.md §7.8-§7.9 need ONNX).
-const FEATURES = ["configurable-limits", "checkpoint-rule-codes"];
+const FEATURES = ["configurable-limits", "checkpoint-rule-codes", "repository"];
 
 // The conformance contract's limit names (snake_case, as in the reference) -> ours.
 const LIMIT_ALIASES = {
@@ -51,6 +54,7 @@ const LIMIT_ALIASES = {
 
 const USAGE = `usage: mdiff-js validate [--json] [--no-data] [--limit NAME=N ...] FILE [FILE ...]
        mdiff-js apply [--json] [--limit NAME=N ...] BASE DIFF -o OUT
+       mdiff-js checkout [--json] [--limit NAME=N ...] REVISION -o OUT [-C REPO_DIR]
        mdiff-js features          (the conformance features claimed, as a JSON list)
 limits (SPEC.md §8.3) and their defaults: ${Object.entries(DEFAULT_LIMITS)
   .map(([k, v]) => `${k}=${v}`)
@@ -138,13 +142,44 @@ async function cmdApply(args) {
     process.exitCode = 0;
   } catch (e) {
     if (!(e instanceof MdiffError)) throw e;
-    const section = CODES[e.code] ? CODES[e.code].section : null;
-    if (p.opts["--json"]) {
-      process.stdout.write(`${JSON.stringify({ error: { code: e.code, message: e.message, path: e.path, section } })}\n`);
-    } else {
-      process.stderr.write(`mdiff-js: error ${e.code}: ${e.message}${e.path ? ` [${e.path}]` : ""}\n`);
-    }
-    process.exitCode = 1;
+    refuse(e, p.opts["--json"]);
+  }
+}
+
+function refuse(e, json) {
+  const section = CODES[e.code] ? CODES[e.code].section : null;
+  if (json) {
+    process.stdout.write(`${JSON.stringify({ error: { code: e.code, message: e.message, path: e.path, section } })}\n`);
+  } else {
+    process.stderr.write(`mdiff-js: error ${e.code}: ${e.message}${e.path ? ` [${e.path}]` : ""}\n`);
+  }
+  process.exitCode = 1;
+}
+
+// SPEC.md §13.4: the state at REVISION of the repository in REPO_DIR (the folder holding .mdiff/).
+async function cmdCheckout(args) {
+  let p;
+  let limits;
+  try {
+    p = parse(args, ["--json", "-q", "--quiet"], ["-o", "--output", "-C", "--repo"]);
+    limits = limitsFrom(p.opts["--limit"] || []);
+  } catch (e) {
+    return usage(e.message);
+  }
+  const out = p.opts["-o"] || p.opts["--output"];
+  if (p.pos.length !== 1 || !out) return usage("checkout needs REVISION -o OUT");
+  const root = p.opts["-C"] || p.opts["--repo"] || ".";
+  try {
+    const repo = new Repository(root, { limits });
+    const id = await repo.resolve(p.pos[0]);
+    const state = await repo.state(id);
+    writeSafetensors(out, state);
+    if (p.opts["--json"]) process.stdout.write(`${JSON.stringify({ commit: id, output: out, parameters: state.size })}\n`);
+    else process.stdout.write(`wrote ${out} (state at ${id.slice(0, 12)}, ${state.size} parameters)\n`);
+    process.exitCode = 0;
+  } catch (e) {
+    if (!(e instanceof MdiffError)) throw e;
+    refuse(e, p.opts["--json"]);
   }
 }
 
@@ -152,6 +187,7 @@ async function main(argv) {
   const [cmd, ...rest] = argv;
   if (cmd === "validate") return cmdValidate(rest);
   if (cmd === "apply") return cmdApply(rest);
+  if (cmd === "checkout") return cmdCheckout(rest);
   if (cmd === "features") {
     process.stdout.write(`${JSON.stringify(FEATURES)}\n`);
     return;

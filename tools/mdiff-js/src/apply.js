@@ -88,79 +88,96 @@ function fail(code, message, path) {
   throw new MdiffError(code, message, path);
 }
 
+// Applies a checked file (a Validation without errors, §3-§8) to a state (Map name -> {dtype, shape,
+// data}): the base checks of §9.2 first, then every result, each verified (§9.3). Returns the result
+// state, a new Map; the base is left as it was. Throws MdiffError (MD600, MD601, MD602, MD409).
+export function applyValidated(v, base) {
+  // 2. base checks (§9.2), before any result is computed
+  for (const prm of v.params) {
+    const u = prm.update;
+    if (u.type === "replace") continue;
+    const t = base.get(prm.name);
+    if (!t) fail("MD600", `the base has no parameter ${JSON.stringify(prm.name)} for this ${u.type} update`, prm.name);
+    if (t.dtype !== u.dtype || !sameShape(t.shape, u.shape)) {
+      fail(
+        "MD601",
+        `the base parameter ${JSON.stringify(prm.name)} is ${t.dtype}[${t.shape.join(", ")}]; the ${u.type} update needs ${u.dtype}[${u.shape.join(", ")}]`,
+        prm.name,
+      );
+    }
+  }
+  // 3./4. compute and verify each result
+  const result = new Map(base);
+  const ds = (prm, name) => v.data(`${prm.path}/${name}`);
+  for (const prm of v.params) {
+    const u = prm.update;
+    const T = DTYPES[u.dtype];
+    const shape = u.shape.map(Number);
+    let data;
+    if (u.type === "delete") {
+      result.delete(prm.name);
+      continue;
+    } else if (u.type === "replace") {
+      data = Buffer.from(ds(prm, "value"));
+    } else if (u.type === "dense") {
+      const x = ds(prm, "xor");
+      data = Buffer.from(base.get(prm.name).data);
+      for (let i = 0; i < data.length; i++) data[i] ^= x[i];
+    } else if (u.type === "sparse") {
+      const idx = view(BigUint64Array, ds(prm, "indices"));
+      const x = ds(prm, "xor");
+      data = Buffer.from(base.get(prm.name).data);
+      const s = T.size;
+      for (let j = 0; j < idx.length; j++) {
+        const off = Number(idx[j]) * s;
+        for (let b = 0; b < s; b++) data[off + b] ^= x[j * s + b];
+      }
+    } else if (u.type === "low_rank") {
+      data = lowRank(u.dtype, shape, base.get(prm.name).data, ds(prm, "A"), ds(prm, "B"), Number(u.scale));
+    }
+    if (u.dtype === "bool") {
+      // §9.1 step 3: a bool result must hold only 0 and 1 (MD409)
+      const k = data.findIndex((x) => x > 1);
+      if (k >= 0) fail("MD409", `the result for ${JSON.stringify(prm.name)} holds the bool value ${data[k]} at ${k}`, prm.name);
+    }
+    if (u.type !== "low_rank") {
+      const h = sha256hex(data);
+      if (h !== u.sha256) {
+        fail("MD602", `the result for ${JSON.stringify(prm.name)} hashes to ${h}, not the update's sha256 ${u.sha256}`, prm.name);
+      }
+    }
+    result.set(prm.name, { dtype: u.dtype, shape, data });
+  }
+  return result;
+}
+
+// The first error of a checked file, thrown as an MdiffError (MD100 for a file that is not HDF5).
+export function refuseInvalid(v, diffPath) {
+  if (v.notHdf5) fail("MD100", v.findings[0].message, diffPath);
+  const errs = v.errors;
+  if (errs.length) fail(errs[0].code, `${diffPath} is invalid (${errs.length} error${errs.length > 1 ? "s" : ""}): ${errs[0].message}`, errs[0].path);
+}
+
+// Anything a file makes the applier throw, as an MdiffError.
+export function asMdiffError(e, diffPath) {
+  if (e instanceof MdiffError) return e;
+  if (e instanceof H5Error) return new MdiffError("MD513", `${diffPath}: ${e.message}`);
+  // Anything else (e.g. a RangeError for a tensor too large for this process) still gets a code.
+  return new MdiffError("MD513", `${diffPath}: cannot be applied: ${e && e.name}: ${e && e.message}`);
+}
+
 export async function applyFiles(basePath, diffPath, outPath, opts = {}) {
   // 1. open the file and check it against §3-§8
   const v = await validateFile(diffPath, opts);
   try {
-    if (v.notHdf5) fail("MD100", v.findings[0].message, diffPath);
-    const errs = v.errors;
-    if (errs.length) fail(errs[0].code, `${diffPath} is invalid (${errs.length} error${errs.length > 1 ? "s" : ""}): ${errs[0].message}`, errs[0].path);
-
+    refuseInvalid(v, diffPath);
     const base = readSafetensors(basePath);
-    // 2. base checks (§9.2), before any result is computed
-    for (const prm of v.params) {
-      const u = prm.update;
-      if (u.type === "replace") continue;
-      const t = base.get(prm.name);
-      if (!t) fail("MD600", `the base has no parameter ${JSON.stringify(prm.name)} for this ${u.type} update`, prm.name);
-      if (t.dtype !== u.dtype || !sameShape(t.shape, u.shape)) {
-        fail(
-          "MD601",
-          `the base parameter ${JSON.stringify(prm.name)} is ${t.dtype}[${t.shape.join(", ")}]; the ${u.type} update needs ${u.dtype}[${u.shape.join(", ")}]`,
-          prm.name,
-        );
-      }
-    }
-    // 3./4. compute and verify each result
-    const result = new Map(base);
-    const ds = (prm, name) => v.data(`${prm.path}/${name}`);
-    for (const prm of v.params) {
-      const u = prm.update;
-      const T = DTYPES[u.dtype];
-      const shape = u.shape.map(Number);
-      let data;
-      if (u.type === "delete") {
-        result.delete(prm.name);
-        continue;
-      } else if (u.type === "replace") {
-        data = Buffer.from(ds(prm, "value"));
-      } else if (u.type === "dense") {
-        const x = ds(prm, "xor");
-        data = Buffer.from(base.get(prm.name).data);
-        for (let i = 0; i < data.length; i++) data[i] ^= x[i];
-      } else if (u.type === "sparse") {
-        const idx = view(BigUint64Array, ds(prm, "indices"));
-        const x = ds(prm, "xor");
-        data = Buffer.from(base.get(prm.name).data);
-        const s = T.size;
-        for (let j = 0; j < idx.length; j++) {
-          const off = Number(idx[j]) * s;
-          for (let b = 0; b < s; b++) data[off + b] ^= x[j * s + b];
-        }
-      } else if (u.type === "low_rank") {
-        data = lowRank(u.dtype, shape, base.get(prm.name).data, ds(prm, "A"), ds(prm, "B"), Number(u.scale));
-      }
-      if (u.dtype === "bool") {
-        // §9.1 step 3: a bool result must hold only 0 and 1 (MD409)
-        const k = data.findIndex((x) => x > 1);
-        if (k >= 0) fail("MD409", `the result for ${JSON.stringify(prm.name)} holds the bool value ${data[k]} at ${k}`, prm.name);
-      }
-      if (u.type !== "low_rank") {
-        const h = sha256hex(data);
-        if (h !== u.sha256) {
-          fail("MD602", `the result for ${JSON.stringify(prm.name)} hashes to ${h}, not the update's sha256 ${u.sha256}`, prm.name);
-        }
-      }
-      result.set(prm.name, { dtype: u.dtype, shape, data });
-    }
+    const result = applyValidated(v, base);
     // 5. the result state
     writeSafetensors(outPath, result);
     return { output: outPath, parameters: result.size };
   } catch (e) {
-    if (e instanceof MdiffError) throw e;
-    if (e instanceof H5Error) throw new MdiffError("MD513", `${diffPath}: ${e.message}`);
-    // Anything else (e.g. a RangeError for a tensor too large for this process) still gets a code.
-    throw new MdiffError("MD513", `${diffPath}: cannot be applied: ${e && e.name}: ${e && e.message}`);
+    throw asMdiffError(e, diffPath);
   } finally {
     v.close();
   }

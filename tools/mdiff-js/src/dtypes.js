@@ -49,3 +49,11 @@ export function numelOf(shape) {
   for (const d of shape) n *= BigInt(d);
   return n;
 }
+
+// SPEC.md §8.3: the element count the limits bound: the product of the dimensions with every 0
+// counted as 1 (an empty dataset of shape [0, 2^62] still declares a dimension no reader can allocate).
+export function limitCountOf(shape) {
+  let n = 1n;
+  for (const d of shape) n *= BigInt(d) > 0n ? BigInt(d) : 1n;
+  return n;
+}

@@ -1,5 +1,6 @@
 // Strict JSON (RFC 8259) parser, as SPEC.md §4.1 requires for every JSON attribute:
-// duplicate member names, NaN/Infinity tokens and text after the value are errors.
+// duplicate member names, NaN/Infinity tokens, numbers that round to infinity in binary64 and text
+// after the value are errors.
 // Integers (no fraction, no exponent) beyond 2^53 are returned as BigInt so that
 // shapes are never silently rounded; every other number is a JS number.
 
@@ -136,7 +137,11 @@ export function parseStrict(text) {
       if (!Number.isSafeInteger(v)) return BigInt(lex);
       return v;
     }
-    return Number(lex);
+    // SPEC.md §4.1: a number with a fraction or an exponent is read as the nearest binary64; one
+    // whose magnitude rounds to infinity (1e400) is an error, like the token Infinity.
+    const v = Number(lex);
+    if (!Number.isFinite(v)) fail(`the number ${lex.length > 40 ? `${lex.slice(0, 40)}...` : lex} is beyond binary64`);
+    return v;
   }
 
   const v = value(0);

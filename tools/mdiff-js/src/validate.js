@@ -7,7 +7,7 @@ import { RawFile, RawError, UNDEF, datatypeProblem } from "./h5raw.js";
 import { finding, MdiffError } from "./codes.js";
 import { parseStrict, JSONError, isPlainObject, isInteger, describe } from "./json.js";
 import { checkCommit, checkUpdate, UPDATE_TYPES, UPDATE_VERSIONS } from "./schema.js";
-import { DTYPES, bitsStorage, computeDtype, storageName, sameStorage, numelOf } from "./dtypes.js";
+import { DTYPES, bitsStorage, computeDtype, storageName, sameStorage, numelOf, limitCountOf } from "./dtypes.js";
 import { decodeName, compareUtf8 } from "./names.js";
 
 // §8.3 limits; these are this reader's defaults (the reference defaults).
@@ -321,9 +321,11 @@ export class Validation {
       }
       const numel = numelOf(shape);
       const bytes = numel * BigInt(meta.size);
-      total += bytes;
-      if (numel > L.maxElements || bytes > L.maxDatasetBytes) {
-        this.add("MD508", p, `${numel} elements, ${bytes} bytes exceed the limits (${L.maxElements} elements, ${L.maxDatasetBytes} bytes)`);
+      total += bytes; // MD512 counts what the datasets hold: an empty one adds 0
+      // §8.3: the element and byte limits count a dimension of 0 as 1
+      const counted = limitCountOf(shape);
+      if (counted > L.maxElements || counted * BigInt(meta.size) > L.maxDatasetBytes) {
+        this.add("MD508", p, `${counted} elements${counted !== numel ? " (a dimension of 0 counted as 1)" : ""}, ${counted * BigInt(meta.size)} bytes exceed the limits (${L.maxElements} elements, ${L.maxDatasetBytes} bytes)`);
         ok = false;
       }
       const maxshape = meta.maxshape;
@@ -548,6 +550,14 @@ export class Validation {
     if (errs.length) {
       this.add("MD404", p, `\`update\` breaks the ${u.type} schema: ${errs.join("; ")}`);
       return null;
+    }
+    // §8.3: the limits of a dataset apply to the shape an update declares too (counted the same way)
+    if (u.shape.length > this.limits.maxRank) {
+      this.add("MD507", p, `the update declares rank ${u.shape.length}; the limit is ${this.limits.maxRank}`);
+    }
+    const declared = limitCountOf(u.shape);
+    if (declared > this.limits.maxElements || declared * BigInt(DTYPES[u.dtype].size) > this.limits.maxDatasetBytes) {
+      this.add("MD508", p, `the update declares shape [${u.shape.join(", ")}]: ${declared} elements exceed the limits (${this.limits.maxElements} elements, ${this.limits.maxDatasetBytes} bytes)`);
     }
     if (u.type === "low_rank" && (!DTYPES[u.dtype].float || u.shape.length === 0)) {
       this.add("MD411", p, `low_rank needs a floating-point parameter of rank >= 1, not ${u.dtype}[${u.shape.join(", ")}]`);

@@ -1,0 +1,247 @@
+// Reading a repository (SPEC.md §13): the layout of §13.1, commit ids (§13.2), revisions (§13.3) and
+// the state at a commit (§13.4), starting at a snapshot where there is one (§13.5). Read-only: no
+// lock is taken (§13.6 concerns writers).
+
+import fs from "node:fs";
+import path from "node:path";
+import crypto from "node:crypto";
+import { MdiffError } from "./codes.js";
+import { validateFile } from "./validate.js";
+import { applyValidated, refuseInvalid, asMdiffError } from "./apply.js";
+
+export const FORMAT_LINE = "mdiff-repository 1\n";
+const COMMIT_ID = /^[0-9a-f]{64}$/;
+const COMMIT_FILE = /^([0-9a-f]{64})\.mdiff$/;
+const BRANCH = /^[A-Za-z0-9][A-Za-z0-9._-]*(\/[A-Za-z0-9][A-Za-z0-9._-]*)*$/;
+const REVISION = /^([^~^]+)((?:~[0-9]*|\^)*)$/;
+const PREFIX = /^[0-9a-f]{4,64}$/;
+
+const short = (id) => id.slice(0, 12);
+
+function md801(message, where = null) {
+  return new MdiffError("MD801", message, where);
+}
+
+// §13.1: branch names.
+export function validBranch(name) {
+  return BRANCH.test(name) && !name.includes("..") && !name.endsWith(".lock");
+}
+
+function kindOf(p) {
+  try {
+    const st = fs.statSync(p);
+    return st.isFile() ? "file" : st.isDirectory() ? "dir" : "other";
+  } catch (e) {
+    if (e.code === "ENOENT" || e.code === "ENOTDIR") return null;
+    throw md801(`${p}: ${e.message}`, p);
+  }
+}
+
+// A file of the repository as text: null when it does not exist; MD801 when it is not a readable
+// UTF-8 file.
+function readText(p) {
+  const kind = kindOf(p);
+  if (kind === null) return null;
+  if (kind !== "file") throw md801(`${p} is not a file`, p);
+  try {
+    return new TextDecoder("utf-8", { fatal: true }).decode(fs.readFileSync(p));
+  } catch (e) {
+    throw md801(`${p} cannot be read as UTF-8 text: ${e.message}`, p);
+  }
+}
+
+export class Repository {
+  // `root` is the project folder holding `.mdiff/`.
+  constructor(root, opts = {}) {
+    this.root = root;
+    this.dir = path.join(root, ".mdiff");
+    this.limits = opts.limits;
+    this.verified = new Set(); // ids whose files were hashed (§13.2)
+    this.parentsOf = new Map();
+    const format = readText(path.join(this.dir, "format"));
+    if (format === null) throw md801(`${root} holds no repository: ${path.join(this.dir, "format")} is missing`, this.dir);
+    if (format !== FORMAT_LINE) {
+      throw md801(`${path.join(this.dir, "format")} holds ${JSON.stringify(format.slice(0, 80))}, not ${JSON.stringify(FORMAT_LINE)}`, this.dir);
+    }
+  }
+
+  commitPath(id) {
+    return path.join(this.dir, "commits", `${id}.mdiff`);
+  }
+
+  snapshotPath(id) {
+    return path.join(this.dir, "snapshots", `${id}.mdiff`);
+  }
+
+  hasCommit(id) {
+    return kindOf(this.commitPath(id)) === "file";
+  }
+
+  // A commit id read from a ref or HEAD ("<id>\n"), which must name a commit in commits/.
+  target(text, what) {
+    if (!(text.endsWith("\n") && COMMIT_ID.test(text.slice(0, -1)))) {
+      throw md801(`${what} is malformed: ${JSON.stringify(text.slice(0, 80))} (a commit id and a newline expected)`);
+    }
+    const id = text.slice(0, -1);
+    if (!this.hasCommit(id)) throw md801(`${what} names commit ${short(id)}, which is not in commits/`);
+    return id;
+  }
+
+  // The commit a branch points to; null when there is no such branch.
+  branch(name) {
+    if (!validBranch(name)) return null;
+    const file = path.join(this.dir, "refs", "heads", ...name.split("/"));
+    if (kindOf(file) === "dir") return null; // a folder of branches (`exp` of `exp/lora`)
+    const text = readText(file);
+    return text === null ? null : this.target(text, `ref ${JSON.stringify(name)}`);
+  }
+
+  // {branch, id} of HEAD: branch null when detached; id null on a branch without commits.
+  head() {
+    const text = readText(path.join(this.dir, "HEAD"));
+    if (text === null) throw md801(`${path.join(this.dir, "HEAD")} is missing`);
+    if (text.startsWith("ref:")) {
+      const m = /^ref: refs\/heads\/([^\n]+)\n$/.exec(text);
+      if (!m || !validBranch(m[1])) throw md801(`HEAD is malformed: ${JSON.stringify(text.slice(0, 80))}`);
+      return { branch: m[1], id: this.branch(m[1]) };
+    }
+    return { branch: null, id: this.target(text, "HEAD") }; // detached: a commit id and a newline
+  }
+
+  // Every commit id in commits/ (files of other names, e.g. a writer's temporary files, are ignored).
+  commitIds() {
+    let names;
+    try {
+      names = fs.readdirSync(path.join(this.dir, "commits"));
+    } catch (e) {
+      if (e.code === "ENOENT") return [];
+      throw md801(`${path.join(this.dir, "commits")}: ${e.message}`);
+    }
+    return names.map((n) => COMMIT_FILE.exec(n)).filter(Boolean).map((m) => m[1]).sort();
+  }
+
+  // §13.2: a commit file is trusted only once its bytes hash to its name (MD800).
+  verify(id) {
+    if (this.verified.has(id)) return;
+    let bytes;
+    try {
+      bytes = fs.readFileSync(this.commitPath(id));
+    } catch (e) {
+      throw md801(`commit ${short(id)} cannot be read: ${e.message}`, this.commitPath(id));
+    }
+    const got = crypto.createHash("sha256").update(bytes).digest("hex");
+    if (got !== id) {
+      throw new MdiffError("MD800", `commit file ${short(id)} is corrupt: its bytes hash to ${short(got)}`, this.commitPath(id));
+    }
+    this.verified.add(id);
+  }
+
+  // The parents of a commit (§4.2), read from its verified file.
+  async parents(id) {
+    if (this.parentsOf.has(id)) return this.parentsOf.get(id);
+    this.verify(id);
+    const file = this.commitPath(id);
+    const v = await validateFile(file, { data: false, limits: this.limits });
+    try {
+      refuseInvalid(v, file);
+    } catch (e) {
+      throw new MdiffError("MD802", `commit ${short(id)} cannot be read: ${e.code}: ${e.message}`, file);
+    } finally {
+      v.close();
+    }
+    const parents = v.commit.parents;
+    this.parentsOf.set(id, parents);
+    return parents;
+  }
+
+  // The first parent of a commit (null for a root), which must be in commits/.
+  async firstParent(id) {
+    const parents = await this.parents(id);
+    if (parents.length === 0) return null;
+    if (!this.hasCommit(parents[0])) {
+      throw md801(`commit ${short(id)} names the parent ${short(parents[0])}, which is not in commits/`, this.commitPath(id));
+    }
+    return parents[0];
+  }
+
+  // §13.3: HEAD, a branch, a commit id or a unique prefix of at least 4 digits, then ~N / ^ moves.
+  async resolve(rev) {
+    const m = REVISION.exec(rev);
+    if (!m) throw md801(`${JSON.stringify(rev)} is not a revision`);
+    const name = m[1];
+    let id;
+    if (name === "HEAD") {
+      id = this.head().id;
+      if (id === null) throw md801("HEAD names a branch without commits");
+    } else if ((id = this.branch(name)) !== null) {
+      // a branch (which wins over a commit-id prefix of the same name)
+    } else if (PREFIX.test(name)) {
+      const matches = this.commitIds().filter((c) => c.startsWith(name));
+      if (matches.length !== 1) {
+        throw md801(`${JSON.stringify(name)} names ${matches.length ? `${matches.length} commits` : "no commit"}`);
+      }
+      id = matches[0];
+    } else {
+      throw md801(`no branch or commit ${JSON.stringify(name)}`);
+    }
+    for (const move of m[2].match(/~[0-9]*|\^/g) || []) {
+      const steps = move === "^" || move === "~" ? 1 : Number(move.slice(1));
+      for (let i = 0; i < steps; i++) {
+        const parent = await this.firstParent(id);
+        if (parent === null) throw md801(`${JSON.stringify(rev)} goes back past the root commit ${short(id)}`);
+        id = parent;
+      }
+    }
+    return id;
+  }
+
+  // §13.5: the state a snapshot holds, or null when there is none or it is not usable (a snapshot is
+  // only a shortcut, which may be deleted at any time: the commits say the same).
+  async snapshot(id) {
+    const file = this.snapshotPath(id);
+    if (kindOf(file) !== "file") return null;
+    const v = await validateFile(file, { limits: this.limits });
+    try {
+      if (v.notHdf5 || v.errors.length) return null;
+      if (!v.commit || !v.commit.meta || v.commit.meta.snapshot_of !== id) return null;
+      if (!v.params.every((p) => p.update && p.update.type === "replace")) return null;
+      return applyValidated(v, new Map());
+    } catch {
+      return null;
+    } finally {
+      v.close();
+    }
+  }
+
+  // §13.4: state(C) = apply(C, state(first parent of C)); the empty state before a root.
+  async state(id) {
+    const chain = [];
+    const seen = new Set();
+    let state = new Map();
+    for (let cursor = id; cursor !== null; cursor = await this.firstParent(cursor)) {
+      if (seen.has(cursor)) throw md801(`the first parents of ${short(id)} form a cycle at ${short(cursor)}`);
+      seen.add(cursor);
+      const snap = await this.snapshot(cursor);
+      if (snap !== null) {
+        state = snap;
+        break;
+      }
+      chain.push(cursor);
+    }
+    for (const cid of chain.reverse()) {
+      this.verify(cid);
+      const file = this.commitPath(cid);
+      const v = await validateFile(file, { limits: this.limits });
+      try {
+        refuseInvalid(v, file);
+        state = applyValidated(v, state);
+      } catch (e) {
+        const err = asMdiffError(e, file);
+        throw new MdiffError("MD802", `commit ${short(cid)} cannot be applied to its first parent's state: ${err.code}: ${err.message}`, err.path || file);
+      } finally {
+        v.close();
+      }
+    }
+    return state;
+  }
+}
