@@ -122,3 +122,9 @@ def test_apply_on_the_command_line_reads_a_diff_s_metadata_in_a_child_first(tmp_
                          capture_output=True, text=True, timeout=120)
     assert run.returncode != 0 and run.returncode > 0  # an exit code, not a signal
     assert "MD515" in run.stderr + run.stdout and not out.exists()
+
+
+def test_dump_reads_a_stranger_s_file_in_a_child_by_default():
+    run = subprocess.run([sys.executable, "-m", "mdiff", "dump", str(LIBHDF5_CRASH), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode > 0 and "MD515" in run.stderr + run.stdout

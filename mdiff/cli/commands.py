@@ -88,6 +88,7 @@ def add_dump(sub) -> None:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--values", type=int, default=0, metavar="N", help="show the first N values of each dataset")
+    add_safety_options(p, isolate_default=True)
     p.set_defaults(run=run_dump)
 
 
@@ -100,7 +101,13 @@ def _size(n: int) -> str:
 
 
 def run_dump(args) -> int:
-    info = describe(args.file, values=args.values)
+    if args.isolate:  # a stranger's file: a libhdf5 crash becomes MD515, not a dead shell command
+        try:
+            info = run_isolated(describe, args.file, args.values, limits_of(args), limits=isolation_of(args))
+        except IsolationFailure as failure:
+            raise InvalidFileError("MD515", failure.reason, args.file) from None
+    else:
+        info = describe(args.file, values=args.values, limits=limits_of(args))
     if args.json:
         print(json.dumps(info, indent=1))
         return 0

@@ -409,6 +409,10 @@ class Bench:
         repo.set_branch("main", head)
         self.r["chain"]["commits"] = self.args.chain
         self.r["chain"]["bytes"] = sum(p.stat().st_size for p in (self.chain_repo / ".mdiff" / "commits").glob("*.mdiff"))
+        snapshots = sorted((self.chain_repo / ".mdiff" / "snapshots").glob("*.mdiff"))
+        self.r["chain"]["snapshots"] = len(snapshots)
+        self.r["chain"]["snapshot_bytes"] = sum(p.stat().st_size for p in snapshots)
+        self.r["chain"]["replayed_commits"] = repo.replay_cost(head)[0]
         return state
 
     def _minilm(self) -> None:
@@ -867,7 +871,10 @@ def markdown(r: dict) -> str:
     lines += ["", "## Checking out the end of a sparse chain", "",
               f"A repository holding a root commit (the {fmt_bytes(r['model_bytes'])} model, gzip, as `mdiff commit` stores it) "
               f"and {ch['commits']} sparse commits, each changing {DENSITY:.0%} of every tensor "
-              f"({fmt_bytes(ch['bytes'])} of commit files); no snapshot.", "", "| how | time |", "|---|---|"]
+              f"({fmt_bytes(ch['bytes'])} of commit files). As `mdiff commit` does, a snapshot was written whenever "
+              f"a checkout would otherwise replay a model's worth of declared update bytes: {ch.get('snapshots', 0)} "
+              f"snapshots ({fmt_bytes(ch.get('snapshot_bytes', 0))}); the checkout of commit {ch['commits']} starts at "
+              f"the last one and replays {ch.get('replayed_commits', '?')} commits.", "", "| how | time |", "|---|---|"]
     for label in CHAIN_ROWS:
         lines.append(f"| {label} | {fmt_s(ch[label])} |")
     for note in r["notes"]:
