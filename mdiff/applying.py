@@ -10,7 +10,7 @@ import numpy as np
 
 from mdiff.format.dtypes import DType
 from mdiff.threads import shared_pool
-from mdiff.updates.base import Update, check_base, spec_of, verify_all, with_data_read
+from mdiff.updates.base import Update, check_base, read_ahead, spec_of, verify_all
 
 Progress = Callable[[str, int, int], None]
 _RESULTS_IN_FLIGHT = 2
@@ -63,9 +63,8 @@ def apply_files(base_path, diff_path, out_path, progress: Progress | None = None
         # Each result is hashed on another core while the next one is made and written; the
         # output takes its name only once every hash has matched.
         checks: deque[Future] = deque()
-        updated = [name for name, _, _ in entries if name in diff]
-        following = {a: b for a, b in zip(updated, updated[1:])}
-        prefetched: dict[str, Future] = {}
+        # the next update's data is read (and inflated) on other cores while this one is applied
+        ahead = read_ahead((name, diff[name]) for name, _, _ in entries if name in diff)
 
         def fetch(name: str) -> np.ndarray:
             if progress:
@@ -73,10 +72,8 @@ def apply_files(base_path, diff_path, out_path, progress: Progress | None = None
             update = diff.get(name)
             if update is None:
                 return base.read(name)
-            # the next update's data is read (and inflated) on other cores while this one is applied
-            update = prefetched.pop(name).result() if name in prefetched else update
-            if name in following:
-                prefetched[following[name]] = shared_pool().submit(with_data_read, diff[following[name]])
+            ahead_name, update = next(ahead)
+            assert ahead_name == name  # write_checkpoint fetches in the entries' order
             needs_base = update.update_type.needs_base
             # the base tensor was just read for this purpose alone: the update may overwrite it
             result = update.apply(base.read(name) if needs_base else None, name, engine, scratch=True, verify=False)
@@ -89,5 +86,8 @@ def apply_files(base_path, diff_path, out_path, progress: Progress | None = None
             while checks:
                 checks.popleft().result()
 
-        write_checkpoint(out_path, entries, fetch, template=base_path, before_commit=all_verified)
+        try:
+            write_checkpoint(out_path, entries, fetch, template=base_path, before_commit=all_verified)
+        finally:
+            ahead.close()
     return len(entries)

@@ -156,6 +156,7 @@ def run_show(args) -> int:
     if not args.json:
         print(f"commit {commit_id}")
     args.file = str(repo.commit_path(commit_id))
+    args.isolate, args.limit = False, []  # a commit file of this repository, read in this process
     return run_dump(args)
 
 

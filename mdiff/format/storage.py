@@ -123,16 +123,25 @@ def read_planned(fd: int, plan: StoragePlan, shape: tuple[int, ...], out: np.nda
         data = os.pread(fd, chunk.size, chunk.byte_offset)
         if len(data) != chunk.size:
             raise InvalidFileError("MD513", f"chunk {chunk.offset} is cut short", name)
-        array = np.frombuffer(data, np.uint8)  # 1-d bytes, or (elements, itemsize) after an unshuffle
-        for code, _ in reversed(plan.filters):
-            array = np.ascontiguousarray(array).reshape(-1)
+        array = np.frombuffer(data, np.uint8)
+        filters = [code for code, _ in reversed(plan.filters)]
+        # The usual last step, unshuffling a whole chunk, copies plane by plane into the result
+        # (~3× faster than copying numpy's transposed view).
+        last_unshuffle = bool(filters) and filters[-1] == FILTER_SHUFFLE and itemsize > 1
+        for code in filters[:-1] if last_unshuffle else filters:
             if code == FILTER_DEFLATE:
                 array = np.frombuffer(_inflate(array, chunk_bytes, chunk.offset, name), np.uint8)
             else:
                 array = _unshuffle(array, itemsize)
         if array.size != chunk_bytes:
             raise InvalidFileError("MD513", f"chunk {chunk.offset} holds {array.size} bytes, not {chunk_bytes}", name)
-        flat[start:start + valid].reshape(-1, itemsize)[...] = array.reshape(-1, itemsize)[: valid // itemsize]
+        target = flat[start:start + valid].reshape(-1, itemsize)
+        if last_unshuffle:
+            planes = array.reshape(itemsize, -1)
+            for byte in range(itemsize):
+                target[:, byte] = planes[byte, : target.shape[0]]
+        else:
+            target[...] = array.reshape(-1, itemsize)[: target.shape[0]]
 
     if out.nbytes >= _PARALLEL_BYTES and len(plan.chunks) > 1 and THREADS > 1 and not in_pool():
         list(shared_pool().map(decode, plan.chunks))
@@ -152,15 +161,15 @@ def _pread_into(fd: int, flat: np.ndarray, offset: int, name: str) -> None:
 
 
 def _unshuffle(array: np.ndarray, itemsize: int) -> np.ndarray:
-    """libhdf5's shuffle, undone: whole elements only, trailing bytes as they are, ≤ 1 element untouched.
-
-    The common case comes back as a transposed view, copied once (into the result).
-    """
+    """libhdf5's shuffle, undone, into a new contiguous buffer: whole elements only, trailing bytes as
+    they are, a buffer of ≤ 1 element untouched."""
     elements, leftover = divmod(array.size, itemsize)
     if itemsize <= 1 or elements <= 1:
         return array
-    body = array[: elements * itemsize].reshape(itemsize, elements).T
-    return np.concatenate([body.reshape(-1), array[elements * itemsize:]]) if leftover else body
+    out = np.empty(array.size, np.uint8)
+    out[: elements * itemsize].reshape(elements, itemsize)[...] = array[: elements * itemsize].reshape(itemsize, elements).T
+    out[elements * itemsize:] = array[elements * itemsize:]
+    return out
 
 
 def _inflate(data, expected: int, offset, name: str) -> bytes:

@@ -26,7 +26,7 @@ from mdiff.format.commit import Commit
 from mdiff.format.reader import DiffFile, open_diff
 from mdiff.format.writer import DiffWriter, fsync_directory
 from mdiff.updates import replace
-from mdiff.updates.base import Update, verify_all
+from mdiff.updates.base import Update, read_ahead, verify_all
 
 REPO_DIR = ".mdiff"
 FORMAT_LINE = "mdiff-repository 1\n"
@@ -292,9 +292,9 @@ class Repository:
             if kept is None:
                 self.verify(cid)
             try:
-                with kept or open_diff(self.commit_path(cid)) as diff:
-                    for name in diff:
-                        update = diff[name]
+                with kept or open_diff(self.commit_path(cid)) as diff, \
+                        contextlib.closing(read_ahead((name, diff[name]) for name in diff)) as updates:
+                    for name, update in updates:
                         if name in pending and update.type not in ("dense", "sparse"):
                             pending.pop(name).verify(state[name], name)
                         result = update.apply(state.get(name), name, engine, scratch=True, verify=False)

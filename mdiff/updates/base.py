@@ -165,6 +165,27 @@ def with_data_read(update: Update) -> Update:
     return Update(update.meta, {key: update.array(key) for key in update.data}, update.kind)
 
 
+def read_ahead(items: Iterable[tuple[str, Update]]) -> Iterator[tuple[str, Update]]:
+    """``items`` with each update's data read into memory, the next one's read on another core
+    meanwhile (inflating releases the GIL): at most two updates' data are held at once."""
+    from mdiff.threads import shared_pool
+
+    pending = None
+    try:
+        for name, update in items:
+            future = shared_pool().submit(with_data_read, update)
+            if pending is not None:
+                yield pending[0], pending[1].result()
+            pending = (name, future)
+        if pending is not None:
+            name, future = pending
+            pending = None
+            yield name, future.result()
+    finally:  # closed early (an error): let a read in flight finish before its file is closed
+        if pending is not None and not pending[1].cancel():
+            pending[1].exception()
+
+
 def verify_all(checks: Iterable[tuple[Update, np.ndarray | None, str]]) -> None:
     """:meth:`Update.verify` of many results, hashed side by side (hashlib releases the GIL);
     the first failure in ``checks``' order is raised."""
