@@ -57,6 +57,7 @@ ROWS = [
     "one parameter of the large diff (gzip)", "the same parameter from its own .mdiff (gzip)",
     "the same parameter from its own .safetensors",
     "Repository.checkout of the chain's last commit", "safetensors.numpy.load_file of the full model",
+    "Repository.checkout of the last commit after `mdiff snapshot` of it",
 ]
 
 
