@@ -110,7 +110,7 @@ def test_every_rule_code_has_a_case_or_a_reason():
     warnings = {c for c, r in RULES.items() if r.severity == "warning"}
     assert warnings <= covered
     repository_codes = {c for c, r in RULES.items() if r.section.startswith("13.")}
-    assert {"MD800", "MD801", "MD802"} <= covered
+    assert {"MD800", "MD801", "MD802", "MD805"} <= covered
     assert repository_codes - covered == {"MD803", "MD804"} <= set(MANIFEST.not_applicable)
 
 
@@ -159,7 +159,7 @@ def test_the_repository_cases_cover_section_13():
             updates |= {u.type for u in diff.values()}
     assert updates == {"dense", "sparse", "replace", "delete", "low_rank"}
     refused = {c.id: c for c in MANIFEST.cases if c.is_repository and c.family == "invalid"}
-    assert {c.code for c in refused.values()} == {"MD800", "MD801", "MD802"}
+    assert {c.code for c in refused.values()} == {"MD800", "MD801", "MD802", "MD805"}
     assert len(refused) >= 12
 
 

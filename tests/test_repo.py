@@ -20,6 +20,7 @@ import mdiff
 from mdiff.checkpoints import load_checkpoint, save_checkpoint
 from mdiff.cli.main import main
 from mdiff.errors import RepositoryError
+from mdiff.format.dtypes import DTYPES
 from mdiff.repo import Repository
 from mdiff.repo.history import graph_lines, resolve
 from tests.helpers import bits_equal
@@ -415,3 +416,47 @@ def test_a_missing_first_parent_and_padded_refs_are_md801(repo):
         with pytest.raises(RepositoryError) as info:
             repo.head()
         assert info.value.code == "MD801"
+
+
+def _low_rank_then(repo, then: str):
+    """root: w (8×6 float32), b; a low_rank commit of w; then ``then`` changes w once more."""
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((8, 6)).astype(np.float32)
+    root = repo.commit({"w": w, "b": np.ones(3, np.float32)}, "root", date=DATE)
+    lora = mdiff.low_rank(rng.standard_normal((8, 2)), rng.standard_normal((2, 6)), (8, 6), DTYPES["float32"], scale=0.5)
+    after_lora = repo.commit({"w": w, "b": np.ones(3, np.float32)}, "lora", date=DATE, explicit={"w": lora})
+    state = repo.checkout(after_lora)
+    changed = state["w"].copy()
+    changed[0, :] += np.float32(1)
+    if then == "commit":
+        last = repo.commit({"w": changed, "b": state["b"]}, "after the lora", date=DATE)
+    else:  # what a careless writer would store: a dense XOR against the writer's own low_rank bits
+        commit = mdiff.Commit("after the lora", date=DATE, parents=(after_lora,))
+        last = repo.store(lambda w_: w_.add("w", mdiff.dense(state["w"], changed)), commit)
+        repo.set_branch("main", last)
+    return root, after_lora, last, changed
+
+
+def test_after_a_low_rank_commit_the_writer_stores_replace_not_xor(repo):
+    _, after_lora, last, changed = _low_rank_then(repo, "commit")
+    assert repo.inexact_values(after_lora) == {"w"}
+    with mdiff.open(repo.commit_path(last)) as diff:
+        assert {name: diff[name].type for name in diff} == {"w": "replace"}
+    assert repo.inexact_values(last) == frozenset()
+    assert bits_equal(repo.checkout(last)["w"], changed)
+    fresh = Repository.find(repo.root)  # no cache: from the files alone
+    assert fresh.inexact_values(after_lora) == {"w"} and bits_equal(fresh.checkout("HEAD")["w"], changed)
+
+
+def test_an_exact_xor_on_a_low_rank_result_is_md805(repo):
+    _, after_lora, last, _ = _low_rank_then(repo, "careless")
+    with pytest.raises(RepositoryError) as info:
+        Repository.find(repo.root).checkout("HEAD")
+    assert info.value.code == "MD805" and "'w'" in info.value.message
+    # from a snapshot of the low_rank commit too: the snapshot names its inexact values
+    repo.snapshot(after_lora)
+    with mdiff.open(repo.snapshot_path(after_lora)) as snapshot:
+        assert snapshot.commit.meta["inexact"] == '["w"]'
+    with pytest.raises(RepositoryError) as info:
+        Repository.find(repo.root).checkout("HEAD")
+    assert info.value.code == "MD805"

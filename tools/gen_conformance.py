@@ -1270,6 +1270,22 @@ def refused_repositories(c: Corpus) -> None:
          "was made from its second parent's state: applied to its first parent's state (§13.4) its result's sha256 "
          "differs", merge_against_second_parent, ["main"], small=False)
 
+    def xor_after_low_rank(path: Path):
+        """root: w replaced; lora: w low_rank; next: w dense against the writer's own low_rank bits."""
+        repo = Repository.init(path)
+        lora = inv._low_rank_update()
+        r0 = repo.store(lambda w: w.add("w", mdiff.replace(inv.W.copy())), commit("root", date=repo_date(0)))
+        p1 = repo.store(lambda w: w.add("w", lora), commit("lora", parents=[r0], date=repo_date(1)))
+        mine = lora.apply(inv.W.copy(), "w")  # one answer within §7.5's tolerance: other appliers may differ
+        changed = mine.copy()
+        changed[0, 0] += np.float32(1)
+        p2 = repo.store(lambda w: w.add("w", mdiff.dense(mine, changed)), commit("next", parents=[p1], date=repo_date(2)))
+        repo.set_branch("main", p2)
+
+    case("MD805-xor_after_low_rank", "MD805", "main's commit has a dense (XOR) update of `w`, whose value in its first "
+         "parent's state a low_rank update made: appliers agree on that value only within §7.5's tolerance, so the XOR "
+         "is refused whatever bits this applier computed", xor_after_low_rank, ["main", "HEAD"], small=False)
+
 
 def manifest_text(manifest: dict) -> str:
     """JSON, one case per line (diffs of the corpus stay readable, the file small)."""

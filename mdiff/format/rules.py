@@ -85,6 +85,7 @@ _TABLE = [
     ("MD802", "error", "13.4", "a commit cannot be applied to its first parent's state"),
     ("MD803", "error", "13.6", "another process holds the repository's lock"),
     ("MD804", "error", "13.7", "a merge has conflicts the strategy cannot resolve"),
+    ("MD805", "error", "13.4", "an exact update reads a base value that an inexact update (low_rank) made"),
     # §10 checkpoint files
     ("MD700", "error", "10", "the checkpoint format is not supported"),
     ("MD701", "error", "10", "the checkpoint file is malformed"),

@@ -15,6 +15,7 @@ import hashlib
 import os
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from mdiff.applying import apply_mappings
 from mdiff.errors import ApplyError, InvalidFileError, RepositoryError
+from mdiff.format import canonical_json
 from mdiff.format.commit import Commit
 from mdiff.format.reader import DiffFile, open_diff
 from mdiff.format.writer import DiffWriter, fsync_directory
@@ -72,7 +74,8 @@ class Repository:
         self.root = Path(root)
         self.dir = self.root / REPO_DIR
         # by commit id (a commit's content never changes): its parents and its updates' declared bytes
-        self._facts: dict[str, tuple[tuple[str, ...], int]] = {}
+        self._facts: dict[str, _CommitFacts] = {}
+        self._inexact: dict[str, frozenset[str]] = {}  # by commit id: the inexact values of its state (§13.4)
 
     # ------------------------------------------------------------ creation and discovery
     @classmethod
@@ -191,9 +194,9 @@ class Repository:
             return diff.commit
 
     def parents(self, commit_id: str) -> tuple[str, ...]:
-        return self._commit_facts(commit_id)[0]
+        return self._commit_facts(commit_id).parents
 
-    def _commit_facts(self, commit_id: str) -> tuple[tuple[str, ...], int]:
+    def _commit_facts(self, commit_id: str) -> "_CommitFacts":
         self._existing(commit_id, "a commit's parent list")  # even when known: the file may have gone since
         if commit_id not in self._facts:
             with open_diff(self.commit_path(commit_id)) as diff:
@@ -201,7 +204,10 @@ class Repository:
         return self._facts[commit_id]
 
     def _remember(self, commit_id: str, diff: DiffFile) -> None:
-        self._facts[commit_id] = (diff.commit.parents, sum(diff[name].stored_bytes for name in diff))
+        self._facts[commit_id] = _CommitFacts(
+            diff.commit.parents, sum(diff[name].stored_bytes for name in diff),
+            {name: diff[name].type != "delete" and not diff[name].update_type.carries_sha256 for name in diff},
+        )
 
     def store(self, write: Callable[[DiffWriter], None], commit: Commit, compression: str = "gzip", directory: str = "commits") -> str:
         """Write a commit file with ``write``; file it under its sha256; return that id.
@@ -274,13 +280,16 @@ class Repository:
         # snapshot's values are the first links of those chains.
         state: dict[str, np.ndarray] = {}
         pending: dict[str, Update] = {}
+        inexact: set[str] = set()
         if cursor is not None:
             try:
                 with open_diff(self.snapshot_path(cursor)) as snapshot:
-                    if snapshot.commit.meta.get("snapshot_of") != cursor or any(
+                    listed = _inexact_listed(snapshot.commit.meta)
+                    if snapshot.commit.meta.get("snapshot_of") != cursor or listed is None or any(
                         snapshot[name].type != "replace" for name in snapshot
-                    ):
+                    ) or not listed <= set(snapshot):
                         raise _SnapshotUnusable(cursor)
+                    inexact |= listed
                     for name in snapshot:
                         state[name] = snapshot[name].apply(None, name, engine, verify=False)
                         pending[name] = _detached(snapshot[name])
@@ -295,18 +304,26 @@ class Repository:
                 with kept or open_diff(self.commit_path(cid)) as diff, \
                         contextlib.closing(read_ahead((name, diff[name]) for name in diff)) as updates:
                     for name, update in updates:
+                        kind = update.update_type
+                        if name in inexact and kind.carries_sha256 and kind.needs_base:
+                            raise RepositoryError(
+                                "MD805", f"commit {cid[:12]}: a {update.type} update of {name!r}, whose value an "
+                                         "inexact update made (appliers agree on it only within a tolerance)")
                         if name in pending and update.type not in ("dense", "sparse"):
                             pending.pop(name).verify(state[name], name)
                         result = update.apply(state.get(name), name, engine, scratch=True, verify=False)
                         if result is None:
                             del state[name]
                             pending.pop(name, None)
+                            inexact.discard(name)
                             continue
                         state[name] = result
-                        if update.update_type.carries_sha256:
+                        if kind.carries_sha256:
                             pending[name] = _detached(update)
+                            inexact.discard(name)
                         else:
                             pending.pop(name, None)
+                            inexact.add(name)
             except (InvalidFileError, ApplyError) as exc:
                 raise RepositoryError("MD802", f"commit {cid[:12]} cannot be applied: {exc}") from exc
         try:
@@ -315,7 +332,33 @@ class Repository:
             if start is not None:  # the snapshot, or a commit after it: a walk without snapshots tells
                 raise _SnapshotUnusable(start) from exc
             raise RepositoryError("MD802", f"the state at {commit_id[:12]} fails its check: {exc}") from exc
+        self._inexact[commit_id] = frozenset(inexact)
         return state
+
+    def inexact_values(self, commit_id: str | None) -> frozenset[str]:
+        """The parameters whose value in state(commit_id) an inexact update made (§13.4), from the
+        commits' metadata: back to a snapshot (its `meta.inexact`) or a root, then forward."""
+        if commit_id is None:
+            return frozenset()
+        if commit_id not in self._inexact:
+            line, cursor, inexact = [], commit_id, set()
+            while cursor is not None:
+                if cursor in self._inexact:
+                    inexact = set(self._inexact[cursor])
+                    break
+                if self.snapshot_path(cursor).exists():
+                    listed = _snapshot_inexact(self.snapshot_path(cursor), cursor)
+                    if listed is not None:
+                        inexact = listed
+                        break
+                line.append(cursor)
+                parents = self.parents(cursor)
+                cursor = parents[0] if parents else None
+            for cid in reversed(line):
+                for name, makes_inexact in self._commit_facts(cid).inexact.items():
+                    (inexact.add if makes_inexact else inexact.discard)(name)
+            self._inexact[commit_id] = frozenset(inexact)
+        return self._inexact[commit_id]
 
     def write_snapshot(self, commit_id: str, state: Mapping[str, np.ndarray]) -> None:
         """Store the full state of ``commit_id`` so that checkouts start there (§13.5).
@@ -323,7 +366,9 @@ class Repository:
         Uncompressed: a snapshot is a cache for speed (weights hardly deflate: ~0.86 of their size,
         at a tenth of the read speed).
         """
-        meta = Commit("snapshot", date=self.metadata(commit_id).date, meta={"snapshot_of": commit_id})
+        inexact = sorted(self.inexact_values(commit_id))
+        meta = Commit("snapshot", date=self.metadata(commit_id).date,
+                      meta={"snapshot_of": commit_id, **({"inexact": canonical_json.dumps(inexact)} if inexact else {})})
         snapshot_id = self.store(
             lambda w: [w.add(name, replace.encode(state[name])) for name in sorted(state)], meta,
             compression="none", directory="snapshots",
@@ -339,10 +384,10 @@ class Repository:
         commits = replayed = 0
         cursor: str | None = commit_id
         while not self.snapshot_path(cursor).exists():
-            parents, declared = self._commit_facts(cursor)
-            if not parents:
-                return commits, replayed, declared
-            commits, replayed, cursor = commits + 1, replayed + declared, parents[0]
+            facts = self._commit_facts(cursor)
+            if not facts.parents:
+                return commits, replayed, facts.declared_bytes
+            commits, replayed, cursor = commits + 1, replayed + facts.declared_bytes, facts.parents[0]
         with open_diff(self.snapshot_path(cursor)) as snapshot:
             return commits, replayed, sum(snapshot[name].stored_bytes for name in snapshot)
 
@@ -356,6 +401,39 @@ class Repository:
         if due:
             self.write_snapshot(commit_id, state)
         return due
+
+
+@dataclass(frozen=True)
+class _CommitFacts:
+    """What a commit's metadata says, kept by id (a commit's content never changes)."""
+
+    parents: tuple[str, ...]
+    declared_bytes: int  # of its updates' datasets
+    inexact: dict[str, bool]  # name → whether the update leaves the value inexact (§13.4)
+
+
+def _snapshot_inexact(path: Path, commit_id: str) -> set[str] | None:
+    """A usable snapshot's inexact values, or None (not usable: the walk goes on past it)."""
+    try:
+        with open_diff(path) as snapshot:
+            listed = _inexact_listed(snapshot.commit.meta)
+            usable = snapshot.commit.meta.get("snapshot_of") == commit_id and listed is not None
+            return listed if usable and listed <= set(snapshot) else None
+    except InvalidFileError:
+        return None
+
+
+def _inexact_listed(meta: Mapping[str, str]) -> set[str] | None:
+    """A snapshot's `meta.inexact` (§13.5) as a set; None when malformed."""
+    if "inexact" not in meta:
+        return set()
+    try:
+        names = canonical_json.loads(meta["inexact"])
+    except ValueError:
+        return None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return None
+    return set(names)
 
 
 class _SnapshotUnusable(Exception):
@@ -397,23 +475,28 @@ def _detached(update: Update) -> Update:
 
 
 def updates_between(old: Mapping[str, np.ndarray], new: Mapping, explicit: Mapping[str, Update] = {},
-                    masks: Mapping[str, np.ndarray] = {}) -> Iterable[tuple[str, Update]]:
+                    masks: Mapping[str, np.ndarray] = {}, inexact: frozenset[str] = frozenset()) -> Iterable[tuple[str, Update]]:
     """(name, update) taking ``old`` to ``new``: explicit updates win, masked parameters store just
-    their masked elements, the rest are exact diffs."""
+    their masked elements, the rest are exact diffs. A parameter in ``inexact`` (its value in ``old``
+    was made by an inexact update) gets no exact update that reads its base: its result, as a
+    ``replace``, instead (§13.4, MD805)."""
     from mdiff.diffing import diff_tensor
 
     for name in sorted(set(old) | set(new) | set(explicit)):
         if name in explicit:
-            yield name, explicit[name]
-            continue
-        if name in masks:
+            update = explicit[name]
+        elif name in masks:
             if name not in old or name not in new:
                 raise RepositoryError("MD801", f"sparse mask for {name!r}, which is not in both states")
-            yield name, masked_update(old[name], new[name], masks[name])
-            continue
-        update = diff_tensor(old.get(name), new[name] if name in new else None)
-        if update is not None:
-            yield name, update
+            update = masked_update(old[name], new[name], masks[name])
+        else:
+            update = diff_tensor(old.get(name), new[name] if name in new else None)
+            if update is None:
+                continue
+        kind = update.update_type
+        if name in inexact and kind.carries_sha256 and kind.needs_base:
+            update = replace.encode(update.apply(old[name], name))
+        yield name, update
 
 
 # ---------------------------------------------------------------- work on a repository (the verbs)
@@ -453,19 +536,25 @@ def _commit(repo: Repository, new: Mapping, message: str, parents: tuple[str, ..
             snapshots: bool = True, **commit_fields) -> tuple[str, dict[str, str]]:
     if old is None:
         old = repo.state(parents[0] if parents else None)
+    inexact = set(repo.inexact_values(parents[0] if parents else None))
     meta = Commit(message, parents=parents, **commit_fields)
     summary: dict[str, str] = {}
     names = sorted(set(old) | set(new) | set(explicit))
     position = {n: i for i, n in enumerate(names)}
 
     def write(writer: DiffWriter) -> None:
-        for name, update in updates_between(old, new, explicit, masks):
+        for name, update in updates_between(old, new, explicit, masks, frozenset(inexact)):
             if progress:
                 progress(name, position[name], len(names))
             writer.add(name, update)
             summary[name] = update.type
+            if update.type == "delete" or update.update_type.carries_sha256:
+                inexact.discard(name)
+            else:
+                inexact.add(name)
 
     commit_id = repo.store(write, meta)
+    repo._inexact[commit_id] = frozenset(inexact)
     if snapshots:
         repo.snapshot_if_due(commit_id, new)
     return commit_id, summary
