@@ -648,3 +648,115 @@ def test_checkout_revisions_like_the_reference(tmp_path):
     assert rc == 1 and report["error"]["code"] == "MD801"
     rc, report = js_checkout(tmp_path, "HEAD", tmp_path / "none.safetensors")  # no .mdiff/ there
     assert rc == 1 and report["error"]["code"] == "MD801"
+
+
+# §13.4 / §13.5 (revision 2): values a low_rank update made are inexact; an exact update that reads
+# its base (dense, sparse) on one is refused (MD805); a snapshot's `meta.inexact` seeds the set.
+
+AUTHOR = "T <t@example.org>"
+
+
+def _lora_chain(tmp_path, last: str = "dense"):
+    """root: `w` replaced (and `v`); lora: `w` low_rank; next: `w` `last` against the reference's own
+    low_rank bits (the bits other appliers need not compute). Returns (repo, {label: id})."""
+    repo = mdiff.Repository.init(tmp_path / "r")
+    rng = np.random.default_rng(805)
+    w = rng.standard_normal((6, 5)).astype(np.float32)
+    v = np.arange(4, dtype=np.int32)
+    lora = mdiff.low_rank(rng.standard_normal((6, 2)).astype(np.float32), rng.standard_normal((2, 5)).astype(np.float32),
+                          (6, 5), DTYPES["float32"], 0.5)
+    mine = lora.apply(w.copy(), "w")
+    changed = mine.copy()
+    changed[0, 0] += np.float32(1)
+    update = mdiff.dense(mine, changed) if last == "dense" else mdiff.sparse(mine, changed)
+    c = lambda message, parents, i: mdiff.Commit(message, author=mdiff.Author("T", "t@example.org"),
+                                                 date=f"2026-01-01T00:00:0{i}Z", parents=tuple(parents))
+    ids = {"root": repo.store(lambda wr: [wr.add("v", mdiff.replace(v)), wr.add("w", mdiff.replace(w))], c("root", [], 0))}
+    ids["lora"] = repo.store(lambda wr: wr.add("w", lora), c("lora", [ids["root"]], 1))
+    ids["next"] = repo.store(lambda wr: wr.add("w", update), c("next", [ids["lora"]], 2))
+    repo.set_branch("main", ids["next"])
+    return repo, ids
+
+
+def _snapshot_meta(path: Path) -> dict:
+    with h5py.File(path, "r") as f:
+        raw = f.attrs["commit"]
+    return json.loads(raw.decode() if isinstance(raw, bytes) else raw)["meta"]
+
+
+@pytest.mark.parametrize("last", ["dense", "sparse"])
+def test_checkout_refuses_exact_update_after_low_rank(tmp_path, last):
+    """MD805: the XOR was made against one applier's low_rank bits; it is refused whatever bits
+    mdiff-js computed, with no output, as the reference does. The low_rank commit itself checks out."""
+    repo, ids = _lora_chain(tmp_path, last)
+    out = tmp_path / "main.safetensors"
+    rc, report = js_checkout(repo.root, "main", out)
+    assert rc == 1 and report["error"]["code"] == "MD805" and report["error"]["section"] == "13.4", report
+    assert not out.exists()
+    with pytest.raises(mdiff.RepositoryError) as exc:
+        repo.state(ids["next"])
+    assert exc.value.code == "MD805"
+    rc, report = js_checkout(repo.root, "main~1", tmp_path / "lora.safetensors")
+    assert rc == 0 and report["commit"] == ids["lora"], report
+
+
+def test_checkout_refuses_md805_from_a_snapshot(tmp_path):
+    """A checkout that starts at the low_rank commit's snapshot takes `w` as inexact from its
+    `meta.inexact` (§13.5): without the root commit, the dense commit is still MD805."""
+    repo, ids = _lora_chain(tmp_path)
+    repo.snapshot(ids["lora"])
+    snap = repo.snapshot_path(ids["lora"])
+    assert _snapshot_meta(snap)["inexact"] == '["w"]'
+    repo.commit_path(ids["root"]).unlink()  # the snapshot is the only way to the state at `lora`
+    rc, report = js_checkout(repo.root, "main", tmp_path / "main.safetensors")
+    assert rc == 1 and report["error"]["code"] == "MD805", report
+    assert not (tmp_path / "main.safetensors").exists()
+    rc, report = js_checkout(repo.root, "main~1", tmp_path / "lora.safetensors")  # the snapshot's state
+    assert rc == 0 and report["commit"] == ids["lora"], report
+    js, ref = load_safetensors(tmp_path / "lora.safetensors"), repo.state(ids["lora"])
+    assert set(js) == set(ref) and all(as_array(js[k]).tobytes() == ref[k].tobytes() for k in ref)
+
+
+@pytest.mark.parametrize("inexact", ['"w"', '["w", 1]', '{"w": 1}', '["w"', '["w", "u"]', "NaN"])
+def test_checkout_walks_past_a_snapshot_with_bad_inexact(tmp_path, inexact):
+    """`meta.inexact` not a JSON array of strings, or naming a parameter the snapshot does not hold:
+    the snapshot is unusable and the walk goes on to the root (still MD805). Taken as "no inexact
+    value", the dense update would apply to the snapshot's bits and the checkout succeed."""
+    repo, ids = _lora_chain(tmp_path)
+    state = repo.state(ids["lora"])
+    meta = mdiff.Commit("snapshot", date="2026-01-01T00:00:01Z", meta={"snapshot_of": ids["lora"], "inexact": inexact})
+    sid = repo.store(lambda wr: [wr.add(k, mdiff.replace(state[k])) for k in sorted(state)], meta, directory="snapshots")
+    repo.snapshot_path(sid).rename(repo.snapshot_path(ids["lora"]))
+    rc, report = js_checkout(repo.root, "main", tmp_path / "main.safetensors")
+    assert rc == 1 and report["error"]["code"] == "MD805", report
+    # the same snapshot without the commits before it: nothing else leads to `lora`'s state
+    repo.commit_path(ids["root"]).unlink()
+    rc, report = js_checkout(repo.root, "main", tmp_path / "main.safetensors")
+    assert rc == 1 and report["error"]["code"] == "MD801", report
+
+
+def test_checkout_exact_again_after_replace(tmp_path):
+    """The reference's `commit` after a low_rank commit stores `w` with `replace` (§13.4): mdiff-js
+    checks it out bit for bit; `replace` makes `w` exact, so a dense commit after it applies too."""
+    repo = mdiff.Repository.init(tmp_path / "r")
+    rng = np.random.default_rng(13)
+    w = rng.standard_normal((6, 5)).astype(np.float32)
+    repo.commit({"w": w}, "root", author=AUTHOR, date="2026-01-01T00:00:00Z")
+    lora = mdiff.low_rank(rng.standard_normal((6, 2)).astype(np.float32), rng.standard_normal((2, 5)).astype(np.float32),
+                          (6, 5), DTYPES["float32"], 1.0)
+    repo.commit({"w": w}, "lora", author=AUTHOR, date="2026-01-01T00:00:01Z", explicit={"w": lora})
+    after = repo.state(repo.head()[1])["w"].copy()
+    after[1, 2] += np.float32(2)
+    tip = repo.commit({"w": after}, "after", author=AUTHOR, date="2026-01-01T00:00:02Z")
+    with mdiff.open(repo.commit_path(tip)) as diff:
+        assert diff["w"].type == "replace"
+    again = after.copy()
+    again[0, 0] -= np.float32(3)
+    last = repo.commit({"w": again}, "again", author=AUTHOR, date="2026-01-01T00:00:03Z")
+    with mdiff.open(repo.commit_path(last)) as diff:
+        assert diff["w"].type != "replace"  # exact again: an ordinary diff
+    for rev, want in [("main~1", after), ("main", again)]:
+        out = tmp_path / "out.safetensors"
+        rc, report = js_checkout(repo.root, rev, out)
+        assert rc == 0, report
+        assert as_array(load_safetensors(out)["w"]).tobytes() == want.tobytes()

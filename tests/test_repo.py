@@ -460,3 +460,15 @@ def test_an_exact_xor_on_a_low_rank_result_is_md805(repo):
     with pytest.raises(RepositoryError) as info:
         Repository.find(repo.root).checkout("HEAD")
     assert info.value.code == "MD805"
+
+
+def test_md805_is_checked_before_any_update_of_the_commit_is_applied(repo):
+    """§13.4: `a` (first in the file) would fail MD601 inside MD802, but MD805 on `w` comes first."""
+    _, after_lora, _, changed = _low_rank_then(repo, "commit")
+    mine = repo.checkout(after_lora)["w"]
+    wrong_shape = mdiff.dense(np.zeros(4, np.float32), np.ones(4, np.float32))  # `a` is not in the state at all
+    commit = mdiff.Commit("both", date=DATE, parents=(after_lora,))
+    bad = repo.store(lambda w_: (w_.add("a", wrong_shape), w_.add("w", mdiff.dense(mine, changed))), commit)
+    with pytest.raises(RepositoryError) as info:
+        Repository.find(repo.root).checkout(bad)
+    assert info.value.code == "MD805"

@@ -303,12 +303,14 @@ class Repository:
             try:
                 with kept or open_diff(self.commit_path(cid)) as diff, \
                         contextlib.closing(read_ahead((name, diff[name]) for name in diff)) as updates:
-                    for name, update in updates:
-                        kind = update.update_type
+                    for name in diff:  # §13.4: before any of the commit's updates is applied
+                        kind = diff[name].update_type
                         if name in inexact and kind.carries_sha256 and kind.needs_base:
                             raise RepositoryError(
-                                "MD805", f"commit {cid[:12]}: a {update.type} update of {name!r}, whose value an "
+                                "MD805", f"commit {cid[:12]}: a {kind.name} update of {name!r}, whose value an "
                                          "inexact update made (appliers agree on it only within a tolerance)")
+                    for name, update in updates:
+                        kind = update.update_type
                         if name in pending and update.type not in ("dense", "sparse"):
                             pending.pop(name).verify(state[name], name)
                         result = update.apply(state.get(name), name, engine, scratch=True, verify=False)

@@ -60,6 +60,7 @@ MD801 error 13.3 a repository file, ref or HEAD is malformed or names a missing 
 MD802 error 13.4 a commit cannot be applied to its first parent's state
 MD803 error 13.6 another process holds the repository's lock
 MD804 error 13.7 a merge has conflicts the strategy cannot resolve
+MD805 error 13.4 an exact update reads a base value that an inexact update (low_rank) made
 MD700 error 10 the checkpoint format is not supported
 MD701 error 10 the checkpoint file is malformed
 MD702 error 10 the checkpoint holds a dtype the format does not support

@@ -1,6 +1,6 @@
 // Reading a repository (SPEC.md §13): the layout of §13.1, commit ids (§13.2), revisions (§13.3) and
-// the state at a commit (§13.4), starting at a snapshot where there is one (§13.5). Read-only: no
-// lock is taken (§13.6 concerns writers).
+// the state at a commit (§13.4), starting at a snapshot where there is one (§13.5), and the values of
+// a state that are inexact (§13.4, MD805). Read-only: no lock is taken (§13.6 concerns writers).
 
 import fs from "node:fs";
 import path from "node:path";
@@ -8,6 +8,7 @@ import crypto from "node:crypto";
 import { MdiffError } from "./codes.js";
 import { validateFile } from "./validate.js";
 import { applyValidated, refuseInvalid, asMdiffError } from "./apply.js";
+import { parseStrict } from "./json.js";
 
 export const FORMAT_LINE = "mdiff-repository 1\n";
 const COMMIT_ID = /^[0-9a-f]{64}$/;
@@ -17,6 +18,27 @@ const REVISION = /^([^~^]+)((?:~[0-9]*|\^)*)$/;
 const PREFIX = /^[0-9a-f]{4,64}$/;
 
 const short = (id) => id.slice(0, 12);
+
+// §13.4: updates that carry a sha256 and read their base value. Applied to an inexact value they are
+// refused (MD805). (Embedded types, §7.8, are not run by mdiff-js: a file holding one is refused.)
+const EXACT_READS_BASE = new Set(["dense", "sparse"]);
+// Updates without a sha256: the value they set is inexact (§7.5's tolerance).
+const INEXACT = new Set(["low_rank"]);
+
+// §13.5: a snapshot's `meta.inexact`, a JSON array of parameter names (absent: none), as a Set;
+// null when it is malformed (the snapshot is then unusable).
+function inexactListed(meta) {
+  if (!Object.prototype.hasOwnProperty.call(meta, "inexact")) return new Set();
+  if (typeof meta.inexact !== "string") return null;
+  let names;
+  try {
+    names = parseStrict(meta.inexact);
+  } catch {
+    return null;
+  }
+  if (!Array.isArray(names) || !names.every((n) => typeof n === "string")) return null;
+  return new Set(names);
+}
 
 function md801(message, where = null) {
   return new MdiffError("MD801", message, where);
@@ -195,8 +217,10 @@ export class Repository {
     return id;
   }
 
-  // §13.5: the state a snapshot holds, or null when there is none or it is not usable (a snapshot is
-  // only a shortcut, which may be deleted at any time: the commits say the same).
+  // §13.5: {state, inexact} of a snapshot, or null when there is none or it is not usable (a snapshot
+  // is only a shortcut, which may be deleted at any time: the commits say the same). Usable: a valid
+  // file of `replace` updates, `meta.snapshot_of` its name, `meta.inexact` absent or a JSON array of
+  // names of parameters it holds.
   async snapshot(id) {
     const file = this.snapshotPath(id);
     if (kindOf(file) !== "file") return null;
@@ -205,7 +229,11 @@ export class Repository {
       if (v.notHdf5 || v.errors.length) return null;
       if (!v.commit || !v.commit.meta || v.commit.meta.snapshot_of !== id) return null;
       if (!v.params.every((p) => p.update && p.update.type === "replace")) return null;
-      return applyValidated(v, new Map());
+      const inexact = inexactListed(v.commit.meta);
+      if (inexact === null) return null;
+      const held = new Set(v.params.map((p) => p.name));
+      if (![...inexact].every((n) => held.has(n))) return null;
+      return { state: applyValidated(v, new Map()), inexact };
     } catch {
       return null;
     } finally {
@@ -213,17 +241,21 @@ export class Repository {
     }
   }
 
-  // §13.4: state(C) = apply(C, state(first parent of C)); the empty state before a root.
+  // §13.4: state(C) = apply(C, state(first parent of C)); the empty state before a root. Along the
+  // way, the parameters whose value an update without a sha256 set (inexact): an exact update that
+  // reads such a value is refused (MD805); `replace`, `delete` and any exact update make it exact.
   async state(id) {
     const chain = [];
     const seen = new Set();
     let state = new Map();
+    let inexact = new Set();
     for (let cursor = id; cursor !== null; cursor = await this.firstParent(cursor)) {
       if (seen.has(cursor)) throw md801(`the first parents of ${short(id)} form a cycle at ${short(cursor)}`);
       seen.add(cursor);
       const snap = await this.snapshot(cursor);
       if (snap !== null) {
-        state = snap;
+        state = snap.state;
+        inexact = snap.inexact;
         break;
       }
       chain.push(cursor);
@@ -234,8 +266,22 @@ export class Repository {
       const v = await validateFile(file, { limits: this.limits });
       try {
         refuseInvalid(v, file);
+        for (const prm of v.params) {
+          if (inexact.has(prm.name) && EXACT_READS_BASE.has(prm.update.type)) {
+            throw new MdiffError(
+              "MD805",
+              `commit ${short(cid)} holds a ${prm.update.type} update of ${JSON.stringify(prm.name)}, whose value in its first parent's state an inexact update (low_rank) made: appliers agree on that value only within a tolerance, so an exact update must not read it (§13.4)`,
+              prm.name,
+            );
+          }
+        }
         state = applyValidated(v, state);
+        for (const prm of v.params) {
+          if (INEXACT.has(prm.update.type)) inexact.add(prm.name);
+          else inexact.delete(prm.name);
+        }
       } catch (e) {
+        if (e instanceof MdiffError && e.code === "MD805") throw e;
         const err = asMdiffError(e, file);
         throw new MdiffError("MD802", `commit ${short(cid)} cannot be applied to its first parent's state: ${err.code}: ${err.message}`, err.path || file);
       } finally {
