@@ -169,3 +169,15 @@ def test_the_plan_refuses_chunk_sets_that_do_not_cover_the_dataset_once():
     assert plan_for((4, 3), 4, chunk_shape=(2, 3), chunks=[chunks[0], Chunk((4, 0), 200, 10)]) is None  # outside
     assert plan_for((4, 3), 4, chunk_shape=(2, 3), chunks=chunks[:1]) is None  # one missing
     assert plan_for((4, 3), 4, chunk_shape=(2, 3), chunks=[chunks[0], Chunk((2, 0), 200, 1 << 30)]) is None  # oversized
+
+
+@pytest.mark.parametrize("repeat", range(3))
+def test_chunks_sticking_out_of_a_middle_axis_do_not_spill_into_the_next_slab(tmp_path, repeat):
+    """(64, 70, 300) in chunks of (1, 32, 300): each slab's third chunk holds 6 rows inside and 26
+    outside; read in parallel (> 4 MiB), those 26 must not land on the next slab's first rows."""
+    array = _data((64, 70, 300), "<f4", seed=repeat)
+    path = tmp_path / "f.h5"
+    _dataset_file(path, array, (1, 32, 300), ("shuffle", "gzip"))
+    ours, by_hdf5 = _read_both(path)
+    assert ours is not None and ours.nbytes > 4 << 20
+    assert ours.tobytes() == by_hdf5.tobytes() == array.tobytes()

@@ -116,10 +116,15 @@ def read_planned(fd: int, plan: StoragePlan, shape: tuple[int, ...], out: np.nda
     itemsize = out.itemsize
     chunk_bytes = math.prod(plan.chunk_shape) * itemsize
     strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+    chunk_shape = plan.chunk_shape
+    axis = next((i for i, c in enumerate(chunk_shape) if c != 1), len(chunk_shape) - 1)  # the cut axis (_is_slab)
+    inner_bytes = math.prod(shape[axis + 1:]) * itemsize
 
     def decode(chunk: Chunk) -> None:
         start = sum(o * s for o, s in zip(chunk.offset, strides)) * itemsize
-        valid = min(chunk_bytes, flat.size - start)  # an edge chunk: only its leading part lies inside
+        # A chunk that sticks out past the end of its cut axis holds only its leading rows inside:
+        # the rest would land on the next slab's elements (and race with the chunk that holds them).
+        valid = min(chunk_shape[axis], shape[axis] - chunk.offset[axis]) * inner_bytes
         data = os.pread(fd, chunk.size, chunk.byte_offset)
         if len(data) != chunk.size:
             raise InvalidFileError("MD513", f"chunk {chunk.offset} is cut short", name)
