@@ -181,3 +181,24 @@ def test_chunks_sticking_out_of_a_middle_axis_do_not_spill_into_the_next_slab(tm
     ours, by_hdf5 = _read_both(path)
     assert ours is not None and ours.nbytes > 4 << 20
     assert ours.tobytes() == by_hdf5.tobytes() == array.tobytes()
+
+
+def test_random_slab_layouts_read_as_libhdf5_reads_them(tmp_path):
+    """Random shapes (rank 1-4) cut on a random axis into slabs, some big enough to decode in parallel."""
+    rng = np.random.default_rng(2026)
+    for i in range(16):
+        rank = int(rng.integers(1, 5))
+        shape = tuple(int(d) for d in rng.integers(1, 9, rank))
+        shape = (shape[0] * (int(rng.integers(1, 40)) if i % 2 else 1), *shape[1:])
+        if i % 4 == 3:  # > 4 MiB of float32: decoded on the thread pool
+            shape = (*shape[:-1], shape[-1] * 200_000 // max(1, int(np.prod(shape[:-1]))) + 1)
+        axis = int(rng.integers(0, rank))
+        chunks = tuple([1] * axis + [int(rng.integers(1, shape[axis] + 1))] + list(shape[axis + 1:]))
+        filters = [("shuffle", "gzip"), ("gzip",), ("shuffle",), ()][i % 4]
+        dtype = ["<f4", "<u2", "<u8", "<u1"][int(rng.integers(0, 4))]
+        array = _data(shape, dtype, seed=i)
+        path = tmp_path / f"f{i}.h5"
+        _dataset_file(path, array, chunks, filters)
+        ours, by_hdf5 = _read_both(path)
+        assert ours is not None, (shape, chunks)
+        assert ours.tobytes() == by_hdf5.tobytes() == array.tobytes(), (shape, chunks, filters, dtype)
