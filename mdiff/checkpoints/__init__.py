@@ -40,6 +40,7 @@ import numpy as np
 
 from mdiff.errors import CheckpointError
 from mdiff.format.dtypes import DType, dtype_of
+from mdiff.threads import Writeback
 
 __all__ = [
     "CheckpointReader",
@@ -387,17 +388,35 @@ def _atomic_output(path: str) -> Iterator[BinaryIO]:
     """A new file that replaces ``path`` only once completely written and synced."""
     directory = os.path.dirname(os.path.abspath(path))
     temp_path, fd = _create_temp_file(directory, os.path.basename(path))
+    file = _SyncingWriter(io.FileIO(fd, "wb"))
     try:
-        with os.fdopen(fd, "wb") as file:
+        try:
             yield file
             file.flush()
+            file.writeback.wait()
             os.fsync(file.fileno())
+        finally:
+            file.writeback.wait()  # no sync may outlive the file it syncs
+            file.close()
         os.replace(temp_path, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp_path)
         raise
     _fsync_directory(directory)
+
+
+class _SyncingWriter(io.BufferedWriter):
+    """A buffered file that syncs what it has written on another thread as it goes (threads.Writeback)."""
+
+    def __init__(self, raw: io.FileIO):
+        super().__init__(raw)
+        self.writeback = Writeback(lambda: os.fsync(raw.fileno()))
+
+    def write(self, data) -> int:
+        n = super().write(data)
+        self.writeback.wrote(n, self.flush)
+        return n
 
 
 def _create_temp_file(directory: str, basename: str) -> tuple[str, int]:

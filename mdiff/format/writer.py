@@ -12,6 +12,7 @@ import h5py
 import numpy as np
 
 from mdiff.format import canonical_json
+from mdiff.threads import Writeback
 from mdiff.format.attributes import write_string
 from mdiff.format.commit import Commit
 from mdiff.format.constants import (
@@ -26,6 +27,14 @@ from mdiff.updates.embedded import function_dataset
 COMPRESSIONS = ("gzip", "none")
 _CHUNK_BYTES = 1 << 20  # 1 MiB chunks: cheap partial reads, good deflate ratio
 _SMALLEST_COMPRESSED = 4096  # below this, a chunk index costs more than deflate saves
+
+
+def _sync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def chunk_shape(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -67,6 +76,7 @@ class DiffWriter:
         self._check_updates = check_updates  # off only to make invalid files for tests and conformance
         self._types: dict = {}  # update types this file defines (§7.8)
         self._update_types: h5py.Group | None = None
+        self._writeback = Writeback(lambda: _sync_path(self._tmp))
         commit_text = (commit or Commit()).to_attribute()
         extensions = list(extensions)
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
@@ -105,6 +115,9 @@ class DiffWriter:
         write_string(group, ATTR_UPDATE, canonical_json.dumps(dict(update.meta)))
         for key in sorted(update.data):
             self._write_dataset(group, key, np.asarray(update.data[key]))
+        # no H5Fflush first: it would change where libhdf5 puts metadata (the bytes must not depend on
+        # when syncs ran); the data of large datasets reaches the OS as it is written anyway
+        self._writeback.wrote(sum(np.asarray(v).nbytes for v in update.data.values()))
 
     def _write_dataset(self, group: h5py.Group, key: str, array: np.ndarray) -> None:
         array = np.asarray(array, order="C")
@@ -119,17 +132,15 @@ class DiffWriter:
     def close(self) -> None:
         """Finish the file: flush, fsync, and rename it into place."""
         self._file.close()
-        fd = os.open(self._tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        self._writeback.wait()
+        _sync_path(self._tmp)
         os.replace(self._tmp, self.path)
         fsync_directory(self.path.parent.resolve())
 
     def abort(self) -> None:
         try:
             self._file.close()
+            self._writeback.wait()  # before the file goes
         finally:
             self._tmp.unlink(missing_ok=True)
 
