@@ -284,10 +284,8 @@ class Repository:
         if cursor is not None:
             try:
                 with open_diff(self.snapshot_path(cursor)) as snapshot:
-                    listed = _inexact_listed(snapshot.commit.meta)
-                    if snapshot.commit.meta.get("snapshot_of") != cursor or listed is None or any(
-                        snapshot[name].type != "replace" for name in snapshot
-                    ) or not listed <= set(snapshot):
+                    listed = _snapshot_inexact(snapshot, cursor)
+                    if listed is None:
                         raise _SnapshotUnusable(cursor)
                     inexact |= listed
                     for name in snapshot:
@@ -349,7 +347,7 @@ class Repository:
                     inexact = set(self._inexact[cursor])
                     break
                 if self.snapshot_path(cursor).exists():
-                    listed = _snapshot_inexact(self.snapshot_path(cursor), cursor)
+                    listed = _usable_snapshot_inexact(self.snapshot_path(cursor), cursor)
                     if listed is not None:
                         inexact = listed
                         break
@@ -414,13 +412,19 @@ class _CommitFacts:
     inexact: dict[str, bool]  # name → whether the update leaves the value inexact (§13.4)
 
 
-def _snapshot_inexact(path: Path, commit_id: str) -> set[str] | None:
-    """A usable snapshot's inexact values, or None (not usable: the walk goes on past it)."""
+def _snapshot_inexact(snapshot: DiffFile, commit_id: str) -> set[str] | None:
+    """§13.5: the inexact values of a usable snapshot of ``commit_id`` — `replace` updates only,
+    `meta.snapshot_of` its commit, `meta.inexact` well formed —, or None for one to walk past."""
+    listed = _inexact_listed(snapshot.commit.meta)
+    usable = (snapshot.commit.meta.get("snapshot_of") == commit_id and listed is not None
+              and listed <= set(snapshot) and all(snapshot[name].type == "replace" for name in snapshot))
+    return listed if usable else None
+
+
+def _usable_snapshot_inexact(path: Path, commit_id: str) -> set[str] | None:
     try:
         with open_diff(path) as snapshot:
-            listed = _inexact_listed(snapshot.commit.meta)
-            usable = snapshot.commit.meta.get("snapshot_of") == commit_id and listed is not None
-            return listed if usable and listed <= set(snapshot) else None
+            return _snapshot_inexact(snapshot, commit_id)
     except InvalidFileError:
         return None
 
@@ -793,23 +797,13 @@ def fsck(repo: Repository, check_data: bool = True) -> list:
                     findings.append(Finding("MD801", str(path), f"parent {parent[:12]} is not in the repository"))
     for path in sorted((repo.dir / "snapshots").glob("*.mdiff")):
         problems = [f for f in validate(path, check_data=check_data) if f.is_error]
-        if problems or not _snapshot_fits(path):
-            why = problems[0].message if problems else "it does not hold `replace` updates of its commit's state"
+        if problems or _usable_snapshot_inexact(path, path.stem) is None:
+            why = problems[0].message if problems else "not `replace` updates of its commit with a well-formed meta (§13.5)"
             findings.append(Finding("MD303", str(path), f"checkouts ignore this snapshot ({why}); it may be deleted"))
     for folder in ("commits", "snapshots", "refs/heads", "."):
         for stray in sorted((repo.dir / folder).glob(".*.tmp")) + sorted((repo.dir / folder).glob(".commit.*.mdiff")):
             findings.append(Finding("MD303", str(stray), "a temporary file left by an interrupted writer; it may be deleted"))
     return findings
-
-
-def _snapshot_fits(path: Path) -> bool:
-    try:
-        with open_diff(path) as snapshot:
-            return snapshot.commit.meta.get("snapshot_of") == path.stem and all(
-                snapshot[name].type == "replace" for name in snapshot
-            )
-    except InvalidFileError:
-        return False
 
 
 Repository.fsck = fsck
