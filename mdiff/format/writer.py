@@ -29,14 +29,6 @@ _CHUNK_BYTES = 1 << 20  # 1 MiB chunks: cheap partial reads, good deflate ratio
 _SMALLEST_COMPRESSED = 4096  # below this, a chunk index costs more than deflate saves
 
 
-def _sync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def chunk_shape(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     """Chunks of about 1 MiB, cut along the leading axes first (C order stays contiguous)."""
     target = max(1, _CHUNK_BYTES // itemsize)
@@ -49,8 +41,9 @@ def chunk_shape(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     return tuple(chunk)
 
 
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+def fsync_path(path: Path) -> None:
+    """fsync a file or a folder by its path."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -76,7 +69,7 @@ class DiffWriter:
         self._check_updates = check_updates  # off only to make invalid files for tests and conformance
         self._types: dict = {}  # update types this file defines (§7.8)
         self._update_types: h5py.Group | None = None
-        self._writeback = Writeback(lambda: _sync_path(self._tmp))
+        self._writeback = Writeback(lambda: fsync_path(self._tmp))
         commit_text = (commit or Commit()).to_attribute()
         extensions = list(extensions)
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
@@ -133,9 +126,9 @@ class DiffWriter:
         """Finish the file: flush, fsync, and rename it into place."""
         self._file.close()
         self._writeback.wait()
-        _sync_path(self._tmp)
+        fsync_path(self._tmp)
         os.replace(self._tmp, self.path)
-        fsync_directory(self.path.parent.resolve())
+        fsync_path(self.path.parent.resolve())
 
     def abort(self) -> None:
         try:

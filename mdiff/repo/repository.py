@@ -26,7 +26,7 @@ from mdiff.errors import ApplyError, InvalidFileError, RepositoryError
 from mdiff.format import canonical_json
 from mdiff.format.commit import Commit
 from mdiff.format.reader import DiffFile, open_diff
-from mdiff.format.writer import DiffWriter, fsync_directory
+from mdiff.format.writer import DiffWriter, fsync_path
 from mdiff.updates import replace
 from mdiff.updates.base import Update, read_ahead, verify_all
 
@@ -60,7 +60,7 @@ def _write_atomically(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    fsync_directory(path.parent)
+    fsync_path(path.parent)
 
 
 def valid_branch(name: str) -> bool:
@@ -92,7 +92,7 @@ class Repository:
         (staging / "format").write_text(FORMAT_LINE, encoding="utf-8")
         (staging / "HEAD").write_text(f"ref: refs/heads/{branch}\n", encoding="utf-8")
         os.replace(staging, repo.dir)  # the repository appears whole or not at all
-        fsync_directory(repo.root.resolve())
+        fsync_path(repo.root.resolve())
         return repo
 
     @classmethod
@@ -177,7 +177,7 @@ class Repository:
         if not path.exists():
             raise RepositoryError("MD801", f"no branch {branch!r}")
         path.unlink()
-        fsync_directory(path.parent)
+        fsync_path(path.parent)
 
     # ------------------------------------------------------------ commits
     def commit_path(self, commit_id: str) -> Path:
@@ -227,7 +227,7 @@ class Repository:
         except BaseException:
             tmp_path.unlink(missing_ok=True)
             raise
-        fsync_directory(target_dir)
+        fsync_path(target_dir)
         return commit_id
 
     def verify(self, commit_id: str) -> None:
@@ -374,7 +374,7 @@ class Repository:
             compression="none", directory="snapshots",
         )
         os.replace(self.dir / "snapshots" / f"{snapshot_id}.mdiff", self.snapshot_path(commit_id))
-        fsync_directory(self.dir / "snapshots")
+        fsync_path(self.dir / "snapshots")
 
 
     def replay_cost(self, commit_id: str) -> tuple[int, int, int]:
