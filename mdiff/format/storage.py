@@ -80,10 +80,34 @@ def _max_stored(chunk_bytes: int) -> int:
     return chunk_bytes + chunk_bytes // 1000 + 1024  # deflate's stored blocks add 5 bytes per 64 KiB
 
 
+def _cut_axis(chunk: tuple[int, ...]) -> int:
+    """The one axis a slab chunking cuts: the first whose chunk is not 1 (the last when all are)."""
+    return next((i for i, c in enumerate(chunk) if c != 1), len(chunk) - 1)
+
+
 def _is_slab(shape: tuple[int, ...], chunk: tuple[int, ...]) -> bool:
     """Chunks of the form (1, …, 1, k, full, …, full): each one a contiguous run in C order."""
-    axis = next((i for i, c in enumerate(chunk) if c != 1), len(chunk))
+    axis = _cut_axis(chunk)
     return len(chunk) == len(shape) and all(c == d for c, d in zip(chunk[axis + 1:], shape[axis + 1:]))
+
+
+class Slabs:
+    """Where each chunk of a slab chunking lies in the array's C-order bytes (read here, written by writer.py)."""
+
+    def __init__(self, shape: tuple[int, ...], chunk_shape: tuple[int, ...], itemsize: int):
+        self.shape, self.chunk_shape = tuple(shape), tuple(chunk_shape)
+        self.chunk_bytes = math.prod(chunk_shape) * itemsize
+        self._axis = _cut_axis(self.chunk_shape)
+        self._strides = [math.prod(shape[i + 1:]) * itemsize for i in range(len(shape))]
+        self._row_bytes = math.prod(shape[self._axis + 1:]) * itemsize
+
+    def span(self, origin: tuple[int, ...]) -> tuple[int, int]:
+        """(first byte, bytes inside the array) of the chunk at ``origin``. A chunk that sticks out
+        past the end of the cut axis holds only its leading rows inside: the rest is padding, which
+        must not land on the next slab's elements."""
+        start = sum(o * s for o, s in zip(origin, self._strides))
+        axis = self._axis
+        return start, min(self.chunk_shape[axis], self.shape[axis] - origin[axis]) * self._row_bytes
 
 
 class PlannedDataset:
@@ -114,17 +138,11 @@ def read_planned(fd: int, plan: StoragePlan, shape: tuple[int, ...], out: np.nda
         _pread_into(fd, flat, plan.contiguous_offset, name)
         return
     itemsize = out.itemsize
-    chunk_bytes = math.prod(plan.chunk_shape) * itemsize
-    strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
-    chunk_shape = plan.chunk_shape
-    axis = next((i for i, c in enumerate(chunk_shape) if c != 1), len(chunk_shape) - 1)  # the cut axis (_is_slab)
-    inner_bytes = math.prod(shape[axis + 1:]) * itemsize
+    slabs = Slabs(shape, plan.chunk_shape, itemsize)
+    chunk_bytes = slabs.chunk_bytes
 
     def decode(chunk: Chunk) -> None:
-        start = sum(o * s for o, s in zip(chunk.offset, strides)) * itemsize
-        # A chunk that sticks out past the end of its cut axis holds only its leading rows inside:
-        # the rest would land on the next slab's elements (and race with the chunk that holds them).
-        valid = min(chunk_shape[axis], shape[axis] - chunk.offset[axis]) * inner_bytes
+        start, valid = slabs.span(chunk.offset)
         data = os.pread(fd, chunk.size, chunk.byte_offset)
         if len(data) != chunk.size:
             raise InvalidFileError("MD513", f"chunk {chunk.offset} is cut short", name)

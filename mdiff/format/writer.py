@@ -13,7 +13,6 @@ import h5py
 import numpy as np
 
 from mdiff.format import canonical_json
-from mdiff.threads import Writeback
 from mdiff.format.attributes import write_string
 from mdiff.format.commit import Commit
 from mdiff.format.constants import (
@@ -22,8 +21,10 @@ from mdiff.format.constants import (
 )
 from mdiff.format.names import encode_name
 from mdiff.format.schemas import first_errors
+from mdiff.format.storage import Slabs
 from mdiff.updates.base import Update
 from mdiff.updates.embedded import function_dataset
+from mdiff.threads import Writeback
 
 COMPRESSIONS = ("gzip", "none")
 _CHUNK_BYTES = 1 << 20  # 1 MiB chunks: cheap partial reads, good deflate ratio
@@ -53,19 +54,15 @@ def _write_deflated(dataset: h5py.Dataset, array: np.ndarray, chunks: tuple[int,
 
     flat = array.reshape(-1).view(np.uint8)
     itemsize = array.itemsize
-    chunk_bytes = math.prod(chunks) * itemsize
-    axis = next((i for i, c in enumerate(chunks) if c != 1), len(chunks) - 1)
-    inner_bytes = math.prod(array.shape[axis + 1:]) * itemsize
+    slabs = Slabs(array.shape, chunks, itemsize)
     grid = [math.ceil(d / c) for d, c in zip(array.shape, chunks)]
     origins = [tuple(i * c for i, c in zip(index, chunks)) for index in np.ndindex(*grid)]
-    strides = [math.prod(array.shape[i + 1:]) * itemsize for i in range(array.ndim)]
 
     def deflate(origin: tuple[int, ...]) -> bytes:
-        start = sum(o * s for o, s in zip(origin, strides))
-        valid = min(chunks[axis], array.shape[axis] - origin[axis]) * inner_bytes
+        start, valid = slabs.span(origin)
         data = flat[start:start + valid]
-        if valid < chunk_bytes:
-            data = np.concatenate([data, np.zeros(chunk_bytes - valid, np.uint8)])
+        if valid < slabs.chunk_bytes:
+            data = np.concatenate([data, np.zeros(slabs.chunk_bytes - valid, np.uint8)])
         if itemsize > 1:
             data = np.ascontiguousarray(data.reshape(-1, itemsize).T)
         return zlib.compress(data, 1)
