@@ -95,14 +95,31 @@ def dense_link_btree_record_count(path) -> None:
     link table by that count and writes all ten links into it: a heap buffer overflow in
     H5G__dense_build_table / H5O__link_copy when mdiff lists the group's links."""
     mdiff.write(path, {f"p{i}": mdiff.delete(np.zeros(1, np.float32)) for i in range(10)}, inv.COMMIT)
+
+    def one_record(data, start, layout):
+        at = start + 18 + layout.offset_size
+        assert int.from_bytes(data[at:at + layout.length_size], "little") == 10
+        data[at:at + layout.length_size] = (1).to_bytes(layout.length_size, "little")
+
+    _edit_btree2_header(path, one_record)
+
+
+def _edit_btree2_header(path, edit) -> None:
+    """``edit(data, header start, layout)`` on the file's one v2 B-tree header, checksums recomputed."""
     data = bytearray(Path(path).read_bytes())
     layout = hdf5bytes.scan(data)
     (header,) = [b for b in layout.blocks if b.kind == "BTHD"]
-    at = header.start + 18 + layout.offset_size
-    assert int.from_bytes(data[at:at + layout.length_size], "little") == 10
-    data[at:at + layout.length_size] = (1).to_bytes(layout.length_size, "little")
+    edit(data, header.start, layout)
     hdf5bytes.fix_checksums(data, layout)
     Path(path).write_bytes(bytes(data))
+
+
+def _dense_root_attributes(path) -> None:
+    """A valid file whose root stores its attributes densely (fractal heap + v2 B-tree name index)."""
+    inv._write(path)
+    with h5py.File(path, "r+") as f:
+        for i in range(9):
+            write_string(f, f"note{i}", "x")
 
 
 def btree2_header_of_another_type(path) -> None:
@@ -111,32 +128,24 @@ def btree2_header_of_another_type(path) -> None:
     internal test class), checksum recomputed. libhdf5 builds the header with that class's callbacks
     and the attribute code's context: H5B2__hdr_init -> H5B2__test_crt_context -> H5F_sizeof_size(NULL),
     a SIGSEGV in H5Aget_num_attrs (types 1 and 2, the fractal heap's "huge object" classes, crash too)."""
-    inv._write(path)
-    with h5py.File(path, "r+") as f:
-        for i in range(9):
-            write_string(f, f"note{i}", "x")
-    data = bytearray(Path(path).read_bytes())
-    layout = hdf5bytes.scan(data)
-    (header,) = [b for b in layout.blocks if b.kind == "BTHD"]
-    assert data[header.start + 5] == 8
-    data[header.start + 5] = 0
-    hdf5bytes.fix_checksums(data, layout)
-    Path(path).write_bytes(bytes(data))
+    _dense_root_attributes(path)
+
+    def type_0(data, start, layout):
+        assert data[start + 5] == 8
+        data[start + 5] = 0
+
+    _edit_btree2_header(path, type_0)
 
 
 def btree2_header_record_size_zero(path) -> None:
     """Dense root attributes as above, with the v2 B-tree header's record size set to 0 (checksum
     recomputed): libhdf5 divides by it in H5B2__hdr_init — SIGFPE in H5Aget_num_attrs."""
-    inv._write(path)
-    with h5py.File(path, "r+") as f:
-        for i in range(9):
-            write_string(f, f"note{i}", "x")
-    data = bytearray(Path(path).read_bytes())
-    layout = hdf5bytes.scan(data)
-    (header,) = [b for b in layout.blocks if b.kind == "BTHD"]
-    data[header.start + 10:header.start + 12] = bytes(2)
-    hdf5bytes.fix_checksums(data, layout)
-    Path(path).write_bytes(bytes(data))
+    _dense_root_attributes(path)
+
+    def record_size_0(data, start, layout):
+        data[start + 10:start + 12] = bytes(2)
+
+    _edit_btree2_header(path, record_size_0)
 
 
 def chunk_with_deflate_skipped(path) -> None:
