@@ -5,10 +5,10 @@ The public surface is small; everything else is private to the package::
     mdiff.write(path, updates, commit)      # {name: Update} → .mdiff
     mdiff.open(path)                        # → DiffFile: .commit, keys(), [name] → Update
     mdiff.validate(path)                    # → [Finding]
-    mdiff.diff(old, new)                    # {name: array} × 2 → {name: Update}
-    mdiff.apply(base, diff)                 # {name: array} × DiffFile → {name: array}
-    mdiff.diff_files(old, new, out)         # checkpoint files → .mdiff
-    mdiff.apply_files(base, diff, out)      # checkpoint + .mdiff → checkpoint
+    mdiff.diff(old, new)                    # state dicts (numpy or torch) × 2 → {name: Update}
+    mdiff.apply(base, diff)                 # state dict × DiffFile → state dict (numpy or torch, as given)
+    mdiff.diff_files(old, new, out)         # checkpoints (files or model folders) → .mdiff
+    mdiff.apply_files(base, diff, out)      # checkpoint + .mdiff → checkpoint (file or model folder)
 
 Updates by hand: ``mdiff.dense``, ``mdiff.sparse``, ``mdiff.low_rank``,
 ``mdiff.replace``, ``mdiff.delete``.
@@ -40,10 +40,12 @@ from mdiff.repo import Repository
 
 
 def diff(old, new) -> dict:
-    """{name: Update} taking the mapping ``old`` to ``new`` exactly; unchanged names are omitted."""
+    """{name: Update} taking the state ``old`` to ``new`` exactly; unchanged names are omitted. States are
+    mappings of name → numpy array or torch tensor (e.g. ``model.state_dict()``; any device, bfloat16 too)."""
     from mdiff.diffing import diff_mappings
+    from mdiff.frameworks import numpy_state
 
-    return dict(diff_mappings(old, new))
+    return dict(diff_mappings(numpy_state(old), numpy_state(new)))
 
 
 __all__ = [

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import Future
-from typing import Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
 from mdiff.format.dtypes import DType
 from mdiff.threads import shared_pool
-from mdiff.updates.base import Update, check_base, read_ahead, spec_of, verify_all
+from mdiff.errors import ApplyError
+from mdiff.updates.base import Update, check_base, read_ahead, verify_all
 
 Progress = Callable[[str, int, int], None]
 _RESULTS_IN_FLIGHT = 2
@@ -32,48 +33,74 @@ def plan(base_specs: Mapping[str, tuple[tuple[int, ...], DType]], diff: Mapping[
     return entries
 
 
-def apply_mappings(base: Mapping[str, np.ndarray], diff: Mapping[str, Update], engine: str | None = None) -> dict[str, np.ndarray]:
-    """The new state as a dict (in memory); every exact result is verified. ``base`` is not modified."""
-    entries = plan({k: spec_of(v, k) for k, v in base.items()}, diff)
+def apply_mappings(base: Mapping[str, Any], diff: Mapping[str, Update], engine: str | None = None,
+                   framework: str | None = None) -> dict[str, Any]:
+    """The new state as a dict (in memory); every exact result is verified. ``base`` is not modified.
+
+    ``base`` holds numpy arrays or torch tensors (any device); the result is in ``framework`` — "np" or
+    "pt" (CPU tensors) — by default the base's own.
+    """
+    from mdiff.frameworks import check_framework, framework_of, is_torch_tensor, numpy_state, to_framework
+
+    framework = framework or framework_of(base)
+    check_framework(framework)
+    view = numpy_state(base)
+    specs = {}
+    for name in view:
+        try:
+            specs[name] = view.spec(name)
+        except TypeError as exc:
+            raise ApplyError("MD601", str(exc), name) from None
+    entries = plan(specs, diff)
+    if hasattr(diff, "read_layout"):
+        diff.read_layout()  # §9.1: a malformed layout (MD307) refuses the file, though the result needs none
     result = {}
     for name, _shape, _dtype in entries:
         update = diff.get(name)
-        result[name] = base[name] if update is None else update.apply(base.get(name), name, engine, verify=False)
+        result[name] = view[name] if update is None else update.apply(view[name] if name in view else None, name,
+                                                                       engine, verify=False)
     verify_all((diff[name], result[name], name) for name, _, _ in entries if name in diff)
-    return result
+    if framework == "np":
+        return result
+    return {name: base[name].detach().cpu() if name not in diff and is_torch_tensor(base[name])
+            else to_framework(value, framework) for name, value in result.items()}
 
 
 def apply_files(base_path, diff_path, out_path, progress: Progress | None = None, limits=None, engine: str | None = None,
-                isolation=None) -> int:
+                isolation=None, max_shard_size: int | None = None) -> int:
     """Apply the diff at ``diff_path`` to the checkpoint at ``base_path``, writing ``out_path``.
 
-    Every update is checked against the base before anything is written; then
-    one parameter is read, updated in its own buffer, verified and written at
-    a time. Returns the number of parameters written. With ``isolation`` (an
-    ``mdiff.isolation.Isolation``) the diff's metadata is read by a child first
-    (see ``mdiff.open``).
+    The base and the output may be model folders (SPEC.md §10): the base's files are then updated
+    by the diff's (§9.1) and written beside the weights, in the diff's layout, or else the base's.
+    Every update is checked against the base before anything is written; then one parameter is
+    read, updated in its own buffer, verified and written at a time. Returns the number of
+    parameters written. With ``isolation`` (an ``mdiff.isolation.Isolation``) the diff's metadata is
+    read by a child first (see ``mdiff.open``).
     """
-    from mdiff.checkpoints import open_checkpoint, write_checkpoint
+    from mdiff.checkpoints import is_folder_output, open_checkpoint, save_state, write_order
     from mdiff.format.limits import DEFAULT_LIMITS
     from mdiff.format.reader import open_diff
 
     with open_checkpoint(base_path) as base, open_diff(diff_path, limits or DEFAULT_LIMITS, isolation) as diff:
         entries = plan({name: base.spec(name) for name in base.keys()}, diff)
-        position = {name: i for i, (name, _, _) in enumerate(entries)}
+        files = applied_files(base.files, diff.files) if is_folder_output(out_path) else {}
+        layout = diff.read_layout() if diff.layout is not None else base.layout
+        order = write_order(out_path, entries, layout, max_shard_size)
+        position = {name: i for i, name in enumerate(order)}
         # Each result is hashed on another core while the next one is made and written; the
         # output takes its name only once every hash has matched.
         checks: deque[Future] = deque()
         # the next update's data is read (and inflated) on other cores while this one is applied
-        ahead = read_ahead((name, diff[name]) for name, _, _ in entries if name in diff)
+        ahead = read_ahead((name, diff[name]) for name in order if name in diff)
 
         def fetch(name: str) -> np.ndarray:
             if progress:
-                progress(name, position[name], len(entries))
+                progress(name, position[name], len(order))
             update = diff.get(name)
             if update is None:
                 return base.read(name)
             ahead_name, update = next(ahead)
-            assert ahead_name == name  # write_checkpoint fetches in the entries' order
+            assert ahead_name == name  # save_state fetches in write_order's order
             needs_base = update.update_type.needs_base
             # the base tensor was just read for this purpose alone: the update may overwrite it
             result = update.apply(base.read(name) if needs_base else None, name, engine, scratch=True, verify=False)
@@ -87,7 +114,45 @@ def apply_files(base_path, diff_path, out_path, progress: Progress | None = None
                 checks.popleft().result()
 
         try:
-            write_checkpoint(out_path, entries, fetch, template=base_path, before_commit=all_verified)
+            save_state(out_path, entries, fetch, files=files, layout=layout, template=base_path,
+                       max_shard_size=max_shard_size, before_commit=all_verified)
         finally:
             ahead.close()
     return len(entries)
+
+
+class _AppliedFiles(Mapping[str, bytes]):
+    """The base's files with a diff's file updates applied (§9.1), each read and checked when written."""
+
+    def __init__(self, base: Mapping[str, bytes], updates: Mapping[str, Update]):
+        self._base, self._updates = base, updates
+        self._paths = sorted((set(base) | {p for p, u in updates.items() if u.type == "replace"})
+                             - {p for p, u in updates.items() if u.type == "delete"})
+
+    def __getitem__(self, path: str) -> bytes:
+        update = self._updates.get(path)
+        if update is None:
+            return self._base[path]
+        result = update.apply(None, path)  # verified against its sha256 (MD602)
+        assert result is not None
+        return result.tobytes()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+
+def applied_files(base: Mapping[str, bytes] | None, updates: Mapping[str, Update]) -> Mapping[str, bytes]:
+    """The files after ``updates`` (§9.1): a `delete` needs the base to hold the file, of its size
+    (MD600, MD601) — checked here, before anything is written. A base that is a single checkpoint
+    file has no files: only the diff's new files result."""
+    if base is None:
+        return _AppliedFiles({}, {p: u for p, u in updates.items() if u.type == "replace"})
+    for path, update in updates.items():
+        if update.type == "delete":
+            size = len(base[path]) if path in base and not hasattr(base, "size") else (
+                base.size(path) if path in base else None)  # type: ignore[attr-defined]
+            check_base(update, None if size is None else ((size,), update.dtype), path)
+    return _AppliedFiles(base, updates)

@@ -9,7 +9,8 @@ Every choice is exact.
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping
+import hashlib
+from typing import Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -66,6 +67,38 @@ def diff_tensor(old: np.ndarray | None, new: np.ndarray | None) -> Update | None
 Progress = Callable[[str, int, int], None]  # (parameter name, index, total)
 
 
+def file_updates(old: Mapping[str, bytes], new: Mapping[str, bytes]) -> Iterator[tuple[str, Update]]:
+    """(path, update) taking the files ``old`` to ``new`` (§5.5): `replace` for a new or changed file,
+    `delete` for a removed one. Unchanged files are recognised by their sha256 where a side knows it."""
+    for path in sorted(set(old) | set(new)):
+        if path not in new:
+            yield path, delete.encode(np.empty(_file_size(old, path), np.uint8))
+            continue
+        data = new[path]
+        if path in old and _file_sha256(old, path) == _sha256(data):
+            continue
+        yield path, replace.encode(np.frombuffer(data, np.uint8))
+
+
+def _file_size(files: Mapping[str, bytes], path: str) -> int:
+    return files.size(path) if hasattr(files, "size") else len(files[path])  # type: ignore[attr-defined]
+
+
+def _file_sha256(files: Mapping[str, bytes], path: str) -> str:
+    return files.sha256(path) if hasattr(files, "sha256") else _sha256(files[path])  # type: ignore[attr-defined]
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def layout_update(new: bytes | None, old: bytes | None) -> Update:
+    """The `/layout` update (§5.6) taking the layout ``old`` to ``new`` (each its JSON bytes, or None)."""
+    if new is None:
+        return delete.encode(np.empty(len(old or b""), np.uint8))
+    return replace.encode(np.frombuffer(new, np.uint8))
+
+
 def diff_mappings(old: Mapping[str, np.ndarray], new: Mapping[str, np.ndarray], progress: Progress | None = None):
     """Yield (name, update) over the union of names in sorted order; one pair of tensors at a time."""
     names = sorted(set(old) | set(new))
@@ -78,7 +111,9 @@ def diff_mappings(old: Mapping[str, np.ndarray], new: Mapping[str, np.ndarray], 
 
 
 def diff_files(old_path, new_path, out_path, commit=None, compression: str = "gzip", progress: Progress | None = None) -> dict[str, str]:
-    """Write the diff between two checkpoint files; return {name: update type} of what it holds.
+    """Write the diff between two checkpoints — files or model folders — and return {name: update type}
+    of the parameters it changes. Between two model folders the files beside the weights are diffed
+    too (SPEC.md §5.5), and the weights layout is recorded when it changed (§5.6).
 
     Reads one parameter of each checkpoint at a time.
     """
@@ -91,4 +126,12 @@ def diff_files(old_path, new_path, out_path, commit=None, compression: str = "gz
             for name, update in diff_mappings(old, new, progress):
                 writer.add(name, update)
                 summary[name] = update.type
+            if old.files is not None and new.files is not None:
+                for path, update in file_updates(old.files, new.files):
+                    writer.add_file(path, update)
+            if new.layout is not None:
+                new_layout = new.layout.encode()
+                old_layout = old.layout.encode() if old.layout is not None else None
+                if new_layout != old_layout:
+                    writer.set_layout(layout_update(new_layout, old_layout))
     return summary

@@ -7,6 +7,7 @@ import os
 from mdiff.errors import InvalidFileError
 from mdiff.format.findings import Finding
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
+from mdiff.format.parameters import Parameter
 from mdiff.format.reader import open_hdf5, read_contents
 from mdiff.isolation import Isolation, IsolationFailure, run_isolated
 
@@ -36,18 +37,37 @@ def _validate(path, limits: Limits, check_data: bool) -> list[Finding]:
         contents = read_contents(f, size, limits)
         findings = list(contents.findings)
         if check_data:
-            for parameter in contents.parameters.values():
-                if not parameter.sound:
-                    continue
-                kind = parameter.update.update_type
-                try:
-                    for code, dataset, message in kind.check_data(parameter.update):
-                        findings.append(Finding(code, f"{parameter.path}/{dataset}" if dataset else parameter.path, message))
-                except InvalidFileError as exc:  # a chunk that fails to decode (MD513)
-                    findings.append(Finding.from_error(exc))
+            layout = [contents.layout] if contents.layout is not None else []
+            for entry in [*contents.parameters.values(), *contents.files.values(), *layout]:
+                if entry.sound:
+                    findings += _data_findings(entry)
+            if layout and layout[0].sound and layout[0].update.type == "replace" and not any(
+                    x.is_error and x.path.startswith(layout[0].path) for x in findings):
+                findings += _layout_findings(layout[0])
         return findings
     finally:
         f.close()
+
+
+def _data_findings(entry: Parameter) -> list[Finding]:
+    """The value rules of one parameter, file or layout (MD408–MD410, MD513 for data that does not decode)."""
+    kind = entry.update.update_type
+    try:
+        return [Finding(code, f"{entry.path}/{dataset}" if dataset else entry.path, message)
+                for code, dataset, message in kind.check_data(entry.update)]
+    except InvalidFileError as exc:  # a chunk that fails to decode (MD513)
+        return [Finding.from_error(exc)]
+
+
+def _layout_findings(entry: Parameter) -> list[Finding]:
+    """MD307: the layout's value is a layout (§5.6)."""
+    from mdiff.format import layout
+
+    try:
+        layout.parse(entry.update.array("value").tobytes(), entry.path)
+    except InvalidFileError as exc:
+        return [Finding.from_error(exc)]
+    return []
 
 
 def is_valid(findings: list[Finding]) -> bool:

@@ -211,10 +211,10 @@ def build_MD104_version_1_9(path) -> None:
         write_string(f, "format_version", "1.9")
 
 
-def build_MD104_version_1_1_unknown_members(path) -> None:
+def build_MD104_version_1_2_unknown_members(path) -> None:
     """A newer minor version may add `commit` and `update` members; an older reader ignores them."""
     with _edit(path) as f:
-        write_string(f, "format_version", "1.1")
+        write_string(f, "format_version", "1.2")
         commit = _get_json(f, "commit")
         commit["signature"] = "abc"
         _set_json(f, "commit", commit)
@@ -437,6 +437,148 @@ def build_MD303_parameter_member(path) -> None:
 def build_MD303_dataset_attribute(path) -> None:
     with _edit(path) as f:
         write_string(f["parameters/w/xor"], "comment", "hello")
+
+
+# ---------------------------------------------------------------- §5.5–§5.6 files and the layout (1.1)
+
+CONFIG = b'{"architectures": ["TinyModel"], "hidden_size": 4}\n'
+VOCAB = b"[PAD]\n[UNK]\nhello\nworld\n"
+LAYOUT = {"format": "safetensors", "files": [{"path": "model.safetensors", "metadata": {"format": "pt"},
+                                              "tensors": ["big", "w", "counts", "flags"]}]}
+
+
+def _file(data: bytes) -> mdiff.Update:
+    return mdiff.replace(np.frombuffer(data, np.uint8))
+
+
+def _layout(doc) -> mdiff.Update:
+    return _file((doc if isinstance(doc, str) else canonical_json.dumps(doc)).encode("utf-8"))
+
+
+def _write_files(path, files: dict, layout: mdiff.Update | None = None, updates=None) -> None:
+    """A 1.1 file: ``updates`` (default: the dense update of ``w``), then ``files`` (path → Update) and the
+    layout, written without the writer's checks."""
+    updates = updates if updates is not None else {"w": mdiff.dense(W, W_NEW)}
+    with mdiff.DiffWriter(path, COMMIT, check_updates=False) as writer:
+        for name in sorted(updates):
+            writer.add(name, updates[name])
+        for file_path in sorted(files):
+            writer.add_file(file_path, files[file_path])
+        if layout is not None:
+            writer.set_layout(layout)
+
+
+def build_MD304_file_path_dotdot(path) -> None:
+    """A path that climbs out of the folder it is written to."""
+    _write_files(path, {"../escape.txt": _file(b"x")})
+
+
+def build_MD304_file_path_absolute(path) -> None:
+    _write_files(path, {"/etc/cron.d/job": _file(b"* * * * * root true\n")})
+
+
+def build_MD304_file_path_hidden_git_hook(path) -> None:
+    """A hidden folder: git would run this file."""
+    _write_files(path, {".git/hooks/post-checkout": _file(b"#!/bin/sh\n")})
+
+
+def build_MD304_file_path_drive_letter(path) -> None:
+    _write_files(path, {"C:/Windows/evil.dll": _file(b"MZ")})
+
+
+def build_MD304_file_path_backslash(path) -> None:
+    _write_files(path, {"tokenizer\\..\\..\\evil": _file(b"x")})
+
+
+def build_MD304_file_path_device_name(path) -> None:
+    _write_files(path, {"con.json": _file(b"{}")})
+
+
+def build_MD304_file_path_control_character(path) -> None:
+    _write_files(path, {"config\x00.json": _file(b"{}")})
+
+
+def build_MD304_file_path_empty_component(path) -> None:
+    _write_files(path, {"tokenizer//vocab.txt": _file(VOCAB)})
+
+
+def build_MD304_file_paths_differ_in_case(path) -> None:
+    """One file on a case-insensitive file system."""
+    _write_files(path, {"config.json": _file(CONFIG), "Config.json": _file(b"{}")})
+
+
+def build_MD304_file_and_folder_of_one_name(path) -> None:
+    _write_files(path, {"tokenizer": _file(b"x"), "tokenizer/vocab.txt": _file(VOCAB)})
+
+
+def build_MD305_file_dense(path) -> None:
+    """Files are set or removed, never patched."""
+    old = np.frombuffer(CONFIG, np.uint8)
+    _write_files(path, {"config.json": mdiff.dense(old, old ^ np.uint8(1))})
+
+
+def build_MD305_file_float32(path) -> None:
+    _write_files(path, {"config.json": mdiff.replace(np.zeros(3, np.float32))})
+
+
+def build_MD305_file_matrix(path) -> None:
+    _write_files(path, {"config.json": mdiff.replace(np.zeros((2, 3), np.uint8))})
+
+
+def build_MD305_layout_sparse(path) -> None:
+    old = np.frombuffer(canonical_json.dumps(LAYOUT).encode(), np.uint8)
+    new = old.copy()
+    new[-2] = ord(" ")
+    _write_files(path, {}, mdiff.sparse(old, new))
+
+
+def build_MD305_files_is_a_dataset(path) -> None:
+    _write_files(path, {"config.json": _file(CONFIG)})
+    with h5py.File(path, "r+") as f:
+        del f["files"]
+        f.create_dataset("files", data=np.frombuffer(CONFIG, np.uint8), track_times=False)
+
+
+def build_MD301_file_not_a_group(path) -> None:
+    _write_files(path, {"config.json": _file(CONFIG)})
+    with h5py.File(path, "r+") as f:
+        del f["files/config.json"]
+        f["files"].create_dataset("config.json", data=np.frombuffer(CONFIG, np.uint8), track_times=False)
+
+
+def build_MD306_files_in_version_1_0(path) -> None:
+    """`/files` came with 1.1: a file that says 1.0 cannot hold it."""
+    _write_files(path, {"config.json": _file(CONFIG)})
+    with h5py.File(path, "r+") as f:
+        write_string(f, "format_version", "1.0")
+
+
+def build_MD306_layout_in_version_1_0(path) -> None:
+    _write_files(path, {}, _layout(LAYOUT))
+    with h5py.File(path, "r+") as f:
+        write_string(f, "format_version", "1.0")
+
+
+def build_MD307_layout_not_json(path) -> None:
+    _write_files(path, {}, _layout('{"format": "safetensors", "files": ['))
+
+
+def build_MD307_layout_without_files(path) -> None:
+    _write_files(path, {}, _layout({"format": "safetensors"}))
+
+
+def build_MD307_layout_unsafe_path(path) -> None:
+    _write_files(path, {}, _layout({"format": "safetensors", "files": [{"path": "../model.safetensors", "tensors": ["w"]}]}))
+
+
+def build_MD307_layout_tensor_twice(path) -> None:
+    _write_files(path, {}, _layout({"format": "safetensors", "files": [
+        {"path": "model-00001-of-00002.safetensors", "tensors": ["w", "big"]},
+        {"path": "model-00002-of-00002.safetensors", "tensors": ["w"]}]}))
+
+
+def build_MD307_layout_not_safetensors(path) -> None:
+    _write_files(path, {}, _layout({"format": "safetensors", "files": [{"path": "pytorch_model.bin", "tensors": ["w"]}]}))
 
 
 # ---------------------------------------------------------------- §7.1 the update attribute
@@ -1227,6 +1369,18 @@ def build_valid_empty_extensions(path) -> None:
         write_string(f, "extensions", "[]")
 
 
+def build_valid_files_and_layout(path) -> None:
+    """Format 1.1: files beside the weights (one in a sub-folder, one removed, an empty one) and a sharded layout."""
+    layout = {"format": "safetensors", "index": {"path": "model.safetensors.index.json",
+                                                 "metadata": {"total_parameters": 2068, "total_size": 8272}},
+              "files": [{"path": "model-00001-of-00002.safetensors", "metadata": {"format": "pt"}, "tensors": ["big"]},
+                        {"path": "model-00002-of-00002.safetensors", "metadata": {"format": "pt"},
+                         "tensors": ["w", "counts", "flags"]}]}
+    _write_files(path, {"config.json": _file(CONFIG), "tokenizer/vocab.txt": _file(VOCAB),
+                        "README.md": mdiff.delete(np.zeros(12, np.uint8)), "added_tokens.json": _file(b"")},
+                 _layout(layout))
+
+
 # ---------------------------------------------------------------- registry
 
 # Limits a reader must use for a case (Limits field -> value); all other cases use the defaults.
@@ -1247,6 +1401,7 @@ DATA_LEVEL: frozenset[str] = frozenset({
     "replace_bool_2", "dense_bool_xor_2", "sparse_bool_xor_2",
     "replace_wrong_sha256", "replace_value_changed", "low_rank_A_sha256_wrong", "low_rank_B_changed",
     "corrupt_chunk", "fletcher32_mismatch",
+    "layout_not_json", "layout_without_files", "layout_unsafe_path", "layout_tensor_twice", "layout_not_safetensors",
 })
 
 

@@ -355,14 +355,14 @@ def test_npz_cannot_hold_metadata(tmp_path: Path) -> None:
 
 
 def test_unsupported_extension(tmp_path: Path) -> None:
-    path = tmp_path / "model.bin"
+    path = tmp_path / "model.ckpt"
     path.write_bytes(b"\0" * 16)
     with pytest.raises(CheckpointError) as caught:
         open_checkpoint(path)
     assert caught.value.code == "MD700"
     assert ".safetensors" in caught.value.message and ".npz" in caught.value.message
     with pytest.raises(CheckpointError) as caught:
-        save_checkpoint(tmp_path / "out.bin", {"x": np.zeros(1)})
+        save_checkpoint(tmp_path / "out.ckpt", {"x": np.zeros(1)})
     assert caught.value.code == "MD700"
 
 
@@ -460,10 +460,12 @@ def test_missing_file_is_an_os_error(tmp_path: Path) -> None:
         open_checkpoint(tmp_path / "absent.npz")
 
 
-def test_directory_is_not_a_checkpoint(tmp_path: Path) -> None:
+def test_a_folder_without_weights_is_md704(tmp_path: Path) -> None:
+    """A folder is read as a model folder (SPEC.md §10.1), whatever its name; without weights it says which it looked for."""
     path = tmp_path / "dir.safetensors"
     path.mkdir()
-    assert_code("MD701", path)
+    error = assert_code("MD704", path)
+    assert "model.safetensors.index.json, model.safetensors, pytorch_model.bin.index.json, pytorch_model.bin" in error.message
 
 
 def test_gaps_between_tensors_are_accepted(tmp_path: Path) -> None:

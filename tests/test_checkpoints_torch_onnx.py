@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import mdiff
 import mdiff.applying
-from mdiff.checkpoints import SUPPORTED_EXTENSIONS, load_checkpoint, open_checkpoint, save_checkpoint, write_checkpoint
+from mdiff.checkpoints import load_checkpoint, supported_extensions, open_checkpoint, save_checkpoint, write_checkpoint
 from mdiff.errors import CheckpointError
 from mdiff.format.dtypes import DTYPES, dtype_named, dtype_of
 
@@ -58,7 +58,7 @@ def error_of(function, *args, **kwargs) -> CheckpointError:
 
 
 def test_supported_extensions() -> None:
-    assert SUPPORTED_EXTENSIONS == (".safetensors", ".npz", ".pt", ".pth", ".onnx")
+    assert supported_extensions() == [".safetensors", ".npz", ".pt", ".pth", ".bin", ".onnx"]
 
 
 # ================================================================== PyTorch

@@ -325,7 +325,7 @@ def test_a_full_disk_leaves_the_repository_as_it_was(repo):
         "import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536));"
         "import signal; signal.signal(signal.SIGXFSZ, signal.SIG_IGN);"
         "from mdiff.repo import Repository; from tests.test_repo import big_state;"
-        "Repository.find(sys.argv[1]).commit(big_state(1), 'too big', date='2026-05-01T00:00:00Z')"
+        "Repository.find(sys.argv[1]).commit(big_state(1), 'too big', date='2026-05-01T00:00:00Z', allow_deletions=True)"
     )
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     proc = subprocess.run([sys.executable, "-c", script, str(repo.root)], env=env, capture_output=True, text=True)
@@ -361,9 +361,9 @@ def test_snapshots_are_written_once_a_checkout_would_replay_a_model_s_worth_of_u
 
 
 def test_small_commits_get_a_snapshot_every_snapshot_max_commits(repo, monkeypatch):
-    from mdiff.repo import repository
+    from mdiff.repo import snapshots
 
-    monkeypatch.setattr(repository, "SNAPSHOT_MAX_COMMITS", 5)
+    monkeypatch.setattr(snapshots, "SNAPSHOT_MAX_COMMITS", 5)
     made = _sparse_chain(repo, 11, changed=1)
     assert [i for i, (cid, _) in enumerate(made) if repo.snapshot_path(cid).exists()] == [5, 10]
     assert same_state(repo.checkout("HEAD"), made[-1][1])

@@ -33,8 +33,8 @@ except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.
 SPEC = Path(__file__).resolve().parent.parent / "SPEC.md"
 
 APPLY_CODES = {"MD600", "MD601", "MD602"}  # tested below through mdiff.apply
-CHECKPOINT_CODES = {"MD700", "MD701", "MD702", "MD703"}  # tested in tests/test_checkpoints*.py
-REPOSITORY_CODES = {"MD800", "MD801", "MD802", "MD803", "MD804", "MD805"}  # about repositories: tests/test_repo.py
+CHECKPOINT_CODES = {"MD700", "MD701", "MD702", "MD703", "MD704", "MD705"}  # tests/test_checkpoints*.py, test_folders.py
+REPOSITORY_CODES = {"MD800", "MD801", "MD802", "MD803", "MD804", "MD805", "MD806"}  # tests/test_repo.py, test_folders.py
 ISOLATION_CODES = {"MD515"}  # a crash of the reader's own process: tests/test_isolation.py
 LIMIT_CODES = {"MD507", "MD508", "MD510", "MD511", "MD512"}  # refused with LimitError
 
@@ -183,7 +183,7 @@ def test_cases_registry_is_consistent():
     for code, case_id, builder in inv.CASES:
         assert builder.__name__ == f"build_{code}_{case_id}"
     assert set(inv.LIMITS) <= set(inv.case_ids())
-    assert {code for code, case_id, _ in inv.CASES if case_id in inv.DATA_LEVEL} <= {"MD408", "MD409", "MD410", "MD513"}
+    assert {code for code, case_id, _ in inv.CASES if case_id in inv.DATA_LEVEL} <= {"MD307", "MD408", "MD409", "MD410", "MD513"}
     assert {"MD408", "MD409", "MD410"} <= {code for code, case_id, _ in inv.CASES if case_id in inv.DATA_LEVEL}
     for case_id, fields in inv.LIMITS.items():
         mdiff.Limits(**fields)  # known field names

@@ -110,6 +110,12 @@ NOT_APPLICABLE = {
              "cannot hold; and the contract's only repository command, checkout, reads and takes no lock",
     "MD804": "SPEC.md §13.7: merge conflicts arise when a merge commit is written; the contract's only repository "
              "command, checkout, reads merge commits (the repository-branch-merge case) and writes none",
+    "MD704": "SPEC.md §10.1: model folders are checkpoints, read by writers of commits; the contract's apply and "
+             "checkout read and write single .safetensors files",
+    "MD705": "SPEC.md §10.1: model folders are checkpoints, read by writers of commits; the contract's apply and "
+             "checkout read and write single .safetensors files",
+    "MD806": "SPEC.md §13.6: a guard of commit writers (a state lacking half its parent's parameters is confirmed "
+             "first); no file at rest breaks it, and the contract's only repository command, checkout, reads",
 }
 
 # tests/invalid_files.py cases that are attacks on a reader rather than mistakes of a writer
@@ -139,6 +145,8 @@ HOSTILE_CASES = {
     "extendible_dataset", "chunked_never_written", "chunked_half_written", "contiguous_unallocated",
     "chunk_too_small", "deflate_ratio",
     "attribute_over_limit", "objects_over_limit", "attributes_over_limit", "total_bytes_over_limit",
+    "file_path_dotdot", "file_path_absolute", "file_path_hidden_git_hook", "file_path_drive_letter",
+    "file_path_backslash", "file_path_device_name", "file_path_control_character", "layout_unsafe_path",
 }
 
 # Cases written by tests/ia3.py's write_with_function: their parameter is `w32`, float32 [8, 6].
@@ -518,7 +526,7 @@ class Corpus:
         return {
             "format": "mdiff-conformance",
             "manifest_version": 1,
-            "spec_version": "1.0",
+            "spec_version": "1.1",
             "generator": "tools/gen_conformance.py",
             "contract": "README.md",
             "paths": "relative to the directory of this manifest",

@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mdiff.format import commit  # noqa: E402
+from mdiff.format import commit, layout  # noqa: E402
 from mdiff.format.onnx_functions import serialize  # noqa: E402
 from mdiff.updates import REGISTRY  # noqa: E402
 from mdiff.updates.embedded import DEFINITION_SCHEMA  # noqa: E402
@@ -24,6 +24,7 @@ def schema_files() -> dict[Path, bytes]:
     for name, kind in REGISTRY.items():
         schemas[ROOT / "schemas" / "updates" / f"{name}.schema.json"] = kind.schema
     schemas[ROOT / "schemas" / "update-type-definition.schema.json"] = DEFINITION_SCHEMA
+    schemas[ROOT / "schemas" / "layout.schema.json"] = layout.SCHEMA
     files = {path: (json.dumps(schema, indent=2, ensure_ascii=False) + "\n").encode() for path, schema in schemas.items()}
     for kind in REGISTRY.values():
         for name, model in kind.onnx_models().items():

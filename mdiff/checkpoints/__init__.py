@@ -1,8 +1,12 @@
 """Checkpoint files (SPEC.md §10): the model files a diff is made from or applied to.
 
-Four formats are supported, chosen by file extension: ``.safetensors``,
-``.npz``, PyTorch state dicts (``.pt``, ``.pth``; needs ``mdiff[torch]``) and
-the initializers of ONNX models (``.onnx``). Readers are lazy: opening a file
+Formats live in a registry (:data:`FORMATS`), one module each, chosen by file extension:
+``.safetensors``, ``.npz``, PyTorch state dicts (``.pt``, ``.pth``, ``.bin``; needs
+``mdiff[torch]``) and the initializers of ONNX models (``.onnx``); a folder (or the path of its
+``*.index.json``) is a model folder (SPEC.md §10.1, :mod:`mdiff.checkpoints.folder`): its
+weights, shard by shard, and the files beside them. Another package adds a format by
+registering a :class:`CheckpointFormat` — with :func:`register_format`, or under the entry-point
+group ``mdiff.checkpoint_formats`` — and touches nothing here. Readers are lazy: opening a file
 reads and validates its header only, and :meth:`CheckpointReader.read`
 reads the bytes of one tensor, so a checkpoint larger than memory can be
 processed one tensor at a time (``.onnx`` files, and legacy non-zip ``.pt``
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import importlib
 import io
 import math
 import operator
@@ -33,6 +38,7 @@ import os
 import secrets
 import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import BinaryIO
 
@@ -40,23 +46,27 @@ import numpy as np
 
 from mdiff.errors import CheckpointError
 from mdiff.format.dtypes import DType, dtype_of
+from mdiff.format.layout import Layout
 from mdiff.threads import Writeback
 
 __all__ = [
+    "CheckpointFormat",
     "CheckpointReader",
     "Entry",
+    "FORMATS",
     "Fetch",
-    "SUPPORTED_EXTENSIONS",
+    "is_folder_output",
     "load_checkpoint",
     "open_checkpoint",
+    "register_format",
     "save_checkpoint",
+    "save_state",
+    "supported_extensions",
     "write_checkpoint",
 ]
 
 Entry = tuple[str, tuple[int, ...], DType]
 Fetch = Callable[[str], np.ndarray]
-
-SUPPORTED_EXTENSIONS = (".safetensors", ".npz", ".pt", ".pth", ".onnx")
 
 # numpy 1.x cannot create arrays of more dimensions than this (numpy 2 allows
 # 64); refusing more keeps every file we accept loadable by both.
@@ -106,6 +116,17 @@ class CheckpointReader(Mapping):
     def metadata(self) -> dict[str, str]:
         """The file's free-form string metadata (empty where the format has none)."""
 
+    @property
+    def files(self) -> Mapping[str, bytes] | None:
+        """The files beside the weights, by path (SPEC.md §5.5) — for a model folder; None for a
+        checkpoint that says nothing about files (a single file): a commit of it keeps them as they are."""
+        return None
+
+    @property
+    def layout(self) -> Layout | None:
+        """How the weights are laid out as files (SPEC.md §5.6), where the format has one; else None."""
+        return None
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release the file; further reads fail."""
@@ -129,40 +150,112 @@ class CheckpointReader(Mapping):
         self.close()
 
 
-# ---------------------------------------------------------------- dispatch
+# ---------------------------------------------------------------- the registry
+
+
+@dataclass(frozen=True)
+class CheckpointFormat:
+    """A checkpoint format: its name, the file extensions it claims, and the module that reads
+    and writes it (imported on first use, so that e.g. torch is imported only for ``.pt`` files).
+
+    The module provides ``open_reader(path) -> CheckpointReader``, ``check_writable(entries,
+    metadata, path)`` and ``write(file, entries, fetch, metadata, template)``; a module whose output
+    is derived from the base checkpoint sets ``WRITES_FROM_TEMPLATE = True`` and takes ``template``
+    in ``check_writable`` too (``.onnx``)."""
+
+    name: str
+    extensions: tuple[str, ...]
+    module: str
+    description: str = ""
+
+    def load(self) -> ModuleType:
+        return importlib.import_module(self.module)
+
+
+FORMATS: dict[str, CheckpointFormat] = {}
+
+
+def register_format(fmt: CheckpointFormat) -> None:
+    """Add a checkpoint format; its extensions must not be claimed already."""
+    claimed = {ext for other in FORMATS.values() if other.name != fmt.name for ext in other.extensions}
+    if claimed & set(fmt.extensions):
+        raise ValueError(f"extensions {sorted(claimed & set(fmt.extensions))} are claimed already")
+    FORMATS[fmt.name] = fmt
+
+
+for _fmt in (
+    CheckpointFormat("safetensors", (".safetensors",), "mdiff.checkpoints.safetensors", "safetensors, every dtype"),
+    CheckpointFormat("npz", (".npz",), "mdiff.checkpoints.npz", "NumPy archives, never unpickled"),
+    CheckpointFormat("torch", (".pt", ".pth", ".bin"), "mdiff.checkpoints.torch_pt",
+                     "PyTorch state dicts, torch.load(weights_only=True)"),
+    CheckpointFormat("onnx", (".onnx",), "mdiff.checkpoints.onnx_model", "the initializers of an ONNX model"),
+):
+    register_format(_fmt)
+
+_ENTRY_POINT_GROUP = "mdiff.checkpoint_formats"
+_entry_points_loaded = False
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=_ENTRY_POINT_GROUP):
+        register_format(point.load())
+
+
+def _extension(path: str) -> str:
+    return os.path.splitext(path)[1].lower()
+
+
+def format_of(path: str) -> CheckpointFormat | None:
+    """The registered format that claims ``path``'s extension, or None."""
+    _load_entry_points()
+    suffix = _extension(path)
+    return next((fmt for fmt in FORMATS.values() if suffix in fmt.extensions), None)
+
+
+def supported_extensions() -> list[str]:
+    _load_entry_points()
+    return [ext for fmt in FORMATS.values() for ext in fmt.extensions]
+
+
+def is_folder_output(path: str | os.PathLike[str]) -> bool:
+    """Whether writing to ``path`` makes a model folder: no registered file extension, a trailing
+    separator, or an existing folder."""
+    path = os.fspath(path)
+    return path.endswith(("/", os.sep)) or os.path.isdir(path) or format_of(path) is None
 
 
 def _format_module(path: str) -> ModuleType:
-    # Imported on demand: the format modules import helpers from this package.
-    suffix = os.path.splitext(path)[1].lower()
-    if suffix == ".safetensors":
-        from mdiff.checkpoints import safetensors
-
-        return safetensors
-    if suffix == ".npz":
-        from mdiff.checkpoints import npz
-
-        return npz
-    if suffix in (".pt", ".pth"):
-        from mdiff.checkpoints import torch_pt
-
-        return torch_pt
-    if suffix == ".onnx":
-        from mdiff.checkpoints import onnx_model
-
-        return onnx_model
-    raise CheckpointError(
-        "MD700",
-        f"unsupported checkpoint extension {suffix or '(none)'!r}; "
-        f"supported extensions are {', '.join(SUPPORTED_EXTENSIONS)} "
-        "(.pt/.pth: PyTorch state dicts; .onnx: the initializers of an ONNX model)",
-        path,
-    )
+    fmt = format_of(path)
+    if fmt is None:
+        suffix = _extension(path)
+        raise CheckpointError(
+            "MD700",
+            f"unsupported checkpoint extension {suffix or '(none)'!r}; supported: a model folder, or a file "
+            f"ending in {', '.join(supported_extensions())} (.pt/.pth/.bin: PyTorch state dicts; .onnx: the "
+            "initializers of an ONNX model)",
+            path,
+        )
+    return fmt.load()
 
 
-def open_checkpoint(path: str | os.PathLike[str]) -> CheckpointReader:
-    """Open a checkpoint for lazy reading; the extension picks the format."""
+def _is_folder_input(path: str) -> bool:
+    return os.path.isdir(path) or path.endswith(".index.json")
+
+
+def open_checkpoint(path: str | os.PathLike[str], **options) -> CheckpointReader:
+    """Open a checkpoint for lazy reading: a model folder (or its ``*.index.json``), or a file whose
+    extension picks the format. ``options`` go to the folder reader (``exclude``, ``max_file_bytes``)."""
     path = os.fspath(path)
+    if _is_folder_input(path):
+        from mdiff.checkpoints import folder
+
+        return folder.open_reader(path, **options)
     return _format_module(path).open_reader(path)
 
 
@@ -191,10 +284,30 @@ def write_checkpoint(
     its name: an exception from it leaves no file behind either.
     """
     path = os.fspath(path)
+    write = _prepared_writer(path, entries, fetch, metadata, template)  # refusals before any file exists
+    with _atomic_output(path) as file:
+        write(file)
+        if before_commit is not None:
+            before_commit()
+
+
+def write_entries(
+    file: BinaryIO,
+    path: str,
+    entries: Sequence[tuple[str, Sequence[int], DType]],
+    fetch: Fetch,
+    metadata: Mapping[str, str] | None = None,
+    template: str | os.PathLike[str] | None = None,
+) -> None:
+    """Write a checkpoint of the format ``path``'s extension names into an open ``file``, checked as
+    :func:`write_checkpoint` checks (a model folder writes its shards so)."""
+    _prepared_writer(path, entries, fetch, metadata, template)(file)
+
+
+def _prepared_writer(path, entries, fetch, metadata, template) -> Callable[[BinaryIO], None]:
     module = _format_module(path)
     checked_entries = _checked_entries(entries)
     checked_metadata = _checked_metadata(metadata)
-    # Before any file is created, so that a refusal leaves nothing behind.
     if getattr(module, "WRITES_FROM_TEMPLATE", False):
         module.check_writable(checked_entries, checked_metadata, path, template)
     else:
@@ -205,10 +318,7 @@ def write_checkpoint(
         shape, dt = shapes[name]
         return _canonical_fetched(fetch(name), name, shape, dt)
 
-    with _atomic_output(path) as file:
-        module.write(file, checked_entries, checked_fetch, checked_metadata, template)
-        if before_commit is not None:
-            before_commit()
+    return lambda file: module.write(file, checked_entries, checked_fetch, checked_metadata, template)
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
@@ -228,6 +338,57 @@ def save_checkpoint(
         array = tensors[name]
         entries.append((name, tuple(np.shape(array)), _dtype_or_value_error(array, name)))
     write_checkpoint(path, entries, lambda name: tensors[name], metadata)
+
+
+def save_state(
+    output: str | os.PathLike[str],
+    entries: Sequence[tuple[str, Sequence[int], DType]],
+    fetch: Fetch,
+    *,
+    files: Mapping[str, bytes] | None = None,
+    layout: Layout | None = None,
+    template: str | os.PathLike[str] | None = None,
+    max_shard_size: int | None = None,
+    before_commit: Callable[[], None] | None = None,
+) -> list[str]:
+    """Write a state — tensors, and the files and layout of a model folder — to ``output``: a model
+    folder (SPEC.md §10.2) when :func:`is_folder_output`, else one checkpoint file, which keeps
+    the layout's tensor order and ``__metadata__`` where the layout is one file of exactly these
+    tensors (so a committed ``.safetensors`` checks out to its own bytes). Returns the paths
+    written (for a single file, ``[output]``); files are dropped from a single-file output, which
+    cannot hold them."""
+    if is_folder_output(output):
+        from mdiff.checkpoints import folder
+
+        return folder.write_folder(output, entries, fetch, files or {}, layout, max_shard_size, before_commit)
+    kept = _single_file_layout(output, entries, layout)
+    if kept is not None:
+        by_name = {entry[0]: entry for entry in entries}
+        entries = [by_name[name] for name in kept.tensors]
+    write_checkpoint(output, entries, fetch, kept.metadata if kept else None, template=template,
+                     before_commit=before_commit)
+    return [os.fspath(output)]
+
+
+def write_order(
+    output: str | os.PathLike[str], entries: Sequence[Entry], layout: Layout | None = None,
+    max_shard_size: int | None = None,
+) -> list[str]:
+    """The order in which :func:`save_state` fetches the tensors of ``entries`` (for reading ahead)."""
+    if is_folder_output(output):
+        from mdiff.checkpoints import folder
+
+        return [name for shard in folder.plan_shards(entries, layout, max_shard_size).shards for name in shard.tensors]
+    kept = _single_file_layout(output, entries, layout)
+    return list(kept.tensors) if kept is not None else [name for name, _, _ in entries]
+
+
+def _single_file_layout(output, entries: Sequence[Entry], layout: Layout | None):
+    """The layout's one file, when a single .safetensors output can keep its order and metadata (§10.2)."""
+    if layout is None or _extension(os.fspath(output)) != ".safetensors" or len(layout.shards) != 1:
+        return None
+    shard = layout.shards[0]
+    return shard if set(shard.tensors) == {name for name, _, _ in entries} else None
 
 
 # ------------------------------------------------- argument checks (writers)

@@ -37,6 +37,7 @@ from mdiff.checkpoints import (
 )
 from mdiff.errors import CheckpointError
 from mdiff.format.dtypes import DType, dtype_named
+from mdiff.format.layout import Layout, single_file
 
 # The reference library refuses longer headers; so do we, before reading one.
 MAX_HEADER_BYTES = 100_000_000
@@ -89,7 +90,7 @@ class SafetensorsReader(CheckpointReader):
         self.path = path
         self._file = open_regular_file(path)
         try:
-            self._tensors, self._metadata = _parse_file(self._file, path)
+            self._tensors, self._metadata, self._has_metadata = _parse_file(self._file, path)
         except BaseException:
             self._file.close()
             raise
@@ -115,9 +116,19 @@ class SafetensorsReader(CheckpointReader):
     def metadata(self) -> dict[str, str]:
         return dict(self._metadata)
 
+    @property
+    def order(self) -> list[str]:
+        """Tensor names in the order the header lists them (the data's order, for files written by
+        the safetensors library and by mdiff)."""
+        return list(self._tensors)
+
+    @property
+    def layout(self) -> Layout:
+        """SPEC.md §10.1: a single file has the layout of a folder holding it as model.safetensors."""
+        return single_file(self.order, self._metadata if self._has_metadata else None)
+
     def close(self) -> None:
         self._file.close()
-
 
 
 def open_reader(path: str) -> SafetensorsReader:
@@ -127,18 +138,20 @@ def open_reader(path: str) -> SafetensorsReader:
 # ---------------------------------------------------------------- reading
 
 
-def _parse_file(file: Any, path: str) -> tuple[dict[str, _Tensor], dict[str, str]]:
+def _parse_file(file: Any, path: str) -> tuple[dict[str, _Tensor], dict[str, str], bool]:
+    """(tensors in header order, __metadata__, whether the header has __metadata__)."""
     file_size = os.fstat(file.fileno()).st_size
     header_length = _read_header_length(file, file_size, path)
     header = _decode_header(_read_bytes(file, header_length, path), path)
     data_start = _LENGTH.size + header_length
     data_size = file_size - data_start
+    has_metadata = header.get(METADATA_KEY) is not None
     metadata = _parse_metadata(header.pop(METADATA_KEY, None), path)
     tensors = {
         name: _parse_entry(name, entry, data_start, data_size, path) for name, entry in header.items()
     }
     _refuse_overlaps(tensors, path)
-    return tensors, metadata
+    return tensors, metadata, has_metadata
 
 
 def _read_header_length(file: Any, file_size: int, path: str) -> int:

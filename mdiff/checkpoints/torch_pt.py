@@ -145,6 +145,15 @@ def tensor_to_numpy(tensor: Any, dt: DType | None = None) -> np.ndarray:
     return np.array(view, dtype=dt.value, order="C", copy=True)
 
 
+def torch_dtype(tensor: Any, name: str = "") -> DType:
+    """The mdiff dtype of a torch tensor; TypeError for a dtype outside SPEC.md §6.1."""
+    dt = _torch_dtypes(_import_torch()).get(tensor.dtype)
+    if dt is None or tensor.is_quantized:
+        raise TypeError(f"tensor {name!r} has dtype {str(tensor.dtype).removeprefix('torch.')}, which mdiff does not "
+                        f"support; convert it to one of {', '.join(_DTYPE_NAMES)}")
+    return dt
+
+
 def numpy_to_tensor(array: np.ndarray) -> Any:
     """A numpy array (bfloat16 as ml_dtypes) as a torch tensor sharing its memory."""
     from mdiff.format.dtypes import canonical, dtype_of

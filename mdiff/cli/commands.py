@@ -163,13 +163,14 @@ def _parse_meta(pairs: list[str]) -> dict[str, str]:
 
 def add_diff(sub) -> None:
     p = sub.add_parser("diff", help="the diff between two checkpoints or two commits",
-                       description="Write OLD → NEW as one .mdiff file. OLD and NEW are checkpoint files "
-                                   "(.safetensors, .npz, .pt, .onnx) or, inside a repository, revisions (a branch, "
+                       description="Write OLD → NEW as one .mdiff file. OLD and NEW are checkpoints — model folders "
+                                   "(their config, tokenizer and other files are diffed too) or files (.safetensors, "
+                                   ".npz, .pt/.pth/.bin, .onnx) — or, inside a repository, revisions (a branch, "
                                    "a commit id, HEAD~2, ...). Unchanged parameters are omitted; each changed one is "
                                    "stored exactly (sparse or dense XOR, whichever is smaller; replace for new shapes). "
                                    "Between revisions, -o may be left out to list the changes only.")
-    p.add_argument("old", metavar="OLD")
-    p.add_argument("new", metavar="NEW")
+    p.add_argument("old", metavar="OLD", help="a checkpoint (file or model folder), or a revision")
+    p.add_argument("new", metavar="NEW", help="a checkpoint (file or model folder), or a revision")
     p.add_argument("-o", "--output", metavar="OUT.mdiff", help="the diff file to write (required for checkpoints)")
     p.add_argument("-C", "--repo", default=".", metavar="DIR", help="the repository, for revisions")
     p.add_argument("-m", "--message", default="", help="commit message")
@@ -186,7 +187,7 @@ def add_diff(sub) -> None:
 
 
 def run_diff(args) -> int:
-    if not (os.path.isfile(args.old) and os.path.isfile(args.new)):
+    if not (os.path.exists(args.old) and os.path.exists(args.new)):
         return _diff_revisions(args)
     if not args.output:
         raise SystemExit("mdiff diff: -o OUT.mdiff is required when OLD and NEW are checkpoint files")
@@ -234,11 +235,14 @@ def _diff_revisions(args) -> int:
 # ---------------------------------------------------------------- apply
 def add_apply(sub) -> None:
     p = sub.add_parser("apply", help="apply a diff to a checkpoint",
-                       description="Apply DIFF to BASE and write OUT (.safetensors or .npz). Every update is "
+                       description="Apply DIFF to BASE and write OUT: a checkpoint file, or a model folder when OUT "
+                                   "has no checkpoint extension (with BASE's files updated by DIFF's). Every update is "
                                    "checked against BASE first; every exact result is verified by its sha256.")
-    p.add_argument("base", metavar="BASE")
-    p.add_argument("diff", metavar="DIFF")
-    p.add_argument("-o", "--output", required=True, metavar="OUT")
+    p.add_argument("base", metavar="BASE", help="the checkpoint the diff was made from: a file or a model folder")
+    p.add_argument("diff", metavar="DIFF", help="the .mdiff file")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="a checkpoint file, or a new model folder")
+    p.add_argument("--max-shard-size", type=_size_argument, default=None, metavar="SIZE",
+                   help="for a model folder whose layout does not fit the result: the largest shard (default 50GB)")
     add_safety_options(p, isolate_default=False)
     p.add_argument("--no-isolation", dest="preflight", action="store_false",
                    help="skip reading DIFF's metadata in a child process first (by default a libhdf5 crash "
@@ -264,13 +268,19 @@ def run_apply(args) -> int:
     return 0
 
 
+def _size_argument(text: str) -> int:
+    from mdiff.cli.repo_commands import parse_size
+
+    return parse_size(text)
+
+
 def apply_maybe_isolated(args, bar) -> int:
     work = (args.base, args.diff, args.output, None if args.isolate else bar, limits_of(args), args.engine)
     if not args.isolate:
         preflight = Isolation(args.timeout, args.memory) if args.preflight else None
-        return mdiff.apply_files(*work, isolation=preflight)
+        return mdiff.apply_files(*work, isolation=preflight, max_shard_size=args.max_shard_size)
     try:
-        return run_isolated(mdiff.apply_files, *work, limits=isolation_of(args))
+        return run_isolated(mdiff.apply_files, *work, None, args.max_shard_size, limits=isolation_of(args))
     except IsolationFailure as failure:
         raise InvalidFileError("MD515", failure.reason, args.diff) from None
 

@@ -55,13 +55,31 @@ def run_init(args) -> int:
 
 
 # ---------------------------------------------------------------- commit
+CHECKPOINT_HELP = ("a model folder (save_pretrained's: model.safetensors or its shards and index, or pytorch_model*.bin; "
+                   "the config, tokenizer and other files beside the weights are versioned too), its *.index.json, or "
+                   "a file: .safetensors, .npz, .pt/.pth/.bin, .onnx")
+
+
+def _exclude_option(p) -> None:
+    p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                   help="leave files of a model folder that match GLOB out (repeatable; the training state Trainer "
+                        "saves — optimizer.pt, scheduler.pt, rng_state*.pth, … — is left out always)")
+
+
 def add_commit(sub) -> None:
-    p = sub.add_parser("commit", help="commit a checkpoint on the current branch",
+    p = sub.add_parser("commit", help="commit a checkpoint or model folder on the current branch",
                        description="Diff CHECKPOINT against HEAD's state and record the changes as a new commit. "
                                    "Unchanged parameters are omitted; changed ones are stored exactly (sparse or "
-                                   "dense XOR, whichever is smaller), unless given explicitly with --low-rank.")
-    p.add_argument("checkpoint", metavar="CHECKPOINT", help=".safetensors, .npz, .pt or .onnx")
+                                   "dense XOR, whichever is smaller), unless given explicitly with --low-rank. "
+                                   "Prints what it recorded, like git: parameters changed, added and deleted, and "
+                                   "the bytes stored for the model's weights.")
+    p.add_argument("checkpoint", metavar="CHECKPOINT", help=CHECKPOINT_HELP)
     _commit_metadata_options(p)
+    p.add_argument("--allow-empty", action="store_true", help="commit even when nothing changed (default: exit 1)")
+    p.add_argument("--allow-deletions", action="store_true",
+                   help="commit a state that lacks half or more of HEAD's parameters (refused by default, MD806: "
+                        "it is usually one shard of a sharded model)")
+    _exclude_option(p)
     p.add_argument("--low-rank", metavar="FACTORS.safetensors",
                    help="store these parameters as low_rank updates: tensors 'A:<name>' (m×r), 'B:<name>' (r×n) "
                         "and optionally 'scale:<name>' (0-d); mdiff never guesses a rank")
@@ -81,12 +99,20 @@ def run_commit(args) -> int:
     masks = sparse_masks(args.sparse_mask) if args.sparse_mask else {}
     bar = ProgressBar("commit", enabled=False if args.quiet else None)
     try:
-        commit_id = repo.commit(args.checkpoint, args.message, args.author, args.date, _meta(args.meta), explicit,
-                                progress=bar, wait=not args.no_wait, masks=masks)
+        summary = repo.make_commit(args.checkpoint, args.message, args.author, args.date, _meta(args.meta), explicit,
+                                   progress=bar, wait=not args.no_wait, masks=masks, allow_empty=args.allow_empty,
+                                   allow_deletions=args.allow_deletions, exclude=args.exclude)
     finally:
         bar.close()
-    branch = repo.head()[0]
-    _print(args, {"commit": commit_id, "branch": branch}, f"[{branch or 'detached'} {commit_id[:12]}] {args.message}")
+    if summary is None:
+        _print(args, {"commit": None, "reason": "nothing changed"},
+               f"nothing to commit: {args.checkpoint} holds HEAD's state (--allow-empty commits anyway)")
+        return 1
+    data = {"commit": summary.commit_id, "branch": summary.branch, "changed": summary.changed, "added": summary.added,
+            "deleted": summary.deleted, "files": summary.files, "layout_changed": summary.layout_changed,
+            "stored_bytes": summary.stored_bytes, "weights_bytes": summary.weights_bytes}
+    first_line = args.message.splitlines()[0] if args.message else ""
+    _print(args, data, f"[{summary.branch or 'detached'} {summary.commit_id[:12]}] {first_line}\n {summary.line()}")
     return 0
 
 
@@ -161,12 +187,31 @@ def run_show(args) -> int:
 
 
 # ---------------------------------------------------------------- checkout / status
+def parse_size(text: str) -> int:
+    """Bytes from "5GB", "500MB", "10GiB", "123" (as save_pretrained's max_shard_size)."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise SystemExit(f"mdiff: {text!r} is not a size (e.g. 5GB, 500MB, 2GiB)")
+    unit = (m.group(2) or "B").upper()
+    factor = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+              "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}[unit]
+    return int(float(m.group(1)) * factor)
+
+
 def add_checkout(sub) -> None:
-    p = sub.add_parser("checkout", help="write the state at a commit to a checkpoint",
-                       description="Reconstruct the state at REV and write it to OUT (.safetensors, .npz, .pt, or "
+    p = sub.add_parser("checkout", help="write the state at a commit to a checkpoint or model folder",
+                       description="Reconstruct the state at REV and write it to OUT: a model folder when OUT has no "
+                                   "checkpoint extension (the committed shards, index, config and tokenizer files; "
+                                   "transformers' from_pretrained loads it), else a file (.safetensors, .npz, .pt, or "
                                    ".onnx with --template BASE.onnx). Every exact update is verified by its sha256.")
-    p.add_argument("rev", metavar="REV")
-    p.add_argument("-o", "--output", required=True, metavar="OUT")
+    p.add_argument("rev", metavar="REV", help="a revision: HEAD, a branch, a commit id or prefix, with ~N or ^")
+    p.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="a new (or empty) folder, or a checkpoint file")
+    p.add_argument("--max-shard-size", type=parse_size, default=None, metavar="SIZE",
+                   help="for a folder whose committed shard layout no longer fits: the largest shard, e.g. 5GB "
+                        "(default 50GB, as save_pretrained)")
     p.add_argument("--template", metavar="BASE.onnx", help="for .onnx output: the model whose initializers are replaced")
     p.add_argument("--engine", choices=["auto", "onnx", "numpy"], default=None)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -179,16 +224,21 @@ def run_checkout(args) -> int:
     commit_id = resolve(repo, args.rev)
     bar = ProgressBar("checkout", enabled=False if args.quiet else None)
     try:
-        repo.checkout(commit_id, args.output, template=args.template, progress=bar, engine=args.engine)
+        written = repo.checkout(commit_id, args.output, template=args.template, progress=bar, engine=args.engine,
+                                max_shard_size=args.max_shard_size)
     finally:
         bar.close()
-    _print(args, {"commit": commit_id, "output": args.output}, f"wrote {args.output} (state at {commit_id[:12]}, verified)")
+    what = f"{len(written)} files" if len(written) > 1 or written != [args.output] else ""
+    _print(args, {"commit": commit_id, "output": args.output, "written": written},
+           f"wrote {args.output}{f' ({what})' if what else ''}: the state at {commit_id[:12]}, verified")
     return 0
 
 
 def add_status(sub) -> None:
-    p = sub.add_parser("status", help="what a checkpoint changes against HEAD", description="List the parameters CHECKPOINT adds, deletes or changes against HEAD's state.")
-    p.add_argument("checkpoint", metavar="CHECKPOINT")
+    p = sub.add_parser("status", help="what a checkpoint or model folder changes against HEAD",
+                       description="List the parameters and files CHECKPOINT adds, deletes or changes against HEAD's state.")
+    p.add_argument("checkpoint", metavar="CHECKPOINT", help=CHECKPOINT_HELP)
+    _exclude_option(p)
     _common(p)
     p.set_defaults(run=run_status)
 
@@ -196,14 +246,23 @@ def add_status(sub) -> None:
 def run_status(args) -> int:
     repo = _repo(args)
     branch, head = repo.head()
-    changes = repo.status(args.checkpoint)
+    changes = repo.status(args.checkpoint, exclude=args.exclude)
     if args.json:
-        print(json.dumps({"branch": branch, "head": head, "changes": changes}))
+        print(json.dumps({"branch": branch, "head": head, "changes": changes.tensors, "files": changes.files,
+                          "layout_changed": changes.layout_changed}))
         return 0
     print(f"on branch {branch or '(detached)'} at {head[:12] if head else '(no commit yet)'}")
-    for name, kind in changes.items():
+    for name, kind in changes.tensors.items():
         print(f"  {kind:<9} {name}")
-    print("nothing changed" if not changes else f"{len(changes)} parameters differ")
+    for path, kind in changes.files.items():
+        print(f"  {kind:<9} file {path}")
+    if changes.layout_changed:
+        print("  changed   the weights' shard layout")
+    if not changes:
+        print("nothing changed")
+    else:
+        counts = [f"{len(changes.tensors)} parameters"] + ([f"{len(changes.files)} files"] if changes.files else [])
+        print(f"{' and '.join(counts)} differ")
     return 0
 
 

@@ -36,3 +36,12 @@ def write_string(obj: h5py.Group, name: str, text: str) -> None:
     data = text.encode("utf-8")
     dtype = h5py.string_dtype("utf-8", max(len(data), 1))
     obj.attrs.create(name, np.array(data, dtype=dtype))
+
+
+def overwrite_string(obj: h5py.Group, name: str, text: str) -> None:
+    """Write a new value of the same byte length into an existing string attribute, in place."""
+    attr_id = obj.attrs.get_id(name)
+    data = text.encode("utf-8")
+    if attr_id.get_type().get_size() != len(data):
+        raise ValueError(f"attribute {name!r} holds {attr_id.get_type().get_size()} bytes, not {len(data)}")
+    attr_id.write(np.array(data, dtype=f"S{len(data)}"), mtype=attr_id.get_type())

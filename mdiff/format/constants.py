@@ -2,8 +2,9 @@
 
 FORMAT_NAME = "mdiff"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 0
-FORMAT_VERSION = f"{FORMAT_MAJOR}.{FORMAT_MINOR}"
+FORMAT_MINOR = 1  # the newest minor version this reader implements (§3.3)
+FORMAT_VERSION = "1.0"  # what a writer writes for a file without the groups 1.1 added
+FILES_VERSION = "1.1"  # … and for a file with /files or /layout (§3.3, §5.7)
 
 # Root attributes (§3.2, §3.4, §4.1)
 ATTR_FORMAT = "format"
@@ -13,6 +14,8 @@ ATTR_COMMIT = "commit"
 
 PARAMETERS_GROUP = "parameters"  # §5.1
 UPDATE_TYPES_GROUP = "update_types"  # §7.8
+FILES_GROUP = "files"  # §5.5, version 1.1
+LAYOUT_GROUP = "layout"  # §5.6, version 1.1
 ATTR_DEFINITION = "definition"  # §7.8, on each group in /update_types
 ATTR_UPDATE = "update"  # §7.1, on each parameter group
 

@@ -10,7 +10,7 @@ from mdiff.format import canonical_json, commit as commit_module
 from mdiff.format.commit import Commit
 from mdiff.format.constants import (
     ATTR_COMMIT, ATTR_EXTENSIONS, ATTR_FORMAT, ATTR_VERSION, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME,
-    KNOWN_EXTENSIONS, PARAMETERS_GROUP, UPDATE_TYPES_GROUP,
+    FILES_GROUP, KNOWN_EXTENSIONS, LAYOUT_GROUP, PARAMETERS_GROUP, UPDATE_TYPES_GROUP,
 )
 from mdiff.format.findings import Finding
 from mdiff.format.structure import Inventory
@@ -53,8 +53,11 @@ def parse_header(inventory: Inventory) -> tuple[Header | None, list[Finding]]:
             findings.append(Finding.from_error(exc))
     for name in sorted(set(attrs) - ROOT_ATTRIBUTES):
         findings.append(Finding("MD303", "/", f"unknown root attribute {name!r}"))
+    added_in_1_1 = (FILES_GROUP, LAYOUT_GROUP)
     for name in inventory.objects["/"].members:
-        if name not in (PARAMETERS_GROUP, UPDATE_TYPES_GROUP):
+        if name in added_in_1_1 and version == (1, 0):
+            findings.append(Finding("MD306", "/" + name, f"`/{name}` exists from format version 1.1; this file says 1.0"))
+        elif name not in (PARAMETERS_GROUP, UPDATE_TYPES_GROUP, *added_in_1_1):
             findings.append(Finding("MD303", "/" + name, "unknown root member"))
     return Header(version, tuple(extensions), commit), findings
 

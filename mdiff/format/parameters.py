@@ -1,4 +1,5 @@
-"""SPEC.md §5 and §7.1: the parameter groups and their ``update`` attributes."""
+"""SPEC.md §5 and §7.1: the parameter groups, the file groups and the layout (§5.5–§5.6), and their
+``update`` attributes."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import h5py
 
 from mdiff.errors import InvalidFileError
 from mdiff.format import canonical_json
-from mdiff.format.constants import ATTR_UPDATE, PARAMETERS_GROUP
+from mdiff.format.constants import ATTR_UPDATE, FILES_GROUP, LAYOUT_GROUP, PARAMETERS_GROUP
 from mdiff.format.dtypes import dtype_named
 from mdiff.format.limits import DEFAULT_LIMITS, Limits, shape_problem
 from mdiff.format.findings import Finding
-from mdiff.format.names import decode_name
+from mdiff.format.names import decode_name, encode_name
+from mdiff.format.paths import collisions, path_problem
 from mdiff.format.schemas import first_errors
 from mdiff.format.storage import PlannedDataset
 from mdiff.format.structure import DatasetInfo, Inventory
@@ -21,6 +23,10 @@ from mdiff.updates import REGISTRY
 from mdiff.updates.base import Update, UpdateType
 
 PARAMETERS_PATH = "/" + PARAMETERS_GROUP
+FILES_PATH = "/" + FILES_GROUP
+LAYOUT_PATH = "/" + LAYOUT_GROUP
+# Files and the layout are `uint8` vectors that are set or removed, never patched (§5.5).
+FILE_TYPES: dict[str, UpdateType] = {name: REGISTRY[name] for name in ("replace", "delete")}
 
 
 @dataclass(frozen=True)
@@ -38,34 +44,76 @@ def parse_parameters(
     """Every parameter group, its update checked against ``types`` (the registry and the file's own)
     and its declared shape against ``limits`` (§8.3); with ``newer_minor``, unknown `update` members
     are dropped (§3.3)."""
-    findings: list[Finding] = []
     container = inventory.objects.get(PARAMETERS_PATH)
     if container is None or container.kind != "group":
         return {}, [Finding("MD300", PARAMETERS_PATH, "the file has no `/parameters` group")]
+    return _parse_members(container, inventory, f, types, newer_minor, limits)
+
+
+def parse_files(
+    inventory: Inventory, f: h5py.File, newer_minor: bool = False, limits: Limits = DEFAULT_LIMITS,
+) -> tuple[dict[str, Parameter], list[Finding]]:
+    """Every file group of ``/files`` (§5.5), by path: paths checked (MD304), updates restricted to
+    `replace`/`delete` of a `uint8` vector (MD305). Empty when the file has no `/files`."""
+    container = inventory.objects.get(FILES_PATH)
+    if container is None:
+        return {}, []
+    if container.kind != "group":
+        return {}, [Finding("MD305", FILES_PATH, "`/files` must be a group of file groups")]
+    files, findings = _parse_members(container, inventory, f, FILE_TYPES, newer_minor, limits, is_file=True)
+    for path, other, why in collisions(files):
+        findings.append(Finding("MD304", f"{FILES_PATH}/{encode_name(path)}", f"path {path!r} and path {other!r}: {why}"))
+        files.pop(path, None)
+    return files, findings
+
+
+def parse_layout(
+    inventory: Inventory, f: h5py.File, newer_minor: bool = False, limits: Limits = DEFAULT_LIMITS,
+) -> tuple[Parameter | None, list[Finding]]:
+    """The ``/layout`` update (§5.6), or None when the file has none (or it is refused). Its JSON is
+    data, checked when read (layout.parse, MD307)."""
+    info = inventory.objects.get(LAYOUT_PATH)
+    if info is None:
+        return None, []
+    if info.kind != "group":
+        return None, [Finding("MD305", LAYOUT_PATH, "`/layout` must be a group holding an update")]
+    findings: list[Finding] = []
+    entry = _parse_one(LAYOUT_GROUP, LAYOUT_PATH, inventory, f, findings, FILE_TYPES, newer_minor, limits, is_file=True)
+    return entry, findings
+
+
+def _parse_members(container, inventory: Inventory, f: h5py.File, types: Mapping[str, UpdateType], newer_minor: bool,
+                   limits: Limits, is_file: bool = False) -> tuple[dict[str, Parameter], list[Finding]]:
+    findings: list[Finding] = []
     for attr in sorted(container.attrs):
-        findings.append(Finding("MD303", PARAMETERS_PATH, f"unknown attribute {attr!r}"))
-    parameters: dict[str, Parameter] = {}
+        findings.append(Finding("MD303", container.path, f"unknown attribute {attr!r}"))
+    entries: dict[str, Parameter] = {}
     for link in container.members:
-        path = f"{PARAMETERS_PATH}/{link}"
+        path = f"{container.path}/{link}"
         try:
             name = decode_name(link)
         except InvalidFileError as exc:
             findings.append(Finding("MD302", path, exc.message))
             continue
+        if is_file:
+            problem = path_problem(name)
+            if problem:
+                findings.append(Finding("MD304", path, f"file path {name!r}: {problem}"))
+                continue
         info = inventory.objects.get(path)
         if info is None:  # refused by the structure walk, already reported
             continue
         if info.kind != "group":
-            findings.append(Finding("MD301", path, "a parameter must be a group"))
+            findings.append(Finding("MD301", path, f"a {'file' if is_file else 'parameter'} must be a group"))
             continue
-        parameter = _parse_one(name, path, inventory, f, findings, types, newer_minor, limits)
-        if parameter is not None:
-            parameters[name] = parameter
-    return dict(sorted(parameters.items(), key=lambda kv: kv[0].encode("utf-8"))), findings
+        entry = _parse_one(name, path, inventory, f, findings, types, newer_minor, limits, is_file)
+        if entry is not None:
+            entries[name] = entry
+    return dict(sorted(entries.items(), key=lambda kv: kv[0].encode("utf-8"))), findings
 
 
 def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Mapping[str, UpdateType], newer_minor: bool,
-                limits: Limits):
+                limits: Limits, is_file: bool = False):
     """The ``update`` attribute's JSON and its registered type, or (None, None)."""
     if text is None:
         findings.append(Finding("MD400", path, "attribute `update` is missing"))
@@ -83,7 +131,10 @@ def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Map
         return None, None
     kind = types.get(meta["type"])
     if kind is None:
-        findings.append(Finding("MD402", path, f"unknown update type {meta['type']!r}; known: {sorted(types)}"))
+        if is_file:
+            findings.append(Finding("MD305", path, f"a {meta['type']!r} update; files and the layout are `replace` or `delete`"))
+        else:
+            findings.append(Finding("MD402", path, f"unknown update type {meta['type']!r}; known: {sorted(types)}"))
         return None, None
     if isinstance(meta.get("version"), int) and not isinstance(meta.get("version"), bool) and meta["version"] != kind.version:
         findings.append(Finding("MD403", path, f"{kind.name} version {meta.get('version')!r} is not supported (this reader knows {kind.version})"))
@@ -95,18 +146,21 @@ def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Map
         findings.append(Finding("MD404", path, f"`update` breaks the {kind.name} schema at {errors[0]}"))
         return None, None
     meta["shape"] = [int(d) for d in meta["shape"]]  # JSON Schema counts 2.0 as an integer
+    if is_file and (meta["dtype"] != "uint8" or len(meta["shape"]) != 1):
+        findings.append(Finding("MD305", path, f"a file's update is of a uint8 vector, not {meta['dtype']}{meta['shape']}"))
+        return None, None
     return meta, kind
 
 
 def _parse_one(name, path, inventory: Inventory, f: h5py.File, findings: list[Finding], types, newer_minor: bool,
-               limits: Limits) -> Parameter | None:
+               limits: Limits, is_file: bool = False) -> Parameter | None:
     info = inventory.objects[path]
     for attr in sorted(set(info.attrs) - {ATTR_UPDATE}):
         findings.append(Finding("MD303", path, f"unknown attribute {attr!r}"))
     before = len([x for x in findings if x.is_error])
     if ATTR_UPDATE in info.refused_attrs:
         return None  # present but unusable: reported under §8.2
-    meta, kind = _parse_meta(path, info.attrs.get(ATTR_UPDATE), findings, types, newer_minor, limits)
+    meta, kind = _parse_meta(path, info.attrs.get(ATTR_UPDATE), findings, types, newer_minor, limits, is_file)
     if meta is None:
         return None
     datasets, refused = {}, set()

@@ -4,7 +4,7 @@ checked on open, from metadata alone; data is read only when a parameter is used
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Mapping
 
 import h5py
@@ -15,7 +15,7 @@ from mdiff.format.constants import FORMAT_MINOR
 from mdiff.format.findings import Finding
 from mdiff.format.header import Header, parse_header
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
-from mdiff.format.parameters import Parameter, parse_parameters
+from mdiff.format.parameters import Parameter, parse_files, parse_layout, parse_parameters
 from mdiff.format.structure import inspect_structure
 from mdiff.format.update_types import parse_update_types
 from mdiff.isolation import Isolation, IsolationFailure, run_isolated
@@ -43,6 +43,8 @@ class Contents:
     header: Header | None
     parameters: dict[str, Parameter]
     findings: list[Finding]
+    files: dict[str, Parameter] = field(default_factory=dict)  # by path (§5.5)
+    layout: Parameter | None = None  # §5.6
 
 
 def open_hdf5(path) -> tuple[h5py.File, int]:
@@ -62,10 +64,16 @@ def read_contents(f: h5py.File, file_size: int, limits: Limits) -> Contents:
     if header is None:
         return Contents(None, {}, findings)
     embedded, type_findings = parse_update_types(inventory, f, limits)
+    newer_minor = header.version[1] > FORMAT_MINOR
     parameters, parameter_findings = parse_parameters(
-        inventory, f, {**REGISTRY, **embedded}, newer_minor=header.version[1] > FORMAT_MINOR, limits=limits
+        inventory, f, {**REGISTRY, **embedded}, newer_minor=newer_minor, limits=limits
     )
-    return Contents(header, parameters, findings + type_findings + parameter_findings)
+    files, layout = {}, None
+    if header.version >= (1, 1):  # in a 1.0 file these groups are MD306 (header.py)
+        files, file_findings = parse_files(inventory, f, newer_minor, limits)
+        layout, layout_findings = parse_layout(inventory, f, newer_minor, limits)
+        parameter_findings += file_findings + layout_findings
+    return Contents(header, parameters, findings + type_findings + parameter_findings, files, layout)
 
 
 class DiffFile(Mapping[str, Update]):
@@ -89,6 +97,8 @@ class DiffFile(Mapping[str, Update]):
         self.header: Header = contents.header
         self.warnings = [x for x in contents.findings if not x.is_error]
         self._parameters = contents.parameters
+        self._files = contents.files
+        self._layout = contents.layout
 
     @property
     def commit(self) -> Commit:
@@ -109,6 +119,27 @@ class DiffFile(Mapping[str, Update]):
 
     def hdf5_path(self, name: str) -> str:
         return self._parameters[name].path
+
+    @property
+    def files(self) -> dict[str, Update]:
+        """The updates of the model folder's files (§5.5), by path: `replace` or `delete` of a uint8 vector."""
+        return {path: entry.update for path, entry in self._files.items()}
+
+    @property
+    def layout(self) -> Update | None:
+        """The update of the weights layout (§5.6), or None when the file leaves it as it is."""
+        return self._layout.update if self._layout is not None else None
+
+    def read_layout(self):
+        """The file's layout (format.layout.Layout) — None when it has no ``/layout`` or deletes it;
+        InvalidFileError (MD307) when its JSON is malformed, ApplyError (MD602) when its bytes fail their sha256."""
+        from mdiff.format import layout as layout_format
+
+        update = self.layout
+        if update is None or update.type == "delete":
+            return None
+        value = update.apply(None, "/layout")
+        return layout_format.parse(value.tobytes())
 
     def close(self) -> None:
         self._file.close()

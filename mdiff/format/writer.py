@@ -13,11 +13,11 @@ import h5py
 import numpy as np
 
 from mdiff.format import canonical_json
-from mdiff.format.attributes import write_string
+from mdiff.format.attributes import overwrite_string, write_string
 from mdiff.format.commit import Commit
 from mdiff.format.constants import (
-    ATTR_COMMIT, ATTR_DEFINITION, ATTR_EXTENSIONS, ATTR_FORMAT, ATTR_UPDATE, ATTR_VERSION, FORMAT_NAME,
-    FORMAT_VERSION, LIBVER, PARAMETERS_GROUP, UPDATE_TYPES_GROUP,
+    ATTR_COMMIT, ATTR_DEFINITION, ATTR_EXTENSIONS, ATTR_FORMAT, ATTR_UPDATE, ATTR_VERSION, FILES_GROUP, FILES_VERSION,
+    FORMAT_NAME, FORMAT_VERSION, LAYOUT_GROUP, LIBVER, PARAMETERS_GROUP, UPDATE_TYPES_GROUP,
 )
 from mdiff.format.names import encode_name
 from mdiff.format.schemas import first_errors
@@ -106,6 +106,9 @@ class DiffWriter:
         self._check_updates = check_updates  # off only to make invalid files for tests and conformance
         self._types: dict = {}  # update types this file defines (§7.8)
         self._update_types: h5py.Group | None = None
+        self._files: h5py.Group | None = None  # §5.5
+        self._file_paths: set[str] = set()
+        self._has_layout = False  # §5.6
         self._writeback = Writeback(lambda: fsync_path(self._tmp))
         commit_text = (commit or Commit()).to_attribute()
         extensions = list(extensions)
@@ -140,8 +143,29 @@ class DiffWriter:
             raise ValueError(f"parameter {name!r} is added twice")
         if self._check_updates:
             _check_update(name, update, self._types.get(update.type) or update.update_type)
-        group = self._parameters.create_group(encode_name(name), track_order=False)
         self._names.add(name)
+        self._write_update(self._parameters.create_group(encode_name(name), track_order=False), update)
+
+    def add_file(self, path: str, update: Update) -> None:
+        """A model folder's file (SPEC.md §5.5): ``replace`` with its bytes, or ``delete``, of a uint8 vector.
+        Files are added after every parameter, in path order (§11)."""
+        if self._check_updates:
+            _check_file_update(path, update, self._file_paths)
+        if self._files is None:
+            self._files = self._file.create_group(FILES_GROUP, track_order=False)
+        self._file_paths.add(path)
+        self._write_update(self._files.create_group(encode_name(path), track_order=False), update)
+
+    def set_layout(self, update: Update) -> None:
+        """The weights layout (SPEC.md §5.6): ``replace`` with its canonical JSON bytes, or ``delete``."""
+        if self._has_layout:
+            raise ValueError("the layout is set twice")
+        if self._check_updates:
+            _check_file_update("layout", update, set())
+        self._has_layout = True
+        self._write_update(self._file.create_group(LAYOUT_GROUP, track_order=False), update)
+
+    def _write_update(self, group: h5py.Group, update: Update) -> None:
         write_string(group, ATTR_UPDATE, canonical_json.dumps(dict(update.meta)))
         for key in sorted(update.data):
             self._write_dataset(group, key, np.asarray(update.data[key]))
@@ -163,6 +187,10 @@ class DiffWriter:
 
     def close(self) -> None:
         """Finish the file: flush, fsync, and rename it into place."""
+        if self._files is not None or self._has_layout:
+            # §3.3: 1.1 only for a file that uses what 1.1 added. Same length as "1.0", so the
+            # attribute is rewritten where it lies and the bytes stay deterministic.
+            overwrite_string(self._file, ATTR_VERSION, FILES_VERSION)
         self._file.close()
         self._writeback.wait()
         fsync_path(self._tmp)
@@ -211,6 +239,19 @@ def _check_update(name: str, update: Update, kind) -> None:
         problems = [f"{code}: {message}" for code, _, message in (*kind.check_meta(update.meta), *kind.check_layout(update.meta, actual))]
     if problems:
         raise ValueError(f"update of {name!r} is invalid: " + "; ".join(problems))
+
+
+def _check_file_update(path: str, update: Update, written: set[str]) -> None:
+    """What a reader checks of a file or the layout (MD304, MD305), before it is written."""
+    from mdiff.format.paths import collisions, path_problem
+
+    problem = None if path == "layout" else path_problem(path)
+    clash = collisions([path, *written]) if path != "layout" else []
+    if problem or clash:
+        raise ValueError(f"file path {path!r}: {problem or clash[0][2] + ' as ' + repr(clash[0][1])}")
+    if update.type not in ("replace", "delete") or update.meta.get("dtype") != "uint8" or len(update.meta.get("shape", ())) != 1:
+        raise ValueError(f"file {path!r}: a file is a replace or delete of a uint8 vector, not {update.type}")
+    _check_update(path, update, update.update_type)
 
 
 def write(

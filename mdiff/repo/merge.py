@@ -84,3 +84,17 @@ def merge_parameter(
     if strategy.name == "task-arithmetic" and not (base is not None and base.shape == ours.shape and base.dtype == ours.dtype):
         return None, "task-arithmetic needs the parameter in the merge base, with the same shape and dtype"
     return strategy.combine(ours, theirs, base), None
+
+
+def merge_whole(ours: bytes | None, theirs: bytes | None, base: bytes | None, strategy: Strategy) -> tuple[bytes | None, str | None]:
+    """A file or the layout (§13.7): a change made on one side only — a removal too — is taken; different
+    changes on both sides are a conflict, except under ``ours`` and ``theirs``. (merged or None, conflict or None)"""
+    if strategy.name == "ours" or ours == theirs:
+        return ours, None
+    if strategy.name == "theirs":
+        return theirs, None
+    if ours == base:
+        return theirs, None
+    if theirs == base:
+        return ours, None
+    return None, "changed on both sides"

@@ -1,0 +1,482 @@
+"""Model folders (SPEC.md §10.1–§10.2): a Hugging Face ``save_pretrained`` folder as one checkpoint.
+
+Reading: the weights come from the first of ``model.safetensors.index.json`` (+ its shards),
+``model.safetensors``, ``pytorch_model.bin.index.json`` (+ shards), ``pytorch_model.bin``; each
+shard is opened by its own format's lazy reader, so a tensor is read from its shard when asked
+for and a sharded model is never in memory at once. Every other regular file is a file of the
+state (config, tokenizer, README, …), read only when asked for. An index that disagrees with its
+shards is MD704; a link out of the folder, a FIFO or device, an unsafe path, or a file over the
+size limit is MD705 — all found on open, before anything is read.
+
+Writing: into a hidden temporary folder beside the target, every entry created anew (never
+through a link), then renamed into place once complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import hashlib
+import json
+import math
+import os
+import secrets
+import stat
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from mdiff.checkpoints import CheckpointReader, Entry, Fetch, _SyncingWriter, _fsync_directory, write_entries
+from mdiff.errors import CheckpointError
+from mdiff.format.dtypes import DType
+from mdiff.format.layout import INDEX_SUFFIX, Layout, Shard
+from mdiff.format.paths import collisions, path_problem
+
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+SAFETENSORS_SINGLE = "model.safetensors"
+TORCH_INDEX = "pytorch_model.bin.index.json"
+TORCH_SINGLE = "pytorch_model.bin"
+# In the order transformers prefers them (§10.1 step 1): (index, single file).
+WEIGHT_KINDS = ((SAFETENSORS_INDEX, SAFETENSORS_SINGLE), (TORCH_INDEX, TORCH_SINGLE))
+# Named like weights of step 1: never versioned as files.
+_WEIGHT_PATTERNS = ("model*.safetensors", "model*.safetensors.index.json", "pytorch_model*.bin",
+                    "pytorch_model*.bin.index.json")
+# What transformers' Trainer saves beside a checkpoint to resume training (§10.1 step 2).
+TRAINING_STATE = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth", "training_args.bin")
+
+DEFAULT_MAX_FILE_BYTES = 128 << 20  # §10.1: larger files are weights or training state, not configuration
+DEFAULT_MAX_SHARD_BYTES = 50_000_000_000  # save_pretrained's default max_shard_size, "50GB"
+_MAX_INDEX_BYTES = 256 << 20
+_READ_BLOCK = 1 << 20
+
+
+def open_reader(path: str, exclude: Sequence[str] = (), max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> ModelFolderReader:
+    return ModelFolderReader(path, exclude, max_file_bytes)
+
+
+# ---------------------------------------------------------------- reading
+
+
+class ModelFolderReader(CheckpointReader):
+    """A model folder: its weights, shard by shard, and the files beside them (SPEC.md §10.1)."""
+
+    def __init__(self, path: str, exclude: Sequence[str] = (), max_file_bytes: int = DEFAULT_MAX_FILE_BYTES):
+        folder, index_name = _folder_and_index(path)
+        self.path = folder
+        self._guard = _LinkGuard(folder)
+        self._shards: dict[str, CheckpointReader] = {}
+        try:
+            self._weights = _choose_weights(folder, index_name, self._guard)
+            self._where = self._open_shards()
+            ignored = set(self._weights.files) | ({self._weights.index} if self._weights.index else set())
+            self._files = FolderFiles(folder, self._guard, ignored, tuple(exclude), max_file_bytes)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_shards(self) -> dict[str, str]:
+        """Open every shard; tensor name → shard, checked against the index (MD704)."""
+        from mdiff.checkpoints import _format_module
+
+        where: dict[str, str] = {}
+        for shard in self._weights.files:
+            reader = _format_module(shard).open_reader(self._guard.resolve(shard, "MD704"))
+            self._shards[shard] = reader
+            for name in reader.keys():
+                if name in where:
+                    raise CheckpointError("MD704", f"tensor {name!r} is in {where[name]} and in {shard}", self.path)
+                where[name] = shard
+        weight_map = self._weights.weight_map
+        if weight_map is not None:
+            for name, shard in sorted(where.items()):
+                if name not in weight_map:
+                    raise CheckpointError("MD704", f"{shard} holds tensor {name!r}, which the index does not name",
+                                          self.path)
+                if weight_map[name] != shard:
+                    raise CheckpointError("MD704", f"the index puts tensor {name!r} in {weight_map[name]}, but "
+                                                   f"{shard} holds it", self.path)
+            for name, shard in sorted(weight_map.items()):
+                if name not in where:
+                    raise CheckpointError("MD704", f"the index puts tensor {name!r} in {shard}, which does not "
+                                                   "hold it", self.path)
+        return where
+
+    def _index(self) -> dict[str, str]:
+        return self._where
+
+    def spec(self, name: str) -> tuple[tuple[int, ...], DType]:
+        return self._shards[self._entry(name)].spec(name)
+
+    def read(self, name: str) -> np.ndarray:
+        return self._shards[self._entry(name)].read(name)
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return {}
+
+    @property
+    def files(self) -> FolderFiles:
+        return self._files
+
+    @property
+    def layout(self) -> Layout | None:
+        """The safetensors layout (§5.6): shards in path order, each with its tensor order and
+        ``__metadata__``; the index's path and ``metadata``. None for PyTorch ``.bin`` weights."""
+        weights = self._weights
+        if not weights.files or not weights.files[0].endswith(".safetensors"):
+            return None
+        shards = []
+        for path in sorted(weights.files):
+            single = self._shards[path].layout.shards[0]  # the shard's own order and metadata
+            shards.append(Shard(path, single.tensors, single.metadata))
+        if weights.index is None:
+            return Layout(tuple(shards))
+        return Layout(tuple(shards), weights.index, weights.index_metadata or {})
+
+    @property
+    def weight_files(self) -> list[str]:
+        """The weight files read, the index first when there is one (paths relative to the folder)."""
+        return ([self._weights.index] if self._weights.index else []) + list(self._weights.files)
+
+    def close(self) -> None:
+        for reader in self._shards.values():
+            reader.close()
+
+
+@dataclass(frozen=True)
+class _Weights:
+    index: str | None  # the index file's name, when sharded
+    files: tuple[str, ...]  # the weight files, in the folder
+    weight_map: dict[str, str] | None
+    index_metadata: dict | None
+
+
+def _folder_and_index(path: str) -> tuple[str, str | None]:
+    if os.path.isdir(path):
+        return path, None
+    folder, name = os.path.split(path)
+    folder = folder or "."
+    if name not in (SAFETENSORS_INDEX, TORCH_INDEX) and not name.endswith(".index.json"):
+        raise CheckpointError("MD700", "give a model folder, or the path of its *.index.json", path)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(2, "No such folder", folder)
+    return folder, name
+
+
+def _choose_weights(folder: str, index_name: str | None, guard: _LinkGuard) -> _Weights:
+    if index_name is not None:
+        return _read_index(folder, index_name, guard)
+    for index, single in WEIGHT_KINDS:
+        has_index, has_single = _exists(folder, index), _exists(folder, single)
+        if has_index and has_single:
+            raise CheckpointError("MD704", f"the folder holds both {index} and {single}; which are the weights? "
+                                           f"Remove one, or give the path of {index}", folder)
+        if has_index:
+            return _read_index(folder, index, guard)
+        if has_single:
+            return _Weights(None, (single,), None, None)
+    raise CheckpointError(
+        "MD704", f"no weights: the folder holds none of {', '.join(n for kind in WEIGHT_KINDS for n in kind)}", folder
+    )
+
+
+def _exists(folder: str, name: str) -> bool:
+    return os.path.lexists(os.path.join(folder, name))
+
+
+def _read_index(folder: str, name: str, guard: _LinkGuard) -> _Weights:
+    data = guard.read(name, _MAX_INDEX_BYTES, "MD704")
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CheckpointError("MD704", f"{name} is not a UTF-8 JSON text: {exc}", folder) from None
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict) or not all(
+            isinstance(k, str) and k and isinstance(v, str) for k, v in weight_map.items()):
+        raise CheckpointError("MD704", f"{name} has no weight_map of tensor name → shard file name", folder)
+    metadata = doc.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise CheckpointError("MD704", f"{name}: metadata is not an object", folder)
+    suffix = ".safetensors" if name.endswith(INDEX_SUFFIX) else ".bin"
+    shards = sorted(set(weight_map.values()))
+    for shard in shards:
+        problem = path_problem(shard)
+        if problem or "/" in shard:
+            raise CheckpointError("MD705", f"{name} names shard {shard!r}: {problem or 'not a file of this folder'}",
+                                  folder)
+        if not shard.endswith(suffix):
+            raise CheckpointError("MD704", f"{name} names shard {shard!r}, which is not a {suffix} file", folder)
+        if not _exists(folder, shard):
+            raise CheckpointError("MD704", f"{name} names shard {shard}, which is missing from the folder", folder)
+    return _Weights(name, tuple(shards), weight_map, metadata)
+
+
+class _LinkGuard:
+    """Opens entries of a folder, following a symbolic link only where §10.1 allows: to a regular file
+    inside the folder, or, in a Hugging Face cache snapshot, inside the cache's ``blobs/``."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        real = os.path.realpath(folder)
+        self.roots = [real]
+        parent = os.path.dirname(real)
+        if os.path.basename(parent) == "snapshots":
+            self.roots.append(os.path.join(os.path.dirname(parent), "blobs"))
+
+    def resolve(self, relative: str, code: str = "MD705") -> str:
+        """The path to open for ``relative``, a regular file (MD705 — or ``code`` — otherwise)."""
+        path = os.path.join(self.folder, relative)
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            raise CheckpointError(code, f"{relative} is missing", self.folder) from None
+        if stat.S_ISLNK(info.st_mode):
+            target = os.path.realpath(path)
+            if not any(os.path.commonpath([target, root]) == root for root in self.roots):
+                raise CheckpointError("MD705", f"{relative} is a link to {target}, outside the folder; mdiff does not "
+                                               "follow it (it could bring any file into the history)", self.folder)
+            path, info = target, os.stat(target)
+        if not stat.S_ISREG(info.st_mode):
+            raise CheckpointError("MD705", f"{relative} is not a regular file", self.folder)
+        return path
+
+    def read(self, relative: str, limit: int, code: str = "MD705") -> bytes:
+        """The bytes of ``relative``, at most ``limit`` of them (MD705 beyond)."""
+        path = self.resolve(relative, code)
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+        fd = os.open(path, flags)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since resolve: not followed
+                raise CheckpointError("MD705", f"{relative} is not a regular file", self.folder)
+            chunks, size = [], 0
+            while True:
+                block = os.read(fd, _READ_BLOCK)
+                if not block:
+                    return b"".join(chunks)
+                size += len(block)
+                if size > limit:
+                    raise CheckpointError("MD705", f"{relative} is larger than {limit} bytes", self.folder)
+                chunks.append(block)
+        finally:
+            os.close(fd)
+
+
+class FolderFiles(Mapping[str, bytes]):
+    """The files of a model folder beside its weights (SPEC.md §10.1 step 2), by path; listed and
+    checked on open (MD705), each read when asked for."""
+
+    def __init__(self, folder: str, guard: _LinkGuard, ignored: set[str], exclude: tuple[str, ...], max_file_bytes: int):
+        self.folder = folder
+        self._guard = guard
+        self._max = max_file_bytes
+        self._sizes: dict[str, int] = {}
+        for relative, info in _walk(folder, guard):
+            if relative in ignored or _matches(relative, _WEIGHT_PATTERNS + TRAINING_STATE + exclude):
+                continue
+            problem = path_problem(relative)
+            if problem:
+                raise CheckpointError("MD705", f"{relative!r} cannot be versioned: {problem}", folder)
+            if info.st_size > max_file_bytes:
+                raise CheckpointError(
+                    "MD705", f"{relative} has {info.st_size} bytes; files beside the weights are versioned up to "
+                             f"{max_file_bytes} (weights belong in the model's weight files; leave it out with "
+                             f"--exclude {relative!r}, or raise the limit)", folder)
+            self._sizes[relative] = info.st_size
+        clash = collisions(self._sizes)
+        if clash:
+            path, other, why = clash[0]
+            raise CheckpointError("MD705", f"{path!r} and {other!r}: {why}", folder)
+
+    def __getitem__(self, path: str) -> bytes:
+        if path not in self._sizes:
+            raise KeyError(path)
+        return self._guard.read(path, self._max)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._sizes))
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    def size(self, path: str) -> int:
+        return self._sizes[path]
+
+    def sha256(self, path: str) -> str:
+        return hashlib.sha256(self[path]).hexdigest()
+
+
+def _matches(relative: str, patterns: Sequence[str]) -> bool:
+    name = relative.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatchcase(relative, p) or ("/" not in p and fnmatch.fnmatchcase(name, p)) for p in patterns)
+
+
+def _walk(folder: str, guard: _LinkGuard) -> Iterator[tuple[str, os.stat_result]]:
+    """(path relative to ``folder``, stat of what it names) of every file below it, hidden entries
+    skipped; MD705 for a FIFO, socket or device, a link to a folder, or a link out."""
+    pending = [""]
+    while pending:
+        prefix = pending.pop()
+        with os.scandir(os.path.join(folder, prefix) if prefix else folder) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.name.startswith("."):
+                    continue
+                relative = f"{prefix}/{entry.name}" if prefix else entry.name
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(relative)
+                elif entry.is_symlink():
+                    if os.path.isdir(entry.path):
+                        raise CheckpointError("MD705", f"{relative} is a link to a folder; mdiff does not follow it",
+                                              folder)
+                    yield relative, os.stat(guard.resolve(relative))
+                elif entry.is_file(follow_symlinks=False):
+                    yield relative, entry.stat(follow_symlinks=False)
+                else:
+                    raise CheckpointError("MD705", f"{relative} is neither a regular file nor a folder (a FIFO, "
+                                                   "socket or device)", folder)
+
+
+# ---------------------------------------------------------------- writing
+
+
+def plan_shards(entries: Sequence[Entry], layout: Layout | None, max_shard_bytes: int | None) -> Layout:
+    """The layout to write: ``layout`` when it holds exactly the state's tensors (§10.2), else shards
+    of at most ``max_shard_bytes`` of tensor data filled in name order, as save_pretrained names them."""
+    names = {name for name, _, _ in entries}
+    if layout is not None and layout.tensors == names:
+        return layout
+    limit = max_shard_bytes or DEFAULT_MAX_SHARD_BYTES
+    groups: list[list[Entry]] = [[]]
+    used = 0
+    for entry in sorted(entries, key=lambda e: e[0]):
+        nbytes = math.prod(entry[1]) * entry[2].itemsize
+        if groups[-1] and used + nbytes > limit:
+            groups.append([])
+            used = 0
+        groups[-1].append(entry)
+        used += nbytes
+    if len(groups) == 1:
+        return Layout((Shard(SAFETENSORS_SINGLE, _safetensors_order(groups[0]), {"format": "pt"}),))
+    shards = tuple(Shard(f"model-{i:05d}-of-{len(groups):05d}.safetensors", _safetensors_order(group), {"format": "pt"})
+                   for i, group in enumerate(groups, 1))
+    return Layout(shards, SAFETENSORS_INDEX, {})
+
+
+def _safetensors_order(group: Sequence[Entry]) -> tuple[str, ...]:
+    """The order the safetensors library writes tensors in: wider dtypes first, then by name."""
+    return tuple(name for name, _, _ in sorted(group, key=lambda e: (-e[2].itemsize, e[0])))
+
+
+def index_text(layout: Layout, entries: Sequence[Entry]) -> str:
+    """The index file (§10.2): the layout's metadata with ``total_size`` recomputed, and the weight map,
+    as transformers writes it (two-space indentation, sorted members, a final newline)."""
+    metadata = dict(layout.index_metadata or {})
+    if "total_size" in metadata or not metadata:
+        metadata["total_size"] = sum(math.prod(shape) * dt.itemsize for _, shape, dt in entries)
+    weight_map = {name: shard.path for shard in layout.shards for name in shard.tensors}
+    return json.dumps({"metadata": metadata, "weight_map": weight_map}, indent=2, sort_keys=True) + "\n"
+
+
+def write_folder(
+    output: str | os.PathLike[str],
+    entries: Sequence[Entry],
+    fetch: Fetch,
+    files: Mapping[str, bytes],
+    layout: Layout | None,
+    max_shard_bytes: int | None = None,
+    before_commit: Callable[[], None] | None = None,
+) -> list[str]:
+    """Write a state as a model folder (SPEC.md §10.2); return the paths written, relative to it.
+
+    Refuses (before writing anything) an output that exists and is not an empty folder, and paths
+    that collide (MD304). ``fetch`` is asked for each tensor once, shard by shard.
+    """
+    target = os.fspath(output).rstrip("/" + os.sep) or os.fspath(output)
+    plan = plan_shards(entries, layout, max_shard_bytes)
+    written = [shard.path for shard in plan.shards] + ([plan.index_path] if plan.index_path else [])
+    paths = written + sorted(files)
+    for path in paths:
+        problem = path_problem(path)
+        if problem:
+            raise CheckpointError("MD304", f"the state's path {path!r}: {problem}", target)
+    clash = collisions(paths)
+    if clash:
+        raise CheckpointError("MD304", f"the state's paths {clash[0][0]!r} and {clash[0][1]!r}: {clash[0][2]}", target)
+    _refuse_existing(target)
+    parent = os.path.dirname(os.path.abspath(target))
+    staging = _make_staging_folder(parent, os.path.basename(os.path.abspath(target)))
+    try:
+        by_name = {entry[0]: entry for entry in entries}
+        for shard in plan.shards:
+            shard_entries = [by_name[name] for name in shard.tensors]
+            with _new_file(staging, shard.path) as file:
+                write_entries(file, shard.path, shard_entries, fetch, shard.metadata, None)
+        if plan.index_path:
+            with _new_file(staging, plan.index_path) as file:
+                file.write(index_text(plan, entries).encode("utf-8"))
+        for path in sorted(files):
+            with _new_file(staging, path) as file:
+                file.write(files[path])
+        if before_commit is not None:
+            before_commit()
+        _fsync_tree(staging)
+        _refuse_existing(target)
+        if os.path.isdir(target):
+            os.rmdir(target)  # empty, checked just above
+        os.replace(staging, target)
+    except BaseException:
+        _remove_tree(staging)
+        raise
+    _fsync_directory(parent)
+    return paths
+
+
+def _refuse_existing(target: str) -> None:
+    if os.path.lexists(target) and not (os.path.isdir(target) and not os.path.islink(target) and not os.listdir(target)):
+        raise FileExistsError(17, "the output exists and is not an empty folder; remove it or choose another", target)
+
+
+def _make_staging_folder(parent: str, name: str) -> str:
+    for _ in range(100):
+        staging = os.path.join(parent, f".{name[:200]}.{secrets.token_hex(8)}.tmp")
+        try:
+            os.mkdir(staging, 0o777)  # the umask decides, as for any folder
+            return staging
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a temporary folder in {parent}")
+
+
+@contextlib.contextmanager
+def _new_file(root: str, relative: str) -> Iterator[_SyncingWriter]:
+    """A file created anew at ``relative`` below ``root`` (folders made here, nothing followed)."""
+    parts = relative.split("/")
+    directory = root
+    for part in parts[:-1]:
+        directory = os.path.join(directory, part)
+        if not os.path.isdir(directory) or os.path.islink(directory):
+            os.mkdir(directory, 0o777)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(os.path.join(directory, parts[-1]), flags, 0o666)
+    import io
+
+    file = _SyncingWriter(io.FileIO(fd, "wb"))
+    try:
+        yield file
+        file.flush()
+        file.writeback.wait()
+        os.fsync(file.fileno())
+    finally:
+        file.writeback.wait()
+        file.close()
+
+
+def _fsync_tree(root: str) -> None:
+    for directory, _, _ in os.walk(root):
+        _fsync_directory(directory)
+
+
+def _remove_tree(root: str) -> None:
+    import shutil
+
+    shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,256 @@
+"""SPEC.md §13.1–§13.3, §13.6: a repository's folder — commit files named by their sha256, branches,
+HEAD, the writers' lock — and nothing about what the commits mean.
+
+Every write is atomic (temporary file, fsync, rename) and every change of the repository happens
+under one exclusive lock, so a process killed at any moment leaves the repository as it was
+before or as it is after, and two writers never interleave.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from mdiff.errors import InvalidFileError, RepositoryError
+from mdiff.format.commit import Commit
+from mdiff.format.reader import DiffFile, open_diff
+from mdiff.format.writer import DiffWriter, fsync_path
+
+REPO_DIR = ".mdiff"
+FORMAT_LINE = "mdiff-repository 1\n"
+COMMIT_ID = re.compile(r"[0-9a-f]{64}")
+_ID_LINE = re.compile(r"[0-9a-f]{64}\n")  # a ref or detached HEAD: the id and one newline, nothing else (§13.1)
+BRANCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_path(path.parent)
+
+
+def valid_branch(name: str) -> bool:
+    return bool(BRANCH_NAME.fullmatch(name)) and ".." not in name and not name.endswith(".lock")
+
+
+@dataclass(frozen=True)
+class CommitFacts:
+    """What a commit's metadata says, kept by id (a commit's content never changes)."""
+
+    parents: tuple[str, ...]
+    declared_bytes: int  # of its updates' datasets
+    inexact: dict[str, bool]  # name → whether the update leaves the value inexact (§13.4)
+
+
+class Store:
+    """The folder ``.mdiff/`` of a repository (SPEC.md §13.1)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.dir = self.root / REPO_DIR
+        self._facts: dict[str, CommitFacts] = {}
+        self._inexact: dict[str, frozenset[str]] = {}  # by commit id: the inexact values of its state (§13.4)
+
+    @classmethod
+    def create(cls, root: Path, branch: str) -> None:
+        """Make ``root/.mdiff`` with an empty ``branch``, atomically."""
+        if not valid_branch(branch):
+            raise RepositoryError("MD801", f"{branch!r} is not a valid branch name")
+        directory = Path(root) / REPO_DIR
+        if directory.exists():
+            raise RepositoryError("MD801", f"{directory} already exists; it is a repository already")
+        Path(root).mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".mdiff-init.", dir=root))
+        for sub in ("commits", "snapshots", "refs/heads"):
+            (staging / sub).mkdir(parents=True)
+        (staging / "format").write_text(FORMAT_LINE, encoding="utf-8")
+        (staging / "HEAD").write_text(f"ref: refs/heads/{branch}\n", encoding="utf-8")
+        os.replace(staging, directory)  # the repository appears whole or not at all
+        fsync_path(Path(root).resolve())
+
+    @staticmethod
+    def locate(start) -> Path:
+        """The folder holding ``.mdiff/`` that contains ``start`` (searching upwards, like git)."""
+        here = Path(start).resolve()
+        for candidate in (here, *here.parents):
+            if (candidate / REPO_DIR / "format").is_file():
+                return candidate
+        raise RepositoryError("MD801", f"no mdiff repository in {here} or its parents; run `mdiff init`")
+
+    def check_format(self) -> None:
+        if (self.dir / "format").read_text(encoding="utf-8") != FORMAT_LINE:
+            raise RepositoryError("MD801", f"{self.dir / 'format'} does not say {FORMAT_LINE.strip()!r}")
+
+    # ------------------------------------------------------------ locking
+    @contextlib.contextmanager
+    def lock(self, wait: bool = True) -> Iterator[None]:
+        """The one writer lock; ``wait=False`` refuses at once (MD803) if another process holds it."""
+        import fcntl
+
+        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except OSError as exc:
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise RepositoryError("MD803", "another mdiff process is writing to this repository; try again") from None
+                raise
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    # ------------------------------------------------------------ refs
+    def head(self) -> tuple[str | None, str | None]:
+        """(branch, commit id) of HEAD; branch is None when HEAD is detached, id None before the first commit."""
+        text = (self.dir / "HEAD").read_text(encoding="utf-8")
+        m = re.fullmatch(r"ref: refs/heads/(\S+)\n", text)
+        if m and valid_branch(m.group(1)):
+            return m.group(1), self.branch_target(m.group(1))
+        if _ID_LINE.fullmatch(text):
+            return None, self._existing(text[:-1], "HEAD")
+        raise RepositoryError("MD801", f"HEAD is malformed: {text[:80]!r}")
+
+    def branches(self) -> dict[str, str | None]:
+        heads = self.dir / "refs" / "heads"
+        found = {}
+        for path in sorted(heads.rglob("*")):
+            if path.is_file() and not path.name.startswith("."):
+                name = path.relative_to(heads).as_posix()
+                found[name] = self.branch_target(name)
+        return found
+
+    def branch_target(self, branch: str) -> str | None:
+        path = self.dir / "refs" / "heads" / branch
+        if not path.exists():
+            return None
+        text = path.read_text(encoding="utf-8")
+        if not _ID_LINE.fullmatch(text):
+            raise RepositoryError("MD801", f"ref {branch!r} is malformed: {text[:80]!r}")
+        return self._existing(text[:-1], f"branch {branch!r}")
+
+    def _existing(self, commit_id: str, what: str) -> str:
+        if not self.commit_path(commit_id).exists():
+            raise RepositoryError("MD801", f"{what} names commit {commit_id[:12]}, which is not in the repository")
+        return commit_id
+
+    def set_branch(self, branch: str, commit_id: str) -> None:
+        if not valid_branch(branch):
+            raise RepositoryError("MD801", f"{branch!r} is not a valid branch name")
+        path = self.dir / "refs" / "heads" / branch
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomically(path, commit_id + "\n")
+
+    def set_head(self, branch: str | None = None, commit_id: str | None = None) -> None:
+        _write_atomically(self.dir / "HEAD", f"ref: refs/heads/{branch}\n" if branch else f"{commit_id}\n")
+
+    def advance(self, branch: str | None, commit_id: str) -> None:
+        """Move the current branch — or a detached HEAD — to ``commit_id`` (after a commit)."""
+        if branch:
+            self.set_branch(branch, commit_id)
+        else:
+            self.set_head(commit_id=commit_id)
+
+    def delete_branch(self, branch: str) -> None:
+        if not valid_branch(branch):
+            raise RepositoryError("MD801", f"{branch!r} is not a valid branch name")
+        if self.head()[0] == branch:
+            raise RepositoryError("MD801", f"cannot delete {branch!r}: it is the current branch")
+        path = self.dir / "refs" / "heads" / branch
+        if not path.is_file():
+            raise RepositoryError("MD801", f"no branch {branch!r}")
+        path.unlink()
+        fsync_path(path.parent)
+
+    # ------------------------------------------------------------ commit files
+    def commit_path(self, commit_id: str) -> Path:
+        return self.dir / "commits" / f"{commit_id}.mdiff"
+
+    def snapshot_path(self, commit_id: str) -> Path:
+        return self.dir / "snapshots" / f"{commit_id}.mdiff"
+
+    def commit_ids(self) -> list[str]:
+        return sorted(p.stem for p in (self.dir / "commits").glob("*.mdiff") if COMMIT_ID.fullmatch(p.stem))
+
+    def metadata(self, commit_id: str) -> Commit:
+        with open_diff(self.commit_path(commit_id)) as diff:
+            return diff.commit
+
+    def parents(self, commit_id: str) -> tuple[str, ...]:
+        return self.commit_facts(commit_id).parents
+
+    def commit_facts(self, commit_id: str) -> CommitFacts:
+        self._existing(commit_id, "a commit's parent list")  # even when known: the file may have gone since
+        if commit_id not in self._facts:
+            with open_diff(self.commit_path(commit_id)) as diff:
+                self._remember(commit_id, diff)
+        return self._facts[commit_id]
+
+    def _remember(self, commit_id: str, diff: DiffFile) -> None:
+        self._facts[commit_id] = CommitFacts(
+            diff.commit.parents, sum(diff[name].stored_bytes for name in diff),
+            {name: diff[name].type != "delete" and not diff[name].update_type.carries_sha256 for name in diff},
+        )
+
+    def remember_inexact(self, commit_id: str, names: frozenset[str]) -> None:
+        self._inexact[commit_id] = names
+
+    def store(self, write: Callable[[DiffWriter], None], commit: Commit, compression: str = "gzip",
+              directory: str = "commits") -> str:
+        """Write a commit file with ``write``; file it under its sha256; return that id.
+
+        The file is complete and synced before it gets its name, so a crash leaves at most
+        a stray temporary file, never a partial commit.
+        """
+        target_dir = self.dir / directory
+        fd, tmp = tempfile.mkstemp(prefix=".commit.", suffix=".mdiff", dir=target_dir)
+        os.close(fd)
+        tmp_path = Path(tmp)
+        try:
+            with DiffWriter(tmp_path, commit, compression) as writer:
+                write(writer)
+            commit_id = file_sha256(tmp_path)
+            os.replace(tmp_path, target_dir / f"{commit_id}.mdiff")
+        except BaseException:
+            tmp_path.unlink(missing_ok=True)
+            raise
+        fsync_path(target_dir)
+        return commit_id
+
+    def verify(self, commit_id: str) -> None:
+        """MD800: the commit file's bytes still hash to its name (MD801 when there is no such file)."""
+        self._existing(commit_id, "a commit's parent list")
+        got = file_sha256(self.commit_path(commit_id))
+        if got != commit_id:
+            raise RepositoryError("MD800", f"commit file {commit_id[:12]} is corrupt: its bytes hash to {got[:12]}")
+
+    def open_commit(self, commit_id: str) -> DiffFile:
+        """The commit file, opened (MD802 when it breaks a rule of the format)."""
+        try:
+            diff = open_diff(self.commit_path(commit_id))
+        except InvalidFileError as exc:
+            raise RepositoryError("MD802", f"commit {commit_id[:12]} cannot be applied: {exc}") from exc
+        self._remember(commit_id, diff)
+        return diff
