@@ -40,7 +40,7 @@ import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 import numpy as np
 
@@ -66,6 +66,7 @@ __all__ = [
 ]
 
 Entry = tuple[str, tuple[int, ...], DType]
+_Reader = TypeVar("_Reader", bound="CheckpointReader")
 Fetch = Callable[[str], np.ndarray]
 
 # numpy 1.x cannot create arrays of more dimensions than this (numpy 2 allows
@@ -143,7 +144,7 @@ class CheckpointReader(Mapping):
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
 
-    def __enter__(self) -> CheckpointReader:
+    def __enter__(self: _Reader) -> _Reader:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -128,7 +128,9 @@ class ModelFolderReader(CheckpointReader):
             return None
         shards = []
         for path in sorted(weights.files):
-            single = self._shards[path].layout.shards[0]  # the shard's own order and metadata
+            own = self._shards[path].layout
+            assert own is not None  # a safetensors reader always has one
+            single = own.shards[0]  # the shard's own order and metadata
             shards.append(Shard(path, single.tensors, single.metadata))
         if weights.index is None:
             return Layout(tuple(shards))
@@ -249,7 +251,8 @@ class _LinkGuard:
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since resolve: not followed
                 raise CheckpointError("MD705", f"{relative} is not a regular file", self.folder)
-            chunks, size = [], 0
+            chunks: list[bytes] = []
+            size = 0
             while True:
                 block = os.read(fd, _READ_BLOCK)
                 if not block:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,7 +246,7 @@ class Repository(Store):
     def status(self, checkpoint, exclude: Iterable[str] = ()) -> Changes:
         """What a checkpoint (a file or a model folder) changes against HEAD."""
         with contextlib.ExitStack() as stack:
-            new = _open_new_state(stack, checkpoint, exclude)
+            new: Any = _open_new_state(stack, checkpoint, exclude)
             head = stack.enter_context(self.open_state(self.head()[1]))
             tensors = {}
             for name in sorted(set(head.keys()) | set(new)):
@@ -412,6 +412,7 @@ class Repository(Store):
                 fields = _author_fields(author, date, meta)
                 fields["meta"].setdefault("peft_adapter", os.path.basename(os.path.normpath(os.fspath(adapter_dir))))
                 text = message or f"import PEFT adapter {fields['meta']['peft_adapter']}"
+                assert head is not None  # the base was committed above
                 summary = self._write_commit(state, _Unchanged(state), text, (head,), updates, None, only=updates,
                                              **fields)
             assert summary is not None
@@ -553,7 +554,7 @@ def masked_update(old: np.ndarray, new: np.ndarray, mask: np.ndarray) -> Update:
     result = from_bits(result_bits.reshape(new.shape), dtype_of(new))
     update = sparse.from_entries(result, indices, xor[indices])
     if np.count_nonzero(xor) != np.count_nonzero(xor[indices]):
-        update.meta["lossy"] = True
+        update = Update({**update.meta, "lossy": True}, update.data)
     return update
 
 
@@ -567,6 +568,7 @@ def updates_between(old: Mapping[str, np.ndarray], new: Mapping, explicit: Mappi
     from mdiff.diffing import diff_tensor
 
     for name in sorted(set(old) | set(new) | set(explicit)) if names is None else sorted(names):
+        update: Update | None
         if name in explicit:
             update = explicit[name]
         elif name in masks:
@@ -579,7 +581,9 @@ def updates_between(old: Mapping[str, np.ndarray], new: Mapping, explicit: Mappi
                 continue
         kind = update.update_type
         if name in inexact and kind.carries_sha256 and kind.needs_base:
-            update = replace.encode(update.apply(old[name], name))
+            result = update.apply(old[name], name)
+            assert result is not None  # an update that carries a sha256 has a result
+            update = replace.encode(result)
         yield name, update
 
 

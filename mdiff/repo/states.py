@@ -160,7 +160,7 @@ class StateView(CheckpointReader):
         pending: _Step | None = None  # the step whose sha256 the value must have, once checked
         ahead = read_ahead((step.source, step.update) for step in steps)
         try:
-            for step, (_, update) in zip(steps, ahead):
+            for step, (_, update) in zip(steps, ahead, strict=True):
                 if pending is not None and update.type not in _XOR_TYPES:
                     self._verify(pending, value, name)
                 try:
@@ -192,7 +192,9 @@ class StateView(CheckpointReader):
 
     def _file_bytes(self, step: _Step, path: str) -> bytes:
         try:
-            return step.update.apply(None, path, self.engine).tobytes()
+            value = step.update.apply(None, path, self.engine)
+            assert value is not None  # a replace
+            return value.tobytes()
         except (InvalidFileError, ApplyError) as exc:
             if step.source.startswith("snapshot"):
                 self._replan()

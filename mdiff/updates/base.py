@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
+from typing import Any, Callable, Generator, Iterable, Iterator, Mapping, Protocol
 
 import numpy as np
 
@@ -165,7 +165,7 @@ def with_data_read(update: Update) -> Update:
     return Update(update.meta, {key: update.array(key) for key in update.data}, update.kind)
 
 
-def read_ahead(items: Iterable[tuple[str, Update]]) -> Iterator[tuple[str, Update]]:
+def read_ahead(items: Iterable[tuple[str, Update]]) -> Generator[tuple[str, Update], None, None]:
     """``items`` with each update's data read into memory, the next one's read on another core
     meanwhile (inflating releases the GIL): at most two updates' data are held at once."""
     from mdiff.threads import shared_pool
