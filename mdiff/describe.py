@@ -73,11 +73,15 @@ def describe(path, values: int = 0, limits: Limits = DEFAULT_LIMITS) -> dict[str
             if values:
                 entry["values"] = _first_values(update, values)
             parameters.append(entry)
+        files = [{"path": file_path, "type": update.type, "size": update.shape[0], "stored_bytes": _stored_bytes(update)}
+                 for file_path, update in diff.files.items()]
         return {
             "file": os.fspath(path),
             "format_version": diff.version,
             "commit": diff.commit.to_json(),
             "parameters": parameters,
+            "files": files,
+            "layout": _layout(diff),
             "totals": {
                 "parameters": len(parameters),
                 "stored_bytes": sum(p["stored_bytes"] for p in parameters),
@@ -87,3 +91,14 @@ def describe(path, values: int = 0, limits: Limits = DEFAULT_LIMITS) -> dict[str
             },
             "warnings": [w.to_json() for w in diff.warnings],
         }
+
+
+def _layout(diff) -> dict[str, Any] | None:
+    """What the file says of the weights layout (§5.6): None when it leaves it as it is."""
+    update = diff.layout
+    if update is None:
+        return None
+    if update.type == "delete":
+        return {"type": "delete"}
+    layout = diff.read_layout()
+    return {"type": "replace", "files": [shard.path for shard in layout.shards], "index": layout.index_path}

@@ -15,6 +15,7 @@ through a link), then renamed into place once complete.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import hashlib
 import json
@@ -227,7 +228,8 @@ class _LinkGuard:
             self.roots.append(os.path.join(os.path.dirname(parent), "blobs"))
 
     def resolve(self, relative: str, code: str = "MD705") -> str:
-        """The path to open for ``relative``, a regular file (MD705 — or ``code`` — otherwise)."""
+        """The path to open for ``relative``, a regular file (MD705 — or ``code`` — otherwise): the entry
+        itself, or the target of an allowed link, resolved (so that opening it follows no further link)."""
         path = os.path.join(self.folder, relative)
         try:
             info = os.lstat(path)
@@ -246,8 +248,14 @@ class _LinkGuard:
     def read(self, relative: str, limit: int, code: str = "MD705") -> bytes:
         """The bytes of ``relative``, at most ``limit`` of them (MD705 beyond)."""
         path = self.resolve(relative, code)
-        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
-        fd = os.open(path, flags)
+        # O_NOFOLLOW: an entry swapped for a link since it was resolved is refused, not followed
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            fd = os.open(path, flags)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise CheckpointError("MD705", f"{relative} became a link while it was read", self.folder) from None
+            raise
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since resolve: not followed
                 raise CheckpointError("MD705", f"{relative} is not a regular file", self.folder)

@@ -141,6 +141,17 @@ def run_dump(args) -> int:
         if r is not rows[0] and args.values:
             for key, vals in info["parameters"][rows.index(r) - 1]["values"].items():
                 print(f"    {key}: {vals}")
+    if info["files"]:
+        print(f"\nfiles beside the weights ({len(info['files'])}):")
+        for f in info["files"]:
+            size = f"{_size(f['size'])}, {_size(f['stored_bytes'])} stored" if f["type"] == "replace" else "removed"
+            print(f"  {f['type']:<8} {f['path']}  ({size})")
+    layout = info["layout"]
+    if layout is not None:
+        shards = "removed" if layout["type"] == "delete" else (
+            f"{len(layout['files'])} file{'s' if len(layout['files']) != 1 else ''}"
+            + (f" with index {layout['index']}" if layout["index"] else f": {', '.join(layout['files'])}"))
+        print(f"\nweights layout: {shards}")
     t = info["totals"]
     by_type = ", ".join(f"{n} {k}" for k, n in t["by_type"].items())
     print(f"\n{t['parameters']} parameters ({by_type or 'none'}); {_size(t['stored_bytes'])} stored, "
