@@ -7,9 +7,7 @@ finding with a code (MD515) instead of taking the caller down with it.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import resource
 import signal
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -33,6 +31,8 @@ class IsolationFailure(Exception):
 
 
 def _child(conn, limits: Isolation, fn: Callable, args: tuple) -> None:
+    import resource  # POSIX only, like fork: imported where isolation runs, so that `import mdiff` works anywhere
+
     resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash leaves no core file behind
     try:
@@ -51,6 +51,10 @@ def run_isolated(fn: Callable[..., Any], *args, limits: Isolation = Isolation())
     IsolationFailure when the child is killed by a signal, exceeds ``limits.timeout_s``
     or cannot allocate within ``limits.memory_bytes``.
     """
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        raise IsolationFailure("isolation needs fork(), which this platform lacks; run with --no-isolation")
     context = multiprocessing.get_context("fork")
     parent, child = context.Pipe(duplex=False)
     process = context.Process(target=_child, args=(child, limits, fn, args), daemon=True)

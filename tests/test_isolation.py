@@ -14,7 +14,7 @@ import pytest
 
 import mdiff
 from mdiff.isolation import Isolation, IsolationFailure, crashes_here, run_isolated
-from mdiff.validate import validate
+from mdiff.validation import validate
 
 
 def _sleep_forever():
@@ -51,7 +51,7 @@ def test_validate_in_isolation_reports_md515_when_the_reader_dies(tmp_path, monk
     path = tmp_path / "ok.mdiff"
     mdiff.write(path, {"w": mdiff.replace(np.arange(3, dtype=np.float32))})
     assert validate(path, isolation=Isolation()) == validate(path) == []
-    monkeypatch.setattr(sys.modules["mdiff.validate"], "_validate", lambda *a: crashes_here())  # the forked child inherits it
+    monkeypatch.setattr(sys.modules["mdiff.validation"], "_validate", lambda *a: crashes_here())  # the forked child inherits it
     findings = validate(path, isolation=Isolation(timeout_s=20))
     assert [(f.code, f.severity) for f in findings] == [("MD515", "error")] and "SIGSEGV" in findings[0].message
 

@@ -8,13 +8,13 @@ import os
 import sys
 
 import mdiff
-from mdiff.describe import describe
+from mdiff.cli.progress import ProgressBar
 from mdiff.engines import ENGINES
 from mdiff.errors import InvalidFileError
 from mdiff.format.limits import Limits
 from mdiff.isolation import DEFAULT_MEMORY_BYTES, DEFAULT_TIMEOUT_S, Isolation, IsolationFailure, run_isolated
-from mdiff.cli.progress import ProgressBar
-from mdiff.format.commit import Author, Commit, default_date
+
+# Everything heavier (numpy, h5py, onnx) is imported by the command that runs, not to build --help.
 
 
 # ---------------------------------------------------------------- reading untrusted files safely
@@ -101,6 +101,8 @@ def _size(n: int) -> str:
 
 
 def run_dump(args) -> int:
+    from mdiff.describe import describe
+
     if args.isolate:  # a stranger's file: a libhdf5 crash becomes MD515, not a dead shell command
         try:
             info = run_isolated(describe, args.file, args.values, limits_of(args), limits=isolation_of(args))
@@ -202,6 +204,8 @@ def run_diff(args) -> int:
         return _diff_revisions(args)
     if not args.output:
         raise SystemExit("mdiff diff: -o OUT.mdiff is required when OLD and NEW are checkpoint files")
+    from mdiff.format.commit import Author, Commit, default_date
+
     commit = Commit(
         message=args.message,
         author=Author.parse(args.author or os.environ.get("MDIFF_AUTHOR", "unknown")),

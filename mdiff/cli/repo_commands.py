@@ -6,13 +6,19 @@ from __future__ import annotations
 import json
 import os
 
+from typing import TYPE_CHECKING
+
 from mdiff.cli.progress import ProgressBar
 from mdiff.errors import RepositoryError
-from mdiff.repo import Repository
 from mdiff.repo.history import graph_lines, resolve, topological
+
+if TYPE_CHECKING:
+    from mdiff.repo.repository import Repository
 
 
 def _repo(args) -> Repository:
+    from mdiff.repo.repository import Repository
+
     return Repository.find(args.repo)
 
 
@@ -49,6 +55,8 @@ def add_init(sub) -> None:
 
 
 def run_init(args) -> int:
+    from mdiff.repo.repository import Repository
+
     repo = Repository.init(args.directory, args.branch)
     _print(args, {"repository": str(repo.dir)}, f"initialised an empty mdiff repository in {repo.dir} (branch {args.branch})")
     return 0

@@ -7,7 +7,10 @@ types, within §7.5's tolerance on low_rank — on every dtype.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ENGINES = ("auto", "onnx", "numpy")
 DEFAULT_ENGINE = "auto"  # each update type's preferred engine: the faster one, both proven equal

@@ -9,9 +9,9 @@ cannot read HDF5 half floats and HDF5 has no portable bfloat16.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
-import ml_dtypes
 import numpy as np
 
 
@@ -20,8 +20,18 @@ class DType:
     name: str
     itemsize: int
     kind: str  # "bool", "int", "uint", "float"
-    value: np.dtype  # in-memory numpy dtype (native little-endian)
     storage: np.dtype  # HDF5 storage dtype, little-endian
+    _make_value: Callable[[], Any] = field(repr=False, compare=False)
+
+    @property
+    def value(self) -> np.dtype:
+        """The in-memory numpy dtype (native little-endian); bfloat16's comes from ml_dtypes, imported
+        on first use (it takes a second to import, and most commands never meet a bfloat16)."""
+        cached = self.__dict__.get("_value")
+        if cached is None:
+            cached = np.dtype(self._make_value())
+            object.__setattr__(self, "_value", cached)
+        return cached
 
     @property
     def bits(self) -> np.dtype:
@@ -34,8 +44,14 @@ class DType:
 
 
 def _dt(name: str, kind: str, value, storage) -> DType:
-    v = np.dtype(value)
-    return DType(name, v.itemsize, kind, v, np.dtype(storage))
+    """``value``: the numpy dtype, or a function that makes it."""
+    return DType(name, np.dtype(storage).itemsize, kind, np.dtype(storage), value if callable(value) and not isinstance(value, type) else (lambda: value))
+
+
+def _bfloat16():
+    import ml_dtypes
+
+    return ml_dtypes.bfloat16
 
 
 _ALL = [
@@ -49,13 +65,14 @@ _ALL = [
     _dt("uint32", "uint", "<u4", "<u4"),
     _dt("uint64", "uint", "<u8", "<u8"),
     _dt("float16", "float", "<f2", "<u2"),
-    _dt("bfloat16", "float", ml_dtypes.bfloat16, "<u2"),
+    _dt("bfloat16", "float", _bfloat16, "<u2"),
     _dt("float32", "float", "<f4", "<f4"),
     _dt("float64", "float", "<f8", "<f8"),
 ]
 
 DTYPES: dict[str, DType] = {d.name: d for d in _ALL}
-_BY_VALUE: dict[np.dtype, DType] = {d.value: d for d in _ALL}
+# bfloat16 is found by name: an array of it means ml_dtypes is imported already
+_BY_VALUE: dict[np.dtype, DType] = {d.value: d for d in _ALL if d.name != "bfloat16"}
 
 
 def dtype_named(name: str) -> DType:
@@ -65,7 +82,13 @@ def dtype_named(name: str) -> DType:
 
 def dtype_of(array: np.ndarray) -> DType:
     """The spec dtype of a numpy array (any byte order); KeyError if unsupported."""
-    return _BY_VALUE[array.dtype.newbyteorder("=")]
+    native = array.dtype.newbyteorder("=")
+    found = _BY_VALUE.get(native)
+    if found is None and native.name == "bfloat16" and native == DTYPES["bfloat16"].value:
+        return DTYPES["bfloat16"]
+    if found is None:
+        raise KeyError(native)
+    return found
 
 
 def canonical(array: np.ndarray) -> np.ndarray:

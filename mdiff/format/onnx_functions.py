@@ -8,30 +8,38 @@ changes between releases, and serialise to the same bytes every time.
 
 from __future__ import annotations
 
-import onnx
-from onnx import TensorProto, helper
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # onnx is imported where a model is built or checked, not by every reader of a file
+    import onnx
 
 OPSET = 26  # BitCast (exact bit-pattern views) arrived in opset 26
-IR_VERSION = helper.find_min_ir_version_for([helper.make_operatorsetid("", OPSET)])
+IR_VERSION = 13  # helper.find_min_ir_version_for(opset 26); make_model checks it still is
 PRODUCER = "mdiff-spec"  # not the package version: the bytes must not change with a release
 
-# ONNX element type of each dtype's values, and of its bit pattern.
+# ONNX element types (onnx.TensorProto.DataType: fixed by the ONNX standard) of each dtype's values,
+# and of its bit pattern.
 VALUE_TYPES = {
-    "bool": TensorProto.BOOL, "int8": TensorProto.INT8, "int16": TensorProto.INT16, "int32": TensorProto.INT32,
-    "int64": TensorProto.INT64, "uint8": TensorProto.UINT8, "uint16": TensorProto.UINT16,
-    "uint32": TensorProto.UINT32, "uint64": TensorProto.UINT64, "float16": TensorProto.FLOAT16,
-    "bfloat16": TensorProto.BFLOAT16, "float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE,
+    "bool": 9, "int8": 3, "int16": 5, "int32": 6, "int64": 7, "uint8": 2, "uint16": 4, "uint32": 12, "uint64": 13,
+    "float16": 10, "bfloat16": 16, "float32": 1, "float64": 11,
 }
-BITS_TYPES = {1: TensorProto.UINT8, 2: TensorProto.UINT16, 4: TensorProto.UINT32, 8: TensorProto.UINT64}
+BITS_TYPES = {1: VALUE_TYPES["uint8"], 2: VALUE_TYPES["uint16"], 4: VALUE_TYPES["uint32"], 8: VALUE_TYPES["uint64"]}
 BITS_NAMES = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
+INT64 = VALUE_TYPES["int64"]
 
 
 def tensor(name: str, elem_type: int, shape=None) -> onnx.ValueInfoProto:
     """A graph input or output; ``shape`` None means any rank."""
+    from onnx import helper
+
     return helper.make_tensor_value_info(name, elem_type, shape)
 
 
 def make_model(name: str, doc: str, nodes, inputs, outputs, initializers=()) -> onnx.ModelProto:
+    import onnx
+    from onnx import helper
+
+    assert IR_VERSION == helper.find_min_ir_version_for([helper.make_operatorsetid("", OPSET)])
     graph = helper.make_graph(nodes, name, inputs, outputs, initializer=list(initializers), doc_string=doc)
     model = helper.make_model(
         graph, opset_imports=[helper.make_operatorsetid("", OPSET)], ir_version=IR_VERSION,

@@ -15,7 +15,6 @@ from mdiff.format.schemas import first_errors
 from mdiff.format.structure import Inventory
 from mdiff.updates import REGISTRY
 from mdiff.updates.base import UpdateType
-from mdiff.updates.embedded import DEFINITION_SCHEMA, TYPE_NAME, check_function, dtype_of_function_dataset, make_type
 
 UPDATE_TYPES_PATH = "/" + UPDATE_TYPES_GROUP
 
@@ -42,6 +41,9 @@ def parse_update_types(inventory: Inventory, f: h5py.File, limits: Limits) -> tu
 
 
 def _parse_one(name, path, inventory: Inventory, f: h5py.File, limits: Limits, findings: list[Finding]) -> UpdateType | None:
+    # onnx and onnxruntime: imported for the files that define types of their own, not by every reader
+    from mdiff.updates.embedded import DEFINITION_SCHEMA, TYPE_NAME, check_function, dtype_of_function_dataset, make_type
+
     info = inventory.objects.get(path)
     if info is None:
         return None

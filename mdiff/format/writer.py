@@ -23,7 +23,6 @@ from mdiff.format.names import encode_name
 from mdiff.format.schemas import first_errors
 from mdiff.format.storage import Slabs
 from mdiff.updates.base import Update
-from mdiff.updates.embedded import function_dataset
 from mdiff.threads import Writeback
 
 COMPRESSIONS = ("gzip", "none")
@@ -135,6 +134,7 @@ class DiffWriter:
             self._update_types = self._file.create_group(UPDATE_TYPES_GROUP, track_order=False)
         group = self._update_types.create_group(encode_name(name), track_order=False)
         write_string(group, ATTR_DEFINITION, canonical_json.dumps(dict(definition)))
+        from mdiff.updates.embedded import function_dataset  # onnx: for the files that embed a type
         for dtype_name in sorted(functions):
             group.create_dataset(function_dataset(dtype_name), data=np.frombuffer(functions[dtype_name], np.uint8), track_times=False)
 

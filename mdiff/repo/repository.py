@@ -352,7 +352,7 @@ class Repository(Store):
         parents, malformed refs. Returns Findings; stray temporary files left by a killed writer are
         reported as warnings (MD303) — they are harmless and may be deleted."""
         from mdiff.format.findings import Finding
-        from mdiff.validate import validate
+        from mdiff.validation import validate
 
         findings = []
         try:

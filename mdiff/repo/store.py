@@ -60,6 +60,7 @@ def valid_branch(name: str) -> bool:
 class CommitFacts:
     """What a commit's metadata says, kept by id (a commit's content never changes)."""
 
+    commit: Commit  # its metadata
     parents: tuple[str, ...]
     declared_bytes: int  # of its updates' datasets
     inexact: dict[str, bool]  # name → whether the update leaves the value inexact (§13.4)
@@ -195,8 +196,7 @@ class Store:
         return sorted(p.stem for p in (self.dir / "commits").glob("*.mdiff") if COMMIT_ID.fullmatch(p.stem))
 
     def metadata(self, commit_id: str) -> Commit:
-        with open_diff(self.commit_path(commit_id)) as diff:
-            return diff.commit
+        return self.commit_facts(commit_id).commit
 
     def parents(self, commit_id: str) -> tuple[str, ...]:
         return self.commit_facts(commit_id).parents
@@ -210,7 +210,7 @@ class Store:
 
     def _remember(self, commit_id: str, diff: DiffFile) -> None:
         self._facts[commit_id] = CommitFacts(
-            diff.commit.parents, sum(diff[name].stored_bytes for name in diff),
+            diff.commit, diff.commit.parents, sum(diff[name].stored_bytes for name in diff),
             {name: diff[name].type != "delete" and not diff[name].update_type.carries_sha256 for name in diff},
         )
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Iterator, Mapping
 
 import numpy as np
-from onnx import helper
 
 from mdiff.format.dtypes import as_bits, dtype_of, from_bits, xor_bits
 from mdiff.format.onnx_functions import BITS_NAMES, BITS_TYPES, make_model, tensor
@@ -57,6 +56,8 @@ def _model_name(itemsize: int) -> str:
 
 def _onnx_models() -> dict:
     """base, xor: bits(T) [N] (the parameter flattened in C order) → result = base XOR xor."""
+    from onnx import helper
+
     return {
         _model_name(width): make_model(
             _model_name(width), "SPEC.md §7.3: bits(result) = bits(base) XOR xor",

@@ -13,9 +13,7 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-import ml_dtypes
 import numpy as np
-from onnx import helper
 
 from mdiff.errors import InvalidFileError
 from mdiff.format.dtypes import DType
@@ -102,6 +100,8 @@ def _onnx_models() -> dict:
     arithmetic kernels: all arithmetic is in C, and the last Cast rounds to
     nearest, ties to even.
     """
+    from onnx import helper
+
     models = {}
     for name in ("float16", "bfloat16", "float32", "float64"):
         t = VALUE_TYPES[name]
@@ -138,6 +138,8 @@ def _apply_onnx(update: Update, base: np.ndarray, run: Runner, scratch: bool) ->
 
 def _ulp(values: np.ndarray, value_dtype: np.dtype) -> np.ndarray:
     """Spacing of ``value_dtype`` at each |value| (float64), subnormals included."""
+    import ml_dtypes
+
     info = ml_dtypes.finfo(value_dtype) if value_dtype == ml_dtypes.bfloat16 else np.finfo(value_dtype)
     exponent = np.floor(np.log2(np.maximum(np.abs(values), float(info.smallest_normal))))
     return np.exp2(exponent - info.nmant)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Iterator
 
 import numpy as np
-from onnx import helper
 
 from mdiff.format.dtypes import dtype_of, from_bits, from_storage, to_storage
 from mdiff.format.onnx_functions import BITS_NAMES, BITS_TYPES, make_model, tensor
@@ -49,6 +48,8 @@ def _model_name(itemsize: int) -> str:
 
 def _onnx_models() -> dict:
     """value: bits(T) [N] (flattened in C order) → result = value (the base is not an input)."""
+    from onnx import helper
+
     return {
         _model_name(width): make_model(
             _model_name(width), "SPEC.md §7.6: result = value",

@@ -11,11 +11,10 @@ import math
 from typing import Iterator, Mapping
 
 import numpy as np
-from onnx import TensorProto, helper
 
 from mdiff.errors import InvalidFileError
 from mdiff.format.dtypes import as_bits, dtype_of, from_bits, xor_bits
-from mdiff.format.onnx_functions import BITS_NAMES, BITS_TYPES, make_model, tensor
+from mdiff.format.onnx_functions import BITS_NAMES, BITS_TYPES, INT64, make_model, tensor
 from mdiff.updates.base import (
     Problem, Runner, Update, UpdateType, bool_values_problems, expect_datasets, no_problems, sha256_hex, update_schema,
 )
@@ -90,17 +89,19 @@ def _model_name(itemsize: int) -> str:
 def _onnx_models() -> dict:
     """base: bits(T) [N] (the parameter flattened in C order), indices: uint64 [k], xor: bits(T) [k]
     → result [N]: a gather, an XOR of the k gathered elements, and a scatter back."""
+    from onnx import helper
+
     models = {}
     for width, t in BITS_TYPES.items():
         nodes = [
-            helper.make_node("Cast", ["indices"], ["positions"], to=TensorProto.INT64),
+            helper.make_node("Cast", ["indices"], ["positions"], to=INT64),
             helper.make_node("Gather", ["base", "positions"], ["old"], axis=0),
             helper.make_node("BitwiseXor", ["old", "xor"], ["new"]),
             helper.make_node("ScatterElements", ["base", "positions", "new"], ["result"], axis=0),
         ]
         models[_model_name(width)] = make_model(
             _model_name(width), "SPEC.md §7.4: bits(result)[indices[j]] = bits(base)[indices[j]] XOR xor[j]", nodes,
-            [tensor("base", t, ["N"]), tensor("indices", TensorProto.UINT64, ["k"]), tensor("xor", t, ["k"])],
+            [tensor("base", t, ["N"]), tensor("indices", BITS_TYPES[8], ["k"]), tensor("xor", t, ["k"])],
             [tensor("result", t, ["N"])],
         )
     return models
