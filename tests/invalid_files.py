@@ -502,6 +502,16 @@ def build_MD304_file_path_empty_component(path) -> None:
     _write_files(path, {"tokenizer//vocab.txt": _file(VOCAB)})
 
 
+def build_MD304_file_path_trailing_dot(path) -> None:
+    """Windows strips a final dot: `config.` would be written as `config`."""
+    _write_files(path, {"config.": _file(b"{}")})
+
+
+def build_MD304_file_path_superscript_device(path) -> None:
+    """Windows takes COM¹ for a serial port, like COM1."""
+    _write_files(path, {"COM\u00b9.json": _file(b"{}")})
+
+
 def build_MD304_file_paths_differ_in_case(path) -> None:
     """One file on a case-insensitive file system."""
     _write_files(path, {"config.json": _file(CONFIG), "Config.json": _file(b"{}")})
@@ -575,6 +585,22 @@ def build_MD307_layout_tensor_twice(path) -> None:
     _write_files(path, {}, _layout({"format": "safetensors", "files": [
         {"path": "model-00001-of-00002.safetensors", "tensors": ["w", "big"]},
         {"path": "model-00002-of-00002.safetensors", "tensors": ["w"]}]}))
+
+
+def build_MD307_layout_path_inside_another(path) -> None:
+    """The index would lie in a folder named like a shard: the layout's paths are taken together (§5.6)."""
+    _write_files(path, {}, _layout({"format": "safetensors", "files": [{"path": "model.safetensors", "tensors": ["w"]}],
+                                    "index": {"path": "model.safetensors/model.safetensors.index.json", "metadata": {}}}))
+
+
+def build_MD404_file_update_without_type(path) -> None:
+    """A file's `update` is read as a parameter's first: a missing `type` is MD404 (§5.5), not MD305."""
+    _write_files(path, {"config.json": _file(CONFIG)})
+    with h5py.File(path, "r+") as f:
+        group = f["files/config.json"]
+        meta = _get_json(group, "update")
+        del meta["type"]
+        _set_json(group, "update", meta)
 
 
 def build_MD307_layout_not_safetensors(path) -> None:
@@ -1402,6 +1428,7 @@ DATA_LEVEL: frozenset[str] = frozenset({
     "replace_wrong_sha256", "replace_value_changed", "low_rank_A_sha256_wrong", "low_rank_B_changed",
     "corrupt_chunk", "fletcher32_mismatch",
     "layout_not_json", "layout_without_files", "layout_unsafe_path", "layout_tensor_twice", "layout_not_safetensors",
+    "layout_path_inside_another",
 })
 
 

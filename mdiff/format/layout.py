@@ -13,7 +13,7 @@ from typing import Any
 
 from mdiff.errors import InvalidFileError
 from mdiff.format import canonical_json
-from mdiff.format.paths import ascii_lower, path_problem
+from mdiff.format.paths import collisions, path_problem
 from mdiff.format.schemas import first_errors
 
 FORMAT = "safetensors"
@@ -110,8 +110,8 @@ def layout_problems(doc: Any) -> list[str]:
             problems.append(f"file path {f['path']!r} does not end in {SHARD_SUFFIX}")
     if "index" in doc and not doc["index"]["path"].endswith(INDEX_SUFFIX):
         problems.append(f"index path {doc['index']['path']!r} does not end in {INDEX_SUFFIX}")
-    if len({ascii_lower(p) for p in paths}) != len(paths):
-        problems.append("two of its paths are equal (with ASCII letters in lower case)")
+    for path, other, why in collisions(paths):
+        problems.append(f"paths {path!r} and {other!r}: {why}")
     names = [name for f in doc["files"] for name in f["tensors"]]
     if len(set(names)) != len(names):
         twice = sorted({n for n in names if names.count(n) > 1})

@@ -16,7 +16,7 @@ MAX_COMPONENT_BYTES = 255
 
 _FORBIDDEN = frozenset('\\:*?"<>|\x7f') | frozenset(chr(c) for c in range(0x20))
 _DEVICE_NAMES = frozenset(
-    ["con", "prn", "aux", "nul"] + [f"com{i}" for i in range(10)] + [f"lpt{i}" for i in range(10)]
+    ["con", "prn", "aux", "nul"] + [f"{port}{digit}" for port in ("com", "lpt") for digit in "0123456789¹²³"]
 )
 
 
@@ -58,8 +58,8 @@ def _component_problem(component: str) -> str | None:
     bad = sorted(set(component) & _FORBIDDEN)
     if bad:
         return f"a component that contains {', '.join(repr(c) for c in bad)}"
-    if component.endswith(" "):
-        return "a component that ends with a space"
+    if component.endswith((" ", ".")):
+        return "a component that ends with a space or a '.'"
     if ascii_lower(component.split(".", 1)[0]) in _DEVICE_NAMES:
         return "a device name"
     return None

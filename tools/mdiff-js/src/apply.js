@@ -151,6 +151,29 @@ export function applyValidated(v, base) {
   return result;
 }
 
+// §9.1 (files): applies a checked file's /files to the files of a state that has them (a repository
+// state, §13.4), as a Map path -> size in bytes: a `replace` sets the file (its bytes matched its
+// sha256 when they were read: MD410), a `delete` needs the base to hold the file with the size the
+// update gives (MD600, MD601). Returns the new Map. (A single .safetensors base has no files: apply
+// ignores /files there, as §9.1 allows; the layout changes no parameter and is not written.)
+export function applyFileUpdates(v, files) {
+  for (const f of v.files) {
+    const u = f.update;
+    if (u.type !== "delete") continue;
+    if (!files.has(f.name)) fail("MD600", `the base has no file ${JSON.stringify(f.name)} for this delete update`, f.path);
+    const size = files.get(f.name);
+    if (size !== BigInt(u.shape[0])) {
+      fail("MD601", `the base file ${JSON.stringify(f.name)} is ${size} bytes long; the delete update gives ${u.shape[0]}`, f.path);
+    }
+  }
+  const result = new Map(files);
+  for (const f of v.files) {
+    if (f.update.type === "delete") result.delete(f.name);
+    else result.set(f.name, BigInt(f.update.shape[0]));
+  }
+  return result;
+}
+
 // The first error of a checked file, thrown as an MdiffError (MD100 for a file that is not HDF5).
 export function refuseInvalid(v, diffPath) {
   if (v.notHdf5) fail("MD100", v.findings[0].message, diffPath);

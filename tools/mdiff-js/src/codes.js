@@ -13,9 +13,13 @@ MD200 error 4.1 root attribute commit is missing or is not a string
 MD201 error 4.1 commit is not valid UTF-8 JSON
 MD202 error 4.2 commit does not match schemas/commit.schema.json
 MD300 error 5.1 group /parameters is missing
-MD301 error 5.1 a member of /parameters is not a group
-MD302 error 5.2 a link name is not the canonical encoding of a parameter name
+MD301 error 5.1 a member of /parameters or /files is not a group
+MD302 error 5.2 a link name is not UTF-8, or not the canonical encoding of a parameter name
 MD303 warning 5.4 an unknown member or attribute is ignored
+MD304 error 5.5 a file path is unsafe, or collides with another path
+MD305 error 5.5 a file or the layout is not a replace or delete of a uint8 vector
+MD306 error 3.3 a version 1.0 file has /files or /layout
+MD307 error 5.6 the weights layout is malformed
 MD400 error 7.1 attribute update is missing or is not a string
 MD401 error 7.1 update is not valid UTF-8 JSON
 MD402 error 7.1 the update type is unknown
@@ -61,10 +65,13 @@ MD802 error 13.4 a commit cannot be applied to its first parent's state
 MD803 error 13.6 another process holds the repository's lock
 MD804 error 13.7 a merge has conflicts the strategy cannot resolve
 MD805 error 13.4 an exact update reads a base value that an inexact update (low_rank) made
+MD806 error 13.6 a commit would delete most of its parent's parameters, unconfirmed
 MD700 error 10 the checkpoint format is not supported
 MD701 error 10 the checkpoint file is malformed
 MD702 error 10 the checkpoint holds a dtype the format does not support
 MD703 error 10 the checkpoint format cannot hold the result
+MD704 error 10.1 a model folder's weight files and index disagree
+MD705 error 10.1 a model folder holds an entry that is not versioned
 `;
 
 export const CODES = {};

@@ -7,7 +7,7 @@ import path from "node:path";
 import crypto from "node:crypto";
 import { MdiffError } from "./codes.js";
 import { validateFile } from "./validate.js";
-import { applyValidated, refuseInvalid, asMdiffError } from "./apply.js";
+import { applyValidated, applyFileUpdates, refuseInvalid, asMdiffError } from "./apply.js";
 import { parseStrict } from "./json.js";
 
 export const FORMAT_LINE = "mdiff-repository 1\n";
@@ -217,10 +217,10 @@ export class Repository {
     return id;
   }
 
-  // §13.5: {state, inexact} of a snapshot, or null when there is none or it is not usable (a snapshot
-  // is only a shortcut, which may be deleted at any time: the commits say the same). Usable: a valid
-  // file of `replace` updates, `meta.snapshot_of` its name, `meta.inexact` absent or a JSON array of
-  // names of parameters it holds.
+  // §13.5: {state, files, inexact} of a snapshot, or null when there is none or it is not usable (a
+  // snapshot is only a shortcut, which may be deleted at any time: the commits say the same). Usable: a
+  // valid file of `replace` updates (of its parameters, files and layout), `meta.snapshot_of` its
+  // name, `meta.inexact` absent or a JSON array of names of parameters it holds.
   async snapshot(id) {
     const file = this.snapshotPath(id);
     if (kindOf(file) !== "file") return null;
@@ -228,12 +228,13 @@ export class Repository {
     try {
       if (v.notHdf5 || v.errors.length) return null;
       if (!v.commit || !v.commit.meta || v.commit.meta.snapshot_of !== id) return null;
-      if (!v.params.every((p) => p.update && p.update.type === "replace")) return null;
+      const updates = [...v.params, ...v.files, ...(v.layout ? [v.layout] : [])];
+      if (!updates.every((p) => p.update && p.update.type === "replace")) return null;
       const inexact = inexactListed(v.commit.meta);
       if (inexact === null) return null;
       const held = new Set(v.params.map((p) => p.name));
       if (![...inexact].every((n) => held.has(n))) return null;
-      return { state: applyValidated(v, new Map()), inexact };
+      return { state: applyValidated(v, new Map()), files: applyFileUpdates(v, new Map()), inexact };
     } catch {
       return null;
     } finally {
@@ -244,17 +245,22 @@ export class Repository {
   // §13.4: state(C) = apply(C, state(first parent of C)); the empty state before a root. Along the
   // way, the parameters whose value an update without a sha256 set (inexact): an exact update that
   // reads such a value is refused (MD805); `replace`, `delete` and any exact update make it exact.
+  // A state also has files (§5.5), applied as §9.1 says (a `delete` of a file the state does not
+  // hold is MD600/MD601, hence MD802); only the tensors are returned. Its layout (§5.6) changes no
+  // parameter: each commit's is checked (MD307) with its data, and not kept.
   async state(id) {
     const chain = [];
     const seen = new Set();
     let state = new Map();
     let inexact = new Set();
+    let files = new Map(); // path -> size in bytes
     for (let cursor = id; cursor !== null; cursor = await this.firstParent(cursor)) {
       if (seen.has(cursor)) throw md801(`the first parents of ${short(id)} form a cycle at ${short(cursor)}`);
       seen.add(cursor);
       const snap = await this.snapshot(cursor);
       if (snap !== null) {
         state = snap.state;
+        files = snap.files;
         inexact = snap.inexact;
         break;
       }
@@ -275,7 +281,9 @@ export class Repository {
             );
           }
         }
+        const nextFiles = applyFileUpdates(v, files);
         state = applyValidated(v, state);
+        files = nextFiles;
         for (const prm of v.params) {
           if (INEXACT.has(prm.update.type)) inexact.add(prm.name);
           else inexact.delete(prm.name);

@@ -9,6 +9,8 @@ import { parseStrict, JSONError, isPlainObject, isInteger, describe } from "./js
 import { checkCommit, checkUpdate, UPDATE_TYPES, UPDATE_VERSIONS } from "./schema.js";
 import { DTYPES, bitsStorage, computeDtype, storageName, sameStorage, numelOf, limitCountOf } from "./dtypes.js";
 import { decodeName, compareUtf8 } from "./names.js";
+import { pathProblem, pathCollisions } from "./paths.js";
+import { layoutProblems } from "./layout.js";
 
 // §8.3 limits; these are this reader's defaults (the reference defaults).
 export const DEFAULT_LIMITS = {
@@ -21,8 +23,10 @@ export const DEFAULT_LIMITS = {
 };
 
 const READER_MAJOR = 1;
-const READER_MINOR = 0;
-const KNOWN_EXTENSIONS = new Set(); // version 1.0 defines none
+const READER_MINOR = 1; // §3.3: this document (and this reader) defines version 1.1
+const KNOWN_EXTENSIONS = new Set(); // versions 1.0 and 1.1 define none
+// §5.7: the root members each version defines (besides /parameters and /update_types of 1.0)
+const V1_1_GROUPS = ["files", "layout"];
 const ALLOWED_FILTERS = new Set([1, 2, 3]);
 
 export function sha256hex(buf) {
@@ -64,6 +68,9 @@ export class Validation {
     this.byPath = new Map();
     this.dsInfo = new Map(); // dataset path -> {meta, ok}
     this.params = []; // {name, path, update, ok}
+    this.files = []; // §5.5: {name (the file's path), path, update, ok}
+    this.layout = null; // §5.6: {path, update, ok, doc (the parsed layout, once its data is checked)}
+    this.version = null; // {major, minor} of a well-formed format_version
     this.dataCache = new Map();
     this.strict = true;
     this.notHdf5 = false;
@@ -103,7 +110,9 @@ export class Validation {
     const versionOk = this.checkIdentity();
     if (versionOk) {
       this.checkCommit();
-      this.checkLayout();
+      this.checkMembers();
+      this.checkFiles();
+      this.checkWeightsLayout();
       if (data && securityOk) this.checkData();
     }
     return this;
@@ -382,6 +391,7 @@ export class Validation {
     } else {
       const major = BigInt(m[1]);
       const minor = BigInt(m[2]);
+      this.version = { major, minor };
       if (major !== BigInt(READER_MAJOR)) {
         this.add("MD103", "/", `format version ${v}: this reader reads ${READER_MAJOR}.x`);
         ok = false;
@@ -459,11 +469,18 @@ export class Validation {
     if (errs.length) this.add("MD202", "/", `commit metadata is invalid: ${errs.join("; ")}`);
   }
 
-  // §5, §7.1 metadata, §7.3-§7.7 dataset shapes and types.
-  checkLayout() {
+  // §5.1-§5.4, §5.7, §7.1 metadata, §7.3-§7.7 dataset shapes and types.
+  checkMembers() {
     const root = this.byPath.get("/");
     for (const ch of root.children || []) {
       if (ch.name === "parameters" || !(ch.kind === "group" || ch.kind === "dataset")) continue;
+      if (V1_1_GROUPS.includes(ch.name)) {
+        // §3.3: /files and /layout came with 1.1; a file that says 1.0 cannot hold them
+        if (this.version && this.version.major === 1n && this.version.minor === 0n) {
+          this.add("MD306", ch.path, `a format version 1.0 file has \`/${ch.name}\` (§5.7: version 1.1)`);
+        }
+        continue; // checked by checkFiles() and checkWeightsLayout()
+      }
       if (ch.name === "update_types") {
         this.add("MD303", ch.path, "embedded update types (§7.8) are not implemented by mdiff-js; the group is ignored and updates of these types are refused (MD402)");
         continue;
@@ -503,7 +520,64 @@ export class Validation {
     }
   }
 
-  checkUpdate(g) {
+  // §5.5: /files, a group of file groups, each named by its path (encoded as §5.2) and holding an
+  // update of the file's bytes. Paths must be safe, and not collide with each other (MD304).
+  checkFiles() {
+    const root = this.byPath.get("/");
+    const files = (root.children || []).find((c) => c.name === "files");
+    if (!files) return;
+    if (files.kind === "dataset") {
+      this.add("MD305", files.path, "`/files` is a dataset; it must be a group of file groups (§5.5)");
+      return;
+    }
+    if (files.kind !== "group") return; // links and other kinds were reported by walk()
+    for (const name of files.attrs.keys()) this.add("MD303", files.path, `unknown attribute '${name}'`);
+    const entries = [];
+    for (const ch of files.children || []) {
+      if (ch.kind === "dataset") {
+        this.add("MD301", ch.path, "a dataset; every member of /files must be a group");
+        continue;
+      }
+      if (ch.kind !== "group") continue; // reported already (MD500, MD501, MD514)
+      let fpath;
+      try {
+        fpath = decodeName(ch.name);
+      } catch (e) {
+        this.add("MD302", ch.path, `link name ${describe(ch.name)}: ${e.message}`);
+        continue;
+      }
+      const why = pathProblem(fpath);
+      if (why) this.add("MD304", ch.path, `the file path ${describe(fpath)} is not safe: ${why}`);
+      entries.push({ name: fpath, group: ch, safe: !why });
+    }
+    entries.sort((x, y) => compareUtf8(x.name, y.name));
+    const safe = new Map(entries.filter((e) => e.safe).map((e) => [e.name, e]));
+    for (const { path, why } of pathCollisions([...safe.keys()])) {
+      this.add("MD304", safe.get(path).group.path, `the file path ${describe(path)} collides with another: ${why}`);
+    }
+    for (const { name, group } of entries) {
+      const u = this.checkUpdate(group, "file");
+      this.files.push({ name, path: group.path, group, update: u ? u.update : null, ok: !!(u && u.ok) });
+    }
+  }
+
+  // §5.6: /layout, a group holding an update of the layout's bytes (its JSON is checked with the data).
+  checkWeightsLayout() {
+    const root = this.byPath.get("/");
+    const g = (root.children || []).find((c) => c.name === "layout");
+    if (!g) return;
+    if (g.kind === "dataset") {
+      this.add("MD305", g.path, "`/layout` is a dataset; it must be a group holding a replace or delete update (§5.6)");
+      return;
+    }
+    if (g.kind !== "group") return; // links and other kinds were reported by walk()
+    const u = this.checkUpdate(g, "layout");
+    this.layout = { path: g.path, group: g, update: u ? u.update : null, ok: !!(u && u.ok), doc: null };
+  }
+
+  // `kind` is "parameter", or "file" / "layout" for the updates of §5.5-§5.6: a `replace` or
+  // `delete` of a uint8 vector (MD305), otherwise subject to every rule of §7 and §8.
+  checkUpdate(g, kind = "parameter") {
     const p = g.path;
     for (const name of g.attrs.keys()) if (name !== "update") this.add("MD303", p, `unknown attribute '${name}'`);
     const raw = g.attrs.get("update");
@@ -533,6 +607,11 @@ export class Validation {
       this.add("MD404", p, "`update` has no string member `type`");
       return null;
     }
+    // §5.5: a type is looked at once it is a string (MD404 before); any but replace/delete is MD305
+    if (kind !== "parameter" && u.type !== "replace" && u.type !== "delete") {
+      this.add("MD305", p, `the ${kind} update has type ${describe(u.type)}; ${kind === "file" ? "a file" : "the layout"} is set (replace) or removed (delete), never patched`);
+      return null;
+    }
     if (!UPDATE_TYPES.includes(u.type)) {
       const embedded = u.type.startsWith("x-") ? " (embedded update types, §7.8, are not implemented by mdiff-js)" : "";
       this.add("MD402", p, `unknown update type ${describe(u.type)}; known: ${UPDATE_TYPES.join(", ")}${embedded}`);
@@ -547,6 +626,14 @@ export class Validation {
       return null;
     }
     const errs = checkUpdate(u, this.strict);
+    if (kind !== "parameter") {
+      const badDtype = "dtype" in u && u.dtype !== "uint8";
+      const badShape = Array.isArray(u.shape) && u.shape.length !== 1;
+      if (badDtype || badShape) {
+        this.add("MD305", p, `the ${kind} update is of ${describe(u.dtype ?? null)}[${Array.isArray(u.shape) ? u.shape.join(", ") : "?"}]; ${kind === "file" ? "a file" : "the layout"} is a uint8 vector (dtype "uint8", a shape of rank 1)`);
+        return null;
+      }
+    }
     if (errs.length) {
       this.add("MD404", p, `\`update\` breaks the ${u.type} schema: ${errs.join("; ")}`);
       return null;
@@ -629,18 +716,22 @@ export class Validation {
     return { update: u, ok };
   }
 
-  data(path) {
+  // A dataset's bytes; kept for apply unless `cache` is false (files and the layout, which apply
+  // does not write to a .safetensors output, are read once).
+  data(path, cache = true) {
     if (this.dataCache.has(path)) return this.dataCache.get(path);
     const info = this.dsInfo.get(path);
     const b = this.h5.datasetBytes(path, info.meta);
-    this.dataCache.set(path, b);
+    if (cache) this.dataCache.set(path, b);
     return b;
   }
 
-  // Data rules: MD408, MD409, MD410.
+  // Data rules: MD408, MD409, MD410, and MD307 (§5.6: the layout is data).
   checkData() {
-    for (const prm of this.params) {
+    const others = new Set([...this.files, ...(this.layout ? [this.layout] : [])]);
+    for (const prm of [...this.params, ...others]) {
       if (!prm.ok) continue;
+      const cache = !others.has(prm);
       const u = prm.update;
       const p = prm.path;
       try {
@@ -676,10 +767,17 @@ export class Validation {
         }
         if (u.type === "replace") {
           if (bool) checkBool("value");
-          const h = sha256hex(this.data(join(p, "value")));
+          const value = this.data(join(p, "value"), cache);
+          const h = sha256hex(value);
           if (h !== u.sha256) {
             this.add("MD410", join(p, "value"), `the stored value does not match \`sha256\` (it hashes to ${h})`);
             prm.ok = false;
+          } else if (prm === this.layout) {
+            const { errs, doc } = layoutProblems(value);
+            if (errs.length) {
+              this.add("MD307", join(p, "value"), `the weights layout is malformed: ${errs.slice(0, 5).join("; ")}${errs.length > 5 ? `; and ${errs.length - 5} more` : ""}`);
+              prm.ok = false;
+            } else prm.doc = doc;
           }
         }
         if (u.type === "low_rank") {
