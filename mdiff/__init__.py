@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from mdiff.version import __version__
 
 # public name → (module, attribute)
 _EXPORTS: dict[str, tuple[str, str]] = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import hashlib
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
 
 import numpy as np
@@ -110,28 +111,50 @@ def diff_mappings(old: Mapping[str, np.ndarray], new: Mapping[str, np.ndarray], 
             yield name, update
 
 
-def diff_files(old_path, new_path, out_path, commit=None, compression: str = "gzip", progress: Progress | None = None) -> dict[str, str]:
-    """Write the diff between two checkpoints — files or model folders — and return {name: update type}
-    of the parameters it changes. Between two model folders the files beside the weights are diffed
-    too (SPEC.md §5.5), and the weights layout is recorded when it changed (§5.6).
+@dataclass(frozen=True)
+class DiffSummary:
+    """What a written diff changes: {parameter: update type}, {file path: update type}, whether the layout."""
 
-    Reads one parameter of each checkpoint at a time.
-    """
-    from mdiff.checkpoints import open_checkpoint
+    parameters: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    layout_changed: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.parameters or self.files or self.layout_changed)
+
+
+def write_diff(old: Mapping[str, np.ndarray], new: Mapping[str, np.ndarray], out_path, commit=None,
+               compression: str = "gzip", progress: Progress | None = None) -> DiffSummary:
+    """Write the diff taking the state ``old`` to ``new`` — checkpoint readers, repository states, or
+    mappings of arrays — as one .mdiff file, reading one parameter of each at a time. Where both sides
+    have files (model folders, repository states) the files are diffed too (SPEC.md §5.5), and the
+    weights layout is recorded when ``new`` has one that differs (§5.6)."""
     from mdiff.format.writer import DiffWriter
 
-    summary = {}
-    with open_checkpoint(old_path) as old, open_checkpoint(new_path) as new:
-        with DiffWriter(out_path, commit, compression) as writer:
-            for name, update in diff_mappings(old, new, progress):
-                writer.add(name, update)
-                summary[name] = update.type
-            if old.files is not None and new.files is not None:
-                for path, update in file_updates(old.files, new.files):
-                    writer.add_file(path, update)
-            if new.layout is not None:
-                new_layout = new.layout.encode()
-                old_layout = old.layout.encode() if old.layout is not None else None
-                if new_layout != old_layout:
-                    writer.set_layout(layout_update(new_layout, old_layout))
+    summary = DiffSummary()
+    old_files, new_files = getattr(old, "files", None), getattr(new, "files", None)
+    old_layout, new_layout = getattr(old, "layout", None), getattr(new, "layout", None)
+    with DiffWriter(out_path, commit, compression) as writer:
+        for name, update in diff_mappings(old, new, progress):
+            writer.add(name, update)
+            summary.parameters[name] = update.type
+        if old_files is not None and new_files is not None:
+            for path, update in file_updates(old_files, new_files):
+                writer.add_file(path, update)
+                summary.files[path] = update.type
+        if new_layout is not None:
+            new_bytes = new_layout.encode()
+            old_bytes = old_layout.encode() if old_layout is not None else None
+            if new_bytes != old_bytes:
+                writer.set_layout(layout_update(new_bytes, old_bytes))
+                object.__setattr__(summary, "layout_changed", True)
     return summary
+
+
+def diff_files(old_path, new_path, out_path, commit=None, compression: str = "gzip", progress: Progress | None = None) -> dict[str, str]:
+    """Write the diff between two checkpoints — files or model folders — and return {name: update type}
+    of the parameters it changes (see :func:`write_diff`)."""
+    from mdiff.checkpoints import open_checkpoint
+
+    with open_checkpoint(old_path) as old, open_checkpoint(new_path) as new:
+        return write_diff(old, new, out_path, commit, compression, progress).parameters

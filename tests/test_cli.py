@@ -171,3 +171,114 @@ def test_a_parameter_safetensors_cannot_name_is_refused_with_a_code(capsys, tmp_
     code, _, err = run(capsys, "apply", tmp_path / "a.safetensors", tmp_path / "d.mdiff", "-o", tmp_path / "o.safetensors")
     assert code == 1 and "MD703" in err and not (tmp_path / "o.safetensors").exists()
     assert run(capsys, "apply", tmp_path / "a.npz", tmp_path / "d.mdiff", "-o", tmp_path / "o.npz")[0] == 0
+
+
+# ---------------------------------------------------------------- conventions a git user expects
+
+
+def test_the_author_comes_from_the_option_the_environment_or_git_config(tmp_path, capsys, monkeypatch):
+    from mdiff.repo import Repository
+
+    save_checkpoint(tmp_path / "a.safetensors", {"w": np.zeros(3, np.float32)})
+    save_checkpoint(tmp_path / "b.safetensors", {"w": np.ones(3, np.float32)})
+    repo = Repository.init(tmp_path / "r")
+    code, _, err = run(capsys, "commit", tmp_path / "a.safetensors", "-m", "a", "-C", repo.root)
+    assert code == 0 and "no author is set" in err and "git config user.name" in err
+    gitconfig = tmp_path / "gitconfig"
+    gitconfig.write_text("[user]\n\tname = Grace Hopper\n\temail = grace@example.org\n", encoding="utf-8")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
+    assert run(capsys, "commit", tmp_path / "b.safetensors", "-m", "b", "-C", repo.root)[0] == 0
+    assert repo.metadata(repo.head()[1]).author == mdiff.Author("Grace Hopper", "grace@example.org")
+    monkeypatch.setenv("MDIFF_AUTHOR_NAME", "Ada")
+    monkeypatch.setenv("MDIFF_AUTHOR_EMAIL", "ada@example.org")
+    assert run(capsys, "commit", tmp_path / "a.safetensors", "-m", "a again", "-C", repo.root)[0] == 0
+    assert repo.metadata(repo.head()[1]).author == mdiff.Author("Ada", "ada@example.org")
+    assert run(capsys, "commit", tmp_path / "b.safetensors", "-m", "b again", "-C", repo.root,
+               "--author", "Linus <linus@example.org>")[0] == 0
+    assert repo.metadata(repo.head()[1]).author == mdiff.Author("Linus", "linus@example.org")
+
+
+def test_every_command_exits_with_the_documented_status(tmp_path, capsys):
+    """0 ok; 1 invalid input or a refused operation (or differences, with --exit-code); 2 usage, or a file
+    that cannot be read at all."""
+    from mdiff.repo import Repository
+
+    save_checkpoint(tmp_path / "a.safetensors", {"w": np.zeros(3, np.float32)})
+    save_checkpoint(tmp_path / "b.safetensors", {"w": np.ones(3, np.float32)})
+    (tmp_path / "text.mdiff").write_text("not hdf5", encoding="utf-8")
+    (tmp_path / "folder.mdiff").mkdir()
+    repo = Repository.init(tmp_path / "r")
+    a, b, r = tmp_path / "a.safetensors", tmp_path / "b.safetensors", repo.root
+    d = tmp_path / "d.mdiff"
+    table = [
+        (["diff", a, b, "-o", d], 0),
+        (["diff", a, b, "--exit-code"], 1),
+        (["diff", a, a, "--exit-code"], 0),
+        (["diff", a, tmp_path / "typo.safetensors"], 2),  # a missing file, not "no such revision"
+        (["diff", a, b, "--meta", "no-equals-sign"], 2),
+        (["dump", d], 0), (["dump", tmp_path / "text.mdiff"], 2), (["dump", tmp_path / "folder.mdiff"], 2),
+        (["dump", tmp_path / "missing.mdiff"], 2),
+        (["validate", d], 0), (["validate", tmp_path / "text.mdiff"], 2), (["validate", d, "--limit", "bogus=1"], 2),
+        (["apply", a, d, "-o", tmp_path / "c.safetensors"], 0),
+        (["apply", b, d, "-o", tmp_path / "c.safetensors"], 1),  # the wrong base: refused
+        (["apply", a, tmp_path / "text.mdiff", "-o", tmp_path / "c.safetensors"], 2),
+        (["commit", a, "-m", "a", "-C", r], 0),
+        (["commit", a, "-m", "again", "-C", r], 1),  # nothing to commit
+        (["status", b, "-C", r], 0), (["status", b, "-C", r, "--exit-code"], 1), (["status", a, "-C", r, "--exit-code"], 0),
+        (["checkout", "nosuchbranch", "-o", tmp_path / "x.safetensors", "-C", r], 1),
+        (["checkout", "HEAD", "-C", r], 2),  # -o missing
+        (["log", "-C", r], 0), (["log", "-C", tmp_path], 1),  # not a repository
+        (["branch", "-d", "../../commits", "-C", r], 1),
+        (["frobnicate"], 2), (["log", "--no-such-option"], 2),
+    ]
+    for argv, status in table:
+        code, out, err = run(capsys, *argv)
+        assert code == status, (argv, code, out, err)
+        assert "Traceback" not in err
+
+
+def test_errors_are_json_under_json_and_usage_errors_say_what_to_do(tmp_path, capsys):
+    code, out, err = run(capsys, "dump", tmp_path / "missing.mdiff", "--json")
+    assert code == 2 and json.loads(out)["error"]["message"] == "No such file or directory"
+    code, out, err = run(capsys, "validate", tmp_path / "x.mdiff", "--json", "--limit", "x")
+    assert code == 2 and "--limit takes NAME=N" in json.loads(out)["error"]["message"]
+    code, out, err = run(capsys, "diff")
+    assert code == 2 and "usage: mdiff diff" in err and "required: OLD, NEW" in err
+
+
+def test_a_closed_pipe_ends_the_output_quietly(tmp_path):
+    from mdiff.repo import Repository
+
+    repo = Repository.init(tmp_path / "r")
+    for i in range(30):
+        repo.commit({"w": np.full(3, i, np.float32)}, f"step {i}\n\n" + "body line\n" * 50, author="A", date=DATE)
+    proc = subprocess.run(f"{sys.executable} -m mdiff log -C {repo.root} | head -1", shell=True, capture_output=True,
+                          text=True)
+    assert proc.stdout.startswith("*  commit") and proc.stderr == ""
+
+
+def test_every_argument_of_every_command_has_help():
+    import argparse
+
+    from mdiff.cli.main import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [(name, action.option_strings or action.dest) for name, parser in commands.choices.items()
+               for action in parser._actions if not isinstance(action, argparse._HelpAction) and not action.help]
+    assert missing == []
+
+
+def test_log_takes_n_and_stat_and_switch_takes_a_start(tmp_path, capsys):
+    from mdiff.repo import Repository
+
+    repo = Repository.init(tmp_path / "r")
+    ids = [repo.commit({"w": np.arange(4, dtype=np.float32) + i}, f"step {i}", author="A", date=DATE) for i in range(3)]
+    code, out, _ = run(capsys, "log", "--oneline", "-n", "2", "-C", repo.root)
+    assert code == 0 and out.splitlines() == [f"*  {ids[2][:12]} (HEAD -> main) step 2", f"*  {ids[1][:12]} step 1"]
+    code, out, _ = run(capsys, "log", "-n", "1", "--stat", "-C", repo.root)
+    assert "w | dense" in out.replace("  ", " ") or "w | sparse" in out.replace("  ", " ")
+    assert "1 parameters (1 " in out
+    code, out, _ = run(capsys, "log", "-n", "1", "--stat", "--json", "-C", repo.root)
+    assert json.loads(out)["stat"]["parameters"][0]["name"] == "w"
+    assert run(capsys, "switch", "-c", "old", "HEAD~2", "-C", repo.root)[0] == 0
+    assert repo.head() == ("old", ids[0])

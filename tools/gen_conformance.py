@@ -955,9 +955,11 @@ REPO_AUTHOR = "Conformance <conformance@example.org>"
 @contextlib.contextmanager
 def pinned_writer():
     """mdiff's repository API stamps its commits (and snapshots) with writer {"name": "mdiff", "version":
-    mdiff.__version__}: pin the version, so that the bytes, and with them the commit ids, do not change
-    with mdiff's version."""
-    with mock.patch.object(mdiff, "__version__", "conformance"):
+    mdiff.version.__version__}: pin the version, so that the bytes, and with them the commit ids, do not
+    change with mdiff's version."""
+    import mdiff.version
+
+    with mock.patch.object(mdiff.version, "__version__", "conformance"):
         yield
 
 

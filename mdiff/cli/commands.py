@@ -9,6 +9,7 @@ import sys
 
 import mdiff
 from mdiff.cli.progress import ProgressBar
+from mdiff.cli.usage import UsageError
 from mdiff.engines import ENGINES
 from mdiff.errors import InvalidFileError
 from mdiff.format.limits import Limits
@@ -38,7 +39,7 @@ def limits_of(args) -> Limits:
     for pair in args.limit:
         name, sep, value = pair.partition("=")
         if not sep or name not in known or not value.isdigit():
-            raise SystemExit(f"mdiff: --limit takes NAME=N with NAME one of {sorted(known)}, not {pair!r}")
+            raise UsageError(f"--limit takes NAME=N with NAME one of {sorted(known)}, not {pair!r}")
         values[name] = int(value)
     return Limits(**values)
 
@@ -52,7 +53,7 @@ def add_validate(sub) -> None:
     p = sub.add_parser("validate", help="check files against every rule of SPEC.md",
                        description="Check .mdiff files against every rule of SPEC.md. One line per finding: "
                                    "code, severity, HDF5 path, spec section, message.")
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("files", nargs="+", metavar="FILE", help="the .mdiff files to check")
     p.add_argument("--json", action="store_true", help="one JSON object per file: {file, valid, findings}")
     p.add_argument("--no-data", action="store_true", help="check metadata only; skip rules that read datasets")
     add_safety_options(p, isolate_default=True)
@@ -85,7 +86,7 @@ def run_validate(args) -> int:
 def add_dump(sub) -> None:
     p = sub.add_parser("dump", help="show a diff's commit and what it changes",
                        description="Show a .mdiff file's commit metadata, one line per parameter, and totals.")
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE", help="the .mdiff file")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--values", type=int, default=0, metavar="N", help="show the first N values of each dataset")
     add_safety_options(p, isolate_default=True)
@@ -169,82 +170,97 @@ def _parse_meta(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise SystemExit(f"mdiff: --meta takes KEY=VALUE, not {pair!r}")
+            raise UsageError(f"--meta takes KEY=VALUE, not {pair!r}")
         meta[key] = value
     return meta
 
 
 def add_diff(sub) -> None:
-    p = sub.add_parser("diff", help="the diff between two checkpoints or two commits",
-                       description="Write OLD → NEW as one .mdiff file. OLD and NEW are checkpoints — model folders "
-                                   "(their config, tokenizer and other files are diffed too) or files (.safetensors, "
-                                   ".npz, .pt/.pth/.bin, .onnx) — or, inside a repository, revisions (a branch, "
-                                   "a commit id, HEAD~2, ...). Unchanged parameters are omitted; each changed one is "
-                                   "stored exactly (sparse or dense XOR, whichever is smaller; replace for new shapes). "
-                                   "Between revisions, -o may be left out to list the changes only.")
+    p = sub.add_parser("diff", help="the diff between two checkpoints, commits, or one of each",
+                       description="Write OLD → NEW as one .mdiff file (-o), or list what differs. OLD and NEW are "
+                                   "checkpoints — model folders (their config, tokenizer and other files are diffed "
+                                   "too) or files (.safetensors, .npz, .pt/.pth/.bin, .onnx) — or, inside a "
+                                   "repository, revisions (a branch, a commit id, HEAD~2, ...): `mdiff diff HEAD "
+                                   "model/` shows what a folder changes against HEAD. Unchanged parameters are "
+                                   "omitted; each changed one is stored exactly (sparse or dense XOR, whichever is "
+                                   "smaller; replace for new shapes).")
     p.add_argument("old", metavar="OLD", help="a checkpoint (file or model folder), or a revision")
     p.add_argument("new", metavar="NEW", help="a checkpoint (file or model folder), or a revision")
-    p.add_argument("-o", "--output", metavar="OUT.mdiff", help="the diff file to write (required for checkpoints)")
-    p.add_argument("-C", "--repo", default=".", metavar="DIR", help="the repository, for revisions")
-    p.add_argument("-m", "--message", default="", help="commit message")
-    p.add_argument("--author", default=None, help='"Name <email>" (default: $MDIFF_AUTHOR or "unknown")')
+    p.add_argument("-o", "--output", metavar="OUT.mdiff", help="the diff file to write (default: only list the changes)")
+    p.add_argument("-C", "--repo", default=".", metavar="DIR", help="the repository, for revisions (default: the one containing .)")
+    p.add_argument("-m", "--message", default="", help="the diff's commit message")
+    p.add_argument("--author", default=None, metavar='"NAME <EMAIL>"',
+                   help="who made the diff (default: $MDIFF_AUTHOR, else $MDIFF_AUTHOR_NAME and $MDIFF_AUTHOR_EMAIL, "
+                        "else git config user.name and user.email)")
     p.add_argument("--date", default=None, help="RFC 3339 UTC date, e.g. 2026-01-31T12:00:00Z "
                                                  "(default: $SOURCE_DATE_EPOCH, else now)")
     p.add_argument("--parent", action="append", default=[], metavar="COMMIT_ID", help="parent commit id (repeatable)")
     p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE", help="free key-value (repeatable)")
     p.add_argument("--compression", choices=["gzip", "none"], default="gzip",
-                   help="gzip (shuffle + deflate level 1, readable everywhere; default) or none (fastest)")
+                   help="gzip (shuffle + deflate level 1, readable everywhere; the default) or none (fastest)")
+    p.add_argument("--exit-code", action="store_true", help="exit 1 when there are differences, 0 when none (like git)")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_diff)
 
 
+def _looks_like_a_path(text: str) -> bool:
+    from mdiff.checkpoints import format_of
+
+    return os.sep in text or "/" in text or text.endswith(".index.json") or format_of(text) is not None
+
+
 def run_diff(args) -> int:
-    if not (os.path.exists(args.old) and os.path.exists(args.new)):
-        return _diff_revisions(args)
-    if not args.output:
-        raise SystemExit("mdiff diff: -o OUT.mdiff is required when OLD and NEW are checkpoint files")
-    from mdiff.format.commit import Author, Commit, default_date
-
-    commit = Commit(
-        message=args.message,
-        author=Author.parse(args.author or os.environ.get("MDIFF_AUTHOR", "unknown")),
-        date=args.date or default_date(),
-        parents=tuple(args.parent),
-        meta=_parse_meta(args.meta),
-    )
-    bar = ProgressBar("diff", enabled=False if args.quiet else None)
-    try:
-        summary = mdiff.diff_files(args.old, args.new, args.output, commit, args.compression, progress=bar)
-    finally:
-        bar.close()
-    counts = {t: sum(1 for v in summary.values() if v == t) for t in sorted(set(summary.values()))}
-    size = os.path.getsize(args.output)
-    if args.json:
-        print(json.dumps({"output": args.output, "bytes": size, "parameters": summary, "counts": counts}))
-    else:
-        listed = ", ".join(f"{n} {t}" for t, n in counts.items()) or "no changes"
-        print(f"wrote {args.output}: {len(summary)} parameters changed ({listed}), {_size(size)}")
-    return 0
-
-
-def _diff_revisions(args) -> int:
+    import contextlib
     import tempfile
 
-    from mdiff.repo import Repository
+    from mdiff.checkpoints import open_checkpoint
+    from mdiff.diffing import write_diff
+    from mdiff.format.commit import Commit, default_date, resolve_author
 
-    repo = Repository.find(args.repo)
-    with tempfile.TemporaryDirectory() as tmp:
-        output = args.output or os.path.join(tmp, "diff.mdiff")
-        summary = repo.diff(args.old, args.new, output, args.message)
+    with contextlib.ExitStack() as stack:
+        repo = None
+
+        def operand(text: str):
+            nonlocal repo
+            if os.path.exists(text):
+                return stack.enter_context(open_checkpoint(text))
+            if _looks_like_a_path(text):  # a mistyped file, not a revision
+                raise FileNotFoundError(2, "no such checkpoint file or model folder", text)
+            from mdiff.repo.history import resolve
+            from mdiff.repo.repository import Repository
+
+            repo = repo or Repository.find(args.repo)
+            return stack.enter_context(repo.open_state(resolve(repo, text)))
+
+        old, new = operand(args.old), operand(args.new)
+        commit = Commit(message=args.message or f"diff {args.old}..{args.new}", author=resolve_author(args.author),
+                        date=args.date or default_date(), parents=tuple(args.parent), meta=_parse_meta(args.meta))
+        output = args.output or os.path.join(stack.enter_context(tempfile.TemporaryDirectory()), "diff.mdiff")
+        bar = ProgressBar("diff", enabled=False if args.quiet else None)
+        try:
+            summary = write_diff(old, new, output, commit, args.compression, progress=bar)
+        finally:
+            bar.close()
+        size = os.path.getsize(output)
+    counts = {t: sum(1 for v in summary.parameters.values() if v == t) for t in sorted(set(summary.parameters.values()))}
     if args.json:
-        print(json.dumps({"output": args.output, "parameters": summary}))
-        return 0
-    for name, kind in summary.items():
-        print(f"  {kind:<9} {name}")
-    where = f"; wrote {args.output}" if args.output else ""
-    print(f"{len(summary)} parameters differ between {args.old} and {args.new}{where}")
-    return 0
+        print(json.dumps({"output": args.output, "bytes": size if args.output else None, "parameters": summary.parameters,
+                          "counts": counts, "files": summary.files, "layout_changed": summary.layout_changed}))
+    elif args.output:
+        listed = ", ".join(f"{n} {t}" for t, n in counts.items()) or "no changes"
+        files = f"; {len(summary.files)} files" if summary.files else ""
+        print(f"wrote {args.output}: {len(summary.parameters)} parameters changed ({listed}){files}, {_size(size)}")
+    else:
+        for name, kind in summary.parameters.items():
+            print(f"  {kind:<9} {name}")
+        for path, kind in summary.files.items():
+            print(f"  {kind:<9} file {path}")
+        if summary.layout_changed:
+            print("  changed   the weights' shard layout")
+        print(f"{len(summary.parameters)} parameters{f' and {len(summary.files)} files' if summary.files else ''} "
+              f"differ between {args.old} and {args.new}")
+    return 1 if args.exit_code and summary else 0
 
 
 # ---------------------------------------------------------------- apply

@@ -3,12 +3,14 @@ merge, squash, snapshot. Each is a thin layer over mdiff.repo."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 
 from typing import TYPE_CHECKING
 
 from mdiff.cli.progress import ProgressBar
+from mdiff.cli.usage import UsageError
 from mdiff.errors import RepositoryError
 from mdiff.repo.history import graph_lines, resolve, topological
 
@@ -29,7 +31,9 @@ def _common(p, json_help: str = "print JSON") -> None:
 
 def _commit_metadata_options(p) -> None:
     p.add_argument("-m", "--message", required=True, help="commit message")
-    p.add_argument("--author", default=os.environ.get("MDIFF_AUTHOR"), help='"Name <email>" (default: $MDIFF_AUTHOR)')
+    p.add_argument("--author", default=None, metavar='"NAME <EMAIL>"',
+                   help="who made the commit (default: $MDIFF_AUTHOR, else $MDIFF_AUTHOR_NAME and $MDIFF_AUTHOR_EMAIL, "
+                        "else git config user.name and user.email)")
     p.add_argument("--date", help="RFC 3339 UTC date (default: $SOURCE_DATE_EPOCH, else now)")
     p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE", help="free key-value (repeatable)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -48,7 +52,7 @@ def _print(args, data, text: str) -> None:
 # ---------------------------------------------------------------- init
 def add_init(sub) -> None:
     p = sub.add_parser("init", help="create a repository", description="Create an mdiff repository (a .mdiff folder).")
-    p.add_argument("directory", nargs="?", default=".", metavar="DIR")
+    p.add_argument("directory", nargs="?", default=".", metavar="DIR", help="the project folder to hold .mdiff/ (default: .)")
     p.add_argument("-b", "--branch", default="main", help="the first branch (default: main)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=run_init)
@@ -127,9 +131,13 @@ def run_commit(args) -> int:
 # ---------------------------------------------------------------- log / show
 def add_log(sub) -> None:
     p = sub.add_parser("log", help="show the history graph", description="Show the commits reachable from REV (default HEAD), newest first, with merges drawn as a graph.")
-    p.add_argument("rev", nargs="?", default="HEAD", metavar="REV")
+    p.add_argument("rev", nargs="?", default="HEAD", metavar="REV", help="where to start (default HEAD)")
     p.add_argument("--oneline", action="store_true", help="one line per commit")
     p.add_argument("--all", action="store_true", help="every branch, not only REV")
+    p.add_argument("-n", "--max-count", type=int, default=None, metavar="N", help="show at most N commits")
+    p.add_argument("--stat", action="store_true",
+                   help="under each commit, what it changes: parameters by update type, with the share of values "
+                        "changed, and files")
     _common(p, "one JSON object per commit (id, parents, author, date, message, meta)")
     p.set_defaults(run=run_log)
 
@@ -141,10 +149,14 @@ def run_log(args) -> int:
     for name, target in repo.branches().items():
         labels.setdefault(target, []).append(name)
     head_branch, head_id = repo.head()
+    shown = topological(repo, heads)[:args.max_count] if args.max_count is not None else None
     if args.json:
-        for c in topological(repo, heads):
+        for c in shown if shown is not None else topological(repo, heads):
             m = repo.metadata(c)
-            print(json.dumps({"id": c, "branches": labels.get(c, []), **m.to_json()}))
+            entry = {"id": c, "branches": labels.get(c, []), **m.to_json()}
+            if args.stat:
+                entry["stat"] = _commit_stat(repo, c)
+            print(json.dumps(entry))
         return 0
 
     def describe(c: str) -> str:
@@ -159,9 +171,14 @@ def run_log(args) -> int:
             lines.append("Merge:  " + " ".join(p[:12] for p in m.parents))
         lines += [f"Author: {m.author.name}" + (f" <{m.author.email}>" if m.author.email else ""), f"Date:   {m.date}", ""]
         lines += ["    " + line for line in (m.message.splitlines() or [""])]
+        if args.stat:
+            lines += [""] + ["   " + line for line in _stat_lines(_commit_stat(repo, c))]
         return "\n".join(lines)
 
-    for line in graph_lines(repo, heads, describe):
+    lines = graph_lines(repo, heads, describe)
+    if shown is not None:
+        lines = _first_commits(lines, len(shown))
+    for line in lines:
         head, _, rest = line.partition("  ")
         if "\n" in rest:  # the full form: continue the graph's lanes down the commit's lines
             first, *more = rest.split("\n")
@@ -174,10 +191,50 @@ def run_log(args) -> int:
     return 0
 
 
+def _first_commits(lines: list[str], count: int) -> list[str]:
+    """The graph's lines up to (not including) its ``count + 1``-th commit row."""
+    seen = 0
+    for i, line in enumerate(lines):
+        if "*" in line.partition("  ")[0]:
+            seen += 1
+            if seen > count:
+                return lines[:i]
+    return lines
+
+
+def _commit_stat(repo, commit_id: str) -> dict:
+    """What a commit changes, from its file's metadata (no data is read)."""
+    from mdiff.describe import describe
+
+    info = describe(repo.commit_path(commit_id))
+    return {"parameters": [{k: p[k] for k in ("name", "type", "stored_bytes", "density") if k in p} for p in info["parameters"]],
+            "files": {f["path"]: f["type"] for f in info["files"]}, "stored_bytes": info["totals"]["file_bytes"]}
+
+
+def _stat_lines(stat: dict) -> list[str]:
+    from mdiff.cli.commands import _size
+
+    rows = stat["parameters"]
+    width = min(max((len(p["name"]) for p in rows), default=0), 60)
+    lines = []
+    for p in rows:
+        share = f"{p['density']:.1%} changed" if "density" in p else ""
+        name = p["name"] if len(p["name"]) <= width else "…" + p["name"][-(width - 1):]
+        lines.append(f"{name:<{width}} | {p['type']:<8} {_size(p['stored_bytes']):>10}  {share}".rstrip())
+    lines += [f"file {path} | {kind}" for path, kind in stat["files"].items()]
+    types = {}
+    for p in rows:
+        types[p["type"]] = types.get(p["type"], 0) + 1
+    by_type = ", ".join(f"{n} {t}" for t, n in sorted(types.items()))
+    files = f", {len(stat['files'])} files" if stat["files"] else ""
+    lines.append(f"{len(rows)} parameters ({by_type or 'none'}){files}; {_size(stat['stored_bytes'])}")
+    return lines
+
+
 def add_show(sub) -> None:
     p = sub.add_parser("show", help="show a commit (like dump)", description="Show a commit's metadata and what it changes, as `mdiff dump` does.")
-    p.add_argument("rev", nargs="?", default="HEAD", metavar="REV")
-    p.add_argument("--values", type=int, default=0, metavar="N")
+    p.add_argument("rev", nargs="?", default="HEAD", metavar="REV", help="the commit (default HEAD)")
+    p.add_argument("--values", type=int, default=0, metavar="N", help="show the first N values of each dataset")
     _common(p)
     p.set_defaults(run=run_show)
 
@@ -201,7 +258,7 @@ def parse_size(text: str) -> int:
 
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*", text, re.IGNORECASE)
     if not m:
-        raise SystemExit(f"mdiff: {text!r} is not a size (e.g. 5GB, 500MB, 2GiB)")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 5GB, 500MB, 2GiB)")
     unit = (m.group(2) or "B").upper()
     factor = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
               "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}[unit]
@@ -221,7 +278,9 @@ def add_checkout(sub) -> None:
                    help="for a folder whose committed shard layout no longer fits: the largest shard, e.g. 5GB "
                         "(default 50GB, as save_pretrained)")
     p.add_argument("--template", metavar="BASE.onnx", help="for .onnx output: the model whose initializers are replaced")
-    p.add_argument("--engine", choices=["auto", "onnx", "numpy"], default=None)
+    p.add_argument("--engine", choices=["auto", "onnx", "numpy"], default=None,
+                   help="onnx: the normative ONNX functions on onnxruntime; numpy: their proven-equal twin; "
+                        "auto (default): the faster of the two for each update type")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     _common(p)
     p.set_defaults(run=run_checkout)
@@ -247,6 +306,7 @@ def add_status(sub) -> None:
                        description="List the parameters and files CHECKPOINT adds, deletes or changes against HEAD's state.")
     p.add_argument("checkpoint", metavar="CHECKPOINT", help=CHECKPOINT_HELP)
     _exclude_option(p)
+    p.add_argument("--exit-code", action="store_true", help="exit 1 when CHECKPOINT differs from HEAD, 0 when not (like git)")
     _common(p)
     p.set_defaults(run=run_status)
 
@@ -258,7 +318,7 @@ def run_status(args) -> int:
     if args.json:
         print(json.dumps({"branch": branch, "head": head, "changes": changes.tensors, "files": changes.files,
                           "layout_changed": changes.layout_changed}))
-        return 0
+        return 1 if args.exit_code and changes else 0
     print(f"on branch {branch or '(detached)'} at {head[:12] if head else '(no commit yet)'}")
     for name, kind in changes.tensors.items():
         print(f"  {kind:<9} {name}")
@@ -271,14 +331,14 @@ def run_status(args) -> int:
     else:
         counts = [f"{len(changes.tensors)} parameters"] + ([f"{len(changes.files)} files"] if changes.files else [])
         print(f"{' and '.join(counts)} differ")
-    return 0
+    return 1 if args.exit_code and changes else 0
 
 
 # ---------------------------------------------------------------- branches
 def add_branch(sub) -> None:
     p = sub.add_parser("branch", help="list, create or delete branches", description="Without NAME, list branches; with NAME, create it at REV (default HEAD).")
-    p.add_argument("name", nargs="?", metavar="NAME")
-    p.add_argument("rev", nargs="?", default="HEAD", metavar="REV")
+    p.add_argument("name", nargs="?", metavar="NAME", help="the branch to create (or, with -d, delete)")
+    p.add_argument("rev", nargs="?", default="HEAD", metavar="REV", help="where a new branch starts (default HEAD)")
     p.add_argument("-d", "--delete", action="store_true", help="delete NAME")
     _common(p)
     p.set_defaults(run=run_branch)
@@ -310,9 +370,10 @@ def run_branch(args) -> int:
 
 
 def add_switch(sub) -> None:
-    p = sub.add_parser("switch", help="make another branch current", description="Make BRANCH the current branch (commits go there). With -c, create it at HEAD first.")
-    p.add_argument("branch", metavar="BRANCH")
-    p.add_argument("-c", "--create", action="store_true", help="create BRANCH at HEAD")
+    p = sub.add_parser("switch", help="make another branch current", description="Make BRANCH the current branch (commits go there). With -c, create it first, at START (default HEAD).")
+    p.add_argument("branch", metavar="BRANCH", help="the branch to commit on from now")
+    p.add_argument("start", nargs="?", default=None, metavar="START", help="with -c: where the new branch starts (default HEAD)")
+    p.add_argument("-c", "--create", action="store_true", help="create BRANCH first")
     _common(p)
     p.set_defaults(run=run_switch)
 
@@ -322,11 +383,14 @@ def run_switch(args) -> int:
     with repo.lock():
         if args.create:
             if args.branch in repo.branches():
-                raise RepositoryError("MD801", f"branch {args.branch!r} exists already")
-            head = repo.head()[1]
-            if head is None:
+                raise RepositoryError("MD801", f"branch {args.branch!r} exists already; `mdiff switch {args.branch}` "
+                                               "switches to it")
+            start = resolve(repo, args.start) if args.start else repo.head()[1]
+            if start is None:
                 raise RepositoryError("MD801", "make a first commit before creating branches")
-            repo.set_branch(args.branch, head)
+            repo.set_branch(args.branch, start)
+        elif args.start:
+            raise UsageError("START is for a new branch: mdiff switch -c BRANCH START")
         elif args.branch not in repo.branches():
             raise RepositoryError("MD801", f"no branch {args.branch!r}; `mdiff switch -c {args.branch}` creates it")
         repo.set_head(args.branch)
@@ -341,13 +405,15 @@ def add_merge(sub) -> None:
                                    "weighted:ALPHA (ALPHA·ours + (1−ALPHA)·theirs), ours, theirs, task-arithmetic[:λ] "
                                    "(base + λ·((ours−base) + (theirs−base))). Conflicts are listed per parameter and "
                                    "nothing is committed.")
-    p.add_argument("rev", metavar="REV")
-    p.add_argument("--strategy", default="average")
-    p.add_argument("-m", "--message", default=None)
-    p.add_argument("--author", default=os.environ.get("MDIFF_AUTHOR"))
-    p.add_argument("--date")
-    p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("rev", metavar="REV", help="the branch or commit to merge into the current branch")
+    p.add_argument("--strategy", default="average", metavar="STRATEGY",
+                   help="average (the default), weighted:ALPHA, ours, theirs or task-arithmetic[:LAMBDA]")
+    p.add_argument("-m", "--message", default=None, help="the commit message (default: Merge REV into BRANCH (STRATEGY))")
+    p.add_argument("--author", default=None, metavar='"NAME <EMAIL>"',
+                   help="as for commit (default: $MDIFF_AUTHOR…, else git config user.name/email)")
+    p.add_argument("--date", help="RFC 3339 UTC date (default: $SOURCE_DATE_EPOCH, else now)")
+    p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE", help="free key-value (repeatable)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     _common(p)
     p.set_defaults(run=run_merge)
 
@@ -375,7 +441,7 @@ def run_merge(args) -> int:
 def add_squash(sub) -> None:
     p = sub.add_parser("squash", help="replace the commits after REV by one",
                        description="Replace the current branch's commits after REV by a single commit with the same state.")
-    p.add_argument("rev", metavar="REV")
+    p.add_argument("rev", metavar="REV", help="the earlier commit of the current branch that the squashed commit follows")
     _commit_metadata_options(p)
     _common(p)
     p.set_defaults(run=run_squash)
@@ -392,7 +458,7 @@ def add_snapshot(sub) -> None:
     p = sub.add_parser("snapshot", help="store the full state at a commit for fast checkouts",
                        description="Store the full state at REV, so that checking out REV or its descendants starts there "
                                    "instead of replaying the chain from the root.")
-    p.add_argument("rev", nargs="?", default="HEAD", metavar="REV")
+    p.add_argument("rev", nargs="?", default="HEAD", metavar="REV", help="the commit (default HEAD)")
     _common(p)
     p.set_defaults(run=run_snapshot)
 
@@ -439,12 +505,13 @@ def add_import_peft(sub) -> None:
                                    "low_rank updates with the adapter's scale (lora_alpha/r, or /sqrt(r) with rsLoRA; "
                                    "rank_pattern and alpha_pattern honoured), its module names mapped to BASE's "
                                    "parameter names. On an empty branch BASE is committed first, as the root.")
-    p.add_argument("adapter", metavar="ADAPTER_DIR")
-    p.add_argument("--base", required=True, metavar="BASE_CHECKPOINT")
-    p.add_argument("-m", "--message", default=None)
-    p.add_argument("--author", default=os.environ.get("MDIFF_AUTHOR"))
-    p.add_argument("--date")
-    p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("adapter", metavar="ADAPTER_DIR", help="the adapter's folder (adapter_config.json, adapter_model.safetensors)")
+    p.add_argument("--base", required=True, metavar="BASE_CHECKPOINT", help="the model the adapter was trained on")
+    p.add_argument("-m", "--message", default=None, help="the commit message (default: import PEFT adapter NAME)")
+    p.add_argument("--author", default=None, metavar='"NAME <EMAIL>"',
+                   help="as for commit (default: $MDIFF_AUTHOR…, else git config user.name/email)")
+    p.add_argument("--date", help="RFC 3339 UTC date (default: $SOURCE_DATE_EPOCH, else now)")
+    p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE", help="free key-value (repeatable)")
     _common(p)
     p.set_defaults(run=run_import_peft)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -11,6 +12,8 @@ from typing import Any, Mapping
 from mdiff.errors import InvalidFileError
 from mdiff.format import canonical_json
 from mdiff.format.schemas import first_errors
+
+log = logging.getLogger(__name__)
 
 _DATE_PATTERN = (
     r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
@@ -56,7 +59,7 @@ SCHEMA: dict[str, Any] = {
 
 
 def _writer_version() -> str:
-    from mdiff import __version__
+    from mdiff.version import __version__
 
     return __version__
 
@@ -82,11 +85,52 @@ class Author:
         m = re.fullmatch(r"\s*(.*?)\s*<([^<>]*)>\s*", text)
         return cls(m.group(1), m.group(2)) if m else cls(text.strip())
 
+    @classmethod
+    def from_environment(cls) -> "Author | None":
+        """Who is committing, found as git finds it: ``$MDIFF_AUTHOR`` ("Name <email>"), else
+        ``$MDIFF_AUTHOR_NAME`` and ``$MDIFF_AUTHOR_EMAIL``, else git's ``user.name`` and
+        ``user.email``; None when none of them is set."""
+        if os.environ.get("MDIFF_AUTHOR", "").strip():
+            return cls.parse(os.environ["MDIFF_AUTHOR"])
+        name = os.environ.get("MDIFF_AUTHOR_NAME", "").strip() or _git_config("user.name")
+        if not name:
+            return None
+        return cls(name, os.environ.get("MDIFF_AUTHOR_EMAIL", "").strip() or _git_config("user.email"))
+
+
+UNKNOWN_AUTHOR = Author("unknown")
+
+
+def resolve_author(author: "Author | str | None") -> Author:
+    """``author`` as an Author; None means the environment's (Author.from_environment), else "unknown",
+    with a warning saying how to set one."""
+    if isinstance(author, Author):
+        return author
+    if author is not None:
+        return Author.parse(author)
+    found = Author.from_environment()
+    if found is None:
+        log.warning("no author is set; the commit records %r (use --author, $MDIFF_AUTHOR_NAME and "
+                    "$MDIFF_AUTHOR_EMAIL, or git config user.name and user.email)", UNKNOWN_AUTHOR.name)
+        return UNKNOWN_AUTHOR
+    return found
+
+
+def _git_config(key: str) -> str:
+    """git's setting ``key`` ("" when git or the setting is missing)."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "config", "--get", key], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
 
 @dataclass(frozen=True)
 class Commit:
     message: str = ""
-    author: Author = Author("unknown")
+    author: Author = UNKNOWN_AUTHOR
     date: str = field(default_factory=default_date)
     parents: tuple[str, ...] = ()
     meta: Mapping[str, str] = field(default_factory=dict)

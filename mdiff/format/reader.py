@@ -48,11 +48,23 @@ class Contents:
 
 
 def open_hdf5(path) -> tuple[h5py.File, int]:
+    """The file, opened read-only, and its size. A missing file or one without permission stays an
+    OSError (the operating system's word); anything HDF5 cannot open is MD100, said plainly."""
+    if os.path.isdir(path):
+        raise InvalidFileError("MD100", "this is a folder, not an .mdiff file", os.fspath(path))
+    size = os.path.getsize(path)  # FileNotFoundError, PermissionError: as they are
     try:
-        size = os.path.getsize(path)
         return h5py.File(path, "r", locking=False), size
     except (OSError, ValueError) as exc:
-        raise InvalidFileError("MD100", f"not a readable HDF5 file: {exc}", os.fspath(path)) from None
+        raise InvalidFileError("MD100", f"not an .mdiff file: HDF5 cannot open it ({_hdf5_reason(exc)})",
+                               os.fspath(path)) from None
+
+
+def _hdf5_reason(exc: Exception) -> str:
+    """libhdf5's reason without its noise (buffer addresses, file descriptors, times)."""
+    text = str(exc)
+    inner = text[text.find("(") + 1:text.rfind(")")] if "(" in text and ")" in text else text
+    return inner.split(",")[0].split(":")[0].strip() or type(exc).__name__
 
 
 def read_contents(f: h5py.File, file_size: int, limits: Limits) -> Contents:

@@ -14,7 +14,8 @@ def resolve(repo, rev: str) -> str:
     each optionally followed by ``~N`` / ``^`` (N first parents back)."""
     m = _REV.fullmatch(rev.strip())
     if not m:
-        raise RepositoryError("MD801", f"{rev!r} is not a revision (HEAD, a branch, a commit id, with ~N)")
+        raise RepositoryError("MD801", f"{rev!r} is not a revision: HEAD, a branch or a commit id (or its first 4+ "
+                                       "digits), optionally followed by ~N or ^")
     base = m.group("base")
     if base == "HEAD":
         commit_id = repo.head()[1]
@@ -24,11 +25,16 @@ def resolve(repo, rev: str) -> str:
         commit_id = repo.branch_target(base)
     elif re.fullmatch(r"[0-9a-f]{4,64}", base):
         matches = [c for c in repo.commit_ids() if c.startswith(base)]
-        if len(matches) != 1:
-            raise RepositoryError("MD801", f"{base!r} names {'no' if not matches else 'more than one'} commit")
+        if not matches:
+            raise RepositoryError("MD801", f"no commit id starts with {base!r}; `mdiff log --all --oneline` lists them")
+        if len(matches) > 1:
+            raise RepositoryError("MD801", f"{base!r} starts {len(matches)} commit ids "
+                                           f"({', '.join(c[:12] for c in matches[:4])}…); give more digits")
         commit_id = matches[0]
     else:
-        raise RepositoryError("MD801", f"no branch or commit {base!r}")
+        names = sorted(repo.branches())
+        raise RepositoryError("MD801", f"{base!r} is neither a branch nor a commit id (branches: "
+                                       f"{', '.join(names[:8]) or 'none yet'}{' …' if len(names) > 8 else ''})")
     for move in re.findall(r"~\d*|\^", m.group("moves")):
         steps = 1 if move in ("^", "~") else int(move[1:])
         for _ in range(steps):

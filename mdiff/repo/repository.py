@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from mdiff.errors import RepositoryError
-from mdiff.format.commit import Author, Commit, default_date
+from mdiff.format.commit import Commit, default_date, resolve_author
 from mdiff.format.dtypes import dtype_of, xor_bits
 from mdiff.format.layout import Layout
 from mdiff.format.writer import DiffWriter
@@ -23,7 +23,7 @@ from mdiff.frameworks import check_framework, numpy_state, to_framework
 from mdiff.repo import snapshots
 from mdiff.repo.states import StateView
 from mdiff.repo.store import Store
-from mdiff.diffing import file_updates, layout_update
+from mdiff.diffing import file_updates
 from mdiff.updates import replace
 from mdiff.updates.base import Update
 
@@ -331,20 +331,13 @@ class Repository(Store):
         return commit_id
 
     def diff(self, rev_a: str, rev_b: str, output, message: str = "", compression: str = "gzip") -> dict[str, str]:
-        """Write the diff taking ``rev_a``'s state to ``rev_b``'s as a standalone .mdiff file."""
+        """Write the diff taking ``rev_a``'s state to ``rev_b``'s as a standalone .mdiff file; return
+        {parameter: update type}."""
+        from mdiff.diffing import write_diff
         from mdiff.repo.history import resolve
 
-        summary = {}
         with self.open_state(resolve(self, rev_a)) as a, self.open_state(resolve(self, rev_b)) as b:
-            with DiffWriter(output, Commit(message or f"diff {rev_a}..{rev_b}"), compression) as writer:
-                for name, update in updates_between(a, b):
-                    writer.add(name, update)
-                    summary[name] = update.type
-                for path, update in file_updates(a.files, b.files):
-                    writer.add_file(path, update)
-                if a.layout_bytes != b.layout_bytes:
-                    writer.set_layout(layout_update(b.layout_bytes, a.layout_bytes))
-        return summary
+            return write_diff(a, b, output, Commit(message or f"diff {rev_a}..{rev_b}"), compression).parameters
 
     # ------------------------------------------------------------ integrity
     def fsck(self, check_data: bool = True) -> list:
@@ -588,7 +581,5 @@ def updates_between(old: Mapping[str, np.ndarray], new: Mapping, explicit: Mappi
 
 
 def _author_fields(author, date, meta) -> dict[str, Any]:
-    fields: dict[str, Any] = {"date": date or default_date(), "meta": dict(meta or {})}
-    if author is not None:
-        fields["author"] = author if isinstance(author, Author) else Author.parse(author)
-    return fields
+    """The commit's author (given, else the environment's, as git finds it), date and meta."""
+    return {"date": date or default_date(), "meta": dict(meta or {}), "author": resolve_author(author)}

@@ -1,0 +1,17 @@
+"""What every test shares: an environment without a committer, so that no test depends on the machine's
+git configuration or $MDIFF_AUTHOR (tests that need one set it themselves)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _no_committer_from_the_machine(monkeypatch):
+    for name in ("MDIFF_AUTHOR", "MDIFF_AUTHOR_NAME", "MDIFF_AUTHOR_EMAIL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_DIR", os.devnull)  # nor the checkout's own .git/config
