@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import Future
-from typing import Any, Callable, Iterator, Mapping
+import math
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
 from mdiff.format.dtypes import DType
 from mdiff.threads import shared_pool
 from mdiff.errors import ApplyError
+from mdiff.progress import ByteCounter, Progress
 from mdiff.updates.base import Update, check_base, read_ahead, verify_all
 
-Progress = Callable[[str, int, int], None]
 _RESULTS_IN_FLIGHT = 2
 
 
@@ -86,7 +87,7 @@ def apply_files(base_path, diff_path, out_path, progress: Progress | None = None
         files = applied_files(base.files, diff.files) if is_folder_output(out_path) else {}
         layout = diff.read_layout() if diff.layout is not None else base.layout
         order = write_order(out_path, entries, layout, max_shard_size)
-        position = {name: i for i, name in enumerate(order)}
+        done = ByteCounter(progress, ((name, math.prod(shape) * dt.itemsize) for name, shape, dt in entries))
         # Each result is hashed on another core while the next one is made and written; the
         # output takes its name only once every hash has matched.
         checks: deque[Future] = deque()
@@ -94,8 +95,7 @@ def apply_files(base_path, diff_path, out_path, progress: Progress | None = None
         ahead = read_ahead((name, diff[name]) for name in order if name in diff)
 
         def fetch(name: str) -> np.ndarray:
-            if progress:
-                progress(name, position[name], len(order))
+            done(name)  # as it is handed to the writer
             update = diff.get(name)
             if update is None:
                 return base.read(name)

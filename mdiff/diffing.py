@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 import hashlib
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping
+from typing import Iterator, Mapping
 
 import numpy as np
 
 from mdiff.format.dtypes import canonical, dtype_of, xor_bits
+from mdiff.progress import ByteCounter, Progress, tensor_bytes
 from mdiff.updates import delete, dense, replace, sparse
 from mdiff.updates.base import Update
 
@@ -65,7 +66,6 @@ def diff_tensor(old: np.ndarray | None, new: np.ndarray | None) -> Update | None
     return dense.from_xor(xor, new, stats)
 
 
-Progress = Callable[[str, int, int], None]  # (parameter name, index, total)
 
 
 def file_updates(old: Mapping[str, bytes], new: Mapping[str, bytes]) -> Iterator[tuple[str, Update]]:
@@ -101,12 +101,13 @@ def layout_update(new: bytes | None, old: bytes | None) -> Update:
 
 
 def diff_mappings(old: Mapping[str, np.ndarray], new: Mapping[str, np.ndarray], progress: Progress | None = None):
-    """Yield (name, update) over the union of names in sorted order; one pair of tensors at a time."""
+    """Yield (name, update) over the union of names in sorted order; one pair of tensors at a time.
+    ``progress`` hears of each parameter's bytes (the new tensor's, or the removed one's) as it is done."""
     names = sorted(set(old) | set(new))
-    for i, name in enumerate(names):
-        if progress:
-            progress(name, i, len(names))
+    done = ByteCounter(progress, ((n, tensor_bytes(new if n in new else old, n)) for n in names) if progress else ())
+    for name in names:
         update = diff_tensor(old[name] if name in old else None, new[name] if name in new else None)
+        done(name)
         if update is not None:
             yield name, update
 

@@ -282,3 +282,21 @@ def test_log_takes_n_and_stat_and_switch_takes_a_start(tmp_path, capsys):
     assert json.loads(out)["stat"]["parameters"][0]["name"] == "w"
     assert run(capsys, "switch", "-c", "old", "HEAD~2", "-C", repo.root)[0] == 0
     assert repo.head() == ("old", ids[0])
+
+
+def test_progress_is_reported_in_bytes(tmp_path):
+    """The library reports (item, bytes done, bytes in all); the last call says all bytes are done."""
+    from mdiff.repo import Repository
+
+    state = {"a": np.zeros(1000, np.float32), "b": np.ones((10, 10), np.float64), "c": np.array(3, np.int8)}
+    repo = Repository.init(tmp_path / "r")
+    calls: list[tuple[str, int, int]] = []
+    repo.commit(state, "s", author="A", date=DATE, progress=lambda *call: calls.append(call))
+    assert [c[0] for c in calls] == ["a", "b", "c"] and [c[1] for c in calls] == [4000, 4800, 4801]
+    assert {c[2] for c in calls} == {4801}
+    calls.clear()
+    repo.checkout("HEAD", tmp_path / "out.safetensors", progress=lambda *call: calls.append(call))
+    assert calls[-1][1:] == (4801, 4801)
+    calls.clear()
+    repo.fsck(progress=lambda *call: calls.append(call))
+    assert calls[-1][1] == calls[-1][2] == repo.commit_path(repo.head()[1]).stat().st_size

@@ -1,9 +1,10 @@
-"""A progress bar on stderr for long work; silent when stderr is not a terminal or with --quiet."""
+"""A progress bar on stderr, in bytes with rate and ETA (tqdm), for work the library reports as
+``progress(item, done_bytes, total_bytes)``; silent when stderr is not a terminal or with -q."""
 
 from __future__ import annotations
 
 import sys
-import time
+from typing import Any
 
 
 class ProgressBar:
@@ -11,22 +12,22 @@ class ProgressBar:
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else enabled
         self.label = label
-        self._last = 0.0
-        self._shown = False
+        self._bar: Any = None
 
-    def __call__(self, item: str, index: int, total: int) -> None:
-        now = time.monotonic()
-        if not self.enabled or (now - self._last < 0.1 and index + 1 < total):
+    def __call__(self, item: str, done: int, total: int) -> None:
+        if not self.enabled:
             return
-        self._last = now
-        width = 30
-        filled = width * (index + 1) // max(total, 1)
-        name = item if len(item) <= 40 else "…" + item[-39:]
-        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {index + 1}/{total} {name:<40}")
-        self.stream.flush()
-        self._shown = True
+        if self._bar is None:
+            from tqdm import tqdm  # only when there is a bar to draw: start-up stays quick
+
+            self._bar = tqdm(total=total, desc=self.label, unit="B", unit_scale=True, unit_divisor=1024,
+                             file=self.stream, leave=False, dynamic_ncols=True, mininterval=0.2)
+        if total != self._bar.total:
+            self._bar.total = total
+        self._bar.set_postfix_str(item if len(item) <= 40 else "…" + item[-39:], refresh=False)
+        self._bar.update(done - self._bar.n)
 
     def close(self) -> None:
-        if self._shown:
-            self.stream.write("\r" + " " * 100 + "\r")
-            self.stream.flush()
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

@@ -307,6 +307,7 @@ def add_status(sub) -> None:
     p.add_argument("checkpoint", metavar="CHECKPOINT", help=CHECKPOINT_HELP)
     _exclude_option(p)
     p.add_argument("--exit-code", action="store_true", help="exit 1 when CHECKPOINT differs from HEAD, 0 when not (like git)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     _common(p)
     p.set_defaults(run=run_status)
 
@@ -314,7 +315,11 @@ def add_status(sub) -> None:
 def run_status(args) -> int:
     repo = _repo(args)
     branch, head = repo.head()
-    changes = repo.status(args.checkpoint, exclude=args.exclude)
+    bar = ProgressBar("status", enabled=False if args.quiet else None)
+    try:
+        changes = repo.status(args.checkpoint, exclude=args.exclude, progress=bar)
+    finally:
+        bar.close()
     if args.json:
         print(json.dumps({"branch": branch, "head": head, "changes": changes.tensors, "files": changes.files,
                           "layout_changed": changes.layout_changed}))
@@ -479,13 +484,18 @@ def add_fsck(sub) -> None:
                        description="Verify every commit file against its id (sha256), validate it, and check refs, HEAD "
                                    "and parents. Exit 0 when sound, 1 otherwise.")
     p.add_argument("--no-data", action="store_true", help="skip the rules that read datasets")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     _common(p)
     p.set_defaults(run=run_fsck)
 
 
 def run_fsck(args) -> int:
     repo = _repo(args)
-    findings = repo.fsck(check_data=not args.no_data)
+    bar = ProgressBar("fsck", enabled=False if args.quiet else None)
+    try:
+        findings = repo.fsck(check_data=not args.no_data, progress=bar)
+    finally:
+        bar.close()
     errors = [f for f in findings if f.is_error]
     if args.json:
         print(json.dumps({"sound": not errors, "findings": [f.to_json() for f in findings]}))

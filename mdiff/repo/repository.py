@@ -20,6 +20,7 @@ from mdiff.format.dtypes import dtype_of, xor_bits
 from mdiff.format.layout import Layout
 from mdiff.format.writer import DiffWriter
 from mdiff.frameworks import check_framework, numpy_state, to_framework
+from mdiff.progress import ByteCounter, Progress, tensor_bytes
 from mdiff.repo import snapshots
 from mdiff.repo.states import StateView
 from mdiff.repo.store import Store
@@ -27,7 +28,6 @@ from mdiff.diffing import file_updates
 from mdiff.updates import replace
 from mdiff.updates.base import Update
 
-Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,9 @@ class Repository(Store):
         specs = {name: old.spec(name) for name in old.keys()}  # becomes the new state's, update by update
         counts = {"changed": 0, "added": 0, "deleted": 0}
         names = sorted(set(old.keys()) | set(new) | set(explicit)) if only is None else sorted(only)
-        position = {n: i for i, n in enumerate(names)}
+        done = ByteCounter(progress, ((n, tensor_bytes(new if n in new else old, n) if n not in explicit else
+                                       math.prod(explicit[n].shape) * explicit[n].dtype.itemsize) for n in names)
+                           if progress else ())
         new_files = getattr(new, "files", None)
         new_layout: Layout | None = getattr(new, "layout", None)
         file_kinds: dict[str, str] = {}
@@ -173,9 +175,7 @@ class Repository(Store):
 
         def write(writer: DiffWriter) -> None:
             nonlocal layout_changed
-            for name, update in updates_between(old, new, explicit, masks, frozenset(inexact), names):
-                if progress:
-                    progress(name, position[name], len(names))
+            for name, update in updates_between(old, new, explicit, masks, frozenset(inexact), names, done):
                 writer.add(name, update)
                 counts["deleted" if update.type == "delete" else "changed" if name in old else "added"] += 1
                 if update.type == "delete":
@@ -225,31 +225,33 @@ class Repository(Store):
         check_framework(framework)
         with self.open_state(resolve(self, rev), engine) as view:
             names = view.keys()
+            done = ByteCounter(progress, ((name, tensor_bytes(view, name)) for name in names) if progress else ())
             if output is None:
                 result = {}
-                for i, name in enumerate(names):
-                    if progress:
-                        progress(name, i, len(names))
+                for name in names:
                     result[name] = to_framework(view.read(name), framework)
+                    done(name)
                 return result
-            position = {name: i for i, name in enumerate(names)}
 
             def fetch(name: str) -> np.ndarray:
-                if progress:
-                    progress(name, position[name], len(names))
-                return view.read(name)
+                value = view.read(name)
+                done(name)
+                return value
 
             entries = [(name, *view.spec(name)) for name in names]
             return save_state(output, entries, fetch, files=view.files, layout=view.layout, template=template,
                               max_shard_size=max_shard_size)
 
-    def status(self, checkpoint, exclude: Iterable[str] = ()) -> Changes:
+    def status(self, checkpoint, exclude: Iterable[str] = (), progress: Progress | None = None) -> Changes:
         """What a checkpoint (a file or a model folder) changes against HEAD."""
         with contextlib.ExitStack() as stack:
             new: Any = _open_new_state(stack, checkpoint, exclude)
             head = stack.enter_context(self.open_state(self.head()[1]))
             tensors = {}
-            for name in sorted(set(head.keys()) | set(new)):
+            names = sorted(set(head.keys()) | set(new))
+            done = ByteCounter(progress, ((n, tensor_bytes(new if n in new else head, n)) for n in names) if progress else ())
+            for name in names:
+                done(name)
                 if name not in new:
                     tensors[name] = "deleted"
                 elif name not in head:
@@ -340,13 +342,16 @@ class Repository(Store):
             return write_diff(a, b, output, Commit(message or f"diff {rev_a}..{rev_b}"), compression).parameters
 
     # ------------------------------------------------------------ integrity
-    def fsck(self, check_data: bool = True) -> list:
+    def fsck(self, check_data: bool = True, progress: Progress | None = None) -> list:
         """Every problem of the repository (SPEC.md §13): corrupt or invalid commit files, missing
         parents, malformed refs. Returns Findings; stray temporary files left by a killed writer are
-        reported as warnings (MD303) — they are harmless and may be deleted."""
+        reported as warnings (MD303) — they are harmless and may be deleted. ``progress`` hears of the
+        bytes of the commit and snapshot files checked."""
         from mdiff.format.findings import Finding
         from mdiff.validation import validate
 
+        files = [self.commit_path(c) for c in self.commit_ids()] + sorted((self.dir / "snapshots").glob("*.mdiff"))
+        done = ByteCounter(progress, ((str(p), p.stat().st_size) for p in files if p.is_file()) if progress else ())
         findings = []
         try:
             self.check_format()
@@ -357,6 +362,7 @@ class Repository(Store):
         known = set(self.commit_ids())
         for commit_id in sorted(known):
             path = self.commit_path(commit_id)
+            done(str(path))
             try:
                 self.verify(commit_id)
             except RepositoryError as exc:
@@ -369,6 +375,7 @@ class Repository(Store):
                     if parent not in known:
                         findings.append(Finding("MD801", str(path), f"parent {parent[:12]} is not in the repository"))
         for path in sorted((self.dir / "snapshots").glob("*.mdiff")):
+            done(str(path))
             problems = [f for f in validate(path, check_data=check_data) if f.is_error]
             if problems or snapshots.usable_snapshot_inexact(path, path.stem) is None:
                 why = problems[0].message if problems else "not `replace` updates of its commit with a well-formed meta (§13.5)"
@@ -553,11 +560,13 @@ def masked_update(old: np.ndarray, new: np.ndarray, mask: np.ndarray) -> Update:
 
 def updates_between(old: Mapping[str, np.ndarray], new: Mapping, explicit: Mapping[str, Update] = {},
                     masks: Mapping[str, np.ndarray] = {}, inexact: frozenset[str] = frozenset(),
-                    names: Iterable[str] | None = None) -> Iterable[tuple[str, Update]]:
+                    names: Iterable[str] | None = None, done: Callable[[str], None] | None = None,
+                    ) -> Iterable[tuple[str, Update]]:
     """(name, update) taking ``old`` to ``new``: explicit updates win, masked parameters store just
     their masked elements, the rest are exact diffs. A parameter in ``inexact`` (its value in ``old``
     was made by an inexact update) gets no exact update that reads its base: its result, as a
-    ``replace``, instead (§13.4, MD805). ``names``: the parameters to look at (default: all)."""
+    ``replace``, instead (§13.4, MD805). ``names``: the parameters to look at (default: all); ``done(name)``
+    is called as each has been looked at (progress)."""
     from mdiff.diffing import diff_tensor
 
     for name in sorted(set(old) | set(new) | set(explicit)) if names is None else sorted(names):
@@ -571,7 +580,11 @@ def updates_between(old: Mapping[str, np.ndarray], new: Mapping, explicit: Mappi
         else:
             update = diff_tensor(old[name] if name in old else None, new[name] if name in new else None)
             if update is None:
+                if done is not None:
+                    done(name)
                 continue
+        if done is not None:
+            done(name)
         kind = update.update_type
         if name in inexact and kind.carries_sha256 and kind.needs_base:
             result = update.apply(old[name], name)
