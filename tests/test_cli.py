@@ -90,7 +90,8 @@ def test_validate_exit_codes_and_json(capsys, checkpoints):
     run(capsys, "diff", d / "old.safetensors", d / "new.safetensors", "-o", d / "ok.mdiff", "--date", DATE)
     (d / "text.mdiff").write_text("not hdf5")
     code, out, _ = run(capsys, "validate", d / "ok.mdiff", "--json")
-    assert code == 0 and json.loads(out) == {"file": str(d / "ok.mdiff"), "valid": True, "findings": []}
+    assert code == 0 and json.loads(out) == {"file": str(d / "ok.mdiff"), "valid": True, "data_checked": True,
+                                      "findings": []}
     code, out, _ = run(capsys, "validate", d / "text.mdiff", "--json")
     report = json.loads(out)
     assert code == 2 and report["valid"] is False and [f["code"] for f in report["findings"]] == ["MD100"]

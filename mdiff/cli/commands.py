@@ -55,7 +55,9 @@ def add_validate(sub) -> None:
                                    "code, severity, HDF5 path, spec section, message.")
     p.add_argument("files", nargs="+", metavar="FILE", help="the .mdiff files to check")
     p.add_argument("--json", action="store_true", help="one JSON object per file: {file, valid, findings}")
-    p.add_argument("--no-data", action="store_true", help="check metadata only; skip rules that read datasets")
+    p.add_argument("--structure-only", "--no-data", dest="no_data", action="store_true",
+                   help="check the structure and metadata only, without reading the data (quicker; a file whose "
+                        "data is corrupt can then pass: the output says so)")
     add_safety_options(p, isolate_default=True)
     p.set_defaults(run=run_validate)
 
@@ -71,12 +73,14 @@ def run_validate(args) -> int:
         elif not valid:
             status = max(status, 1)
         if args.json:
-            reports.append({"file": path, "valid": valid, "findings": [f.to_json() for f in findings]})
+            reports.append({"file": path, "valid": valid, "data_checked": not args.no_data,
+                            "findings": [f.to_json() for f in findings]})
         else:
             for f in findings:
                 print(f"{path}: {f.code} {f.severity} {f.path} §{f.section} {f.message}")
+            scope = "; structure only, the data was not read" if args.no_data else ""
             print(f"{path}: {'valid' if valid else 'INVALID'}"
-                  f" ({sum(f.is_error for f in findings)} errors, {sum(not f.is_error for f in findings)} warnings)")
+                  f" ({sum(f.is_error for f in findings)} errors, {sum(not f.is_error for f in findings)} warnings{scope})")
     if args.json:
         print(json.dumps(reports if len(reports) != 1 else reports[0], indent=1))
     return status

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Generator, Iterable, Iterator, Mapping, Protocol
 
@@ -48,6 +49,35 @@ def read_array(source: Any, dtype: np.dtype) -> np.ndarray:
         except (OSError, ValueError) as exc:  # a chunk that does not decode, a checksum filter that fails
             raise InvalidFileError("MD513", f"dataset cannot be read: {exc}", source.name) from None
     return out
+
+
+VALIDATION_BLOCK_BYTES = 64 << 20  # what a validator holds of one dataset at a time
+
+
+def iter_blocks(source: Any, block_bytes: int = VALIDATION_BLOCK_BYTES) -> Iterator[np.ndarray]:
+    """A dataset's elements in C order, as 1-D arrays of about ``block_bytes`` each: every stored byte is
+    read and decoded (a chunk that does not inflate, or fails its checksum, is MD513), with memory bounded
+    by a block and the chunks it touches. In-memory arrays give views."""
+    if isinstance(source, np.ndarray):
+        flat = source.reshape(-1)
+        step = max(1, block_bytes // max(flat.itemsize, 1))
+        for start in range(0, flat.size, step):
+            yield flat[start:start + step]
+        return
+    shape = tuple(source.shape)
+    if math.prod(shape) == 0:  # no bytes, yet a shape readers must be able to allocate (MD508)
+        yield empty_array(shape, np.dtype(source.dtype), source.name).reshape(-1)
+        return
+    try:
+        if len(shape) == 0:
+            yield np.asarray(source[()]).reshape(-1)
+            return
+        row = math.prod(shape[1:]) * np.dtype(source.dtype).itemsize
+        rows = max(1, block_bytes // max(row, 1))
+        for start in range(0, shape[0], rows):
+            yield np.asarray(source[start:start + rows]).reshape(-1)
+    except (OSError, ValueError) as exc:  # a chunk that does not decode, a checksum filter that fails
+        raise InvalidFileError("MD513", f"dataset cannot be read: {exc}", source.name) from None
 
 
 def update_schema(

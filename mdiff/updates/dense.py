@@ -15,6 +15,7 @@ import numpy as np
 from mdiff.format.dtypes import as_bits, dtype_of, from_bits, xor_bits
 from mdiff.format.onnx_functions import BITS_NAMES, BITS_TYPES, make_model, tensor
 from mdiff.updates.base import (
+    iter_blocks,
     Problem, Runner, Update, UpdateType, bool_values_problems, expect_datasets, no_problems, sha256_hex, update_schema,
 )
 
@@ -39,8 +40,13 @@ def _check_layout(meta, actual) -> Iterator[Problem]:
 
 
 def _check_data(update: Update) -> Iterator[Problem]:
-    if update.dtype.name == "bool":
-        yield from bool_values_problems(update.array("xor"), "xor")
+    """Every stored byte decoded, block by block (MD513 when one does not); bool patterns are 0 or 1 (MD409)."""
+    for block in iter_blocks(update.data["xor"]):
+        if update.dtype.name == "bool":
+            problem = next(bool_values_problems(block, "xor"), None)
+            if problem:
+                yield problem
+                return
 
 
 def _apply_numpy(update: Update, base: np.ndarray, scratch: bool) -> np.ndarray:

@@ -6,6 +6,7 @@ only cases where no delta against the base exists.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Iterator
 
 import numpy as np
@@ -13,6 +14,7 @@ import numpy as np
 from mdiff.format.dtypes import dtype_of, from_bits, from_storage, to_storage
 from mdiff.format.onnx_functions import BITS_NAMES, BITS_TYPES, make_model, tensor
 from mdiff.updates.base import (
+    iter_blocks,
     Problem, Runner, Update, UpdateType, bool_values_problems, expect_datasets, no_problems, sha256_hex, update_schema,
 )
 
@@ -31,10 +33,17 @@ def _check_layout(meta, actual) -> Iterator[Problem]:
 
 
 def _check_data(update: Update) -> Iterator[Problem]:
-    value = update.array("value")
-    if update.dtype.name == "bool":
-        yield from bool_values_problems(value, "value")
-    if sha256_hex(from_storage(value, update.dtype)) != update.sha256:
+    """The value, read block by block: bools are 0 or 1 (MD409), the bytes hash to `sha256` (MD410; the
+    stored bit patterns are the canonical bytes of §6.2)."""
+    digest = hashlib.sha256()
+    bad_bool = None
+    for block in iter_blocks(update.data["value"]):
+        if update.dtype.name == "bool" and bad_bool is None:
+            bad_bool = next(bool_values_problems(block, "value"), None)
+        digest.update(np.ascontiguousarray(block).view(np.uint8))
+    if bad_bool:
+        yield bad_bool
+    if digest.hexdigest() != update.sha256:
         yield ("MD410", "value", "the stored value does not match `sha256`")
 
 
