@@ -22,6 +22,14 @@ class Isolation:
     memory_bytes: int = DEFAULT_MEMORY_BYTES
 
 
+def isolation_supported() -> bool:
+    """Whether this platform can isolate a reader: fork() and resource limits (POSIX)."""
+    import importlib.util
+    import multiprocessing
+
+    return "fork" in multiprocessing.get_all_start_methods() and importlib.util.find_spec("resource") is not None
+
+
 class IsolationFailure(Exception):
     """The child died, hung or ran out of memory; ``reason`` says which."""
 
@@ -53,8 +61,9 @@ def run_isolated(fn: Callable[..., Any], *args, limits: Isolation = Isolation())
     """
     import multiprocessing
 
-    if "fork" not in multiprocessing.get_all_start_methods():
-        raise IsolationFailure("isolation needs fork(), which this platform lacks; run with --no-isolation")
+    if not isolation_supported():
+        raise IsolationFailure("isolation needs fork() and resource limits (POSIX), which this platform lacks; "
+                               "read in this process instead (--no-isolation, or isolation=None)")
     context = multiprocessing.get_context("fork")
     parent, child = context.Pipe(duplex=False)
     process = context.Process(target=_child, args=(child, limits, fn, args), daemon=True)

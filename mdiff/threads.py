@@ -21,7 +21,8 @@ def shared_pool() -> ThreadPoolExecutor:
 
 
 # A forked child (isolation.py) inherits the pool but not its threads: work sent there would wait forever.
-os.register_at_fork(after_in_child=shared_pool.cache_clear)
+if hasattr(os, "register_at_fork"):  # POSIX; where there is no fork there is nothing to rebuild
+    os.register_at_fork(after_in_child=shared_pool.cache_clear)
 
 
 def in_pool() -> bool:

@@ -8,7 +8,7 @@ from mdiff.errors import InvalidFileError
 from mdiff.format.findings import Finding
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
 from mdiff.format.parameters import Parameter
-from mdiff.format.reader import open_hdf5, read_contents
+from mdiff.format.reader import FILTER_PLUGINS, open_hdf5, read_contents
 from mdiff.isolation import Isolation, IsolationFailure, run_isolated
 
 
@@ -29,6 +29,11 @@ def validate(path, limits: Limits = DEFAULT_LIMITS, check_data: bool = True, iso
 
 
 def _validate(path, limits: Limits, check_data: bool) -> list[Finding]:
+    with FILTER_PLUGINS.off():
+        return _validate_file(path, limits, check_data)
+
+
+def _validate_file(path, limits: Limits, check_data: bool) -> list[Finding]:
     try:
         f, size = open_hdf5(path)
     except InvalidFileError as exc:

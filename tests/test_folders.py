@@ -323,8 +323,8 @@ def test_merges_combine_files_and_report_conflicting_ones(tmp_path):
     repo.set_head("main")
     merged, conflicts = repo.merge("other", date=DATE)
     assert conflicts == []
-    files = repo.open_state(merged).files
-    assert files["README.md"] == b"ours\n" and files["notes.txt"] == b"theirs\n"
+    with repo.open_state(merged) as state:
+        assert state.files["README.md"] == b"ours\n" and state.files["notes.txt"] == b"theirs\n"
     (theirs / "README.md").write_text("theirs too\n", encoding="utf-8")
     repo.set_head("other")
     repo.commit(theirs, "theirs again", date=DATE)

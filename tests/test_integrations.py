@@ -50,9 +50,9 @@ def test_the_trainer_callback_commits_every_save(tmp_path):
         assert commit.message == f"trainer step {step}"
         assert commit.meta["step"] == str(step) and float(commit.meta["loss"]) > 0
         assert "learning_rate" in commit.meta and "epoch" in commit.meta
-    files = repo.open_state("HEAD" and callback.commits[-1]).files
-    assert "config.json" in files and "trainer_state.json" in files
-    assert not {"optimizer.pt", "scheduler.pt", "training_args.bin", "rng_state.pth"} & set(files)
+    with repo.open_state(callback.commits[-1]) as state:
+        assert "config.json" in state.files and "trainer_state.json" in state.files
+        assert not {"optimizer.pt", "scheduler.pt", "training_args.bin", "rng_state.pth"} & set(state.files)
     out = tmp_path / "out"
     repo.checkout(callback.commits[-1], out)
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(out)

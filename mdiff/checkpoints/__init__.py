@@ -29,13 +29,11 @@ writers need the base model as ``template``.)
 from __future__ import annotations
 
 import abc
-import contextlib
 import importlib
 import io
 import math
 import operator
 import os
-import secrets
 import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,10 +42,10 @@ from typing import BinaryIO, TypeVar
 
 import numpy as np
 
+from mdiff.atomic import atomic_output
 from mdiff.errors import CheckpointError
 from mdiff.format.dtypes import DType, dtype_of
 from mdiff.format.layout import Layout
-from mdiff.threads import Writeback
 
 __all__ = [
     "CheckpointFormat",
@@ -286,7 +284,7 @@ def write_checkpoint(
     """
     path = os.fspath(path)
     write = _prepared_writer(path, entries, fetch, metadata, template)  # refusals before any file exists
-    with _atomic_output(path) as file:
+    with atomic_output(path) as file:
         write(file)
         if before_commit is not None:
             before_commit()
@@ -540,65 +538,3 @@ def refuse_invalid_bools(array: np.ndarray, path: str, name: str) -> None:
         raise CheckpointError(
             "MD701", f"bool tensor {name!r} holds a byte other than 0 or 1; the file is corrupt", path
         )
-
-
-# ------------------------------------------------- atomic output
-
-
-@contextlib.contextmanager
-def _atomic_output(path: str) -> Iterator[BinaryIO]:
-    """A new file that replaces ``path`` only once completely written and synced."""
-    directory = os.path.dirname(os.path.abspath(path))
-    temp_path, fd = _create_temp_file(directory, os.path.basename(path))
-    file = _SyncingWriter(io.FileIO(fd, "wb"))
-    try:
-        try:
-            yield file
-            file.flush()
-            file.writeback.wait()
-            os.fsync(file.fileno())
-        finally:
-            file.writeback.wait()  # no sync may outlive the file it syncs
-            file.close()
-        os.replace(temp_path, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp_path)
-        raise
-    _fsync_directory(directory)
-
-
-class _SyncingWriter(io.BufferedWriter):
-    """A buffered file that syncs what it has written on another thread as it goes (threads.Writeback)."""
-
-    def __init__(self, raw: io.FileIO):
-        super().__init__(raw)
-        self.writeback = Writeback(lambda: os.fsync(raw.fileno()))
-
-    def write(self, data) -> int:
-        n = super().write(data)
-        self.writeback.wrote(n, self.flush)
-        return n
-
-
-def _create_temp_file(directory: str, basename: str) -> tuple[str, int]:
-    # Same directory as the target so that os.replace is an atomic rename;
-    # mode 0o666 lets the umask decide permissions as for an ordinary file.
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    for _ in range(100):
-        temp_path = os.path.join(directory, f".{basename[:200]}.{secrets.token_hex(8)}.tmp")
-        try:
-            return temp_path, os.open(temp_path, flags, 0o666)
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"could not create a temporary file in {directory}")
-
-
-def _fsync_directory(directory: str) -> None:
-    # Makes the rename itself durable; not possible on every platform.
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mdiff.checkpoints import CheckpointReader, Entry, Fetch, _SyncingWriter, _fsync_directory, write_entries
+from mdiff.atomic import SyncingWriter, fsync_directory
+from mdiff.checkpoints import CheckpointReader, Entry, Fetch, write_entries
 from mdiff.errors import CheckpointError
 from mdiff.format.dtypes import DType
 from mdiff.format.layout import INDEX_SUFFIX, Layout, Shard
@@ -438,7 +439,7 @@ def write_folder(
     except BaseException:
         _remove_tree(staging)
         raise
-    _fsync_directory(parent)
+    fsync_directory(parent)
     return paths
 
 
@@ -459,7 +460,7 @@ def _make_staging_folder(parent: str, name: str) -> str:
 
 
 @contextlib.contextmanager
-def _new_file(root: str, relative: str) -> Iterator[_SyncingWriter]:
+def _new_file(root: str, relative: str) -> Iterator[SyncingWriter]:
     """A file created anew at ``relative`` below ``root`` (folders made here, nothing followed)."""
     parts = relative.split("/")
     directory = root
@@ -471,12 +472,10 @@ def _new_file(root: str, relative: str) -> Iterator[_SyncingWriter]:
     fd = os.open(os.path.join(directory, parts[-1]), flags, 0o666)
     import io
 
-    file = _SyncingWriter(io.FileIO(fd, "wb"))
+    file = SyncingWriter(io.FileIO(fd, "wb"))
     try:
         yield file
-        file.flush()
-        file.writeback.wait()
-        os.fsync(file.fileno())
+        file.finish()
     finally:
         file.writeback.wait()
         file.close()
@@ -484,7 +483,7 @@ def _new_file(root: str, relative: str) -> Iterator[_SyncingWriter]:
 
 def _fsync_tree(root: str) -> None:
     for directory, _, _ in os.walk(root):
-        _fsync_directory(directory)
+        fsync_directory(directory)
 
 
 def _remove_tree(root: str) -> None:

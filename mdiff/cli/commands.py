@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import sys
 
@@ -13,7 +14,11 @@ from mdiff.cli.usage import UsageError
 from mdiff.engines import ENGINES
 from mdiff.errors import InvalidFileError
 from mdiff.format.limits import Limits
-from mdiff.isolation import DEFAULT_MEMORY_BYTES, DEFAULT_TIMEOUT_S, Isolation, IsolationFailure, run_isolated
+from mdiff.isolation import (
+    DEFAULT_MEMORY_BYTES, DEFAULT_TIMEOUT_S, Isolation, IsolationFailure, isolation_supported, run_isolated,
+)
+
+log = logging.getLogger(__name__)
 
 # Everything heavier (numpy, h5py, onnx) is imported by the command that runs, not to build --help.
 
@@ -45,6 +50,9 @@ def limits_of(args) -> Limits:
 
 
 def isolation_of(args) -> Isolation | None:
+    if args.isolate and not isolation_supported():  # POSIX only: say so, and read in this process
+        log.warning("reading in this process: isolating a reader needs fork() and resource limits (POSIX)")
+        args.isolate = False
     return Isolation(args.timeout, args.memory) if args.isolate else None
 
 
@@ -108,9 +116,10 @@ def _size(n: int) -> str:
 def run_dump(args) -> int:
     from mdiff.describe import describe
 
-    if args.isolate:  # a stranger's file: a libhdf5 crash becomes MD515, not a dead shell command
+    isolation = isolation_of(args)
+    if isolation is not None:  # a stranger's file: a libhdf5 crash becomes MD515, not a dead shell command
         try:
-            info = run_isolated(describe, args.file, args.values, limits_of(args), limits=isolation_of(args))
+            info = run_isolated(describe, args.file, args.values, limits_of(args), limits=isolation)
         except IsolationFailure as failure:
             raise InvalidFileError("MD515", failure.reason, args.file) from None
     else:
@@ -310,12 +319,13 @@ def _size_argument(text: str) -> int:
 
 
 def apply_maybe_isolated(args, bar) -> int:
-    work = (args.base, args.diff, args.output, None if args.isolate else bar, limits_of(args), args.engine)
-    if not args.isolate:
-        preflight = Isolation(args.timeout, args.memory) if args.preflight else None
+    isolation = isolation_of(args)
+    work = (args.base, args.diff, args.output, None if isolation else bar, limits_of(args), args.engine)
+    if isolation is None:
+        preflight = Isolation(args.timeout, args.memory) if args.preflight and isolation_supported() else None
         return mdiff.apply_files(*work, isolation=preflight, max_shard_size=args.max_shard_size)
     try:
-        return run_isolated(mdiff.apply_files, *work, None, args.max_shard_size, limits=isolation_of(args))
+        return run_isolated(mdiff.apply_files, *work, None, args.max_shard_size, limits=isolation)
     except IsolationFailure as failure:
         raise InvalidFileError("MD515", failure.reason, args.diff) from None
 

@@ -3,7 +3,9 @@ checked on open, from metadata alone; data is read only when a parameter is used
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping
 
@@ -24,16 +26,43 @@ from mdiff.updates.base import Update
 
 
 
-def _forbid_filter_plugins() -> None:
-    """mdiff's filters are built into libhdf5; a plugin filter would run code a file asks for.
+class _NoFilterPlugins:
+    """mdiff's filters are built into libhdf5; a plugin filter would run code a file asks for (§8.5).
 
-    h5py exposes no switch for plugin loading, so empty the plugin search path.
-    """
-    while h5py.h5pl.size():
-        h5py.h5pl.remove(0)
+    h5py exposes no switch for plugin loading, so the plugin search path is emptied while an mdiff file
+    is open, and given back when the last one closes: the rest of the process keeps its plugins."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open = 0
+        self._saved: list[bytes] = []
+
+    def enter(self) -> None:
+        with self._lock:
+            if self._open == 0:
+                self._saved = [h5py.h5pl.get(i) for i in range(h5py.h5pl.size())]
+                while h5py.h5pl.size():
+                    h5py.h5pl.remove(0)
+            self._open += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._open -= 1
+            if self._open == 0:
+                for path in self._saved:
+                    h5py.h5pl.append(path)
+                self._saved = []
+
+    @contextlib.contextmanager
+    def off(self) -> Iterator[None]:
+        self.enter()
+        try:
+            yield
+        finally:
+            self.leave()
 
 
-_forbid_filter_plugins()
+FILTER_PLUGINS = _NoFilterPlugins()
 
 
 @dataclass
@@ -97,7 +126,12 @@ class DiffFile(Mapping[str, Update]):
 
     def __init__(self, path, limits: Limits = DEFAULT_LIMITS):
         self.path = os.fspath(path)
-        self._file, size = open_hdf5(path)
+        FILTER_PLUGINS.enter()
+        try:
+            self._file, size = open_hdf5(path)
+        except BaseException:
+            FILTER_PLUGINS.leave()
+            raise
         try:
             contents = read_contents(self._file, size, limits)
             errors = [x for x in contents.findings if x.is_error]
@@ -105,7 +139,9 @@ class DiffFile(Mapping[str, Update]):
                 raise errors[0].to_error()
         except BaseException:
             self._file.close()
+            FILTER_PLUGINS.leave()
             raise
+        self._closed = False
         self.header: Header = contents.header
         self.warnings = [x for x in contents.findings if not x.is_error]
         self._parameters = contents.parameters
@@ -154,7 +190,14 @@ class DiffFile(Mapping[str, Update]):
         return layout_format.parse(value.tobytes())
 
     def close(self) -> None:
-        self._file.close()
+        if not self._closed:
+            self._closed = True
+            self._file.close()
+            FILTER_PLUGINS.leave()
+
+    def __del__(self) -> None:  # a file never closed gives the plugin path back when it is collected
+        if getattr(self, "_closed", True) is False:
+            self.close()
 
     def __enter__(self) -> "DiffFile":
         return self

@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 import os
 import zlib
-import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping
 
 import h5py
 import numpy as np
 
+from mdiff.atomic import create_temp_file, fsync_directory, fsync_path
 from mdiff.format import canonical_json
 from mdiff.format.attributes import overwrite_string, write_string
 from mdiff.format.commit import Commit
@@ -77,15 +77,6 @@ def _write_deflated(dataset: h5py.Dataset, array: np.ndarray, chunks: tuple[int,
         dataset.id.write_direct_chunk(done_origin, future.result())
 
 
-def fsync_path(path: Path) -> None:
-    """fsync a file or a folder by its path."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class DiffWriter:
     """Streams updates into a new .mdiff file; the file appears at ``path`` only on success.
 
@@ -111,7 +102,7 @@ class DiffWriter:
         self._writeback = Writeback(lambda: fsync_path(self._tmp))
         commit_text = (commit or Commit()).to_attribute()
         extensions = list(extensions)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        tmp, fd = create_temp_file(self.path.parent, self.path.name)  # 0o666: the umask decides, as for any file
         os.close(fd)
         self._tmp = Path(tmp)
         try:
@@ -195,7 +186,7 @@ class DiffWriter:
         self._writeback.wait()
         fsync_path(self._tmp)
         os.replace(self._tmp, self.path)
-        fsync_path(self.path.parent.resolve())
+        fsync_directory(self.path.parent.resolve())
 
     def abort(self) -> None:
         try:

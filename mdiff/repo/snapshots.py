@@ -15,7 +15,8 @@ from mdiff.errors import InvalidFileError
 from mdiff.format import canonical_json
 from mdiff.format.commit import Commit
 from mdiff.format.reader import open_diff
-from mdiff.format.writer import DiffWriter, fsync_path
+from mdiff.atomic import fsync_directory
+from mdiff.format.writer import DiffWriter
 from mdiff.repo.states import snapshot_inexact
 from mdiff.repo.store import Store
 from mdiff.updates import replace
@@ -84,7 +85,7 @@ def write_snapshot(store: Store, commit_id: str, state: Mapping[str, np.ndarray]
 
     snapshot_id = store.store(write, meta, compression="none", directory="snapshots")
     os.replace(store.dir / "snapshots" / f"{snapshot_id}.mdiff", store.snapshot_path(commit_id))
-    fsync_path(store.dir / "snapshots")
+    fsync_directory(store.dir / "snapshots")
 
 
 def replay_cost(store: Store, commit_id: str) -> tuple[int, int, int]:

@@ -9,11 +9,10 @@ before or as it is after, and two writers never interleave.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import os
 import re
-import tempfile
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -21,7 +20,8 @@ from typing import Callable, Iterator
 from mdiff.errors import InvalidFileError, RepositoryError
 from mdiff.format.commit import Commit
 from mdiff.format.reader import DiffFile, open_diff
-from mdiff.format.writer import DiffWriter, fsync_path
+from mdiff.atomic import TEMP_SUFFIX, create_temp_file, fsync_directory, write_text
+from mdiff.format.writer import DiffWriter
 
 REPO_DIR = ".mdiff"
 FORMAT_LINE = "mdiff-repository 1\n"
@@ -36,20 +36,6 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_path(path.parent)
 
 
 def valid_branch(name: str) -> bool:
@@ -84,13 +70,14 @@ class Store:
         if directory.exists():
             raise RepositoryError("MD801", f"{directory} already exists; it is a repository already")
         Path(root).mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".mdiff-init.", dir=root))
+        staging = Path(root) / f".mdiff-init.{secrets.token_hex(8)}{TEMP_SUFFIX}"
+        staging.mkdir(0o777)  # the umask decides, as for any folder
         for sub in ("commits", "snapshots", "refs/heads"):
             (staging / sub).mkdir(parents=True)
         (staging / "format").write_text(FORMAT_LINE, encoding="utf-8")
         (staging / "HEAD").write_text(f"ref: refs/heads/{branch}\n", encoding="utf-8")
         os.replace(staging, directory)  # the repository appears whole or not at all
-        fsync_path(Path(root).resolve())
+        fsync_directory(Path(root).resolve())
 
     @staticmethod
     def locate(start) -> Path:
@@ -108,20 +95,19 @@ class Store:
     # ------------------------------------------------------------ locking
     @contextlib.contextmanager
     def lock(self, wait: bool = True) -> Iterator[None]:
-        """The one writer lock; ``wait=False`` refuses at once (MD803) if another process holds it."""
-        import fcntl
+        """The one writer lock (§13.6: an exclusive flock on .mdiff/lock, where the platform has flock);
+        ``wait=False`` refuses at once (MD803) if another process holds it."""
+        from filelock import FileLock, Timeout
 
-        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        held = FileLock(self.dir / "lock", mode=0o644, thread_local=False)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-            except OSError as exc:
-                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise RepositoryError("MD803", "another mdiff process is writing to this repository; try again") from None
-                raise
+            held.acquire(timeout=-1 if wait else 0)
+        except Timeout:
+            raise RepositoryError("MD803", "another mdiff process is writing to this repository; try again") from None
+        try:
             yield
         finally:
-            os.close(fd)  # closing releases the lock
+            held.release()
 
     # ------------------------------------------------------------ refs
     def head(self) -> tuple[str | None, str | None]:
@@ -162,10 +148,10 @@ class Store:
             raise RepositoryError("MD801", f"{branch!r} is not a valid branch name")
         path = self.dir / "refs" / "heads" / branch
         path.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomically(path, commit_id + "\n")
+        write_text(path, commit_id + "\n")
 
     def set_head(self, branch: str | None = None, commit_id: str | None = None) -> None:
-        _write_atomically(self.dir / "HEAD", f"ref: refs/heads/{branch}\n" if branch else f"{commit_id}\n")
+        write_text(self.dir / "HEAD", f"ref: refs/heads/{branch}\n" if branch else f"{commit_id}\n")
 
     def advance(self, branch: str | None, commit_id: str) -> None:
         """Move the current branch — or a detached HEAD — to ``commit_id`` (after a commit)."""
@@ -183,7 +169,7 @@ class Store:
         if not path.is_file():
             raise RepositoryError("MD801", f"no branch {branch!r}")
         path.unlink()
-        fsync_path(path.parent)
+        fsync_directory(path.parent)
 
     # ------------------------------------------------------------ commit files
     def commit_path(self, commit_id: str) -> Path:
@@ -225,7 +211,7 @@ class Store:
         a stray temporary file, never a partial commit.
         """
         target_dir = self.dir / directory
-        fd, tmp = tempfile.mkstemp(prefix=".commit.", suffix=".mdiff", dir=target_dir)
+        tmp, fd = create_temp_file(target_dir, "commit.mdiff")
         os.close(fd)
         tmp_path = Path(tmp)
         try:
@@ -236,7 +222,7 @@ class Store:
         except BaseException:
             tmp_path.unlink(missing_ok=True)
             raise
-        fsync_path(target_dir)
+        fsync_directory(target_dir)
         return commit_id
 
     def verify(self, commit_id: str) -> None:
