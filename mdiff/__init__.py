@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from mdiff.version import __version__
+from mdiff.version import __version__ as __version__
 
 # public name → (module, attribute)
 _EXPORTS: dict[str, tuple[str, str]] = {
