@@ -21,9 +21,9 @@ _RESULTS_IN_FLIGHT = 2
 def plan(base_specs: Mapping[str, tuple[tuple[int, ...], DType]], diff: Mapping[str, Update]):
     """The result's (name, shape, DType) entries in name order, after checking every update
     against the base (MD600, MD601) — before any data is read or written."""
-    for name, update in diff.items():
-        if update.update_type.needs_base:
-            check_base(update, base_specs.get(name), name)
+    for name, given in diff.items():
+        if given.update_type.needs_base:
+            check_base(given, base_specs.get(name), name)
     entries = []
     for name in sorted(set(base_specs) | set(diff)):
         update = diff.get(name)
@@ -45,7 +45,7 @@ def apply_mappings(base: Mapping[str, Any], diff: Mapping[str, Update], engine: 
 
     framework = framework or framework_of(base)
     check_framework(framework)
-    view = numpy_state(base)
+    view: Any = numpy_state(base)
     specs = {}
     for name in view:
         try:
@@ -55,7 +55,7 @@ def apply_mappings(base: Mapping[str, Any], diff: Mapping[str, Update], engine: 
     entries = plan(specs, diff)
     if hasattr(diff, "read_layout"):
         diff.read_layout()  # §9.1: a malformed layout (MD307) refuses the file, though the result needs none
-    result = {}
+    result: dict[str, Any] = {}
     for name, _shape, _dtype in entries:
         update = diff.get(name)
         result[name] = view[name] if update is None else update.apply(view[name] if name in view else None, name,
@@ -104,6 +104,7 @@ def apply_files(base_path, diff_path, out_path, progress: Progress | None = None
             needs_base = update.update_type.needs_base
             # the base tensor was just read for this purpose alone: the update may overwrite it
             result = update.apply(base.read(name) if needs_base else None, name, engine, scratch=True, verify=False)
+            assert result is not None  # a deleted parameter is no entry: it is never fetched
             checks.append(shared_pool().submit(update.verify, result, name))
             while len(checks) > _RESULTS_IN_FLIGHT:  # bounds the results held for their hash
                 checks.popleft().result()

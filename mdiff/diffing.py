@@ -56,7 +56,7 @@ def diff_tensor(old: np.ndarray | None, new: np.ndarray | None) -> Update | None
     changed = int(np.count_nonzero(xor))
     if changed == 0:
         return None
-    stats = {"changed": changed}
+    stats: dict[str, int | float] = {"changed": changed}
     rel = relative_change(old, new)
     if rel is not None:
         stats["rel_change"] = rel
@@ -82,11 +82,11 @@ def file_updates(old: Mapping[str, bytes], new: Mapping[str, bytes]) -> Iterator
 
 
 def _file_size(files: Mapping[str, bytes], path: str) -> int:
-    return files.size(path) if hasattr(files, "size") else len(files[path])  # type: ignore[attr-defined]
+    return files.size(path) if hasattr(files, "size") else len(files[path])
 
 
 def _file_sha256(files: Mapping[str, bytes], path: str) -> str:
-    return files.sha256(path) if hasattr(files, "sha256") else _sha256(files[path])  # type: ignore[attr-defined]
+    return files.sha256(path) if hasattr(files, "sha256") else _sha256(files[path])
 
 
 def _sha256(data: bytes) -> str:

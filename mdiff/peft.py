@@ -85,7 +85,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -236,11 +236,11 @@ def _target_module_exists(config: _LoraConfig, key: str) -> bool:
     return found
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[float]:
     return (isinstance(value, (int, float)) and not isinstance(value, bool)) and math.isfinite(value)
 
 
@@ -405,6 +405,7 @@ def _map_names(needed: Mapping[str, str], base_specs: Mapping[str, Any]) -> dict
     if complete:
         labels = "; ".join(label for label, _ in complete)
         raise ApplyError("MD600", f"the adapter's names map onto the base in more than one way ({labels}): ambiguous")
+    assert best is not None  # every candidate is scored
     label, mapped = best
     missing = sorted(name for name, new in mapped.items() if new is None or new not in base_specs)
     shown = ", ".join(f"{mapped[n] or n!r} ({needed[n]})" for n in missing[:5])

@@ -92,7 +92,7 @@ class CheckpointReader(Mapping):
     def _index(self) -> Mapping[str, object]:
         """Name → whatever the format keeps per tensor (ValueError once closed)."""
 
-    def keys(self) -> list[str]:
+    def keys(self) -> list[str]:  # type: ignore[override]  # a sorted list: what every caller wants
         """Tensor names, sorted by Python string order."""
         return sorted(self._index())
 
@@ -341,7 +341,7 @@ def save_checkpoint(
 
 def save_state(
     output: str | os.PathLike[str],
-    entries: Sequence[tuple[str, Sequence[int], DType]],
+    entries: Sequence[Entry],
     fetch: Fetch,
     *,
     files: Mapping[str, bytes] | None = None,
@@ -446,15 +446,16 @@ def _checked_metadata(metadata: Mapping[str, str] | None) -> dict[str, str] | No
 def _canonical_fetched(array: object, name: str, shape: tuple[int, ...], dt: DType) -> np.ndarray:
     actual = _dtype_or_value_error(array, name)
     assert isinstance(array, np.ndarray)
+    result: np.ndarray
     if actual.name != dt.name:
         raise ValueError(f"fetch({name!r}) returned dtype {actual.name}, the entry says {dt.name}")
     if tuple(array.shape) != shape:
         raise ValueError(f"fetch({name!r}) returned shape {array.shape}, the entry says {shape}")
     # astype, not ascontiguousarray: the latter turns 0-d arrays into 1-d.
-    array = array.astype(dt.value, order="C", copy=False)
-    if dt.kind == "bool" and array.size and int(array.view(np.uint8).max()) > 1:
-        array = array.view(np.uint8) != 0  # a bool stored as 0x00/0x01 only
-    return array
+    result = array.astype(dt.value, order="C", copy=False)
+    if dt.kind == "bool" and result.size and int(result.view(np.uint8).max()) > 1:
+        result = result.view(np.uint8) != 0  # a bool stored as 0x00/0x01 only
+    return result
 
 
 def is_valid_unicode(text: str) -> bool:
@@ -519,7 +520,7 @@ def fill_from(
     readinto: Callable[[memoryview], int | None], target: np.ndarray | bytearray, path: str, name: str
 ) -> None:
     """Fill a C-contiguous array or a bytearray from a stream; MD701 if the stream ends first."""
-    view = memoryview(target.reshape(-1).view(np.uint8) if isinstance(target, np.ndarray) else target)
+    view = target.reshape(-1).view(np.uint8).data if isinstance(target, np.ndarray) else memoryview(target)
     filled = 0
     while filled < len(view):
         count = readinto(view[filled : filled + _READ_CHUNK])

@@ -22,7 +22,7 @@ import zipfile
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 from numpy.lib import format as npy_format
@@ -119,7 +119,7 @@ class NpzReader(CheckpointReader):
         try:
             with self._zip.open(member.info) as stream:
                 stream.read(member.header_bytes)  # parsed on open already
-                fill_from(stream.readinto, array, self.path, name)
+                fill_from(stream.readinto, array, self.path, name)  # type: ignore[attr-defined]  # ZipExtFile has it
                 if stream.read(1):
                     raise CheckpointError("MD701", f"member {name!r} has bytes after its array data", self.path)
         except _DECODING_ERRORS as exc:
@@ -146,7 +146,7 @@ def open_reader(path: str) -> NpzReader:
 # ---------------------------------------------------------------- reading
 
 
-def _refuse_non_zip(file: io.BufferedReader, path: str) -> None:
+def _refuse_non_zip(file: Any, path: str) -> None:  # a buffered reader (peek)
     # numpy.load would try to unpickle a file that is not a zip; we say what it is not.
     magic = file.peek(4)[:4]
     file.seek(0)
@@ -154,7 +154,7 @@ def _refuse_non_zip(file: io.BufferedReader, path: str) -> None:
         raise CheckpointError("MD701", "not a zip archive, so not an .npz file", path)
 
 
-def _open_zip(file: io.BufferedReader, path: str) -> zipfile.ZipFile:
+def _open_zip(file: Any, path: str) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(file, "r")
     except _DECODING_ERRORS as exc:

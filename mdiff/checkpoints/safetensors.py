@@ -318,7 +318,7 @@ def write(
     file.write(header)
     for name, _, _ in entries:
         array = fetch(name)
-        file.write(memoryview(array.reshape(-1).view(np.uint8)))
+        file.write(array.reshape(-1).view(np.uint8).data)
 
 
 def _header_bytes(entries: Sequence[Entry], metadata: dict[str, str] | None) -> bytes:

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+from typing import NoReturn
 
 from mdiff import __version__
 from mdiff.cli import commands, demo_command, repo_commands
@@ -33,7 +34,7 @@ With --json, an error is printed as {"error": {"code", "message", "path", "secti
 class _Parser(argparse.ArgumentParser):
     """argparse, with usage errors raised (so that --json can report them) rather than printed and exited."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(message, self)
 
 

@@ -129,7 +129,8 @@ def run_commit(args) -> int:
 
 # ---------------------------------------------------------------- log / show
 def add_log(sub) -> None:
-    p = sub.add_parser("log", help="show the history graph", description="Show the commits reachable from REV (default HEAD), newest first, with merges drawn as a graph.")
+    p = sub.add_parser("log", help="show the history graph",
+                       description="Show the commits reachable from REV (default HEAD), newest first, with merges drawn as a graph.")
     p.add_argument("rev", nargs="?", default="HEAD", metavar="REV", help="where to start (default HEAD)")
     p.add_argument("--oneline", action="store_true", help="one line per commit")
     p.add_argument("--all", action="store_true", help="every branch, not only REV")
@@ -143,9 +144,10 @@ def add_log(sub) -> None:
 
 def run_log(args) -> int:
     repo = _repo(args)
-    heads = sorted(set(repo.branches().values()) - {None}) if args.all else [resolve(repo, args.rev)]
+    targets = {name: target for name, target in repo.branches().items() if target is not None}
+    heads = sorted(set(targets.values())) if args.all else [resolve(repo, args.rev)]
     labels: dict[str, list[str]] = {}
-    for name, target in repo.branches().items():
+    for name, target in targets.items():
         labels.setdefault(target, []).append(name)
     head_branch, head_id = repo.head()
     shown = topological(repo, heads)[:args.max_count] if args.max_count is not None else None
@@ -221,7 +223,7 @@ def _stat_lines(stat: dict) -> list[str]:
         name = p["name"] if len(p["name"]) <= width else "…" + p["name"][-(width - 1):]
         lines.append(f"{name:<{width}} | {p['type']:<8} {_size(p['stored_bytes']):>10}  {share}".rstrip())
     lines += [f"file {path} | {kind}" for path, kind in stat["files"].items()]
-    types = {}
+    types: dict[str, int] = {}
     for p in rows:
         types[p["type"]] = types.get(p["type"], 0) + 1
     by_type = ", ".join(f"{n} {t}" for t, n in sorted(types.items()))
@@ -374,7 +376,8 @@ def run_branch(args) -> int:
 
 
 def add_switch(sub) -> None:
-    p = sub.add_parser("switch", help="make another branch current", description="Make BRANCH the current branch (commits go there). With -c, create it first, at START (default HEAD).")
+    p = sub.add_parser("switch", help="make another branch current",
+                       description="Make BRANCH the current branch (commits go there). With -c, create it first, at START (default HEAD).")
     p.add_argument("branch", metavar="BRANCH", help="the branch to commit on from now")
     p.add_argument("start", nargs="?", default=None, metavar="START", help="with -c: where the new branch starts (default HEAD)")
     p.add_argument("-c", "--create", action="store_true", help="create BRANCH first")
@@ -438,6 +441,7 @@ def run_merge(args) -> int:
                 print(f"  {name}: {reason}")
             print("  (use --strategy ours or theirs to take one side)")
         return 1
+    assert commit_id is not None  # no conflicts: a commit was made
     _print(args, {"commit": commit_id}, f"merged {args.rev}: {commit_id[:12]}")
     return 0
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Sequence
 import shlex
 import sys
 
@@ -22,7 +23,7 @@ from mdiff.conformance.manifest import ManifestError, load_manifest
 from mdiff.conformance.runner import run_cases, summary_line
 
 
-def _table(rows: list[tuple[str, ...]]) -> list[str]:
+def _table(rows: Sequence[tuple[str, ...]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return ["  ".join(r[i].ljust(widths[i]) for i in range(len(widths))) + "  " + r[-1] for r in rows]
 

@@ -112,7 +112,8 @@ def _case(raw: Mapping[str, Any], corpus: Path, features: Mapping[str, str], lim
 
     need(isinstance(raw.get("id"), str) and raw["id"], "no id")
     need(raw.get("family") in FAMILIES, f"family must be one of {FAMILIES}")
-    files, expect = raw.get("files"), raw.get("expect")
+    files: Any = raw.get("files")
+    expect: Any = raw.get("expect")
     if isinstance(files, dict) and "repository" in files:
         _check_repository_case(raw, need)
         return _make_case(raw, corpus, features, limits, need)
@@ -132,7 +133,8 @@ def _case(raw: Mapping[str, Any], corpus: Path, features: Mapping[str, str], lim
 
 
 def _check_repository_case(raw: Mapping[str, Any], need) -> None:
-    files, expect = raw["files"], raw.get("expect")
+    files: Any = raw["files"]
+    expect: Any = raw.get("expect")
     need(isinstance(files["repository"], str), "files.repository must be a path")
     need(isinstance(expect, dict) and expect.get("checkout") in CHECKOUT_OUTCOMES,
          f"expect.checkout must be one of {CHECKOUT_OUTCOMES}")

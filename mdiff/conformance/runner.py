@@ -9,7 +9,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from mdiff.conformance.compare import compare_files
 from mdiff.conformance.implementations import DEFAULT_TIMEOUT, Completed, Implementation, limit_args
@@ -34,7 +34,8 @@ class CaseResult:
         return self.status == "pass"
 
     def to_json(self) -> dict:
-        out = {"id": self.id, "family": self.family, "status": self.status, "expected": self.expected, "got": self.got}
+        out: dict[str, Any] = {"id": self.id, "family": self.family, "status": self.status, "expected": self.expected,
+                               "got": self.got}
         if self.problems:
             out["problems"] = self.problems
         if self.reason:

@@ -43,7 +43,8 @@ def parse_header(inventory: Inventory) -> tuple[Header | None, list[Finding]]:
         return None, [Finding("MD103", "/", f"format version {version[0]}.{version[1]}: this reader reads {FORMAT_MAJOR}.x")]
     newer_minor = version[1] > FORMAT_MINOR
     if newer_minor:
-        findings.append(Finding("MD104", "/", f"format version {version[0]}.{version[1]} is newer than {FORMAT_MAJOR}.{FORMAT_MINOR}; unknown members are ignored"))
+        findings.append(Finding("MD104", "/", f"format version {version[0]}.{version[1]} is newer than "
+                                              f"{FORMAT_MAJOR}.{FORMAT_MINOR}; unknown members are ignored"))
     extensions = _parse_extensions(attrs.get(ATTR_EXTENSIONS), findings)
     commit = None
     if ATTR_COMMIT not in root.refused_attrs:

@@ -109,7 +109,8 @@ def read_contents(f: h5py.File, file_size: int, limits: Limits) -> Contents:
     parameters, parameter_findings = parse_parameters(
         inventory, f, {**REGISTRY, **embedded}, newer_minor=newer_minor, limits=limits
     )
-    files, layout = {}, None
+    files: dict[str, Parameter] = {}
+    layout: Parameter | None = None
     if header.version >= (1, 1):  # in a 1.0 file these groups are MD306 (header.py)
         files, file_findings = parse_files(inventory, f, newer_minor, limits)
         layout, layout_findings = parse_layout(inventory, f, newer_minor, limits)
@@ -142,7 +143,9 @@ class DiffFile(Mapping[str, Update]):
             FILTER_PLUGINS.leave()
             raise
         self._closed = False
+        assert contents.header is not None and contents.header.commit is not None  # else an error above
         self.header: Header = contents.header
+        self._commit: Commit = contents.header.commit
         self.warnings = [x for x in contents.findings if not x.is_error]
         self._parameters = contents.parameters
         self._files = contents.files
@@ -150,7 +153,7 @@ class DiffFile(Mapping[str, Update]):
 
     @property
     def commit(self) -> Commit:
-        return self.header.commit
+        return self._commit
 
     @property
     def version(self) -> str:

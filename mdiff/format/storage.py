@@ -19,16 +19,18 @@ import math
 import os
 import zlib as _zlib
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 
+from mdiff.errors import InvalidFileError
+from mdiff.threads import THREADS, in_pool, shared_pool
+
+_inflate_lib: ModuleType
 try:  # ISA-L inflates the same streams ~1.5× faster than zlib; zlib is the fallback
     from isal import isal_zlib as _inflate_lib
 except ImportError:  # pragma: no cover - isal is a dependency; kept for platforms without a wheel
     _inflate_lib = _zlib
-
-from mdiff.errors import InvalidFileError
-from mdiff.threads import THREADS, in_pool, shared_pool
 
 FILTER_DEFLATE, FILTER_SHUFFLE = 1, 2
 _PARALLEL_BYTES = 4 << 20  # below this, a thread pool costs more than it saves
@@ -138,6 +140,7 @@ def read_planned(fd: int, plan: StoragePlan, shape: tuple[int, ...], out: np.nda
         _pread_into(fd, flat, plan.contiguous_offset, name)
         return
     itemsize = out.itemsize
+    assert plan.chunk_shape is not None  # a plan is contiguous or chunked
     slabs = Slabs(shape, plan.chunk_shape, itemsize)
     chunk_bytes = slabs.chunk_bytes
 
@@ -175,7 +178,7 @@ def read_planned(fd: int, plan: StoragePlan, shape: tuple[int, ...], out: np.nda
 
 def _pread_into(fd: int, flat: np.ndarray, offset: int, name: str) -> None:
     done = 0
-    view = memoryview(flat)
+    view = flat.data
     while done < flat.size:
         n = os.preadv(fd, [view[done:]], offset + done)
         if n <= 0:
@@ -204,6 +207,6 @@ def _inflate(data, expected: int, offset, name: str) -> bytes:
                 raise InvalidFileError("MD513", f"chunk {offset} inflates to more than {expected} bytes", name)
         if not inflater.eof:
             raise InvalidFileError("MD513", f"chunk {offset} is not a complete deflate stream", name)
-    except _inflate_lib.error as exc:
+    except (_zlib.error, getattr(_inflate_lib, "error", _zlib.error)) as exc:
         raise InvalidFileError("MD513", f"chunk {offset} does not inflate: {exc}", name) from None
     return out

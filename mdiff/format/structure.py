@@ -210,7 +210,7 @@ class _Walk:
                 return None
             nbytes = math.prod(shape) * dtype.itemsize
             plan = self._storage_plan(path, did, layout, dcpl, shape, dtype, nbytes, filters)
-            if plan is False:
+            if plan is False or plan is True:  # False: refused (reported); a plan is never True
                 return None
         except Exception as exc:
             self.finding("MD513", path, f"the dataset's header cannot be read: {exc}")

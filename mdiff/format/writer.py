@@ -6,7 +6,7 @@ import math
 import os
 import zlib
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import h5py
 import numpy as np
@@ -64,7 +64,7 @@ def _write_deflated(dataset: h5py.Dataset, array: np.ndarray, chunks: tuple[int,
             data = np.concatenate([data, np.zeros(slabs.chunk_bytes - valid, np.uint8)])
         if itemsize > 1:
             data = np.ascontiguousarray(data.reshape(-1, itemsize).T)
-        return zlib.compress(data, 1)
+        return zlib.compress(data.data, 1)
 
     window = 2 * THREADS  # chunks in flight: bounded memory, cores busy
     pending: list = []
@@ -212,11 +212,12 @@ def _checked_type(name: str, definition: Mapping, functions: Mapping[str, bytes]
 
     problems = [] if TYPE_NAME.fullmatch(name) else [f"name {name!r} is not x-<lower case>"]
     problems += first_errors(DEFINITION_SCHEMA, dict(definition))
-    checked = {}
+    checked: dict[str, tuple[Any, bytes]] = {}
     for dtype_name, data in ([] if problems else sorted(functions.items())):
         model, found = check_function(bytes(data), dtype_name, list(definition["inputs"]), DEFAULT_LIMITS)
         problems += [f"{dtype_name}: {code}: {message}" for code, _, message in found]
-        checked[dtype_name] = (model, bytes(data))
+        if model is not None:
+            checked[dtype_name] = (model, bytes(data))
     if problems or not checked:
         raise ValueError(f"update type {name!r} is invalid: " + ("; ".join(problems) or "it has no function"))
     return make_type(name, definition, checked, DEFAULT_LIMITS)

@@ -44,6 +44,7 @@ class Strategy:
         if self.name in ("average", "weighted"):
             merged = self.weight * o + (1.0 - self.weight) * t
         else:  # task-arithmetic: base + λ·((ours − base) + (theirs − base))
+            assert base is not None  # merge_parameter checks it is there
             b = base.astype(np.float64)
             merged = b + self.weight * ((o - b) + (t - b))
         return merged.astype(ours.dtype)

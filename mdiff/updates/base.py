@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, Iterable, Iterator, Mapping, Protocol
+from typing import Any, Callable, Generator, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -18,7 +18,7 @@ SCHEMA_BASE_URI = "https://mdiff.dev/schemas/updates/"
 def sha256_hex(array: np.ndarray) -> str:
     """SPEC.md §6.2: sha256 of a tensor's canonical bytes (little-endian, C order)."""
     flat = np.ascontiguousarray(array).reshape(-1)
-    return hashlib.sha256(flat.view(np.uint8)).hexdigest()
+    return hashlib.sha256(flat.view(np.uint8).data).hexdigest()
 
 
 def empty_array(shape, dtype, path: str = "") -> np.ndarray:
@@ -81,7 +81,7 @@ def iter_blocks(source: Any, block_bytes: int = VALIDATION_BLOCK_BYTES) -> Itera
 
 
 def update_schema(
-    type_name: str, carries_sha256: bool, properties: Mapping[str, Any] = {}, required: list[str] = [], version: int = 1
+    type_name: str, carries_sha256: bool, properties: Mapping[str, Any] = {}, required: Sequence[str] = (), version: int = 1
 ) -> dict:
     """The JSON Schema of one type's ``update`` attribute: the shared members plus the type's own."""
     return {
@@ -185,6 +185,8 @@ class Update:
     def verify(self, result: np.ndarray | None, name: str = "") -> None:
         """MD602 unless ``result`` is this update's result (for types that carry a sha256)."""
         if self.update_type.carries_sha256:
+            if result is None:
+                raise ApplyError("MD602", "the update has no result to check (a removed parameter)", name)
             got = sha256_hex(result)
             if got != self.sha256:
                 raise ApplyError("MD602", f"result sha256 {got} differs from the update's {self.sha256}", name)
@@ -268,8 +270,8 @@ class UpdateType:
     check_data: Callable[[Update], Iterator[Problem]]
     # The math, twice: in numpy, and as the normative ONNX models run through ``run`` (SPEC.md §7.9).
     # Both take (update, base, scratch); ``scratch`` lets them overwrite the base's buffer.
-    apply_numpy: Callable[[Update, np.ndarray | None, bool], np.ndarray | None]
-    apply_onnx: Callable[[Update, np.ndarray | None, "Runner", bool], np.ndarray | None]
+    apply_numpy: Callable[..., np.ndarray | None]  # (update, base or None, scratch)
+    apply_onnx: Callable[..., np.ndarray | None]  # (update, base or None, runner, scratch)
     onnx_models: Callable[[], dict[str, Any]]  # model name → onnx.ModelProto
     # The engine `apply` uses unless told otherwise: the faster of the two, as tools/bench/engines.py measures.
     preferred_engine: str = "onnx"

@@ -161,6 +161,10 @@ _DATA_PROPAGATING = frozenset({"Add", "Cast", "Concat", "Gather", "Mul", "Slice"
 MAX_PROPAGATED_ENTRIES = 2**16
 
 
+def _fully_known(dims: list[int | None] | None) -> bool:
+    return dims is not None and None not in dims
+
+
 def _dims(t: onnx.TypeProto | None) -> list[int | None] | None:
     """A tensor type's dimensions (None where unknown); None when its rank is unknown."""
     if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
@@ -268,7 +272,7 @@ def _propagation_problems(graph: onnx.GraphProto, types: Mapping[str, onnx.TypeP
             if dims is None or (len(dims) == 1 and dims[0] is None):
                 return [("MD428", "", f"the shape of {name!r} (an input of {node.name or node.op_type}) cannot be "
                                       f"bounded before data propagation")]
-            if len(dims) == 1:
+            if len(dims) == 1 and dims[0] is not None:
                 total += dims[0]
     if total > MAX_PROPAGATED_ENTRIES:
         return [("MD428", "", f"data propagation would go through {total} values of 1-D tensors "
@@ -311,8 +315,7 @@ def check_shapes(model: onnx.ModelProto, shape, datasets: Mapping[str, tuple[tup
     types, problems = _prepass(concrete, constants, limits)
     if problems:
         return problems
-    known = all(_dims(types.get(out)) is not None and None not in _dims(types.get(out))
-                for node in concrete.graph.node for out in node.output)
+    known = all(_fully_known(_dims(types.get(out))) for node in concrete.graph.node for out in node.output)
     if not known:
         problems = _propagation_problems(concrete.graph, types, limits)
         if problems:
@@ -362,7 +365,7 @@ def make_type(name: str, definition: Mapping[str, Any], functions: Mapping[str, 
         out = empty_array(update.shape, update.dtype.value, name)
         try:
             run.embedded(model_bytes, {"base": base, **{i: update.array(i) for i in inputs}}, out)
-        except (RuntimeError, ValueError, *ONNXRUNTIME_ERRORS) as exc:
+        except (RuntimeError, ValueError) + ONNXRUNTIME_ERRORS as exc:
             raise InvalidFileError("MD428", f"the function of {name!r} failed to run: {exc}", name) from None
         return out
 

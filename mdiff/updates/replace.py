@@ -40,7 +40,7 @@ def _check_data(update: Update) -> Iterator[Problem]:
     for block in iter_blocks(update.data["value"]):
         if update.dtype.name == "bool" and bad_bool is None:
             bad_bool = next(bool_values_problems(block, "value"), None)
-        digest.update(np.ascontiguousarray(block).view(np.uint8))
+        digest.update(np.ascontiguousarray(block).view(np.uint8).data)
     if bad_bool:
         yield bad_bool
     if digest.hexdigest() != update.sha256:
