@@ -23,6 +23,8 @@ def create_temp_file(directory: str | os.PathLike[str], basename: str) -> tuple[
     """A new, empty, hidden file in ``directory`` (the target's folder, so that the rename is atomic):
     (its path, an fd open for writing)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    if not os.path.isdir(directory):  # say which folder, not the temporary file's name
+        raise FileNotFoundError(2, "the folder to write into does not exist; create it first", os.fspath(directory))
     for _ in range(100):
         temp_path = os.path.join(os.fspath(directory), f".{basename[:200]}.{secrets.token_hex(8)}{TEMP_SUFFIX}")
         try:

@@ -39,7 +39,8 @@ def test_the_trainer_callback_commits_every_save(tmp_path):
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path / "run"), max_steps=6, save_steps=2, logging_steps=2, per_device_train_batch_size=4,
         learning_rate=1e-3, report_to=[], use_cpu=True, save_total_limit=1, seed=0, disable_tqdm=True)
-    callback = MdiffCallback(tmp_path / "history", branch="run-1", message="trainer step {step}")
+    callback = MdiffCallback(tmp_path / "history", branch="run-1", message="trainer step {step}",
+                             date=lambda step: f"2026-05-01T00:00:{step:02d}Z")
     trainer = transformers.Trainer(model=model, args=args, train_dataset=_Tokens(32), callbacks=[callback])
     trainer.train()
     repo = Repository.find(tmp_path / "history")
@@ -47,7 +48,7 @@ def test_the_trainer_callback_commits_every_save(tmp_path):
     assert first_parent_line(repo, callback.commits[-1]) == callback.commits[::-1]
     for step, commit_id in zip((2, 4, 6), callback.commits):
         commit = repo.metadata(commit_id)
-        assert commit.message == f"trainer step {step}"
+        assert commit.message == f"trainer step {step}" and commit.date == f"2026-05-01T00:00:{step:02d}Z"
         assert commit.meta["step"] == str(step) and float(commit.meta["loss"]) > 0
         assert "learning_rate" in commit.meta and "epoch" in commit.meta
     with repo.open_state(callback.commits[-1]) as state:
@@ -65,7 +66,8 @@ def test_the_trainer_callback_commits_every_save(tmp_path):
 
 def test_logged_metrics_take_the_numbers_of_the_step():
     history = [{"loss": 2.5, "step": 2, "epoch": 0.5}, {"loss": 2.0, "grad_norm": 1.25, "step": 4},
-               {"eval_loss": 2.25, "step": 4, "note": "x", "flag": True}]
+               {"eval_loss": 2.25, "step": 4, "note": "x", "flag": True, "eval_runtime": 0.25,
+                "eval_samples_per_second": 100.0, "total_flos": 1e9}]
     assert logged_metrics(history, 4) == {"loss": "2", "grad_norm": "1.25", "eval_loss": "2.25"}
     assert logged_metrics(history, 3) == {}
 

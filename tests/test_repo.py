@@ -472,3 +472,18 @@ def test_md805_is_checked_before_any_update_of_the_commit_is_applied(repo):
     with pytest.raises(RepositoryError) as info:
         Repository.find(repo.root).checkout(bad)
     assert info.value.code == "MD805"
+
+
+def test_merging_a_descendant_fast_forwards_unless_told_not_to(repo, capsys):
+    root = repo.commit(state(0), "root", date=DATE)
+    repo.switch("feature", create=True)
+    ahead = repo.commit(state(1), "feature work", date=DATE)
+    repo.switch("main")
+    code, out, _ = run(capsys, "merge", "feature", "-C", repo.root)
+    assert code == 0 and "fast-forwarded" in out and repo.head() == ("main", ahead)
+    repo.set_branch("main", root)
+    merged, conflicts = repo.merge("feature", "average", date=DATE, fast_forward=False)
+    assert conflicts == [] and repo.parents(merged) == (root, ahead)
+    with pytest.raises(RepositoryError) as caught:
+        repo.switch("feature", create=True)
+    assert caught.value.code == "MD801"

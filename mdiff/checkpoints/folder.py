@@ -449,6 +449,8 @@ def _refuse_existing(target: str) -> None:
 
 
 def _make_staging_folder(parent: str, name: str) -> str:
+    if not os.path.isdir(parent):
+        raise FileNotFoundError(2, "the folder to write into does not exist; create it first", parent)
     for _ in range(100):
         staging = os.path.join(parent, f".{name[:200]}.{secrets.token_hex(8)}.tmp")
         try:

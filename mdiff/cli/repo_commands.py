@@ -386,22 +386,11 @@ def add_switch(sub) -> None:
 
 
 def run_switch(args) -> int:
+    if args.start and not args.create:
+        raise UsageError("START is for a new branch: mdiff switch -c BRANCH START")
     repo = _repo(args)
-    with repo.lock():
-        if args.create:
-            if args.branch in repo.branches():
-                raise RepositoryError("MD801", f"branch {args.branch!r} exists already; `mdiff switch {args.branch}` "
-                                               "switches to it")
-            start = resolve(repo, args.start) if args.start else repo.head()[1]
-            if start is None:
-                raise RepositoryError("MD801", "make a first commit before creating branches")
-            repo.set_branch(args.branch, start)
-        elif args.start:
-            raise UsageError("START is for a new branch: mdiff switch -c BRANCH START")
-        elif args.branch not in repo.branches():
-            raise RepositoryError("MD801", f"no branch {args.branch!r}; `mdiff switch -c {args.branch}` creates it")
-        repo.set_head(args.branch)
-    _print(args, {"branch": args.branch}, f"switched to branch {args.branch}")
+    repo.switch(args.branch, create=args.create, start=args.start)
+    _print(args, {"branch": args.branch}, f"switched to {'a new ' if args.create else ''}branch {args.branch}")
     return 0
 
 
@@ -421,6 +410,8 @@ def add_merge(sub) -> None:
     p.add_argument("--date", help="RFC 3339 UTC date (default: $SOURCE_DATE_EPOCH, else now)")
     p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE", help="free key-value (repeatable)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--no-ff", dest="fast_forward", action="store_false",
+                   help="make a merge commit even when the current branch is an ancestor of REV (default: fast-forward)")
     _common(p)
     p.set_defaults(run=run_merge)
 
@@ -429,7 +420,9 @@ def run_merge(args) -> int:
     repo = _repo(args)
     bar = ProgressBar("merge", enabled=False if args.quiet else None)
     try:
-        commit_id, conflicts = repo.merge(args.rev, args.strategy, args.message, args.author, args.date, _meta(args.meta), bar)
+        theirs = resolve(repo, args.rev)
+        commit_id, conflicts = repo.merge(args.rev, args.strategy, args.message, args.author, args.date, _meta(args.meta), bar,
+                                          fast_forward=args.fast_forward)
     finally:
         bar.close()
     if conflicts:
@@ -441,8 +434,11 @@ def run_merge(args) -> int:
                 print(f"  {name}: {reason}")
             print("  (use --strategy ours or theirs to take one side)")
         return 1
-    assert commit_id is not None  # no conflicts: a commit was made
-    _print(args, {"commit": commit_id}, f"merged {args.rev}: {commit_id[:12]}")
+    assert commit_id is not None  # no conflicts: a commit was made, or the branch fast-forwarded
+    if commit_id == theirs:  # a new merge commit never has the id of what it merges
+        _print(args, {"commit": commit_id, "fast_forward": True}, f"fast-forwarded to {args.rev}: {commit_id[:12]}")
+    else:
+        _print(args, {"commit": commit_id, "fast_forward": False}, f"merged {args.rev}: {commit_id[:12]}")
     return 0
 
 

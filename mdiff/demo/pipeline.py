@@ -153,11 +153,8 @@ def _bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _switch(repo: Repository, branch: str, create_at: str | None = None) -> None:
-    """``mdiff switch [-c] BRANCH``: create the branch at ``create_at`` if given, and make it current."""
-    with repo.lock():
-        if create_at is not None:
-            repo.set_branch(branch, create_at)
-        repo.set_head(branch)
+    """``mdiff switch [-c] BRANCH [START]``: create the branch at ``create_at`` if given, and make it current."""
+    repo.switch(branch, create=create_at is not None, start=create_at)
 
 
 def _timed(action: Callable[[], T]) -> tuple[T, float]:
@@ -239,8 +236,9 @@ def run(repo: Repository, config: DemoConfig, report: Callable[[str], None] | No
         # 5. main: fast-forward to the fine-tune, then merge lora into it
         say(f"main: fast-forwarded to finetune, then `merge lora --strategy {config.merge_strategy}`")
         _switch(repo, "main")
-        with repo.lock():
-            repo.set_branch("main", callback.commits[-1])  # a fast-forward, as git merge --ff: main had only the root
+        fast_forward, _ = repo.merge("finetune")  # main had only the root: the branch moves, no merge commit
+        if fast_forward != callback.commits[-1]:
+            raise DemoCheckFailed("main did not fast-forward to finetune")
         (merge_id, conflicts), seconds = _timed(lambda: repo.merge(
             "lora", config.merge_strategy, f"merge lora into main ({config.merge_strategy})", author, next(dates),
             {"method": "merge"}))

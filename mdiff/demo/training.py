@@ -17,11 +17,9 @@ run makes the same weights — and, with the fixed commit dates, the same commit
 
 from __future__ import annotations
 
-import calendar
 import contextlib
 import datetime as _dt
 import math
-import os
 import random
 import time
 import warnings
@@ -86,35 +84,18 @@ def fixed_dates(first: str) -> Iterator[str]:
         moment += _dt.timedelta(minutes=1)
 
 
-@contextlib.contextmanager
-def source_date(date: str) -> Iterator[None]:
-    """``SOURCE_DATE_EPOCH`` set to ``date`` for the duration: the date of a commit made by code that
-    takes no date (MdiffCallback), as reproducible builds set it."""
-    previous = os.environ.get("SOURCE_DATE_EPOCH")
-    os.environ["SOURCE_DATE_EPOCH"] = str(calendar.timegm(_dt.datetime.strptime(date, DATE_FORMAT).timetuple()))
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ["SOURCE_DATE_EPOCH"]
-        else:
-            os.environ["SOURCE_DATE_EPOCH"] = previous
-
-
 class TimedCallback(MdiffCallback):
     """MdiffCallback as the demo runs it: each commit dated by the demo's fixed clock, and timed."""
 
     def __init__(self, repository: Path, dates: Iterator[str], **options):
-        super().__init__(repository, **options)
-        self._dates = dates
+        super().__init__(repository, date=lambda step: next(dates), **options)
         self.seconds: dict[str, float] = {}  # commit id → seconds its commit took
 
     def on_save(self, args, state, control, **kwargs):
         made = len(self.commits)
-        with source_date(next(self._dates)):
-            started = time.perf_counter()
-            super().on_save(args, state, control, **kwargs)
-            elapsed = time.perf_counter() - started
+        started = time.perf_counter()
+        super().on_save(args, state, control, **kwargs)
+        elapsed = time.perf_counter() - started
         if len(self.commits) > made:
             self.seconds[self.commits[-1]] = elapsed
 

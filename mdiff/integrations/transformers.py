@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from mdiff.repo import Repository
+from mdiff.repo.repository import CommitSummary, Repository
 
 log = logging.getLogger(__name__)
 
@@ -33,19 +33,27 @@ class MdiffCallback(TrainerCallback):
     missing), on ``branch`` (created at HEAD when missing; default: the current branch).
 
     ``message`` is formatted with the step and epoch (``"step {step}"``); ``author`` as for
-    ``Repository.commit`` (default: ``$MDIFF_AUTHOR``); ``exclude`` names more files of the checkpoint
-    folder to leave out (globs). The ids of the commits made are in ``commits``.
+    ``Repository.commit`` (default: the environment's, as git finds it); ``date`` is the commit date, or a
+    function of the step giving it (default: now, or ``$SOURCE_DATE_EPOCH``: for reproducible commit ids);
+    ``exclude`` names more files of the checkpoint folder to leave out (globs). What each commit recorded is
+    in ``summaries`` (CommitSummary), its id in ``commits``.
     """
 
     def __init__(self, repository: str | os.PathLike[str] = ".", *, branch: str | None = None,
-                 message: str = "step {step}", author: str | None = None, exclude: Iterable[str] = ()):
+                 message: str = "step {step}", author: str | None = None,
+                 date: str | Callable[[int], str] | None = None, exclude: Iterable[str] = ()):
         self.path = Path(repository)
         self.branch = branch
         self.message = message
-        self.author = author if author is not None else os.environ.get("MDIFF_AUTHOR")
+        self.author = author
+        self.date = date
         self.exclude = tuple(exclude)
-        self.commits: list[str] = []
+        self.summaries: list[CommitSummary] = []
         self._repo: Repository | None = None
+
+    @property
+    def commits(self) -> list[str]:
+        return [summary.commit_id for summary in self.summaries]
 
     def _repository(self) -> Repository:
         if self._repo is None:
@@ -69,21 +77,28 @@ class MdiffCallback(TrainerCallback):
         meta = {"step": str(state.global_step), **({"epoch": _number(state.epoch)} if state.epoch is not None else {}),
                 **logged_metrics(state.log_history or [], state.global_step)}
         text = self.message.format(step=state.global_step, epoch=state.epoch)
-        commit_id = self._repository().commit(folder, text, self.author, meta=meta, exclude=self.exclude)
-        if commit_id is None:
-            log.info("mdiff: %s holds the last commit's state; nothing committed", folder)
+        date = self.date(state.global_step) if callable(self.date) else self.date
+        summary = self._repository().make_commit(folder, text, self.author, date, meta=meta, exclude=self.exclude)
+        if summary is None:
+            log.info("%s holds the last commit's state; nothing committed", folder)
         else:
-            self.commits.append(commit_id)
-            log.info("mdiff: committed %s as %s", folder, commit_id[:12])
+            self.summaries.append(summary)
+            log.info("committed %s as %s: %s", folder, summary.commit_id[:12], summary.line())
+
+
+# Logged numbers that measure the machine, not the model: they would make every run's commit ids differ.
+_TIMINGS = ("_runtime", "_per_second", "total_flos")
 
 
 def logged_metrics(history: Iterable[Mapping[str, Any]], step: int) -> dict[str, str]:
-    """The numbers logged at ``step`` (later entries win), as strings for a commit's ``meta``."""
+    """The numbers logged at ``step`` (later entries win), as strings for a commit's ``meta`` — the
+    model's (loss, learning rate, eval metrics), not timings."""
     metrics: dict[str, str] = {}
     for entry in history:
         if entry.get("step") == step:
             metrics.update({key: _number(value) for key, value in entry.items()
-                            if key not in ("step", "epoch") and isinstance(value, (int, float)) and not isinstance(value, bool)})
+                            if key not in ("step", "epoch") and not key.endswith(_TIMINGS)
+                            and isinstance(value, (int, float)) and not isinstance(value, bool)})
     return metrics
 
 

@@ -269,14 +269,35 @@ class Repository(Store):
             layout_changed = new_layout is not None and new_layout.encode() != head.layout_bytes
         return Changes(tensors, files, layout_changed)
 
+    # ------------------------------------------------------------ branches
+    def switch(self, branch: str, create: bool = False, start: str | None = None, wait: bool = True) -> None:
+        """Make ``branch`` the current branch (commits go there); with ``create``, make it first, at ``start``
+        (a revision; default HEAD)."""
+        from mdiff.repo.history import resolve
+
+        with self.lock(wait):
+            exists = branch in self.branches()
+            if create:
+                if exists:
+                    raise RepositoryError("MD801", f"branch {branch!r} exists already; switch to it without creating it")
+                target = resolve(self, start) if start else self.head()[1]
+                if target is None:
+                    raise RepositoryError("MD801", "make a first commit before creating branches")
+                self.set_branch(branch, target)
+            elif not exists:
+                raise RepositoryError("MD801", f"no branch {branch!r}; `mdiff switch -c {branch}` creates it")
+            self.set_head(branch)
+
     # ------------------------------------------------------------ merge, squash, snapshot, diff
     def merge(self, rev: str, strategy: str = "average", message: str | None = None, author=None,
-              date: str | None = None, meta=None, progress: Progress | None = None, wait: bool = True) -> tuple[str | None, list]:
+              date: str | None = None, meta=None, progress: Progress | None = None, wait: bool = True,
+              fast_forward: bool = True) -> tuple[str | None, list]:
         """Merge ``rev`` into the current branch (§13.7): a commit with parents (HEAD, rev).
 
         Returns (commit id, []) — or (None, conflicts) with nothing written when some parameters or
         files conflict under the strategy; each conflict is (name, reason). The three states are read
-        a parameter at a time.
+        a parameter at a time. When HEAD is an ancestor of ``rev`` the branch just moves to it (a
+        fast-forward, as git does; the id returned is ``rev``'s) unless ``fast_forward`` is False.
         """
         from mdiff.repo.history import ancestors, merge_base, resolve
         from mdiff.repo.merge import Strategy
@@ -289,6 +310,9 @@ class Repository(Store):
                 raise RepositoryError("MD804", "nothing to merge into: the current branch has no commit")
             if theirs_id == head or theirs_id in ancestors(self, head):
                 raise RepositoryError("MD804", f"{rev} is already merged into {branch or 'HEAD'}")
+            if fast_forward and head in ancestors(self, theirs_id):
+                self.advance(branch, theirs_id)
+                return theirs_id, []
             base_id = merge_base(self, head, theirs_id)
             with self.open_state(head) as ours, self.open_state(theirs_id) as theirs, \
                     self.open_state(base_id) as base:
@@ -498,8 +522,19 @@ class _MergedState(Mapping):
 
         return merge_whole(self.ours.layout_bytes, self.theirs.layout_bytes, self.base.layout_bytes, self.strategy)
 
+    def _conflict(self, name: str) -> str | None:
+        """Why ``name`` conflicts, or None — from shapes and dtypes where they decide it (no data read)."""
+        if self.strategy.name in ("ours", "theirs"):
+            return None  # never a conflict (§13.7)
+        if name in self.ours and name in self.theirs:
+            spec = self.ours.spec(name)
+            if spec == self.theirs.spec(name) and spec[1].is_float and (
+                    self.strategy.name != "task-arithmetic" or (name in self.base and self.base.spec(name) == spec)):
+                return None  # combined by the strategy, whatever the values
+        return self._merged(name)[1]
+
     def conflicts(self) -> list[tuple[str, str]]:
-        found = [(name, reason) for name in self._names for _, reason in [self._merged(name)] if reason]
+        found = [(name, reason) for name in self._names for reason in [self._conflict(name)] if reason]
         found += [(f"file {path}", reason) for path in self._paths for _, reason in [self._merged_file(path)] if reason]
         reason = self._merged_layout()[1]
         return found + ([("the weights layout", reason)] if reason else [])
