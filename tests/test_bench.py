@@ -38,6 +38,8 @@ ROWS = [
     "read one parameter (none) ≤ 2× its own file",
     "read one parameter (gzip) ≤ 2× its own file",
     "checkout of commit 100 of a sparse chain ≤ 2× one full model load",
+    "commit of a sharded folder ≤ 1.2× the same state from a single file",
+    "commit of a sharded folder: peak RSS ≤ 1.25× (largest shard + 256 MiB)",
     # machine limits
     "memcpy (np.copyto)", "sequential write + fsync", "sequential read (page cache)", "sha256 (hashlib, 1 core)",
     "deflate level 1 of shuffled XOR data (zlib, 1 core)",
@@ -58,6 +60,9 @@ ROWS = [
     "the same parameter from its own .safetensors",
     "Repository.checkout of the chain's last commit", "safetensors.numpy.load_file of the full model",
     "Repository.checkout of the last commit after `mdiff snapshot` of it",
+    # a sharded model folder: commit and checkout, each in a child process
+    "mdiff commit FOLDER (sharded)", "mdiff commit FILE.safetensors (single file)",
+    "mdiff checkout HEAD -o DIR (sharded folder)", "mdiff checkout HEAD -o FILE.safetensors (single file)",
 ]
 
 
@@ -84,10 +89,11 @@ def test_quick_bench_writes_every_row(tmp_path):
     missing = [row for row in ROWS if row not in table_rows(md)]
     assert not missing, f"rows missing from benchmarks.md: {missing}"
     for heading in ("## Targets", "## Machine limits", "## Writing a dense diff", "## Applying a dense diff",
-                    "## Peak memory of apply", "## Sizes", "## Reading one parameter", "## Checking out the end"):
+                    "## Peak memory of apply", "## Sizes", "## Reading one parameter", "## Checking out the end",
+                    "## Committing and checking out a model folder"):
         assert heading in md
     results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
-    assert len(results["targets"]) == 17
+    assert len(results["targets"]) == 19
     for target in results["targets"]:  # each target is judged, or says why it could not be
         assert target["met"] in (True, False) or target["detail"].startswith("not measured")
     again = tmp_path / "again"  # the report and chart can be made again from the JSON alone

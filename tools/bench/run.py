@@ -15,6 +15,10 @@ the contenders of each comparison interleaved and every comparison repeated, it 
   memory   peak RSS of apply, in a child process (VmHWM), as a ratio to the model's bytes
   read     one parameter out of the large diff vs out of a file holding only it
   checkout the last (100th) commit of a chain of sparse commits vs one full model load
+  folder   `mdiff commit` of a fine-tune (every value changed) on top of a root, from a sharded
+           Hugging Face folder (4 safetensors shards + index + config.json) vs from one
+           .safetensors file: time and peak RSS, each in a fresh child process; `mdiff checkout`
+           of that commit to a folder vs to one file
   machine  memcpy, sequential write + fsync, read from the page cache, sha256, deflate
 
 and writes a markdown report (docs/benchmarks.md) and a chart (docs/benchmarks.png), each target
@@ -36,6 +40,7 @@ import json
 import math
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -98,6 +103,12 @@ SIZE_ROWS = [
     "MiniLM fp32", "MiniLM bf16", "MiniLM fp32, 1% of values",
 ]
 RSS_ROWS = APPLY_ROWS[:3]
+FOLDER_SHARDS = 4  # the sharded model folder: shards of about a quarter of the model each
+FOLDER_RSS_SLACK = 256 << 20  # the target's allowance beyond the largest shard: one parameter, the interpreter, buffers
+FOLDER_ROWS = [
+    "mdiff commit FOLDER (sharded)", "mdiff commit FILE.safetensors (single file)",
+    "mdiff checkout HEAD -o DIR (sharded folder)", "mdiff checkout HEAD -o FILE.safetensors (single file)",
+]
 TARGET_ROWS = [
     "write dense diff (none) ≥ 0.8× safetensors.torch.save_file",
     "write dense diff (none) ≥ 0.8× safetensors.torch.save_file + fsync (same durability)",
@@ -116,6 +127,8 @@ TARGET_ROWS = [
     "read one parameter (none) ≤ 2× its own file",
     "read one parameter (gzip) ≤ 2× its own file",
     "checkout of commit 100 of a sparse chain ≤ 2× one full model load",
+    "commit of a sharded folder ≤ 1.2× the same state from a single file",
+    "commit of a sharded folder: peak RSS ≤ 1.25× (largest shard + 256 MiB)",
 ]
 
 
@@ -288,7 +301,7 @@ class Bench:
         self.work = work
         self.log = log
         self.r: dict = {"write": {}, "apply": {}, "read": {}, "chain": {}, "limits": {}, "sizes": {}, "rss": {},
-                        "minilm": {}, "notes": [], "loads_per_repetition": []}
+                        "minilm": {}, "folder": {}, "notes": [], "loads_per_repetition": []}
         self.times: dict[str, dict[str, list[float]]] = {}
         self.rep = 0
 
@@ -325,6 +338,7 @@ class Bench:
         del delta
         self.full32_path = w / "new.safetensors"
         save_file(new, self.full32_path)
+        self._folders(base, new)  # the same two states as sharded model folders, and a root commit of each
         self.dense_paths = {}
         for comp in ("none", "gzip"):
             self.dense_paths[comp] = w / f"dense-{comp}.mdiff"
@@ -377,6 +391,30 @@ class Bench:
 
         self._minilm()
         self.r["setup_s"] = time.perf_counter() - t0
+
+    def _folders(self, base: dict, new: dict) -> None:
+        """The base and the dense fine-tune as save_pretrained folders (FOLDER_SHARDS safetensors shards, the
+        index, a config.json), and two repositories each holding a root commit of the base: one made from
+        the base folder, one from base.safetensors. run_folder commits the fine-tune on top of each."""
+        self.log(f"model folders ({FOLDER_SHARDS} shards) and the root commits of the folder comparison")
+        shards = min(FOLDER_SHARDS, len(self.names))
+        per = math.ceil(len(self.names) / shards)
+        groups = [self.names[i:i + per] for i in range(0, len(self.names), per)]
+        self.folder_paths = {}
+        for which, state in (("base", base), ("new", new)):
+            self.folder_paths[which] = write_model_folder(self.work / f"folder-{which}", state, groups)
+        largest = max(sum(base[k].nbytes for k in group) for group in groups)
+        out = self.r["folder"]
+        out.update({"shards": len(groups), "largest_shard": largest,
+                    "shard_files": sorted(p.name for p in self.folder_paths["new"].glob("model-*.safetensors"))})
+        self.folder_repos = {}
+        for which, checkpoint in (("folder", self.folder_paths["base"]), ("file", self.base_path)):
+            path = self.work / f"repo-{which}"
+            repo = mdiff.Repository.init(path)
+            start = time.perf_counter()
+            root = repo.commit(str(checkpoint), "pre-trained base", author=mdiff.Author("bench"), date=DATE)
+            out[f"root_commit_s ({which})"] = time.perf_counter() - start
+            self.folder_repos[which] = (path, root)
 
     def _sizes(self, updates: dict, full_path: Path, ideal: int | None, parameters: dict, zstd: int | None = None,
                written: dict | None = None) -> dict:
@@ -617,10 +655,54 @@ class Bench:
             (APPLY_ROWS[2], ["baseline", self.base_path, self.delta_path, out]),
         ]
         for label, argv in cases:
-            done = subprocess.run([sys.executable, __file__, "--rss-child", *map(str, argv)], check=True,
-                                  capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-            self.r["rss"][label] = json.loads(done.stdout.strip().splitlines()[-1])
+            self.r["rss"][label] = run_child(*argv)
             remove(out)
+
+    def run_folder(self) -> None:
+        """`mdiff commit` of the dense fine-tune on top of each repository's root, from the sharded folder
+        and from the single file; then `mdiff checkout HEAD` of the folder's commit to a new folder and to
+        one file. Each command in a fresh child process (its time after the imports, its CPU time and its
+        VmHWM); the commits, then the checkouts, in a rotated order."""
+        out = self.r["folder"]
+
+        def record(label: str, got: dict) -> None:
+            self.record("folder", label, got["seconds"])
+            self.record("folder cpu", label, got["cpu_seconds"])
+            self.record("folder rss", label, got["peak"])
+            self.record("folder imports", label, got["after_imports"])
+
+        def commit_from(which: str, label: str, checkpoint: Path):
+            def run():
+                path, root = self.folder_repos[which]
+                reset_repo(path, root)  # the fine-tune is committed on top of the root each time
+                prime(int(1.25 * self.model_bytes))  # the commit file's page cache, the child's arrays
+                record(label, run_child("commit", path, checkpoint, "-"))
+                repo = mdiff.Repository.find(path)
+                head = repo.head()[1]
+                if head == root:
+                    raise RuntimeError(f"{label}: no commit was made")
+                if f"commit_bytes ({which})" not in out:
+                    out[f"commit_bytes ({which})"] = repo.commit_path(head).stat().st_size
+                    with mdiff.open(repo.commit_path(head)) as diff:
+                        out[f"commit_types ({which})"] = update_types({k: diff[k] for k in diff})
+            return run
+
+        def checkout_to(label: str, output: Path):
+            def run():
+                path = self.folder_repos["folder"][0]
+                prime(int(1.25 * self.model_bytes))  # the output's page cache
+                record(label, run_child("checkout", path, output, "-"))
+                remove(output)
+            return run
+
+        commits = [commit_from("folder", FOLDER_ROWS[0], self.folder_paths["new"]),
+                   commit_from("file", FOLDER_ROWS[1], self.full32_path)]
+        checkouts = [checkout_to(FOLDER_ROWS[2], self.work / "checkout-folder"),
+                     checkout_to(FOLDER_ROWS[3], self.work / "checkout.safetensors")]
+        for contenders in (commits, checkouts):  # the checkouts read the folder commit just made
+            turn = self.rep % len(contenders)
+            for run in contenders[turn:] + contenders[:turn]:
+                run()
 
     def measure(self) -> None:
         groups: list[tuple[str, Callable[[], None]]] = [
@@ -630,6 +712,7 @@ class Bench:
             ("apply", self.run_apply),
             ("read", self.run_read),
             ("chain checkout", self.run_chain),
+            ("model folder commit and checkout (child processes)", self.run_folder),
         ]
         for rep in range(self.args.repeat):
             self.rep = rep
@@ -644,6 +727,27 @@ class Bench:
         gc.collect()
 
 
+def write_model_folder(folder: Path, state: dict, groups: list[list[str]]) -> Path:
+    """``state`` as save_pretrained writes a sharded model: model-0000i-of-0000n.safetensors (each written by
+    safetensors, with its {"format": "pt"} metadata), model.safetensors.index.json and a config.json."""
+    from safetensors.numpy import save_file
+
+    folder.mkdir()
+    weight_map = {}
+    for i, group in enumerate(groups, 1):
+        shard = f"model-{i:05d}-of-{len(groups):05d}.safetensors"
+        save_file({k: state[k] for k in group}, folder / shard, metadata={"format": "pt"})
+        weight_map.update({k: shard for k in group})
+    index = {"metadata": {"total_size": nbytes(state)}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n",
+                                                         encoding="utf-8")
+    first = state[next(iter(state))]
+    config = {"architectures": ["BenchModel"], "model_type": "bench", "hidden_size": int(first.shape[-1]),
+              "num_hidden_layers": len(state), "torch_dtype": "float32", "transformers_version": "5.18.0"}
+    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return folder
+
+
 def baseline_apply(base_path, delta_path, out_path) -> None:
     """The pipeline mdiff replaces: load base and delta with safetensors, numpy add, save with safetensors."""
     from safetensors.numpy import load_file, save_file
@@ -656,7 +760,32 @@ def baseline_apply(base_path, delta_path, out_path) -> None:
     save_file(base, out_path)
 
 
+def reset_repo(path: Path, root: str) -> None:
+    """The repository back to its root commit alone (untimed): branch main at ``root``, other commits removed."""
+    repo = mdiff.Repository.find(path)
+    for commit_id in repo.commit_ids():
+        if commit_id != root:
+            remove(repo.commit_path(commit_id))
+        remove(repo.snapshot_path(commit_id))
+    repo.set_branch("main", root)
+
+
+def run_child(*argv: object) -> dict:
+    """rss_child(KIND, A, B, OUT) in a fresh Python process: its JSON line (after_imports, peak, seconds, cpu_seconds)."""
+    done = subprocess.run([sys.executable, __file__, "--rss-child", *map(str, argv)],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if done.returncode != 0:
+        raise RuntimeError(f"child {' '.join(map(str, argv))} failed ({done.returncode}): {done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def rss_child(kind: str, a: str, b: str, out: str) -> None:
+    """One measured call in this (fresh) process; prints {"after_imports", "peak" (VmHWM), "seconds",
+    "cpu_seconds" (user + sys of all its threads)}.
+
+    mdiff / baseline: apply A + B → OUT. commit: `mdiff commit B` in repository A. checkout: `mdiff checkout
+    HEAD -o B` in repository A (OUT unused). The commands run as the CLI runs them (mdiff.cli.main.main),
+    after their modules are imported."""
     def status() -> dict:
         found = {}
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -665,21 +794,42 @@ def rss_child(kind: str, a: str, b: str, out: str) -> None:
                 found[key] = int(value.split()[0]) * 1024
         return found
 
+    command = None
     if kind == "mdiff":
         import mdiff.checkpoints.safetensors  # noqa: F401  (imports first: they are not the apply's memory)
         import mdiff.format.reader  # noqa: F401
         import mdiff.updates.dense  # noqa: F401
+    elif kind in ("commit", "checkout"):
+        import mdiff.checkpoints.folder  # noqa: F401  (both contenders: neither pays for an import)
+        import mdiff.checkpoints.safetensors  # noqa: F401
+        import mdiff.cli.main
+        import mdiff.diffing  # noqa: F401
+        import mdiff.format.writer  # noqa: F401
+        import mdiff.repo.states  # noqa: F401
+        import mdiff.updates.dense  # noqa: F401
+
+        command = (["commit", b, "-m", "fine-tune", "--author", "bench", "--date", DATE, "-q", "-C", a]
+                   if kind == "commit" else ["checkout", "HEAD", "-o", b, "-q", "-C", a])
     else:
         import safetensors.numpy  # noqa: F401
     before = status()
+    cpu = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     if kind == "mdiff":
         mdiff.apply_files(a, b, out)
+    elif command is not None:
+        with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the JSON line
+            rc = mdiff.cli.main.main(command)
+        if rc != 0:
+            raise SystemExit(f"mdiff {' '.join(command)} exited {rc}")
     else:
         baseline_apply(a, b, out)
     seconds = time.perf_counter() - start
     after = status()
-    print(json.dumps({"after_imports": before["VmRSS"], "peak": after["VmHWM"], "seconds": seconds}))
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_seconds = used.ru_utime + used.ru_stime - cpu.ru_utime - cpu.ru_stime  # every thread of the process
+    print(json.dumps({"after_imports": before["VmRSS"], "peak": after["VmHWM"], "seconds": seconds,
+                      "cpu_seconds": cpu_seconds}))
 
 
 # ---------------------------------------------------------------- results: targets, markdown, chart
@@ -689,7 +839,7 @@ def summarise(bench: Bench) -> dict:
     r = bench.r
     for group, rows in bench.times.items():
         store = r["limits"] if group == "limits" else r["write"].setdefault(group.split()[1], {}) if group.startswith("write") \
-            else r[group]
+            else r["folder"].setdefault(group.split()[1], {}) if group.startswith("folder ") else r[group]
         for label, times in rows.items():
             store[label] = series(times)
     r["model_bytes"] = bench.model_bytes
@@ -752,6 +902,18 @@ def targets(r: dict) -> list[dict]:
     out.append(_t(TARGET_ROWS[16], med(ch, CHAIN_ROWS[0]) / med(ch, CHAIN_ROWS[1]), 2.0, "le",
                   f"time ratio; root + {ch.get('commits')} sparse commits (the last is commit {ch.get('commits')}), "
                   f"each changing {DENSITY:.0%} of every tensor"))
+    fo = r.get("folder", {})
+    folder, single = med(fo, FOLDER_ROWS[0]), med(fo, FOLDER_ROWS[1])
+    out.append(_t(TARGET_ROWS[17], folder / single if folder and single else None, 1.2, "le",
+                  f"time ratio of `mdiff commit` (fresh child, after imports): a fine-tune of every value on top of a "
+                  f"root, {fo.get('shards')} shards + index + config.json vs one .safetensors"
+                  if folder and single else "not measured: no model folder figures in these results"))
+    peak = fo.get("rss", {}).get(FOLDER_ROWS[0], {}).get("median")
+    allowed = fo["largest_shard"] + FOLDER_RSS_SLACK if "largest_shard" in fo else None
+    out.append(_t(TARGET_ROWS[18], peak / allowed if peak and allowed else None, 1.25, "le",
+                  f"VmHWM of that folder commit (whole process, interpreter included; median) / (largest shard "
+                  f"{fmt_bytes(fo.get('largest_shard'))} + 256 MiB)"
+                  if peak and allowed else "not measured: no model folder figures in these results"))
     return out
 
 
@@ -890,6 +1052,47 @@ def markdown(r: dict) -> str:
               f"the last one and replays {ch.get('replayed_commits', '?')} commits.", "", "| how | time |", "|---|---|"]
     for label in CHAIN_ROWS:
         lines.append(f"| {label} | {fmt_s(ch[label])} |")
+
+    fo = r.get("folder", {})
+    if FOLDER_ROWS[0] in fo:
+        largest = fo["largest_shard"]
+        stored = {which: ", ".join(f"{v} {k}" for k, v in sorted(fo.get(f"commit_types ({which})", {}).items()))
+                 for which in ("folder", "file")}
+        lines += ["", "## Committing and checking out a model folder", "",
+                  f"The dense fine-tune above (every value changed) committed with `mdiff commit` (default settings) on "
+                  f"top of a root commit of the base, from a `save_pretrained`-style folder — {fo['shards']} safetensors "
+                  f"shards of at most {fmt_bytes(largest)} (`{fo['shard_files'][0]}` …, written by safetensors with "
+                  "their {\"format\": \"pt\"} metadata), `model.safetensors.index.json` and a `config.json` — and from "
+                  "the same state as one `.safetensors` file, each in its own repository whose root was committed from "
+                  "the base in the same form; then `mdiff checkout HEAD` of the folder's commit to a new folder and to "
+                  "one `.safetensors` file. Each command runs in a fresh child process as the CLI runs it "
+                  "(`mdiff.cli.main.main`), the contenders in a rotated order each repetition; time is the "
+                  "command's own, after the imports; CPU time is the child's user + sys time over the same span, "
+                  "all threads (less sensitive than time to other work on a shared machine); peak RSS is the "
+                  "child's VmHWM (interpreter included). "
+                  f"Commit files: from the folder {fmt_bytes(fo.get('commit_bytes (folder)'))} ({stored['folder']}), "
+                  f"from the file {fmt_bytes(fo.get('commit_bytes (file)'))} ({stored['file']}). The root commits, "
+                  f"made once in the bench process (not compared): from the folder "
+                  f"{fo.get('root_commit_s (folder)', math.nan):.3g} s, from the file "
+                  f"{fo.get('root_commit_s (file)', math.nan):.3g} s.", "",
+                  "| how | time | vs single file | CPU time | vs single file | peak RSS | ÷ (largest shard + 256 MiB) | "
+                  "RSS after imports |", "|---|---|---|---|---|---|---|---|"]
+        cpu = fo.get("cpu", {})
+        for i, label in enumerate(FOLDER_ROWS):
+            ref = FOLDER_ROWS[i - i % 2 + 1]  # the single-file row of the pair
+            peak, after = fo["rss"][label], fo["imports"][label]
+            low, high = fmt_bytes(peak["min"]), fmt_bytes(peak["max"])
+            peak_text = fmt_bytes(peak["median"]) + (f" ({low}–{high})" if low != high else "")
+            cpu_text = (f"{fmt_s(cpu[label])} | {cpu[label]['median'] / cpu[ref]['median']:.2f}×" if label in cpu
+                        else "— | —")
+            lines.append(f"| {label} | {fmt_s(fo[label])} | {fo[label]['median'] / fo[ref]['median']:.2f}× | {cpu_text} | "
+                         f"{peak_text} | {peak['median'] / (largest + FOLDER_RSS_SLACK):.3f} | "
+                         f"{fmt_bytes(after['median'])} |")
+        pairs = [(FOLDER_ROWS[0], FOLDER_ROWS[1], "commit"), (FOLDER_ROWS[2], FOLDER_ROWS[3], "checkout")]
+        paired = "; ".join(f"{what} " + ", ".join(f"{a / b:.2f}" for a, b in zip(fo[one]["all"], fo[other]["all"]))
+                           for one, other, what in pairs)
+        lines.append(f"\nFolder ÷ single file, time, repetition by repetition (the two ran one after the other): "
+                     f"{paired}.")
     for note in r["notes"]:
         lines += ["", note]
     lines.append("")
@@ -921,7 +1124,8 @@ def chart(r: dict, path: Path) -> None:
                 med.append(s["median"] * scale)
                 lo.append(med[-1] - s["min"] * scale)
                 hi.append(s["max"] * scale - med[-1])
-        colors = ["tab:blue" if label.startswith(("mdiff", "one parameter", "Repository")) else "tab:gray"
+        colors = ["tab:gray" if label.endswith("(single file)") else  # the folder rows' reference
+                  "tab:blue" if label.startswith(("mdiff", "one parameter", "Repository")) else "tab:gray"
                   for label in labels]
         ax.barh(labels, med, xerr=[lo, hi], color=colors)
         ax.invert_yaxis()
@@ -949,9 +1153,11 @@ def chart(r: dict, path: Path) -> None:
     ax.legend(fontsize=8)
 
     ax = top.add_subplot(grid[1, 1])
-    labels = READ_ROWS + CHAIN_ROWS
-    bars(ax, {**r["read"], **r["chain"]}, labels, 1e3, "milliseconds (median, min–max; log)",
-         "read one parameter · check out a sparse chain")
+    folder = [k for k in FOLDER_ROWS if k in r.get("folder", {})]  # none in results from before they existed
+    labels = READ_ROWS + CHAIN_ROWS + folder
+    bars(ax, {**r["read"], **r["chain"], **r.get("folder", {})}, labels, 1e3, "milliseconds (median, min–max; log)",
+         "read one parameter · check out a sparse chain"
+         + ("\n· commit / check out a sharded folder vs one file" if folder else ""))
     ax.set_xscale("log")
 
     ax = bottom.add_subplot()
