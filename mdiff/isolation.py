@@ -39,8 +39,10 @@ class IsolationFailure(Exception):
 
 
 def _child(conn, limits: Isolation, fn: Callable, args: tuple) -> None:
+    import faulthandler
     import resource  # POSIX only, like fork: imported where isolation runs, so that `import mdiff` works anywhere
 
+    faulthandler.disable()  # a crash here is reported as MD515; a Python stack dump on stderr would only be noise
     resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash leaves no core file behind
     try:
