@@ -18,7 +18,7 @@ import numpy as np
 from mdiff.format.dtypes import canonical, dtype_of, xor_bits
 from mdiff.progress import ByteCounter, Progress, tensor_bytes
 from mdiff.updates import delete, dense, replace, sparse
-from mdiff.updates.base import Update
+from mdiff.updates.base import Update, sha256_hex
 
 _BLOCK = 1 << 20
 
@@ -61,9 +61,10 @@ def diff_tensor(old: np.ndarray | None, new: np.ndarray | None) -> Update | None
     if rel is not None:
         stats["rel_change"] = rel
     width = new.itemsize
+    base_sha256 = sha256_hex(old)  # §7.1: an applier given another base says so before it computes anything
     if changed * (sparse.INDEX_DTYPE.itemsize + width) < new.size * width:
-        return sparse.from_xor(xor, new, stats)
-    return dense.from_xor(xor, new, stats)
+        return sparse.from_xor(xor, new, stats, base_sha256)
+    return dense.from_xor(xor, new, stats, base_sha256)
 
 
 

@@ -211,10 +211,10 @@ def build_MD104_version_1_9(path) -> None:
         write_string(f, "format_version", "1.9")
 
 
-def build_MD104_version_1_2_unknown_members(path) -> None:
+def build_MD104_version_1_3_unknown_members(path) -> None:
     """A newer minor version may add `commit` and `update` members; an older reader ignores them."""
     with _edit(path) as f:
-        write_string(f, "format_version", "1.2")
+        write_string(f, "format_version", "1.3")
         commit = _get_json(f, "commit")
         commit["signature"] = "abc"
         _set_json(f, "commit", commit)
@@ -673,6 +673,23 @@ def build_MD404_shape_missing(path) -> None:
 def build_MD404_update_unknown_member(path) -> None:
     """In a version 1.0 file an `update` member the schema lacks is an error (additionalProperties)."""
     _edit_update(path, "w", lambda m: m.update(codec_hint=3))
+
+
+def build_MD404_base_sha256_in_version_1_1(path) -> None:
+    """`base_sha256` exists from format version 1.2 (§3.3, §7.1): in a 1.1 file it breaks the schema."""
+    with _edit(path) as f:
+        write_string(f, "format_version", "1.1")
+
+
+def build_MD404_base_sha256_on_replace(path) -> None:
+    """A `replace` reads nothing from the base, so it names none (§7.1)."""
+    _edit_update(path, "w", lambda m: m.update(base_sha256=m["sha256"]), {"w": mdiff.replace(W_NEW)})
+    with h5py.File(path, "r+") as f:
+        write_string(f, "format_version", "1.2")
+
+
+def build_MD404_base_sha256_uppercase(path) -> None:
+    _edit_update(path, "w", lambda m: m.update(base_sha256=m["base_sha256"].upper()))
 
 
 def build_MD404_sha256_uppercase(path) -> None:

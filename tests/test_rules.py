@@ -24,6 +24,7 @@ from mdiff.format.attributes import write_string
 from mdiff.format.dtypes import dtype_named
 from mdiff.format.findings import Finding
 from mdiff.format.rules import RULES
+from mdiff.updates.base import Update, sha256_hex
 
 try:
     from tests import invalid_files as inv
@@ -32,7 +33,7 @@ except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.
 
 SPEC = Path(__file__).resolve().parent.parent / "SPEC.md"
 
-APPLY_CODES = {"MD600", "MD601", "MD602"}  # tested below through mdiff.apply
+APPLY_CODES = {"MD600", "MD601", "MD602", "MD603"}  # tested below through mdiff.apply
 CHECKPOINT_CODES = {"MD700", "MD701", "MD702", "MD703", "MD704", "MD705"}  # tests/test_checkpoints*.py, test_folders.py
 REPOSITORY_CODES = {"MD800", "MD801", "MD802", "MD803", "MD804", "MD805", "MD806"}  # tests/test_repo.py, test_folders.py
 ISOLATION_CODES = {"MD515"}  # a crash of the reader's own process: tests/test_isolation.py
@@ -238,7 +239,7 @@ def test_a_file_exactly_at_every_limit_is_valid(tmp_path):
     path = tmp_path / "at_limits.mdiff"
     inv._write(path)  # root: 3 attributes; /parameters; /parameters/w (1 attribute); xor: float32 [2, 4]
     with h5py.File(path, "r") as f:
-        longest = max(f.attrs.get_id(n).get_type().get_size() for n in f.attrs)
+        longest = max(obj.attrs.get_id(n).get_type().get_size() for obj in (f, f["parameters/w"]) for n in obj.attrs)
     at = mdiff.Limits(max_rank=2, max_elements=8, max_dataset_bytes=32, max_total_bytes=32, max_objects=7,
                       max_attribute_bytes=longest)
     assert mdiff.validate(path, limits=at) == []
@@ -323,9 +324,14 @@ def test_MD601_is_checked_before_any_result(tmp_path):
     _refused(path, {"a": W.copy(), "z": W.astype(np.float64)}, "MD601")
 
 
+def _unfingerprinted(update: Update) -> Update:
+    """The update as a writer of format 1.0/1.1 made it: without `base_sha256` (§7.1)."""
+    return Update({k: v for k, v in update.meta.items() if k != "base_sha256"}, update.data)
+
+
 @pytest.mark.parametrize("update", [
-    pytest.param(lambda: mdiff.dense(W, W_NEW), id="dense"),
-    pytest.param(lambda: mdiff.sparse(W, W_NEW), id="sparse"),
+    pytest.param(lambda: _unfingerprinted(mdiff.dense(W, W_NEW)), id="dense"),
+    pytest.param(lambda: _unfingerprinted(mdiff.sparse(W, W_NEW)), id="sparse"),
 ])
 def test_MD602_result_differs_from_sha256(update, tmp_path):
     path = _diff_file(tmp_path, {"w": update()})
@@ -335,10 +341,60 @@ def test_MD602_result_differs_from_sha256(update, tmp_path):
 
 
 def test_MD602_one_bit_of_another_base(tmp_path):
-    path = _diff_file(tmp_path, {"w": mdiff.dense(W, W_NEW)})
+    path = _diff_file(tmp_path, {"w": _unfingerprinted(mdiff.dense(W, W_NEW))})
     other = W.copy()
     other.view(np.uint32)[0, 0] ^= 1  # 0.0 -> the smallest subnormal
     _refused(path, {"w": other}, "MD602")
+
+
+@pytest.mark.parametrize("update", [
+    pytest.param(lambda: mdiff.dense(W, W_NEW), id="dense"),
+    pytest.param(lambda: mdiff.sparse(W, W_NEW), id="sparse"),
+    pytest.param(lambda: mdiff.low_rank(np.ones((2, 1)), np.ones((1, 4)), (2, 4), dtype_named("float32"),
+                                        base_sha256=sha256_hex(W)), id="low_rank"),
+])
+def test_MD603_another_base_is_named_before_anything_is_computed(update, tmp_path):
+    """§9.2: with `base_sha256` the applier says the base is not the diff's — not that a result differs."""
+    path = _diff_file(tmp_path, {"w": update()})
+    with h5py.File(path, "r") as f:
+        assert bytes(f.attrs["format_version"]) == b"1.2"
+    other = W.copy()
+    other.view(np.uint32)[0, 0] ^= 1
+    _refused(path, {"w": other}, "MD603")
+    with mdiff.open(path) as diff:  # the right base still applies
+        assert set(mdiff.apply({"w": W.copy()}, diff)) == {"w"}
+
+
+def test_MD603_names_the_parameter_and_both_fingerprints(tmp_path):
+    path = _diff_file(tmp_path, {"a": mdiff.dense(W, W_NEW), "b": mdiff.dense(W, W_NEW)})
+    other = W.copy()
+    other[0, 0] = 7.0
+    with mdiff.open(path) as diff, pytest.raises(mdiff.ApplyError) as excinfo:
+        mdiff.apply({"a": W.copy(), "b": other}, diff)
+    assert excinfo.value.code == "MD603" and excinfo.value.path == "b"
+    assert str(excinfo.value).count(sha256_hex(other)[:12]) == 1 and sha256_hex(W)[:12] in str(excinfo.value)
+
+
+def test_MD603_is_checked_before_the_output_is_named(tmp_path):
+    """mdiff apply to files: a wrong base leaves no output behind."""
+    from mdiff.checkpoints import save_checkpoint
+
+    diff_path = _diff_file(tmp_path, {"w": mdiff.dense(W, W_NEW)})
+    other = W.copy()
+    other[1, 1] = 100.0
+    save_checkpoint(tmp_path / "other.safetensors", {"w": other})
+    with pytest.raises(mdiff.ApplyError) as excinfo:
+        mdiff.apply_files(tmp_path / "other.safetensors", diff_path, tmp_path / "out.safetensors")
+    assert excinfo.value.code == "MD603"
+    assert not (tmp_path / "out.safetensors").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["apply.mdiff", "other.safetensors"]
+
+
+def test_base_sha256_in_a_file_older_than_1_2_is_MD404(tmp_path):
+    path = _diff_file(tmp_path, {"w": mdiff.dense(W, W_NEW)})
+    with h5py.File(path, "r+") as f:
+        write_string(f, "format_version", "1.1")
+    assert [x.code for x in mdiff.validate(path)] == ["MD404"]
 
 
 def test_MD602_replace_value_corrupted(tmp_path):

@@ -49,6 +49,7 @@ from mdiff.format.attributes import write_string  # noqa: E402
 from mdiff.format.dtypes import DTYPES  # noqa: E402
 from mdiff.format.rules import RULES  # noqa: E402
 from mdiff.repo import Repository  # noqa: E402
+from mdiff.updates.base import sha256_hex  # noqa: E402
 from tests import ia3  # noqa: E402
 from tests import invalid_files as inv  # noqa: E402
 
@@ -912,12 +913,33 @@ def build_invalid(c: Corpus) -> None:
     c.apply_refused("MD601-low_rank_base_shape_differs", "MD601", "the base's `w` is [8], the low_rank update's "
                     "[2, 4]", low_rank_w, {**state, "w": inv.W.reshape(8).copy()})
 
+    def unfingerprinted(update):  # as a 1.0 writer made it: no `base_sha256` (§7.1)
+        return mdiff.Update({k: v for k, v in update.meta.items() if k != "base_sha256"}, update.data)
+
+    def dense_w_1_0(path):
+        mdiff.write(path, {"w": unfingerprinted(mdiff.dense(inv.W, inv.W_NEW)),
+                           "counts": unfingerprinted(mdiff.sparse(inv.COUNTS, inv.COUNTS + 1))}, commit("dense w, sparse counts"))
+
     other = inv.W.copy()
     other[1, 1] = -other[1, 1]
-    c.apply_refused("MD602-dense_other_base", "MD602", "the dense update was made from another base: the result's "
-                    "sha256 differs", dense_w, {**state, "w": other})
-    c.apply_refused("MD602-sparse_other_base", "MD602", "the sparse update was made from another base: the result's "
-                    "sha256 differs", dense_w, {**state, "counts": inv.COUNTS[::-1].copy()})
+    c.apply_refused("MD602-dense_other_base", "MD602", "the dense update (format 1.0: no `base_sha256`) was made from "
+                    "another base: the result's sha256 differs", dense_w_1_0, {**state, "w": other})
+    c.apply_refused("MD602-sparse_other_base", "MD602", "the sparse update (format 1.0: no `base_sha256`) was made "
+                    "from another base: the result's sha256 differs", dense_w_1_0, {**state, "counts": inv.COUNTS[::-1].copy()})
+    c.apply_refused("MD603-dense_other_base", "MD603", "the dense update's `base_sha256` is not the sha256 of the "
+                    "base's `w` (one element negated)", dense_w, {**state, "w": other})
+    c.apply_refused("MD603-sparse_other_base", "MD603", "the sparse update's `base_sha256` is not the sha256 of the "
+                    "base's `counts`", dense_w, {**state, "counts": inv.COUNTS[::-1].copy()})
+    flipped = inv.W.copy()
+    flipped.view(np.uint32)[0, 0] ^= 1  # one bit: +0.0 becomes the smallest subnormal
+
+    def low_rank_w_named(path):
+        mdiff.write(path, {"w": mdiff.Update({**inv._low_rank_update().meta, "base_sha256": sha256_hex(inv.W)},
+                                             inv._low_rank_update().data)}, commit("low_rank w, from a named base"))
+
+    c.apply_refused("MD603-low_rank_other_base", "MD603", "the low_rank update names its base by `base_sha256`; the "
+                    "base's `w` differs from it in one bit (low_rank has no result sha256 to catch it)",
+                    low_rank_w_named, {**state, "w": flipped})
 
     # checkpoint rules (§10): the base checkpoint is not a usable .safetensors file
     good = raw_safetensors(raw_state(state))

@@ -2,9 +2,10 @@
 
 FORMAT_NAME = "mdiff"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 1  # the newest minor version this reader implements (§3.3)
-FORMAT_VERSION = "1.0"  # what a writer writes for a file without the groups 1.1 added
-FILES_VERSION = "1.1"  # … and for a file with /files or /layout (§3.3, §5.7)
+FORMAT_MINOR = 2  # the newest minor version this reader implements (§3.3)
+FORMAT_VERSION = "1.0"  # what a writer writes for a file that uses nothing a later minor version added
+FILES_MINOR = 1  # the minor version that added /files and /layout (§5.5, §5.6)
+BASE_SHA256_MINOR = 2  # … and the `base_sha256` member of an update (§7.1)
 
 # Root attributes (§3.2, §3.4, §4.1)
 ATTR_FORMAT = "format"

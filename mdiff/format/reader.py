@@ -13,7 +13,7 @@ import h5py
 
 from mdiff.errors import InvalidFileError
 from mdiff.format.commit import Commit
-from mdiff.format.constants import FORMAT_MINOR
+from mdiff.format.constants import BASE_SHA256_MINOR, FORMAT_MINOR
 from mdiff.format.findings import Finding
 from mdiff.format.header import Header, parse_header
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
@@ -109,6 +109,8 @@ def read_contents(f: h5py.File, file_size: int, limits: Limits) -> Contents:
     parameters, parameter_findings = parse_parameters(
         inventory, f, {**REGISTRY, **embedded}, newer_minor=newer_minor, limits=limits
     )
+    if header.version < (1, BASE_SHA256_MINOR):
+        parameter_findings += _members_too_new(parameters)
     files: dict[str, Parameter] = {}
     layout: Parameter | None = None
     if header.version >= (1, 1):  # in a 1.0 file these groups are MD306 (header.py)
@@ -116,6 +118,17 @@ def read_contents(f: h5py.File, file_size: int, limits: Limits) -> Contents:
         layout, layout_findings = parse_layout(inventory, f, newer_minor, limits)
         parameter_findings += file_findings + layout_findings
     return Contents(header, parameters, findings + type_findings + parameter_findings, files, layout)
+
+
+def _members_too_new(parameters: dict[str, Parameter]) -> list[Finding]:
+    """MD404 for, and without, each parameter whose update has `base_sha256` in a file older than 1.2
+    (§3.3: the member's schema is that of the file's version)."""
+    findings = []
+    for name in [n for n, p in parameters.items() if "base_sha256" in p.update.meta]:
+        findings.append(Finding("MD404", parameters[name].path,
+                                f"`update` has `base_sha256`, which exists from format version 1.{BASE_SHA256_MINOR}"))
+        del parameters[name]
+    return findings
 
 
 class DiffFile(Mapping[str, Update]):

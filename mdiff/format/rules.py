@@ -83,6 +83,7 @@ _TABLE = [
     ("MD600", "error", "9.2", "the base lacks a parameter the update needs"),
     ("MD601", "error", "9.2", "the base parameter's shape or dtype differs from the update's"),
     ("MD602", "error", "9.3", "the result does not match the update's sha256"),
+    ("MD603", "error", "9.2", "the base value is not the one the update was made from (`base_sha256`)"),
     # §13 repositories
     ("MD800", "error", "13.2", "a commit file's bytes do not hash to its name"),
     ("MD801", "error", "13.3", "a repository file, ref or HEAD is malformed or names a missing commit"),

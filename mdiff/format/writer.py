@@ -16,7 +16,7 @@ from mdiff.format import canonical_json
 from mdiff.format.attributes import overwrite_string, write_string
 from mdiff.format.commit import Commit
 from mdiff.format.constants import (
-    ATTR_COMMIT, ATTR_DEFINITION, ATTR_EXTENSIONS, ATTR_FORMAT, ATTR_UPDATE, ATTR_VERSION, FILES_GROUP, FILES_VERSION,
+    ATTR_COMMIT, ATTR_DEFINITION, ATTR_EXTENSIONS, ATTR_FORMAT, ATTR_UPDATE, ATTR_VERSION, BASE_SHA256_MINOR, FILES_GROUP, FILES_MINOR,
     FORMAT_NAME, FORMAT_VERSION, LAYOUT_GROUP, LIBVER, PARAMETERS_GROUP, UPDATE_TYPES_GROUP,
 )
 from mdiff.format.names import encode_name
@@ -99,6 +99,7 @@ class DiffWriter:
         self._files: h5py.Group | None = None  # §5.5
         self._file_paths: set[str] = set()
         self._has_layout = False  # §5.6
+        self._minor = 0  # the newest minor version whose additions the file uses (§3.3)
         self._writeback = Writeback(lambda: fsync_path(self._tmp))
         commit_text = (commit or Commit()).to_attribute()
         extensions = list(extensions)
@@ -135,6 +136,8 @@ class DiffWriter:
         if self._check_updates:
             _check_update(name, update, self._types.get(update.type) or update.update_type)
         self._names.add(name)
+        if "base_sha256" in update.meta:
+            self._minor = max(self._minor, BASE_SHA256_MINOR)
         self._write_update(self._parameters.create_group(encode_name(name), track_order=False), update)
 
     def add_file(self, path: str, update: Update) -> None:
@@ -145,6 +148,7 @@ class DiffWriter:
         if self._files is None:
             self._files = self._file.create_group(FILES_GROUP, track_order=False)
         self._file_paths.add(path)
+        self._minor = max(self._minor, FILES_MINOR)
         self._write_update(self._files.create_group(encode_name(path), track_order=False), update)
 
     def set_layout(self, update: Update) -> None:
@@ -154,6 +158,7 @@ class DiffWriter:
         if self._check_updates:
             _check_file_update("layout", update, set())
         self._has_layout = True
+        self._minor = max(self._minor, FILES_MINOR)
         self._write_update(self._file.create_group(LAYOUT_GROUP, track_order=False), update)
 
     def _write_update(self, group: h5py.Group, update: Update) -> None:
@@ -178,10 +183,10 @@ class DiffWriter:
 
     def close(self) -> None:
         """Finish the file: flush, fsync, and rename it into place."""
-        if self._files is not None or self._has_layout:
-            # §3.3: 1.1 only for a file that uses what 1.1 added. Same length as "1.0", so the
+        if self._minor:
+            # §3.3: the lowest version that has what the file uses. Same length as "1.0", so the
             # attribute is rewritten where it lies and the bytes stay deterministic.
-            overwrite_string(self._file, ATTR_VERSION, FILES_VERSION)
+            overwrite_string(self._file, ATTR_VERSION, f"1.{self._minor}")
         self._file.close()
         self._writeback.wait()
         fsync_path(self._tmp)

@@ -26,7 +26,7 @@ from mdiff.repo.states import StateView
 from mdiff.repo.store import Store
 from mdiff.diffing import file_updates
 from mdiff.updates import replace
-from mdiff.updates.base import Update
+from mdiff.updates.base import Update, sha256_hex
 
 
 
@@ -587,7 +587,7 @@ def masked_update(old: np.ndarray, new: np.ndarray, mask: np.ndarray) -> Update:
     result_bits = as_bits(old).copy().reshape(-1)
     result_bits[indices] ^= xor[indices]
     result = from_bits(result_bits.reshape(new.shape), dtype_of(new))
-    update = sparse.from_entries(result, indices, xor[indices])
+    update = sparse.from_entries(result, indices, xor[indices], base_sha256=sha256_hex(old))
     if np.count_nonzero(xor) != np.count_nonzero(xor[indices]):
         update = Update({**update.meta, "lossy": True}, update.data)
     return update

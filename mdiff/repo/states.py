@@ -164,7 +164,7 @@ class StateView(CheckpointReader):
                 if pending is not None and update.type not in _XOR_TYPES:
                     self._verify(pending, value, name)
                 try:
-                    value = update.apply(value, name, self.engine, scratch=True, verify=False)
+                    value = update.apply(value, name, self.engine, scratch=True, verify=False, check_base_sha256=False)
                 except (InvalidFileError, ApplyError) as exc:
                     raise RepositoryError("MD802", f"{step.source} cannot be applied to {name!r}: {exc}") from exc
                 pending = step if update.update_type.carries_sha256 else None

@@ -81,9 +81,11 @@ def iter_blocks(source: Any, block_bytes: int = VALIDATION_BLOCK_BYTES) -> Itera
 
 
 def update_schema(
-    type_name: str, carries_sha256: bool, properties: Mapping[str, Any] = {}, required: Sequence[str] = (), version: int = 1
+    type_name: str, carries_sha256: bool, properties: Mapping[str, Any] = {}, required: Sequence[str] = (), version: int = 1,
+    reads_base: bool = False,
 ) -> dict:
-    """The JSON Schema of one type's ``update`` attribute: the shared members plus the type's own."""
+    """The JSON Schema of one type's ``update`` attribute: the shared members plus the type's own.
+    ``reads_base``: the type computes its result from the base's values, so it may name that base (§7.1)."""
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": f"{SCHEMA_BASE_URI}{type_name}.schema.json",
@@ -97,6 +99,7 @@ def update_schema(
             "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}, "maxItems": 32},
             "dtype": {"enum": list(DTYPES)},
             **({"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"}} if carries_sha256 else {}),
+            **({"base_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"}} if reads_base else {}),
             "lossy": {"type": "boolean"},
             "stats": {
                 "type": "object",
@@ -141,6 +144,11 @@ class Update:
         return self.meta.get("sha256")
 
     @property
+    def base_sha256(self) -> str | None:
+        """sha256 (§6.2) of the base value the update was made from, when the writer recorded it (§7.1, format 1.2)."""
+        return self.meta.get("base_sha256")
+
+    @property
     def stored_bytes(self) -> int:
         """Bytes of the datasets as declared (before compression)."""
         return sum(int(np.prod(d.shape)) * np.dtype(d.dtype).itemsize for d in self.data.values())
@@ -158,7 +166,7 @@ class Update:
 
     def apply(
         self, base: np.ndarray | None, name: str = "", engine: str | None = None, scratch: bool = False,
-        verify: bool = True,
+        verify: bool = True, check_base_sha256: bool = True,
     ) -> np.ndarray | None:
         """SPEC.md §9: the parameter after this update (None once deleted), verified.
 
@@ -167,12 +175,16 @@ class Update:
         overwritten with the result (the caller owns it and needs it no more).
         ``verify=False`` leaves the sha256 check to the caller (:meth:`verify`), who MUST
         make it before the result is used other than as the base of a further XOR update.
+        ``check_base_sha256=False`` skips the base's fingerprint (MD603), which a repository's replay
+        may do: its commit ids already tie each commit to its first parent's state (§13.4).
         """
         from mdiff.engines import run_update
 
         kind = self.update_type
         if kind.needs_base:
             check_base(self, spec_of(base, name), name)
+            if check_base_sha256 and base is not None:
+                check_base_fingerprint(self, base, name)
         result = run_update(kind, self, base, engine, scratch)
         if self.dtype.name == "bool" and result is not None:
             problem = next(bool_values_problems(result.view(np.uint8), "result"), None)
@@ -240,6 +252,18 @@ def check_base(update: Update, spec: "tuple[tuple[int, ...], DType] | None", nam
             f"the base holds {dt.name}{list(shape)}; the update expects {update.dtype.name}{list(update.shape)}",
             name,
         )
+
+
+def check_base_fingerprint(update: Update, base: np.ndarray, name: str) -> None:
+    """MD603: the base value is the one the update was made from, when the update names it (§9.2)."""
+    expected = update.base_sha256
+    if expected is not None:
+        got = sha256_hex(base)
+        if got != expected:
+            raise ApplyError(
+                "MD603", f"the base is not the one this diff was made from: its {name!r} has sha256 {got[:12]}…, "
+                         f"the diff was made from {expected[:12]}…", name,
+            )
 
 
 def spec_of(array: np.ndarray | None, name: str) -> "tuple[tuple[int, ...], DType] | None":

@@ -24,11 +24,13 @@ NAME = "dense"
 
 def encode(old: np.ndarray, new: np.ndarray, stats: Mapping | None = None) -> Update:
     """The dense update taking ``old`` to ``new`` (same shape and dtype, canonical arrays)."""
-    return from_xor(xor_bits(old, new), new, stats)
+    return from_xor(xor_bits(old, new), new, stats, base_sha256=sha256_hex(old))
 
 
-def from_xor(xor: np.ndarray, new: np.ndarray, stats: Mapping | None = None) -> Update:
+def from_xor(xor: np.ndarray, new: np.ndarray, stats: Mapping | None = None, base_sha256: str | None = None) -> Update:
     meta = {"type": NAME, "version": 1, "shape": list(new.shape), "dtype": dtype_of(new).name, "sha256": sha256_hex(new)}
+    if base_sha256 is not None:
+        meta["base_sha256"] = base_sha256
     if stats:
         meta["stats"] = dict(stats)
     return Update(meta, {"xor": xor})
@@ -83,7 +85,7 @@ def _apply_onnx(update: Update, base: np.ndarray, run: Runner, scratch: bool) ->
 
 TYPE = UpdateType(
     name=NAME, version=1, carries_sha256=True, needs_base=True, datasets=("xor",),
-    schema=update_schema(NAME, carries_sha256=True),
+    schema=update_schema(NAME, carries_sha256=True, reads_base=True),
     check_meta=no_problems, check_layout=_check_layout, check_data=_check_data,
     apply_numpy=_apply_numpy, apply_onnx=_apply_onnx, onnx_models=_onnx_models,
     preferred_engine="numpy",  # onnxruntime 1.32's BitwiseXor kernel is not vectorised: 1.5–1.8× numpy's in-place XOR

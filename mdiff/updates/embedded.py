@@ -376,7 +376,7 @@ def make_type(name: str, definition: Mapping[str, Any], functions: Mapping[str, 
 
     return UpdateType(
         name=name, version=definition["version"], carries_sha256=definition["exact"], needs_base=True,
-        datasets=tuple(inputs), schema=update_schema(name, definition["exact"], version=definition["version"]),
+        datasets=tuple(inputs), schema=update_schema(name, definition["exact"], version=definition["version"], reads_base=True),
         check_meta=check_meta, check_layout=check_layout, check_data=no_problems,
         apply_numpy=apply_numpy, apply_onnx=apply_onnx, onnx_models=no_models, preferred_engine="onnx",
     )

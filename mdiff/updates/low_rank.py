@@ -32,8 +32,10 @@ def matrix_shape(shape) -> tuple[int, int]:
     return shape[0], math.prod(shape[1:])
 
 
-def encode(A: np.ndarray, B: np.ndarray, shape, dtype: DType, scale: float = 1.0, lossy: bool = True) -> Update:
-    """A low-rank update from explicit factors (e.g. LoRA's ``lora_B`` as A and ``lora_A`` as B)."""
+def encode(A: np.ndarray, B: np.ndarray, shape, dtype: DType, scale: float = 1.0, lossy: bool = True,
+           base_sha256: str | None = None) -> Update:
+    """A low-rank update from explicit factors (e.g. LoRA's ``lora_B`` as A and ``lora_A`` as B);
+    ``base_sha256``: the sha256 of the (exact) base value it is meant for, when known (§7.1)."""
     c = compute_dtype(dtype)
     A = np.ascontiguousarray(A, dtype=c)
     B = np.ascontiguousarray(B, dtype=c)
@@ -43,6 +45,8 @@ def encode(A: np.ndarray, B: np.ndarray, shape, dtype: DType, scale: float = 1.0
     }
     if lossy:
         meta["lossy"] = True
+    if base_sha256 is not None:
+        meta["base_sha256"] = base_sha256
     return Update(meta, {"A": A, "B": B})
 
 
@@ -172,7 +176,7 @@ def within_tolerance(result: np.ndarray, base: np.ndarray, update: Update) -> bo
 TYPE = UpdateType(
     name=NAME, version=1, carries_sha256=False, needs_base=True, datasets=("A", "B"),
     schema=update_schema(
-        NAME, carries_sha256=False,
+        NAME, carries_sha256=False, reads_base=True,
         properties={"scale": {"type": "number"}, "A_sha256": _SHA, "B_sha256": _SHA},
         required=["scale", "A_sha256", "B_sha256"],
     ),
