@@ -40,6 +40,10 @@ ROWS = [
     "checkout of commit 100 of a sparse chain ≤ 2× one full model load",
     "commit of a sharded folder ≤ 1.2× the same state from a single file",
     "commit of a sharded folder: peak RSS ≤ 1.25× (largest shard + 256 MiB)",
+    "mdiff --version ≤ 0.2 s", "mdiff --help ≤ 0.2 s",
+    "mdiff log of a small repository ≤ 0.5 s", "mdiff status of a small repository ≤ 0.5 s",
+    # start-up
+    "python -c pass (the interpreter alone)", "python -c 'import mdiff'", "mdiff log (small repository)",
     # machine limits
     "memcpy (np.copyto)", "sequential write + fsync", "sequential read (page cache)", "sha256 (hashlib, 1 core)",
     "deflate level 1 of shuffled XOR data (zlib, 1 core)",
@@ -90,10 +94,10 @@ def test_quick_bench_writes_every_row(tmp_path):
     assert not missing, f"rows missing from benchmarks.md: {missing}"
     for heading in ("## Targets", "## Machine limits", "## Writing a dense diff", "## Applying a dense diff",
                     "## Peak memory of apply", "## Sizes", "## Reading one parameter", "## Checking out the end",
-                    "## Committing and checking out a model folder"):
+                    "## Committing and checking out a model folder", "## Start-up of the command line"):
         assert heading in md
     results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
-    assert len(results["targets"]) == 19
+    assert len(results["targets"]) == 23
     for target in results["targets"]:  # each target is judged, or says why it could not be
         assert target["met"] in (True, False) or target["detail"].startswith("not measured")
     again = tmp_path / "again"  # the report and chart can be made again from the JSON alone

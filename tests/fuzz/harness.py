@@ -34,6 +34,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 SEVERITY = ["OK", "TYPED", "BADRESULT", "MEMORY", "UNTYPED", "HANG", "CRASH"]
@@ -137,6 +138,46 @@ def _peak() -> int:
 MEMORY_ALARM = 512 << 20  # resident growth while reading one (small) file that counts as MEMORY
 
 
+class Recorder:
+    """Runs targets and classifies their outcomes into ``out``: ``record(target, fn)`` returns fn's value,
+    or None when it raised. An exception named ``_Lie`` (a wrong result without an error) is BADRESULT;
+    resident growth over ``memory_alarm`` while a target ran is MEMORY, whatever its outcome."""
+
+    def __init__(self, size_of_input: Callable[[], int], memory_alarm: int = MEMORY_ALARM,
+                 on_start: Callable[[list[str]], None] | None = None):
+        self.out: list[dict] = []
+        self._size = size_of_input
+        self._alarm = memory_alarm
+        self._on_start = on_start
+
+    def started(self, ops: list[str]) -> None:
+        """The input is built (``ops``: how): from now on a hang or crash is the targets'."""
+        if self._on_start is not None:
+            self._on_start(ops)
+
+    def __call__(self, target: str, fn):
+        before = _reset_peak()
+        try:
+            value = fn()
+        except BaseException as exc:  # noqa: BLE001 — classifying every exception is the point
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            outcome = classify(exc)
+            if type(exc).__name__ == "_Lie":
+                outcome = {"class": "BADRESULT", "code": None, "type": "result", "message": str(exc)[:300], "where": target}
+            self.out.append({"target": target, **outcome})
+            value = None
+        else:
+            self.out.append({"target": target, "class": "OK", "code": None})
+        grew = _peak() - before
+        self.out[-1]["peak_mib"] = round(grew / 2**20, 1)
+        if grew > self._alarm and self.out[-1]["class"] in ("OK", "TYPED"):
+            self.out[-1].update({"class": "MEMORY", "type": "peak RSS", "where": target,
+                                 "message": f"resident memory grew by {grew >> 20} MiB while reading an input of "
+                                            f"{self._size()} bytes (outcome {self.out[-1]['class']} {self.out[-1].get('code') or ''})"})
+        return value
+
+
 def run_targets(path: str, limits_fields: dict | None, engines=("numpy", "onnx"), memory_alarm: int = MEMORY_ALARM) -> list[dict]:
     """Every target on one file; one outcome dict per target (see the module docstring)."""
     import mdiff
@@ -145,26 +186,8 @@ def run_targets(path: str, limits_fields: dict | None, engines=("numpy", "onnx")
     from tests.fuzz.corpus import base_for
 
     limits = mdiff.Limits(**limits_fields) if limits_fields else mdiff.Limits()
-    out: list[dict] = []
-
-    def record(target: str, fn):
-        before = _reset_peak()
-        try:
-            value = fn()
-        except BaseException as exc:  # noqa: BLE001 — classifying every exception is the point
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                raise
-            out.append({"target": target, **classify(exc)})
-            value = None
-        else:
-            out.append({"target": target, "class": "OK", "code": None})
-        grew = _peak() - before
-        out[-1]["peak_mib"] = round(grew / 2**20, 1)
-        if grew > memory_alarm and out[-1]["class"] in ("OK", "TYPED"):
-            out[-1].update({"class": "MEMORY", "type": "peak RSS", "where": target,
-                            "message": f"resident memory grew by {grew >> 20} MiB while reading a file of "
-                                       f"{os.path.getsize(path)} bytes (outcome {out[-1]['class']} {out[-1].get('code') or ''})"})
-        return value
+    record = Recorder(lambda: os.path.getsize(path), memory_alarm)
+    out = record.out
 
     findings = record("validate", lambda: mdiff.validate(path, limits=limits))
     if findings is not None:
@@ -259,6 +282,12 @@ def worker_main() -> None:
         except OSError:
             pass
         started = time.perf_counter()
+        if "family" in task:  # a repository folder or a checkpoint (tests/fuzz/folders.py)
+            results, ops = _run_folder_task(task, workdir, proto)
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            proto.write(json.dumps({"id": task["id"], "results": results, "ops": ops, "rss": rss,
+                                    "seconds": time.perf_counter() - started}) + "\n")
+            continue
         if "file" in task:
             path, ops = task["file"], []
         else:
@@ -279,6 +308,27 @@ def worker_main() -> None:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         proto.write(json.dumps({"id": task["id"], "results": results, "ops": ops, "rss": rss,
                                 "seconds": time.perf_counter() - started}) + "\n")
+
+
+def _run_folder_task(task: dict, workdir: Path, proto) -> tuple[list[dict], list[str]]:
+    from tests.fuzz import folders
+
+    ops: list[str] = []
+
+    def started(done: list[str]) -> None:
+        ops[:] = done
+        proto.write(json.dumps({"id": task["id"], "phase": "run", "ops": done}) + "\n")
+
+    def input_size() -> int:
+        return sum(p.stat().st_size for p in workdir.glob("current-*") if p.is_file())
+
+    record = Recorder(input_size, on_start=started)
+    try:
+        folders.run_task(task, workdir, record)
+    except Exception as exc:  # noqa: BLE001 — building the input failed: a harness problem, not a finding
+        record.out.append({"target": "harness", "class": "UNTYPED", "code": None, "harness": True, "type": type(exc).__name__,
+                           "message": f"harness error: {type(exc).__name__}: {exc}"[:300], "where": _where(_frames(exc.__traceback__))})
+    return record.out, ops
 
 
 # ---------------------------------------------------------------- the supervisor side

@@ -85,6 +85,31 @@ def test_fuzz_ci(tmp_path):
                          f"--seed {SEED} --start ID --count 1):\n" + "\n".join(failures[:20])
 
 
+FOLDER_TASKS = int(os.environ.get("MDIFF_FUZZ_FOLDER_TASKS", "120"))
+
+
+def test_fuzz_folders_ci(tmp_path):
+    """Hostile repository folders and checkpoints (tests/fuzz/folders.py): every target ends OK or typed,
+    and no checkout returns other weights than its commit id means."""
+    from tests.fuzz import folders
+
+    seeds = folders.prepare(tmp_path)
+    failures: list[str] = []
+    classes: Counter = Counter()
+
+    def on_outcome(outcome: harness.Outcome, _current: Path) -> None:
+        classes[outcome.cls] += 1
+        for r in outcome.failures():
+            failures.append(f"{harness.Outcome.signature(r)}: {r.get('message', '')[:200]}\n    task {outcome.task} ops {outcome.ops}")
+
+    pool = harness.Pool(tmp_path / "workers", None, jobs=JOBS, timeout=20.0)
+    pool.run(folders.make_tasks(seeds, SEED, FOLDER_TASKS), on_outcome, static=True)
+    print(f"\nfolder fuzz: {sum(classes.values())} tasks (seed {SEED}): {dict(classes)}")
+    assert sum(classes.values()) == FOLDER_TASKS
+    assert not failures, f"{len(failures)} failing targets (reproduce: tests.fuzz.folders.make_tasks(prepare(DIR), {SEED}, 1, start=ID)):\n" \
+                         + "\n".join(failures[:20])
+
+
 def _regressions() -> list:
     reasons = regression_reasons()
     params = []

@@ -64,6 +64,7 @@ from mdiff.repo import snapshots as repo_snapshots  # noqa: E402
 from mdiff.updates.sparse import from_entries as sparse_from_entries  # noqa: E402
 
 import minilm  # noqa: E402  (tools/bench/minilm.py)
+import startup  # noqa: E402  (tools/bench/startup.py)
 
 MB = 1e6
 GIB = 1 << 30
@@ -129,7 +130,10 @@ TARGET_ROWS = [
     "checkout of commit 100 of a sparse chain ≤ 2× one full model load",
     "commit of a sharded folder ≤ 1.2× the same state from a single file",
     "commit of a sharded folder: peak RSS ≤ 1.25× (largest shard + 256 MiB)",
+    "mdiff --version ≤ 0.2 s", "mdiff --help ≤ 0.2 s",
+    "mdiff log of a small repository ≤ 0.5 s", "mdiff status of a small repository ≤ 0.5 s",
 ]
+STARTUP_TARGETS = dict(zip(TARGET_ROWS[-4:], startup.ROWS[2:]))  # target row → tools/bench/startup.py row
 
 
 # ---------------------------------------------------------------- small helpers
@@ -722,6 +726,11 @@ class Bench:
                 run()
         self.log("peak RSS of apply (child processes)")
         self.run_rss()
+        self.log("start-up of the command line (child processes)")
+        measured = startup.measure(repeat=max(5, 5 * self.args.repeat), work=self.work / "startup")
+        self.r["startup"] = {"command": measured["command"],
+                             **{row: {"wall": series(measured["times"][row]), "cpu": series(measured["cpu"][row])}
+                                for row in startup.ROWS}}
         # the write contenders' inputs are not needed any more
         self.new32 = self.new16 = self.dense32 = self.dense16 = None
         gc.collect()
@@ -914,6 +923,12 @@ def targets(r: dict) -> list[dict]:
                   f"VmHWM of that folder commit (whole process, interpreter included; median) / (largest shard "
                   f"{fmt_bytes(fo.get('largest_shard'))} + 256 MiB)"
                   if peak and allowed else "not measured: no model folder figures in these results"))
+    su = r.get("startup", {})
+    for target, row in STARTUP_TARGETS.items():
+        measured = su[row]["wall"]["median"] if row in su else None
+        out.append(_t(target, measured, startup.TARGETS[row], "le",
+                      f"seconds, wall time of a fresh process (median; CPU time {su[row]['cpu']['median']:.3f} s)"
+                      if row in su else "not measured: no start-up figures in these results"))
     return out
 
 
@@ -1093,6 +1108,16 @@ def markdown(r: dict) -> str:
                            for one, other, what in pairs)
         lines.append(f"\nFolder ÷ single file, time, repetition by repetition (the two ran one after the other): "
                      f"{paired}.")
+    su = r.get("startup")
+    if su:
+        lines += ["", "## Start-up of the command line", "",
+                  f"Each command in a fresh process, as a user runs it (`{su['command']}`), the rows interleaved; "
+                  "mdiff's modules byte-compiled as `pip install` leaves them; `log` and `status` in a repository of "
+                  "two commits of a 64 KiB model. CPU time (user + sys) is far less sensitive than wall time to other "
+                  "work on a shared machine.", "",
+                  "| command | wall time | CPU time |", "|---|---|---|"]
+        for row in startup.ROWS:
+            lines.append(f"| {row} | {fmt_s(su[row]['wall'])} | {fmt_s(su[row]['cpu'])} |")
     for note in r["notes"]:
         lines += ["", note]
     lines.append("")
