@@ -1,0 +1,419 @@
+"""Fuzzing what mdiff reads besides .mdiff files: repository folders and checkpoints.
+
+Two families of tasks run on the harness's workers (tests/fuzz/harness.py), with the same limits
+(address space, time per task) and the same classification (OK, TYPED, UNTYPED, MEMORY, BADRESULT,
+HANG, CRASH):
+
+- ``repository``: a small seed repository (branches, a merge, a snapshot) is copied and mutated
+  the way an attacker who prepared the folder would: FIFOs, directories and links (to
+  ``/dev/zero``, out of the repository) in place of HEAD, refs, commits or snapshots; oversized or
+  garbage refs; a branch named like another commit's full id; a commit that names itself as its
+  parent; a snapshot holding another state; commits removed or bit-flipped. The targets are what
+  a victim runs: open, branches, log of every head, ``HEAD~100000000``, fsck, and a checkout of every
+  commit the seed has — compared with the seed's own states: a checkout that returns other weights
+  than the commit id means, without an error, is BADRESULT (a lie).
+- ``checkpoint``: a seed ``.safetensors``, ``.npz`` or ``.onnx`` checkpoint is mutated (bytes flipped,
+  lengths and offsets in its header or zip directory changed, members duplicated) and read
+  whole through mdiff's checkpoint readers, then diffed against its seed.
+
+The supervisor builds the seeds once (:func:`prepare`); a task names its family, seed and random
+seed, and the worker rebuilds its input from them (so a failing task reproduces from its numbers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+
+CHECKPOINT_SEEDS = ("model.safetensors", "model.npz", "model.onnx")
+_HUGE_REVISION = "HEAD~100000000"
+
+
+# ---------------------------------------------------------------- seeds
+
+
+def _state(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {"emb.weight": rng.standard_normal((8, 4)).astype(np.float32),
+            "layer.bias": rng.standard_normal(4).astype(np.float32),
+            "steps": np.arange(3, dtype=np.int64)}
+
+
+def prepare(workdir) -> dict:
+    """Seeds under ``workdir/folder-seeds``: a repository with its states' sha256 per commit
+    (``oracle.json``), and one checkpoint of each format. Returns {"repository": dir, "oracle": {…},
+    "checkpoints": [paths]}."""
+    import mdiff
+    from mdiff.checkpoints import save_checkpoint
+    from mdiff.updates.base import sha256_hex
+
+    root = Path(workdir) / "folder-seeds"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(20261203)
+    project = root / "repository"
+    repo = mdiff.Repository.init(project)
+    author = "fuzz <fuzz@example.com>"
+    date = "2026-01-01T00:00:00Z"
+    state = _state(rng)
+    for step in range(3):
+        state["emb.weight"][step, 0] += 1
+        repo.commit(dict(state), f"main {step}", author=author, date=date)
+    repo.switch("feat", create=True)
+    for step in range(2):
+        state["layer.bias"][step] -= 1
+        repo.commit(dict(state), f"feat {step}", author=author, date=date)
+    repo.switch("main")
+    repo.merge("feat", strategy="theirs", message="merge feat", author=author, date=date)
+    repo.snapshot("HEAD")
+    oracle = {}
+    for commit_id in repo.commit_ids():
+        values = repo.state(commit_id)
+        oracle[commit_id] = {name: sha256_hex(value) for name, value in values.items()}
+    (root / "oracle.json").write_text(json.dumps(oracle, sort_keys=True), encoding="utf-8")
+    checkpoints = []
+    for name in CHECKPOINT_SEEDS:
+        path = root / name
+        if name.endswith(".onnx"):
+            _save_onnx(path, state)
+        else:
+            save_checkpoint(path, state)
+        checkpoints.append(str(path))
+    return {"repository": str(project), "oracle": oracle, "checkpoints": checkpoints}
+
+
+def _save_onnx(path: Path, state: dict[str, np.ndarray]) -> None:
+    import onnx
+    from onnx import helper, numpy_helper
+
+    inits = [numpy_helper.from_array(value, name) for name, value in state.items()]
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "layer.bias"], ["y"])], "g", [x], [y], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path.write_bytes(model.SerializeToString())
+
+
+def make_tasks(seeds: dict, master_seed: int, count: int, start: int = 0) -> list[dict]:
+    """``count`` tasks, repository and checkpoint alternating."""
+    tasks = []
+    for i in range(start, start + count):
+        rng = random.Random(f"{master_seed}:{i}")
+        if i % 2 == 0:
+            tasks.append({"id": i, "family": "repository", "seed": seeds["repository"], "rng": rng.getrandbits(64)})
+        else:
+            tasks.append({"id": i, "family": "checkpoint", "seed": rng.choice(seeds["checkpoints"]), "rng": rng.getrandbits(64)})
+    return tasks
+
+
+# ---------------------------------------------------------------- repository mutations
+
+
+def _repo_files(mdiff_dir: Path) -> list[Path]:
+    return sorted(p for p in mdiff_dir.rglob("*") if p.is_file() and not p.is_symlink() and p.name != "lock")
+
+
+def _replace_with(path: Path, kind: str, rng: random.Random, outside: Path) -> str:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dir":
+        path.mkdir()
+    elif kind == "dev-zero":
+        os.symlink("/dev/zero", path)
+    elif kind == "link-out":
+        secret = outside / "secret.txt"
+        secret.write_text("TOP-SECRET-CONTENT " * 8, encoding="utf-8")
+        os.symlink(secret, path)
+    elif kind == "dangling":
+        os.symlink(outside / "missing", path)
+    elif kind == "huge":
+        with open(path, "wb") as f:
+            f.write(b"0" * 64 + b"a" * (8 << 20))  # 8 MiB: a ref is at most 100 bytes
+    elif kind == "garbage":
+        path.write_bytes(bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 200))))
+    return f"{kind} at {path.name}"
+
+
+def _flip_bits(path: Path, rng: random.Random, flips: int) -> None:
+    data = bytearray(path.read_bytes())
+    for _ in range(flips):
+        if data:
+            i = rng.randrange(len(data))
+            data[i] ^= 1 << rng.randrange(8)
+    path.write_bytes(bytes(data))
+
+
+def _retarget_commit(mdiff_dir: Path, commit_id: str, parents: list[str]) -> None:
+    """Rewrite a commit's parents in place, keeping its (now wrong) name."""
+    import h5py
+
+    from mdiff.format.attributes import write_string
+
+    path = mdiff_dir / "commits" / f"{commit_id}.mdiff"
+    with h5py.File(path, "r+") as f:
+        commit = json.loads(bytes(f.attrs["commit"]).decode("utf-8") if isinstance(f.attrs["commit"], bytes)
+                            else f.attrs["commit"])
+        commit["parents"] = parents
+        write_string(f, "commit", json.dumps(commit))
+
+
+def mutate_repository(seed: Path, target: Path, rng: random.Random, oracle: dict) -> list[str]:
+    """Copy the seed repository to ``target`` and change it as a hostile preparer would."""
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(seed, target, symlinks=True)
+    outside = target.parent / "outside"
+    shutil.rmtree(outside, ignore_errors=True)
+    outside.mkdir()
+    md = target / ".mdiff"
+    ids = sorted(oracle)
+    chosen = [rng.choice(["special", "special", "flip", "shadow", "self-parent", "cycle", "lying-snapshot",
+                          "remove-commit", "head-escape", "bad-branch-name"]) for _ in range(rng.randint(1, 3))]
+    ops = []
+    if "lying-snapshot" in chosen:  # made with the repository's own writer, before anything else is damaged
+        ops.append(_lying_snapshot(target, ids, rng))
+    for op in chosen:
+        files = _repo_files(md)
+        if op == "special" and files:
+            path = rng.choice(files)
+            kind = rng.choice(["fifo", "dir", "dev-zero", "link-out", "dangling", "huge", "garbage"])
+            ops.append(_replace_with(path, kind, rng, outside))
+        elif op == "flip":
+            commits = [p for p in sorted((md / "commits").glob("*.mdiff")) if p.is_file() and not p.is_symlink()]
+            if commits:
+                path = rng.choice(commits)
+                _flip_bits(path, rng, rng.randint(1, 8))
+                ops.append(f"bits flipped in {path.name}")
+        elif op == "shadow":
+            victim, other = rng.sample(ids, 2)
+            (md / "refs" / "heads" / victim).write_text(other + "\n", encoding="utf-8")
+            ops.append(f"branch {victim[:12]}… names {other[:12]}…")
+        elif op in ("self-parent", "cycle"):
+            a, b = rng.sample(ids, 2)
+            if (md / "commits" / f"{a}.mdiff").is_file():
+                _retarget_commit(md, a, [a] if op == "self-parent" else [b])
+                if op == "cycle" and (md / "commits" / f"{b}.mdiff").is_file():
+                    _retarget_commit(md, b, [a])
+                ops.append(f"{op}: {a[:12]}…")
+        elif op == "remove-commit":
+            path = md / "commits" / f"{rng.choice(ids)}.mdiff"
+            if path.is_symlink() or path.is_file():
+                path.unlink()
+                ops.append(f"removed {path.name}")
+        elif op == "head-escape":
+            head = md / "HEAD"
+            if head.is_dir() and not head.is_symlink():
+                shutil.rmtree(head)
+            else:
+                head.unlink(missing_ok=True)
+            head.write_text(rng.choice(["ref: refs/heads/../../../etc/passwd\n", "ref: refs/heads/x..y\n",
+                                        "ref: /etc/passwd\n", "0" * 64 + "\n", "ref: refs/heads/\x00\n"]),
+                            encoding="utf-8")
+            ops.append("HEAD rewritten")
+        elif op == "bad-branch-name":
+            name = rng.choice(["x..y", "v1.lock", "a b", "-rf", ".hidden", "ünï"])
+            (md / "refs" / "heads" / name).write_text(ids[0] + "\n", encoding="utf-8")
+            ops.append(f"branch {name!r}")
+    return ops
+
+
+def _lying_snapshot(project: Path, ids: list[str], rng: random.Random) -> str:
+    """A snapshot, valid as a file, filed under a commit whose state it does not hold: another
+    commit's state, or the commit's own with one value changed."""
+    from mdiff.repo import Repository
+    from mdiff.repo.snapshots import write_snapshot
+
+    repo = Repository(project)
+    claimed = rng.choice(ids)
+    if rng.random() < 0.5:
+        source = rng.choice([c for c in ids if c != claimed])
+        state = repo.state(source)
+        how = f"the state of {source[:12]}…"
+    else:
+        state = {name: value.copy() for name, value in repo.state(claimed).items()}
+        name = rng.choice(sorted(state))
+        state[name].reshape(-1).view(np.uint8)[0] ^= 0x40
+        how = f"its own state with {name!r} changed"
+    write_snapshot(repo, claimed, state)
+    return f"snapshot of {claimed[:12]}… holds {how}"
+
+
+# ---------------------------------------------------------------- checkpoint mutations
+
+
+def mutate_checkpoint(seed: Path, target: Path, rng: random.Random) -> list[str]:
+    """A copy of the seed checkpoint at ``target`` (same suffix), changed where its structure lies."""
+    data = bytearray(seed.read_bytes())
+    ops = []
+    kind = seed.suffix
+    for _ in range(rng.randint(1, 3)):
+        choice = rng.choice(["flip", "flip", "structure", "truncate", "extend"])
+        if choice == "flip" and data:
+            i = rng.randrange(len(data))
+            data[i] ^= 1 << rng.randrange(8)
+            ops.append(f"bit flipped at {i}")
+        elif choice == "truncate" and data:
+            cut = rng.randrange(len(data))
+            del data[cut:]
+            ops.append(f"cut at {cut}")
+        elif choice == "extend":
+            data += bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 64)))
+            ops.append("bytes appended")
+        elif choice == "structure":
+            op = {".safetensors": _safetensors_header, ".npz": _zip_directory}.get(kind)
+            if op is not None:
+                data, what = op(bytes(data), rng)
+                data = bytearray(data)
+                ops.append(what)
+    target.write_bytes(bytes(data))
+    return ops
+
+
+def _safetensors_header(data: bytes, rng: random.Random) -> tuple[bytes, str]:
+    """A header edit that keeps the file parseable as JSON: offsets, shapes, dtypes, lengths."""
+    if len(data) < 8:
+        return data, "too short for a header"
+    (n,) = struct.unpack("<Q", data[:8])
+    try:
+        header = json.loads(data[8:8 + n])
+    except ValueError:
+        return data, "header not JSON"
+    names = [k for k in header if k != "__metadata__"]
+    if not names:
+        return data, "no tensors"
+    name = rng.choice(names)
+    entry = header[name]
+    what = rng.choice(["offsets", "overlap", "shape", "dtype", "length", "metadata"])
+    if what == "offsets":
+        entry["data_offsets"] = [rng.choice([0, 1, 2**31, 2**63 - 1, -1]), rng.choice([0, 8, 2**40, 2**64])]
+    elif what == "overlap":
+        other = header[rng.choice(names)]
+        entry["data_offsets"] = list(other["data_offsets"])
+    elif what == "shape":
+        entry["shape"] = rng.choice([[2**62, 2**62], [-1], [0, 2**62], [1] * 40, "x"])
+    elif what == "dtype":
+        entry["dtype"] = rng.choice(["F8_E4M3", "Q4", "", 7, "F32 "])
+    elif what == "length":
+        return struct.pack("<Q", rng.choice([0, n + 1, 2**63, len(data) + 10])) + data[8:], "header length changed"
+    else:
+        header["__metadata__"] = rng.choice([{"format": 7}, "x", {"a" * 100: "b" * 100000}])
+    text = json.dumps(header).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data[8 + n:], f"header {what} of {name!r}"
+
+
+def _zip_directory(data: bytes, rng: random.Random) -> tuple[bytes, str]:
+    """Edits of an .npz's zip directory: a member's sizes, its offset (members overlapping), a duplicate."""
+    end = data.rfind(b"PK\x05\x06")
+    central = data.find(b"PK\x01\x02")
+    if end < 0 or central < 0:
+        return data, "no zip directory"
+    entries = []
+    i = central
+    while 0 <= i < end:
+        entries.append(i)
+        n, m, k = struct.unpack("<HHH", data[i + 28:i + 34])
+        i = data.find(b"PK\x01\x02", i + 46 + n + m + k)
+    if not entries:
+        return data, "empty directory"
+    at = rng.choice(entries)
+    out = bytearray(data)
+    what = rng.choice(["compressed size", "size", "offset", "offset-overlap"])
+    if what == "compressed size":
+        out[at + 20:at + 24] = struct.pack("<I", rng.choice([0, 1, 2**31, 2**32 - 1]))
+    elif what == "size":
+        out[at + 24:at + 28] = struct.pack("<I", rng.choice([0, 2**30, 2**32 - 1]))
+    else:
+        other = rng.choice(entries)
+        offset = struct.unpack("<I", data[other + 42:other + 46])[0] if what == "offset-overlap" else rng.randrange(len(data))
+        out[at + 42:at + 46] = struct.pack("<I", offset)
+    return bytes(out), f"zip directory: {what}"
+
+
+# ---------------------------------------------------------------- targets
+
+
+def run_repository_targets(project: Path, oracle: dict, record) -> None:
+    """What a victim runs in a repository someone else prepared. ``record(target, fn)`` classifies."""
+    from mdiff.repo import Repository
+    from mdiff.repo.history import resolve, topological
+    from mdiff.updates.base import sha256_hex
+
+    repo = record("repo.open", lambda: Repository.find(project))
+    if repo is None:
+        return
+    branches = record("repo.branches", lambda: {name: target for name, target in repo.branches().items()})
+
+    def log_all():
+        heads = sorted({t for t in (branches or {}).values() if t})
+        for commit_id in topological(repo, heads):
+            repo.metadata(commit_id)
+        return True
+
+    record("repo.log", log_all)
+    record("repo.revision", lambda: resolve(repo, _HUGE_REVISION))
+    record("repo.fsck", lambda: repo.fsck())
+    for commit_id, expected in sorted(oracle.items()):
+        def checkout(commit_id=commit_id, expected=expected):
+            state = repo.state(commit_id)
+            got = {name: sha256_hex(value) for name, value in state.items()}
+            if got != expected:
+                raise _Lie(f"checkout of {commit_id[:12]}… returned other weights than the commit's, without an error")
+            return True
+
+        record("repo.checkout", checkout)
+
+
+class _Lie(Exception):
+    """A result that is wrong although no error was raised: classified BADRESULT."""
+
+
+def run_checkpoint_targets(path: Path, seed: Path, record) -> None:
+    from mdiff.checkpoints import open_checkpoint
+    from mdiff.diffing import diff_mappings
+
+    def read_all():
+        with open_checkpoint(path) as ckpt:
+            for name in ckpt.keys():
+                ckpt.spec(name)
+                ckpt.read(name)
+        return True
+
+    if record("checkpoint.read", read_all) is None:
+        return
+
+    def diff_against_seed():
+        with open_checkpoint(seed) as old, open_checkpoint(path) as new:
+            for _name, _update in diff_mappings(old, new):
+                pass
+        return True
+
+    record("checkpoint.diff", diff_against_seed)
+
+
+def run_task(task: dict, workdir: Path, record) -> list[str]:
+    """Build the task's input under ``workdir`` and run its targets; returns the mutation's ops."""
+    rng = random.Random(task["rng"])
+    seed = Path(task["seed"])
+    if task["family"] == "repository":
+        oracle = json.loads((seed.parent / "oracle.json").read_text(encoding="utf-8"))
+        project = workdir / "current-repository"
+        ops = mutate_repository(seed, project, rng, oracle)
+        record.started(ops)
+        run_repository_targets(project, oracle, record)
+    else:
+        target = workdir / f"current-checkpoint{seed.suffix}"
+        ops = mutate_checkpoint(seed, target, rng)
+        record.started(ops)
+        run_checkpoint_targets(target, seed, record)
+    return ops
+
