@@ -675,6 +675,14 @@ def build_MD404_update_unknown_member(path) -> None:
     _edit_update(path, "w", lambda m: m.update(codec_hint=3))
 
 
+def build_MD405_required_dataset_is_a_group(path) -> None:
+    """A group named `xor` is not the dataset a dense update needs (§7.1): MD405, not a valid file."""
+    with _edit(path) as f:
+        group = f["parameters/w"]
+        del group["xor"]
+        group.create_group("xor")
+
+
 def build_MD404_base_sha256_in_version_1_1(path) -> None:
     """`base_sha256` exists from format version 1.2 (§3.3, §7.1): in a 1.1 file it breaks the schema."""
     with _edit(path) as f:

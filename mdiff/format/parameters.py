@@ -168,6 +168,10 @@ def _parse_one(name, path, inventory: Inventory, f: h5py.File, findings: list[Fi
         child = inventory.objects.get(f"{path}/{member}")
         if child is not None and child.kind == "dataset" and child.dataset is not None:
             datasets[member] = child.dataset
+        elif child is not None and child.kind == "group":
+            if member in kind.datasets:  # the required dataset is not there: a group has its name (§7.1)
+                findings.append(Finding("MD405", f"{path}/{member}", f"`{member}` is a group; a {kind.name} update needs a dataset"))
+                refused.add(member)
         else:
             refused.add(member)  # reported under §8, so not "missing" (MD405) as well
     problem = shape_problem(meta["shape"], dtype_named(meta["dtype"]).itemsize, limits)
