@@ -17,6 +17,7 @@ import numpy as np
 
 from mdiff.format.dtypes import canonical, dtype_of, xor_bits
 from mdiff.progress import ByteCounter, Progress, tensor_bytes
+from mdiff.threads import shared_pool
 from mdiff.updates import delete, dense, replace, sparse
 from mdiff.updates.base import Update, sha256_hex
 
@@ -70,19 +71,21 @@ def diff_tensor(old: np.ndarray | None, new: np.ndarray | None) -> Update | None
     old = canonical(old)
     if old.shape != new.shape or dtype_of(old) != dtype_of(new):
         return replace.encode(new)
+    # §7.1 base_sha256, hashed on another core while the XOR and its statistics are made
+    base_sha256 = shared_pool().submit(sha256_hex, old)
     xor = xor_bits(old, new)
     changed = int(np.count_nonzero(xor))
     if changed == 0:
+        base_sha256.cancel()
         return None
     stats: dict[str, int | float] = {"changed": changed}
     rel = relative_change(old, new)
     if rel is not None:
         stats["rel_change"] = rel
     width = new.itemsize
-    base_sha256 = sha256_hex(old)  # §7.1: an applier given another base says so before it computes anything
     if changed * (sparse.INDEX_DTYPE.itemsize + width) < new.size * width:
-        return sparse.from_xor(xor, new, stats, base_sha256)
-    return dense.from_xor(xor, new, stats, base_sha256)
+        return sparse.from_xor(xor, new, stats, base_sha256.result())
+    return dense.from_xor(xor, new, stats, base_sha256.result())
 
 
 
