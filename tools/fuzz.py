@@ -4,6 +4,7 @@
     python tools/fuzz.py --count 100000 --seed 1 --jobs 2
     python tools/fuzz.py --minutes 40 --seed 7 --jobs 2 --out fuzz-findings
     python tools/fuzz.py --replay tests/fuzz/regressions/*.mdiff      # one outcome per file
+    python tools/fuzz.py --folders --count 5000 --seed 1               # hostile repository folders and checkpoints
 
 Each file is read in a worker process with an address-space limit (--memory-gib) and a
 wall-clock limit (--timeout); see tests/fuzz/harness.py for the targets and the outcome classes.
@@ -114,6 +115,8 @@ def main(argv=None) -> int:
     parser.add_argument("--malloc-check", action="store_true",
                         help="preload glibc's malloc checker into the workers (heap damage then tends to show in the file that "
                              "did it; slower, and some attribute-heavy files become very slow)")
+    parser.add_argument("--folders", action="store_true",
+                        help="fuzz hostile repository folders and checkpoints instead of .mdiff files (tests/fuzz/folders.py)")
     parser.add_argument("--replay", nargs="+", metavar="FILE", help="read these files instead (one outcome each)")
     parser.add_argument("--tasks", default=None, metavar="I,J,...",
                         help="make and read exactly these tasks of --seed, in this order, in one worker process "
@@ -132,8 +135,14 @@ def main(argv=None) -> int:
     scratch.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     print(f"building the seed corpus in {scratch} ...", flush=True)
-    manifest_path = harness.prepare(scratch)
-    manifest = json.loads(manifest_path.read_text())
+    if args.folders:
+        from tests.fuzz import folders
+
+        folder_seeds = folders.prepare(scratch)
+        manifest_path, manifest = None, [folder_seeds["repository"], *folder_seeds["checkpoints"]]
+    else:
+        manifest_path = harness.prepare(scratch)
+        manifest = json.loads(manifest_path.read_text())
     print(f"{len(manifest)} seeds; {args.count} files from task {args.start}, seed {args.seed}, {args.jobs} jobs, "
           f"{args.timeout:g} s and {args.memory_gib:g} GiB per file", flush=True)
     tally = Tally()
@@ -168,7 +177,9 @@ def main(argv=None) -> int:
                   f"(new {sum(1 for e in tally.signatures.values() if not e['known'])})  respawns {pool.respawns}", flush=True)
 
     def tasks():
-        for task in harness.make_tasks(manifest, args.seed, args.count, args.start, ids=ids):
+        made = folders.make_tasks(folder_seeds, args.seed, args.count, args.start) if args.folders else \
+            harness.make_tasks(manifest, args.seed, args.count, args.start, ids=ids)
+        for task in made:
             if deadline and time.monotonic() > deadline:
                 return
             yield task
