@@ -6,6 +6,7 @@ import { readSafetensors, writeSafetensors } from "./safetensors.js";
 import { DTYPES, computeDtype, numelOf } from "./dtypes.js";
 import { f16BitsToNumber, bf16BitsToNumber, numberToF16Bits, numberToBf16Bits } from "./float.js";
 import { H5Error } from "./hdf5.js";
+import { READS_BASE_VALUE } from "./schema.js";
 
 // A typed-array view of a Buffer, copying it when it is not aligned.
 function view(Type, buf) {
@@ -90,8 +91,11 @@ function fail(code, message, path) {
 
 // Applies a checked file (a Validation without errors, §3-§8) to a state (Map name -> {dtype, shape,
 // data}): the base checks of §9.2 first, then every result, each verified (§9.3). Returns the result
-// state, a new Map; the base is left as it was. Throws MdiffError (MD600, MD601, MD602, MD409).
-export function applyValidated(v, base) {
+// state, a new Map; the base is left as it was. Throws MdiffError (MD600, MD601, MD603, MD602, MD409).
+// `skipBaseCheckFor` holds the names whose base value is not checked against `base_sha256` (MD603): a
+// repository replay passes the state's inexact values (§13.4), whose bits may differ between
+// appliers, and which a writer therefore must not name (§9.2).
+export function applyValidated(v, base, { skipBaseCheckFor = new Set() } = {}) {
   // 2. base checks (§9.2), before any result is computed
   for (const prm of v.params) {
     const u = prm.update;
@@ -114,6 +118,14 @@ export function applyValidated(v, base) {
     const T = DTYPES[u.dtype];
     const shape = u.shape.map(Number);
     let data;
+    // §9.2: the base value an update reads is the one it was made from, checked as it is read and
+    // before the result is computed (so MD603 comes before MD602 for the parameter)
+    if (READS_BASE_VALUE.has(u.type) && "base_sha256" in u && !skipBaseCheckFor.has(prm.name)) {
+      const h = sha256hex(base.get(prm.name).data);
+      if (h !== u.base_sha256) {
+        fail("MD603", `the base value of ${JSON.stringify(prm.name)} hashes to ${h}, not the update's base_sha256 ${u.base_sha256}: the base is not the one the diff was made from`, prm.name);
+      }
+    }
     if (u.type === "delete") {
       result.delete(prm.name);
       continue;

@@ -59,6 +59,7 @@ MD514 error 8.1 an object is reachable through more than one link
 MD600 error 9.2 the base lacks a parameter the update needs
 MD601 error 9.2 the base parameter's shape or dtype differs from the update's
 MD602 error 9.3 the result does not match the update's sha256
+MD603 error 9.2 the base value is not the one the update was made from (base_sha256)
 MD800 error 13.2 a commit file's bytes do not hash to its name
 MD801 error 13.3 a repository file, ref or HEAD is malformed or names a missing commit
 MD802 error 13.4 a commit cannot be applied to its first parent's state

@@ -49,6 +49,12 @@ function members(errs, where, obj, required, optional, strict) {
   }
 }
 
+function withoutMember(obj, name) {
+  const copy = Object.create(null); // as the strict JSON parser makes objects
+  for (const k of Object.keys(obj)) if (k !== name) copy[k] = obj[k];
+  return copy;
+}
+
 export function checkCommit(c, strict = true) {
   const errs = [];
   if (!isPlainObject(c)) return [`(root): ${describe(c)} is not an object`];
@@ -107,11 +113,29 @@ const TYPE_MEMBERS = {
   delete: { required: ["shape", "dtype"], optional: ["lossy", "stats"] },
 };
 
-// Checks an update object whose `type` is known and whose `version` is supported.
-export function checkUpdate(u, strict = true) {
+// §7.1, §3.3: the types that compute their result from the base's values may name that value
+// (`base_sha256`) from format version 1.2 on. `replace` and `delete` read no base value: the member
+// is never theirs. In a 1.0 or 1.1 file it is not among the version's members, so a strict check
+// refuses it there (MD404).
+export const READS_BASE_VALUE = new Set(["dense", "sparse", "low_rank"]);
+const BASE_SHA256_SINCE_MINOR = 2n;
+
+// Checks an update object whose `type` is known and whose `version` is supported. `minor` is the
+// file's minor format version (a BigInt; null when unknown, read as the newest this reader knows).
+export function checkUpdate(u, strict = true, minor = null) {
   const errs = [];
   const t = TYPE_MEMBERS[u.type];
-  members(errs, "(root)", u, ["type", "version", ...t.required], t.optional, strict);
+  const inVersion = minor === null || minor >= BASE_SHA256_SINCE_MINOR;
+  const hasBaseSha = READS_BASE_VALUE.has(u.type) && inVersion;
+  const optional = hasBaseSha ? [...t.optional, "base_sha256"] : t.optional;
+  const given = strict && "base_sha256" in u && !hasBaseSha;
+  members(errs, "(root)", given ? withoutMember(u, "base_sha256") : u, ["type", "version", ...t.required], optional, strict);
+  if (given) {
+    errs.push(inVersion
+      ? `member 'base_sha256' is not allowed: a ${u.type} update reads no base value (§7.1)`
+      : `member 'base_sha256' is not allowed in format version 1.${minor} (it came with 1.2, §3.3)`);
+  }
+  if (hasBaseSha && "base_sha256" in u) str(errs, "base_sha256", u.base_sha256, { pattern: HEX64 });
   if ("shape" in u) {
     const s = u.shape;
     if (!Array.isArray(s)) errs.push("shape: is not an array");

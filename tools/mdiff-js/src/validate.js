@@ -23,8 +23,8 @@ export const DEFAULT_LIMITS = {
 };
 
 const READER_MAJOR = 1;
-const READER_MINOR = 1; // §3.3: this document (and this reader) defines version 1.1
-const KNOWN_EXTENSIONS = new Set(); // versions 1.0 and 1.1 define none
+const READER_MINOR = 2; // §3.3: this document (and this reader) defines version 1.2
+const KNOWN_EXTENSIONS = new Set(); // versions 1.0 to 1.2 define none
 // §5.7: the root members each version defines (besides /parameters and /update_types of 1.0)
 const V1_1_GROUPS = ["files", "layout"];
 const ALLOWED_FILTERS = new Set([1, 2, 3]);
@@ -625,7 +625,7 @@ export class Validation {
       this.add("MD403", p, `${u.type} version ${describe(u.version)} is not supported (this reader knows ${UPDATE_VERSIONS[u.type].join(", ")})`);
       return null;
     }
-    const errs = checkUpdate(u, this.strict);
+    const errs = checkUpdate(u, this.strict, this.version ? this.version.minor : null);
     if (kind !== "parameter") {
       const badDtype = "dtype" in u && u.dtype !== "uint8";
       const badShape = Array.isArray(u.shape) && u.shape.length !== 1;
