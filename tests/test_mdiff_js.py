@@ -491,7 +491,7 @@ def test_small_file_applies(small, tmp_path):
         ("missing", lambda s: s.pop("w"), "MD600"),
         ("wrong_dtype", lambda s: s.__setitem__("w", s["w"].astype(np.float64)), "MD601"),
         ("wrong_shape", lambda s: s.__setitem__("w", s["w"].reshape(3, 4)), "MD601"),
-        ("other_base", lambda s: s.__setitem__("s", s["s"] + 1), "MD602"),
+        ("other_base", lambda s: s.__setitem__("s", s["s"] + 1), "MD603"),  # the update names its base (base_sha256, §9.2)
     ],
 )
 def test_apply_refuses_wrong_base(small, tmp_path, label, change, code):
