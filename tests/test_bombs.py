@@ -8,6 +8,7 @@ VmHWM, reset before the attack: ``ru_maxrss`` carries the parent's peak across f
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 
 import mdiff
+from mdiff.checkpoints import open_checkpoint
 
 BOUND_MIB = 200  # what a refused bomb may cost; libhdf5 took 2 GiB on the 1 MB chunk bomb below
 BOUND_S = 5.0
@@ -153,3 +155,69 @@ def test_an_embedded_function_whose_chunk_is_a_bomb_is_md513(tmp_path):
         dataset.id.write_direct_chunk((0,), deflate_bomb(BOMB_MIB))
     report = attack("outcome = [x.code for x in mdiff.validate(args['diff']) if x.is_error]", diff=path)
     assert_bounded(report, ["MD513", "MD402"])  # the type, unusable, is then unknown to its update
+
+
+# ---------------------------------------------------------------- checkpoints (§10)
+
+
+def overlapping_npz(path: Path, members: int = 32, mib: int = 64) -> Path:
+    """An .npz whose ``members`` members are one deflate stream of a uint8 [mib MiB] array: each local
+    header's extra field reaches over the headers after it to the one shared stream, which Python
+    3.10–3.12's zipfile reads once per member."""
+    import struct
+
+    from numpy.lib import format as npy_format
+
+    header = io.BytesIO()
+    npy_format.write_array_header_1_0(header, {"descr": "|u1", "fortran_order": False, "shape": (mib << 20,)})
+    payload_size = len(header.getvalue()) + (mib << 20)
+    deflater = zlib.compressobj(9, zlib.DEFLATED, -15)
+    stream = deflater.compress(header.getvalue()) + deflater.compress(bytes(mib << 20)) + deflater.flush()
+    crc = zlib.crc32(bytes(mib << 20), zlib.crc32(header.getvalue()))
+    names = [f"t{i:02d}.npy".encode() for i in range(members)]
+    offsets, at = [], 0
+    for name in names:
+        offsets.append(at)
+        at += 30 + len(name)
+    shared = at  # where the stream starts: every member's data
+    local = b"".join(
+        struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 8, 0, 0x21, crc, len(stream), payload_size, len(name),
+                    shared - offset - 30 - len(name)) + name
+        for name, offset in zip(names, offsets))
+    central = b"".join(
+        struct.pack("<4s6H3L5H2L", b"PK\x01\x02", 20, 20, 0, 8, 0, 0x21, crc, len(stream), payload_size, len(name),
+                    0, 0, 0, 0, 0, offset) + name
+        for name, offset in zip(names, offsets))
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, members, members, len(central), shared + len(stream), 0)
+    path.write_bytes(local + stream + central + end)
+    return path
+
+
+def test_the_npz_bomb_is_one_numpy_reads_member_by_member(tmp_path):
+    """The archive is what the attack says: numpy (zipfile) reads each member, all the same stream."""
+    path = overlapping_npz(tmp_path / "bomb.npz", members=3, mib=1)
+    with np.load(path) as loaded:
+        assert sorted(loaded.files) == ["t00", "t01", "t02"]
+        assert all(loaded[name].shape == (1 << 20,) for name in loaded.files)
+
+
+def test_an_npz_whose_members_overlap_is_md701_before_anything_is_inflated(tmp_path):
+    """Before: 32 members of 64 MiB from one 65 KB stream — 2 GiB resident to load (the issue's 1 MB
+    file of 32 × 1 GiB: 283 s, 3.2 GB). Members may not share bytes: refused from the directory."""
+    path = overlapping_npz(tmp_path / "bomb.npz")
+    assert path.stat().st_size < 100_000
+    report = attack("state = mdiff.checkpoints.load_checkpoint(args['npz'])\noutcome = len(state)", npz=path)
+    assert_bounded(report, "MD701")
+    with pytest.raises(mdiff.CheckpointError, match="overlap") as info:
+        open_checkpoint(path)
+    assert info.value.code == "MD701"
+
+
+def test_safetensors_whose_tensors_share_bytes_are_md701_before_anything_is_read(tmp_path):
+    """2048 tensors of 1 MiB over one stored MiB would be 2 GiB to load from a 1.1 MB file."""
+    header = {f"t{i:04d}": {"dtype": "U8", "shape": [1 << 20], "data_offsets": [0, 1 << 20]} for i in range(2048)}
+    text = json.dumps(header).encode()
+    path = tmp_path / "shared.safetensors"
+    path.write_bytes(len(text).to_bytes(8, "little") + text + bytes(1 << 20))
+    report = attack("state = mdiff.checkpoints.load_checkpoint(args['st'])\noutcome = len(state)", st=path)
+    assert_bounded(report, "MD701")
