@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping
 import h5py
 import numpy as np
 
-from mdiff.atomic import create_temp_file, fsync_directory, fsync_path
+from mdiff.atomic import check_output, create_temp_file, fsync_directory, fsync_path, replace_with
 from mdiff.format import canonical_json
 from mdiff.format.attributes import overwrite_string, write_string
 from mdiff.format.commit import Commit
@@ -102,6 +102,7 @@ class DiffWriter:
         self._writeback = Writeback(lambda: fsync_path(self._tmp))
         commit_text = (commit or Commit()).to_attribute()
         extensions = list(extensions)
+        check_output(self.path)  # a device, FIFO, link or folder is refused before anything is written
         tmp, fd = create_temp_file(self.path.parent, self.path.name)  # 0o666: the umask decides, as for any file
         os.close(fd)
         self._tmp = Path(tmp)
@@ -177,15 +178,19 @@ class DiffWriter:
             group.create_dataset(key, data=array, track_times=False)
 
     def close(self) -> None:
-        """Finish the file: flush, fsync, and rename it into place."""
-        if self._files is not None or self._has_layout:
-            # §3.3: 1.1 only for a file that uses what 1.1 added. Same length as "1.0", so the
-            # attribute is rewritten where it lies and the bytes stay deterministic.
-            overwrite_string(self._file, ATTR_VERSION, FILES_VERSION)
-        self._file.close()
-        self._writeback.wait()
-        fsync_path(self._tmp)
-        os.replace(self._tmp, self.path)
+        """Finish the file: flush, fsync, and rename it into place (on any error: no file is left)."""
+        try:
+            if self._files is not None or self._has_layout:
+                # §3.3: 1.1 only for a file that uses what 1.1 added. Same length as "1.0", so the
+                # attribute is rewritten where it lies and the bytes stay deterministic.
+                overwrite_string(self._file, ATTR_VERSION, FILES_VERSION)
+            self._file.close()
+            self._writeback.wait()
+            fsync_path(self._tmp)
+            replace_with(self._tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
         fsync_directory(self.path.parent.resolve())
 
     def abort(self) -> None:
