@@ -292,10 +292,14 @@ def check_writable(entries: Sequence[Entry], metadata: dict[str, str] | None, pa
                 f"tensor {name!r} is bfloat16, which .npz cannot store portably; use .safetensors for bfloat16",
                 path,
             )
+        # A diff may carry any parameter name (§5.2); these an .npz cannot hold: a refusal of the
+        # output format (MD703, SPEC.md §10), not a programming error.
         if "\0" in name:
-            raise ValueError(f"tensor name {name!r} contains NUL, which zip member names cannot")
+            raise CheckpointError("MD703", f"tensor name {name!r} contains NUL, which zip member names cannot; "
+                                           "write .safetensors or .pt", path)
         if len((name + MEMBER_SUFFIX).encode("utf-8")) > 0xFFFF:
-            raise ValueError(f"tensor name {name[:40]!r}... is too long for a zip member name")
+            raise CheckpointError("MD703", f"tensor name {name[:40]!r}... is longer than a zip member name "
+                                           "can be (65,535 bytes with .npy); write .safetensors or .pt", path)
     if metadata:
         raise CheckpointError(
             "MD700", "an .npz file cannot hold metadata; write .safetensors to keep it, or drop it", path
