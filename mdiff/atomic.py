@@ -1,22 +1,78 @@
 """How mdiff writes every file: under a temporary name beside the target, synced, then renamed into
 place — so that a reader, or a process killed at any moment, sees the old file or the new one,
 never a part. Temporary files are hidden (``.NAME.<random>.tmp``) and created with mode 0o666, so
-that the umask decides the permissions, as for any file a user makes.
+that the umask decides the permissions, as for any file a user makes; a temporary file never
+outlives an error.
+
+What the output path may already name (:func:`check_output`): nothing, or a regular file, which the
+new file replaces with the old one's mode (and owner and group, where the process may set them).
+Anything else is refused before a byte is written — a rename would replace a device (as root,
+``-o /dev/null`` made /dev/null a regular file), a FIFO or a socket with a regular file, and a
+symbolic link with a file where the link was, leaving what it points to as it was. A file with
+other hard links is replaced too: the other links keep the old content (the rename that makes the
+write atomic gives the path a new file; writing into the shared one would change every link's
+content at once and, cut short, leave all of them corrupt).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
+import logging
 import os
 import secrets
+import stat
 from collections.abc import Iterator
-from pathlib import Path
 from typing import BinaryIO
 
 from mdiff.threads import Writeback
 
 TEMP_SUFFIX = ".tmp"
+log = logging.getLogger(__name__)
+
+
+class UnsafeOutputError(OSError):
+    """The output path names something a new file must not replace (a device, FIFO, socket, link or
+    folder): a usage error, raised before anything is written."""
+
+
+_KINDS = [(stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")]
+
+
+def check_output(path: str | os.PathLike[str]) -> os.stat_result | None:
+    """What ``path`` names now, when a new file is to take its place: nothing (None) or a regular file
+    (its status); UnsafeOutputError for anything else."""
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(status.st_mode):
+        return status
+    kind = next((name for test, name in _KINDS if test(status.st_mode)), "not a regular file")
+    why = {
+        "a folder": "give the path of a file to write (a file name inside the folder, say)",
+        "a symbolic link": "writing would replace the link, not what it points to; give the path of the file itself",
+    }.get(kind, "writing would replace it with a regular file; give the path of a file to write")
+    raise UnsafeOutputError(errno.EISDIR if kind == "a folder" else errno.EEXIST,
+                            f"the output exists and is {kind}: {why}", os.fspath(path))
+
+
+def replace_with(temp_path: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """Rename the finished ``temp_path`` onto ``path``: refused unless ``path`` is (still) nothing or a
+    regular file, whose mode, owner and group the new file takes. Callers remove ``temp_path`` on error."""
+    previous = check_output(path)
+    if previous is not None:
+        os.chmod(temp_path, stat.S_IMODE(previous.st_mode))
+        ours = os.stat(temp_path)
+        if (ours.st_uid, ours.st_gid) != (previous.st_uid, previous.st_gid):
+            with contextlib.suppress(PermissionError):  # only root may give a file away
+                os.chown(temp_path, previous.st_uid, previous.st_gid)
+        if previous.st_nlink > 1:
+            log.warning("%s had %d other hard links; they keep the old content (the output is a new file)",
+                        os.fspath(path), previous.st_nlink - 1)
+    os.replace(temp_path, path)
 
 
 def create_temp_file(directory: str | os.PathLike[str], basename: str) -> tuple[str, int]:
@@ -73,9 +129,15 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     """A new file that replaces ``path`` only once completely written and synced; on any exception
     nothing is left behind and ``path`` keeps what it held."""
     path = os.fspath(path)
+    check_output(path)  # before anything is written
     directory = os.path.dirname(os.path.abspath(path))
     temp_path, fd = create_temp_file(directory, os.path.basename(path))
-    file = SyncingWriter(io.FileIO(fd, "wb"))
+    try:
+        file = SyncingWriter(io.FileIO(fd, "wb"))
+    except BaseException:
+        os.close(fd)
+        os.unlink(temp_path)
+        raise
     try:
         try:
             yield file
@@ -83,29 +145,12 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         finally:
             file.writeback.wait()  # no sync may outlive the file it syncs
             file.close()
-        os.replace(temp_path, path)
+        replace_with(temp_path, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp_path)
         raise
     fsync_directory(directory)
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """For writers that open a file by name (libhdf5): a new temporary path beside ``path``, renamed to
-    ``path`` once the block ends without an exception (the writer must have closed and synced it)."""
-    target = Path(path)
-    temp_path, fd = create_temp_file(target.parent, target.name)
-    os.close(fd)
-    try:
-        yield Path(temp_path)
-        os.replace(temp_path, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp_path)
-        raise
-    fsync_directory(target.parent)
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:

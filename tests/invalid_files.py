@@ -1080,6 +1080,16 @@ def build_MD513_fletcher32_mismatch(path) -> None:
     _write_chunk(path, BIG.tobytes() + b"\0\0\0\0", fletcher32=True)
 
 
+def build_MD513_chunk_inflates_past_its_size(path) -> None:
+    """An 8 KiB deflated chunk whose stream inflates to 16 KiB: its first 8 KiB are the value (its
+    sha256 holds), the rest is more than the chunk. A reader that inflates until the stream ends
+    holds whatever the stream makes — a few megabytes can make gigabytes — so a reader inflates a
+    chunk into at most its size (§8.3)."""
+    import zlib
+
+    _write_chunk(path, zlib.compress(BIG.tobytes() + bytes(BIG.nbytes), 9), compression="gzip", compression_opts=1)
+
+
 def build_MD514_group_alias(path) -> None:
     with _edit(path) as f:
         f["parameters/v"] = f["parameters/w"]
@@ -1451,7 +1461,7 @@ DATA_LEVEL: frozenset[str] = frozenset({
     "sparse_unsorted", "sparse_duplicate", "sparse_out_of_range",
     "replace_bool_2", "dense_bool_xor_2", "sparse_bool_xor_2",
     "replace_wrong_sha256", "replace_value_changed", "low_rank_A_sha256_wrong", "low_rank_B_changed",
-    "corrupt_chunk", "fletcher32_mismatch",
+    "corrupt_chunk", "fletcher32_mismatch", "chunk_inflates_past_its_size",
     "layout_not_json", "layout_without_files", "layout_unsafe_path", "layout_tensor_twice", "layout_not_safetensors",
     "layout_path_inside_another",
 })

@@ -468,16 +468,27 @@ def test_a_folder_without_weights_is_md704(tmp_path: Path) -> None:
     assert "model.safetensors.index.json, model.safetensors, pytorch_model.bin.index.json, pytorch_model.bin" in error.message
 
 
-def test_gaps_between_tensors_are_accepted(tmp_path: Path) -> None:
-    path = safetensors_file(
-        tmp_path / "gap.safetensors",
-        {
-            "a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},
-            "b": {"dtype": "U8", "shape": [1], "data_offsets": [3, 4]},
-        },
-        b"\x01\xff\xff\x02",
-    )
-    assert {k: v.tolist() for k, v in load_checkpoint(path).items()} == {"a": [1], "b": [2]}
+@pytest.mark.parametrize("offsets,data,why", [
+    ({"a": [0, 1], "b": [3, 4]}, b"\x01\xff\xff\x02", "2 bytes after tensor 'a' belong to no tensor"),
+    ({"a": [2, 3], "b": [3, 4]}, b"\xff\xff\x01\x02", "2 bytes before the first tensor belong to no tensor"),
+    ({"a": [0, 1], "b": [1, 2]}, b"\x01\x02\xff", "1 bytes after the last tensor belong to no tensor"),
+    ({"a": [0, 1], "b": [0, 1]}, b"\x01", "tensors 'a' and 'b' share bytes"),
+    ({"a": [0, 1], "b": [1, 2], "e": [1, 1]}, b"\x01\x02", None),  # an empty tensor where the data is tiled
+    ({"a": [0, 1], "b": [1, 2], "e": [2, 2]}, b"\x01\x02", None),
+    ({"a": [0, 1], "b": [1, 2], "e": [3, 3]}, b"\x01\x02", "tensor 'e' ends at byte 3 of a 2-byte data buffer"),
+], ids=["gap", "leading gap", "trailing bytes", "overlap", "empty inside", "empty at the end", "empty outside"])
+def test_data_offsets_must_tile_the_data_buffer(tmp_path: Path, offsets, data, why) -> None:
+    """SPEC.md §10, as the safetensors library reads: no gap, no overlap, nothing after the last tensor."""
+    header = {name: {"dtype": "U8", "shape": [span[1] - span[0]], "data_offsets": span} for name, span in offsets.items()}
+    path = safetensors_file(tmp_path / "t.safetensors", header, data)
+    if why is None:
+        assert {k: v.tolist() for k, v in load_checkpoint(path).items()} == {"a": [1], "b": [2], "e": []}
+        assert sorted(name for name, _ in safetensors.deserialize(path.read_bytes())) == ["a", "b", "e"]
+    else:
+        error = assert_code("MD701", path)
+        assert why in error.message
+        with pytest.raises(safetensors.SafetensorError):  # the library refuses them too
+            safetensors.deserialize(path.read_bytes())
 
 
 def test_safetensors_truncated_anywhere_fails_closed(tmp_path: Path) -> None:

@@ -302,3 +302,61 @@ def test_progress_is_reported_in_bytes(tmp_path):
     calls.clear()
     repo.fsck(progress=lambda *call: calls.append(call))
     assert calls[-1][1] == calls[-1][2] == repo.commit_path(repo.head()[1]).stat().st_size
+
+
+# ---------------------------------------------------------------- no tracebacks (issue 14.15)
+
+
+@pytest.mark.parametrize("name,why", [
+    ("a\0b", "contains NUL, which zip member names cannot"),
+    ("x" * 70_000, "is longer than a zip member name can be"),
+], ids=["NUL", "over 64 KiB"])
+def test_a_name_an_npz_cannot_hold_is_md703_not_a_traceback(capsys, tmp_path, name, why):
+    """SPEC.md §10: a result the output format cannot hold. Before: a ValueError's traceback."""
+    save_checkpoint(tmp_path / "base.safetensors", {"v": np.ones(2, np.float32)})
+    mdiff.write(tmp_path / "d.mdiff", {name: mdiff.replace(np.ones(2, np.float32))}, mdiff.Commit("x", date=DATE))
+    code, _, err = run(capsys, "apply", tmp_path / "base.safetensors", tmp_path / "d.mdiff", "-o", tmp_path / "out.npz")
+    assert code == 1
+    assert err.startswith("mdiff: error MD703: tensor name ") and why in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base.safetensors", "d.mdiff"]
+    code, _, _ = run(capsys, "apply", tmp_path / "base.safetensors", tmp_path / "d.mdiff", "-o", tmp_path / "out.safetensors")
+    assert code == 0  # safetensors can
+
+
+def _with_file_size_limit(limit: int):
+    def limited() -> None:
+        import resource
+        import signal
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # write() fails with EFBIG instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return limited
+
+
+@pytest.mark.parametrize("command", ["commit", "diff", "apply-safetensors", "apply-npz"])
+def test_a_file_size_limit_is_reported_as_the_operating_system_s_error(tmp_path, command):
+    """`ulimit -f`: the write fails with EFBIG. Before, on commit and diff, closing the half-written HDF5
+    file raised h5py's RuntimeError ("Can't decrement id ref count") over the real error: a traceback."""
+    rng = np.random.default_rng(0)
+    old = {"w": rng.standard_normal(1 << 19).astype(np.float32)}
+    save_checkpoint(tmp_path / "old.safetensors", old)
+    save_checkpoint(tmp_path / "new.safetensors", {"w": rng.standard_normal(1 << 19).astype(np.float32)})
+    mdiff.write(tmp_path / "d.mdiff", mdiff.diff(old, {"w": old["w"] + 1}), mdiff.Commit("d", date=DATE))
+    if command == "commit":
+        mdiff.Repository.init(tmp_path)
+    argv = {
+        "commit": ["commit", "new.safetensors", "-m", "x", "--author", "A <a@example.org>", "--date", DATE],
+        "diff": ["diff", "old.safetensors", "new.safetensors", "-o", "out.mdiff", "--date", DATE,
+                 "--author", "A <a@example.org>"],
+        "apply-safetensors": ["apply", "old.safetensors", "d.mdiff", "-o", "out.safetensors"],
+        "apply-npz": ["apply", "old.safetensors", "d.mdiff", "-o", "out.npz"],
+    }[command]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    child = subprocess.run([sys.executable, "-m", "mdiff", *argv], cwd=tmp_path, capture_output=True, text=True,
+                           preexec_fn=_with_file_size_limit(1 << 20), timeout=120)
+    assert child.returncode == 2, child.stderr
+    assert "Traceback" not in child.stderr
+    assert child.stderr.startswith("mdiff: error: File too large"), child.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    if command == "commit":
+        assert os.listdir(tmp_path / ".mdiff/commits") == []

@@ -1,4 +1,5 @@
-"""storage.py reads exactly the bytes libhdf5 reads, on every layout it plans; it leaves the rest to libhdf5."""
+"""storage.py reads exactly the bytes libhdf5 reads, on every contiguous and chunked layout and filter
+order; it inflates no chunk past its size, however its stream was made (SPEC.md §8.3, §8.5)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import mdiff
 from mdiff.errors import InvalidFileError
 from mdiff.format.limits import DEFAULT_LIMITS
-from mdiff.format.storage import PlannedDataset
+from mdiff.format.storage import Chunk, PlannedDataset, coverage_problem, fletcher32, plan_for
 from mdiff.format.structure import inspect_structure
 
 # (shape, chunks, filters): slabs along the leading axes, edge chunks, every order of the allowed filters
@@ -92,16 +93,104 @@ def test_contiguous_datasets_are_planned(tmp_path):
     assert ours is not None and ours.tobytes() == array.tobytes()
 
 
-@pytest.mark.parametrize("shape,chunks,filters", [
+# (shape, chunks, filters) that mdiff's writer never makes: chunks cutting several axes, fletcher32
+# anywhere in the pipeline, deflate twice. libhdf5 reads them; so does storage.py, bounded.
+OTHER_LAYOUTS = [
     ((64, 64), (16, 16), ("gzip",)),  # chunks cut both axes: not contiguous runs
-    ((64, 64), (16, 64), ("shuffle", "gzip", "fletcher32")),  # fletcher32 is checked by libhdf5
-], ids=str)
-def test_other_layouts_are_left_to_libhdf5(tmp_path, shape, chunks, filters):
-    array = _data(shape, "<f4")
+    ((61, 67), (16, 16), ("shuffle", "gzip")),  # edge chunks on both axes
+    ((5, 7, 9), (2, 3, 4), ()),
+    ((64, 64), (16, 64), ("shuffle", "gzip", "fletcher32")),  # the usual place of fletcher32: last
+    ((64, 64), (16, 64), ("fletcher32", "shuffle", "gzip")),  # inside the deflate stream
+    ((64, 64), (16, 64), ("fletcher32",)),
+    ((1001,), (999,), ("fletcher32",)),  # odd chunk bytes for u1: the checksum's trailing byte
+    ((3, 1000), (3, 250), ("gzip", "shuffle", "fletcher32")),
+]
+
+
+@pytest.mark.parametrize("dtype", ["<u1", "<f4", "<u8"])
+@pytest.mark.parametrize("shape,chunks,filters", OTHER_LAYOUTS, ids=str)
+def test_other_layouts_are_read_here_too(tmp_path, shape, chunks, filters, dtype):
+    array = _data(shape, dtype)
     _dataset_file(tmp_path / "f.h5", array, chunks, filters)
     ours, by_hdf5 = _read_both(tmp_path / "f.h5")
-    assert ours is None
-    assert by_hdf5.tobytes() == array.tobytes()
+    assert ours is not None, "expected a plan"
+    assert ours.tobytes() == by_hdf5.tobytes() == array.tobytes()
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 719, 720, 721, 1440, 7919, 65536, 1 << 20])
+def test_fletcher32_is_libhdf5_s(tmp_path, size):
+    """The checksum libhdf5 stores after an unfiltered chunk of ``size`` bytes, recomputed here."""
+    if size == 0:
+        assert fletcher32(np.empty(0, np.uint8)) == 0
+        return
+    rng = np.random.default_rng(size)
+    data = rng.integers(0, 256, size, dtype=np.uint8)
+    data[: size // 2] = 0xFF  # sums that fold
+    _dataset_file(tmp_path / "f.h5", data, (size,), ("fletcher32",))
+    offset, stored = _chunk_span(tmp_path / "f.h5")
+    raw = (tmp_path / "f.h5").read_bytes()[offset:offset + stored]
+    assert raw[:size] == data.tobytes()
+    assert int.from_bytes(raw[size:], "little") == fletcher32(data)
+
+
+@pytest.mark.parametrize("how", ["checksum", "swapped halves", "data"])
+def test_a_fletcher32_chunk_is_read_only_with_libhdf5_s_checksums(tmp_path, how):
+    """libhdf5 accepts the checksum and, as written before 1.6.3, its 16-bit halves byte-swapped."""
+    array = _data((512,), "<u2")
+    path = tmp_path / "f.h5"
+    _dataset_file(path, array, (512,), ("fletcher32",))
+    body = array.tobytes()
+    checksum = fletcher32(np.frombuffer(body, np.uint8))
+    if how == "swapped halves":
+        checksum = ((checksum & 0x00FF00FF) << 8) | ((checksum >> 8) & 0x00FF00FF)
+    elif how == "data":
+        body = bytes([body[0] ^ 1]) + body[1:]
+    _rewrite_chunk(path, body + checksum.to_bytes(4, "little"))
+    if how == "data":
+        f, plan = _planned(path)
+        with f, pytest.raises(InvalidFileError, match="fletcher32") as info:
+            PlannedDataset(f["d"], plan, f.id.get_vfd_handle()).read_direct(np.empty(array.shape, array.dtype))
+        assert info.value.code == "MD513"
+        with h5py.File(path, "r") as f, pytest.raises(OSError):
+            f["d"][...]
+    else:
+        ours, by_hdf5 = _read_both(path)
+        assert ours.tobytes() == by_hdf5.tobytes() == array.tobytes()
+
+
+def test_compact_and_empty_datasets_have_no_plan(tmp_path):
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        space = h5py.h5s.create_simple((4,))
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_layout(h5py.h5d.COMPACT)
+        h5py.h5d.create(f.id, b"d", h5py.h5t.py_create(np.dtype("<u4")), space, dcpl=dcpl).write(
+            h5py.h5s.ALL, h5py.h5s.ALL, np.arange(4, dtype="<u4"))
+        f.create_dataset("e", shape=(0, 3), dtype="<f4")
+    with h5py.File(path, "r") as f:
+        inventory, findings = inspect_structure(f, os.path.getsize(path), DEFAULT_LIMITS)
+        assert not findings
+        assert inventory.objects["/d"].dataset.plan is None and inventory.objects["/e"].dataset.plan is None
+
+
+@pytest.mark.parametrize("shape,chunks,filters", [
+    ((1000, 77), (128, 77), ("shuffle", "gzip")),
+    ((61, 67), (16, 16), ("shuffle", "gzip")),
+    ((5, 7, 9), (2, 3, 4), ("fletcher32",)),
+    ((64, 70, 300), (1, 32, 300), ("shuffle", "gzip")),  # slabs cut on a middle axis; > 4 MiB: in parallel
+    ((300, 7), None, ()),  # contiguous
+], ids=str)
+def test_row_ranges_and_whole_reads_equal_libhdf5_s(tmp_path, shape, chunks, filters):
+    """What validation (row blocks) and dump (the first rows) read: no selection goes to libhdf5."""
+    array = _data(shape, "<f4", seed=7)
+    _dataset_file(tmp_path / "f.h5", array, chunks, filters)
+    f, plan = _planned(tmp_path / "f.h5")
+    with f:
+        planned = PlannedDataset(f["d"], plan, f.id.get_vfd_handle())
+        for start, stop in [(0, shape[0]), (0, 1), (3, 17), (shape[0] - 2, shape[0] + 5), (9, 9), (12, 3)]:
+            assert planned[start:stop].tobytes() == f["d"][start:stop].tobytes(), (start, stop)
+        assert planned[()].tobytes() == planned[...].tobytes() == np.asarray(planned).tobytes() == array.tobytes()
+        assert planned[1, 2].tobytes() == array[1, 2].tobytes()
 
 
 def _chunk_span(path):
@@ -159,16 +248,18 @@ def test_diff_files_use_the_planned_reader_and_apply_exactly(tmp_path):
                 assert diff[name].apply(old[name], name).tobytes() == new[name].tobytes()
 
 
-def test_the_plan_refuses_chunk_sets_that_do_not_cover_the_dataset_once():
-    from mdiff.format.storage import Chunk, plan_for
-
+def test_chunk_sets_that_do_not_cover_the_dataset_once_are_md509_problems():
     chunks = [Chunk((0, 0), 100, 10), Chunk((2, 0), 200, 10)]
-    assert plan_for((4, 3), 4, chunk_shape=(2, 3), chunks=chunks) is not None
-    assert plan_for((4, 3), 4, chunk_shape=(2, 3), chunks=[chunks[0], chunks[0]]) is None  # twice, one missing
-    assert plan_for((4, 3), 4, chunk_shape=(2, 3), chunks=[chunks[0], Chunk((1, 0), 200, 10)]) is None  # misaligned
-    assert plan_for((4, 3), 4, chunk_shape=(2, 3), chunks=[chunks[0], Chunk((4, 0), 200, 10)]) is None  # outside
-    assert plan_for((4, 3), 4, chunk_shape=(2, 3), chunks=chunks[:1]) is None  # one missing
-    assert plan_for((4, 3), 4, chunk_shape=(2, 3), chunks=[chunks[0], Chunk((2, 0), 200, 1 << 30)]) is None  # oversized
+    assert coverage_problem((4, 3), (2, 3), chunks) is None
+    assert coverage_problem((4, 3), (2, 3), [chunks[0], chunks[0]]) == "two chunks at [0, 0]"
+    assert coverage_problem((4, 3), (2, 3), [chunks[0], Chunk((1, 0), 200, 10)]) == (
+        "a chunk at [1, 0] does not start on the chunk grid inside the dataset")
+    assert coverage_problem((4, 3), (2, 3), [chunks[0], Chunk((4, 0), 200, 10)]) == (
+        "a chunk at [4, 0] does not start on the chunk grid inside the dataset")
+    assert coverage_problem((4, 3), (2, 3), chunks[:1]) == "1 of 2 chunks are stored"
+    assert coverage_problem((), (1,), []) == "chunks of shape [1] for a dataset of shape []"
+    # any stored size is planned: inflating is bounded by the chunk's size, not by the stored size
+    assert plan_for((4, 3), 4, chunk_shape=(2, 3), chunks=[chunks[0], Chunk((2, 0), 200, 1 << 30)]) is not None
 
 
 @pytest.mark.parametrize("repeat", range(3))

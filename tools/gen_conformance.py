@@ -137,7 +137,7 @@ HOSTILE_CASES = {
     "function_too_many_nodes", "function_with_huge_intermediate",
     "soft_link", "dangling_soft_link", "external_link",
     "committed_datatype", "committed_datatype_in_parameter",
-    "corrupt_object_header", "corrupt_chunk", "fletcher32_mismatch",
+    "corrupt_object_header", "corrupt_chunk", "fletcher32_mismatch", "chunk_inflates_past_its_size",
     "group_alias", "dataset_alias", "link_to_root", "cycle",
     "external_storage", "virtual_dataset", "lzf", "scaleoffset",
     "string_dataset", "compound", "vlen_sequence", "opaque", "array_type", "dataset_null_dataspace",
@@ -323,14 +323,18 @@ ST_TAGS = {"bool": "BOOL", "int8": "I8", "int16": "I16", "int32": "I32", "int64"
            "float32": "F32", "float64": "F64"}
 
 
-def raw_safetensors(tensors: dict[str, tuple[str, list, bytes]]) -> bytes:
-    """{name: (safetensors dtype tag, shape, raw bytes)} -> file bytes, any tag allowed."""
+def raw_safetensors(tensors: dict[str, tuple[str, list, bytes]], gap_after: str | None = None) -> bytes:
+    """{name: (safetensors dtype tag, shape, raw bytes)} -> file bytes, any tag allowed; with ``gap_after``,
+    8 bytes that belong to no tensor follow that tensor's."""
     header, blobs, off = {}, [], 0
     for name in sorted(tensors):
         tag, shape, raw = tensors[name]
         header[name] = {"dtype": tag, "shape": list(shape), "data_offsets": [off, off + len(raw)]}
         blobs.append(raw)
         off += len(raw)
+        if name == gap_after:
+            blobs.append(bytes(8))
+            off += 8
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * (-len(h) % 8)
     return struct.pack("<Q", len(h)) + h + b"".join(blobs)
@@ -957,6 +961,12 @@ def build_invalid(c: Corpus) -> None:
     h += b" " * (-len(h) % 8)
     c.apply_refused("MD701-base_tensors_overlap", "MD701", "two tensors of the base checkpoint share bytes "
                     "(data_offsets overlap)", dense_w, struct.pack("<Q", len(h)) + h + bad[8 + n:], features=feats)
+    c.apply_refused("MD701-base_bytes_after_last_tensor", "MD701", "the base checkpoint has 8 bytes after its last "
+                    "tensor, which belong to no tensor (§10: the data_offsets tile the data)", dense_w,
+                    good + bytes(8), features=feats)
+    c.apply_refused("MD701-base_gap_between_tensors", "MD701", "the base checkpoint's data_offsets leave 8 bytes "
+                    "after its first tensor, which belong to no tensor (§10)", dense_w,
+                    raw_safetensors(raw_state(state), gap_after=min(state)), features=feats)
     fp8 = {**raw_state(state), "fp8": ("F8_E4M3", [4], bytes([0x38, 0x40, 0xB8, 0x00]))}
     c.apply_refused("MD702-base_float8_tensor", "MD702", "the base checkpoint holds an F8_E4M3 tensor (untouched by "
                     "the diff): a dtype outside §6.1", dense_w, raw_safetensors(fp8), features=feats)

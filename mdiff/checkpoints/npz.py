@@ -94,7 +94,7 @@ class NpzReader(CheckpointReader):
             _refuse_non_zip(self._file, path)
             self._zip = _open_zip(self._file, path)
             try:
-                self._members = _parse_members(self._zip, os.fstat(raw.fileno()).st_size, path)
+                self._members = _parse_members(self._zip, self._file, os.fstat(raw.fileno()).st_size, path)
             except BaseException:
                 self._zip.close()
                 raise
@@ -161,15 +161,48 @@ def _open_zip(file: Any, path: str) -> zipfile.ZipFile:
         raise CheckpointError("MD701", f"the zip archive is corrupt ({exc})", path) from None
 
 
-def _parse_members(archive: zipfile.ZipFile, archive_size: int, path: str) -> dict[str, _Member]:
-    members: dict[str, _Member] = {}
+def _parse_members(archive: zipfile.ZipFile, file: BinaryIO, archive_size: int, path: str) -> dict[str, _Member]:
+    infos: dict[str, zipfile.ZipInfo] = {}
     for info in archive.infolist():
         name = _tensor_name(info, path)
-        if name in members:
+        if name in infos:
             raise CheckpointError("MD701", f"the archive holds {info.filename!r} twice; it is ambiguous", path)
         _refuse_implausible_sizes(info, archive_size, path)
-        members[name] = _parse_member(archive, info, name, path)
-    return members
+        infos[name] = info
+    _refuse_overlaps(archive, file, path)
+    return {name: _parse_member(archive, info, name, path) for name, info in infos.items()}
+
+
+_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, …, file name length, extra field length
+
+
+def _refuse_overlaps(archive: zipfile.ZipFile, file: BinaryIO, path: str) -> None:
+    """Every member's bytes — local header, name, extra field, compressed data — are its own.
+
+    A zip bomb can point many members at one deflate stream (local headers whose extra fields
+    reach over the headers after them, or that quote them in stored blocks): zipfile before Python
+    3.12.4/3.11.10 reads such an archive and inflates the stream once per member, so a 1 MB file
+    becomes 32 × 1 GiB. Checked from the directory and the 30-byte local headers, before any
+    member is inflated."""
+    spans = []
+    for info in archive.infolist():
+        header = b""
+        if info.header_offset >= 0:  # zipfile subtracts what it takes for data before the archive
+            file.seek(info.header_offset)
+            header = file.read(_LOCAL_HEADER.size)
+        if len(header) != _LOCAL_HEADER.size or header[:4] != b"PK\x03\x04":
+            raise CheckpointError("MD701", f"member {info.filename!r} has no local header where the directory says", path)
+        _, name_length, extra_length = _LOCAL_HEADER.unpack(header)
+        end = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length + info.compress_size
+        spans.append((info.header_offset, end, info.filename))
+    spans.sort()
+    for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
+        if start < end:
+            raise CheckpointError("MD701", f"members {first!r} and {second!r} overlap: each member's bytes must be "
+                                           "its own (a zip bomb shares one stream among many)", path)
+    directory = getattr(archive, "start_dir", None)
+    if spans and directory is not None and spans[-1][1] > directory:
+        raise CheckpointError("MD701", f"member {spans[-1][2]!r} overlaps the archive's directory", path)
 
 
 def _tensor_name(info: zipfile.ZipInfo, path: str) -> str:
@@ -259,10 +292,14 @@ def check_writable(entries: Sequence[Entry], metadata: dict[str, str] | None, pa
                 f"tensor {name!r} is bfloat16, which .npz cannot store portably; use .safetensors for bfloat16",
                 path,
             )
+        # A diff may carry any parameter name (§5.2); these an .npz cannot hold: a refusal of the
+        # output format (MD703, SPEC.md §10), not a programming error.
         if "\0" in name:
-            raise ValueError(f"tensor name {name!r} contains NUL, which zip member names cannot")
+            raise CheckpointError("MD703", f"tensor name {name!r} contains NUL, which zip member names cannot; "
+                                           "write .safetensors or .pt", path)
         if len((name + MEMBER_SUFFIX).encode("utf-8")) > 0xFFFF:
-            raise ValueError(f"tensor name {name[:40]!r}... is too long for a zip member name")
+            raise CheckpointError("MD703", f"tensor name {name[:40]!r}... is longer than a zip member name "
+                                           "can be (65,535 bytes with .npy); write .safetensors or .pt", path)
     if metadata:
         raise CheckpointError(
             "MD700", "an .npz file cannot hold metadata; write .safetensors to keep it, or drop it", path

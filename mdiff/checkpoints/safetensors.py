@@ -8,8 +8,10 @@ Tensor data is little-endian and C-ordered.
 Our own implementation because the package's numpy API reads whole files,
 and we want per-tensor reads and stricter validation. Like the reference
 library the writer pads the header with spaces so that data starts at a
-multiple of 8 bytes. Unlike it, the reader accepts gaps between tensors (but
-never overlaps). This module assumes a little-endian host, as mdiff does.
+multiple of 8 bytes, and the reader requires the tensors' data_offsets to tile
+the data buffer exactly (SPEC.md §10): no gap, no overlap, no byte after the
+last tensor — no bytes a reader would not see, and none that two tensors
+share. This module assumes a little-endian host, as mdiff does.
 """
 
 from __future__ import annotations
@@ -150,7 +152,7 @@ def _parse_file(file: Any, path: str) -> tuple[dict[str, _Tensor], dict[str, str
     tensors = {
         name: _parse_entry(name, entry, data_start, data_size, path) for name, entry in header.items()
     }
-    _refuse_overlaps(tensors, path)
+    _refuse_untiled(tensors, data_start, data_size, path)
     return tensors, metadata, has_metadata
 
 
@@ -280,14 +282,25 @@ def _offsets(value: Any, name: str, path: str) -> tuple[int, int]:
     return value[0], value[1]
 
 
-def _refuse_overlaps(tensors: dict[str, _Tensor], path: str) -> None:
-    # Empty tensors occupy no bytes, so they cannot overlap anything.
-    by_offset = sorted((t.offset, t.offset + t.nbytes, name) for name, t in tensors.items() if t.nbytes)
-    for (_, previous_end, previous), (begin, _, name) in zip(by_offset, by_offset[1:]):
-        if begin < previous_end:
-            raise CheckpointError(
-                "MD701", f"tensors {previous!r} and {name!r} share bytes; the file is corrupt or hostile", path
-            )
+def _refuse_untiled(tensors: dict[str, _Tensor], data_start: int, data_size: int, path: str) -> None:
+    """SPEC.md §10: the data_offsets, sorted, tile the data buffer: the first begins at 0, each begins
+    where the one before ends, the last ends at the end of the file — as the safetensors library
+    requires. Overlaps would let one stored byte feed many tensors; gaps and trailing bytes would
+    hide bytes no reader sees."""
+    end, previous = 0, None
+    for begin, stop, name in sorted((t.offset - data_start, t.offset - data_start + t.nbytes, name)
+                                    for name, t in tensors.items()):
+        if begin < end:
+            raise CheckpointError("MD701", f"tensors {previous!r} and {name!r} share bytes "
+                                           f"(data_offsets overlap); the file is corrupt or hostile", path)
+        if begin > end:
+            where = f"after tensor {previous!r}" if previous is not None else "before the first tensor"
+            raise CheckpointError("MD701", f"{begin - end} bytes {where} belong to no tensor "
+                                           f"(data_offsets leave a gap); the file is corrupt or hostile", path)
+        end, previous = stop, name
+    if end != data_size:
+        raise CheckpointError("MD701", f"{data_size - end} bytes after the last tensor belong to no tensor; "
+                                       "the file is corrupt or hostile", path)
 
 
 # ---------------------------------------------------------------- writing

@@ -199,7 +199,9 @@ def add_diff(sub) -> None:
                                    "smaller; replace for new shapes).")
     p.add_argument("old", metavar="OLD", help="a checkpoint (file or model folder), or a revision")
     p.add_argument("new", metavar="NEW", help="a checkpoint (file or model folder), or a revision")
-    p.add_argument("-o", "--output", metavar="OUT.mdiff", help="the diff file to write (default: only list the changes)")
+    p.add_argument("-o", "--output", metavar="OUT.mdiff", help="the diff file to write (default: only list the changes); "
+                                                               "an existing regular file is replaced, keeping its mode; "
+                                                               "a device, FIFO, link or folder is refused")
     p.add_argument("-C", "--repo", default=".", metavar="DIR", help="the repository, for revisions (default: the one containing .)")
     p.add_argument("-m", "--message", default="", help="the diff's commit message")
     p.add_argument("--author", default=None, metavar='"NAME <EMAIL>"',
@@ -284,7 +286,9 @@ def add_apply(sub) -> None:
                                    "checked against BASE first; every exact result is verified by its sha256.")
     p.add_argument("base", metavar="BASE", help="the checkpoint the diff was made from: a file or a model folder")
     p.add_argument("diff", metavar="DIFF", help="the .mdiff file")
-    p.add_argument("-o", "--output", required=True, metavar="OUT", help="a checkpoint file, or a new model folder")
+    p.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="a checkpoint file (an existing regular file is replaced, keeping its mode; a device, FIFO, "
+                        "link or folder is refused), or a new model folder (absent or empty)")
     p.add_argument("--max-shard-size", type=_size_argument, default=None, metavar="SIZE",
                    help="for a model folder whose layout does not fit the result: the largest shard (default 50GB)")
     add_safety_options(p, isolate_default=False)

@@ -274,7 +274,8 @@ def add_checkout(sub) -> None:
                                    ".onnx with --template BASE.onnx). Every exact update is verified by its sha256.")
     p.add_argument("rev", metavar="REV", help="a revision: HEAD, a branch, a commit id or prefix, with ~N or ^")
     p.add_argument("-o", "--output", required=True, metavar="OUT",
-                   help="a new (or empty) folder, or a checkpoint file")
+                   help="a new (or empty) folder, or a checkpoint file (an existing regular file is replaced, "
+                        "keeping its mode; a device, FIFO, link or folder is refused)")
     p.add_argument("--max-shard-size", type=parse_size, default=None, metavar="SIZE",
                    help="for a folder whose committed shard layout no longer fits: the largest shard, e.g. 5GB "
                         "(default 50GB, as save_pretrained)")

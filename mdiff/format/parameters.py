@@ -17,7 +17,7 @@ from mdiff.format.findings import Finding
 from mdiff.format.names import decode_name, encode_name
 from mdiff.format.paths import collisions, path_problem
 from mdiff.format.schemas import first_errors
-from mdiff.format.storage import PlannedDataset
+from mdiff.format.storage import open_dataset
 from mdiff.format.structure import DatasetInfo, Inventory
 from mdiff.updates import REGISTRY
 from mdiff.updates.base import Update, UpdateType
@@ -198,12 +198,5 @@ def _parse_one(name, path, inventory: Inventory, f: h5py.File, findings: list[Fi
 
 
 def _lazy_dataset(f: h5py.File, path: str, info: DatasetInfo):
-    """The dataset, read by storage.py where the walk could plan it (faster, parallel inflate), else by libhdf5."""
-    dataset = f[path]
-    if info.plan is None:
-        return dataset
-    try:
-        fd = f.id.get_vfd_handle()
-    except Exception:  # a driver without a file descriptor
-        return dataset
-    return PlannedDataset(dataset, info.plan, fd)
+    """The dataset, read by storage.py through the walk's plan (bounded, parallel inflate); compact and empty ones by libhdf5."""
+    return open_dataset(f, path, info.plan)

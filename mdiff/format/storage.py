@@ -1,16 +1,18 @@
-"""Reading a dataset's stored bytes straight from the file, without libhdf5's filter pipeline.
+"""Reading a dataset's stored bytes straight from the file, never through libhdf5's filter pipeline.
 
 The structure walk (structure.py) has already checked every chunk of a dataset against the file's
-bounds and the filter allowlist, and recorded where each one lies. For the layouts mdiff writers
-make — contiguous data, or chunks that are slabs along the leading axes, filtered by shuffle and/or
-deflate — the data is read here with ``os.pread`` and inflated on a pool of threads (inflating
-releases the GIL; libhdf5 holds one lock for everything, so its reads use one core). Every other
-layout is read by libhdf5 (``read_direct``). The bytes are the same either way; the tests compare
-both readers on every layout mdiff writes.
+bounds and the filter allowlist, and recorded where each one lies. Every contiguous and every
+chunked dataset is read here: the stored bytes with ``os.pread``, decoded through the dataset's
+filters (deflate, shuffle, fletcher32) on a pool of threads (inflating releases the GIL; libhdf5
+holds one lock for everything, so its reads use one core). Only compact datasets, whose few bytes
+lie in the object header, and empty ones are left to libhdf5. The bytes equal libhdf5's; the tests
+compare both readers on every layout and filter order.
 
-Hostile input: each inflate is bounded by the chunk's declared size, a stream that inflates to
-another size is refused (MD513), and a set of chunks that does not cover the dataset exactly once
-makes the plan unusable (libhdf5 then reads it, and the walk has reported the shortfall as MD509).
+Hostile input (§8.3, §8.5): libhdf5 inflates a chunk into a buffer it doubles until the stream
+ends, so a stream made to inflate to 1000 times its size costs that much memory. Here every filter
+step is bounded by the size it must produce — a deflate stream is inflated into at most the chunk's
+size, and one that would give more, or less, is refused (MD513) — so that decoding a chunk holds
+its stored bytes and one chunk's worth of output, whatever the stream claims.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import zlib as _zlib
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -32,8 +35,9 @@ try:  # ISA-L inflates the same streams ~1.5× faster than zlib; zlib is the fal
 except ImportError:  # pragma: no cover - isal is a dependency; kept for platforms without a wheel
     _inflate_lib = _zlib
 
-FILTER_DEFLATE, FILTER_SHUFFLE = 1, 2
+FILTER_DEFLATE, FILTER_SHUFFLE, FILTER_FLETCHER32 = 1, 2, 3
 _PARALLEL_BYTES = 4 << 20  # below this, a thread pool costs more than it saves
+_FLETCHER_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ class Chunk:
 
 @dataclass(frozen=True)
 class StoragePlan:
-    """Where a dataset's bytes lie and how to decode them; None-able parts mean "use libhdf5"."""
+    """Where a dataset's bytes lie and how to decode them: contiguous, or chunked with its filters."""
 
     contiguous_offset: int | None = None
     chunk_shape: tuple[int, ...] | None = None
@@ -54,32 +58,36 @@ class StoragePlan:
 
 
 def plan_for(shape, itemsize: int, contiguous_offset=None, chunk_shape=None, chunks=(), filters=()) -> StoragePlan | None:
-    """A plan this module can carry out, or None when libhdf5 should read the dataset."""
+    """The plan for a contiguous dataset, or for a chunked one whose chunks passed
+    :func:`coverage_problem`; None when there is nothing to plan (a chunked scalar)."""
     if contiguous_offset is not None:
         return StoragePlan(contiguous_offset=int(contiguous_offset))
     if chunk_shape is None or not shape:
         return None
-    if any(code not in (FILTER_DEFLATE, FILTER_SHUFFLE) for code, _ in filters):
-        return None  # fletcher32: left to libhdf5, which checks it
-    if any(code == FILTER_SHUFFLE and (not values or values[0] != itemsize) for code, values in filters):
-        return None
-    if not _is_slab(tuple(shape), tuple(chunk_shape)):
-        return None
-    chunk_bytes = math.prod(chunk_shape) * itemsize
-    if any(c.size > _max_stored(chunk_bytes) for c in chunks):
-        return None  # more bytes than any deflate stream of the chunk needs: not read into memory here
-    aligned = all(
-        len(c.offset) == len(shape) and all(o % k == 0 and 0 <= o < d for o, k, d in zip(c.offset, chunk_shape, shape))
-        for c in chunks
-    )
+    return StoragePlan(chunk_shape=tuple(int(c) for c in chunk_shape), chunks=tuple(chunks), filters=tuple(filters))
+
+
+def coverage_problem(shape, chunk_shape, chunks) -> str | None:
+    """Why a dataset's chunks do not cover it exactly once (MD509), or None.
+
+    Each chunk must start on a multiple of the chunk shape inside the dataset, and each such place
+    must hold exactly one chunk: libhdf5 would read a missing chunk as fill values and one of two
+    chunks at the same place silently."""
+    shape, chunk_shape = tuple(shape), tuple(chunk_shape)
+    if not shape or len(chunk_shape) != len(shape) or any(c < 1 for c in chunk_shape):
+        return f"chunks of shape {list(chunk_shape)} for a dataset of shape {list(shape)}"
+    seen: set[tuple[int, ...]] = set()
+    for chunk in chunks:
+        place = chunk.offset
+        if len(place) != len(shape) or any(o % k or not 0 <= o < d for o, k, d in zip(place, chunk_shape, shape)):
+            return f"a chunk at {list(place)} does not start on the chunk grid inside the dataset"
+        if place in seen:
+            return f"two chunks at {list(place)}"
+        seen.add(place)
     expected = math.prod(math.ceil(d / c) for d, c in zip(shape, chunk_shape))
-    if not aligned or len(chunks) != expected or len({c.offset for c in chunks}) != expected:
-        return None  # not each chunk exactly once
-    return StoragePlan(chunk_shape=tuple(chunk_shape), chunks=tuple(chunks), filters=tuple(filters))
-
-
-def _max_stored(chunk_bytes: int) -> int:
-    return chunk_bytes + chunk_bytes // 1000 + 1024  # deflate's stored blocks add 5 bytes per 64 KiB
+    if len(seen) != expected:
+        return f"{len(seen)} of {expected} chunks are stored"
+    return None
 
 
 def _cut_axis(chunk: tuple[int, ...]) -> int:
@@ -112,8 +120,62 @@ class Slabs:
         return start, min(self.chunk_shape[axis], self.shape[axis] - origin[axis]) * self._row_bytes
 
 
+class _ChunkDecoder:
+    """A chunk's stored bytes → its ``chunk_bytes`` decoded bytes, each filter step bounded by the size it may give.
+
+    Filters are undone in the reverse of pipeline order. Written forward from the chunk's bytes,
+    shuffle keeps the size, fletcher32 adds 4 bytes and deflate makes at most about 1.001 times its
+    input: so before any byte is read, the size each decoding step must give back is known — exactly
+    up to the first deflate, bounded after it — and deflate is never let produce more."""
+
+    def __init__(self, plan: StoragePlan, itemsize: int, name: str):
+        assert plan.chunk_shape is not None
+        self.chunk_bytes = math.prod(plan.chunk_shape) * itemsize
+        self.itemsize, self.name = itemsize, name
+        sizes: list[tuple[int, bool]] = []  # (bytes, exact) entering each filter when written
+        size, exact = self.chunk_bytes, True
+        for code, _ in plan.filters:
+            sizes.append((size, exact))
+            if code == FILTER_FLETCHER32:
+                size += _FLETCHER_BYTES
+            elif code == FILTER_DEFLATE:
+                size, exact = _max_deflated(size), False
+        self.steps = [(code, values, *bound) for (code, values), bound in zip(reversed(plan.filters), reversed(sizes))]
+
+    def read(self, fd: int, chunk: Chunk, defer_unshuffle: bool = False) -> np.ndarray:
+        """The chunk's decoded bytes; with ``defer_unshuffle`` the last step, when it is a shuffle by the
+        element size, is left undone (the caller unshuffles while it copies)."""
+        data = os.pread(fd, chunk.size, chunk.byte_offset)
+        if len(data) != chunk.size:
+            raise InvalidFileError("MD513", f"chunk {chunk.offset} is cut short", self.name)
+        array = np.frombuffer(data, np.uint8)
+        steps = self.steps[:-1] if defer_unshuffle else self.steps
+        for code, values, expected, exact in steps:
+            if code == FILTER_DEFLATE:
+                array = np.frombuffer(_inflate(array, expected, chunk.offset, self.name), np.uint8)
+            elif code == FILTER_SHUFFLE:
+                array = _unshuffle(array, _shuffle_size(values, chunk.offset, self.name))
+            else:
+                array = _strip_fletcher32(array, chunk.offset, self.name)
+            if exact and array.size != expected:
+                raise InvalidFileError("MD513", f"chunk {chunk.offset} decodes to {array.size} bytes, not {expected}",
+                                       self.name)
+        if array.size != self.chunk_bytes:  # also unfiltered chunks, and those whose unshuffle is deferred
+            raise InvalidFileError("MD513", f"chunk {chunk.offset} holds {array.size} bytes, not {self.chunk_bytes}",
+                                   self.name)
+        return array
+
+    def ends_with_unshuffle(self) -> bool:
+        """True when the last decoding step unshuffles whole elements of this dataset's itemsize."""
+        if not self.steps or self.itemsize <= 1:
+            return False
+        code, values, _, _ = self.steps[-1]
+        return code == FILTER_SHUFFLE and tuple(values) == (self.itemsize,)
+
+
 class PlannedDataset:
-    """An h5py dataset whose ``read_direct`` (whole dataset) follows its StoragePlan."""
+    """An h5py dataset read through its StoragePlan: whole (``read_direct``, ``[()]``, ``[...]``,
+    ``np.asarray``) or by rows (``[start:stop]``); other selections read the whole and index it."""
 
     def __init__(self, dataset, plan: StoragePlan, fd: int):
         self._dataset, self._plan, self._fd = dataset, plan, fd
@@ -121,11 +183,23 @@ class PlannedDataset:
     def __getattr__(self, attribute):
         return getattr(self._dataset, attribute)
 
-    def __getitem__(self, selection):  # partial reads: libhdf5
-        return self._dataset[selection]
-
     def __len__(self) -> int:
         return len(self._dataset)
+
+    def __array__(self, dtype=None, copy=None):
+        whole = self[()]
+        return whole if dtype is None else whole.astype(dtype)
+
+    def __getitem__(self, selection):
+        shape = tuple(self._dataset.shape)
+        rows = _row_range(selection, shape)
+        if rows is not None:
+            return self._rows(*rows)
+        out = np.empty(shape, self._dataset.dtype)
+        self.read_direct(out)
+        if selection is Ellipsis or (isinstance(selection, tuple) and selection == ()):
+            return out
+        return out[selection]
 
     def read_direct(self, out: np.ndarray) -> None:
         shape = tuple(self._dataset.shape)
@@ -133,46 +207,112 @@ class PlannedDataset:
             raise ValueError("read_direct here fills a whole C-contiguous array of the dataset's shape")
         read_planned(self._fd, self._plan, shape, out, self._dataset.name)
 
+    def _rows(self, start: int, stop: int) -> np.ndarray:
+        shape = tuple(self._dataset.shape)
+        out = np.empty((stop - start, *shape[1:]), self._dataset.dtype)
+        if out.size:
+            read_rows(self._fd, self._plan, shape, out, start, self._dataset.name)
+        return out
+
+
+def _row_range(selection, shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """(start, stop) when ``selection`` is a step-1 slice of the leading axis, else None."""
+    if isinstance(selection, tuple) and len(selection) == 1:
+        selection = selection[0]
+    if not isinstance(selection, slice) or not shape or selection.step not in (None, 1):
+        return None
+    start, stop, _ = selection.indices(shape[0])
+    return start, max(start, stop)
+
+
+def open_dataset(f, path: str, plan: StoragePlan | None) -> Any:
+    """The dataset at ``path``, read through ``plan`` — or by libhdf5 when there is none: compact data
+    (a few bytes in the object header, never filtered) or an empty dataset."""
+    dataset = f[path]
+    if plan is None:
+        return dataset
+    return PlannedDataset(dataset, plan, f.id.get_vfd_handle())
+
 
 def read_planned(fd: int, plan: StoragePlan, shape: tuple[int, ...], out: np.ndarray, name: str) -> None:
+    """Fill ``out`` (C-contiguous, the dataset's shape) with the dataset's elements."""
+    read_rows(fd, plan, shape, out.reshape(shape), 0, name)
+
+
+def read_rows(fd: int, plan: StoragePlan, shape: tuple[int, ...], out: np.ndarray, start: int, name: str) -> None:
+    """Fill ``out`` (C-contiguous, shape ``(rows, *shape[1:])``) with the rows from ``start`` on, decoding
+    only the chunks that hold some of them."""
+    row_bytes = math.prod(shape[1:]) * out.itemsize
     flat = out.reshape(-1).view(np.uint8)
     if plan.contiguous_offset is not None:
-        _pread_into(fd, flat, plan.contiguous_offset, name)
+        _pread_into(fd, flat, plan.contiguous_offset + start * row_bytes, name)
         return
-    itemsize = out.itemsize
     assert plan.chunk_shape is not None  # a plan is contiguous or chunked
+    if _is_slab(shape, plan.chunk_shape):
+        _read_slabs(fd, plan, shape, flat, start * row_bytes, out.itemsize, name)
+    else:
+        _read_blocks(fd, plan, shape, out, start, name)
+
+
+def _read_slabs(fd: int, plan: StoragePlan, shape: tuple[int, ...], flat: np.ndarray, first: int, itemsize: int,
+                name: str) -> None:
+    """A slab chunking (each chunk one run of the array's C-order bytes): the bytes ``[first, first + flat.size)``."""
+    assert plan.chunk_shape is not None
+    decoder = _ChunkDecoder(plan, itemsize, name)
     slabs = Slabs(shape, plan.chunk_shape, itemsize)
-    chunk_bytes = slabs.chunk_bytes
+    end = first + flat.size
+    # The usual last step, unshuffling a whole chunk, copies plane by plane into the result
+    # (~3× faster than copying numpy's transposed view).
+    planes = decoder.ends_with_unshuffle()
+    wanted = []
+    for chunk in plan.chunks:
+        start, valid = slabs.span(chunk.offset)
+        lo, hi = max(start, first), min(start + valid, end)
+        if lo < hi:
+            wanted.append((chunk, lo, hi, (lo - start) // itemsize, (hi - start) // itemsize))
+
+    def decode(item) -> None:
+        chunk, lo, hi, a, b = item
+        array = decoder.read(fd, chunk, defer_unshuffle=planes)
+        target = flat[lo - first:hi - first].reshape(-1, itemsize)
+        if planes:
+            by_plane = array.reshape(itemsize, -1)
+            for byte in range(itemsize):
+                target[:, byte] = by_plane[byte, a:b]
+        else:
+            target[...] = array.reshape(-1, itemsize)[a:b]
+
+    _each(decode, wanted, flat.size)
+
+
+def _read_blocks(fd: int, plan: StoragePlan, shape: tuple[int, ...], out: np.ndarray, start: int, name: str) -> None:
+    """Any other chunking: each chunk's block, clipped to the dataset and to the rows asked for."""
+    assert plan.chunk_shape is not None
+    stop = start + out.shape[0]
+    chunk_shape, itemsize = plan.chunk_shape, out.itemsize
+    decoder = _ChunkDecoder(plan, itemsize, name)
+    target = out.reshape(-1).view(np.uint8).reshape(*out.shape, itemsize)
+    wanted = [c for c in plan.chunks if c.offset[0] < stop and c.offset[0] + chunk_shape[0] > start]
 
     def decode(chunk: Chunk) -> None:
-        start, valid = slabs.span(chunk.offset)
-        data = os.pread(fd, chunk.size, chunk.byte_offset)
-        if len(data) != chunk.size:
-            raise InvalidFileError("MD513", f"chunk {chunk.offset} is cut short", name)
-        array = np.frombuffer(data, np.uint8)
-        filters = [code for code, _ in reversed(plan.filters)]
-        # The usual last step, unshuffling a whole chunk, copies plane by plane into the result
-        # (~3× faster than copying numpy's transposed view).
-        last_unshuffle = bool(filters) and filters[-1] == FILTER_SHUFFLE and itemsize > 1
-        for code in filters[:-1] if last_unshuffle else filters:
-            if code == FILTER_DEFLATE:
-                array = np.frombuffer(_inflate(array, chunk_bytes, chunk.offset, name), np.uint8)
-            else:
-                array = _unshuffle(array, itemsize)
-        if array.size != chunk_bytes:
-            raise InvalidFileError("MD513", f"chunk {chunk.offset} holds {array.size} bytes, not {chunk_bytes}", name)
-        target = flat[start:start + valid].reshape(-1, itemsize)
-        if last_unshuffle:
-            planes = array.reshape(itemsize, -1)
-            for byte in range(itemsize):
-                target[:, byte] = planes[byte, : target.shape[0]]
-        else:
-            target[...] = array.reshape(-1, itemsize)[: target.shape[0]]
+        array = decoder.read(fd, chunk).reshape(*chunk_shape, itemsize)
+        first, last = max(chunk.offset[0], start), min(chunk.offset[0] + chunk_shape[0], stop, shape[0])
+        into = [slice(first - start, last - start)]
+        source = [slice(first - chunk.offset[0], last - chunk.offset[0])]
+        for origin, size, dim in zip(chunk.offset[1:], chunk_shape[1:], shape[1:]):
+            inside = min(size, dim - origin)  # an edge chunk's padding stays out
+            into.append(slice(origin, origin + inside))
+            source.append(slice(0, inside))
+        target[tuple(into)] = array[tuple(source)]
 
-    if out.nbytes >= _PARALLEL_BYTES and len(plan.chunks) > 1 and THREADS > 1 and not in_pool():
-        list(shared_pool().map(decode, plan.chunks))
+    _each(decode, wanted, out.nbytes)
+
+
+def _each(decode, chunks, nbytes: int) -> None:
+    if nbytes >= _PARALLEL_BYTES and len(chunks) > 1 and THREADS > 1 and not in_pool():
+        list(shared_pool().map(decode, chunks))
     else:
-        for chunk in plan.chunks:
+        for chunk in chunks:
             decode(chunk)
 
 
@@ -184,6 +324,18 @@ def _pread_into(fd: int, flat: np.ndarray, offset: int, name: str) -> None:
         if n <= 0:
             raise InvalidFileError("MD513", f"the dataset's data ends {flat.size - done} bytes early", name)
         done += n
+
+
+def _max_deflated(size: int) -> int:
+    """More than deflate makes of ``size`` bytes (stored blocks add 5 bytes per 64 KiB; zlib's header and adler32 6)."""
+    return size + size // 1000 + 1024
+
+
+def _shuffle_size(values, offset, name: str) -> int:
+    """The element size a shuffle filter works in: its one client value (libhdf5 refuses others)."""
+    if len(values) != 1 or values[0] < 1:
+        raise InvalidFileError("MD513", f"chunk {offset}: the shuffle filter's parameters {list(values)} are invalid", name)
+    return int(values[0])
 
 
 def _unshuffle(array: np.ndarray, itemsize: int) -> np.ndarray:
@@ -199,6 +351,7 @@ def _unshuffle(array: np.ndarray, itemsize: int) -> np.ndarray:
 
 
 def _inflate(data, expected: int, offset, name: str) -> bytes:
+    """The stream inflated into at most ``expected`` bytes: output past that is never made (MD513)."""
     inflater = _inflate_lib.decompressobj()
     try:
         out = inflater.decompress(data, expected)
@@ -210,3 +363,48 @@ def _inflate(data, expected: int, offset, name: str) -> bytes:
     except (_zlib.error, getattr(_inflate_lib, "error", _zlib.error)) as exc:
         raise InvalidFileError("MD513", f"chunk {offset} does not inflate: {exc}", name) from None
     return out
+
+
+_FLETCHER_BLOCK = 360  # libhdf5 folds its sums every 360 16-bit words (H5_checksum_fletcher32)
+
+
+def fletcher32(data: np.ndarray) -> int:
+    """libhdf5's Fletcher-32 of ``data`` (uint8): big-endian 16-bit words, sums folded every 360 words."""
+    words = data[: data.size // 2 * 2].reshape(-1, 2).astype(np.int64)
+    words = (words[:, 0] << 8) | words[:, 1]
+    whole = words.size // _FLETCHER_BLOCK * _FLETCHER_BLOCK
+    blocks = [(words[:whole].reshape(-1, _FLETCHER_BLOCK), _FLETCHER_BLOCK)]
+    if whole < words.size:
+        blocks.append((words[whole:].reshape(1, -1), words.size - whole))
+    sum1 = sum2 = 0
+    for block, length in blocks:
+        totals = block.sum(axis=1).tolist()
+        # Within a block each word enters sum2 once per step still to come: w_k (length - k) times, k from 0.
+        weighted = (block @ np.arange(length, 0, -1, dtype=np.int64)).tolist()
+        for total, weight in zip(totals, weighted):
+            sum2 = (sum2 + length * sum1 + weight) & 0xFFFFFFFF
+            sum1 = (sum1 + total) & 0xFFFFFFFF
+            sum1 = (sum1 & 0xFFFF) + (sum1 >> 16)
+            sum2 = (sum2 & 0xFFFF) + (sum2 >> 16)
+    if data.size % 2:
+        sum1 = (sum1 + (int(data[-1]) << 8)) & 0xFFFFFFFF
+        sum2 = (sum2 + sum1) & 0xFFFFFFFF
+        sum1 = (sum1 & 0xFFFF) + (sum1 >> 16)
+        sum2 = (sum2 & 0xFFFF) + (sum2 >> 16)
+    sum1 = (sum1 & 0xFFFF) + (sum1 >> 16)
+    sum2 = (sum2 & 0xFFFF) + (sum2 >> 16)
+    return ((sum2 << 16) | sum1) & 0xFFFFFFFF
+
+
+def _strip_fletcher32(array: np.ndarray, offset, name: str) -> np.ndarray:
+    """The bytes before a fletcher32 checksum, once it matches (libhdf5 also accepts the checksum
+    with the bytes of each 16-bit half swapped, as libraries before 1.6.3 wrote it)."""
+    if array.size < _FLETCHER_BYTES:
+        raise InvalidFileError("MD513", f"chunk {offset} is too short to hold its fletcher32 checksum", name)
+    body = array[:-_FLETCHER_BYTES]
+    stored = int.from_bytes(array[-_FLETCHER_BYTES:].tobytes(), "little")
+    computed = fletcher32(body)
+    swapped = ((computed & 0x00FF00FF) << 8) | ((computed >> 8) & 0x00FF00FF)
+    if stored not in (computed, swapped):
+        raise InvalidFileError("MD513", f"chunk {offset} fails its fletcher32 checksum", name)
+    return body

@@ -18,7 +18,7 @@ import numpy as np
 from mdiff.format.attributes import read_string, string_attribute_size
 from mdiff.format.findings import Finding
 from mdiff.format.limits import MAX_DEFLATE_RATIO, Limits, shape_problem
-from mdiff.format.storage import Chunk, StoragePlan, plan_for
+from mdiff.format.storage import Chunk, StoragePlan, coverage_problem, plan_for
 
 FILTER_DEFLATE, FILTER_SHUFFLE, FILTER_FLETCHER32 = 1, 2, 3
 MAX_ATTRIBUTES_PER_OBJECT = 64  # mdiff defines at most 4 per object; more is hostile (§8.3)
@@ -228,7 +228,7 @@ class _Walk:
     def _storage_plan(self, path, did, layout, dcpl, shape, dtype, nbytes, filters) -> StoragePlan | None | bool:
         """Every byte the dataset declares is stored inside the file; nothing is left to fill values.
 
-        False when not (reported); otherwise how storage.py can read the bytes, or None (libhdf5 reads them).
+        False when not (reported); otherwise how storage.py reads the bytes, or None (compact or empty: libhdf5 reads them).
         """
         if nbytes == 0 or layout == h5py.h5d.COMPACT:
             return None
@@ -265,6 +265,9 @@ class _Walk:
         if skipped:  # libhdf5 mis-reads such chunks (heap over-read, found by fuzzing)
             self.finding("MD504", path, f"chunk {skipped[0]} skips some of the dataset's filters")
             return False
+        coverage = coverage_problem(shape, tuple(int(c) for c in chunk), chunks)
+        if coverage:  # libhdf5 would read a missing chunk as fill values
+            problems.append(coverage)
         if problems:
             self.finding("MD509", path, problems[0])
             return False

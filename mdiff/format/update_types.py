@@ -12,6 +12,7 @@ from mdiff.format.constants import ATTR_DEFINITION, UPDATE_TYPES_GROUP
 from mdiff.format.limits import Limits
 from mdiff.format.names import decode_name
 from mdiff.format.schemas import first_errors
+from mdiff.format.storage import open_dataset
 from mdiff.format.structure import Inventory
 from mdiff.updates import REGISTRY
 from mdiff.updates.base import UpdateType
@@ -82,7 +83,11 @@ def _parse_one(name, path, inventory: Inventory, f: h5py.File, limits: Limits, f
             broken = True
             continue
         try:
-            data = f[member_path][()].tobytes()
+            data = open_dataset(f, member_path, child.dataset.plan)[()].tobytes()
+        except InvalidFileError as exc:  # a chunk that does not decode, or inflates past its size
+            findings.append(Finding("MD513", member_path, f"the function cannot be read: {exc.message}"))
+            broken = True
+            continue
         except (OSError, ValueError) as exc:
             findings.append(Finding("MD513", member_path, f"the function cannot be read: {exc}"))
             broken = True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import zlib
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -11,7 +12,7 @@ from typing import Any, Iterable, Mapping
 import h5py
 import numpy as np
 
-from mdiff.atomic import create_temp_file, fsync_directory, fsync_path
+from mdiff.atomic import UnsafeOutputError, check_output, create_temp_file, fsync_directory, fsync_path, replace_with
 from mdiff.format import canonical_json
 from mdiff.format.attributes import overwrite_string, write_string
 from mdiff.format.commit import Commit
@@ -103,6 +104,7 @@ class DiffWriter:
         self._writeback = Writeback(lambda: fsync_path(self._tmp))
         commit_text = (commit or Commit()).to_attribute()
         extensions = list(extensions)
+        check_output(self.path)  # a device, FIFO, link or folder is refused before anything is written
         tmp, fd = create_temp_file(self.path.parent, self.path.name)  # 0o666: the umask decides, as for any file
         os.close(fd)
         self._tmp = Path(tmp)
@@ -182,20 +184,29 @@ class DiffWriter:
             group.create_dataset(key, data=array, track_times=False)
 
     def close(self) -> None:
-        """Finish the file: flush, fsync, and rename it into place."""
-        if self._minor:
-            # §3.3: the lowest version that has what the file uses. Same length as "1.0", so the
-            # attribute is rewritten where it lies and the bytes stay deterministic.
-            overwrite_string(self._file, ATTR_VERSION, f"1.{self._minor}")
-        self._file.close()
-        self._writeback.wait()
-        fsync_path(self._tmp)
-        os.replace(self._tmp, self.path)
+        """Finish the file: flush, fsync, and rename it into place (on any error: no file is left)."""
+        try:
+            if self._minor:
+                # §3.3: the lowest version that has what the file uses. Same length as "1.0", so the
+                # attribute is rewritten where it lies and the bytes stay deterministic.
+                overwrite_string(self._file, ATTR_VERSION, f"1.{self._minor}")
+            self._file.close()
+            self._writeback.wait()
+            fsync_path(self._tmp)
+            replace_with(self._tmp, self.path)
+        except BaseException as exc:
+            self.abort()
+            raise _os_error(exc, self.path) from exc
         fsync_directory(self.path.parent.resolve())
 
     def abort(self) -> None:
+        """Discard the file. Closing a file whose writes failed fails again (libhdf5 flushes what it
+        could not write): that second error is not the one to report, and the file goes anyway."""
         try:
-            self._file.close()
+            try:
+                self._file.close()
+            except (OSError, RuntimeError):
+                pass
             self._writeback.wait()  # before the file goes
         finally:
             self._tmp.unlink(missing_ok=True)
@@ -208,6 +219,25 @@ class DiffWriter:
             self.close()
         else:
             self.abort()
+            plain = _os_error(exc, self.path)
+            if plain is not exc:
+                raise plain from exc
+
+
+_HDF5_ERRNO = re.compile(r"errno = (\d+)")
+
+
+def _os_error(exc: BaseException, path: Path) -> BaseException:
+    """The operating system's reason for a failed write, as an OSError of that errno ("File too large",
+    "No space left on device") naming the file — where libhdf5 raised an OSError, or a RuntimeError,
+    whose text buries it among times, descriptors and buffer addresses. Anything else as it is."""
+    if not isinstance(exc, (OSError, RuntimeError)) or isinstance(exc, UnsafeOutputError):
+        return exc
+    found = _HDF5_ERRNO.search(str(exc))
+    code = exc.errno if isinstance(exc, OSError) and exc.errno else int(found.group(1)) if found else None
+    if code is None or (isinstance(exc, OSError) and exc.strerror == os.strerror(code)):  # already plain
+        return exc
+    return OSError(code, os.strerror(code), os.fspath(path))
 
 
 def _checked_type(name: str, definition: Mapping, functions: Mapping[str, bytes]):

@@ -168,6 +168,8 @@ class StateView(CheckpointReader):
                 except (InvalidFileError, ApplyError) as exc:
                     raise RepositoryError("MD802", f"{step.source} cannot be applied to {name!r}: {exc}") from exc
                 pending = step if update.update_type.carries_sha256 else None
+        except InvalidFileError as exc:  # data read ahead that does not decode (MD513): the commit is unusable
+            raise RepositoryError("MD802", f"{name!r} cannot be read: {exc}") from exc
         finally:
             ahead.close()
         if pending is not None:

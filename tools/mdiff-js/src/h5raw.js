@@ -349,7 +349,8 @@ export class RawFile {
 
   // Checks MD509 for a chunked dataset. `shape`/`maxshape`: dataset dims; `elemSize`;
   // `deflate`: whether deflate is among the filters. Returns a list of problems (strings).
-  checkChunks(L, shape, maxshape, elemSize, deflate, filtered, where) {
+  // `found`, when given, receives {addr, size} of every chunk that passed (to inflate them bounded, §8.3).
+  checkChunks(L, shape, maxshape, elemSize, deflate, filtered, where, found = null) {
     const rank = shape.length;
     const chunk = L.chunk;
     if (chunk.length !== rank) return [`the chunk has rank ${chunk.length}, the dataset ${rank}`];
@@ -370,6 +371,7 @@ export class RawFile {
         problems.push(`${label} stores ${s} bytes for a chunk of ${chunkBytes} bytes`);
         return false;
       }
+      if (found) found.push({ addr, size: s });
       return true;
     };
     if (L.index === "single") {

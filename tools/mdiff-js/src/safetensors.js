@@ -41,6 +41,7 @@ export function readSafetensors(file) {
   const spans = [];
   for (const [name, e] of Object.entries(header)) {
     if (name === "__metadata__") {
+      if (e === null) continue; // as the safetensors library reads it: no metadata
       if (!isPlainObject(e) || Object.values(e).some((v) => typeof v !== "string")) throw bad("__metadata__ is not an object of strings");
       continue;
     }
@@ -63,10 +64,17 @@ export function readSafetensors(file) {
     spans.push([Number(b), Number(en), name]);
     out.set(name, { dtype, shape: e.shape.map(Number), data: data.subarray(Number(b), Number(en)) });
   }
+  // SPEC.md §10: sorted, the data_offsets tile the data: no gap, no shared byte, nothing after the last.
   spans.sort((x, y) => x[0] - y[0] || x[1] - y[1]);
-  for (let i = 1; i < spans.length; i++) {
-    if (spans[i][0] < spans[i - 1][1]) throw bad(`tensors ${describe(spans[i - 1][2])} and ${describe(spans[i][2])} overlap`);
+  let end = 0;
+  let previous = null;
+  for (const [b, en, name] of spans) {
+    if (b < end) throw bad(`tensors ${describe(previous)} and ${describe(name)} overlap`);
+    if (b > end) throw bad(`${b - end} bytes ${previous === null ? "before the first tensor" : `after tensor ${describe(previous)}`} belong to no tensor`);
+    end = en;
+    previous = name;
   }
+  if (end !== data.length) throw bad(`${data.length - end} bytes after the last tensor belong to no tensor`);
   return out;
 }
 

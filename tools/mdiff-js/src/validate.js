@@ -2,6 +2,7 @@
 // reader of h5raw.js. See README.md for the rules it cannot check.
 
 import crypto from "node:crypto";
+import zlib from "node:zlib";
 import { init, H5File, H5Error } from "./hdf5.js";
 import { RawFile, RawError, UNDEF, datatypeProblem } from "./h5raw.js";
 import { finding, MdiffError } from "./codes.js";
@@ -367,7 +368,13 @@ export class Validation {
       }
       if (layout.cls === 2) {
         const deflate = filters.some((f) => f.id === 1);
-        return this.raw.checkChunks(layout, meta.shape, meta.maxshape, meta.size, deflate, filters.length > 0, p);
+        const found = deflate ? [] : null;
+        const problems = this.raw.checkChunks(layout, meta.shape, meta.maxshape, meta.size, deflate, filters.length > 0, p, found);
+        if (found && !problems.length) {
+          const chunkBytes = layout.chunk.reduce((a, b) => a * b, 1) * meta.size;
+          this.dsInfo.get(p).deflated = { chunks: found, filters, chunkBytes };
+        }
+        return problems;
       }
       return [];
     } catch (e) {
@@ -721,9 +728,53 @@ export class Validation {
   data(path, cache = true) {
     if (this.dataCache.has(path)) return this.dataCache.get(path);
     const info = this.dsInfo.get(path);
+    if (info.deflated) this.checkInflation(path, info.deflated);
     const b = this.h5.datasetBytes(path, info.meta);
     if (cache) this.dataCache.set(path, b);
     return b;
+  }
+
+  // §8.3: every chunk decodes to exactly its size, and no deflate step may make more than its input
+  // had when written. h5wasm's libhdf5 inflates a chunk until its stream ends — a stream of a few
+  // megabytes can ask for gigabytes — so each deflated chunk is first decoded here, bounded, and
+  // a chunk that breaks the rule is MD513 (a RangeError, as the callers report it).
+  checkInflation(path, { chunks, filters, chunkBytes }) {
+    const bounds = []; // [bytes, exact] entering each filter when written
+    let size = chunkBytes;
+    let exact = true;
+    for (const f of filters) {
+      bounds.push([size, exact]);
+      if (f.id === 3) size += 4;
+      else if (f.id === 1) {
+        size += Math.floor(size / 1000) + 1024;
+        exact = false;
+      }
+    }
+    for (const chunk of chunks) {
+      const where = `chunk at byte ${chunk.addr}`;
+      let buf = this.raw.read(chunk.addr, chunk.size, path);
+      for (let i = filters.length - 1; i >= 0; i--) {
+        const [expected, isExact] = bounds[i];
+        const f = filters[i];
+        if (f.id === 1) {
+          try {
+            buf = zlib.inflateSync(buf, { maxOutputLength: expected });
+          } catch (e) {
+            if (e.code === "ERR_BUFFER_TOO_LARGE") throw new RangeError(`${where} inflates to more than ${expected} bytes`);
+            throw new RangeError(`${where} does not inflate: ${e.message}`);
+          }
+        } else if (f.id === 2) {
+          const item = f.cd_values && f.cd_values.length === 1 ? f.cd_values[0] : 0;
+          if (item < 1) throw new RangeError(`${where}: the shuffle filter's parameters are invalid`);
+          buf = unshuffle(buf, item);
+        } else if (f.id === 3) {
+          if (buf.length < 4) throw new RangeError(`${where} is too short to hold its fletcher32 checksum`);
+          buf = buf.subarray(0, buf.length - 4); // the checksum itself is h5wasm's to check
+        }
+        if (isExact && buf.length !== expected) throw new RangeError(`${where} decodes to ${buf.length} bytes, not ${expected}`);
+      }
+      if (buf.length !== chunkBytes) throw new RangeError(`${where} holds ${buf.length} bytes, not ${chunkBytes}`);
+    }
   }
 
   // Data rules: MD408, MD409, MD410, and MD307 (§5.6: the layout is data).
@@ -801,6 +852,16 @@ export class Validation {
   result() {
     return { file: this.path, valid: this.errors.length === 0, findings: this.findings };
   }
+}
+
+// libhdf5's shuffle undone: whole elements of `item` bytes, trailing bytes as they are.
+function unshuffle(buf, item) {
+  const n = Math.floor(buf.length / item);
+  if (item <= 1 || n <= 1) return buf;
+  const out = Buffer.alloc(buf.length);
+  for (let b = 0; b < item; b++) for (let e = 0; e < n; e++) out[e * item + b] = buf[b * n + e];
+  buf.copy(out, n * item, n * item);
+  return out;
 }
 
 export async function validateFile(path, opts = {}) {
