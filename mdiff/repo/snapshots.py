@@ -1,33 +1,41 @@
-"""SPEC.md §13.5: snapshots — the full state at a commit, so that checkouts need not replay from a root —
-and the reference's policy of when to write one.
+"""SPEC.md §13.5: snapshots — the full state at a commit, so that checkouts need not replay from a
+root — the reference's policy of when to write one, and dropping one.
+
+A snapshot is a cache: checkouts use it only where it agrees with its commits (states.py), so
+writing one is a bet of storage against checkout time, and the policy weighs both (see
+SNAPSHOT_REPLAY_FACTOR).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
-from typing import ContextManager
-from pathlib import Path
+from typing import TYPE_CHECKING, ContextManager
 
 import numpy as np
 
-from mdiff.errors import InvalidFileError
+from mdiff.atomic import fsync_directory
+from mdiff.errors import RepositoryError
 from mdiff.format import canonical_json
 from mdiff.format.commit import Commit
-from mdiff.format.reader import open_diff
-from mdiff.atomic import fsync_directory
 from mdiff.format.writer import DiffWriter
-from mdiff.repo.states import snapshot_inexact
 from mdiff.repo.store import Store
 from mdiff.updates import replace
 
-SNAPSHOT_MIN_COMMITS = 8  # dense commits are each about a model's size: not a snapshot per commit
-SNAPSHOT_MAX_COMMITS = 256  # bounds the files a checkout opens, however small the commits
+if TYPE_CHECKING:
+    from mdiff.repo.states import StateView
+
+# A snapshot is written once reading the state at a commit would apply at least this many times the
+# state's own declared bytes (a snapshot, or a root commit, plus the updates after it). A snapshot
+# costs ~0.9× the state on disk (gzip) and saves, for every later checkout, the replay of all but one
+# state's worth of updates. Measured with tools/bench/snapshots.py (64 MiB model, 20 dense commits):
+# at 4 the snapshots add 24% to the repository (1 at 1 would double it: 99%) and a checkout of the
+# last commit takes 0.5× the time of a replay from the root.
+SNAPSHOT_REPLAY_FACTOR = 4
 
 
 def inexact_values(store: Store, commit_id: str | None) -> frozenset[str]:
     """The parameters whose value in state(commit_id) an inexact update made (§13.4), from the
-    commits' metadata: back to a snapshot (its `meta.inexact`) or a root, then forward."""
+    commits' metadata alone, back to the root (a snapshot's `meta.inexact` is a claim, not a fact)."""
     if commit_id is None:
         return frozenset()
     if commit_id not in store._inexact:
@@ -38,11 +46,6 @@ def inexact_values(store: Store, commit_id: str | None) -> frozenset[str]:
             if cursor in store._inexact:
                 inexact = set(store._inexact[cursor])
                 break
-            if store.snapshot_path(cursor).exists():
-                listed = usable_snapshot_inexact(store.snapshot_path(cursor), cursor)
-                if listed is not None:
-                    inexact = listed
-                    break
             line.append(cursor)
             parents = store.parents(cursor)
             cursor = parents[0] if parents else None
@@ -53,29 +56,17 @@ def inexact_values(store: Store, commit_id: str | None) -> frozenset[str]:
     return store._inexact[commit_id]
 
 
-def usable_snapshot_inexact(path: Path, commit_id: str) -> set[str] | None:
-    """The inexact values a snapshot lists, or None when checkouts must walk past it (§13.5)."""
-    try:
-        with open_diff(path) as snapshot:
-            return snapshot_inexact(snapshot, commit_id)
-    except InvalidFileError:
-        return None
-
-
 def write_snapshot(store: Store, commit_id: str, state: Mapping[str, np.ndarray]) -> None:
     """Store the full state of ``commit_id`` — parameters, and the files and layout where ``state`` has
-    them — so that checkouts start there (§13.5).
-
-    Uncompressed: a snapshot is a cache for speed (weights hardly deflate: ~0.86 of their size,
-    at a tenth of the read speed).
-    """
-    inexact = sorted(inexact_values(store, commit_id))
+    them — so that checkouts start there (§13.5). Compressed as commits are (gzip level 1, shuffled):
+    weights deflate to ~0.9 of their size, and a snapshot is read through the same threaded inflater."""
+    inexact = sorted(getattr(state, "inexact", None) or inexact_values(store, commit_id))
     meta = Commit("snapshot", date=store.metadata(commit_id).date,
                   meta={"snapshot_of": commit_id, **({"inexact": canonical_json.dumps(inexact)} if inexact else {})})
     files = getattr(state, "files", None) or {}
     layout_bytes = getattr(state, "layout_bytes", None)
-
-    def write(writer: DiffWriter) -> None:
+    # DiffWriter writes a hidden temporary file beside the target and renames it into place when whole
+    with DiffWriter(store.snapshot_path(commit_id), meta, "gzip") as writer:
         for name in sorted(state):
             writer.add(name, replace.encode(state[name]))
         for path in sorted(files):
@@ -83,34 +74,31 @@ def write_snapshot(store: Store, commit_id: str, state: Mapping[str, np.ndarray]
         if layout_bytes is not None:
             writer.set_layout(replace.encode(np.frombuffer(layout_bytes, np.uint8)))
 
-    snapshot_id = store.store(write, meta, compression="none", directory="snapshots")
-    os.replace(store.dir / "snapshots" / f"{snapshot_id}.mdiff", store.snapshot_path(commit_id))
-    fsync_directory(store.dir / "snapshots")
+
+def drop_snapshot(store: Store, commit_id: str) -> int:
+    """Remove the snapshot of ``commit_id``; return its size in bytes (MD801 when there is none)."""
+    path = store.snapshot_path(commit_id)
+    if not path.is_file() or path.is_symlink():
+        raise RepositoryError("MD801", f"there is no snapshot of {commit_id[:12]}")
+    size = path.stat().st_size
+    path.unlink()
+    fsync_directory(path.parent)
+    return size
 
 
-def replay_cost(store: Store, commit_id: str) -> tuple[int, int, int]:
-    """What a checkout of ``commit_id`` replays after its starting point (the nearest snapshot,
-    or the state a root commit holds): (commits, their declared update bytes, the starting
+def replay_cost(view: StateView) -> tuple[int, int, int]:
+    """What reading the whole state ``view`` opens would apply: (the commits after its snapshot, or all
+    of them from the root; the declared bytes of the updates applied, the snapshot's included; the
     state's declared bytes)."""
-    commits = replayed = 0
-    cursor = commit_id
-    while not store.snapshot_path(cursor).exists():
-        facts = store.commit_facts(cursor)
-        if not facts.parents:
-            return commits, replayed, facts.declared_bytes
-        commits, replayed, cursor = commits + 1, replayed + facts.declared_bytes, facts.parents[0]
-    with open_diff(store.snapshot_path(cursor)) as snapshot:
-        return commits, replayed, sum(snapshot[name].stored_bytes for name in snapshot)
+    return view.commits_after_start, view.replay_bytes(), view.state_bytes()
 
 
-def snapshot_if_due(store: Store, commit_id: str, open_state: Callable[[], ContextManager[Mapping[str, np.ndarray]]]) -> bool:
-    """Write a snapshot of ``commit_id`` (whose state ``open_state()`` opens) when a checkout of it would
-    replay at least one model's worth of updates after its starting point, and at least
-    SNAPSHOT_MIN_COMMITS commits; or SNAPSHOT_MAX_COMMITS commits, whatever their size. Checkouts
-    then read at most about one snapshot plus one model's worth of updates. Returns whether it wrote one."""
-    commits, replayed, start_bytes = replay_cost(store, commit_id)
-    due = commits >= SNAPSHOT_MAX_COMMITS or (commits >= SNAPSHOT_MIN_COMMITS and replayed >= start_bytes)
-    if due:
-        with open_state() as state:
-            write_snapshot(store, commit_id, state)
+def snapshot_if_due(store: Store, commit_id: str, open_state: Callable[[], ContextManager[StateView]]) -> bool:
+    """Write a snapshot of ``commit_id`` (whose state ``open_state()`` opens) when reading its state
+    would apply at least SNAPSHOT_REPLAY_FACTOR times the state's bytes. Returns whether it wrote one."""
+    with open_state() as view:
+        _, replayed, size = replay_cost(view)
+        due = size > 0 and replayed >= SNAPSHOT_REPLAY_FACTOR * size
+        if due:
+            write_snapshot(store, commit_id, view)
     return due
