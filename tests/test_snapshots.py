@@ -281,3 +281,30 @@ def test_a_killed_merge_or_snapshot_leaves_only_hidden_files_which_gc_removes(re
     report = repo.gc()
     assert report.bytes_freed > 100_000 and sorted(p.relative_to(repo.dir) for p in repo.dir.rglob("*")) == before
     assert repo.fsck() == [] and same_state(repo.checkout("HEAD"), big_state(2))
+
+
+def test_many_small_commits_get_a_snapshot_every_snapshot_max_commits(repo, monkeypatch):
+    """However small its commits, a replay holds at most SNAPSHOT_MAX_COMMITS commit files open."""
+    from mdiff.repo import snapshots
+
+    monkeypatch.setattr(snapshots, "SNAPSHOT_MAX_COMMITS", 5)
+    made = _sparse_chain(repo, 11, changed=1)
+    assert snapshotted(repo, made) == [4, 9]  # the root and 4 commits; then 5 after the snapshot
+    assert same_state(Repository.find(repo.root).checkout("HEAD"), made[-1][1])
+
+
+@pytest.mark.parametrize("with_snapshot", [False, True])
+def test_a_long_walk_holds_open_only_the_commit_files_a_replay_reads(repo, monkeypatch, with_snapshot):
+    from mdiff.repo import states
+
+    made = _sparse_chain(repo, 9)  # snapshots at 4 and 8
+    if not with_snapshot:
+        for path in (repo.dir / "snapshots").iterdir():
+            path.unlink()
+    monkeypatch.setattr(states, "_KEEP_OPEN", 2)  # the walk closes all but the 3 newest files at once
+    fresh = Repository.find(repo.root)
+    with fresh.open_state(made[9][0]) as view:
+        assert sorted(view._files) == sorted(cid for cid, _ in (made[9:] if with_snapshot else made))
+        assert bits_equal(view.read("w"), made[9][1]["w"])
+    for cid, expected in made:
+        assert same_state(fresh.checkout(cid), expected)

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 # at 4 the snapshots add 24% to the repository (1 at 1 would double it: 99%) and a checkout of the
 # last commit takes 0.5× the time of a replay from the root.
 SNAPSHOT_REPLAY_FACTOR = 4
+# ... or once it would apply this many commits, whatever their size: a replay holds their files open.
+SNAPSHOT_MAX_COMMITS = 256
 
 
 def inexact_values(store: Store, commit_id: str | None) -> frozenset[str]:
@@ -95,10 +97,11 @@ def replay_cost(view: StateView) -> tuple[int, int, int]:
 
 def snapshot_if_due(store: Store, commit_id: str, open_state: Callable[[], ContextManager[StateView]]) -> bool:
     """Write a snapshot of ``commit_id`` (whose state ``open_state()`` opens) when reading its state
-    would apply at least SNAPSHOT_REPLAY_FACTOR times the state's bytes. Returns whether it wrote one."""
+    would apply at least SNAPSHOT_REPLAY_FACTOR times the state's bytes, or the updates of at least
+    SNAPSHOT_MAX_COMMITS commits. Returns whether it wrote one."""
     with open_state() as view:
-        _, replayed, size = replay_cost(view)
-        due = size > 0 and replayed >= SNAPSHOT_REPLAY_FACTOR * size
+        commits, replayed, size = replay_cost(view)
+        due = size > 0 and (replayed >= SNAPSHOT_REPLAY_FACTOR * size or commits >= SNAPSHOT_MAX_COMMITS)
         if due:
             write_snapshot(store, commit_id, view)
     return due

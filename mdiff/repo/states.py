@@ -33,6 +33,7 @@ import numpy as np
 from mdiff.checkpoints import CheckpointReader
 from mdiff.errors import ApplyError, InvalidFileError, RepositoryError
 from mdiff.format import canonical_json
+from mdiff.format.commit import Commit
 from mdiff.format.dtypes import DType
 from mdiff.format.layout import Layout
 from mdiff.format.reader import DiffFile, open_diff
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from mdiff.repo.repository import Repository
 
 _XOR_TYPES = ("dense", "sparse")
+_KEEP_OPEN = 128  # commit files a walk keeps open (the newest): the others are read, closed, reopened if needed
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +59,39 @@ class _Step:
     update: Update
     source: str  # the commit id, or "snapshot <id>"
     order: int  # the commit's place along the walk, the root's 0 (a snapshot's step: its commit's)
+
+
+@dataclass(frozen=True)
+class _Declared:
+    """A dataset's declared shape and dtype, kept once its file is closed."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+def _declared(update: Update) -> Update:
+    return Update(update.meta, {k: _Declared(tuple(d.shape), np.dtype(d.dtype)) for k, d in update.data.items()},
+                  update.kind)
+
+
+class _ClosedCommit(Mapping[str, Update]):
+    """What planning reads of a commit file (its metadata), kept after the file is closed; a replay that
+    needs its data opens the file again."""
+
+    def __init__(self, diff: DiffFile | _ClosedCommit):
+        self.commit: Commit = diff.commit
+        self._updates = {name: _declared(diff[name]) for name in diff}
+        self.files: dict[str, Update] = {path: _declared(update) for path, update in diff.files.items()}
+        self.layout: Update | None = _declared(diff.layout) if diff.layout is not None else None
+
+    def __getitem__(self, name: str) -> Update:
+        return self._updates[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._updates)
+
+    def __len__(self) -> int:
+        return len(self._updates)
 
 
 @dataclass(frozen=True)
@@ -98,33 +133,72 @@ class StateView(CheckpointReader):
         self.path = f"commit {commit_id[:12]}" if commit_id else "the empty state"
         self.engine = engine
         self.rejected: dict[str, tuple[str, str]] = {}  # snapshots walked past: commit id → (code, why)
-        self._opened = contextlib.ExitStack()
+        self._opened = contextlib.ExitStack()  # the snapshot in use
+        self._files: dict[str, contextlib.ExitStack] = {}  # the commit files held open, by id
         try:
             self._chain = self._walk()
             self._plan = self._make_plan(snapshots=True)
+            self._hold()
         except BaseException:
-            self._opened.close()
+            self.close()
             raise
 
     # ------------------------------------------------------------ the metadata pass
-    def _walk(self) -> list[tuple[str, DiffFile]]:
-        """Every commit from the root to this one, each file's id verified (MD800) and opened: the
-        state is defined by all of them (§13.4), and a snapshot is checked against them (§13.5)."""
-        repo = self.repo
-        chain: list[tuple[str, DiffFile]] = []  # newest first
+    def _walk(self) -> list[tuple[str, DiffFile | _ClosedCommit]]:
+        """Every commit from the root to this one, each file's id verified (MD800) and its metadata read:
+        the state is defined by all of them (§13.4), and a snapshot is checked against them (§13.5). The
+        newest files stay open; older ones are closed once read (their data is seldom needed)."""
+        chain: list[tuple[str, DiffFile | _ClosedCommit]] = []  # newest first
         cursor = self.commit_id
         while cursor is not None:
-            repo.verify(cursor)  # a commit file is trusted only while its bytes match its id
-            diff = self._opened.enter_context(repo.open_commit(cursor))
-            chain.append((cursor, diff))
+            diff = self._open(cursor)
+            if len(self._files) > _KEEP_OPEN:
+                chain.append((cursor, _ClosedCommit(diff)))
+                self._files.pop(cursor).close()
+            else:
+                chain.append((cursor, diff))
             parents = diff.commit.parents
             cursor = parents[0] if parents else None
         return chain[::-1]
 
+    def _open(self, commit_id: str) -> DiffFile:
+        self.repo.verify(commit_id)  # a commit file is trusted only while its bytes match its id
+        stack = contextlib.ExitStack()
+        diff = stack.enter_context(self.repo.open_commit(commit_id))
+        self._files[commit_id] = stack
+        return diff
+
+    def _hold(self) -> None:
+        """Hold open exactly the commit files whose data the plan reads: reopen (verified again) those
+        closed, close the others (their metadata is kept for a later plan)."""
+        plan = self._plan
+        steps = [step for history in plan.history.values() for step in history] + list(plan.files.values())
+        steps += [plan.layout] if plan.layout is not None else []
+        needed = {step.source for step in steps if not step.source.startswith("snapshot ")}
+        for order, (commit_id, diff) in enumerate(self._chain):
+            if commit_id in self._files and commit_id not in needed:
+                self._chain[order] = (commit_id, _ClosedCommit(diff))
+                self._files.pop(commit_id).close()
+            elif commit_id in needed and commit_id not in self._files:
+                self._chain[order] = (commit_id, self._open(commit_id))
+        reopened = {commit_id: diff for commit_id, diff in self._chain if commit_id in needed}
+        for name, history in plan.history.items():
+            for step in history:
+                if step.source in reopened:
+                    step.update = reopened[step.source][name]
+        for path, step in plan.files.items():
+            step.update = reopened[step.source].files[path]
+        if plan.layout is not None:
+            layout = reopened[plan.layout.source].layout
+            assert layout is not None  # the step came from it
+            plan.layout.update = layout
+
     def _replan(self) -> None:
         """§13.5: a snapshot whose values fail their checks is walked past; the state is the same without it."""
-        logger.warning("the snapshot of %s holds a value that fails its check: not used", (self._plan.start or "")[:12])
+        logger.warning("a value read from the snapshot of %s, or replayed from it, fails its check: read again "
+                       "from the root", (self._plan.start or "")[:12])
         self._plan = self._make_plan(snapshots=False)
+        self._hold()
 
     def _make_plan(self, snapshots: bool) -> _Plan:
         plan = _Plan(commits_after_start=len(self._chain))
@@ -288,6 +362,9 @@ class StateView(CheckpointReader):
         return {}
 
     def close(self) -> None:
+        for stack in self._files.values():
+            stack.close()
+        self._files.clear()
         self._opened.close()
 
 
@@ -316,7 +393,7 @@ class StateFiles(Mapping[str, bytes]):
         return sha
 
 
-def _plan_commit(plan: _Plan, commit_id: str, diff: DiffFile, order: int) -> None:
+def _plan_commit(plan: _Plan, commit_id: str, diff: DiffFile | _ClosedCommit, order: int) -> None:
     """One commit's metadata against the state it meets (§13.4): MD805 for every update first, then
     MD600/MD601 for each (raised as ApplyError, reported by the caller as MD802)."""
     for name in diff:
