@@ -61,21 +61,21 @@ def test_snapshots_are_compressed_like_commits(repo):
     assert path.stat().st_size < 20_000
 
 
-def test_the_policy_writes_a_snapshot_once_a_checkout_would_apply_four_states(repo):
+def test_the_policy_writes_a_snapshot_once_a_checkout_would_apply_eight_states(repo):
     """w: float32[1000], 4,000 declared bytes; each commit a sparse update of 300 elements (3,600 bytes).
-    Reading commit n from the root applies 4,000 + 3,600·n bytes: ≥ 4 × 4,000 from n = 4 on; then
+    Reading commit n from the root applies 4,000 + 3,600·n bytes: ≥ 8 × 4,000 from n = 8 on; then
     from that snapshot (4,000 bytes) the same again."""
-    assert SNAPSHOT_REPLAY_FACTOR == 4
-    made = _sparse_chain(repo, 13)
-    assert repo.replay_cost(made[3][0]) == (4, 4000 + 3 * 3600, 4000)  # the root's updates and 3 commits'
-    assert snapshotted(repo, made) == [4, 8, 12]
-    assert repo.replay_cost(made[13][0]) == (1, 4000 + 3600, 4000)
-    with repo.open_state(made[13][0]) as view:
-        assert view.snapshot == made[12][0]
+    assert SNAPSHOT_REPLAY_FACTOR == 8
+    made = _sparse_chain(repo, 17)
+    assert repo.replay_cost(made[7][0]) == (8, 4000 + 7 * 3600, 4000)  # the root's updates and 7 commits'
+    assert snapshotted(repo, made) == [8, 16]
+    assert repo.replay_cost(made[17][0]) == (1, 4000 + 3600, 4000)
+    with repo.open_state(made[17][0]) as view:
+        assert view.snapshot == made[16][0]
     for cid, expected in made:
         assert same_state(repo.checkout(cid), expected)
-    with mdiff.open(repo.snapshot_path(made[4][0])) as snapshot:
-        assert snapshot.commit.meta == {"snapshot_of": made[4][0]} and snapshot["w"].type == "replace"
+    with mdiff.open(repo.snapshot_path(made[8][0])) as snapshot:
+        assert snapshot.commit.meta == {"snapshot_of": made[8][0]} and snapshot["w"].type == "replace"
 
 
 def test_small_commits_and_whole_replacements_never_pay_for_a_snapshot(repo):
@@ -127,13 +127,13 @@ def test_a_snapshot_that_disagrees_with_its_commits_is_walked_past_and_reported(
 
 
 def test_an_agreeing_snapshot_is_used_and_one_with_a_damaged_value_is_walked_past(repo):
-    made = _sparse_chain(repo, 5)  # a snapshot at 4
-    with repo.open_state(made[5][0]) as view:
-        assert view.snapshot == made[4][0] and view.rejected == {}
-    with h5py.File(repo.snapshot_path(made[4][0]), "r+") as f:  # the data, not the sha256 its metadata records
+    made = _sparse_chain(repo, 9)  # a snapshot at 8
+    with repo.open_state(made[9][0]) as view:
+        assert view.snapshot == made[8][0] and view.rejected == {}
+    with h5py.File(repo.snapshot_path(made[8][0]), "r+") as f:  # the data, not the sha256 its metadata records
         data = f["parameters/w/value"]
         data[3] = data[3] + np.float32(1)
-    assert same_state(Repository.find(repo.root).checkout(made[5][0]), made[5][1])
+    assert same_state(Repository.find(repo.root).checkout(made[9][0]), made[9][1])
 
 
 def test_an_inexact_value_is_never_taken_from_a_snapshot(repo):
@@ -190,7 +190,7 @@ def _sizes(paths) -> int:
 
 
 def test_gc_removes_temporaries_and_stale_snapshots_and_never_a_commit(repo, capsys):
-    made = _sparse_chain(repo, 5)  # main: a snapshot at 4, which stays
+    made = _sparse_chain(repo, 9)  # main: a snapshot at 8, which stays
     repo.switch("side", create=True, start=made[1][0])
     side = repo.commit({"w": np.ones(1000, np.float32)}, "side", date=DATE)
     repo.snapshot(side)
@@ -225,9 +225,9 @@ def test_gc_removes_temporaries_and_stale_snapshots_and_never_a_commit(repo, cap
     code, out = run(capsys, "gc", "-C", repo.root)
     assert code == 0 and out.strip().endswith(f"({freed} bytes) freed")
     assert not any(p.exists() for p in temporaries + stale)
-    assert repo.snapshot_path(made[4][0]).exists() and repo.commit_path(side).exists()
+    assert repo.snapshot_path(made[8][0]).exists() and repo.commit_path(side).exists()
     assert sorted(p.name for p in (d / "commits").iterdir()) == commits
-    assert repo.fsck() == [] and same_state(repo.checkout("HEAD"), made[5][1])
+    assert repo.fsck() == [] and same_state(repo.checkout("HEAD"), made[9][1])
 
 
 def test_gc_takes_the_writers_lock(repo):
@@ -297,7 +297,7 @@ def test_many_small_commits_get_a_snapshot_every_snapshot_max_commits(repo, monk
 def test_a_long_walk_holds_open_only_the_commit_files_a_replay_reads(repo, monkeypatch, with_snapshot):
     from mdiff.repo import states
 
-    made = _sparse_chain(repo, 9)  # snapshots at 4 and 8
+    made = _sparse_chain(repo, 9)  # a snapshot at 8
     if not with_snapshot:
         for path in (repo.dir / "snapshots").iterdir():
             path.unlink()

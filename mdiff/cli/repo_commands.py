@@ -463,7 +463,7 @@ def add_snapshot(sub) -> None:
                        description="Store the full state at REV (compressed), so that checking out REV or its "
                                    "descendants reads it instead of replaying every update since the root — once the "
                                    "commits have shown that it holds their values (SPEC.md §13.5). `mdiff commit` "
-                                   "writes one by itself when a checkout would apply four times the model's size.")
+                                   "writes one by itself when a checkout would apply eight times the model's size.")
     p.add_argument("rev", nargs="?", default="HEAD", metavar="REV",
                    help="the commit (default HEAD); with --drop, also the full id of a commit no longer in the repository")
     p.add_argument("--drop", action="store_true", help="remove REV's snapshot instead (checkouts replay the commits)")
