@@ -1,6 +1,7 @@
 // Reading a repository (SPEC.md §13): the layout of §13.1, commit ids (§13.2), revisions (§13.3) and
-// the state at a commit (§13.4), starting at a snapshot where there is one (§13.5), and the values of
-// a state that are inexact (§13.4, MD805). Read-only: no lock is taken (§13.6 concerns writers).
+// the state at a commit (§13.4), starting at a snapshot only where it agrees with its commits (§13.5,
+// MD807), and the values of a state that are inexact (§13.4, MD805). Read-only: no lock is taken
+// (§13.6 concerns writers).
 
 import fs from "node:fs";
 import path from "node:path";
