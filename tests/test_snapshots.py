@@ -204,9 +204,11 @@ def test_gc_removes_temporaries_and_stale_snapshots_and_never_a_commit(repo, cap
     (d / "tmpab_12cd3").mkdir()  # an earlier mdiff's merge: tempfile.mkdtemp(dir=.mdiff)
     (d / "tmpab_12cd3" / "ours.safetensors").write_bytes(b"z" * 500)
     (d / "snapshots" / f"{made[2][0]}.mdiff").write_bytes(b"garbage")
+    (d / "snapshots" / "notes.mdiff").write_bytes(b"not named after a commit")
+    (d / "snapshots" / "README").write_text("not a snapshot's name: left alone\n")
     temporaries = [d / "commits" / ".commit.mdiff.0123456789abcdef.tmp", d / "refs" / "heads" / ".main.a81f.tmp",
                    d / ".staging", d / "tmpab_12cd3"]
-    stale = [d / "snapshots" / f"{side}.mdiff", d / "snapshots" / f"{made[2][0]}.mdiff"]
+    stale = [d / "snapshots" / f"{side}.mdiff", d / "snapshots" / f"{made[2][0]}.mdiff", d / "snapshots" / "notes.mdiff"]
     expected = sorted(str(p.relative_to(d)) for p in temporaries + stale)
     freed = _sizes(temporaries + stale)
     commits = sorted(p.name for p in (d / "commits").iterdir() if not p.name.startswith("."))
@@ -226,6 +228,7 @@ def test_gc_removes_temporaries_and_stale_snapshots_and_never_a_commit(repo, cap
     assert code == 0 and out.strip().endswith(f"({freed} bytes) freed")
     assert not any(p.exists() for p in temporaries + stale)
     assert repo.snapshot_path(made[8][0]).exists() and repo.commit_path(side).exists()
+    assert (d / "snapshots" / "README").exists()
     assert sorted(p.name for p in (d / "commits").iterdir()) == commits
     assert repo.fsck() == [] and same_state(repo.checkout("HEAD"), made[9][1])
 
@@ -308,3 +311,31 @@ def test_a_long_walk_holds_open_only_the_commit_files_a_replay_reads(repo, monke
         assert bits_equal(view.read("w"), made[9][1]["w"])
     for cid, expected in made:
         assert same_state(fresh.checkout(cid), expected)
+
+
+def test_a_model_folder_s_files_are_checked_too(repo, tmp_path):
+    """A snapshot of a folder's state agrees only with the files its commits define; a lying one about a
+    file is walked past (the files themselves are always read from the commits)."""
+    from mdiff.checkpoints import save_checkpoint
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    save_checkpoint(folder / "model.safetensors", {"w": np.arange(6, dtype=np.float32)})
+    (folder / "config.json").write_text('{"hidden": 6}\n')
+    cid = repo.commit(str(folder), "a folder", date=DATE)
+    repo.snapshot(cid)
+    with repo.open_state(cid) as view:
+        assert view.snapshot == cid and set(view.files) == {"config.json"}
+        layout = view.layout_bytes
+    assert repo.fsck() == []
+    updates = {"w": mdiff.replace(np.arange(6, dtype=np.float32))}
+    with mdiff.DiffWriter(repo.snapshot_path(cid), mdiff.Commit("snapshot", date=DATE, meta={"snapshot_of": cid})) as w:
+        for name, update in updates.items():
+            w.add(name, update)
+        w.add_file("config.json", mdiff.replace(np.frombuffer(b'{"hidden": 7}\n', np.uint8)))
+        if layout is not None:
+            w.set_layout(mdiff.replace(np.frombuffer(layout, np.uint8)))
+    with Repository.find(repo.root).open_state(cid) as view:
+        assert view.snapshot is None and "config.json" in view.rejected[cid][1]
+        assert view.files["config.json"] == b'{"hidden": 6}\n'
+    assert [f.code for f in repo.fsck()] == ["MD807"]

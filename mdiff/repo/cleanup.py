@@ -127,11 +127,11 @@ def collect(repo: Repository, dry_run: bool = False) -> GcReport:
     report.removed += temporaries(repo.dir)
     known = reachable(repo)
     folder = repo.dir / "snapshots"
-    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+    for path in sorted(folder.glob("*.mdiff")) if folder.is_dir() else []:
+        if path.name.startswith("."):
+            continue  # a temporary: above
         match = SNAPSHOT_FILE.fullmatch(path.name)
-        if path.name.startswith(".") or match is None:
-            continue  # a temporary (above), or no snapshot's name: not gc's to judge
-        if known is not None and match.group(1) not in known and repo.commit_path(match.group(1)).is_file():
+        if match and known is not None and match.group(1) not in known and repo.commit_path(match.group(1)).is_file():
             report.removed.append(Leftover(path, _size(path), "a snapshot of a commit no branch or HEAD reaches"))
             continue
         try:
