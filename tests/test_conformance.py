@@ -111,7 +111,7 @@ def test_every_rule_code_has_a_case_or_a_reason():
     assert warnings <= covered
     repository_codes = {c for c, r in RULES.items() if r.section.startswith("13.")}
     assert {"MD800", "MD801", "MD802", "MD805"} <= covered
-    assert repository_codes - covered == {"MD803", "MD804", "MD806"} <= set(MANIFEST.not_applicable)
+    assert repository_codes - covered == {"MD803", "MD804", "MD806", "MD807"} <= set(MANIFEST.not_applicable)
 
 
 def _commit_parents(path: Path) -> list[str]:
@@ -119,6 +119,33 @@ def _commit_parents(path: Path) -> list[str]:
 
     with mdiff.open(path) as diff:
         return list(diff.commit.parents)
+
+
+def test_the_snapshot_cases_hold_what_they_say():
+    """§13.5: every snapshot of repository-snapshots-disagree is one the reference's fsck reports as
+    MD807 (and a checkout walks past); the snapshot of repository-snapshot-inexact-value agrees with
+    its commits but holds zeros for the inexact w, which the expected state does not."""
+    import mdiff
+    from mdiff.checkpoints import load_checkpoint
+    from mdiff.repo import Repository
+
+    case = MANIFEST.case("repository-snapshots-disagree")
+    repo = Repository(case.path("repository"))
+    ids = {c["label"]: c["id"] for c in next(r for r in MANIFEST.raw["cases"] if r["id"] == case.id)["commits"]}
+    assert sorted(p.stem for p in (repo.dir / "snapshots").glob("*.mdiff")) == sorted(ids.values())
+    findings = repo.fsck()
+    assert sorted((f.code, Path(f.path).stem) for f in findings) == sorted(("MD807", cid) for cid in ids.values())
+    case = MANIFEST.case("repository-snapshot-inexact-value")
+    repo = Repository(case.path("repository"))
+    lora = next(r for r in MANIFEST.raw["cases"] if r["id"] == case.id)["commits"][1]["id"]
+    assert repo.fsck() == []
+    with repo.open_state(lora) as view:
+        assert view.snapshot == lora and view.inexact == {"w"}
+    with mdiff.open(repo.snapshot_path(lora)) as snapshot:
+        assert not snapshot["w"].array("value").any()
+    revision = next(r for r in case.expect["revisions"] if r["revision"] == "main")
+    assert revision["tolerance"]["parameters"] == ["w"]
+    assert load_checkpoint(case.path("repository").parent / "states" / "lora.safetensors")["w"].any()
 
 
 def test_the_repository_cases_cover_section_13():

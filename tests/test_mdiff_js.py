@@ -603,18 +603,41 @@ def js_checkout(repo: Path, rev: str, out: Path):
     return rc, report
 
 
-def test_checkout_starts_at_the_snapshot(tmp_path):
-    """Without the root commit's file, main-1 and its descendants still check out from main-1's
-    snapshot (§13.5); the root itself now names a missing commit (MD801)."""
+def test_a_snapshot_does_not_stand_in_for_the_commits_before_it(tmp_path):
+    """§13.5: a snapshot is checked against every commit back to the root, so without the root commit's
+    file even main-1's descendants, which main-1's snapshot holds the way to, are MD801."""
     repo, ids = _corpus_repo(tmp_path)
     (repo / ".mdiff" / "commits" / f"{ids['root']}.mdiff").unlink()
-    out = tmp_path / "main.safetensors"
-    rc, report = js_checkout(repo, "main", out)
-    assert rc == 0 and report["commit"] == ids["main-3"]
-    assert load_safetensors(out) == load_safetensors(CORPUS_REPO / "states" / "main-3.safetensors")
-    rc, report = js_checkout(repo, "main~4", tmp_path / "root.safetensors")
-    assert rc == 1 and report["error"]["code"] == "MD801" and "not in commits/" in report["error"]["message"]
-    assert not (tmp_path / "root.safetensors").exists()
+    for rev in ("main", "feature", "main~4"):
+        out = tmp_path / "out.safetensors"
+        rc, report = js_checkout(repo, rev, out)
+        assert rc == 1 and report["error"]["code"] == "MD801" and "not in commits/" in report["error"]["message"]
+        assert not out.exists()
+
+
+@pytest.mark.parametrize("lie", ["other values", "a parameter less", "a parameter more", "another dtype"])
+def test_checkout_walks_past_a_snapshot_that_disagrees_with_its_commits(tmp_path, lie):
+    """MD807 (§13.5): main-1's snapshot replaced by a well-formed one that lies; every checkout still
+    gives the state the commits define."""
+    repo, ids = _corpus_repo(tmp_path)
+    truth = {k: as_array(v) for k, v in load_safetensors(CORPUS_REPO / "states" / "main-1.safetensors").items()}
+    fake = dict(truth)
+    if lie == "other values":
+        fake["embed"] = truth["embed"] + np.float32(1)
+    elif lie == "a parameter less":
+        del fake["old"]
+    elif lie == "a parameter more":
+        fake["extra"] = np.ones(3, np.float32)
+    else:
+        fake["norm"] = truth["norm"].astype(np.float32)
+    path = repo / ".mdiff" / "snapshots" / f"{ids['main-1']}.mdiff"
+    mdiff.write(path, {k: mdiff.replace(v) for k, v in fake.items()},
+                mdiff.Commit("snapshot", date="2026-01-02T00:00:01Z", meta={"snapshot_of": ids["main-1"]}))
+    for rev, label in [("main~2^", "main-1"), ("feature", "feature-2"), ("main", "main-3")]:
+        out = tmp_path / f"{label}.safetensors"
+        rc, report = js_checkout(repo, rev, out)
+        assert rc == 0 and report["commit"] == ids[label], report
+        assert load_safetensors(out) == load_safetensors(CORPUS_REPO / "states" / f"{label}.safetensors")
 
 
 def test_checkout_ignores_an_unusable_snapshot(tmp_path):
@@ -701,20 +724,21 @@ def test_checkout_refuses_exact_update_after_low_rank(tmp_path, last):
 
 
 def test_checkout_refuses_md805_from_a_snapshot(tmp_path):
-    """A checkout that starts at the low_rank commit's snapshot takes `w` as inexact from its
-    `meta.inexact` (§13.5): without the root commit, the dense commit is still MD805."""
+    """A snapshot of the low_rank commit lists `w` as inexact (§13.5); an inexact value is never taken
+    from a snapshot, so the dense commit after it is still MD805, and mdiff-js computes the low_rank
+    value itself (within §7.5's tolerance of the reference's, not necessarily its bits)."""
     repo, ids = _lora_chain(tmp_path)
     repo.snapshot(ids["lora"])
     snap = repo.snapshot_path(ids["lora"])
     assert _snapshot_meta(snap)["inexact"] == '["w"]'
-    repo.commit_path(ids["root"]).unlink()  # the snapshot is the only way to the state at `lora`
     rc, report = js_checkout(repo.root, "main", tmp_path / "main.safetensors")
     assert rc == 1 and report["error"]["code"] == "MD805", report
     assert not (tmp_path / "main.safetensors").exists()
-    rc, report = js_checkout(repo.root, "main~1", tmp_path / "lora.safetensors")  # the snapshot's state
+    rc, report = js_checkout(repo.root, "main~1", tmp_path / "lora.safetensors")
     assert rc == 0 and report["commit"] == ids["lora"], report
     js, ref = load_safetensors(tmp_path / "lora.safetensors"), repo.state(ids["lora"])
-    assert set(js) == set(ref) and all(as_array(js[k]).tobytes() == ref[k].tobytes() for k in ref)
+    assert set(js) == {"v", "w"} and as_array(js["v"]).tobytes() == ref["v"].tobytes()
+    np.testing.assert_allclose(as_array(js["w"]), ref["w"], rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("inexact", ['"w"', '["w", 1]', '{"w": 1}', '["w"', '["w", "u"]', "NaN"])

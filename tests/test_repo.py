@@ -147,18 +147,18 @@ def test_sparse_mask_stores_exactly_the_masked_elements(repo):
     assert repo.checkout(commit_id)["w"].tolist() == [0, 1, 2, 3, 0, 0, 0, 0, 0, 0]
 
 
-def test_snapshots_and_squash_shorten_the_path_to_a_state(repo):
+def test_squash_keeps_the_state_and_a_snapshot_does_not_excuse_a_corrupt_ancestor(repo):
     ids = [repo.commit(state(i), f"step {i}", date=DATE) for i in range(6)]
     repo.snapshot(ids[3])
-    os.chmod(repo.commit_path(ids[1]), 0o644)
-    repo.commit_path(ids[1]).write_bytes(b"corrupt")  # the checkout of step 5 must not need it
-    assert same_state(repo.checkout(ids[5]), state(5))
     squashed = repo.squash(ids[3][:10], "steps 4-5", date=DATE)
     assert repo.parents(squashed) == (ids[3],) and repo.head() == ("main", squashed)
     assert same_state(repo.checkout("HEAD"), state(5))
-    with pytest.raises(RepositoryError) as info:
-        repo.verify(ids[1])
-    assert info.value.code == "MD800"
+    os.chmod(repo.commit_path(ids[1]), 0o644)
+    repo.commit_path(ids[1]).write_bytes(b"corrupt")
+    for rev in (ids[5], "HEAD"):  # §13.5: the snapshot of step 3 is checked against every commit to the root
+        with pytest.raises(RepositoryError) as info:
+            Repository.find(repo.root).checkout(rev)
+        assert info.value.code == "MD800" and ids[1][:12] in info.value.message
 
 
 def test_revisions(repo):
@@ -348,32 +348,11 @@ def _sparse_chain(repo, commits: int, changed: int = 300) -> list[tuple[str, dic
     return made
 
 
-def test_snapshots_are_written_once_a_checkout_would_replay_a_model_s_worth_of_updates(repo):
-    made = _sparse_chain(repo, 17)
-    assert repo.replay_cost(made[7][0]) == (7, 7 * 3600, 4000)
-    snapshotted = [i for i, (cid, _) in enumerate(made) if repo.snapshot_path(cid).exists()]
-    assert snapshotted == [8, 16]  # the 8th commit after the root (≥ 8 commits, 28,800 ≥ 4,000 bytes), then 8 after it
-    assert repo.replay_cost(made[17][0]) == (1, 3600, 4000)
-    for cid, expected in made:
-        assert same_state(repo.checkout(cid), expected)
-    with mdiff.open(repo.snapshot_path(made[8][0])) as snapshot:
-        assert snapshot.commit.meta == {"snapshot_of": made[8][0]} and snapshot["w"].type == "replace"
-
-
-def test_small_commits_get_a_snapshot_every_snapshot_max_commits(repo, monkeypatch):
-    from mdiff.repo import snapshots
-
-    monkeypatch.setattr(snapshots, "SNAPSHOT_MAX_COMMITS", 5)
-    made = _sparse_chain(repo, 11, changed=1)
-    assert [i for i, (cid, _) in enumerate(made) if repo.snapshot_path(cid).exists()] == [5, 10]
-    assert same_state(repo.checkout("HEAD"), made[-1][1])
-
-
 @pytest.mark.parametrize("damage", ["not an mdiff file", "bits changed", "another commit's snapshot"])
 def test_a_checkout_walks_past_a_snapshot_it_cannot_use(repo, damage):
     """§13.5: a snapshot is a cache; one that is damaged or misfiled changes nothing but the time."""
     made = _sparse_chain(repo, 10)
-    snapshot = repo.snapshot_path(made[8][0])
+    snapshot = repo.snapshot_path(made[8][0])  # one of the snapshots `commit` wrote (tests/test_snapshots.py)
     assert snapshot.exists()
     if damage == "not an mdiff file":
         snapshot.write_bytes(b"garbage")

@@ -115,6 +115,10 @@ NOT_APPLICABLE = {
              "checkout read and write single .safetensors files",
     "MD705": "SPEC.md §10.1: model folders are checkpoints, read by writers of commits; the contract's apply and "
              "checkout read and write single .safetensors files",
+    "MD807": "SPEC.md §13.5: a reader takes nothing from a snapshot that disagrees with its commits and checks the "
+             "revision out from the commits, so no checkout refuses it (the valid repository-snapshots-disagree case "
+             "checks that the state is the commits'); reporting it is a repository checker's (fsck), not the "
+             "contract's",
     "MD806": "SPEC.md §13.6: a guard of commit writers (a state lacking half its parent's parameters is confirmed "
              "first); no file at rest breaks it, and the contract's only repository command, checkout, reads",
 }
@@ -1036,6 +1040,8 @@ def build_repositories(c: Corpus) -> None:
     with pinned_writer():
         branch_merge_repository(c)
         detached_head_repository(c)
+        lying_snapshots_repository(c)
+        inexact_snapshot_repository(c)
         refused_repositories(c)
 
 
@@ -1194,6 +1200,77 @@ def detached_head_repository(c: Corpus) -> None:
                       "branch main", d / "repo", revisions=[("HEAD", "k1"), ("HEAD^", "root"), ("main", "k2")], ids=ids,
                       what={"root": "root: w, c (replace)", "k1": "k1: w dense", "k2": "k2: c sparse"},
                       states={k: d / "states" / f"{k}.safetensors" for k in states})
+
+
+def lying_snapshots_repository(c: Corpus) -> None:
+    """Snapshots that disagree with their commits (§13.5, MD807): each well formed, named after its
+    commit and listing it in `meta.snapshot_of`, but holding other values, a parameter more or one less
+    than the state its commits define. A reader takes nothing from them."""
+    case_id = "repository-snapshots-disagree"
+    d = c.case_dir("valid", case_id)
+    repo, ids, _, states = small_repository(d / "repo")
+
+    def lie(label: str, state: dict, what: str) -> None:
+        mdiff.write(repo.snapshot_path(ids[label]), {k: mdiff.replace(v) for k, v in sorted(state.items())},
+                    commit(f"snapshot: {what}", meta={"snapshot_of": ids[label]}, date=repo_date(9)))
+
+    other = states["k1"]["w"].copy()
+    other[0, 0] += np.float32(1)
+    lie("k1", {**states["k1"], "w": other}, "w holds another value than the sha256 its commits record")
+    lie("k2", {**states["k2"], "x": np.zeros(2, np.int8)}, "a parameter x that the state does not hold")
+    lie("root", {"w": states["root"]["w"]}, "c, which the state holds, left out")
+    (d / "states").mkdir()
+    for label, state in states.items():
+        assert same_state(repo.checkout(ids[label]), state), label
+        with repo.open_state(ids[label]) as view:
+            assert view.snapshot is None and view.rejected[ids[label]][0] == "MD807", label
+        save_checkpoint(d / "states" / f"{label}.safetensors", state)
+    c.repository_case(case_id, "valid", "13.5", "every commit of main (root, k1, k2) has a snapshot that disagrees "
+                      "with its commits (MD807): k1's holds another value of w, k2's a parameter x more, the root's "
+                      "lacks c; each is a valid file of replace updates whose meta.snapshot_of is its name. A reader "
+                      "takes no value from them: every checkout gives the state the commits define",
+                      d / "repo", revisions=[("main", "k2"), ("main~1", "k1"), ("main~2", "root")], ids=ids,
+                      what={"root": "root: w, c (replace); a snapshot without c",
+                            "k1": "k1: w dense; a snapshot with another w",
+                            "k2": "k2: c sparse; a snapshot with a parameter x more"},
+                      states={k: d / "states" / f"{k}.safetensors" for k in states})
+
+
+def inexact_snapshot_repository(c: Corpus) -> None:
+    """A snapshot that agrees with its commits, of a state with an inexact value (§13.4): the value a
+    low_rank update made has no sha256 to check a snapshot's bits against, so a reader replays it from
+    the commits — the snapshot's, zeros, are far outside §7.5's tolerance."""
+    case_id = "repository-snapshot-inexact-value"
+    d = c.case_dir("valid", case_id)
+    repo = Repository.init(d / "repo")
+    A = np.array([[1.0], [2.0]], np.float32)
+    B = np.array([[0.5, 0.25, -1.0, 2.0]], np.float32)
+    v = np.array([3, 1, 4], np.int16)
+    r0 = repo.store(lambda w: [w.add("v", mdiff.replace(v)), w.add("w", mdiff.replace(inv.W.copy()))],
+                    commit("root: v, w (replace)", date=repo_date(0)))
+    p1 = repo.store(lambda w: w.add("w", mdiff.low_rank(A, B, (2, 4), DTYPES["float32"], 0.5)),
+                    commit("lora: w low_rank", parents=[r0], date=repo_date(1)))
+    repo.set_branch("main", p1)
+    mdiff.write(repo.snapshot_path(p1), {"v": mdiff.replace(v), "w": mdiff.replace(np.zeros((2, 4), np.float32))},
+                commit("snapshot: w inexact, its bits zeros", meta={"snapshot_of": p1, "inexact": '["w"]'},
+                       date=repo_date(9)))
+    exact, bounds = low_rank_exact(inv.W, A, B, 0.5, "float32")
+    states = {"root": {"v": v, "w": inv.W.copy()}, "lora": {"v": v, "w": exact}}
+    with repo.open_state(p1) as view:
+        assert view.snapshot == p1  # it agrees with its commits: v may come from it, w may not
+        assert within(view.read("w"), bounds).all() and view.read("w").any()
+    (d / "states").mkdir()
+    for label, state in states.items():
+        save_checkpoint(d / "states" / f"{label}.safetensors", state)
+    save_checkpoint(d / "states" / "lora.bounds.safetensors", {"w": bounds})
+    c.repository_case(case_id, "valid", "13.5", "main: a root (v, w replaced) and a low_rank commit of w, whose "
+                      "snapshot agrees with its commits (meta.inexact [\"w\"]) but holds zeros for w: an inexact "
+                      "value is never taken from a snapshot (no sha256 pins it), so w is the low_rank result, within "
+                      "§7.5's bound", d / "repo", revisions=[("main", "lora"), ("main~1", "root")],
+                      ids={"root": r0, "lora": p1},
+                      what={"root": "root: v, w (replace)", "lora": "lora: w low_rank; a snapshot with w zeros"},
+                      states={k: d / "states" / f"{k}.safetensors" for k in states},
+                      bounds={"lora": d / "states" / "lora.bounds.safetensors"})
 
 
 def refused_repositories(c: Corpus) -> None:

@@ -1,5 +1,5 @@
 """Repository commands (SPEC.md §13): init, commit, log, show, checkout, status, branch, switch,
-merge, squash, snapshot. Each is a thin layer over mdiff.repo."""
+merge, squash, snapshot, gc, fsck, import-peft. Each is a thin layer over mdiff.repo."""
 
 from __future__ import annotations
 
@@ -460,23 +460,68 @@ def run_squash(args) -> int:
 
 
 def add_snapshot(sub) -> None:
-    p = sub.add_parser("snapshot", help="store the full state at a commit for fast checkouts",
-                       description="Store the full state at REV, so that checking out REV or its descendants starts there "
-                                   "instead of replaying the chain from the root.")
-    p.add_argument("rev", nargs="?", default="HEAD", metavar="REV", help="the commit (default HEAD)")
+    p = sub.add_parser("snapshot", help="store (or drop) the full state at a commit for fast checkouts",
+                       description="Store the full state at REV (compressed), so that checking out REV or its "
+                                   "descendants reads it instead of replaying every update since the root — once the "
+                                   "commits have shown that it holds their values (SPEC.md §13.5). `mdiff commit` "
+                                   "writes one by itself when a checkout would apply eight times the model's size.")
+    p.add_argument("rev", nargs="?", default="HEAD", metavar="REV",
+                   help="the commit (default HEAD); with --drop, also the full id of a commit no longer in the repository")
+    p.add_argument("--drop", action="store_true", help="remove REV's snapshot instead (checkouts replay the commits)")
     _common(p)
     p.set_defaults(run=run_snapshot)
 
 
 def run_snapshot(args) -> int:
     repo = _repo(args)
+    if args.drop:
+        commit_id, freed = repo.drop_snapshot(args.rev)
+        _print(args, {"dropped": commit_id, "bytes_freed": freed},
+               f"dropped the snapshot of {commit_id[:12]} ({freed} bytes freed)")
+        return 0
     commit_id = repo.snapshot(args.rev)
     _print(args, {"snapshot": commit_id}, f"snapshot stored for {commit_id[:12]}")
     return 0
 
 
+def add_gc(sub) -> None:
+    p = sub.add_parser("gc", help="remove temporary files and snapshots no checkout needs",
+                       description="Remove what .mdiff/ holds that nothing needs: the temporary files and folders "
+                                   "that interrupted writers left (names starting with '.', and the tmpXXXXXXXX "
+                                   "folders of earlier merges), and snapshots that are unusable, disagree with their "
+                                   "commits (MD807) or belong to a commit no branch or HEAD reaches. Commit files are "
+                                   "never removed. Waits for the writers' lock.")
+    p.add_argument("-n", "--dry-run", action="store_true", help="list what would be removed; remove nothing")
+    _common(p, "print JSON: removed (path, bytes, reason), kept, bytes_freed, dry_run")
+    p.set_defaults(run=run_gc)
+
+
+def run_gc(args) -> int:
+    from mdiff.cli.commands import _size
+
+    repo = _repo(args)
+    report = repo.gc(dry_run=args.dry_run)
+
+    def rows(items):
+        return [{"path": str(item.path.relative_to(repo.dir)), "bytes": item.size, "reason": item.reason}
+                for item in items]
+
+    if args.json:
+        print(json.dumps({"dry_run": report.dry_run, "removed": rows(report.removed), "kept": rows(report.kept),
+                          "bytes_freed": report.bytes_freed}))
+        return 0
+    verb = "would remove" if args.dry_run else "removed"
+    for item in report.removed:
+        print(f"{verb} {item.path.relative_to(repo.dir)} ({_size(item.size)}): {item.reason}")
+    for item in report.kept:
+        print(f"kept {item.path.relative_to(repo.dir)}: {item.reason}")
+    total = f"{_size(report.bytes_freed)} ({report.bytes_freed} bytes)"
+    print(f"{len(report.removed)} entries, {total} {'would be freed' if args.dry_run else 'freed'}")
+    return 0
+
+
 REGISTER = [add_init, add_commit, add_log, add_show, add_checkout, add_status, add_branch, add_switch, add_merge,
-            add_squash, add_snapshot]
+            add_squash, add_snapshot, add_gc]
 
 
 def add_fsck(sub) -> None:

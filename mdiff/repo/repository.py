@@ -22,6 +22,7 @@ from mdiff.format.writer import DiffWriter
 from mdiff.frameworks import check_framework, numpy_state, to_framework
 from mdiff.progress import ByteCounter, Progress, tensor_bytes
 from mdiff.repo import snapshots
+from mdiff.repo.cleanup import GcReport
 from mdiff.repo.states import StateView
 from mdiff.repo.store import Store
 from mdiff.diffing import file_updates
@@ -103,7 +104,10 @@ class Repository(Store):
         return snapshots.inexact_values(self, commit_id)
 
     def replay_cost(self, commit_id: str) -> tuple[int, int, int]:
-        return snapshots.replay_cost(self, commit_id)
+        """(commits after the snapshot a checkout starts at, or from the root; declared bytes it applies;
+        the state's declared bytes)."""
+        with self.open_state(commit_id) as view:
+            return snapshots.replay_cost(view)
 
     def write_snapshot(self, commit_id: str, state: Mapping[str, np.ndarray]) -> None:
         snapshots.write_snapshot(self, commit_id, state)
@@ -356,6 +360,26 @@ class Repository(Store):
                 snapshots.write_snapshot(self, commit_id, view)
         return commit_id
 
+    def drop_snapshot(self, rev: str, wait: bool = True) -> tuple[str, int]:
+        """Remove the snapshot of ``rev`` — a revision, or the full id of a commit no longer in the
+        repository —; return (the commit id, the bytes freed). MD801 when it has none."""
+        from mdiff.repo.history import resolve
+        from mdiff.repo.store import COMMIT_ID
+
+        with self.lock(wait):
+            commit_id = rev if COMMIT_ID.fullmatch(rev) and self.snapshot_path(rev).is_file() else resolve(self, rev)
+            return commit_id, snapshots.drop_snapshot(self, commit_id)
+
+    def gc(self, dry_run: bool = False, wait: bool = True) -> GcReport:
+        """Remove what ``.mdiff/`` holds that nothing needs: temporary files and folders of interrupted
+        writers (names starting with '.', §13.1, and the tmpXXXXXXXX folders of earlier merges), and
+        snapshots that are unusable, disagree with their commits (MD807) or belong to a commit that no
+        branch or HEAD reaches. Commit files are never removed. ``dry_run``: only say what would go."""
+        from mdiff.repo import cleanup
+
+        with self.lock(wait):
+            return cleanup.collect(self, dry_run)
+
     def diff(self, rev_a: str, rev_b: str, output, message: str = "", compression: str = "gzip") -> dict[str, str]:
         """Write the diff taking ``rev_a``'s state to ``rev_b``'s as a standalone .mdiff file; return
         {parameter: update type}."""
@@ -368,10 +392,12 @@ class Repository(Store):
     # ------------------------------------------------------------ integrity
     def fsck(self, check_data: bool = True, progress: Progress | None = None) -> list:
         """Every problem of the repository (SPEC.md §13): corrupt or invalid commit files, missing
-        parents, malformed refs. Returns Findings; stray temporary files left by a killed writer are
-        reported as warnings (MD303) — they are harmless and may be deleted. ``progress`` hears of the
-        bytes of the commit and snapshot files checked."""
+        parents, malformed refs, snapshots that disagree with their commits (MD807). Returns Findings;
+        unusable snapshots and the temporary files and folders a killed writer left are reported as
+        warnings (MD303), with their sizes — they are harmless, and ``gc`` removes them. ``progress``
+        hears of the bytes of the commit and snapshot files checked."""
         from mdiff.format.findings import Finding
+        from mdiff.repo import cleanup
         from mdiff.validation import validate
 
         files = [self.commit_path(c) for c in self.commit_ids()] + sorted((self.dir / "snapshots").glob("*.mdiff"))
@@ -399,14 +425,22 @@ class Repository(Store):
                     if parent not in known:
                         findings.append(Finding("MD801", str(path), f"parent {parent[:12]} is not in the repository"))
         for path in sorted((self.dir / "snapshots").glob("*.mdiff")):
+            if path.name.startswith("."):
+                continue  # a temporary file: below
             done(str(path))
-            problems = [f for f in validate(path, check_data=check_data) if f.is_error]
-            if problems or snapshots.usable_snapshot_inexact(path, path.stem) is None:
-                why = problems[0].message if problems else "not `replace` updates of its commit with a well-formed meta (§13.5)"
-                findings.append(Finding("MD303", str(path), f"checkouts ignore this snapshot ({why}); it may be deleted"))
-        for folder in ("commits", "snapshots", "refs/heads", "."):
-            for stray in sorted((self.dir / folder).glob(".*.tmp")) + sorted((self.dir / folder).glob(".commit.*.mdiff")):
-                findings.append(Finding("MD303", str(stray), "a temporary file left by an interrupted writer; it may be deleted"))
+            try:
+                verdict = cleanup.judge_snapshot(self, path, check_data)
+            except RepositoryError:
+                continue  # its commits cannot be read: reported above
+            if verdict is not None and verdict[0] == "MD807":
+                findings.append(Finding("MD807", str(path), f"this snapshot disagrees with its commits: {verdict[1]}; "
+                                                            "checkouts walk past it, `mdiff gc` removes it"))
+            elif verdict is not None:
+                findings.append(Finding("MD303", str(path), f"checkouts ignore this snapshot ({verdict[1]}); "
+                                                            "`mdiff gc` removes it"))
+        for stray in cleanup.temporaries(self.dir):
+            findings.append(Finding("MD303", str(stray.path), f"{stray.reason} ({stray.size} bytes); `mdiff gc` "
+                                                              "removes it"))
         return findings
 
     # ------------------------------------------------------------ PEFT

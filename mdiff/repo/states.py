@@ -1,11 +1,16 @@
 """SPEC.md §13.4–§13.5: the state at a commit, read parameter by parameter.
 
-Opening a :class:`StateView` walks first parents back to a root or to a usable snapshot, checks
-every commit file's id (MD800), and makes one pass over the commits' *metadata*, oldest first:
-every update is checked against the state it will meet (MD600/MD601 → MD802, MD805), so the
-final state's names, shapes and dtypes are known before any tensor is read. Reading a tensor
-then applies just the updates of that parameter, in order: a model is never in memory whole,
-and a commit of a model folder or a checkout to one holds about one tensor at a time.
+Opening a :class:`StateView` walks first parents back to a root, checks every commit file's id
+(MD800), and makes one pass over the commits' *metadata*, oldest first: every update is checked
+against the state it will meet (MD600/MD601 → MD802, MD805), so the final state's names, shapes
+and dtypes are known before any tensor is read. Reading a tensor then applies just the updates
+of that parameter, in order: a model is never in memory whole, and a commit of a model folder or
+a checkout to one holds about one tensor at a time.
+
+A snapshot (§13.5) shortens a parameter's history only once the walk has shown that it agrees
+with its commits: the same names, shapes and dtypes as the state the commits define at its
+commit, each exact value with the sha256 the commits record (MD807 otherwise, and the walk goes
+on as if it were not there). Inexact values are never taken from a snapshot: they are replayed.
 
 A `replace` (or `delete`) makes every earlier update of its parameter irrelevant, so the
 history of a parameter starts at its last `replace`. An XOR update (dense, sparse) maps a wrong
@@ -17,6 +22,8 @@ checked (§13.4).
 from __future__ import annotations
 
 import contextlib
+import logging
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -26,6 +33,7 @@ import numpy as np
 from mdiff.checkpoints import CheckpointReader
 from mdiff.errors import ApplyError, InvalidFileError, RepositoryError
 from mdiff.format import canonical_json
+from mdiff.format.commit import Commit
 from mdiff.format.dtypes import DType
 from mdiff.format.layout import Layout
 from mdiff.format.reader import DiffFile, open_diff
@@ -35,6 +43,9 @@ if TYPE_CHECKING:
     from mdiff.repo.repository import Repository
 
 _XOR_TYPES = ("dense", "sparse")
+_KEEP_OPEN = 128  # commit files a walk keeps open (the newest): the others are read, closed, reopened if needed
+
+logger = logging.getLogger(__name__)
 
 
 class SnapshotUnusable(Exception):
@@ -47,6 +58,50 @@ class _Step:
 
     update: Update
     source: str  # the commit id, or "snapshot <id>"
+    order: int  # the commit's place along the walk, the root's 0 (a snapshot's step: its commit's)
+
+
+@dataclass(frozen=True)
+class _Declared:
+    """A dataset's declared shape and dtype, kept once its file is closed."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+def _declared(update: Update) -> Update:
+    return Update(update.meta, {k: _Declared(tuple(d.shape), np.dtype(d.dtype)) for k, d in update.data.items()},
+                  update.kind)
+
+
+class _ClosedCommit(Mapping[str, Update]):
+    """What planning reads of a commit file (its metadata), kept after the file is closed; a replay that
+    needs its data opens the file again."""
+
+    def __init__(self, diff: DiffFile | _ClosedCommit):
+        self.commit: Commit = diff.commit
+        self._updates = {name: _declared(diff[name]) for name in diff}
+        self.files: dict[str, Update] = {path: _declared(update) for path, update in diff.files.items()}
+        self.layout: Update | None = _declared(diff.layout) if diff.layout is not None else None
+
+    def __getitem__(self, name: str) -> Update:
+        return self._updates[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._updates)
+
+    def __len__(self) -> int:
+        return len(self._updates)
+
+
+@dataclass(frozen=True)
+class StateClaims:
+    """What the commits' metadata say the state at a commit holds (§13.5): each parameter's shape, dtype
+    and sha256 (None for an inexact value, §13.4), each file's sha256, the layout's (None: no layout)."""
+
+    parameters: dict[str, tuple[tuple[int, ...], DType, str | None]]
+    files: dict[str, str]
+    layout: str | None
 
 
 @dataclass
@@ -56,7 +111,16 @@ class _Plan:
     inexact: set[str] = field(default_factory=set)
     files: dict[str, _Step] = field(default_factory=dict)  # each path's last `replace`
     layout: _Step | None = None
-    start: str | None = None  # the commit whose snapshot the walk starts at
+    start: str | None = None  # the commit whose snapshot shortens the histories
+    commits_after_start: int = 0  # the commits whose updates a checkout may apply
+
+    def claims(self) -> StateClaims:
+        def sha256(name: str) -> str | None:
+            return None if name in self.inexact else self.history[name][-1].update.sha256
+
+        return StateClaims({name: (shape, dtype, sha256(name)) for name, (shape, dtype) in self.specs.items()},
+                           {path: step.update.sha256 or "" for path, step in self.files.items()},
+                           self.layout.update.sha256 if self.layout is not None else None)
 
 
 class StateView(CheckpointReader):
@@ -68,70 +132,120 @@ class StateView(CheckpointReader):
         self.commit_id = commit_id
         self.path = f"commit {commit_id[:12]}" if commit_id else "the empty state"
         self.engine = engine
-        self._opened = contextlib.ExitStack()
+        self.rejected: dict[str, tuple[str, str]] = {}  # snapshots walked past: commit id → (code, why)
+        self._opened = contextlib.ExitStack()  # the snapshot in use
+        self._files: dict[str, contextlib.ExitStack] = {}  # the commit files held open, by id
         try:
+            self._chain = self._walk()
             self._plan = self._make_plan(snapshots=True)
-        except SnapshotUnusable:
-            self._replan()
+            self._hold()
         except BaseException:
-            self._opened.close()
+            self.close()
             raise
 
     # ------------------------------------------------------------ the metadata pass
-    def _replan(self) -> None:
-        """§13.5: an unusable snapshot is walked past; the state is the same without it."""
-        self._opened.close()
-        self._opened = contextlib.ExitStack()
-        try:
-            self._plan = self._make_plan(snapshots=False)
-        except BaseException:
-            self._opened.close()
-            raise
-
-    def _make_plan(self, snapshots: bool) -> _Plan:
-        repo = self.repo
-        chain: list[tuple[str, DiffFile]] = []  # newest first
+    def _walk(self) -> list[tuple[str, DiffFile | _ClosedCommit]]:
+        """Every commit from the root to this one, each file's id verified (MD800) and its metadata read:
+        the state is defined by all of them (§13.4), and a snapshot is checked against them (§13.5). The
+        newest files stay open; older ones are closed once read (their data is seldom needed)."""
+        chain: list[tuple[str, DiffFile | _ClosedCommit]] = []  # newest first
         cursor = self.commit_id
-        while cursor is not None and not (snapshots and repo.snapshot_path(cursor).exists()):
-            repo.verify(cursor)  # a commit file is trusted only while its bytes match its id
-            diff = self._opened.enter_context(repo.open_commit(cursor))
-            chain.append((cursor, diff))
+        while cursor is not None:
+            diff = self._open(cursor)
+            if len(self._files) > _KEEP_OPEN:
+                chain.append((cursor, _ClosedCommit(diff)))
+                self._files.pop(cursor).close()
+            else:
+                chain.append((cursor, diff))
             parents = diff.commit.parents
             cursor = parents[0] if parents else None
-        plan = _Plan(start=cursor)
-        if cursor is not None:
-            self._plan_snapshot(plan, cursor)
-        for commit_id, diff in reversed(chain):
+        return chain[::-1]
+
+    def _open(self, commit_id: str) -> DiffFile:
+        self.repo.verify(commit_id)  # a commit file is trusted only while its bytes match its id
+        stack = contextlib.ExitStack()
+        diff = stack.enter_context(self.repo.open_commit(commit_id))
+        self._files[commit_id] = stack
+        return diff
+
+    def _hold(self) -> None:
+        """Hold open exactly the commit files whose data the plan reads: reopen (verified again) those
+        closed, close the others (their metadata is kept for a later plan)."""
+        plan = self._plan
+        steps = [step for history in plan.history.values() for step in history] + list(plan.files.values())
+        steps += [plan.layout] if plan.layout is not None else []
+        needed = {step.source for step in steps if not step.source.startswith("snapshot ")}
+        for order, (commit_id, diff) in enumerate(self._chain):
+            if commit_id in self._files and commit_id not in needed:
+                self._chain[order] = (commit_id, _ClosedCommit(diff))
+                self._files.pop(commit_id).close()
+            elif commit_id in needed and commit_id not in self._files:
+                self._chain[order] = (commit_id, self._open(commit_id))
+        reopened = {commit_id: diff for commit_id, diff in self._chain if commit_id in needed}
+        for name, history in plan.history.items():
+            for step in history:
+                if step.source in reopened:
+                    step.update = reopened[step.source][name]
+        for path, step in plan.files.items():
+            step.update = reopened[step.source].files[path]
+        if plan.layout is not None:
+            layout = reopened[plan.layout.source].layout
+            assert layout is not None  # the step came from it
+            plan.layout.update = layout
+
+    def _replan(self) -> None:
+        """§13.5: a snapshot whose values fail their checks is walked past; the state is the same without it."""
+        logger.warning("a value read from the snapshot of %s, or replayed from it, fails its check: read again "
+                       "from the root", (self._plan.start or "")[:12])
+        self._plan = self._make_plan(snapshots=False)
+        self._hold()
+
+    def _make_plan(self, snapshots: bool) -> _Plan:
+        plan = _Plan(commits_after_start=len(self._chain))
+        claims: dict[int, StateClaims] = {}  # at each commit that has a snapshot file
+        with_snapshot = {i for i, (commit_id, _) in enumerate(self._chain)
+                         if snapshots and self.repo.snapshot_path(commit_id).exists()}
+        for order, (commit_id, diff) in enumerate(self._chain):
             try:
-                _plan_commit(plan, commit_id, diff)
+                _plan_commit(plan, commit_id, diff, order)
             except ApplyError as exc:
                 raise RepositoryError("MD802", f"commit {commit_id[:12]} cannot be applied: {exc}") from exc
+            if order in with_snapshot:
+                claims[order] = plan.claims()
+        for order in sorted(claims, reverse=True):  # the newest snapshot that agrees with its commits
+            if self._start_at_snapshot(plan, order, claims[order]):
+                break
         if self.commit_id is not None:
-            repo.remember_inexact(self.commit_id, frozenset(plan.inexact))
+            self.repo.remember_inexact(self.commit_id, frozenset(plan.inexact))
         return plan
 
-    def _plan_snapshot(self, plan: _Plan, commit_id: str) -> None:
+    def _start_at_snapshot(self, plan: _Plan, order: int, claims: StateClaims) -> bool:
+        """Shorten each exact parameter's history to the snapshot of the commit at ``order``, when the
+        snapshot agrees with ``claims`` (the commits' word for that state); say whether it did."""
+        commit_id = self._chain[order][0]
+        snapshots = contextlib.ExitStack()
         try:
-            snapshot = self._opened.enter_context(open_diff(self.repo.snapshot_path(commit_id)))
+            snapshot = snapshots.enter_context(open_diff(self.repo.snapshot_path(commit_id)))
         except InvalidFileError as exc:
-            raise SnapshotUnusable(commit_id) from exc
-        listed = snapshot_inexact(snapshot, commit_id)
-        if listed is None:
-            raise SnapshotUnusable(commit_id)
+            self.rejected[commit_id] = ("MD303", f"not a usable mdiff file: {exc}")
+            return False
+        problem = snapshot_disagreement(snapshot, commit_id, claims)
+        if problem is not None:
+            snapshots.close()
+            self.rejected[commit_id] = problem
+            if problem[0] == "MD807":
+                logger.warning("the snapshot of %s disagrees with its commits (%s): not used (MD807)",
+                               commit_id[:12], problem[1])
+            return False
+        self._opened.enter_context(snapshots)
         source = f"snapshot {commit_id[:12]}"
-        plan.inexact = set(listed)
-        for name in snapshot:
-            update = snapshot[name]
-            plan.specs[name] = (update.shape, update.dtype)
-            plan.history[name] = [_Step(update, source)]
-        for path, update in snapshot.files.items():
-            if update.type != "replace":
-                raise SnapshotUnusable(commit_id)
-            plan.files[path] = _Step(update, source)
-        if snapshot.layout is not None:
-            if snapshot.layout.type != "replace":
-                raise SnapshotUnusable(commit_id)
-            plan.layout = _Step(snapshot.layout, source)
+        for name, steps in plan.history.items():
+            if steps[0].order > order or claims.parameters[name][2] is None:
+                continue  # set afresh after the snapshot's commit, or inexact there (replayed, §13.5)
+            plan.history[name] = [_Step(snapshot[name], source, order)] + [s for s in steps if s.order > order]
+        plan.start = commit_id
+        plan.commits_after_start = len(self._chain) - 1 - order
+        return True
 
     # ------------------------------------------------------------ tensors
     def _index(self) -> dict[str, tuple[tuple[int, ...], DType]]:
@@ -144,6 +258,29 @@ class StateView(CheckpointReader):
     def inexact(self) -> frozenset[str]:
         """The parameters whose value an inexact update made (§13.4)."""
         return frozenset(self._plan.inexact)
+
+    @property
+    def snapshot(self) -> str | None:
+        """The commit whose snapshot shortens the histories, if one does."""
+        return self._plan.start
+
+    @property
+    def commits_after_start(self) -> int:
+        """The commits after the snapshot used (all of them, from the root, without one)."""
+        return self._plan.commits_after_start
+
+    @property
+    def claims(self) -> StateClaims:
+        """What the commits' metadata say this state holds (§13.5)."""
+        return self._plan.claims()
+
+    def replay_bytes(self) -> int:
+        """The declared bytes of every update that reading every parameter applies (a snapshot's included)."""
+        return sum(step.update.stored_bytes for steps in self._plan.history.values() for step in steps)
+
+    def state_bytes(self) -> int:
+        """The declared bytes of the state's tensors."""
+        return sum(math.prod(shape) * dtype.itemsize for shape, dtype in self._plan.specs.values())
 
     def read(self, name: str) -> np.ndarray:
         """The parameter's value: its updates applied in order, each exact result checked (§13.4)."""
@@ -166,6 +303,8 @@ class StateView(CheckpointReader):
                 try:
                     value = update.apply(value, name, self.engine, scratch=True, verify=False, check_base_sha256=False)
                 except (InvalidFileError, ApplyError) as exc:
+                    if step.source.startswith("snapshot "):  # a damaged cache: a walk without it tells
+                        raise SnapshotUnusable(self._plan.start) from exc
                     raise RepositoryError("MD802", f"{step.source} cannot be applied to {name!r}: {exc}") from exc
                 pending = step if update.update_type.carries_sha256 else None
         except InvalidFileError as exc:  # data read ahead that does not decode (MD513): the commit is unusable
@@ -193,14 +332,12 @@ class StateView(CheckpointReader):
         return StateFiles(self)
 
     def _file_bytes(self, step: _Step, path: str) -> bytes:
+        """A file's (or the layout's) last `replace`, read from its commit (a snapshot saves nothing here)."""
         try:
             value = step.update.apply(None, path, self.engine)
             assert value is not None  # a replace
             return value.tobytes()
         except (InvalidFileError, ApplyError) as exc:
-            if step.source.startswith("snapshot"):
-                self._replan()
-                return self._file_bytes(self._plan.files[path], path)
             raise RepositoryError("MD802", f"{step.source}: file {path!r} fails its check: {exc}") from exc
 
     @property
@@ -227,6 +364,9 @@ class StateView(CheckpointReader):
         return {}
 
     def close(self) -> None:
+        for stack in self._files.values():
+            stack.close()
+        self._files.clear()
         self._opened.close()
 
 
@@ -255,7 +395,7 @@ class StateFiles(Mapping[str, bytes]):
         return sha
 
 
-def _plan_commit(plan: _Plan, commit_id: str, diff: DiffFile) -> None:
+def _plan_commit(plan: _Plan, commit_id: str, diff: DiffFile | _ClosedCommit, order: int) -> None:
     """One commit's metadata against the state it meets (§13.4): MD805 for every update first, then
     MD600/MD601 for each (raised as ApplyError, reported by the caller as MD802)."""
     for name in diff:
@@ -273,7 +413,7 @@ def _plan_commit(plan: _Plan, commit_id: str, diff: DiffFile) -> None:
             del plan.history[name]
         else:
             plan.specs[name] = (update.shape, update.dtype)
-            step = _Step(update, commit_id)
+            step = _Step(update, commit_id, order)
             plan.history[name] = [step] if not kind.needs_base else plan.history[name] + [step]
         if update.type == "delete" or kind.carries_sha256:
             plan.inexact.discard(name)
@@ -285,18 +425,54 @@ def _plan_commit(plan: _Plan, commit_id: str, diff: DiffFile) -> None:
             check_base(update, (held.update.shape, held.update.dtype) if held else None, path)
             del plan.files[path]
         else:
-            plan.files[path] = _Step(update, commit_id)
+            plan.files[path] = _Step(update, commit_id, order)
     if diff.layout is not None:
-        plan.layout = None if diff.layout.type == "delete" else _Step(diff.layout, commit_id)
+        plan.layout = None if diff.layout.type == "delete" else _Step(diff.layout, commit_id, order)
 
 
 def snapshot_inexact(snapshot: DiffFile, commit_id: str) -> set[str] | None:
-    """§13.5: the inexact values of a usable snapshot of ``commit_id`` — `replace` updates only,
-    `meta.snapshot_of` its commit, `meta.inexact` well formed —, or None for one to walk past."""
+    """§13.5: the inexact values of a usable snapshot of ``commit_id`` — `replace` updates only (of its
+    parameters, files and layout), `meta.snapshot_of` its commit, `meta.inexact` well formed —, or None
+    for one to walk past."""
     listed = inexact_listed(snapshot.commit.meta)
+    updates = [snapshot[name] for name in snapshot] + list(snapshot.files.values())
+    updates += [snapshot.layout] if snapshot.layout is not None else []
     usable = (snapshot.commit.meta.get("snapshot_of") == commit_id and listed is not None
-              and listed <= set(snapshot) and all(snapshot[name].type == "replace" for name in snapshot))
+              and listed <= set(snapshot) and all(update.type == "replace" for update in updates))
     return listed if usable else None
+
+
+def snapshot_disagreement(snapshot: DiffFile, commit_id: str, claims: StateClaims) -> tuple[str, str] | None:
+    """None when a checkout may start at the snapshot (§13.5); else why not: ("MD303", …) for a file that
+    is not a usable snapshot, ("MD807", …) for one that disagrees with its commits — other names, shapes
+    or dtypes than ``claims``, an exact value with another sha256, or other inexact values listed."""
+    listed = snapshot_inexact(snapshot, commit_id)
+    if listed is None:
+        return "MD303", "not `replace` updates of its commit with a well-formed meta (§13.5)"
+    held, defined = set(snapshot), set(claims.parameters)
+    if held != defined:
+        extra, lacking = sorted(held - defined), sorted(defined - held)
+        return "MD807", (f"it holds {extra[0]!r}, which the state at {commit_id[:12]} does not" if extra
+                         else f"it lacks {lacking[0]!r}, which the state at {commit_id[:12]} holds")
+    for name in sorted(held):
+        shape, dtype, sha256 = claims.parameters[name]
+        update = snapshot[name]
+        if (update.shape, update.dtype) != (shape, dtype):
+            return "MD807", (f"its {name!r} is {update.dtype.name} {list(update.shape)}, the commits' "
+                             f"{dtype.name} {list(shape)}")
+        if sha256 is not None and update.sha256 != sha256:
+            return "MD807", f"its {name!r} has sha256 {update.sha256}, the commits record {sha256}"
+    inexact = {name for name, (_, _, sha256) in claims.parameters.items() if sha256 is None}
+    if listed != inexact:
+        return "MD807", f"its meta.inexact lists {sorted(listed)}, the commits' inexact values are {sorted(inexact)}"
+    files = {path: update.sha256 or "" for path, update in snapshot.files.items()}
+    if files != claims.files:
+        path = sorted(set(files) ^ set(claims.files) or {p for p in files if files[p] != claims.files[p]})[0]
+        return "MD807", f"its file {path!r} differs from the commits' (missing, extra or another sha256)"
+    layout = snapshot.layout.sha256 if snapshot.layout is not None else None
+    if layout != claims.layout:
+        return "MD807", "its weights layout differs from the commits'"
+    return None
 
 
 def inexact_listed(meta: Mapping[str, str]) -> set[str] | None:

@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -60,6 +61,7 @@ class Store:
         self.dir = self.root / REPO_DIR
         self._facts: dict[str, CommitFacts] = {}
         self._inexact: dict[str, frozenset[str]] = {}  # by commit id: the inexact values of its state (§13.4)
+        self._verified: dict[str, tuple[int, ...]] = {}  # by commit id: the file's stat when its bytes hashed to it
 
     @classmethod
     def create(cls, root: Path, branch: str) -> None:
@@ -228,9 +230,18 @@ class Store:
     def verify(self, commit_id: str) -> None:
         """MD800: the commit file's bytes still hash to its name (MD801 when there is no such file)."""
         self._existing(commit_id, "a commit's parent list")
+        # Every checkout walks to the root (§13.5): hash a file again only once it may have changed
+        # (a write, a rename or a utime changes its ctime, which no user can set). As git's index
+        # does, a stamp younger than the clock's coarse granularity proves nothing: not kept.
+        st = os.stat(self.commit_path(commit_id))
+        stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if self._verified.get(commit_id) == stamp:
+            return
         got = file_sha256(self.commit_path(commit_id))
         if got != commit_id:
             raise RepositoryError("MD800", f"commit file {commit_id[:12]} is corrupt: its bytes hash to {got[:12]}")
+        if time.time_ns() - st.st_ctime_ns > 2_000_000_000:
+            self._verified[commit_id] = stamp
 
     def open_commit(self, commit_id: str) -> DiffFile:
         """The commit file, opened (MD802 when it breaks a rule of the format)."""

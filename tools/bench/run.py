@@ -450,8 +450,8 @@ class Bench:
                     w.add(k, sparse_from_entries(state[k], idx[keep], xor[keep]))
 
             head = repo.store(write, commit(f"sparse step {i + 1}", (head,)))
-            # what `mdiff commit` does after each commit (from the state in memory, which is the commit's)
-            repo_snapshots.snapshot_if_due(repo, head, lambda: contextlib.nullcontext(state))
+            # what `mdiff commit` does after each commit (from the commit's state, read back)
+            repo_snapshots.snapshot_if_due(repo, head, lambda head=head: repo.open_state(head))
         repo.set_branch("main", head)
         self.r["chain"]["commits"] = self.args.chain
         self.r["chain"]["bytes"] = sum(p.stat().st_size for p in (self.chain_repo / ".mdiff" / "commits").glob("*.mdiff"))
@@ -1061,10 +1061,11 @@ def markdown(r: dict) -> str:
     lines += ["", "## Checking out the end of a sparse chain", "",
               f"A repository holding a root commit (the {fmt_bytes(r['model_bytes'])} model, gzip, as `mdiff commit` stores it) "
               f"and {ch['commits']} sparse commits, each changing {DENSITY:.0%} of every tensor "
-              f"({fmt_bytes(ch['bytes'])} of commit files). As `mdiff commit` does, a snapshot was written whenever "
-              f"a checkout would otherwise replay a model's worth of declared update bytes: {ch.get('snapshots', 0)} "
-              f"snapshots ({fmt_bytes(ch.get('snapshot_bytes', 0))}); the checkout of commit {ch['commits']} starts at "
-              f"the last one and replays {ch.get('replayed_commits', '?')} commits.", "", "| how | time |", "|---|---|"]
+              f"({fmt_bytes(ch['bytes'])} of commit files). As `mdiff commit` does, a snapshot (gzip) was written whenever "
+              f"a checkout would otherwise apply {repo_snapshots.SNAPSHOT_REPLAY_FACTOR} times the model's declared bytes: "
+              f"{ch.get('snapshots', 0)} snapshots ({fmt_bytes(ch.get('snapshot_bytes', 0))}); the checkout of commit "
+              f"{ch['commits']} starts at the last one (after the §13.5 walk to the root) and applies "
+              f"{ch.get('replayed_commits', '?')} commits.", "", "| how | time |", "|---|---|"]
     for label in CHAIN_ROWS:
         lines.append(f"| {label} | {fmt_s(ch[label])} |")
 

@@ -67,6 +67,7 @@ MD803 error 13.6 another process holds the repository's lock
 MD804 error 13.7 a merge has conflicts the strategy cannot resolve
 MD805 error 13.4 an exact update reads a base value that an inexact update (low_rank) made
 MD806 error 13.6 a commit would delete most of its parent's parameters, unconfirmed
+MD807 error 13.5 a snapshot disagrees with the commits of its commit id
 MD700 error 10 the checkpoint format is not supported
 MD701 error 10 the checkpoint file is malformed
 MD702 error 10 the checkpoint holds a dtype the format does not support

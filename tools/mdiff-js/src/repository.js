@@ -1,6 +1,7 @@
 // Reading a repository (SPEC.md §13): the layout of §13.1, commit ids (§13.2), revisions (§13.3) and
-// the state at a commit (§13.4), starting at a snapshot where there is one (§13.5), and the values of
-// a state that are inexact (§13.4, MD805). Read-only: no lock is taken (§13.6 concerns writers).
+// the state at a commit (§13.4), starting at a snapshot only where it agrees with its commits (§13.5,
+// MD807), and the values of a state that are inexact (§13.4, MD805). Read-only: no lock is taken
+// (§13.6 concerns writers).
 
 import fs from "node:fs";
 import path from "node:path";
@@ -217,11 +218,15 @@ export class Repository {
     return id;
   }
 
-  // §13.5: {state, files, inexact} of a snapshot, or null when there is none or it is not usable (a
-  // snapshot is only a shortcut, which may be deleted at any time: the commits say the same). Usable: a
-  // valid file of `replace` updates (of its parameters, files and layout), `meta.snapshot_of` its
-  // name, `meta.inexact` absent or a JSON array of names of parameters it holds.
-  async snapshot(id) {
+  // §13.5: {state, files} of the snapshot of `id`, or null when there is none or this reader may not
+  // (or need not) start there. A snapshot is a cache that nothing but the commits vouches for: it is
+  // used only if it agrees with `claims` (what the commits' metadata say state(id) holds, below) — a
+  // valid file of `replace` updates, `meta.snapshot_of` its name, `meta.inexact` absent or a JSON array
+  // of strings naming exactly the inexact values, and the same parameters, shapes, dtypes, files and
+  // layout as the claims, each exact value with the sha256 they record. A snapshot that does not agree
+  // is MD807 and walked past. §13.5 lets a reader ignore any snapshot: mdiff-js also ignores those whose
+  // state has inexact values (they would be replayed from the root anyway).
+  async snapshot(id, claims) {
     const file = this.snapshotPath(id);
     if (kindOf(file) !== "file") return null;
     const v = await validateFile(file, { limits: this.limits });
@@ -230,11 +235,11 @@ export class Repository {
       if (!v.commit || !v.commit.meta || v.commit.meta.snapshot_of !== id) return null;
       const updates = [...v.params, ...v.files, ...(v.layout ? [v.layout] : [])];
       if (!updates.every((p) => p.update && p.update.type === "replace")) return null;
-      const inexact = inexactListed(v.commit.meta);
-      if (inexact === null) return null;
-      const held = new Set(v.params.map((p) => p.name));
-      if (![...inexact].every((n) => held.has(n))) return null;
-      return { state: applyValidated(v, new Map()), files: applyFileUpdates(v, new Map()), inexact };
+      const listed = inexactListed(v.commit.meta);
+      if (listed === null) return null;
+      if (disagreement(v, listed, claims) !== null) return null; // MD807
+      if ([...claims.params.values()].some((c) => c.sha256 === null)) return null;
+      return { state: applyValidated(v, new Map()), files: applyFileUpdates(v, new Map()) };
     } catch {
       return null;
     } finally {
@@ -242,45 +247,59 @@ export class Repository {
     }
   }
 
-  // §13.4: state(C) = apply(C, state(first parent of C)); the empty state before a root. Along the
-  // way, the parameters whose value an update without a sha256 set (inexact): an exact update that
-  // reads such a value is refused (MD805); `replace`, `delete` and any exact update make it exact.
-  // A state also has files (§5.5), applied as §9.1 says (a `delete` of a file the state does not
-  // hold is MD600/MD601, hence MD802); only the tensors are returned. Its layout (§5.6) changes no
-  // parameter: each commit's is checked (MD307) with its data, and not kept.
+  // §13.4: state(C) = apply(C, state(first parent of C)); the empty state before a root. First a pass
+  // over every commit's metadata from the root (§13.5): each update checked against the state it meets
+  // (MD600/MD601 as MD802; MD805: an exact update that reads a value a low_rank update made), which
+  // gives, at each commit, what the commits say its state holds — the claims a snapshot must agree
+  // with. Then the updates are applied from the newest snapshot that agrees, or from the root. A state
+  // also has files (§5.5), applied as §9.1 says; only the tensors are returned. Its layout (§5.6)
+  // changes no parameter: each commit's is checked (MD307) with its data, and not kept.
   async state(id) {
     const chain = [];
     const seen = new Set();
-    let state = new Map();
-    let inexact = new Set();
-    let files = new Map(); // path -> size in bytes
     for (let cursor = id; cursor !== null; cursor = await this.firstParent(cursor)) {
       if (seen.has(cursor)) throw md801(`the first parents of ${short(id)} form a cycle at ${short(cursor)}`);
       seen.add(cursor);
-      const snap = await this.snapshot(cursor);
-      if (snap !== null) {
-        state = snap.state;
-        files = snap.files;
-        inexact = snap.inexact;
-        break;
-      }
       chain.push(cursor);
     }
-    for (const cid of chain.reverse()) {
+    chain.reverse(); // root first
+    const claims = { params: new Map(), files: new Map(), layout: null };
+    const claimsAt = new Map(); // chain index -> a copy of the claims, where a snapshot file is
+    for (let i = 0; i < chain.length; i++) {
+      const cid = chain[i];
       this.verify(cid);
+      const file = this.commitPath(cid);
+      const v = await validateFile(file, { data: false, limits: this.limits });
+      try {
+        refuseInvalid(v, file);
+        claimCommit(claims, v, cid);
+      } catch (e) {
+        if (e instanceof MdiffError && e.code === "MD805") throw e;
+        const err = asMdiffError(e, file);
+        throw new MdiffError("MD802", `commit ${short(cid)} cannot be applied to its first parent's state: ${err.code}: ${err.message}`, err.path || file);
+      } finally {
+        v.close();
+      }
+      if (kindOf(this.snapshotPath(cid)) === "file") {
+        claimsAt.set(i, { params: new Map(claims.params), files: new Map(claims.files), layout: claims.layout });
+      }
+    }
+    let state = new Map();
+    let files = new Map(); // path -> size in bytes
+    let from = 0;
+    for (const i of [...claimsAt.keys()].sort((a, b) => b - a)) {
+      const snap = await this.snapshot(chain[i], claimsAt.get(i));
+      if (snap !== null) {
+        ({ state, files } = snap);
+        from = i + 1;
+        break;
+      }
+    }
+    for (const cid of chain.slice(from)) {
       const file = this.commitPath(cid);
       const v = await validateFile(file, { limits: this.limits });
       try {
         refuseInvalid(v, file);
-        for (const prm of v.params) {
-          if (inexact.has(prm.name) && EXACT_READS_BASE.has(prm.update.type)) {
-            throw new MdiffError(
-              "MD805",
-              `commit ${short(cid)} holds a ${prm.update.type} update of ${JSON.stringify(prm.name)}, whose value in its first parent's state an inexact update (low_rank) made: appliers agree on that value only within a tolerance, so an exact update must not read it (§13.4)`,
-              prm.name,
-            );
-          }
-        }
         const nextFiles = applyFileUpdates(v, files);
         // §9.2 lets a replay skip MD603; mdiff-js checks it for the values that are exact in the
         // state: a commit id ties a commit to its parent, but a snapshot (§13.5) is not hashed, and
@@ -288,12 +307,7 @@ export class Repository {
         // from. An inexact value's bits may differ between appliers, so its base_sha256 is not read.
         state = applyValidated(v, state, { skipBaseCheckFor: inexact });
         files = nextFiles;
-        for (const prm of v.params) {
-          if (INEXACT.has(prm.update.type)) inexact.add(prm.name);
-          else inexact.delete(prm.name);
-        }
       } catch (e) {
-        if (e instanceof MdiffError && e.code === "MD805") throw e;
         const err = asMdiffError(e, file);
         throw new MdiffError("MD802", `commit ${short(cid)} cannot be applied to its first parent's state: ${err.code}: ${err.message}`, err.path || file);
       } finally {
@@ -302,4 +316,69 @@ export class Repository {
     }
     return state;
   }
+}
+
+// One commit's metadata against the claims of its first parent's state (§13.4), which it then updates
+// to its own state's: MD805 for every update first, then MD600/MD601 for each. A parameter's claim is
+// {dtype, shape, sha256}, sha256 null for an inexact value; a file's, its sha256; the layout's, its
+// sha256 or null.
+function claimCommit(claims, v, cid) {
+  for (const prm of v.params) {
+    const c = claims.params.get(prm.name);
+    if (c && c.sha256 === null && EXACT_READS_BASE.has(prm.update.type)) {
+      throw new MdiffError(
+        "MD805",
+        `commit ${short(cid)} holds a ${prm.update.type} update of ${JSON.stringify(prm.name)}, whose value in its first parent's state an inexact update (low_rank) made: appliers agree on that value only within a tolerance, so an exact update must not read it (§13.4)`,
+        prm.name,
+      );
+    }
+  }
+  for (const prm of v.params) {
+    const u = prm.update;
+    const c = claims.params.get(prm.name);
+    if (u.type !== "replace") {
+      if (!c) throw new MdiffError("MD600", `the base has no parameter ${JSON.stringify(prm.name)} for this ${u.type} update`, prm.name);
+      if (c.dtype !== u.dtype || !sameShape(c.shape, u.shape)) {
+        throw new MdiffError("MD601", `the base parameter ${JSON.stringify(prm.name)} is ${c.dtype}[${c.shape.join(", ")}]; the ${u.type} update needs ${u.dtype}[${u.shape.join(", ")}]`, prm.name);
+      }
+    }
+  }
+  for (const prm of v.params) {
+    const u = prm.update;
+    if (u.type === "delete") claims.params.delete(prm.name);
+    else claims.params.set(prm.name, { dtype: u.dtype, shape: u.shape.map(Number), sha256: INEXACT.has(u.type) ? null : u.sha256 });
+  }
+  for (const f of v.files) {
+    const u = f.update;
+    if (u.type === "delete") {
+      if (!claims.files.has(f.name)) throw new MdiffError("MD600", `the base has no file ${JSON.stringify(f.name)} for this delete update`, f.path);
+      claims.files.delete(f.name);
+    } else {
+      claims.files.set(f.name, u.sha256);
+    }
+  }
+  if (v.layout) claims.layout = v.layout.update.type === "delete" ? null : v.layout.update.sha256;
+}
+
+function sameShape(a, b) {
+  return a.length === b.length && a.every((x, i) => BigInt(x) === BigInt(b[i]));
+}
+
+// §13.5: why a snapshot (checked file `v`, its `meta.inexact` as the Set `listed`) disagrees with the
+// claims of its commit's state (MD807), or null when it agrees.
+function disagreement(v, listed, claims) {
+  const held = new Map(v.params.map((p) => [p.name, p.update]));
+  if (held.size !== claims.params.size) return "other parameters";
+  for (const [name, c] of claims.params) {
+    const u = held.get(name);
+    if (!u) return `lacks ${JSON.stringify(name)}`;
+    if (u.dtype !== c.dtype || !sameShape(u.shape, c.shape)) return `${JSON.stringify(name)}: another shape or dtype`;
+    if (c.sha256 !== null && u.sha256 !== c.sha256) return `${JSON.stringify(name)}: another sha256`;
+  }
+  const inexact = [...claims.params].filter(([, c]) => c.sha256 === null).map(([n]) => n);
+  if (listed.size !== inexact.length || !inexact.every((n) => listed.has(n))) return "another meta.inexact";
+  if (v.files.length !== claims.files.size) return "other files";
+  for (const f of v.files) if (claims.files.get(f.name) !== f.update.sha256) return `file ${JSON.stringify(f.name)}`;
+  if ((v.layout ? v.layout.update.sha256 : null) !== claims.layout) return "another layout";
+  return null;
 }

@@ -1,0 +1,153 @@
+"""SPEC.md §13.1, §13.5: what a repository holds that nothing needs — the temporary files and folders
+of writers that were killed, and snapshots no checkout may use — found for ``fsck`` and removed by
+``gc``. Never a commit file, reachable or not (unreachable commits stay: nothing yet says which of
+them a user still wants).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mdiff.atomic import fsync_directory
+from mdiff.errors import MdiffError, RepositoryError
+
+if TYPE_CHECKING:
+    from mdiff.repo.repository import Repository
+
+# tempfile.mkdtemp's names: merges of earlier mdiff versions staged states in such folders inside .mdiff/
+EARLIER_TEMP_FOLDER = re.compile(r"tmp[a-z0-9_]{8}")
+SNAPSHOT_FILE = re.compile(r"([0-9a-f]{64})\.mdiff")
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """A file or folder of ``.mdiff/`` that nothing needs (or, in ``GcReport.kept``, that gc left)."""
+
+    path: Path
+    size: int  # bytes, of everything under it for a folder
+    reason: str
+
+
+@dataclass
+class GcReport:
+    removed: list[Leftover] = field(default_factory=list)  # with ``dry_run``: what would be removed
+    kept: list[Leftover] = field(default_factory=list)  # snapshots gc could not judge, and why
+    dry_run: bool = False
+
+    @property
+    def bytes_freed(self) -> int:
+        return sum(item.size for item in self.removed)
+
+
+def _size(path: Path) -> int:
+    """Bytes of a file, a link (itself) or everything under a folder, without following links."""
+    if path.is_dir() and not path.is_symlink():
+        total = 0
+        for folder, dirs, files in os.walk(path):
+            for name in dirs + files:
+                try:
+                    total += os.lstat(os.path.join(folder, name)).st_size
+                except OSError:
+                    pass
+        return total
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return 0
+
+
+def temporaries(repo_dir: Path) -> list[Leftover]:
+    """Every entry whose name starts with '.' anywhere in ``repo_dir`` (a writer's temporary file or
+    folder, §13.1), and the temporary folders an earlier mdiff's merge left at its top."""
+    found = []
+    for folder, dirs, files in os.walk(repo_dir):  # links are listed, never followed
+        here = Path(folder)
+        for name in sorted(dirs + files):
+            path = here / name
+            if name.startswith("."):
+                found.append(Leftover(path, _size(path), "a temporary file or folder left by an interrupted writer"))
+            elif here == repo_dir and EARLIER_TEMP_FOLDER.fullmatch(name) and path.is_dir() and not path.is_symlink():
+                found.append(Leftover(path, _size(path), "a temporary folder left by an interrupted merge of an "
+                                                        "earlier mdiff"))
+        dirs[:] = [d for d in dirs if not d.startswith(".") and not (here == repo_dir and EARLIER_TEMP_FOLDER.fullmatch(d))]
+    return found
+
+
+def judge_snapshot(repo: Repository, path: Path, check_data: bool = True) -> tuple[str, str] | None:
+    """None when checkouts may start at the snapshot ``path``; else (code, why not): MD303 for a file
+    that is no usable snapshot (invalid, misfiled, of a commit not in the repository), MD807 for one
+    that disagrees with its commits (§13.5). Raises the RepositoryError of a chain that cannot be read
+    (then nothing can be said of the snapshot)."""
+    from mdiff.repo.states import StateView
+    from mdiff.validation import validate
+
+    match = SNAPSHOT_FILE.fullmatch(path.name)
+    if match is None:
+        return "MD303", "not named <commit id>.mdiff"
+    commit_id = match.group(1)
+    if path.is_symlink() or not path.is_file():
+        return "MD303", "not a regular file"
+    if not repo.commit_path(commit_id).is_file():
+        return "MD303", f"its commit {commit_id[:12]} is not in the repository"
+    errors = [f for f in validate(path, check_data=check_data) if f.is_error]
+    if errors:
+        return "MD303", f"{errors[0].code}: {errors[0].message}"
+    with StateView(repo, commit_id) as view:  # tries the snapshot of commit_id first
+        return view.rejected.get(commit_id)
+
+
+def reachable(repo: Repository) -> set[str] | None:
+    """Every commit an ancestor of a branch or of HEAD (all parents, not only first ones); None when
+    the refs or a commit on the way cannot be read."""
+    try:
+        tips = [target for target in repo.branches().values() if target]
+        head = repo.head()[1]
+        tips += [head] if head else []
+        seen: set[str] = set()
+        while tips:
+            commit_id = tips.pop()
+            if commit_id not in seen:
+                seen.add(commit_id)
+                tips += repo.parents(commit_id)
+        return seen
+    except MdiffError:
+        return None
+
+
+def collect(repo: Repository, dry_run: bool = False) -> GcReport:
+    """Remove (or, ``dry_run``, list) the temporaries of ``.mdiff/`` and the snapshots no checkout may
+    use: unusable ones, lying ones (MD807) and those of commits no branch or HEAD reaches. The caller
+    holds the writers' lock, so no temporary file belongs to a writer at work."""
+    report = GcReport(dry_run=dry_run)
+    report.removed += temporaries(repo.dir)
+    known = reachable(repo)
+    folder = repo.dir / "snapshots"
+    for path in sorted(folder.glob("*.mdiff")) if folder.is_dir() else []:
+        if path.name.startswith("."):
+            continue  # a temporary: above
+        match = SNAPSHOT_FILE.fullmatch(path.name)
+        if match and known is not None and match.group(1) not in known and repo.commit_path(match.group(1)).is_file():
+            report.removed.append(Leftover(path, _size(path), "a snapshot of a commit no branch or HEAD reaches"))
+            continue
+        try:
+            verdict = judge_snapshot(repo, path)
+        except RepositoryError as exc:
+            report.kept.append(Leftover(path, _size(path), f"its commits cannot be read ({exc.code}: {exc.message})"))
+            continue
+        if verdict is not None:
+            what = "disagrees with its commits" if verdict[0] == "MD807" else "is unusable"
+            report.removed.append(Leftover(path, _size(path), f"a snapshot that {what} ({verdict[0]}: {verdict[1]})"))
+    if not dry_run:
+        for item in report.removed:
+            if item.path.is_dir() and not item.path.is_symlink():
+                shutil.rmtree(item.path, ignore_errors=True)
+            else:
+                item.path.unlink(missing_ok=True)
+        for parent in sorted({item.path.parent for item in report.removed}):
+            fsync_directory(parent)
+    return report
