@@ -10,6 +10,7 @@ name.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 
@@ -46,6 +47,10 @@ def open_regular(path: str | os.PathLike[str], *, follow_links: bool = True,
     folder (NotRegularFile). With ``follow_links=False`` a symbolic link as the last component is
     refused too. A missing file or one without permission stays an OSError."""
     flags = os.O_RDONLY | NONBLOCK | CLOEXEC | BINARY | (0 if follow_links else NOFOLLOW)
+    if not follow_links and not NOFOLLOW:  # no O_NOFOLLOW on this platform: look first (racy, but the best there is)
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISLNK(os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                raise NotRegularFile("a symbolic link")
     try:
         fd = os.open(path, flags, dir_fd=dir_fd)
     except (FileNotFoundError, PermissionError):

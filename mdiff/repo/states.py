@@ -28,7 +28,7 @@ from mdiff.errors import ApplyError, InvalidFileError, RepositoryError
 from mdiff.format import canonical_json
 from mdiff.format.dtypes import DType
 from mdiff.format.layout import Layout
-from mdiff.format.reader import DiffFile, open_diff
+from mdiff.format.reader import DiffFile
 from mdiff.updates.base import Update, check_base, read_ahead
 
 if TYPE_CHECKING:
@@ -93,8 +93,7 @@ class StateView(CheckpointReader):
         chain: list[tuple[str, DiffFile]] = []  # newest first
         cursor = self.commit_id
         while cursor is not None and not (snapshots and repo.snapshot_path(cursor).exists()):
-            repo.verify(cursor)  # a commit file is trusted only while its bytes match its id
-            diff = self._opened.enter_context(repo.open_commit(cursor))
+            diff = self._opened.enter_context(repo.open_commit(cursor))  # from bytes that match its id (MD800)
             chain.append((cursor, diff))
             parents = diff.commit.parents
             cursor = parents[0] if parents else None
@@ -112,7 +111,7 @@ class StateView(CheckpointReader):
 
     def _plan_snapshot(self, plan: _Plan, commit_id: str) -> None:
         try:
-            snapshot = self._opened.enter_context(open_diff(self.repo.snapshot_path(commit_id)))
+            snapshot = self._opened.enter_context(self.repo.open_snapshot(commit_id))  # no link followed (§13.1)
         except InvalidFileError as exc:
             raise SnapshotUnusable(commit_id) from exc
         listed = snapshot_inexact(snapshot, commit_id)
