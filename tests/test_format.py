@@ -202,3 +202,20 @@ def test_validate_decodes_every_stored_byte(tmp_path, compression):
     else:  # raw XOR bits: only applying it to its base can tell (its sha256, MD602)
         assert findings == []
     assert mdiff.validate(path, check_data=False) == []
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "folder"])
+def test_a_fifo_a_device_or_a_folder_is_md100_at_once(tmp_path, kind):
+    """Not a regular file: refused without blocking on it or reading it (a child with a timeout,
+    so that a regression fails instead of hanging)."""
+    path = tmp_path / "x.mdiff"
+    {"fifo": os.mkfifo, "/dev/zero": lambda p: p.symlink_to("/dev/zero"), "folder": Path.mkdir}[kind](path)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    for argv in (["validate", "--no-isolation"], ["validate"], ["dump", "--no-isolation"]):
+        try:
+            proc = subprocess.run([sys.executable, "-m", "mdiff", *argv, str(path)], capture_output=True, text=True,
+                                  timeout=60, env=env)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"mdiff {argv} on {kind} still ran after 60 s")
+        assert proc.returncode == 2 and "MD100" in proc.stdout + proc.stderr, (argv, proc.stdout, proc.stderr)
+        assert "not a regular file" in proc.stdout + proc.stderr or kind == "folder"

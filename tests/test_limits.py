@@ -84,3 +84,30 @@ def test_empty_array_is_typed(shape):
         empty_array(shape, np.float32, "/x")
     assert info.value.code == "MD508" and info.value.path == "/x"
     assert read_array(np.zeros(3), np.float64).shape == (3,)  # in-memory arrays pass through
+
+
+# A writer never writes a file its readers refuse (§8.3): what breaks a limit is refused before the
+# file exists, with the code a reader would give (issue 14.12).
+
+
+def test_the_writer_takes_metadata_at_the_attribute_limit_and_refuses_one_byte_more(tmp_path):
+    overhead = len(mdiff.Commit("", date="2026-01-01T00:00:00Z").to_attribute().encode())
+    at = mdiff.Commit("x" * (DEFAULT_LIMITS.max_attribute_bytes - overhead), date="2026-01-01T00:00:00Z")
+    mdiff.write(tmp_path / "at.mdiff", {}, at)
+    with mdiff.open(tmp_path / "at.mdiff") as diff:
+        assert len(diff.commit.to_attribute().encode()) == DEFAULT_LIMITS.max_attribute_bytes
+    with pytest.raises(mdiff.InvalidFileError) as info:
+        mdiff.write(tmp_path / "past.mdiff", {}, mdiff.Commit(at.message + "x", date="2026-01-01T00:00:00Z"))
+    assert info.value.code == "MD510"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["at.mdiff"]
+
+
+@pytest.mark.parametrize("shape,code", [((0, 2**36 + 1), "MD508"), ((1,) * 33, "MD507")])
+def test_the_writer_refuses_a_shape_past_the_limits_and_writes_nothing(tmp_path, shape, code):
+    mdiff.write(tmp_path / "at.mdiff", {"z": mdiff.replace(np.zeros((0, 2**36), np.uint8))})
+    with mdiff.open(tmp_path / "at.mdiff") as diff:
+        assert diff["z"].shape == (0, 2**36)
+    with pytest.raises(mdiff.InvalidFileError) as info:
+        mdiff.write(tmp_path / "past.mdiff", {"z": mdiff.replace(np.zeros(shape, np.uint8))})
+    assert info.value.code == code
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["at.mdiff"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import struct
 import subprocess
@@ -784,3 +785,62 @@ def test_checkout_exact_again_after_replace(tmp_path):
         rc, report = js_checkout(repo.root, rev, out)
         assert rc == 0, report
         assert as_array(load_safetensors(out)["w"]).tobytes() == want.tobytes()
+
+
+# §13.1 (revision 3): a repository from a stranger. mdiff-js follows no link below .mdiff/, opens
+# without blocking, uses only regular files, reads a bounded amount of a ref and shows none of it;
+# it parses a commit from the bytes it hashed (§13.2), and a full commit id names that commit (§13.3).
+
+
+def _small_repo(tmp_path):
+    repo = mdiff.Repository.init(tmp_path / "r")
+    ids = [repo.commit({"w": np.full(4, i, np.float32)}, f"step {i}", author=AUTHOR, date=f"2026-01-01T00:00:0{i}Z")
+           for i in range(3)]
+    return repo, ids
+
+
+@pytest.mark.parametrize("which", ["HEAD", "ref", "format", "commit", "parent"])
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "secret"])
+def test_checkout_refuses_what_is_not_a_regular_file_at_once_and_shows_nothing(tmp_path, which, kind):
+    repo, ids = _small_repo(tmp_path)
+    path = {"HEAD": repo.dir / "HEAD", "ref": repo.dir / "refs" / "heads" / "main", "format": repo.dir / "format",
+            "commit": repo.commit_path(ids[2]), "parent": repo.commit_path(ids[1])}[which]
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOPSECRET-in-a-file-of-the-victim\n")
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero" if kind == "/dev/zero" else secret)
+    p = subprocess.run([NODE, str(CLI), "checkout", "HEAD", "-o", str(tmp_path / "o.safetensors"), "-C", str(repo.root),
+                        "--json"], capture_output=True, text=True, timeout=60)
+    report = json.loads(p.stdout)
+    assert p.returncode == 1 and report["error"]["code"] == "MD801", report
+    assert "TOPSECRET" not in p.stdout + p.stderr and not (tmp_path / "o.safetensors").exists()
+
+
+def test_checkout_a_full_id_whatever_a_ref_file_is_called_and_no_invalid_branch_name(tmp_path):
+    repo, ids = _small_repo(tmp_path)
+    heads = repo.dir / "refs" / "heads"
+    (heads / ids[0]).write_text(ids[2] + "\n")
+    for name in ("x..y", "v1.lock", "a b"):
+        (heads / name).write_text(ids[1] + "\n")
+    rc, report = js_checkout(repo.root, ids[0], tmp_path / "o.safetensors")
+    assert rc == 0 and report["commit"] == ids[0]
+    for name in ("x..y", "v1.lock", "a b"):
+        rc, report = js_checkout(repo.root, name, tmp_path / "n.safetensors")
+        assert rc == 1 and report["error"]["code"] == "MD801"
+
+
+def test_checkout_refuses_a_link_on_the_way_and_a_ref_longer_than_needed(tmp_path):
+    repo, ids = _small_repo(tmp_path)
+    outside = tmp_path / "outside"
+    shutil.move(repo.dir / "commits", outside)
+    (repo.dir / "commits").symlink_to(outside, target_is_directory=True)
+    rc, report = js_checkout(repo.root, "HEAD", tmp_path / "o.safetensors")
+    assert rc == 1 and report["error"]["code"] == "MD801" and "symbolic link" in report["error"]["message"]
+    (repo.dir / "commits").unlink()
+    shutil.move(outside, repo.dir / "commits")
+    (repo.dir / "refs" / "heads" / "main").write_text(ids[2] + "\n" + " " * 100_000)
+    rc, report = js_checkout(repo.root, "HEAD", tmp_path / "o.safetensors")
+    assert rc == 1 and report["error"]["code"] == "MD801" and "longer than" in report["error"]["message"]

@@ -27,6 +27,7 @@ import io
 import hashlib
 import json
 import math
+import os
 import shutil
 import struct
 import sys
@@ -1042,6 +1043,7 @@ def build_repositories(c: Corpus) -> None:
         detached_head_repository(c)
         lying_snapshots_repository(c)
         inexact_snapshot_repository(c)
+        commit_id_named_branches_repository(c)
         refused_repositories(c)
 
 
@@ -1273,6 +1275,25 @@ def inexact_snapshot_repository(c: Corpus) -> None:
                       bounds={"lora": d / "states" / "lora.bounds.safetensors"})
 
 
+def commit_id_named_branches_repository(c: Corpus) -> None:
+    case_id = "repository-full-id-names-the-commit"
+    d = c.case_dir("valid", case_id)
+    repo, ids, _, states = small_repository(d / "repo")
+    # files of refs/heads named like full commit ids: §13.1 makes them no branch, and §13.3 looks a
+    # full id up as a commit before any branch
+    for name, target in ((ids["root"], ids["k2"]), (ids["k1"], ids["root"])):
+        (repo.dir / "refs" / "heads" / name).write_text(target + "\n", encoding="utf-8")
+    (d / "states").mkdir()
+    for label, state in states.items():
+        save_checkpoint(d / "states" / f"{label}.safetensors", state)
+    c.repository_case(case_id, "valid", "13.3", "files of refs/heads named like full commit ids (root's, at k2; "
+                      "k1's, at root), which §13.1 makes no branch: a full id always names that commit (§13.3)",
+                      d / "repo", revisions=[(ids["root"], "root"), (ids["k1"], "k1"), (ids["k1"] + "^", "root"),
+                                             ("main", "k2")],
+                      ids=ids, what={"root": "root: w, c (replace)", "k1": "k1: w dense", "k2": "k2: c sparse"},
+                      states={k: d / "states" / f"{k}.safetensors" for k in states})
+
+
 def refused_repositories(c: Corpus) -> None:
     def case(case_id: str, code: str, description: str, edit, revisions, small: bool = True) -> None:
         """``edit`` breaks a small repository (``small``) or makes its own; ``revisions`` (a list, or a
@@ -1320,6 +1341,33 @@ def refused_repositories(c: Corpus) -> None:
          lambda repo, ids, ups: repo.commit_path(ids["k1"]).unlink(), ["main", "HEAD", "main~2"])
     case("MD801-format_unknown", "MD801", ".mdiff/format says `mdiff-repository 2`",
          lambda repo, ids, ups: write(repo.dir / "format", "mdiff-repository 2\n"), ["main", "HEAD"])
+
+    def invalid_ref_names(repo, ids, ups):
+        for name in ("x..y", "v1.lock", "a b"):
+            write(repo.dir / "refs" / "heads" / name, ids["k1"] + "\n")
+
+    case("MD801-ref_name_invalid", "MD801", "files of refs/heads whose names break §13.1 (`x..y`, `v1.lock`, `a b`), "
+         "each holding a well-formed id: they are no branches, and no revision names them", invalid_ref_names,
+         ["x..y", "v1.lock", "a b"])
+    case("MD801-head_names_invalid_branch", "MD801", "HEAD holds `ref: refs/heads/x..y`, a name §13.1 forbids (the "
+         "file refs/heads/x..y holds a well-formed id)",
+         lambda repo, ids, ups: (write(repo.dir / "refs" / "heads" / "x..y", ids["k1"] + "\n"),
+                                 write(repo.dir / "HEAD", "ref: refs/heads/x..y\n")), ["HEAD"])
+
+    def cycle(repo, ids, ups):
+        """commits/<x>.mdiff names x as its first parent: a cycle, which a file whose bytes hash to
+        its name cannot make (§13.2); y names x."""
+        x, y = (hashlib.sha256(f"conformance: a commit in a cycle ({n})".encode()).hexdigest() for n in "xy")
+        for name, parent in ((x, x), (y, x)):
+            made = repo.store(lambda w: w.add("c", mdiff.replace(np.array([1, 2, 3], np.int32))),
+                              commit(f"names {parent[:12]} as its parent", parents=[parent], date=repo_date(3)))
+            os.replace(repo.commit_path(made), repo.commit_path(name))
+        write(repo.dir / "refs" / "heads" / "main", y + "\n")
+        write(repo.dir / "refs" / "heads" / "self", x + "\n")
+
+    case("MD800-parent_cycle", "MD800", "commits/<x>.mdiff names x as its first parent, and main's commit y names x: "
+         "a cycle, which only files that do not hash to their names can make (§13.2): every walk ends with MD800",
+         cycle, ["main", "self", "main~1", "main~100000000", "self~3"])
 
     def no_match(ids):
         return next(p for p in (f"{i:04x}" for i in range(1 << 16)) if not any(v.startswith(p) for v in ids.values()))

@@ -124,6 +124,11 @@ def run_dump(args) -> int:
             raise InvalidFileError("MD515", failure.reason, args.file) from None
     else:
         info = describe(args.file, values=args.values, limits=limits_of(args))
+    return print_description(args, info)
+
+
+def print_description(args, info: dict) -> int:
+    """What describe() says of a file, as `dump` (and a repository's `show`) prints it."""
     if args.json:
         print(json.dumps(info, indent=1))
         return 0

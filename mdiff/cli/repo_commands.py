@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from mdiff.cli.progress import ProgressBar
 from mdiff.cli.usage import UsageError
-from mdiff.errors import RepositoryError
 from mdiff.repo.history import graph_lines, resolve, topological
 
 if TYPE_CHECKING:
@@ -204,10 +203,11 @@ def _first_commits(lines: list[str], count: int) -> list[str]:
 
 
 def _commit_stat(repo, commit_id: str) -> dict:
-    """What a commit changes, from its file's metadata (no data is read)."""
+    """What a commit changes, from its verified file's metadata (no data is read)."""
     from mdiff.describe import describe
 
-    info = describe(repo.commit_path(commit_id))
+    with repo.commit_file(commit_id) as readable:
+        info = describe(readable)
     return {"parameters": [{k: p[k] for k in ("name", "type", "stored_bytes", "density") if k in p} for p in info["parameters"]],
             "files": {f["path"]: f["type"] for f in info["files"]}, "stored_bytes": info["totals"]["file_bytes"]}
 
@@ -241,15 +241,17 @@ def add_show(sub) -> None:
 
 
 def run_show(args) -> int:
-    from mdiff.cli.commands import run_dump
+    from mdiff.cli.commands import print_description
+    from mdiff.describe import describe
 
     repo = _repo(args)
     commit_id = resolve(repo, args.rev)
+    with repo.commit_file(commit_id) as readable:  # the bytes shown are those that hash to the id (MD800)
+        info = describe(readable, values=args.values)
+    info["file"] = str(repo.commit_path(commit_id))
     if not args.json:
         print(f"commit {commit_id}")
-    args.file = str(repo.commit_path(commit_id))
-    args.isolate, args.limit = False, []  # a commit file of this repository, read in this process
-    return run_dump(args)
+    return print_description(args, info)
 
 
 # ---------------------------------------------------------------- checkout / status
@@ -367,11 +369,10 @@ def run_branch(args) -> int:
             repo.delete_branch(args.name)
         _print(args, {"deleted": args.name}, f"deleted branch {args.name}")
         return 0
-    if args.name in repo.branches():
-        raise RepositoryError("MD801", f"branch {args.name!r} exists already")
+    repo.check_branch_name(args.name)
     target = resolve(repo, args.rev)
-    with repo.lock():
-        repo.set_branch(args.name, target)
+    with repo.lock():  # the check that it is new and the write, as one step
+        repo.create_branch(args.name, target)
     _print(args, {"branch": args.name, "commit": target}, f"created branch {args.name} at {target[:12]}")
     return 0
 

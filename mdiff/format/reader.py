@@ -21,6 +21,7 @@ from mdiff.format.parameters import Parameter, parse_files, parse_layout, parse_
 from mdiff.format.structure import inspect_structure
 from mdiff.format.update_types import parse_update_types
 from mdiff.isolation import Isolation, IsolationFailure, run_isolated
+from mdiff.regular_files import NotRegularFile, open_regular, reopenable
 from mdiff.updates import REGISTRY
 from mdiff.updates.base import Update
 
@@ -78,15 +79,21 @@ class Contents:
 
 def open_hdf5(path) -> tuple[h5py.File, int]:
     """The file, opened read-only, and its size. A missing file or one without permission stays an
-    OSError (the operating system's word); anything HDF5 cannot open is MD100, said plainly."""
-    if os.path.isdir(path):
-        raise InvalidFileError("MD100", "this is a folder, not an .mdiff file", os.fspath(path))
-    size = os.path.getsize(path)  # FileNotFoundError, PermissionError: as they are
+    OSError (the operating system's word); anything HDF5 cannot open is MD100, said plainly — a
+    FIFO or a device too, found without blocking on it or reading it (libhdf5 then opens the very
+    file that was checked: regular_files.reopenable)."""
     try:
-        return h5py.File(path, "r", locking=False), size
+        fd, found = open_regular(path)  # FileNotFoundError, PermissionError: as they are
+    except NotRegularFile as exc:
+        what = "a folder" if exc.kind == "a folder" else f"{exc.kind}, not a regular file"
+        raise InvalidFileError("MD100", f"this is {what}, not an .mdiff file", os.fspath(path)) from None
+    try:
+        return h5py.File(reopenable(fd, path), "r", locking=False), found.st_size
     except (OSError, ValueError) as exc:
         raise InvalidFileError("MD100", f"not an .mdiff file: HDF5 cannot open it ({_hdf5_reason(exc)})",
                                os.fspath(path)) from None
+    finally:
+        os.close(fd)
 
 
 def _hdf5_reason(exc: Exception) -> str:

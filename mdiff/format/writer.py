@@ -20,6 +20,8 @@ from mdiff.format.constants import (
     ATTR_COMMIT, ATTR_DEFINITION, ATTR_EXTENSIONS, ATTR_FORMAT, ATTR_UPDATE, ATTR_VERSION, BASE_SHA256_MINOR, FILES_GROUP, FILES_MINOR,
     FORMAT_NAME, FORMAT_VERSION, LAYOUT_GROUP, LIBVER, PARAMETERS_GROUP, UPDATE_TYPES_GROUP,
 )
+from mdiff.errors import LimitError
+from mdiff.format.limits import DEFAULT_LIMITS
 from mdiff.format.names import encode_name
 from mdiff.format.schemas import first_errors
 from mdiff.format.storage import Slabs
@@ -102,9 +104,10 @@ class DiffWriter:
         self._has_layout = False  # §5.6
         self._minor = 0  # the newest minor version whose additions the file uses (§3.3)
         self._writeback = Writeback(lambda: fsync_path(self._tmp))
-        commit_text = (commit or Commit()).to_attribute()
+        commit_text = self._attribute(ATTR_COMMIT, (commit or Commit()).to_attribute())
         extensions = list(extensions)
         check_output(self.path)  # a device, FIFO, link or folder is refused before anything is written
+        extensions_text = self._attribute(ATTR_EXTENSIONS, canonical_json.dumps(extensions)) if extensions else None
         tmp, fd = create_temp_file(self.path.parent, self.path.name)  # 0o666: the umask decides, as for any file
         os.close(fd)
         self._tmp = Path(tmp)
@@ -113,12 +116,21 @@ class DiffWriter:
             write_string(self._file, ATTR_FORMAT, FORMAT_NAME)
             write_string(self._file, ATTR_VERSION, FORMAT_VERSION)
             write_string(self._file, ATTR_COMMIT, commit_text)
-            if extensions:
-                write_string(self._file, ATTR_EXTENSIONS, canonical_json.dumps(extensions))
+            if extensions_text is not None:
+                write_string(self._file, ATTR_EXTENSIONS, extensions_text)
             self._parameters = self._file.create_group(PARAMETERS_GROUP, track_order=False)
         except BaseException:
             self._tmp.unlink(missing_ok=True)
             raise
+
+    def _attribute(self, name: str, text: str) -> str:
+        """``text`` if a reader takes it as an attribute (§8.3: MD510 past the size limit), checked
+        before anything is written, so that no writer makes a file its readers refuse."""
+        size = len(text.encode("utf-8"))
+        if self._check_updates and size > DEFAULT_LIMITS.max_attribute_bytes:
+            raise LimitError("MD510", f"attribute {name!r} would have {size} bytes; readers refuse more than "
+                                      f"{DEFAULT_LIMITS.max_attribute_bytes} (§8.3)")
+        return text
 
     def add_update_type(self, name: str, definition: Mapping, functions: Mapping[str, bytes]) -> None:
         """Embed an update type of the file's own (SPEC.md §7.8): ``functions`` maps dtype → ONNX model bytes."""
@@ -127,7 +139,7 @@ class DiffWriter:
         if self._update_types is None:
             self._update_types = self._file.create_group(UPDATE_TYPES_GROUP, track_order=False)
         group = self._update_types.create_group(encode_name(name), track_order=False)
-        write_string(group, ATTR_DEFINITION, canonical_json.dumps(dict(definition)))
+        write_string(group, ATTR_DEFINITION, self._attribute(ATTR_DEFINITION, canonical_json.dumps(dict(definition))))
         from mdiff.updates.embedded import function_dataset  # onnx: for the files that embed a type
         for dtype_name in sorted(functions):
             group.create_dataset(function_dataset(dtype_name), data=np.frombuffer(functions[dtype_name], np.uint8), track_times=False)
@@ -164,7 +176,7 @@ class DiffWriter:
         self._write_update(self._file.create_group(LAYOUT_GROUP, track_order=False), update)
 
     def _write_update(self, group: h5py.Group, update: Update) -> None:
-        write_string(group, ATTR_UPDATE, canonical_json.dumps(dict(update.meta)))
+        write_string(group, ATTR_UPDATE, self._attribute(ATTR_UPDATE, canonical_json.dumps(dict(update.meta))))
         for key in sorted(update.data):
             self._write_dataset(group, key, np.asarray(update.data[key]))
         # no H5Fflush first: it would change where libhdf5 puts metadata (the bytes must not depend on
@@ -242,7 +254,6 @@ def _os_error(exc: BaseException, path: Path) -> BaseException:
 
 def _checked_type(name: str, definition: Mapping, functions: Mapping[str, bytes]):
     """An embedded type, checked as a reader will check it (ValueError otherwise)."""
-    from mdiff.format.limits import DEFAULT_LIMITS
     from mdiff.updates.embedded import DEFINITION_SCHEMA, TYPE_NAME, check_function, make_type
 
     problems = [] if TYPE_NAME.fullmatch(name) else [f"name {name!r} is not x-<lower case>"]
@@ -259,7 +270,19 @@ def _checked_type(name: str, definition: Mapping, functions: Mapping[str, bytes]
 
 
 def _check_update(name: str, update: Update, kind) -> None:
-    """The writer never writes an invalid file: the same checks a reader makes, on the metadata."""
+    """The writer never writes an invalid file: the same checks a reader makes, on the metadata —
+    §8.3's limits on the shape it declares and on its datasets (LimitError) included."""
+    from mdiff.format.limits import shape_problem
+
+    try:
+        declared = [(update.shape, update.dtype.itemsize)]
+    except (KeyError, TypeError, ValueError):  # no shape or dtype, or malformed: the schema says so below
+        declared = []
+    shapes = declared + [(np.shape(v), np.asarray(v).dtype.itemsize) for v in update.data.values()]
+    for shape, itemsize in shapes:
+        found = shape_problem(shape, itemsize, DEFAULT_LIMITS) if all(isinstance(d, int) for d in shape) else None
+        if found:
+            raise LimitError(found[0], f"update of {name!r}: {found[1]}; readers refuse it (§8.3)")
     problems = first_errors(kind.schema, dict(update.meta))
     if not problems:
         actual = {k: (np.shape(v), np.asarray(v).dtype) for k, v in update.data.items()}

@@ -2,28 +2,41 @@
 
 from __future__ import annotations
 
+import logging
 import re
 
 from mdiff.errors import RepositoryError
+from mdiff.repo.store import COMMIT_ID, shown
+
+log = logging.getLogger(__name__)
 
 _REV = re.compile(r"(?P<base>[^~^]+)(?P<moves>(?:~\d*|\^)*)")
+_PREFIX = re.compile(r"[0-9a-f]{4,63}")
 
 
 def resolve(repo, rev: str) -> str:
-    """A commit id from ``HEAD``, a branch, a commit id or unique prefix (≥ 4 hex digits),
-    each optionally followed by ``~N`` / ``^`` (N first parents back)."""
+    """A commit id from ``HEAD``, a full commit id, a branch, or a unique prefix (≥ 4 hex digits),
+    looked up in that order (§13.3: a full id always means that commit, whatever a branch may be
+    called), each optionally followed by ``~N`` / ``^`` (N first parents back). A move costs at most
+    the history's length: it stops at a root, and parents are read from verified commits (MD800),
+    which cannot form a cycle."""
     m = _REV.fullmatch(rev.strip())
     if not m:
-        raise RepositoryError("MD801", f"{rev!r} is not a revision: HEAD, a branch or a commit id (or its first 4+ "
-                                       "digits), optionally followed by ~N or ^")
+        raise RepositoryError("MD801", f"{shown(rev)[:80]!r} is not a revision: HEAD, a branch or a commit id (or its first "
+                                       "4+ digits), optionally followed by ~N or ^")
     base = m.group("base")
     if base == "HEAD":
         commit_id = repo.head()[1]
         if commit_id is None:
             raise RepositoryError("MD801", "HEAD has no commit yet; make the first commit")
-    elif base in repo.branches():
+    elif COMMIT_ID.fullmatch(base):
+        commit_id = repo.existing_commit(base, "the revision")
+    elif repo.has_branch(base):
         commit_id = repo.branch_target(base)
-    elif re.fullmatch(r"[0-9a-f]{4,64}", base):
+        if _PREFIX.fullmatch(base) and any(c.startswith(base) for c in repo.commit_ids()):
+            log.warning("%r is a branch and the first digits of a commit id: the branch is meant (§13.3); give "
+                        "more digits, or the full id, to name the commit", base)
+    elif _PREFIX.fullmatch(base):
         matches = [c for c in repo.commit_ids() if c.startswith(base)]
         if not matches:
             raise RepositoryError("MD801", f"no commit id starts with {base!r}; `mdiff log --all --oneline` lists them")
@@ -32,15 +45,16 @@ def resolve(repo, rev: str) -> str:
                                            f"({', '.join(c[:12] for c in matches[:4])}…); give more digits")
         commit_id = matches[0]
     else:
-        names = sorted(repo.branches())
-        raise RepositoryError("MD801", f"{base!r} is neither a branch nor a commit id (branches: "
+        names = repo.branch_names()
+        raise RepositoryError("MD801", f"{shown(base)[:80]!r} is neither a branch nor a commit id (branches: "
                                        f"{', '.join(names[:8]) or 'none yet'}{' …' if len(names) > 8 else ''})")
     for move in re.findall(r"~\d*|\^", m.group("moves")):
-        steps = 1 if move in ("^", "~") else int(move[1:])
+        digits = move[1:]
+        steps = 1 if not digits else int(digits) if len(digits) <= 18 else 10**18  # past any history
         for _ in range(steps):
             parents = repo.parents(commit_id)
             if not parents:
-                raise RepositoryError("MD801", f"{rev!r} goes back past a root commit")
+                raise RepositoryError("MD801", f"{shown(rev)[:80]!r} goes back past a root commit")
             commit_id = parents[0]
     return commit_id
 

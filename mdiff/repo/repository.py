@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,8 @@ from mdiff.progress import ByteCounter, Progress, tensor_bytes
 from mdiff.repo import snapshots
 from mdiff.repo.cleanup import GcReport
 from mdiff.repo.states import StateView
-from mdiff.repo.store import Store
+from mdiff.format.reader import open_diff
+from mdiff.repo.store import Store, branch_problem, shown
 from mdiff.diffing import file_updates
 from mdiff.updates import replace
 from mdiff.updates.base import Update, sha256_hex
@@ -279,17 +281,19 @@ class Repository(Store):
         (a revision; default HEAD)."""
         from mdiff.repo.history import resolve
 
+        self.check_branch_name(branch)
         with self.lock(wait):
-            exists = branch in self.branches()
             if create:
-                if exists:
+                if self.has_branch(branch):
                     raise RepositoryError("MD801", f"branch {branch!r} exists already; switch to it without creating it")
                 target = resolve(self, start) if start else self.head()[1]
                 if target is None:
                     raise RepositoryError("MD801", "make a first commit before creating branches")
-                self.set_branch(branch, target)
-            elif not exists:
+                self.create_branch(branch, target)
+            elif not self.has_branch(branch):
                 raise RepositoryError("MD801", f"no branch {branch!r}; `mdiff switch -c {branch}` creates it")
+            else:
+                self.branch_target(branch)  # a malformed ref is refused before HEAD names it
             self.set_head(branch)
 
     # ------------------------------------------------------------ merge, squash, snapshot, diff
@@ -392,42 +396,70 @@ class Repository(Store):
     # ------------------------------------------------------------ integrity
     def fsck(self, check_data: bool = True, progress: Progress | None = None) -> list:
         """Every problem of the repository (SPEC.md §13): corrupt or invalid commit files, missing
-        parents, malformed refs, snapshots that disagree with their commits (MD807). Returns Findings;
-        unusable snapshots and the temporary files and folders a killed writer left are reported as
-        warnings (MD303), with their sizes — they are harmless, and ``gc`` removes them. ``progress``
-        hears of the bytes of the commit and snapshot files checked."""
+        parents, malformed refs and ref names, anything under .mdiff/ that is not a regular file where one
+        belongs (each reported, and the check goes on), snapshots that disagree with their commits (MD807).
+        Returns Findings; unusable snapshots and the temporary files and folders a killed writer left are
+        reported as warnings (MD303), with their sizes — they are harmless, and ``gc`` removes them.
+        ``progress`` hears of the bytes of the commit and snapshot files checked."""
         from mdiff.format.findings import Finding
         from mdiff.repo import cleanup
         from mdiff.validation import validate
 
-        files = [self.commit_path(c) for c in self.commit_ids()] + sorted((self.dir / "snapshots").glob("*.mdiff"))
-        done = ByteCounter(progress, ((str(p), p.stat().st_size) for p in files if p.is_file()) if progress else ())
+        def size(path: Path) -> int:
+            found = path.lstat()
+            return found.st_size if stat.S_ISREG(found.st_mode) else 0
+
         findings = []
+        for check in (self.check_format, self.head_ref):  # the branch HEAD names: with the refs, below
+            try:
+                check()
+            except RepositoryError as exc:
+                findings.append(Finding(exc.code, str(self.dir), exc.message))
         try:
-            self.check_format()
-            self.head()
-            self.branches()
-        except RepositoryError as exc:
-            findings.append(Finding(exc.code, str(self.dir), exc.message))
-        known = set(self.commit_ids())
-        for commit_id in sorted(known):
+            refs = self.ref_names()
+            commit_ids = self.commit_ids()
+        except RepositoryError as exc:  # refs/heads or commits/ is not a folder: nothing more to look at
+            return findings + [Finding(exc.code, str(self.dir), exc.message)]
+        for name in refs:
+            problem = branch_problem(name)
+            try:
+                if problem:
+                    raise RepositoryError("MD801", f"{shown(name)!r} is not a valid branch name ({problem}): no "
+                                                   "revision names it; rename or delete it")
+                self.branch_target(name)
+            except RepositoryError as exc:
+                findings.append(Finding(exc.code, shown(str(self.dir / "refs" / "heads" / name)), exc.message))
+        snapshot_files = sorted((self.dir / "snapshots").glob("*.mdiff"))
+        files = [self.commit_path(c) for c in commit_ids] + snapshot_files
+        done = ByteCounter(progress, ((str(p), size(p)) for p in files) if progress else ())
+        known = set(commit_ids)
+        for commit_id in commit_ids:
             path = self.commit_path(commit_id)
             done(str(path))
             try:
-                self.verify(commit_id)
+                with self.commit_file(commit_id) as readable:
+                    problems = [Finding(f.code, str(path) if f.path == readable else f.path, f.message)
+                                for f in validate(readable, check_data=check_data) if f.is_error]
+                    if not problems:
+                        with open_diff(readable) as diff:
+                            self._remember(commit_id, diff)
             except RepositoryError as exc:
                 findings.append(Finding(exc.code, str(path), exc.message))
                 continue
-            problems = [f for f in validate(path, check_data=check_data) if f.is_error]
             findings += problems
             if not problems:
                 for parent in self.parents(commit_id):
                     if parent not in known:
                         findings.append(Finding("MD801", str(path), f"parent {parent[:12]} is not in the repository"))
-        for path in sorted((self.dir / "snapshots").glob("*.mdiff")):
+        for path in snapshot_files:
             if path.name.startswith("."):
                 continue  # a temporary file: below
             done(str(path))
+            kind = self.kind(f"snapshots/{path.name}")
+            if kind != "a regular file":  # not opened (§13.1)
+                findings.append(Finding("MD303", str(path), f"checkouts ignore this snapshot (it is {kind}); "
+                                                            "`mdiff gc` removes it"))
+                continue
             try:
                 verdict = cleanup.judge_snapshot(self, path, check_data)
             except RepositoryError:

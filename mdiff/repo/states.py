@@ -36,7 +36,7 @@ from mdiff.format import canonical_json
 from mdiff.format.commit import Commit
 from mdiff.format.dtypes import DType
 from mdiff.format.layout import Layout
-from mdiff.format.reader import DiffFile, open_diff
+from mdiff.format.reader import DiffFile
 from mdiff.updates.base import Update, check_base, read_ahead
 
 if TYPE_CHECKING:
@@ -162,9 +162,8 @@ class StateView(CheckpointReader):
         return chain[::-1]
 
     def _open(self, commit_id: str) -> DiffFile:
-        self.repo.verify(commit_id)  # a commit file is trusted only while its bytes match its id
         stack = contextlib.ExitStack()
-        diff = stack.enter_context(self.repo.open_commit(commit_id))
+        diff = stack.enter_context(self.repo.open_commit(commit_id))  # from bytes that match its id (MD800)
         self._files[commit_id] = stack
         return diff
 
@@ -225,7 +224,7 @@ class StateView(CheckpointReader):
         commit_id = self._chain[order][0]
         snapshots = contextlib.ExitStack()
         try:
-            snapshot = snapshots.enter_context(open_diff(self.repo.snapshot_path(commit_id)))
+            snapshot = snapshots.enter_context(self.repo.open_snapshot(commit_id))  # no link followed (§13.1)
         except InvalidFileError as exc:
             self.rejected[commit_id] = ("MD303", f"not a usable mdiff file: {exc}")
             return False

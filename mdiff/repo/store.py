@@ -4,43 +4,101 @@ HEAD, the writers' lock — and nothing about what the commits mean.
 Every write is atomic (temporary file, fsync, rename) and every change of the repository happens
 under one exclusive lock, so a process killed at any moment leaves the repository as it was
 before or as it is after, and two writers never interleave.
+
+The folder may have been prepared by a stranger (§13.1): every file under ``.mdiff/`` is reached
+through folders opened one at a time without following a symbolic link, opened without blocking,
+required to be a regular file and read within a bound; no message shows a malformed file's content.
+A commit is parsed only from the bytes that were hashed (§13.2): its file is opened once, hashed
+through that descriptor, and read by libhdf5 through the same descriptor (``/proc/self/fd/N``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import io
+import logging
 import os
 import re
 import secrets
-import time
+import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
+from mdiff.atomic import TEMP_SUFFIX, fsync_directory
 from mdiff.errors import InvalidFileError, RepositoryError
 from mdiff.format.commit import Commit
 from mdiff.format.reader import DiffFile, open_diff
-from mdiff.atomic import TEMP_SUFFIX, create_temp_file, fsync_directory, write_text
 from mdiff.format.writer import DiffWriter
+from mdiff.regular_files import (
+    BINARY, CLOEXEC, DIRECTORY, NOFOLLOW, NONBLOCK, NotRegularFile, kind_of, open_regular, reopenable, same_file,
+)
+
+log = logging.getLogger(__name__)
 
 REPO_DIR = ".mdiff"
 FORMAT_LINE = "mdiff-repository 1\n"
 COMMIT_ID = re.compile(r"[0-9a-f]{64}")
 _ID_LINE = re.compile(r"[0-9a-f]{64}\n")  # a ref or detached HEAD: the id and one newline, nothing else (§13.1)
 BRANCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
+MAX_BRANCH_BYTES = 255  # a file name's limit on common file systems
+HEAD_PREFIX = "ref: refs/heads/"
+# format, HEAD and refs are small: a reader reads no more than HEAD naming the longest branch (§13.1)
+MAX_SMALL_FILE_BYTES = len(HEAD_PREFIX) + MAX_BRANCH_BYTES + 1
+_HASH_BLOCK = 1 << 20
+# os.open and friends relative to an open folder (every POSIX system); elsewhere, paths checked with lstat
+_AT = {os.open, os.mkdir, os.rename, os.unlink, os.stat} <= os.supports_dir_fd and os.scandir in os.supports_fd
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def branch_problem(name: str) -> str | None:
+    """Why ``name`` is not a valid branch name (§13.1), or None when it is one."""
+    if not BRANCH_NAME.fullmatch(name):
+        return ("it is not made of parts [A-Za-z0-9][A-Za-z0-9._-]* joined by /"
+                if name.isprintable() else "it holds a character that cannot be shown")
+    if ".." in name:
+        return "it contains '..'"
+    if name.endswith(".lock"):
+        return "it ends in '.lock'"
+    if len(name.encode("utf-8")) > MAX_BRANCH_BYTES:
+        return f"it is longer than {MAX_BRANCH_BYTES} bytes"
+    if COMMIT_ID.fullmatch(name):
+        return "it looks like a commit id, and a full commit id always means that commit (§13.3)"
+    return None
 
 
 def valid_branch(name: str) -> bool:
-    return bool(BRANCH_NAME.fullmatch(name)) and ".." not in name and not name.endswith(".lock")
+    return branch_problem(name) is None
+
+
+def shown(text: str) -> str:
+    """A name read from the file system, printable whatever bytes it holds."""
+    return os.fsencode(text).decode("utf-8", "backslashreplace")
+
+
+def _sha256_of(fd: int, size: int) -> str | None:
+    """The sha256 of the first ``size`` bytes of ``fd`` (from its start); None if the file ends sooner."""
+    digest = hashlib.sha256()
+    buffer = memoryview(bytearray(min(_HASH_BLOCK, max(size, 1))))
+    done = 0
+    with io.FileIO(fd, "rb", closefd=False) as file:
+        file.seek(0)
+        while done < size:
+            n = file.readinto(buffer[:min(len(buffer), size - done)])
+            if not n:
+                return None
+            digest.update(buffer[:n])
+            done += n
+    return digest.hexdigest()
+
+
+def _rename(fd: int | None, prefix: str, source: str, target: str) -> None:
+    """Rename ``source`` to ``target`` in one folder (``fd``, or the path ``prefix``), replacing it."""
+    if fd is None:
+        os.replace(prefix + source, prefix + target)
+    else:
+        os.rename(source, target, src_dir_fd=fd, dst_dir_fd=fd)  # POSIX rename replaces the target
 
 
 @dataclass(frozen=True)
@@ -61,13 +119,11 @@ class Store:
         self.dir = self.root / REPO_DIR
         self._facts: dict[str, CommitFacts] = {}
         self._inexact: dict[str, frozenset[str]] = {}  # by commit id: the inexact values of its state (§13.4)
-        self._verified: dict[str, tuple[int, ...]] = {}  # by commit id: the file's stat when its bytes hashed to it
 
     @classmethod
     def create(cls, root: Path, branch: str) -> None:
         """Make ``root/.mdiff`` with an empty ``branch``, atomically."""
-        if not valid_branch(branch):
-            raise RepositoryError("MD801", f"{branch!r} is not a valid branch name")
+        cls.check_branch_name(branch)
         directory = Path(root) / REPO_DIR
         if directory.exists():
             raise RepositoryError("MD801", f"{directory} already exists; it is a repository already")
@@ -77,7 +133,7 @@ class Store:
         for sub in ("commits", "snapshots", "refs/heads"):
             (staging / sub).mkdir(parents=True)
         (staging / "format").write_text(FORMAT_LINE, encoding="utf-8")
-        (staging / "HEAD").write_text(f"ref: refs/heads/{branch}\n", encoding="utf-8")
+        (staging / "HEAD").write_text(f"{HEAD_PREFIX}{branch}\n", encoding="utf-8")
         os.replace(staging, directory)  # the repository appears whole or not at all
         fsync_directory(Path(root).resolve())
 
@@ -86,21 +142,193 @@ class Store:
         """The folder holding ``.mdiff/`` that contains ``start`` (searching upwards, like git)."""
         here = Path(start).resolve()
         for candidate in (here, *here.parents):
-            if (candidate / REPO_DIR / "format").is_file():
+            if os.path.lexists(candidate / REPO_DIR / "format"):  # whatever it is: check_format says what is wrong
                 return candidate
         raise RepositoryError("MD801", f"no mdiff repository in {here} or its parents; run `mdiff init`")
 
     def check_format(self) -> None:
-        if (self.dir / "format").read_text(encoding="utf-8") != FORMAT_LINE:
+        text = self._read_small("format")
+        if text is None:
+            raise RepositoryError("MD801", f"{self.dir / 'format'} is missing")
+        if text != FORMAT_LINE:
             raise RepositoryError("MD801", f"{self.dir / 'format'} does not say {FORMAT_LINE.strip()!r}")
+
+    @staticmethod
+    def check_branch_name(name: str) -> None:
+        problem = branch_problem(name)
+        if problem:
+            raise RepositoryError("MD801", f"{shown(name)!r} is not a valid branch name: {problem}")
+
+    # ------------------------------------------------------------ files under .mdiff/, no link followed
+    def _shown_path(self, relative: str) -> str:
+        return shown(str(self.dir / relative))
+
+    def _not_regular(self, relative: str, kind: str) -> RepositoryError:
+        why = ("a reader follows no link inside .mdiff/" if kind == "a symbolic link"
+               else "it is not a regular file")
+        return RepositoryError("MD801", f"{self._shown_path(relative)} is {kind}: {why} (§13.1)")
+
+    @contextlib.contextmanager
+    def _folder(self, parts: Sequence[str], create: bool = False) -> Iterator[tuple[int | None, str]]:
+        """(dir_fd, prefix) for the folder ``.mdiff/<parts>``: a name ``prefix + NAME`` relative to
+        ``dir_fd`` is a file in it. Each part is a real folder, not a link (MD801 otherwise); a missing
+        one is FileNotFoundError, unless ``create`` makes it. ``.mdiff`` itself may be a link."""
+        if not _AT:
+            path = self.dir
+            for i, part in enumerate(parts):
+                path = path / part
+                if create:
+                    with contextlib.suppress(FileExistsError):
+                        path.mkdir()
+                mode = os.lstat(path).st_mode
+                if not stat.S_ISDIR(mode):
+                    raise self._not_folder("/".join(parts[:i + 1]), kind_of(mode))
+            yield None, str(path) + os.sep
+            return
+        fd = os.open(self.dir, os.O_RDONLY | DIRECTORY | CLOEXEC)
+        try:
+            for i, part in enumerate(parts):
+                if create:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, dir_fd=fd)
+                try:
+                    inner = os.open(part, os.O_RDONLY | DIRECTORY | NOFOLLOW | CLOEXEC | NONBLOCK, dir_fd=fd)
+                except (FileNotFoundError, PermissionError):
+                    raise
+                except OSError:
+                    raise self._not_folder("/".join(parts[:i + 1]),
+                                           kind_of(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode)) from None
+                os.close(fd)
+                fd = inner
+            yield fd, ""
+        finally:
+            os.close(fd)
+
+    def _not_folder(self, relative: str, kind: str) -> RepositoryError:
+        why = "a reader follows no link inside .mdiff/" if kind == "a symbolic link" else "a folder belongs there"
+        return RepositoryError("MD801", f"{self._shown_path(relative)} is {kind}: {why} (§13.1)")
+
+    def kind(self, relative: str) -> str | None:
+        """What ``.mdiff/<relative>`` is ("a regular file", "a folder", "a symbolic link", …), None if missing."""
+        *parts, name = relative.split("/")
+        try:
+            with self._folder(parts) as (fd, prefix):
+                return kind_of(os.stat(prefix + name, dir_fd=fd, follow_symlinks=False).st_mode)
+        except FileNotFoundError:
+            return None
+
+    def _open_file(self, relative: str) -> tuple[int, os.stat_result]:
+        """(descriptor, fstat) of the regular file ``.mdiff/<relative>``, opened without blocking and
+        without following a link; MD801 for anything else; FileNotFoundError when it is missing."""
+        *parts, name = relative.split("/")
+        with self._folder(parts) as (fd, prefix):
+            try:
+                return open_regular(prefix + name, follow_links=False, dir_fd=fd)
+            except NotRegularFile as exc:
+                raise self._not_regular(relative, exc.kind) from None
+
+    def _read_small(self, relative: str) -> str | None:
+        """The text of ``format``, HEAD or a ref (None when missing): at most MAX_SMALL_FILE_BYTES read."""
+        try:
+            fd, _ = self._open_file(relative)
+        except FileNotFoundError:
+            return None
+        try:
+            data = os.read(fd, MAX_SMALL_FILE_BYTES + 1)
+        finally:
+            os.close(fd)
+        if len(data) > MAX_SMALL_FILE_BYTES:
+            raise RepositoryError("MD801", f"{self._shown_path(relative)} is malformed: longer than "
+                                           f"{MAX_SMALL_FILE_BYTES} bytes (§13.1)")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise RepositoryError("MD801", f"{self._shown_path(relative)} is malformed: not UTF-8 text") from None
+
+    def _write_small(self, relative: str, text: str) -> None:
+        """``text`` as the whole new content of ``.mdiff/<relative>``, atomically (temporary file,
+        fsync, rename) in its folder, opened without following a link; only a regular file is replaced."""
+        *parts, name = relative.split("/")
+        data = text.encode("utf-8")
+        with self._folder(parts, create=True) as (fd, prefix):
+            with contextlib.suppress(FileNotFoundError):
+                kind = kind_of(os.stat(prefix + name, dir_fd=fd, follow_symlinks=False).st_mode)
+                if kind != "a regular file":
+                    raise RepositoryError("MD801", f"{self._shown_path(relative)} is {kind}; mdiff replaces only a "
+                                                   "regular file there (§13.1)")
+            temp = f".{name}.{secrets.token_hex(8)}{TEMP_SUFFIX}"
+            out = os.open(prefix + temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC | BINARY, 0o666,
+                          dir_fd=fd)
+            try:
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(out, view):]
+                    os.fsync(out)
+                finally:
+                    os.close(out)
+                _rename(fd, prefix, temp, name)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(prefix + temp, dir_fd=fd)
+                raise
+            self._sync_folder(fd, prefix)
+
+    @staticmethod
+    def _sync_folder(fd: int | None, prefix: str) -> None:
+        if fd is None:
+            fsync_directory(prefix)
+        else:
+            with contextlib.suppress(OSError):
+                os.fsync(fd)
+
+    def _names_in(self, parts: Sequence[str]) -> list[tuple[str, bool]]:
+        """(name, is a real folder) of each entry of ``.mdiff/<parts>``, sorted."""
+        with self._folder(parts) as (fd, prefix):
+            with os.scandir(fd if fd is not None else prefix) as entries:
+                return sorted((entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries)
 
     # ------------------------------------------------------------ locking
     @contextlib.contextmanager
     def lock(self, wait: bool = True) -> Iterator[None]:
         """The one writer lock (§13.6: an exclusive flock on .mdiff/lock, where the platform has flock);
-        ``wait=False`` refuses at once (MD803) if another process holds it."""
+        ``wait=False`` refuses at once (MD803) if another process holds it. The lock file is opened
+        without following a link and without blocking, and must be a regular file (MD801)."""
+        try:
+            import fcntl
+        except ImportError:  # no flock: filelock's lock for this platform
+            yield from self._portable_lock(wait)
+            return
+        with self._folder([]) as (folder, prefix):
+            try:
+                fd = os.open(prefix + "lock", os.O_RDONLY | os.O_CREAT | NOFOLLOW | NONBLOCK | CLOEXEC, 0o644,
+                             dir_fd=folder)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.EISDIR):
+                    raise
+                raise self._not_regular("lock", kind_of(os.stat(prefix + "lock", dir_fd=folder,
+                                                                follow_symlinks=False).st_mode)) from None
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise self._not_regular("lock", kind_of(mode))
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                raise RepositoryError("MD803", "another mdiff process is writing to this repository; try again") from None
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def _portable_lock(self, wait: bool) -> Iterator[None]:
         from filelock import FileLock, Timeout
 
+        kind = self.kind("lock")
+        if kind not in (None, "a regular file"):
+            raise self._not_regular("lock", kind)
         held = FileLock(self.dir / "lock", mode=0o644, thread_local=False)
         try:
             held.acquire(timeout=-1 if wait else 0)
@@ -114,46 +342,95 @@ class Store:
     # ------------------------------------------------------------ refs
     def head(self) -> tuple[str | None, str | None]:
         """(branch, commit id) of HEAD; branch is None when HEAD is detached, id None before the first commit."""
-        text = (self.dir / "HEAD").read_text(encoding="utf-8")
+        branch, commit_id = self.head_ref()
+        return (branch, self.branch_target(branch)) if branch else (None, commit_id)
+
+    def head_ref(self) -> tuple[str | None, str | None]:
+        """What HEAD says, the branch it names not read: (branch, None), or (None, commit id) when detached."""
+        text = self._read_small("HEAD")
+        if text is None:
+            raise RepositoryError("MD801", f"{self.dir / 'HEAD'} is missing")
         m = re.fullmatch(r"ref: refs/heads/(\S+)\n", text)
         if m and valid_branch(m.group(1)):
-            return m.group(1), self.branch_target(m.group(1))
+            return m.group(1), None
         if _ID_LINE.fullmatch(text):
-            return None, self._existing(text[:-1], "HEAD")
-        raise RepositoryError("MD801", f"HEAD is malformed: {text[:80]!r}")
+            return None, self.existing_commit(text[:-1], "HEAD")
+        raise RepositoryError("MD801", f"{self.dir / 'HEAD'} is malformed: neither `{HEAD_PREFIX}<branch>` (a valid "
+                                       "branch name) nor a commit id, with one newline (§13.1)")
 
-    def branches(self) -> dict[str, str | None]:
-        heads = self.dir / "refs" / "heads"
-        found = {}
-        for path in sorted(heads.rglob("*")):
-            if path.is_file() and not path.name.startswith("."):
-                name = path.relative_to(heads).as_posix()
-                found[name] = self.branch_target(name)
+    def ref_names(self) -> list[str]:
+        """The name of every entry of refs/heads that is not a folder (hidden ones aside): a branch when
+        the name is valid (§13.1); fsck reports the others, which no command reads."""
+        found: list[str] = []
+
+        def walk(parts: list[str]) -> None:
+            for name, is_folder in self._names_in(["refs", "heads", *parts]):
+                if name.startswith("."):
+                    continue  # a writer's temporary file (§13.1)
+                inner = [*parts, name]
+                if is_folder and len("/".join(inner).encode("utf-8", "surrogateescape")) < MAX_BRANCH_BYTES:
+                    walk(inner)
+                else:  # a file; or a folder no branch name can reach into, reported as it is
+                    found.append("/".join(inner))
+
+        try:
+            walk([])
+        except FileNotFoundError:
+            raise RepositoryError("MD801", f"{self.dir / 'refs' / 'heads'} is missing") from None
         return found
 
-    def branch_target(self, branch: str) -> str | None:
-        path = self.dir / "refs" / "heads" / branch
-        if not path.exists():
-            return None
-        text = path.read_text(encoding="utf-8")
-        if not _ID_LINE.fullmatch(text):
-            raise RepositoryError("MD801", f"ref {branch!r} is malformed: {text[:80]!r}")
-        return self._existing(text[:-1], f"branch {branch!r}")
+    def branch_names(self) -> list[str]:
+        """The branches, by name, without reading them."""
+        return [name for name in self.ref_names() if valid_branch(name)]
 
-    def _existing(self, commit_id: str, what: str) -> str:
-        if not self.commit_path(commit_id).exists():
+    def branches(self) -> dict[str, str | None]:
+        return {name: self.branch_target(name) for name in self.branch_names()}
+
+    def has_branch(self, branch: str) -> bool:
+        """Whether ``refs/heads/<branch>`` names a branch: a valid name, and an entry that is not a
+        folder (which reading then requires to be a well-formed regular file)."""
+        return valid_branch(branch) and self.kind(f"refs/heads/{branch}") not in (None, "a folder")
+
+    def branch_target(self, branch: str) -> str | None:
+        """The commit ``branch`` points to; None when there is no such branch."""
+        self.check_branch_name(branch)
+        try:
+            text = self._read_small(f"refs/heads/{branch}")
+        except RepositoryError:
+            if self.kind(f"refs/heads/{branch}") == "a folder":
+                return None  # a folder of branches (`exp` of `exp/lora`)
+            raise
+        if text is None:
+            return None
+        if not _ID_LINE.fullmatch(text):
+            raise RepositoryError("MD801", f"ref {branch!r} ({self.dir / 'refs' / 'heads' / branch}) is malformed: "
+                                           "not a commit id and one newline (§13.1)")
+        return self.existing_commit(text[:-1], f"branch {branch!r}")
+
+    def existing_commit(self, commit_id: str, what: str) -> str:
+        if self.kind(f"commits/{commit_id}.mdiff") is None:
             raise RepositoryError("MD801", f"{what} names commit {commit_id[:12]}, which is not in the repository")
         return commit_id
 
     def set_branch(self, branch: str, commit_id: str) -> None:
-        if not valid_branch(branch):
-            raise RepositoryError("MD801", f"{branch!r} is not a valid branch name")
-        path = self.dir / "refs" / "heads" / branch
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text(path, commit_id + "\n")
+        self.check_branch_name(branch)
+        self._write_small(f"refs/heads/{branch}", commit_id + "\n")
+
+    def create_branch(self, branch: str, commit_id: str) -> None:
+        """A new branch at ``commit_id`` (MD801 if it exists). The caller holds the lock, so that of
+        two writers creating one branch exactly one does (§13.6)."""
+        self.check_branch_name(branch)
+        kind = self.kind(f"refs/heads/{branch}")
+        if kind == "a folder":
+            raise RepositoryError("MD801", f"{branch!r} is a folder of branches; choose another name")
+        if kind is not None:
+            raise RepositoryError("MD801", f"branch {branch!r} exists already")
+        self.set_branch(branch, commit_id)
 
     def set_head(self, branch: str | None = None, commit_id: str | None = None) -> None:
-        write_text(self.dir / "HEAD", f"ref: refs/heads/{branch}\n" if branch else f"{commit_id}\n")
+        if branch:
+            self.check_branch_name(branch)
+        self._write_small("HEAD", f"{HEAD_PREFIX}{branch}\n" if branch else f"{commit_id}\n")
 
     def advance(self, branch: str | None, commit_id: str) -> None:
         """Move the current branch — or a detached HEAD — to ``commit_id`` (after a commit)."""
@@ -163,15 +440,17 @@ class Store:
             self.set_head(commit_id=commit_id)
 
     def delete_branch(self, branch: str) -> None:
-        if not valid_branch(branch):
-            raise RepositoryError("MD801", f"{branch!r} is not a valid branch name")
+        """Remove ``refs/heads/<branch>`` — whatever it is, a link or a FIFO included (its entry is
+        removed, nothing it points to) — unless it is the current branch."""
+        self.check_branch_name(branch)
+        if self.kind(f"refs/heads/{branch}") in (None, "a folder"):
+            raise RepositoryError("MD801", f"no branch {branch!r}")
         if self.head()[0] == branch:
             raise RepositoryError("MD801", f"cannot delete {branch!r}: it is the current branch")
-        path = self.dir / "refs" / "heads" / branch
-        if not path.is_file():
-            raise RepositoryError("MD801", f"no branch {branch!r}")
-        path.unlink()
-        fsync_directory(path.parent)
+        *parts, name = f"refs/heads/{branch}".split("/")
+        with self._folder(parts) as (fd, prefix):
+            os.unlink(prefix + name, dir_fd=fd)
+            self._sync_folder(fd, prefix)
 
     # ------------------------------------------------------------ commit files
     def commit_path(self, commit_id: str) -> Path:
@@ -181,7 +460,9 @@ class Store:
         return self.dir / "snapshots" / f"{commit_id}.mdiff"
 
     def commit_ids(self) -> list[str]:
-        return sorted(p.stem for p in (self.dir / "commits").glob("*.mdiff") if COMMIT_ID.fullmatch(p.stem))
+        """The id of every entry of commits/ named ``<id>.mdiff`` (whatever it is: reading it says)."""
+        names = [name[:-len(".mdiff")] for name, _ in self._names_in(["commits"]) if name.endswith(".mdiff")]
+        return sorted(name for name in names if COMMIT_ID.fullmatch(name))
 
     def metadata(self, commit_id: str) -> Commit:
         return self.commit_facts(commit_id).commit
@@ -190,10 +471,10 @@ class Store:
         return self.commit_facts(commit_id).parents
 
     def commit_facts(self, commit_id: str) -> CommitFacts:
-        self._existing(commit_id, "a commit's parent list")  # even when known: the file may have gone since
+        """What the commit's metadata says, read from its verified file once per process (MD800)."""
+        self.existing_commit(commit_id, "a commit's parent list")  # even when known: the file may have gone since
         if commit_id not in self._facts:
-            with open_diff(self.commit_path(commit_id)) as diff:
-                self._remember(commit_id, diff)
+            self.open_commit(commit_id).close()
         return self._facts[commit_id]
 
     def _remember(self, commit_id: str, diff: DiffFile) -> None:
@@ -205,49 +486,115 @@ class Store:
     def remember_inexact(self, commit_id: str, names: frozenset[str]) -> None:
         self._inexact[commit_id] = names
 
+    @contextlib.contextmanager
+    def commit_file(self, commit_id: str) -> Iterator[str]:
+        """A name to read the commit file of ``commit_id`` by, whose bytes hash to the id (§13.2: MD800
+        otherwise; MD801 when there is no such regular file). The file is opened once and hashed
+        through that descriptor, and the name given reopens that descriptor, so what is read is what
+        was hashed even if the file is replaced meanwhile; a file changed in place while it is hashed
+        or read (its size, modification or change time moved) is refused (MD800) when the block ends."""
+        relative = f"commits/{commit_id}.mdiff"
+        try:
+            fd, before = self._open_file(relative)
+        except FileNotFoundError:
+            raise RepositoryError("MD801", f"commit {commit_id[:12]} is not in the repository") from None
+        try:
+            got = _sha256_of(fd, before.st_size)
+            if got != commit_id:
+                self._check_unchanged(fd, before, commit_id)
+                raise RepositoryError("MD800", f"commit file {commit_id[:12]} is corrupt: its bytes hash to "
+                                               f"{(got or 'nothing (it ended early)')[:12]}")
+            self._check_unchanged(fd, before, commit_id)
+            path = self.commit_path(commit_id)
+            readable = reopenable(fd, path)
+            yield readable
+            self._check_unchanged(fd, before, commit_id, path if readable == os.fspath(path) else None)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _check_unchanged(fd: int, before: os.stat_result, commit_id: str, path: Path | None = None) -> None:
+        after = os.fstat(fd) if path is None else os.stat(path, follow_symlinks=False)
+        if not same_file(before, after):
+            raise RepositoryError("MD800", f"commit file {commit_id[:12]} changed while it was read")
+
+    def verify(self, commit_id: str) -> None:
+        """MD800: the commit file's bytes hash to its name (MD801 when there is no such file)."""
+        with self.commit_file(commit_id):
+            pass
+
+    def open_commit(self, commit_id: str) -> DiffFile:
+        """The commit file, verified (MD800) and opened from the very bytes verified (MD802 when it
+        breaks a rule of the format)."""
+        diff: DiffFile | None = None
+        try:
+            with self.commit_file(commit_id) as readable:
+                try:
+                    diff = open_diff(readable)
+                except InvalidFileError as exc:
+                    where = f" [{exc.path}]" if exc.path and exc.path != readable else ""
+                    raise RepositoryError("MD802", f"commit {commit_id[:12]} cannot be applied: "
+                                                   f"{exc.code}: {exc.message}{where}") from exc
+                diff.path = os.fspath(self.commit_path(commit_id))
+        except BaseException:
+            if diff is not None:
+                diff.close()
+            raise
+        self._remember(commit_id, diff)
+        return diff
+
+    def open_snapshot(self, commit_id: str) -> DiffFile:
+        """snapshots/<commit_id>.mdiff, opened as §13.1 says (no link followed, without blocking, a
+        regular file) — InvalidFileError (MD100) otherwise: an unusable snapshot (§13.5)."""
+        path = self.snapshot_path(commit_id)
+        try:
+            fd, _ = self._open_file(f"snapshots/{commit_id}.mdiff")
+        except RepositoryError as exc:
+            raise InvalidFileError("MD100", f"unusable snapshot: {exc.message}", os.fspath(path)) from None
+        try:
+            diff = open_diff(reopenable(fd, path))
+        finally:
+            os.close(fd)
+        diff.path = os.fspath(path)
+        return diff
+
     def store(self, write: Callable[[DiffWriter], None], commit: Commit, compression: str = "gzip",
               directory: str = "commits") -> str:
         """Write a commit file with ``write``; file it under its sha256; return that id.
 
-        The file is complete and synced before it gets its name, so a crash leaves at most
-        a stray temporary file, never a partial commit.
+        The file is complete, synced, and read back as its readers will read it (the limits of §8.3
+        included) before it gets its name, so a crash leaves at most a stray temporary file, never a
+        partial commit, and no commit is filed that its readers would refuse. The folder is opened
+        without following a link and every name is taken relative to it: nothing lands outside.
         """
-        target_dir = self.dir / directory
-        tmp, fd = create_temp_file(target_dir, "commit.mdiff")
-        os.close(fd)
-        tmp_path = Path(tmp)
-        try:
-            with DiffWriter(tmp_path, commit, compression) as writer:
-                write(writer)
-            commit_id = file_sha256(tmp_path)
-            os.replace(tmp_path, target_dir / f"{commit_id}.mdiff")
-        except BaseException:
-            tmp_path.unlink(missing_ok=True)
-            raise
-        fsync_directory(target_dir)
+        with self._folder([directory]) as (fd, prefix):
+            folder = reopenable(fd, self.dir / directory) if fd is not None else prefix
+            temp = f".commit.mdiff.{secrets.token_hex(8)}{TEMP_SUFFIX}"
+            os.close(os.open(prefix + temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o666,
+                             dir_fd=fd))
+            try:
+                with DiffWriter(os.path.join(folder, temp), commit, compression) as writer:
+                    write(writer)
+                commit_id = self._read_back(fd, prefix + temp, self.dir / directory / temp, directory == "commits")
+                _rename(fd, prefix, temp, f"{commit_id}.mdiff")
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(prefix + temp, dir_fd=fd)
+                raise
+            self._sync_folder(fd, prefix)
         return commit_id
 
-    def verify(self, commit_id: str) -> None:
-        """MD800: the commit file's bytes still hash to its name (MD801 when there is no such file)."""
-        self._existing(commit_id, "a commit's parent list")
-        # Every checkout walks to the root (§13.5): hash a file again only once it may have changed
-        # (a write, a rename or a utime changes its ctime, which no user can set). As git's index
-        # does, a stamp younger than the clock's coarse granularity proves nothing: not kept.
-        st = os.stat(self.commit_path(commit_id))
-        stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        if self._verified.get(commit_id) == stamp:
-            return
-        got = file_sha256(self.commit_path(commit_id))
-        if got != commit_id:
-            raise RepositoryError("MD800", f"commit file {commit_id[:12]} is corrupt: its bytes hash to {got[:12]}")
-        if time.time_ns() - st.st_ctime_ns > 2_000_000_000:
-            self._verified[commit_id] = stamp
-
-    def open_commit(self, commit_id: str) -> DiffFile:
-        """The commit file, opened (MD802 when it breaks a rule of the format)."""
+    def _read_back(self, folder: int | None, name: str, path: Path, remember: bool) -> str:
+        """The sha256 of the file ``name`` (relative to ``folder``; ``path`` by its full name) just
+        written, which is opened as a reader opens it (the reader's error when it would refuse it);
+        with ``remember``, its metadata is kept as a commit's."""
+        fd, before = open_regular(name, follow_links=False, dir_fd=folder)
         try:
-            diff = open_diff(self.commit_path(commit_id))
-        except InvalidFileError as exc:
-            raise RepositoryError("MD802", f"commit {commit_id[:12]} cannot be applied: {exc}") from exc
-        self._remember(commit_id, diff)
-        return diff
+            commit_id = _sha256_of(fd, before.st_size)
+            assert commit_id is not None  # written and synced by this process, under the lock
+            with open_diff(reopenable(fd, path)) as diff:
+                if remember:
+                    self._remember(commit_id, diff)
+            return commit_id
+        finally:
+            os.close(fd)

@@ -16,7 +16,7 @@ const COMMIT_ID = /^[0-9a-f]{64}$/;
 const COMMIT_FILE = /^([0-9a-f]{64})\.mdiff$/;
 const BRANCH = /^[A-Za-z0-9][A-Za-z0-9._-]*(\/[A-Za-z0-9][A-Za-z0-9._-]*)*$/;
 const REVISION = /^([^~^]+)((?:~[0-9]*|\^)*)$/;
-const PREFIX = /^[0-9a-f]{4,64}$/;
+const PREFIX = /^[0-9a-f]{4,63}$/;
 
 const short = (id) => id.slice(0, 12);
 
@@ -45,46 +45,107 @@ function md801(message, where = null) {
   return new MdiffError("MD801", message, where);
 }
 
-// §13.1: branch names.
+// §13.1: branch names. (A full commit id is none: it always names that commit, §13.3.)
+const MAX_BRANCH_BYTES = 255;
 export function validBranch(name) {
-  return BRANCH.test(name) && !name.includes("..") && !name.endsWith(".lock");
+  return BRANCH.test(name) && !name.includes("..") && !name.endsWith(".lock") &&
+    Buffer.byteLength(name, "utf8") <= MAX_BRANCH_BYTES && !COMMIT_ID.test(name);
 }
 
+// §13.1: a reader reads at most this much of `format`, HEAD or a ref (HEAD naming the longest branch).
+const MAX_SMALL_FILE_BYTES = "ref: refs/heads/".length + MAX_BRANCH_BYTES + 1;
+const { O_RDONLY, O_NOFOLLOW = 0, O_NONBLOCK = 0 } = fs.constants;
+const PROC_FD = "/proc/self/fd";
+
+function kindOfStat(st) {
+  if (st.isSymbolicLink()) return "a symbolic link";
+  if (st.isDirectory()) return "a folder";
+  if (st.isFIFO()) return "a FIFO";
+  if (st.isCharacterDevice()) return "a character device";
+  if (st.isBlockDevice()) return "a block device";
+  if (st.isSocket()) return "a socket";
+  if (st.isFile()) return "a regular file";
+  return "not a regular file";
+}
+
+// What `p` is, a link not followed ("a regular file", "a folder", "a symbolic link", ...); null when
+// it does not exist.
 function kindOf(p) {
   try {
-    const st = fs.statSync(p);
-    return st.isFile() ? "file" : st.isDirectory() ? "dir" : "other";
+    return kindOfStat(fs.lstatSync(p));
   } catch (e) {
     if (e.code === "ENOENT" || e.code === "ENOTDIR") return null;
-    throw md801(`${p}: ${e.message}`, p);
+    throw md801(`${p}: ${e.code || e.message}`, p);
   }
 }
 
-// A file of the repository as text: null when it does not exist; MD801 when it is not a readable
-// UTF-8 file.
-function readText(p) {
-  const kind = kindOf(p);
-  if (kind === null) return null;
-  if (kind !== "file") throw md801(`${p} is not a file`, p);
-  try {
-    return new TextDecoder("utf-8", { fatal: true }).decode(fs.readFileSync(p));
-  } catch (e) {
-    throw md801(`${p} cannot be read as UTF-8 text: ${e.message}`, p);
-  }
-}
-
+const sameFile = (a, b) =>
+  a.dev === b.dev && a.ino === b.ino && a.size === b.size && a.mtimeMs === b.mtimeMs && a.ctimeMs === b.ctimeMs;
 export class Repository {
   // `root` is the project folder holding `.mdiff/`.
   constructor(root, opts = {}) {
     this.root = root;
     this.dir = path.join(root, ".mdiff");
     this.limits = opts.limits;
-    this.verified = new Set(); // ids whose files were hashed (§13.2)
     this.parentsOf = new Map();
-    const format = readText(path.join(this.dir, "format"));
+    const format = this.readSmall(path.join(this.dir, "format"));
     if (format === null) throw md801(`${root} holds no repository: ${path.join(this.dir, "format")} is missing`, this.dir);
     if (format !== FORMAT_LINE) {
-      throw md801(`${path.join(this.dir, "format")} holds ${JSON.stringify(format.slice(0, 80))}, not ${JSON.stringify(FORMAT_LINE)}`, this.dir);
+      throw md801(`${path.join(this.dir, "format")} does not say ${JSON.stringify(FORMAT_LINE)}`, this.dir);
+    }
+  }
+
+  // §13.1: every folder from .mdiff/ (which may itself be a link) down to `p`'s is a real folder.
+  checkFolders(p) {
+    const rel = path.relative(this.dir, path.dirname(p));
+    let at = this.dir;
+    for (const part of rel ? rel.split(path.sep) : []) {
+      at = path.join(at, part);
+      const kind = kindOf(at);
+      if (kind !== null && kind !== "a folder") {
+        throw md801(`${at} is ${kind}: ${kind === "a symbolic link" ? "a reader follows no link inside .mdiff/" : "a folder belongs there"} (§13.1)`, at);
+      }
+    }
+  }
+
+  // {fd, st} of the regular file `p` under .mdiff/, opened without blocking and without following a
+  // link (§13.1); null when it does not exist; MD801 when it is anything else.
+  openFile(p) {
+    this.checkFolders(p);
+    let fd;
+    try {
+      fd = fs.openSync(p, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+    } catch (e) {
+      if (e.code === "ENOENT" || e.code === "ENOTDIR") return null;
+      const kind = kindOf(p) || "not a regular file";
+      throw md801(`${p} is ${kind}: ${kind === "a symbolic link" ? "a reader follows no link inside .mdiff/" : "it is not a regular file"} (§13.1)`, p);
+    }
+    const st = fs.fstatSync(fd);
+    if (!st.isFile()) {
+      fs.closeSync(fd);
+      throw md801(`${p} is ${kindOfStat(st)}: it is not a regular file (§13.1)`, p);
+    }
+    return { fd, st };
+  }
+
+  // A small file of the repository (`format`, HEAD, a ref) as text: null when it does not exist;
+  // MD801 when it is not a regular UTF-8 file of at most MAX_SMALL_FILE_BYTES. Its content is never
+  // shown in a message.
+  readSmall(p) {
+    const opened = this.openFile(p);
+    if (opened === null) return null;
+    const buf = Buffer.alloc(MAX_SMALL_FILE_BYTES + 1);
+    let got = 0;
+    try {
+      for (let n; got < buf.length && (n = fs.readSync(opened.fd, buf, got, buf.length - got, got)) > 0; ) got += n;
+    } finally {
+      fs.closeSync(opened.fd);
+    }
+    if (got > MAX_SMALL_FILE_BYTES) throw md801(`${p} is malformed: longer than ${MAX_SMALL_FILE_BYTES} bytes (§13.1)`, p);
+    try {
+      return new TextDecoder("utf-8", { fatal: true }).decode(buf.subarray(0, got));
+    } catch {
+      throw md801(`${p} is malformed: not UTF-8 text`, p);
     }
   }
 
@@ -97,35 +158,37 @@ export class Repository {
   }
 
   hasCommit(id) {
-    return kindOf(this.commitPath(id)) === "file";
+    this.checkFolders(this.commitPath(id));
+    return kindOf(this.commitPath(id)) !== null; // whatever it is: reading it says what is wrong
   }
 
   // A commit id read from a ref or HEAD ("<id>\n"), which must name a commit in commits/.
   target(text, what) {
     if (!(text.endsWith("\n") && COMMIT_ID.test(text.slice(0, -1)))) {
-      throw md801(`${what} is malformed: ${JSON.stringify(text.slice(0, 80))} (a commit id and a newline expected)`);
+      throw md801(`${what} is malformed: not a commit id and one newline (§13.1)`);
     }
     const id = text.slice(0, -1);
     if (!this.hasCommit(id)) throw md801(`${what} names commit ${short(id)}, which is not in commits/`);
     return id;
   }
 
-  // The commit a branch points to; null when there is no such branch.
+  // The commit a branch points to; null when there is no such branch (an invalid name is none).
   branch(name) {
     if (!validBranch(name)) return null;
     const file = path.join(this.dir, "refs", "heads", ...name.split("/"));
-    if (kindOf(file) === "dir") return null; // a folder of branches (`exp` of `exp/lora`)
-    const text = readText(file);
+    this.checkFolders(file);
+    if (kindOf(file) === "a folder") return null; // a folder of branches (`exp` of `exp/lora`)
+    const text = this.readSmall(file);
     return text === null ? null : this.target(text, `ref ${JSON.stringify(name)}`);
   }
 
   // {branch, id} of HEAD: branch null when detached; id null on a branch without commits.
   head() {
-    const text = readText(path.join(this.dir, "HEAD"));
+    const text = this.readSmall(path.join(this.dir, "HEAD"));
     if (text === null) throw md801(`${path.join(this.dir, "HEAD")} is missing`);
     if (text.startsWith("ref:")) {
       const m = /^ref: refs\/heads\/([^\n]+)\n$/.exec(text);
-      if (!m || !validBranch(m[1])) throw md801(`HEAD is malformed: ${JSON.stringify(text.slice(0, 80))}`);
+      if (!m || !validBranch(m[1])) throw md801("HEAD is malformed: `ref: refs/heads/` and a valid branch name, with one newline, expected");
       return { branch: m[1], id: this.branch(m[1]) };
     }
     return { branch: null, id: this.target(text, "HEAD") }; // detached: a commit id and a newline
@@ -135,42 +198,77 @@ export class Repository {
   commitIds() {
     let names;
     try {
+      this.checkFolders(path.join(this.dir, "commits", "x"));
       names = fs.readdirSync(path.join(this.dir, "commits"));
     } catch (e) {
+      if (e instanceof MdiffError) throw e;
       if (e.code === "ENOENT") return [];
-      throw md801(`${path.join(this.dir, "commits")}: ${e.message}`);
+      throw md801(`${path.join(this.dir, "commits")}: ${e.code || e.message}`);
     }
     return names.map((n) => COMMIT_FILE.exec(n)).filter(Boolean).map((m) => m[1]).sort();
   }
 
-  // §13.2: a commit file is trusted only once its bytes hash to its name (MD800).
-  verify(id) {
-    if (this.verified.has(id)) return;
-    let bytes;
+  // §13.2: the commit file of `id`, validated (with its data when `data`) from the very bytes that
+  // were hashed: it is opened once, hashed through that descriptor, and read through the same
+  // descriptor (/proc/self/fd/N); refused (MD800) if its bytes do not hash to its name or it
+  // changed meanwhile. Returns {v, file, done}: `done()` closes it, checking it did not change.
+  async openVerified(id, data) {
+    const file = this.commitPath(id);
+    const opened = this.openFile(file);
+    if (opened === null) throw md801(`commit ${short(id)} is not in commits/`, file);
+    const { fd, st } = opened;
+    let v = null;
+    const unchanged = () => {
+      const now = fs.fstatSync(fd);
+      if (!sameFile(st, now)) throw new MdiffError("MD800", `commit file ${short(id)} changed while it was read`, file);
+    };
     try {
-      bytes = fs.readFileSync(this.commitPath(id));
+      const hash = crypto.createHash("sha256");
+      const buf = Buffer.alloc(Math.max(1, Math.min(st.size, 1 << 20)));
+      let done = 0;
+      while (done < st.size) {
+        const n = fs.readSync(fd, buf, 0, Math.min(buf.length, st.size - done), done);
+        if (n <= 0) break;
+        hash.update(buf.subarray(0, n));
+        done += n;
+      }
+      const got = hash.digest("hex");
+      unchanged();
+      if (done !== st.size || got !== id) {
+        throw new MdiffError("MD800", `commit file ${short(id)} is corrupt: its bytes hash to ${short(got)}`, file);
+      }
+      const readable = fs.existsSync(PROC_FD) ? `${PROC_FD}/${fd}` : file;
+      v = await validateFile(readable, { data, limits: this.limits });
+      unchanged();
+      if (readable === file && !sameFile(st, fs.lstatSync(file))) {
+        throw new MdiffError("MD800", `commit file ${short(id)} changed while it was read`, file);
+      }
     } catch (e) {
-      throw md801(`commit ${short(id)} cannot be read: ${e.message}`, this.commitPath(id));
+      if (v) v.close();
+      fs.closeSync(fd);
+      throw e;
     }
-    const got = crypto.createHash("sha256").update(bytes).digest("hex");
-    if (got !== id) {
-      throw new MdiffError("MD800", `commit file ${short(id)} is corrupt: its bytes hash to ${short(got)}`, this.commitPath(id));
-    }
-    this.verified.add(id);
+    const finish = () => {
+      try {
+        v.close();
+        unchanged();
+      } finally {
+        fs.closeSync(fd);
+      }
+    };
+    return { v, file, done: finish };
   }
 
   // The parents of a commit (§4.2), read from its verified file.
   async parents(id) {
     if (this.parentsOf.has(id)) return this.parentsOf.get(id);
-    this.verify(id);
-    const file = this.commitPath(id);
-    const v = await validateFile(file, { data: false, limits: this.limits });
+    const { v, file, done } = await this.openVerified(id, false);
     try {
       refuseInvalid(v, file);
     } catch (e) {
       throw new MdiffError("MD802", `commit ${short(id)} cannot be read: ${e.code}: ${e.message}`, file);
     } finally {
-      v.close();
+      done();
     }
     const parents = v.commit.parents;
     this.parentsOf.set(id, parents);
@@ -196,6 +294,10 @@ export class Repository {
     if (name === "HEAD") {
       id = this.head().id;
       if (id === null) throw md801("HEAD names a branch without commits");
+    } else if (COMMIT_ID.test(name)) {
+      // a full commit id always names that commit, whatever a file of refs/heads is called (§13.3)
+      if (!this.hasCommit(name)) throw md801(`no commit ${short(name)} in commits/`);
+      id = name;
     } else if ((id = this.branch(name)) !== null) {
       // a branch (which wins over a commit-id prefix of the same name)
     } else if (PREFIX.test(name)) {
@@ -205,7 +307,7 @@ export class Repository {
       }
       id = matches[0];
     } else {
-      throw md801(`no branch or commit ${JSON.stringify(name)}`);
+      throw md801(`no branch or commit ${JSON.stringify(name.slice(0, 80))}`);
     }
     for (const move of m[2].match(/~[0-9]*|\^/g) || []) {
       const steps = move === "^" || move === "~" ? 1 : Number(move.slice(1));
@@ -228,7 +330,12 @@ export class Repository {
   // state has inexact values (they would be replayed from the root anyway).
   async snapshot(id, claims) {
     const file = this.snapshotPath(id);
-    if (kindOf(file) !== "file") return null;
+    try {
+      this.checkFolders(file);
+    } catch {
+      return null;
+    }
+    if (kindOf(file) !== "a regular file") return null; // a link, a FIFO, ...: unusable (§13.1, §13.5)
     const v = await validateFile(file, { limits: this.limits });
     try {
       if (v.notHdf5 || v.errors.length) return null;
@@ -267,9 +374,7 @@ export class Repository {
     const claimsAt = new Map(); // chain index -> a copy of the claims, where a snapshot file is
     for (let i = 0; i < chain.length; i++) {
       const cid = chain[i];
-      this.verify(cid);
-      const file = this.commitPath(cid);
-      const v = await validateFile(file, { data: false, limits: this.limits });
+      const { v, file, done } = await this.openVerified(cid, false);
       try {
         refuseInvalid(v, file);
         claimCommit(claims, v, cid);
@@ -278,9 +383,9 @@ export class Repository {
         const err = asMdiffError(e, file);
         throw new MdiffError("MD802", `commit ${short(cid)} cannot be applied to its first parent's state: ${err.code}: ${err.message}`, err.path || file);
       } finally {
-        v.close();
+        done();
       }
-      if (kindOf(this.snapshotPath(cid)) === "file") {
+      if (kindOf(this.snapshotPath(cid)) === "a regular file") {
         claimsAt.set(i, { params: new Map(claims.params), files: new Map(claims.files), layout: claims.layout });
       }
     }
@@ -296,8 +401,7 @@ export class Repository {
       }
     }
     for (const cid of chain.slice(from)) {
-      const file = this.commitPath(cid);
-      const v = await validateFile(file, { limits: this.limits });
+      const { v, file, done } = await this.openVerified(cid, true);
       try {
         refuseInvalid(v, file);
         const nextFiles = applyFileUpdates(v, files);
@@ -311,7 +415,7 @@ export class Repository {
         const err = asMdiffError(e, file);
         throw new MdiffError("MD802", `commit ${short(cid)} cannot be applied to its first parent's state: ${err.code}: ${err.message}`, err.path || file);
       } finally {
-        v.close();
+        done();
       }
     }
     return state;
