@@ -44,7 +44,7 @@ def _norm_ratio(o: np.ndarray, n: np.ndarray, compute: type) -> float | None:
     change = base = 0.0
     with np.errstate(invalid="ignore", over="ignore"):  # inf − inf: the ratio is dropped below
         for start in range(0, o.size, _BLOCK):
-            a = o[start:start + _BLOCK].astype(compute)
+            a: np.ndarray = o[start:start + _BLOCK].astype(compute)
             d = n[start:start + _BLOCK].astype(compute) - a
             change += float(np.dot(d, d))
             base += float(np.dot(a, a))

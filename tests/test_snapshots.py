@@ -251,7 +251,9 @@ original = DiffWriter.add
 def add(self, name, update):  # killed in the middle of writing a file: after its first parameter
     original(self, name, update)
     written.append(name)
-    if self.path.parent.name == sys.argv[2] and len(written) >= 2:
+    # a commit is written in commits/ through a descriptor of the folder (/proc/self/fd/N): known by its name
+    into = "commits" if self.path.name.startswith(".commit.") else self.path.parent.name
+    if into == sys.argv[2] and len(written) >= 2:
         os.kill(os.getpid(), signal.SIGKILL)
 DiffWriter.add = add
 r = Repository.find(sys.argv[1])
