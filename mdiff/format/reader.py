@@ -18,7 +18,7 @@ from mdiff.format.findings import Finding
 from mdiff.format.header import Header, parse_header
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
 from mdiff.format.parameters import Parameter, parse_files, parse_layout, parse_parameters
-from mdiff.format.structure import inspect_structure
+from mdiff.format.structure import Inventory, inspect_structure
 from mdiff.format.update_types import parse_update_types
 from mdiff.isolation import Isolation, IsolationFailure, run_isolated
 from mdiff.updates import REGISTRY
@@ -74,6 +74,8 @@ class Contents:
     findings: list[Finding]
     files: dict[str, Parameter] = field(default_factory=dict)  # by path (§5.5)
     layout: Parameter | None = None  # §5.6
+    inventory: Inventory | None = None  # the structure walk's (None past a global limit)
+    structure_findings: list[Finding] = field(default_factory=list)  # the walk's own findings
 
 
 def open_hdf5(path) -> tuple[h5py.File, int]:
@@ -96,10 +98,29 @@ def _hdf5_reason(exc: Exception) -> str:
     return inner.split(",")[0].split(":")[0].strip() or type(exc).__name__
 
 
-def read_contents(f: h5py.File, file_size: int, limits: Limits) -> Contents:
-    inventory, findings = inspect_structure(f, file_size, limits)
+@dataclass(frozen=True)
+class Vetted:
+    """A file's structure walk, as an isolated child made it (§8.5): the parent reads the file by it
+    instead of walking it again — provided the file is still the one the child read (``identity``)."""
+
+    identity: tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
+    inventory: Inventory
+    findings: list[Finding]
+
+
+def _identity(fd: int) -> tuple[int, int, int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def read_contents(f: h5py.File, file_size: int, limits: Limits, vetted: Vetted | None = None) -> Contents:
+    if vetted is not None:
+        inventory, findings = vetted.inventory, list(vetted.findings)
+    else:
+        inventory, findings = inspect_structure(f, file_size, limits)
     if any(x.code in ("MD511", "MD512") for x in findings):
         return Contents(None, {}, findings)  # past a global limit nothing more is looked at
+    walk_findings = list(findings)
     header, header_findings = parse_header(inventory)
     findings += header_findings
     if header is None:
@@ -115,7 +136,8 @@ def read_contents(f: h5py.File, file_size: int, limits: Limits) -> Contents:
         files, file_findings = parse_files(inventory, f, newer_minor, limits)
         layout, layout_findings = parse_layout(inventory, f, newer_minor, limits)
         parameter_findings += file_findings + layout_findings
-    return Contents(header, parameters, findings + type_findings + parameter_findings, files, layout)
+    return Contents(header, parameters, findings + type_findings + parameter_findings, files, layout, inventory,
+                    walk_findings)
 
 
 class DiffFile(Mapping[str, Update]):
@@ -125,7 +147,7 @@ class DiffFile(Mapping[str, Update]):
     keeps the findings a reader may ignore.
     """
 
-    def __init__(self, path, limits: Limits = DEFAULT_LIMITS):
+    def __init__(self, path, limits: Limits = DEFAULT_LIMITS, vetted: Vetted | None = None, keep_structure: bool = False):
         self.path = os.fspath(path)
         FILTER_PLUGINS.enter()
         try:
@@ -134,7 +156,12 @@ class DiffFile(Mapping[str, Update]):
             FILTER_PLUGINS.leave()
             raise
         try:
-            contents = read_contents(self._file, size, limits)
+            if vetted is not None and vetted.identity != self._identity():
+                vetted = None  # the file changed since the child read it: walk it here
+            contents = read_contents(self._file, size, limits, vetted)
+            # what an isolated child hands its parent (open_diff); otherwise not kept: it is ~1 KB a parameter
+            self.structure = Vetted(self._identity(), contents.inventory, contents.structure_findings) \
+                if keep_structure and contents.inventory is not None else None
             errors = [x for x in contents.findings if x.is_error]
             if errors:
                 raise errors[0].to_error()
@@ -150,6 +177,12 @@ class DiffFile(Mapping[str, Update]):
         self._parameters = contents.parameters
         self._files = contents.files
         self._layout = contents.layout
+
+    def _identity(self) -> tuple[int, int, int, int]:
+        try:
+            return _identity(self._file.id.get_vfd_handle())
+        except Exception:  # a driver without a file descriptor: never matches a child's walk
+            return (-1, -1, -1, -1)
 
     @property
     def commit(self) -> Commit:
@@ -213,16 +246,20 @@ def open_diff(path, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None
     """Open a .mdiff file. With ``isolation``, its metadata is first read in full (the structure walk,
     every parameter's checks) by a forked child with those time and memory limits: a crash or hang of
     libhdf5 on a crafted file then becomes MD515 here (§8.5), and an error of the file is raised
-    without this process having parsed it. Data read later goes through the chunk map the walk made
-    (storage.py) wherever it can, so libhdf5 parses in this process what it parsed in the child."""
+    without this process having parsed it. The child hands its walk back: this process reads the file
+    by it instead of walking it again (unless the file changed meanwhile), so that libhdf5 parses
+    here only what a read needs — data goes through the walk's chunk map (storage.py) wherever it can."""
+    vetted = None
     if isolation is not None:
         try:
-            run_isolated(_metadata_only, path, limits, limits=isolation)
+            vetted = run_isolated(_metadata_only, path, limits, limits=isolation)
         except IsolationFailure as failure:
             raise InvalidFileError("MD515", f"reading the metadata in an isolated child: {failure.reason}",
                                    os.fspath(path)) from None
-    return DiffFile(path, limits)
+    return DiffFile(path, limits, vetted)
 
 
-def _metadata_only(path, limits: Limits) -> None:
-    DiffFile(path, limits).close()
+def _metadata_only(path, limits: Limits) -> Vetted | None:
+    """Open the file (every check of its metadata); its structure walk, for the parent to read by."""
+    with DiffFile(path, limits, keep_structure=True) as diff:
+        return diff.structure
