@@ -85,30 +85,15 @@ def parse_layout(
 
 def _parse_members(container: ObjectInfo, f: h5py.File, types: Mapping[str, UpdateType], newer_minor: bool,
                    limits: Limits, is_file: bool = False) -> tuple[dict[str, Parameter], list[Finding]]:
-    findings: list[Finding] = []
-    for attr in sorted(container.attrs):
-        findings.append(Finding("MD303", container.path, f"unknown attribute {attr!r}"))
+    findings = _container_findings(container)
     entries: dict[str, Parameter] = {}
     datasets = _Datasets(f)
     prefix = container.path
     for link, info in container.children.items():
-        path = f"{prefix}/{link}"
-        try:
-            name = decode_name(link)
-        except InvalidFileError as exc:
-            findings.append(Finding("MD302", path, exc.message))
+        name = _member_name(prefix, link, findings, is_file)
+        if name is None:
             continue
-        if is_file:
-            problem = path_problem(name)
-            if problem:
-                findings.append(Finding("MD304", path, f"file path {name!r}: {problem}"))
-                continue
-        if info.kind == "refused":  # refused by the structure walk, already reported
-            continue
-        if info.kind != "group":
-            findings.append(Finding("MD301", path, f"a {'file' if is_file else 'parameter'} must be a group"))
-            continue
-        entry = _parse_one(name, path, info, datasets, findings, types, newer_minor, limits, is_file)
+        entry = _parse_member(name, f"{prefix}/{link}", info, datasets, findings, types, newer_minor, limits, is_file)
         if entry is not None:
             entries[name] = entry
     if not _in_utf8_order(entries):
@@ -116,7 +101,76 @@ def _parse_members(container: ObjectInfo, f: h5py.File, types: Mapping[str, Upda
     return entries, findings
 
 
-def _in_utf8_order(entries: Mapping[str, Parameter]) -> bool:
+def _container_findings(container: ObjectInfo) -> list[Finding]:
+    return [Finding("MD303", container.path, f"unknown attribute {attr!r}") for attr in sorted(container.attrs)]
+
+
+def _member_name(prefix: str, link: str, findings: list[Finding], is_file: bool) -> str | None:
+    """The parameter name (or file path) a member's link name encodes, or None (reported)."""
+    try:
+        name = decode_name(link)
+    except InvalidFileError as exc:
+        findings.append(Finding("MD302", f"{prefix}/{link}", exc.message))
+        return None
+    if is_file:
+        problem = path_problem(name)
+        if problem:
+            findings.append(Finding("MD304", f"{prefix}/{link}", f"file path {name!r}: {problem}"))
+            return None
+    return name
+
+
+def _parse_member(name: str, path: str, info: ObjectInfo, datasets: "_Datasets", findings: list[Finding],
+                  types: Mapping[str, UpdateType], newer_minor: bool, limits: Limits, is_file: bool) -> Parameter | None:
+    if info.kind == "refused":  # refused by the structure walk, already reported
+        return None
+    if info.kind != "group":
+        findings.append(Finding("MD301", path, f"a {'file' if is_file else 'parameter'} must be a group"))
+        return None
+    return _parse_one(name, path, info, datasets, findings, types, newer_minor, limits, is_file)
+
+
+class LazyParameters:
+    """The parameters of a file whose structure walk deferred the members of ``/parameters``
+    (structure.LazyWalk): their names at once, each parameter walked and checked when first asked for."""
+
+    def __init__(self, inventory: Inventory, f: h5py.File, walk, types: Mapping[str, UpdateType],
+                 newer_minor: bool, limits: Limits):
+        self._walk, self._types, self._newer_minor, self._limits = walk, types, newer_minor, limits
+        self._datasets = _Datasets(f)
+        self.findings: list[Finding] = []  # of the container and the names; then of each member read
+        self.links: dict[str, str] = {}  # parameter name -> link name, in UTF-8 order of the names
+        container = inventory.objects.get(PARAMETERS_PATH)
+        self._container = container
+        if container is None or container.kind != "group":
+            self.findings.append(Finding("MD300", PARAMETERS_PATH, "the file has no `/parameters` group"))
+            return
+        self.findings += _container_findings(container)
+        for link in container.children:
+            name = _member_name(PARAMETERS_PATH, link, self.findings, is_file=False)
+            if name is not None:
+                self.links[name] = link
+        if not _in_utf8_order(self.links):
+            self.links = dict(sorted(self.links.items(), key=lambda kv: kv[0].encode("utf-8")))
+
+    def parse(self, name: str) -> tuple[Parameter | None, list[Finding]]:
+        """The parameter ``name`` (one of ``links``), walked and checked; None when it breaks a rule, and
+        the findings either way."""
+        assert self._container is not None
+        link = self.links[name]
+        node = self._container.children[link]
+        findings = self._walk.expand(node) if node.kind == "deferred" else []
+        if any(x.is_error for x in findings):
+            return None, findings
+        info = self._container.children.get(link)
+        if info is None:  # refused at its link when walked (reported)
+            return None, findings
+        entry = _parse_member(name, f"{PARAMETERS_PATH}/{link}", info, self._datasets, findings, self._types,
+                              self._newer_minor, self._limits, False)
+        return entry, findings
+
+
+def _in_utf8_order(entries: Mapping[str, object]) -> bool:
     """Whether the names already run in UTF-8 byte order (they do when link names do, as in files mdiff
     writes: §5.2's escapes keep the order of every name without `%`, `/`, controls or a leading `.`)."""
     previous = None

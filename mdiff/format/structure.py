@@ -59,7 +59,9 @@ class ObjectInfo:
     def __init__(self, name: str, parent: ObjectInfo | None, kind: str):
         self.name = name
         self.parent = parent
-        self.kind = kind  # "group", "dataset", or "refused" (an object of another kind, reported: MD501)
+        # "group", "dataset", "refused" (reported: MD501, or a member refused at its link), or "deferred"
+        # (a member of a group a LazyWalk walks only when it is used)
+        self.kind = kind
         self.depth: int = 0 if parent is None else parent.depth + 1
         self.attrs: Mapping[str, str] = _NO_ATTRIBUTES  # well-formed attributes only
         self.refused_attrs: frozenset[str] | set[str] = frozenset()  # present, but reported under §8 (not "missing")
@@ -81,9 +83,9 @@ class ObjectInfo:
         return list(self.children)
 
     def child(self, name: str) -> ObjectInfo | None:
-        """The member ``name`` when it is a group or dataset; None when absent or refused."""
+        """The member ``name`` when it is a group or dataset; None when absent, refused or not walked yet."""
         node = self.children.get(name)
-        return node if node is not None and node.kind != "refused" else None
+        return node if node is not None and node.kind in ("group", "dataset") else None
 
 
 def report_path(node: ObjectInfo, name: str | None = None) -> str:
@@ -195,14 +197,17 @@ _STOP = object()  # _visit: a global limit was reached; the walk ends
 
 
 class _Walk:
-    def __init__(self, f: h5py.File, file_size: int, limits: Limits):
+    def __init__(self, f: h5py.File, file_size: int, limits: Limits, deferred: frozenset[str] = frozenset()):
         self.file = f
         self.file_size = file_size
         self.limits = limits
+        self.deferred = deferred  # groups (by path) whose members are walked when first used (LazyWalk)
+        self.deferred_gids: dict[int, object] = {}  # id(node) -> that group, held open for expand()
         self.findings: list[Finding] = []
         self.inventory = Inventory()
         self.seen_addresses: set[int] = set()
         self.count = 0
+        self.stopped = False  # a global limit was reached: nothing more is walked
 
     def finding(self, code: str, where: ObjectInfo, message: str, name: str | None = None) -> None:
         self.findings.append(Finding(code, report_path(where, name), message))
@@ -213,8 +218,11 @@ class _Walk:
         names, not an open HDF5 object each."""
         root = self.inventory.root
         if not self._read_attributes(root, self.file.id):
+            self.stopped = True
             return
-        stack = [(root, self.file.id, iter(self._links(root, self.file.id)))]
+        self._descend([(root, self.file.id, iter(self._links(root, self.file.id)))])
+
+    def _descend(self, stack: list) -> None:
         while stack:
             node, gid, links = stack[-1]
             entry = next(links, None)
@@ -223,16 +231,63 @@ class _Walk:
                 continue
             if self.count >= self.limits.max_objects:
                 self.finding("MD511", node, f"more than {self.limits.max_objects} objects")
+                self.stopped = True
                 return
+            if id(node) in self.deferred_gids:
+                self._defer(node, *entry)
+                continue
             child = self._visit(node, gid, *entry)
             if child is _STOP:
+                self.stopped = True
                 return
             if child is not None:
                 info, oid, attributes = child
                 if not self._read_attributes(info, oid, attributes):
+                    self.stopped = True
                     return
+                if self.deferred and info.path in self.deferred:
+                    self.deferred_gids[id(info)] = oid
                 stack.append((info, oid, iter(self._links(info, oid))))
         self._check_total()
+
+    def _defer(self, parent: ObjectInfo, raw: bytes, link_type: int) -> None:
+        """A member of a deferred group: its link checked (§8.1) and counted; the object left for expand()."""
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.finding("MD302", parent, f"link name {raw[:200]!r} is not UTF-8")
+            return
+        if link_type != h5py.h5l.TYPE_HARD:
+            kind = {h5py.h5l.TYPE_SOFT: "soft", h5py.h5l.TYPE_EXTERNAL: "external"}.get(link_type, "user-defined")
+            self.finding("MD500", parent, f"{kind} link; only hard links are allowed", name)
+            return
+        self.count += 1
+        parent.children[name] = ObjectInfo(name, parent, "deferred")
+
+    def expand(self, node: ObjectInfo) -> list[Finding]:
+        """Walk a deferred member and everything below it, with every check and limit of the full walk
+        (the object count, the addresses seen and the declared bytes carry on from what was walked
+        before); the findings it made. The member's node is replaced by the walked one."""
+        assert node.kind == "deferred" and node.parent is not None
+        first = len(self.findings)
+        if self.stopped:
+            self.finding("MD511", node, "the file's limits were reached before this member was read")
+            return self.findings[first:]
+        parent, gid = node.parent, self.deferred_gids[id(node.parent)]
+        del parent.children[node.name]  # _visit files the walked node in its place (or nothing, if refused)
+        self.count -= 1  # counted when deferred; _visit counts it again
+        child = self._visit(parent, gid, node.name.encode("utf-8"), h5py.h5l.TYPE_HARD)
+        if child is _STOP:
+            self.stopped = True
+        elif child is not None:
+            info, oid, attributes = child
+            if self._read_attributes(info, oid, attributes):
+                self._descend([(info, oid, iter(self._links(info, oid)))])
+            else:
+                self.stopped = True
+        else:
+            self._check_total()
+        return self.findings[first:]
 
     def _links(self, node: ObjectInfo, gid) -> list[tuple[bytes, int]]:
         """(link name, link type) of each member, in name order; one libhdf5 iteration per group."""
@@ -451,3 +506,18 @@ def inspect_structure(f: h5py.File, file_size: int, limits: Limits) -> tuple[Inv
     walk = _Walk(f, file_size, limits)
     walk.run()
     return walk.inventory, walk.findings
+
+
+class LazyWalk:
+    """The structure walk of a reader that uses only some parameters (SPEC §8): everything is walked at
+    once except the members of ``deferred`` groups, whose links alone are checked and counted; each
+    member is walked — with every check of §8.1–§8.3 — by :meth:`expand`, before anything of it is read."""
+
+    def __init__(self, f: h5py.File, file_size: int, limits: Limits, deferred: frozenset[str]):
+        self._walk = _Walk(f, file_size, limits, deferred)
+        self._walk.run()
+        self.inventory = self._walk.inventory
+        self.findings = list(self._walk.findings)
+
+    def expand(self, node: ObjectInfo) -> list[Finding]:
+        return self._walk.expand(node)
