@@ -15,7 +15,7 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
-from mdiff.format.dtypes import canonical, dtype_of, xor_bits
+from mdiff.format.dtypes import canonical, xor_bits
 from mdiff.progress import ByteCounter, Progress, tensor_bytes
 from mdiff.updates import delete, dense, replace, sparse
 from mdiff.updates.base import Update
@@ -50,7 +50,7 @@ def diff_tensor(old: np.ndarray | None, new: np.ndarray | None) -> Update | None
     if old is None:
         return replace.encode(new)
     old = canonical(old)
-    if old.shape != new.shape or dtype_of(old) != dtype_of(new):
+    if old.shape != new.shape or old.dtype != new.dtype:  # canonical: one numpy dtype per spec dtype
         return replace.encode(new)
     xor = xor_bits(old, new)
     changed = int(np.count_nonzero(xor))
