@@ -115,10 +115,11 @@ def _identity(fd: int) -> tuple[int, int, int, int]:
 
 
 def read_contents(f: h5py.File, file_size: int, limits: Limits, vetted: Vetted | None = None,
-                  lazy: bool = False) -> Contents:
+                  lazy: bool = False, keep_inventory: bool = False) -> Contents:
     """Everything a file's metadata says, with every finding. With ``lazy``, the members of
     ``/parameters`` are only named (their links checked): ``Contents.lazy`` walks and checks each one
-    when asked (a reader that uses a few parameters of many)."""
+    when asked (a reader that uses a few parameters of many). The walk's inventory is returned with
+    ``keep_inventory`` only (~1 KB a parameter that nothing else needs)."""
     walk = None
     if vetted is not None:
         inventory, findings = vetted.inventory, list(vetted.findings)
@@ -151,8 +152,8 @@ def read_contents(f: h5py.File, file_size: int, limits: Limits, vetted: Vetted |
         files, file_findings = parse_files(inventory, f, newer_minor, limits)
         layout, layout_findings = parse_layout(inventory, f, newer_minor, limits)
         parameter_findings += file_findings + layout_findings
-    return Contents(header, parameters, findings + type_findings + parameter_findings, files, layout, inventory,
-                    walk_findings, lazy_parameters)
+    return Contents(header, parameters, findings + type_findings + parameter_findings, files, layout,
+                    inventory if keep_inventory else None, walk_findings, lazy_parameters)
 
 
 class DiffFile(Mapping[str, Update]):
@@ -178,7 +179,8 @@ class DiffFile(Mapping[str, Update]):
         try:
             if vetted is not None and vetted.identity != self._identity():
                 vetted = None  # the file changed since the child read it: walk it here
-            contents = read_contents(self._file, size, limits, vetted, lazy=lazy and vetted is None)
+            contents = read_contents(self._file, size, limits, vetted, lazy=lazy and vetted is None,
+                                     keep_inventory=keep_structure)
             # what an isolated child hands its parent (open_diff); otherwise not kept: it is ~1 KB a parameter
             self.structure = Vetted(self._identity(), contents.inventory, contents.structure_findings) \
                 if keep_structure and contents.inventory is not None else None

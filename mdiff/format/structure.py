@@ -37,7 +37,7 @@ def _type_key(tid) -> tuple:
 _STORAGE_TYPES = {_type_key(tid): (dt, tid) for dt, tid in ((dt, h5py.h5t.py_create(dt)) for dt in STORAGE_DTYPES)}
 
 
-@dataclass
+@dataclass(slots=True)  # one per dataset: a file may hold 10^5
 class DatasetInfo:
     shape: tuple[int, ...]
     dtype: np.dtype
@@ -47,6 +47,7 @@ class DatasetInfo:
 
 
 _NO_ATTRIBUTES: Mapping[str, str] = MappingProxyType({})
+_NO_CHILDREN: Mapping[str, "ObjectInfo"] = MappingProxyType({})
 MAX_REPORTED_PATH = 4096  # characters of a path in a finding; longer ones keep their two ends
 
 
@@ -65,8 +66,19 @@ class ObjectInfo:
         self.depth: int = 0 if parent is None else parent.depth + 1
         self.attrs: Mapping[str, str] = _NO_ATTRIBUTES  # well-formed attributes only
         self.refused_attrs: frozenset[str] | set[str] = frozenset()  # present, but reported under §8 (not "missing")
-        self.children: dict[str, ObjectInfo] = {}  # by link name, in name order; empty for datasets
+        # by link name, in name order; groups only (one shared empty mapping for the rest: a file may hold 10^5)
+        self.children: Mapping[str, ObjectInfo] = {} if kind == "group" else _NO_CHILDREN
         self.dataset: DatasetInfo | None = None  # None for groups and refused datasets
+
+    def adopt(self, node: ObjectInfo) -> ObjectInfo:
+        """File ``node`` as this group's member of its name."""
+        assert isinstance(self.children, dict)
+        self.children[node.name] = node
+        return node
+
+    def disown(self, name: str) -> None:
+        assert isinstance(self.children, dict)
+        del self.children[name]
 
     @property
     def path(self) -> str:
@@ -183,7 +195,7 @@ def _rebuild_inventory(records: list, total_bytes: int) -> Inventory:
         up = nodes[parent] if parent >= 0 else None
         node = ObjectInfo(name, up, kind)
         if up is not None:
-            up.children[name] = node
+            up.adopt(node)
         if attrs:
             node.attrs = attrs
         if refused:
@@ -262,7 +274,7 @@ class _Walk:
             self.finding("MD500", parent, f"{kind} link; only hard links are allowed", name)
             return
         self.count += 1
-        parent.children[name] = ObjectInfo(name, parent, "deferred")
+        parent.adopt(ObjectInfo(name, parent, "deferred"))
 
     def expand(self, node: ObjectInfo) -> list[Finding]:
         """Walk a deferred member and everything below it, with every check and limit of the full walk
@@ -274,7 +286,7 @@ class _Walk:
             self.finding("MD511", node, "the file's limits were reached before this member was read")
             return self.findings[first:]
         parent, gid = node.parent, self.deferred_gids[id(node.parent)]
-        del parent.children[node.name]  # _visit files the walked node in its place (or nothing, if refused)
+        parent.disown(node.name)  # _visit files the walked node in its place (or nothing, if refused)
         self.count -= 1  # counted when deferred; _visit counts it again
         child = self._visit(parent, gid, node.name.encode("utf-8"), h5py.h5l.TYPE_HARD)
         if child is _STOP:
@@ -332,14 +344,14 @@ class _Walk:
         self.seen_addresses.add(oinfo.addr)
         kind = oinfo.type
         if kind == h5py.h5o.TYPE_GROUP:
-            info = parent.children[name] = ObjectInfo(name, parent, "group")
+            info = parent.adopt(ObjectInfo(name, parent, "group"))
             return (info, oid, oinfo.num_attrs)
         if kind == h5py.h5o.TYPE_DATASET:
-            info = parent.children[name] = ObjectInfo(name, parent, "dataset")
+            info = parent.adopt(ObjectInfo(name, parent, "dataset"))
             if self._read_attributes(info, oid, oinfo.num_attrs):
                 info.dataset = self._check_dataset(info, oid)
             return None
-        parent.children[name] = ObjectInfo(name, parent, "refused")
+        parent.adopt(ObjectInfo(name, parent, "refused"))
         self.finding("MD501", parent, "a committed datatype; only groups and datasets are allowed", name)
         return None
 
