@@ -3,7 +3,7 @@
 The public surface is small; everything else is private to the package::
 
     mdiff.write(path, updates, commit)      # {name: Update} → .mdiff
-    mdiff.open(path)                        # → DiffFile: .commit, keys(), [name] → Update
+    mdiff.open(path)                        # → DiffFile: .commit, keys(), [name] → Update (checked when used)
     mdiff.validate(path)                    # → [Finding]
     mdiff.diff(old, new)                    # state dicts (numpy or torch) × 2 → {name: Update}
     mdiff.apply(base, diff)                 # state dict × DiffFile → state dict (numpy or torch, as given)
@@ -43,7 +43,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Finding": ("mdiff.format.findings", "Finding"),
     "Limits": ("mdiff.format.limits", "Limits"),
     "DiffFile": ("mdiff.format.reader", "DiffFile"),
-    "open": ("mdiff.format.reader", "open_diff"),
+    "open": ("mdiff.format.reader", "open_file"),
     "DiffWriter": ("mdiff.format.writer", "DiffWriter"),
     "write": ("mdiff.format.writer", "write"),
     "Update": ("mdiff.updates.base", "Update"),
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from mdiff.format.findings import Finding
     from mdiff.format.limits import Limits
     from mdiff.format.reader import DiffFile
-    from mdiff.format.reader import open_diff as open
+    from mdiff.format.reader import open_file as open
     from mdiff.format.writer import DiffWriter, write
     from mdiff.repo.repository import Repository
     from mdiff.updates.base import Update

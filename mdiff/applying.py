@@ -16,6 +16,7 @@ from mdiff.progress import ByteCounter, Progress
 from mdiff.updates.base import Update, check_base, read_ahead, verify_all
 
 _RESULTS_IN_FLIGHT = 2
+_HASH_INLINE_BYTES = 64 << 10
 
 
 def plan(base_specs: Mapping[str, tuple[tuple[int, ...], DType]], diff: Mapping[str, Update]):
@@ -105,6 +106,9 @@ def apply_files(base_path, diff_path, out_path, progress: Progress | None = None
             # the base tensor was just read for this purpose alone: the update may overwrite it
             result = update.apply(base.read(name) if needs_base else None, name, engine, scratch=True, verify=False)
             assert result is not None  # a deleted parameter is no entry: it is never fetched
+            if result.nbytes < _HASH_INLINE_BYTES:  # handing a small hash to a thread costs more than it
+                update.verify(result, name)  # takes (a model of 10^5 small experts has mostly these)
+                return result
             checks.append(shared_pool().submit(update.verify, result, name))
             while len(checks) > _RESULTS_IN_FLIGHT:  # bounds the results held for their hash
                 checks.popleft().result()

@@ -15,8 +15,10 @@ from mdiff.updates.base import Update
 
 
 def _stored_bytes(update: Update) -> int:
-    """Bytes the datasets occupy in the file (after compression)."""
-    return sum(int(ds.id.get_storage_size()) for ds in update.data.values())
+    """Bytes the datasets occupy in the file (after compression): as the structure walk measured them
+    (opening each dataset in libhdf5 to ask would cost ~17 KB and ~0.2 ms each)."""
+    sizes = (getattr(ds, "storage_size", None) for ds in update.data.values())
+    return sum(int(ds.id.get_storage_size()) if size is None else size for size, ds in zip(sizes, update.data.values()))
 
 
 def _details(update: Update) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
-from mdiff.format.dtypes import canonical, dtype_of, xor_bits
+from mdiff.format.dtypes import canonical, xor_bits
 from mdiff.progress import ByteCounter, Progress, tensor_bytes
 from mdiff.threads import shared_pool
 from mdiff.updates import delete, dense, replace, sparse
@@ -69,7 +69,7 @@ def diff_tensor(old: np.ndarray | None, new: np.ndarray | None) -> Update | None
     if old is None:
         return replace.encode(new)
     old = canonical(old)
-    if old.shape != new.shape or dtype_of(old) != dtype_of(new):
+    if old.shape != new.shape or old.dtype != new.dtype:  # canonical: one numpy dtype per spec dtype
         return replace.encode(new)
     # §7.1 base_sha256, hashed on another core while the XOR and its statistics are made
     base_sha256 = shared_pool().submit(sha256_hex, old)

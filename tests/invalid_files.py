@@ -1351,6 +1351,17 @@ def build_MD511_attributes_over_limit(path) -> None:
             write_string(f, f"note{i}", "x")
 
 
+NESTING_DEPTH = 33  # one more link below the root than §8.3's default limit (32)
+
+
+def build_MD511_nested_too_deep(path) -> None:
+    """Unknown groups nested 33 links below the root (`/deep/deep/…`): deeper than §8.3 allows."""
+    with _edit(path) as f:
+        group = f
+        for _ in range(NESTING_DEPTH):
+            group = group.create_group("deep")
+
+
 def build_MD512_total_bytes_over_limit(path) -> None:
     """Limits(max_total_bytes=48): two 32-byte datasets."""
     _write(path, {"w": mdiff.dense(W, W_NEW), "w2": mdiff.replace(W_NEW)})

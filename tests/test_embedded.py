@@ -50,7 +50,7 @@ def test_hostile_functions_are_refused_with_their_code(tmp_path, code):
     codes = [f.code for f in mdiff.validate(path) if f.is_error]
     assert codes[0] == code, codes
     with pytest.raises(mdiff.InvalidFileError) as info:
-        mdiff.open(path)
+        mdiff.open(path, lazy=False)
     assert info.value.code == code
 
 
@@ -182,7 +182,7 @@ def test_a_declared_shape_over_the_limits_is_MD508(tmp_path, shape):
         write_string(group, "update", json.dumps(dict(meta, shape=shape)))
     assert [f.code for f in mdiff.validate(path) if f.is_error] == ["MD508"]
     with pytest.raises(mdiff.LimitError) as info:
-        mdiff.open(path)
+        mdiff.open(path, lazy=False)
     assert info.value.code == "MD508"
 
 

@@ -53,7 +53,10 @@ def test_an_empty_dataset_at_the_limit_is_valid_and_one_more_is_MD508(tmp_path):
         assert mdiff.apply({}, diff)["w"].shape == (0, 8)
     assert [f.code for f in mdiff.validate(over, limits=limits)] == ["MD508"]
     with pytest.raises(mdiff.LimitError) as info:
-        mdiff.open(over, limits)
+        mdiff.open(over, limits, lazy=False)
+    assert info.value.code == "MD508"
+    with mdiff.open(over, limits) as diff, pytest.raises(mdiff.LimitError) as info:
+        diff["w"]  # a lazy reader: when the parameter is used
     assert info.value.code == "MD508"
 
 

@@ -99,14 +99,22 @@ def test_open_refuses_with_the_code(code, case_id, builder, built):
         with mdiff.open(path, limits) as diff:
             assert len(diff) >= 1
     elif RULES[code].severity == "warning":
-        with mdiff.open(path, limits) as diff:
+        with mdiff.open(path, limits, lazy=False) as diff:
             assert code in [x.code for x in diff.warnings]
             assert diff.commit.date == inv.DATE
+        with mdiff.open(path, limits) as diff:  # lazy: the warnings of what was checked
+            diff.check()
+            assert code in [x.code for x in diff.warnings]
     else:
         with pytest.raises(mdiff.InvalidFileError) as excinfo:
-            mdiff.open(path, limits).close()
+            mdiff.open(path, limits, lazy=False).close()
         assert excinfo.value.code == code
         assert isinstance(excinfo.value, mdiff.LimitError) == (code in LIMIT_CODES)
+        # a lazy reader refuses it too: on opening, or when it uses the parameter that breaks the rule
+        with pytest.raises(mdiff.InvalidFileError) as excinfo:
+            with mdiff.open(path, limits) as diff:
+                diff.check()
+        assert excinfo.value.code == code
 
 
 @pytest.mark.parametrize("code, case_id, builder", _cases("apply", lambda code, case_id: case_id in inv.DATA_LEVEL))
@@ -250,7 +258,11 @@ def test_a_file_exactly_at_every_limit_is_valid(tmp_path):
         findings = mdiff.validate(path, limits=mdiff.Limits(**fields))
         assert findings and findings[0].code == code, (field, findings)
         with pytest.raises(mdiff.LimitError) as excinfo:
-            mdiff.open(path, mdiff.Limits(**fields)).close()
+            mdiff.open(path, mdiff.Limits(**fields), lazy=False).close()
+        assert excinfo.value.code == code
+        with pytest.raises(mdiff.LimitError) as excinfo:
+            with mdiff.open(path, mdiff.Limits(**fields)) as diff:
+                diff.check()
         assert excinfo.value.code == code
 
 

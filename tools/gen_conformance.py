@@ -150,7 +150,7 @@ HOSTILE_CASES = {
     "rank_over_limit", "elements_over_default_limit", "elements_over_limit", "bytes_over_limit",
     "extendible_dataset", "chunked_never_written", "chunked_half_written", "contiguous_unallocated",
     "chunk_too_small", "deflate_ratio",
-    "attribute_over_limit", "objects_over_limit", "attributes_over_limit", "total_bytes_over_limit",
+    "attribute_over_limit", "objects_over_limit", "attributes_over_limit", "nested_too_deep", "total_bytes_over_limit",
     "file_path_dotdot", "file_path_absolute", "file_path_hidden_git_hook", "file_path_drive_letter",
     "file_path_backslash", "file_path_device_name", "file_path_control_character", "layout_unsafe_path",
 }

@@ -77,7 +77,7 @@ _FOREIGN_TAGS = frozenset(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per tensor; a header may list 10^6
 class _Tensor:
     shape: tuple[int, ...]
     dtype: DType
@@ -184,11 +184,13 @@ class _DuplicateKeyError(ValueError):
 
 
 def _object_refusing_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise _DuplicateKeyError(key)
-        result[key] = value
+    result = dict(pairs)  # called once per JSON object: a 10^6-tensor header makes 10^6 of them
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKeyError(key)
+            seen.add(key)
     return result
 
 

@@ -157,10 +157,10 @@ def print_description(args, info: dict) -> int:
             details.append("LOSSY")
         rows.append((p["name"], p["type"], "x".join(map(str, p["shape"])) or "()", p["dtype"], _size(p["stored_bytes"]), " ".join(details)))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    for r in rows:
+    for row, r in enumerate(rows):
         print("  ".join(r[i].ljust(widths[i]) for i in range(5)) + "  " + r[5])
-        if r is not rows[0] and args.values:
-            for key, vals in info["parameters"][rows.index(r) - 1]["values"].items():
+        if row and args.values:
+            for key, vals in info["parameters"][row - 1]["values"].items():
                 print(f"    {key}: {vals}")
     if info["files"]:
         print(f"\nfiles beside the weights ({len(info['files'])}):")

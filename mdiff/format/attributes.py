@@ -10,9 +10,10 @@ import h5py
 import numpy as np
 
 
-def string_attribute_size(attr_id: h5py.h5a.AttrID) -> int | None:
-    """Bytes of a well-formed string attribute, or None if its type or shape is not allowed."""
-    tid = attr_id.get_type()
+def string_attribute_size(attr_id: h5py.h5a.AttrID, tid: h5py.h5t.TypeID | None = None) -> int | None:
+    """Bytes of a well-formed string attribute, or None if its type or shape is not allowed.
+    ``tid``: its datatype, when the caller has it already."""
+    tid = tid if tid is not None else attr_id.get_type()
     if tid.get_class() != h5py.h5t.STRING or tid.is_variable_str():
         return None
     if tid.get_cset() not in (h5py.h5t.CSET_UTF8, h5py.h5t.CSET_ASCII):
@@ -22,10 +23,10 @@ def string_attribute_size(attr_id: h5py.h5a.AttrID) -> int | None:
     return tid.get_size()
 
 
-def read_string(attr_id: h5py.h5a.AttrID, size: int) -> str | None:
+def read_string(attr_id: h5py.h5a.AttrID, size: int, tid: h5py.h5t.TypeID | None = None) -> str | None:
     """The attribute's text (trailing NULs dropped), or None if it is not UTF-8."""
     buf = np.zeros((), dtype=f"S{max(size, 1)}")
-    attr_id.read(buf, mtype=attr_id.get_type())
+    attr_id.read(buf, mtype=tid if tid is not None else attr_id.get_type())
     try:
         return bytes(buf[()]).rstrip(b"\0").decode("utf-8")
     except UnicodeDecodeError:

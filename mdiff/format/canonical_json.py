@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from sys import intern
 from typing import Any
 
 
@@ -36,7 +37,7 @@ def loads(text: str) -> Any:
         for k, v in pairs:
             if k in obj:
                 raise ValueError(f"duplicate key {k!r}")
-            obj[k] = v
+            obj[intern(k)] = v  # a file holds one `update` per parameter, all with the same few keys
         return obj
 
     try:

@@ -19,6 +19,7 @@ class Limits:
     max_dataset_bytes: int = 2**38  # declared (decoded) bytes of one dataset: 256 GiB
     max_total_bytes: int = 2**40  # declared bytes of all datasets together: 1 TiB
     max_objects: int = 1_000_000  # groups + datasets
+    max_depth: int = 32  # links from the root to any object (mdiff itself nests 3 deep)
     max_attribute_bytes: int = 2**20  # one attribute: 1 MiB
     max_function_bytes: int = 2**20  # one embedded ONNX function (§7.8): 1 MiB
     max_function_nodes: int = 256  # nodes of one embedded ONNX function

@@ -16,9 +16,7 @@ import re
 from mdiff.errors import InvalidFileError
 
 
-def _must_escape(ch: str, position: int) -> bool:
-    o = ord(ch)
-    return ch in "%/" or o < 0x20 or o == 0x7F or (position == 0 and ch == ".")
+_MUST_ESCAPE = re.compile("[%/\x00-\x1f\x7f]")  # anywhere; a "." only in first position
 
 
 def encode_name(name: str) -> str:
@@ -29,7 +27,8 @@ def encode_name(name: str) -> str:
         name.encode("utf-8")
     except UnicodeEncodeError as exc:  # lone surrogates cannot be stored
         raise ValueError(f"parameter name {name!r} is not valid Unicode") from exc
-    return "".join(f"%{ord(c):02X}" if _must_escape(c, i) else c for i, c in enumerate(name))
+    link = _MUST_ESCAPE.sub(lambda m: f"%{ord(m.group()):02X}", name)
+    return "%2E" + link[1:] if link[0] == "." else link
 
 
 _ESCAPE = re.compile(r"%([0-9A-F]{2})")

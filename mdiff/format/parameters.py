@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -10,15 +11,15 @@ import h5py
 
 from mdiff.errors import InvalidFileError
 from mdiff.format import canonical_json
-from mdiff.format.constants import ATTR_UPDATE, FILES_GROUP, LAYOUT_GROUP, PARAMETERS_GROUP
+from mdiff.format.constants import ATTR_UPDATE, BASE_SHA256_MINOR, FILES_GROUP, FORMAT_MINOR, LAYOUT_GROUP, PARAMETERS_GROUP
 from mdiff.format.dtypes import dtype_named
 from mdiff.format.limits import DEFAULT_LIMITS, Limits, shape_problem
 from mdiff.format.findings import Finding
 from mdiff.format.names import decode_name, encode_name
 from mdiff.format.paths import collisions, path_problem
 from mdiff.format.schemas import first_errors
-from mdiff.format.storage import open_dataset
-from mdiff.format.structure import DatasetInfo, Inventory
+from mdiff.format.storage import PlannedDataset
+from mdiff.format.structure import DatasetInfo, Inventory, ObjectInfo
 from mdiff.updates import REGISTRY
 from mdiff.updates.base import Update, UpdateType
 
@@ -47,7 +48,7 @@ def parse_parameters(
     container = inventory.objects.get(PARAMETERS_PATH)
     if container is None or container.kind != "group":
         return {}, [Finding("MD300", PARAMETERS_PATH, "the file has no `/parameters` group")]
-    return _parse_members(container, inventory, f, types, newer_minor, limits)
+    return _parse_members(container, f, types, newer_minor, limits)
 
 
 def parse_files(
@@ -60,7 +61,7 @@ def parse_files(
         return {}, []
     if container.kind != "group":
         return {}, [Finding("MD305", FILES_PATH, "`/files` must be a group of file groups")]
-    files, findings = _parse_members(container, inventory, f, FILE_TYPES, newer_minor, limits, is_file=True)
+    files, findings = _parse_members(container, f, FILE_TYPES, newer_minor, limits, is_file=True)
     for path, other, why in collisions(files):
         findings.append(Finding("MD304", f"{FILES_PATH}/{encode_name(path)}", f"path {path!r} and path {other!r}: {why}"))
         files.pop(path, None)
@@ -78,38 +79,120 @@ def parse_layout(
     if info.kind != "group":
         return None, [Finding("MD305", LAYOUT_PATH, "`/layout` must be a group holding an update")]
     findings: list[Finding] = []
-    entry = _parse_one(LAYOUT_GROUP, LAYOUT_PATH, inventory, f, findings, FILE_TYPES, newer_minor, limits, is_file=True)
+    entry = _parse_one(LAYOUT_GROUP, LAYOUT_PATH, info, _Datasets(f), findings, FILE_TYPES, newer_minor, limits, is_file=True)
     return entry, findings
 
 
-def _parse_members(container, inventory: Inventory, f: h5py.File, types: Mapping[str, UpdateType], newer_minor: bool,
+def _parse_members(container: ObjectInfo, f: h5py.File, types: Mapping[str, UpdateType], newer_minor: bool,
                    limits: Limits, is_file: bool = False) -> tuple[dict[str, Parameter], list[Finding]]:
-    findings: list[Finding] = []
-    for attr in sorted(container.attrs):
-        findings.append(Finding("MD303", container.path, f"unknown attribute {attr!r}"))
+    findings = _container_findings(container)
     entries: dict[str, Parameter] = {}
-    for link in container.members:
-        path = f"{container.path}/{link}"
-        try:
-            name = decode_name(link)
-        except InvalidFileError as exc:
-            findings.append(Finding("MD302", path, exc.message))
+    datasets = _Datasets(f)
+    prefix = container.path
+    for link, info in container.children.items():
+        name = _member_name(prefix, link, findings, is_file)
+        if name is None:
             continue
-        if is_file:
-            problem = path_problem(name)
-            if problem:
-                findings.append(Finding("MD304", path, f"file path {name!r}: {problem}"))
-                continue
-        info = inventory.objects.get(path)
-        if info is None:  # refused by the structure walk, already reported
-            continue
-        if info.kind != "group":
-            findings.append(Finding("MD301", path, f"a {'file' if is_file else 'parameter'} must be a group"))
-            continue
-        entry = _parse_one(name, path, inventory, f, findings, types, newer_minor, limits, is_file)
+        entry = _parse_member(name, f"{prefix}/{link}", info, datasets, findings, types, newer_minor, limits, is_file)
         if entry is not None:
             entries[name] = entry
-    return dict(sorted(entries.items(), key=lambda kv: kv[0].encode("utf-8"))), findings
+    if not _in_utf8_order(entries):
+        entries = dict(sorted(entries.items(), key=lambda kv: kv[0].encode("utf-8")))
+    return entries, findings
+
+
+def _container_findings(container: ObjectInfo) -> list[Finding]:
+    return [Finding("MD303", container.path, f"unknown attribute {attr!r}") for attr in sorted(container.attrs)]
+
+
+def _member_name(prefix: str, link: str, findings: list[Finding], is_file: bool) -> str | None:
+    """The parameter name (or file path) a member's link name encodes, or None (reported)."""
+    try:
+        name = decode_name(link)
+    except InvalidFileError as exc:
+        findings.append(Finding("MD302", f"{prefix}/{link}", exc.message))
+        return None
+    if is_file:
+        problem = path_problem(name)
+        if problem:
+            findings.append(Finding("MD304", f"{prefix}/{link}", f"file path {name!r}: {problem}"))
+            return None
+    return name
+
+
+def _parse_member(name: str, path: str, info: ObjectInfo, datasets: "_Datasets", findings: list[Finding],
+                  types: Mapping[str, UpdateType], newer_minor: bool, limits: Limits, is_file: bool) -> Parameter | None:
+    if info.kind == "refused":  # refused by the structure walk, already reported
+        return None
+    if info.kind != "group":
+        findings.append(Finding("MD301", path, f"a {'file' if is_file else 'parameter'} must be a group"))
+        return None
+    return _parse_one(name, path, info, datasets, findings, types, newer_minor, limits, is_file)
+
+
+class LazyParameters:
+    """The parameters of a file whose structure walk deferred the members of ``/parameters``
+    (structure.LazyWalk): their names at once, each parameter walked and checked when first asked for."""
+
+    def __init__(self, inventory: Inventory, f: h5py.File, walk, types: Mapping[str, UpdateType],
+                 newer_minor: bool, limits: Limits, minor: int = FORMAT_MINOR):
+        self._walk, self._types, self._newer_minor, self._limits = walk, types, newer_minor, limits
+        self._minor = minor  # the file's minor version: members a later one added are errors (§3.3)
+        self._datasets = _Datasets(f)
+        self.findings: list[Finding] = []  # of the container and the names; then of each member read
+        self.links: dict[str, str] = {}  # parameter name -> link name, in UTF-8 order of the names
+        container = inventory.objects.get(PARAMETERS_PATH)
+        self._container = container
+        if container is None or container.kind != "group":
+            self.findings.append(Finding("MD300", PARAMETERS_PATH, "the file has no `/parameters` group"))
+            return
+        self.findings += _container_findings(container)
+        for link in container.children:
+            name = _member_name(PARAMETERS_PATH, link, self.findings, is_file=False)
+            if name is not None:
+                self.links[name] = link
+        if not _in_utf8_order(self.links):
+            self.links = dict(sorted(self.links.items(), key=lambda kv: kv[0].encode("utf-8")))
+
+    def parse(self, name: str) -> tuple[Parameter | None, list[Finding]]:
+        """The parameter ``name`` (one of ``links``), walked and checked; None when it breaks a rule, and
+        the findings either way."""
+        assert self._container is not None
+        link = self.links[name]
+        node = self._container.children[link]
+        findings = self._walk.expand(node) if node.kind == "deferred" else []
+        if any(x.is_error for x in findings):
+            return None, findings
+        info = self._container.children.get(link)
+        if info is None:  # refused at its link when walked (reported)
+            return None, findings
+        entry = _parse_member(name, f"{PARAMETERS_PATH}/{link}", info, self._datasets, findings, self._types,
+                              self._newer_minor, self._limits, False)
+        if entry is not None and self._minor < BASE_SHA256_MINOR:
+            problem = too_new_member(entry)
+            if problem is not None:
+                return None, findings + [problem]
+        return entry, findings
+
+
+def too_new_member(entry: Parameter) -> Finding | None:
+    """MD404 when the update has `base_sha256`, which exists from format version 1.2 (§3.3, §7.1): for a
+    file that says it is older."""
+    if "base_sha256" not in entry.update.meta:
+        return None
+    return Finding("MD404", entry.path, f"`update` has `base_sha256`, which exists from format version 1.{BASE_SHA256_MINOR}")
+
+
+def _in_utf8_order(entries: Mapping[str, object]) -> bool:
+    """Whether the names already run in UTF-8 byte order (they do when link names do, as in files mdiff
+    writes: §5.2's escapes keep the order of every name without `%`, `/`, controls or a leading `.`)."""
+    previous = None
+    for name in entries:
+        encoded = name.encode("utf-8")
+        if previous is not None and encoded <= previous:
+            return False
+        previous = encoded
+    return True
 
 
 def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Mapping[str, UpdateType], newer_minor: bool,
@@ -152,23 +235,30 @@ def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Map
     return meta, kind
 
 
-def _parse_one(name, path, inventory: Inventory, f: h5py.File, findings: list[Finding], types, newer_minor: bool,
+def _parse_one(name, path, info: ObjectInfo, datasets: "_Datasets", all_findings: list[Finding], types, newer_minor: bool,
                limits: Limits, is_file: bool = False) -> Parameter | None:
-    info = inventory.objects[path]
+    findings: list[Finding] = []  # this group's alone: whether it is sound is counted here
+    try:
+        return _parse_group(name, path, info, datasets, findings, types, newer_minor, limits, is_file)
+    finally:
+        all_findings += findings
+
+
+def _parse_group(name, path, info: ObjectInfo, datasets_of: "_Datasets", findings: list[Finding], types, newer_minor: bool,
+                 limits: Limits, is_file: bool) -> Parameter | None:
     for attr in sorted(set(info.attrs) - {ATTR_UPDATE}):
         findings.append(Finding("MD303", path, f"unknown attribute {attr!r}"))
-    before = len([x for x in findings if x.is_error])
     if ATTR_UPDATE in info.refused_attrs:
         return None  # present but unusable: reported under §8.2
     meta, kind = _parse_meta(path, info.attrs.get(ATTR_UPDATE), findings, types, newer_minor, limits, is_file)
     if meta is None:
         return None
-    datasets, refused = {}, set()
-    for member in info.members:
-        child = inventory.objects.get(f"{path}/{member}")
-        if child is not None and child.kind == "dataset" and child.dataset is not None:
-            datasets[member] = child.dataset
-        elif child is not None and child.kind == "group":
+    datasets: dict[str, ObjectInfo] = {}
+    refused = set()
+    for member, child in info.children.items():
+        if child.kind == "dataset" and child.dataset is not None:
+            datasets[member] = child
+        elif child.kind == "group":
             if member in kind.datasets:  # the required dataset is not there: a group has its name (§7.1)
                 findings.append(Finding("MD405", f"{path}/{member}", f"`{member}` is a group; a {kind.name} update needs a dataset"))
                 refused.add(member)
@@ -181,22 +271,76 @@ def _parse_one(name, path, inventory: Inventory, f: h5py.File, findings: list[Fi
         return None
     for code, dataset, message in kind.check_meta(meta):
         findings.append(Finding(code, f"{path}/{dataset}" if dataset else path, message))
-    actual = {k: (d.shape, d.dtype) for k, d in datasets.items()}
+    actual = {k: (d.dataset.shape, d.dataset.dtype) for k, d in datasets.items()}  # type: ignore[union-attr]
     problems = [p for p in kind.check_layout(meta, actual) if not (p[0] == "MD405" and p[1] in refused)]
     for code, dataset, message in problems:
         findings.append(Finding(code, f"{path}/{dataset}" if dataset else path, message))
     expected = set(kind.datasets)
-    for member in info.members:
+    for member in info.children:
         if member not in expected:
             findings.append(Finding("MD303", f"{path}/{member}", f"unknown member of a {kind.name} update"))
-    for member in datasets:
-        for attr in sorted(inventory.objects[f"{path}/{member}"].attrs):
+    for member, child in datasets.items():
+        for attr in sorted(child.attrs):
             findings.append(Finding("MD303", f"{path}/{member}", f"unknown attribute {attr!r}"))
-    sound = len([x for x in findings if x.is_error]) == before and not (refused & set(kind.datasets))
-    data = {k: _lazy_dataset(f, f"{path}/{k}", datasets[k]) for k in datasets if k in expected}
+    sound = not any(x.is_error for x in findings) and not (refused & expected)
+    data = {k: datasets_of.lazy(f"{path}/{k}", child.dataset) for k, child in datasets.items() if k in expected}
     return Parameter(name, path, Update(meta, data, kind), sound)
 
 
-def _lazy_dataset(f: h5py.File, path: str, info: DatasetInfo):
-    """The dataset, read by storage.py through the walk's plan (bounded, parallel inflate); compact and empty ones by libhdf5."""
-    return open_dataset(f, path, info.plan)
+class _Datasets:
+    """Makes each dataset's reader: storage.py's where the walk planned it, else libhdf5's — opened only
+    when it is used (an open HDF5 dataset costs ~17 KB of libhdf5's memory; a file may hold 10^5)."""
+
+    def __init__(self, f: h5py.File):
+        self._file = f
+        try:
+            self._fd: int | None = f.id.get_vfd_handle()
+        except Exception:  # a driver without a file descriptor
+            self._fd = None
+
+    def lazy(self, path: str, info: DatasetInfo | None):
+        assert info is not None  # only datasets the walk accepted are handed out
+        dataset = LazyDataset(self._file, path, info)
+        if info.plan is None or self._fd is None:
+            return dataset
+        return PlannedDataset(dataset, info.plan, self._fd)
+
+
+class LazyDataset:
+    """An h5py dataset that libhdf5 opens on first use; its shape, dtype, name and stored size are known
+    from the structure walk without it."""
+
+    __slots__ = ("_file", "name", "shape", "dtype", "storage_size", "_dataset")
+
+    def __init__(self, f: h5py.File, path: str, info: DatasetInfo):
+        self._file = f
+        self.name = path
+        self.shape = info.shape
+        self.dtype = info.dtype
+        self.storage_size = info.stored  # bytes in the file, after the filters
+        self._dataset: h5py.Dataset | None = None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def _open(self) -> h5py.Dataset:
+        if self._dataset is None:
+            self._dataset = self._file[self.name]
+        return self._dataset
+
+    def __getattr__(self, attribute):
+        return getattr(self._open(), attribute)
+
+    def __getitem__(self, selection):
+        return self._open()[selection]
+
+    def __len__(self) -> int:
+        return len(self._open())
+
+    def read_direct(self, out, *args, **kwargs) -> None:
+        self._open().read_direct(out, *args, **kwargs)

@@ -17,8 +17,8 @@ from mdiff.format.constants import BASE_SHA256_MINOR, FORMAT_MINOR
 from mdiff.format.findings import Finding
 from mdiff.format.header import Header, parse_header
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
-from mdiff.format.parameters import Parameter, parse_files, parse_layout, parse_parameters
-from mdiff.format.structure import inspect_structure
+from mdiff.format.parameters import too_new_member, PARAMETERS_PATH, LazyParameters, Parameter, parse_files, parse_layout, parse_parameters
+from mdiff.format.structure import Inventory, LazyWalk, inspect_structure
 from mdiff.format.update_types import parse_update_types
 from mdiff.isolation import Isolation, IsolationFailure, run_isolated
 from mdiff.regular_files import NotRegularFile, open_regular, reopenable
@@ -75,6 +75,9 @@ class Contents:
     findings: list[Finding]
     files: dict[str, Parameter] = field(default_factory=dict)  # by path (§5.5)
     layout: Parameter | None = None  # §5.6
+    inventory: Inventory | None = None  # the structure walk's (None past a global limit)
+    structure_findings: list[Finding] = field(default_factory=list)  # the walk's own findings
+    lazy: LazyParameters | None = None  # read_contents(lazy=True): the parameters, each parsed when asked for
 
 
 def open_hdf5(path) -> tuple[h5py.File, int]:
@@ -103,49 +106,91 @@ def _hdf5_reason(exc: Exception) -> str:
     return inner.split(",")[0].split(":")[0].strip() or type(exc).__name__
 
 
-def read_contents(f: h5py.File, file_size: int, limits: Limits) -> Contents:
-    inventory, findings = inspect_structure(f, file_size, limits)
+@dataclass(frozen=True)
+class Vetted:
+    """A file's structure walk, as an isolated child made it (§8.5): the parent reads the file by it
+    instead of walking it again — provided the file is still the one the child read (``identity``)."""
+
+    identity: tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
+    inventory: Inventory
+    findings: list[Finding]
+
+
+def _identity(fd: int) -> tuple[int, int, int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def read_contents(f: h5py.File, file_size: int, limits: Limits, vetted: Vetted | None = None,
+                  lazy: bool = False, keep_inventory: bool = False) -> Contents:
+    """Everything a file's metadata says, with every finding. With ``lazy``, the members of
+    ``/parameters`` are only named (their links checked): ``Contents.lazy`` walks and checks each one
+    when asked (a reader that uses a few parameters of many). The walk's inventory is returned with
+    ``keep_inventory`` only (~1 KB a parameter that nothing else needs)."""
+    walk = None
+    if vetted is not None:
+        inventory, findings = vetted.inventory, list(vetted.findings)
+    elif lazy:
+        walk = LazyWalk(f, file_size, limits, frozenset({PARAMETERS_PATH}))
+        inventory, findings = walk.inventory, list(walk.findings)
+    else:
+        inventory, findings = inspect_structure(f, file_size, limits)
     if any(x.code in ("MD511", "MD512") for x in findings):
         return Contents(None, {}, findings)  # past a global limit nothing more is looked at
+    walk_findings = list(findings)
     header, header_findings = parse_header(inventory)
     findings += header_findings
     if header is None:
         return Contents(None, {}, findings)
     embedded, type_findings = parse_update_types(inventory, f, limits)
     newer_minor = header.version[1] > FORMAT_MINOR
-    parameters, parameter_findings = parse_parameters(
-        inventory, f, {**REGISTRY, **embedded}, newer_minor=newer_minor, limits=limits
-    )
-    if header.version < (1, BASE_SHA256_MINOR):
-        parameter_findings += _members_too_new(parameters)
+    lazy_parameters = None
+    parameters: dict[str, Parameter]
+    if walk is not None:
+        lazy_parameters = LazyParameters(inventory, f, walk, {**REGISTRY, **embedded}, newer_minor, limits,
+                                         header.version[1])
+        parameters, parameter_findings = {}, list(lazy_parameters.findings)
+    else:
+        parameters, parameter_findings = parse_parameters(
+            inventory, f, {**REGISTRY, **embedded}, newer_minor=newer_minor, limits=limits
+        )
+        if header.version < (1, BASE_SHA256_MINOR):
+            parameter_findings += _members_too_new(parameters)
     files: dict[str, Parameter] = {}
     layout: Parameter | None = None
     if header.version >= (1, 1):  # in a 1.0 file these groups are MD306 (header.py)
         files, file_findings = parse_files(inventory, f, newer_minor, limits)
         layout, layout_findings = parse_layout(inventory, f, newer_minor, limits)
         parameter_findings += file_findings + layout_findings
-    return Contents(header, parameters, findings + type_findings + parameter_findings, files, layout)
+    return Contents(header, parameters, findings + type_findings + parameter_findings, files, layout,
+                    inventory if keep_inventory else None, walk_findings, lazy_parameters)
 
 
 def _members_too_new(parameters: dict[str, Parameter]) -> list[Finding]:
     """MD404 for, and without, each parameter whose update has `base_sha256` in a file older than 1.2
     (§3.3: the member's schema is that of the file's version)."""
     findings = []
-    for name in [n for n, p in parameters.items() if "base_sha256" in p.update.meta]:
-        findings.append(Finding("MD404", parameters[name].path,
-                                f"`update` has `base_sha256`, which exists from format version 1.{BASE_SHA256_MINOR}"))
-        del parameters[name]
+    for name, parameter in list(parameters.items()):
+        problem = too_new_member(parameter)
+        if problem is not None:
+            findings.append(problem)
+            del parameters[name]
     return findings
 
 
 class DiffFile(Mapping[str, Update]):
     """An open .mdiff file: ``commit``, and a mapping from parameter name to its lazy Update.
 
-    Opening raises the first error the file's metadata breaks; ``warnings``
-    keeps the findings a reader may ignore.
+    Opening raises the first error the file's metadata breaks; ``warnings`` keeps the findings a
+    reader may ignore. With ``lazy``, opening checks the file as a whole — every object outside
+    ``/parameters``, and the links of ``/parameters`` (SPEC §8) — and each parameter's objects and
+    metadata when it is first asked for, before anything of it is read: ``diff[name]`` then raises
+    that parameter's first error. Reading one parameter of many then costs that parameter, not the
+    file. :meth:`check` checks the rest.
     """
 
-    def __init__(self, path, limits: Limits = DEFAULT_LIMITS):
+    def __init__(self, path, limits: Limits = DEFAULT_LIMITS, vetted: Vetted | None = None, keep_structure: bool = False,
+                 lazy: bool = False):
         self.path = os.fspath(path)
         FILTER_PLUGINS.enter()
         try:
@@ -154,7 +199,13 @@ class DiffFile(Mapping[str, Update]):
             FILTER_PLUGINS.leave()
             raise
         try:
-            contents = read_contents(self._file, size, limits)
+            if vetted is not None and vetted.identity != self._identity():
+                vetted = None  # the file changed since the child read it: walk it here
+            contents = read_contents(self._file, size, limits, vetted, lazy=lazy and vetted is None,
+                                     keep_inventory=keep_structure)
+            # what an isolated child hands its parent (open_diff); otherwise not kept: it is ~1 KB a parameter
+            self.structure = Vetted(self._identity(), contents.inventory, contents.structure_findings) \
+                if keep_structure and contents.inventory is not None else None
             errors = [x for x in contents.findings if x.is_error]
             if errors:
                 raise errors[0].to_error()
@@ -166,10 +217,19 @@ class DiffFile(Mapping[str, Update]):
         assert contents.header is not None and contents.header.commit is not None  # else an error above
         self.header: Header = contents.header
         self._commit: Commit = contents.header.commit
-        self.warnings = [x for x in contents.findings if not x.is_error]
+        self._warnings = [x for x in contents.findings if not x.is_error]
         self._parameters = contents.parameters
+        self._lazy = contents.lazy
+        self._refused: dict[str, InvalidFileError] = {}  # lazily found errors, raised again on each use
+        self._lock = threading.Lock()
         self._files = contents.files
         self._layout = contents.layout
+
+    def _identity(self) -> tuple[int, int, int, int]:
+        try:
+            return _identity(self._file.id.get_vfd_handle())
+        except Exception:  # a driver without a file descriptor: never matches a child's walk
+            return (-1, -1, -1, -1)
 
     @property
     def commit(self) -> Commit:
@@ -179,17 +239,52 @@ class DiffFile(Mapping[str, Update]):
     def version(self) -> str:
         return "%d.%d" % self.header.version
 
+    @property
+    def warnings(self) -> list[Finding]:
+        """The findings a reader may ignore (a lazy file: of the parts checked so far)."""
+        return list(self._warnings)
+
+    def _entry(self, name: str) -> Parameter:
+        entry = self._parameters.get(name)
+        if entry is not None:
+            return entry
+        if self._lazy is None or name not in self._lazy.links:
+            raise KeyError(name)
+        with self._lock:
+            if name in self._refused:
+                raise self._refused[name]
+            entry = self._parameters.get(name)
+            if entry is None:
+                entry, findings = self._lazy.parse(name)
+                self._warnings += [x for x in findings if not x.is_error]
+                errors = [x for x in findings if x.is_error]
+                if errors or entry is None:
+                    error = errors[0].to_error() if errors else InvalidFileError("MD513", "the parameter cannot be read",
+                                                                                 f"/parameters/{self._lazy.links[name]}")
+                    self._refused[name] = error
+                    raise error
+                self._parameters[name] = entry
+            return entry
+
+    def check(self) -> None:
+        """Check every parameter not checked yet (a lazy file); raises the first error."""
+        for name in self:
+            self._entry(name)
+
     def __getitem__(self, name: str):
-        return self._parameters[name].update
+        return self._entry(name).update
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._parameters or (self._lazy is not None and name in self._lazy.links)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._parameters)
+        return iter(self._lazy.links if self._lazy is not None else self._parameters)
 
     def __len__(self) -> int:
-        return len(self._parameters)
+        return len(self._lazy.links if self._lazy is not None else self._parameters)
 
     def hdf5_path(self, name: str) -> str:
-        return self._parameters[name].path
+        return self._entry(name).path
 
     @property
     def files(self) -> dict[str, Update]:
@@ -229,20 +324,32 @@ class DiffFile(Mapping[str, Update]):
         self.close()
 
 
-def open_diff(path, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None = None) -> DiffFile:
+def open_diff(path, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None = None, lazy: bool = False) -> DiffFile:
     """Open a .mdiff file. With ``isolation``, its metadata is first read in full (the structure walk,
     every parameter's checks) by a forked child with those time and memory limits: a crash or hang of
     libhdf5 on a crafted file then becomes MD515 here (§8.5), and an error of the file is raised
-    without this process having parsed it. Data read later goes through the chunk map the walk made
-    (storage.py) wherever it can, so libhdf5 parses in this process what it parsed in the child."""
+    without this process having parsed it. The child hands its walk back: this process reads the file
+    by it instead of walking it again (unless the file changed meanwhile), so that libhdf5 parses
+    here only what a read needs — data goes through the walk's chunk map (storage.py) wherever it can.
+    With ``lazy`` (and no isolation), each parameter is checked when first used (see DiffFile)."""
+    vetted = None
     if isolation is not None:
         try:
-            run_isolated(_metadata_only, path, limits, limits=isolation)
+            vetted = run_isolated(_metadata_only, path, limits, limits=isolation)
         except IsolationFailure as failure:
             raise InvalidFileError("MD515", f"reading the metadata in an isolated child: {failure.reason}",
                                    os.fspath(path)) from None
-    return DiffFile(path, limits)
+    return DiffFile(path, limits, vetted, lazy=lazy)
 
 
-def _metadata_only(path, limits: Limits) -> None:
-    DiffFile(path, limits).close()
+def open_file(path, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None = None, lazy: bool = True) -> DiffFile:
+    """``mdiff.open``: :func:`open_diff`, lazy unless told otherwise — a reader that uses some parameters
+    pays for those (SPEC §8: each is checked in full before anything of it is read); ``lazy=False``
+    checks every parameter on open, as appliers and the repository do."""
+    return open_diff(path, limits, isolation, lazy)
+
+
+def _metadata_only(path, limits: Limits) -> Vetted | None:
+    """Open the file (every check of its metadata); its structure walk, for the parent to read by."""
+    with DiffFile(path, limits, keep_structure=True) as diff:
+        return diff.structure

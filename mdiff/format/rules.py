@@ -74,7 +74,7 @@ _TABLE = [
     ("MD508", "error", "8.3", "a dataset's element count or byte size exceeds the limit"),
     ("MD509", "error", "8.3", "a dataset declares more data than its storage holds, its chunks do not cover it exactly once, or it is extendible"),
     ("MD510", "error", "8.3", "an attribute exceeds the size limit"),
-    ("MD511", "error", "8.3", "the file holds more objects or attributes than the limit"),
+    ("MD511", "error", "8.3", "the file holds more objects or attributes than the limit, or nests objects deeper than the limit"),
     ("MD512", "error", "8.3", "the declared bytes of all datasets exceed the limit"),
     ("MD513", "error", "8.1", "an object cannot be read (truncated or corrupt file), or a chunk does not decode to its size (§8.3)"),
     ("MD514", "error", "8.1", "an object is reachable through more than one link"),

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
 
 import h5py
 import numpy as np
@@ -26,219 +28,450 @@ ALLOWED_FILTERS = {FILTER_DEFLATE: "deflate", FILTER_SHUFFLE: "shuffle", FILTER_
 
 # The only dataset datatypes a file may use (§8.2): little-endian IEEE floats and two's-complement integers.
 STORAGE_DTYPES = [np.dtype(s) for s in ("<u1", "<u2", "<u4", "<u8", "<i1", "<i2", "<i4", "<i8", "<f4", "<f8")]
-_STORAGE_TYPES = [(dt, h5py.h5t.py_create(dt)) for dt in STORAGE_DTYPES]
+
+def _type_key(tid) -> tuple:
+    return (tid.get_class(), tid.get_size(), tid.get_sign() if tid.get_class() == h5py.h5t.INTEGER else None)
 
 
-@dataclass
+# By (class, size, sign): a file's datatype is compared with the one allowed type it could be.
+_STORAGE_TYPES = {_type_key(tid): (dt, tid) for dt, tid in ((dt, h5py.h5t.py_create(dt)) for dt in STORAGE_DTYPES)}
+
+
+@dataclass(slots=True)  # one per dataset: a file may hold 10^5
 class DatasetInfo:
     shape: tuple[int, ...]
     dtype: np.dtype
     nbytes: int
     plan: StoragePlan | None = None  # where the bytes lie, when storage.py can read them itself
+    stored: int = 0  # bytes the dataset occupies in the file (after its filters)
 
 
-@dataclass
+_NO_ATTRIBUTES: Mapping[str, str] = MappingProxyType({})
+_NO_CHILDREN: Mapping[str, "ObjectInfo"] = MappingProxyType({})
+MAX_REPORTED_PATH = 4096  # characters of a path in a finding; longer ones keep their two ends
+
+
 class ObjectInfo:
-    path: str
-    kind: str  # "group" or "dataset"
-    attrs: dict[str, str] = field(default_factory=dict)  # well-formed attributes only
-    refused_attrs: set[str] = field(default_factory=set)  # present, but reported under §8 (not "missing")
-    members: list[str] = field(default_factory=list)  # link names, for groups
-    dataset: DatasetInfo | None = None  # None for groups and refused datasets
+    """One object that passed the walk's link checks. It knows its parent, not its path: a file of
+    deeply nested long names would otherwise hold every prefix of every path (issue 14.9)."""
+
+    __slots__ = ("name", "parent", "kind", "depth", "attrs", "refused_attrs", "children", "dataset")
+
+    def __init__(self, name: str, parent: ObjectInfo | None, kind: str):
+        self.name = name
+        self.parent = parent
+        # "group", "dataset", "refused" (reported: MD501, or a member refused at its link), or "deferred"
+        # (a member of a group a LazyWalk walks only when it is used)
+        self.kind = kind
+        self.depth: int = 0 if parent is None else parent.depth + 1
+        self.attrs: Mapping[str, str] = _NO_ATTRIBUTES  # well-formed attributes only
+        self.refused_attrs: frozenset[str] | set[str] = frozenset()  # present, but reported under §8 (not "missing")
+        # by link name, in name order; groups only (one shared empty mapping for the rest: a file may hold 10^5)
+        self.children: Mapping[str, ObjectInfo] = {} if kind == "group" else _NO_CHILDREN
+        self.dataset: DatasetInfo | None = None  # None for groups and refused datasets
+
+    def adopt(self, node: ObjectInfo) -> ObjectInfo:
+        """File ``node`` as this group's member of its name."""
+        assert isinstance(self.children, dict)
+        self.children[node.name] = node
+        return node
+
+    def disown(self, name: str) -> None:
+        assert isinstance(self.children, dict)
+        del self.children[name]
+
+    @property
+    def path(self) -> str:
+        names = []
+        node: ObjectInfo | None = self
+        while node is not None and node.parent is not None:
+            names.append(node.name)
+            node = node.parent
+        return "/" + "/".join(reversed(names))
+
+    @property
+    def members(self) -> list[str]:
+        """Link names of a group's members, in name order (objects refused by a link check excluded)."""
+        return list(self.children)
+
+    def child(self, name: str) -> ObjectInfo | None:
+        """The member ``name`` when it is a group or dataset; None when absent, refused or not walked yet."""
+        node = self.children.get(name)
+        return node if node is not None and node.kind in ("group", "dataset") else None
+
+
+def report_path(node: ObjectInfo, name: str | None = None) -> str:
+    """The path of ``node`` (or of its member ``name``) for a finding, at most MAX_REPORTED_PATH characters:
+    beyond that its middle is elided, so that findings stay small whatever the names."""
+    names = [] if name is None else [name]
+    size = len(names[0]) + 1 if names else 0
+    current: ObjectInfo | None = node
+    while current is not None and current.parent is not None:
+        names.append(current.name)
+        size += len(current.name) + 1
+        current = current.parent
+    if size <= MAX_REPORTED_PATH:
+        return "/" + "/".join(reversed(names))
+    full = "/" + "/".join(reversed(names))  # bounded: §8.3 bounds the depth, the file the names
+    keep = MAX_REPORTED_PATH // 2
+    return f"{full[:keep]}…{full[-keep:]}"
+
+
+class _ByPath:
+    """inventory.objects: the objects that passed, found by HDF5 path ("/", "/parameters/w/xor")."""
+
+    def __init__(self, root: ObjectInfo):
+        self._root = root
+
+    def get(self, path: str, default: ObjectInfo | None = None) -> ObjectInfo | None:
+        node: ObjectInfo | None = self._root
+        for name in path.split("/")[1:] if path != "/" else []:
+            node = node.child(name) if node is not None else None
+        return node if node is not None else default
+
+    def __getitem__(self, path: str) -> ObjectInfo:
+        node = self.get(path)
+        if node is None:
+            raise KeyError(path)
+        return node
+
+    def __contains__(self, path: object) -> bool:
+        return isinstance(path, str) and self.get(path) is not None
 
 
 @dataclass
 class Inventory:
-    objects: dict[str, ObjectInfo] = field(default_factory=dict)
+    root: ObjectInfo = field(default_factory=lambda: ObjectInfo("", None, "group"))
     total_bytes: int = 0
 
+    @property
+    def objects(self) -> _ByPath:
+        return _ByPath(self.root)
 
-def _join(parent: str, name: str) -> str:
-    return "/" + name if parent == "/" else f"{parent}/{name}"
+    def __reduce__(self):
+        """Pickled flat, in walk order (an isolated child hands its walk to the parent, §8.5): a record per
+        object with its parent's index, so that neither pickling nor unpickling recurses."""
+        records = []
+        index: dict[int, int] = {}
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            index[id(node)] = len(records)
+            parent = -1 if node.parent is None else index[id(node.parent)]
+            records.append((parent, node.name, node.kind, dict(node.attrs) or None,
+                            set(node.refused_attrs) or None, _flat_dataset(node.dataset)))
+            stack.extend(reversed(node.children.values()))
+        return _rebuild_inventory, (records, self.total_bytes)
+
+
+def _flat_dataset(info: DatasetInfo | None) -> tuple | None:
+    """A DatasetInfo as plain tuples: pickling dataclasses and numpy dtypes one by one costs ~10× more."""
+    if info is None:
+        return None
+    plan = info.plan
+    flat_plan = None if plan is None else (
+        plan.contiguous_offset, plan.chunk_shape, tuple((c.offset, c.byte_offset, c.size) for c in plan.chunks), plan.filters)
+    return info.shape, info.dtype.str, info.nbytes, info.stored, flat_plan
+
+
+def _dataset_of(flat: tuple | None, dtypes: dict[str, np.dtype]) -> DatasetInfo | None:
+    if flat is None:
+        return None
+    shape, dtype, nbytes, stored, flat_plan = flat
+    plan = None
+    if flat_plan is not None:
+        offset, chunk_shape, chunks, filters = flat_plan
+        plan = StoragePlan(offset, chunk_shape, tuple(Chunk(*c) for c in chunks), filters)
+    if dtype not in dtypes:
+        dtypes[dtype] = np.dtype(dtype)
+    return DatasetInfo(shape, dtypes[dtype], nbytes, plan, stored)
+
+
+def _rebuild_inventory(records: list, total_bytes: int) -> Inventory:
+    nodes: list[ObjectInfo] = []
+    dtypes: dict[str, np.dtype] = {}
+    for parent, name, kind, attrs, refused, flat in records:
+        dataset = _dataset_of(flat, dtypes)
+        up = nodes[parent] if parent >= 0 else None
+        node = ObjectInfo(name, up, kind)
+        if up is not None:
+            up.adopt(node)
+        if attrs:
+            node.attrs = attrs
+        if refused:
+            node.refused_attrs = refused
+        node.dataset = dataset
+        nodes.append(node)
+    return Inventory(nodes[0], total_bytes)
+
+
+_STOP = object()  # _visit: a global limit was reached; the walk ends
 
 
 class _Walk:
-    def __init__(self, f: h5py.File, file_size: int, limits: Limits):
+    def __init__(self, f: h5py.File, file_size: int, limits: Limits, deferred: frozenset[str] = frozenset()):
         self.file = f
         self.file_size = file_size
         self.limits = limits
+        self.deferred = deferred  # groups (by path) whose members are walked when first used (LazyWalk)
+        self.deferred_gids: dict[int, object] = {}  # id(node) -> that group, held open for expand()
         self.findings: list[Finding] = []
         self.inventory = Inventory()
         self.seen_addresses: set[int] = set()
         self.count = 0
+        self.stopped = False  # a global limit was reached: nothing more is walked
 
-    def finding(self, code: str, path: str, message: str) -> None:
-        self.findings.append(Finding(code, path, message))
+    def finding(self, code: str, where: ObjectInfo, message: str, name: str | None = None) -> None:
+        self.findings.append(Finding(code, report_path(where, name), message))
 
     def run(self) -> None:
-        stack = [("/", self.file.id)]
+        """Depth first, members in name order; each group's links are listed once, and only the groups on
+        the current path are held open (at most the depth limit): a group of many members costs a list of
+        names, not an open HDF5 object each."""
+        root = self.inventory.root
+        if not self._read_attributes(root, self.file.id):
+            self.stopped = True
+            return
+        self._descend([(root, self.file.id, iter(self._links(root, self.file.id)))])
+
+    def _descend(self, stack: list) -> None:
         while stack:
-            path, gid = stack.pop()
-            info = ObjectInfo(path, "group")
-            self.inventory.objects[path] = info
-            if not self._read_attributes(path, gid, info):
+            node, gid, links = stack[-1]
+            entry = next(links, None)
+            if entry is None:
+                stack.pop()
+                continue
+            if self.count >= self.limits.max_objects:
+                self.finding("MD511", node, f"more than {self.limits.max_objects} objects")
+                self.stopped = True
                 return
-            for raw in self._link_names(path, gid):
-                if self.count >= self.limits.max_objects:
-                    self.finding("MD511", path, f"more than {self.limits.max_objects} objects")
+            if id(node) in self.deferred_gids:
+                self._defer(node, *entry)
+                continue
+            child = self._visit(node, gid, *entry)
+            if child is _STOP:
+                self.stopped = True
+                return
+            if child is not None:
+                info, oid, attributes = child
+                if not self._read_attributes(info, oid, attributes):
+                    self.stopped = True
                     return
-                child = self._visit(path, gid, raw, info)
-                if child is not None:
-                    stack.append(child)
+                if self.deferred and info.path in self.deferred:
+                    self.deferred_gids[id(info)] = oid
+                stack.append((info, oid, iter(self._links(info, oid))))
         self._check_total()
 
-    def _link_names(self, path: str, gid) -> list[bytes]:
-        try:
-            names = []
-            for raw in gid:  # iterating yields link names without resolving them
-                names.append(raw)
-                if len(names) > self.limits.max_objects:
-                    break
-            return sorted(names)
-        except Exception as exc:  # a corrupt group B-tree
-            self.finding("MD513", path, f"the group's links cannot be read: {exc}")
-            return []
-
-    def _visit(self, parent: str, gid, raw: bytes, parent_info: ObjectInfo):
+    def _defer(self, parent: ObjectInfo, raw: bytes, link_type: int) -> None:
+        """A member of a deferred group: its link checked (§8.1) and counted; the object left for expand()."""
         try:
             name = raw.decode("utf-8")
         except UnicodeDecodeError:
-            self.finding("MD302", parent, f"link name {raw!r} is not UTF-8")
-            return None
-        path = _join(parent, name)
+            self.finding("MD302", parent, f"link name {raw[:200]!r} is not UTF-8")
+            return
+        if link_type != h5py.h5l.TYPE_HARD:
+            kind = {h5py.h5l.TYPE_SOFT: "soft", h5py.h5l.TYPE_EXTERNAL: "external"}.get(link_type, "user-defined")
+            self.finding("MD500", parent, f"{kind} link; only hard links are allowed", name)
+            return
+        self.count += 1
+        parent.adopt(ObjectInfo(name, parent, "deferred"))
+
+    def expand(self, node: ObjectInfo) -> list[Finding]:
+        """Walk a deferred member and everything below it, with every check and limit of the full walk
+        (the object count, the addresses seen and the declared bytes carry on from what was walked
+        before); the findings it made. The member's node is replaced by the walked one."""
+        assert node.kind == "deferred" and node.parent is not None
+        first = len(self.findings)
+        if self.stopped:
+            self.finding("MD511", node, "the file's limits were reached before this member was read")
+            return self.findings[first:]
+        parent, gid = node.parent, self.deferred_gids[id(node.parent)]
+        parent.disown(node.name)  # _visit files the walked node in its place (or nothing, if refused)
+        self.count -= 1  # counted when deferred; _visit counts it again
+        child = self._visit(parent, gid, node.name.encode("utf-8"), h5py.h5l.TYPE_HARD)
+        if child is _STOP:
+            self.stopped = True
+        elif child is not None:
+            info, oid, attributes = child
+            if self._read_attributes(info, oid, attributes):
+                self._descend([(info, oid, iter(self._links(info, oid)))])
+            else:
+                self.stopped = True
+        else:
+            self._check_total()
+        return self.findings[first:]
+
+    def _links(self, node: ObjectInfo, gid) -> list[tuple[bytes, int]]:
+        """(link name, link type) of each member, in name order; one libhdf5 iteration per group."""
+        links: list[tuple[bytes, int]] = []
+        cap = self.limits.max_objects
+
+        def collect(raw: bytes, info) -> int | None:
+            links.append((raw, info.type))
+            return 1 if len(links) > cap else None  # past the object limit: reported by the caller
+
         try:
-            link_type = gid.links.get_info(raw).type
-        except Exception as exc:
-            self.finding("MD513", path, f"the link cannot be read: {exc}")
+            gid.links.iterate(collect, info=True)
+        except Exception as exc:  # a corrupt group B-tree or heap
+            self.finding("MD513", node, f"the group's links cannot be read: {exc}")
+            return []
+        links.sort()
+        return links
+
+    def _visit(self, parent: ObjectInfo, gid, raw: bytes, link_type: int):
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.finding("MD302", parent, f"link name {raw[:200]!r} is not UTF-8")
             return None
         if link_type != h5py.h5l.TYPE_HARD:
             kind = {h5py.h5l.TYPE_SOFT: "soft", h5py.h5l.TYPE_EXTERNAL: "external"}.get(link_type, "user-defined")
-            self.finding("MD500", path, f"{kind} link; only hard links are allowed")
+            self.finding("MD500", parent, f"{kind} link; only hard links are allowed", name)
             return None
+        if parent.depth >= self.limits.max_depth:
+            self.finding("MD511", parent, f"objects nested more than {self.limits.max_depth} links below the root", name)
+            return _STOP
         try:
             oid = h5py.h5o.open(gid, raw)
             oinfo = h5py.h5o.get_info(oid)
         except Exception as exc:
-            self.finding("MD513", path, f"the object cannot be opened: {exc}")
+            self.finding("MD513", parent, f"the object cannot be opened: {exc}", name)
             return None
         self.count += 1
         if oinfo.addr in self.seen_addresses or oinfo.rc != 1:
-            self.finding("MD514", path, "the object has more than one link to it")
+            self.finding("MD514", parent, "the object has more than one link to it", name)
             return None
         self.seen_addresses.add(oinfo.addr)
-        parent_info.members.append(name)
-        kind = h5py.h5i.get_type(oid)
-        if kind == h5py.h5i.GROUP:
-            return (path, oid)
-        if kind == h5py.h5i.DATASET:
-            info = ObjectInfo(path, "dataset")
-            self.inventory.objects[path] = info
-            if self._read_attributes(path, oid, info):
-                info.dataset = self._check_dataset(path, oid)
+        kind = oinfo.type
+        if kind == h5py.h5o.TYPE_GROUP:
+            info = parent.adopt(ObjectInfo(name, parent, "group"))
+            return (info, oid, oinfo.num_attrs)
+        if kind == h5py.h5o.TYPE_DATASET:
+            info = parent.adopt(ObjectInfo(name, parent, "dataset"))
+            if self._read_attributes(info, oid, oinfo.num_attrs):
+                info.dataset = self._check_dataset(info, oid)
             return None
-        self.finding("MD501", path, "a committed datatype; only groups and datasets are allowed")
+        parent.adopt(ObjectInfo(name, parent, "refused"))
+        self.finding("MD501", parent, "a committed datatype; only groups and datasets are allowed", name)
         return None
 
-    def _read_attributes(self, path: str, oid, info: ObjectInfo) -> bool:
-        """Record well-formed attributes; False once the attribute count is over the object limit."""
+    def _read_attributes(self, info: ObjectInfo, oid, n: int | None = None) -> bool:
+        """Record well-formed attributes (``n`` of them: the object header's count, when the caller has it);
+        False once the attribute count is over the object limit."""
         try:
-            n = h5py.h5a.get_num_attrs(oid)
+            if n is None:
+                n = h5py.h5a.get_num_attrs(oid)
         except Exception as exc:
-            self.finding("MD513", path, f"attributes cannot be read: {exc}")
+            self.finding("MD513", info, f"attributes cannot be read: {exc}")
             return True
         self.count += n
         if n > MAX_ATTRIBUTES_PER_OBJECT:  # opening the i-th of many attributes costs libhdf5 O(n log n)
-            self.finding("MD511", path, f"{n} attributes on one object (at most {MAX_ATTRIBUTES_PER_OBJECT})")
+            self.finding("MD511", info, f"{n} attributes on one object (at most {MAX_ATTRIBUTES_PER_OBJECT})")
             return False
         if self.count > self.limits.max_objects:
-            self.finding("MD511", path, f"more than {self.limits.max_objects} objects and attributes")
+            self.finding("MD511", info, f"more than {self.limits.max_objects} objects and attributes")
             return False
+        if n == 0:
+            return True
+        attrs: dict[str, str] = {}
+        refused: set[str] = set()
         for i in range(n):
             try:
                 aid = h5py.h5a.open(oid, index=i)
                 name = aid.get_name().decode("utf-8", "replace")
-                size = string_attribute_size(aid)
+                tid = aid.get_type()
+                size = string_attribute_size(aid, tid)
                 if size is None:
-                    self.finding("MD506", path, f"attribute {name!r} is not a scalar fixed-length UTF-8 string")
-                    info.refused_attrs.add(name)
+                    self.finding("MD506", info, f"attribute {name[:200]!r} is not a scalar fixed-length UTF-8 string")
+                    refused.add(name)
                     continue
                 if size > self.limits.max_attribute_bytes:
-                    self.finding("MD510", path, f"attribute {name!r} has {size} bytes (limit {self.limits.max_attribute_bytes})")
-                    info.refused_attrs.add(name)
+                    self.finding("MD510", info, f"attribute {name[:200]!r} has {size} bytes (limit {self.limits.max_attribute_bytes})")
+                    refused.add(name)
                     continue
-                text = read_string(aid, size)
+                text = read_string(aid, size, tid)
             except Exception as exc:
-                self.finding("MD513", path, f"attribute {i} cannot be read: {exc}")
+                self.finding("MD513", info, f"attribute {i} cannot be read: {exc}")
                 continue
             if text is None:
-                self.finding("MD506", path, f"attribute {name!r} is not valid UTF-8")
-                info.refused_attrs.add(name)
+                self.finding("MD506", info, f"attribute {name[:200]!r} is not valid UTF-8")
+                refused.add(name)
                 continue
-            info.attrs[name] = text
+            attrs[name] = text
+        if attrs:
+            info.attrs = attrs
+        if refused:
+            info.refused_attrs = refused
         return True
 
-    def _check_dataset(self, path: str, did) -> DatasetInfo | None:
+    def _check_dataset(self, info: ObjectInfo, did) -> DatasetInfo | None:
         try:
             dcpl = did.get_create_plist()
             layout = dcpl.get_layout()
             if layout == h5py.h5d.VIRTUAL:
-                self.finding("MD503", path, "virtual dataset")
+                self.finding("MD503", info, "virtual dataset")
                 return None
             if dcpl.get_external_count() > 0:
-                self.finding("MD502", path, "external raw storage")
+                self.finding("MD502", info, "external raw storage")
                 return None
-            filters = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
+            pipeline = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())]
+            filters = [f[0] for f in pipeline]
             bad = [f for f in filters if f not in ALLOWED_FILTERS]
             if bad:
-                self.finding("MD504", path, f"filter id(s) {bad}; allowed: deflate (1), shuffle (2), fletcher32 (3)")
+                self.finding("MD504", info, f"filter id(s) {bad}; allowed: deflate (1), shuffle (2), fletcher32 (3)")
                 return None
             dtype = self._storage_dtype(did.get_type())
             if dtype is None:
-                self.finding("MD505", path, "datatype is not a little-endian IEEE float or two's-complement integer")
+                self.finding("MD505", info, "datatype is not a little-endian IEEE float or two's-complement integer")
                 return None
             space = did.get_space()
-            if space.get_simple_extent_type() not in (h5py.h5s.SCALAR, h5py.h5s.SIMPLE):
-                self.finding("MD505", path, "null dataspace")
+            extent_type = space.get_simple_extent_type()
+            if extent_type not in (h5py.h5s.SCALAR, h5py.h5s.SIMPLE):
+                self.finding("MD505", info, "null dataspace")
                 return None
             shape = tuple(int(d) for d in space.shape)
-            if space.get_simple_extent_type() == h5py.h5s.SIMPLE and tuple(space.get_simple_extent_dims(True)) != shape:
-                self.finding("MD509", path, "the dataset is extendible (its maximum shape is not its shape)")
+            if extent_type == h5py.h5s.SIMPLE and tuple(space.get_simple_extent_dims(True)) != shape:
+                self.finding("MD509", info, "the dataset is extendible (its maximum shape is not its shape)")
                 return None
             problem = shape_problem(shape, dtype.itemsize, self.limits)  # MD507/MD508; a 0 counts as 1
             if problem:
-                self.finding(problem[0], path, problem[1])
+                self.finding(problem[0], info, problem[1])
                 return None
             nbytes = math.prod(shape) * dtype.itemsize
-            plan = self._storage_plan(path, did, layout, dcpl, shape, dtype, nbytes, filters)
-            if plan is False or plan is True:  # False: refused (reported); a plan is never True
+            planned = self._storage_plan(info, did, layout, dcpl, shape, dtype, nbytes, pipeline)
+            if planned is False:  # refused (reported)
                 return None
+            plan, stored = planned
         except Exception as exc:
-            self.finding("MD513", path, f"the dataset's header cannot be read: {exc}")
+            self.finding("MD513", info, f"the dataset's header cannot be read: {exc}")
             return None
         self.inventory.total_bytes += nbytes
-        return DatasetInfo(shape, dtype, nbytes, plan)
+        return DatasetInfo(shape, dtype, nbytes, plan, stored)
 
     @staticmethod
     def _storage_dtype(tid) -> np.dtype | None:
-        for dtype, allowed in _STORAGE_TYPES:
-            if tid.equal(allowed):
-                return dtype
+        """The one allowed dtype of the same class, size and sign, if ``tid`` equals it in every field."""
+        candidate = _STORAGE_TYPES.get(_type_key(tid))
+        if candidate is not None and tid.equal(candidate[1]):
+            return candidate[0]
         return None
 
-    def _storage_plan(self, path, did, layout, dcpl, shape, dtype, nbytes, filters) -> StoragePlan | None | bool:
+    def _storage_plan(self, info: ObjectInfo, did, layout, dcpl, shape, dtype, nbytes, pipeline):
         """Every byte the dataset declares is stored inside the file; nothing is left to fill values.
 
-        False when not (reported); otherwise how storage.py reads the bytes, or None (compact or empty: libhdf5 reads them).
+        False when not (reported); otherwise (how storage.py reads the bytes, or None: compact or empty,
+        libhdf5 reads them; the bytes stored in the file).
         """
         if nbytes == 0 or layout == h5py.h5d.COMPACT:
-            return None
+            return None, int(did.get_storage_size()) if nbytes else 0
+        filters = [f[0] for f in pipeline]
         if layout == h5py.h5d.CONTIGUOUS:
             offset = did.get_offset()
             stored = did.get_storage_size()
             if offset is None or stored < nbytes or offset + nbytes > self.file_size:
-                self.finding("MD509", path, f"declares {nbytes} bytes; {stored} are stored within the file")
+                self.finding("MD509", info, f"declares {nbytes} bytes; {stored} are stored within the file")
                 return False
-            return plan_for(shape, dtype.itemsize, contiguous_offset=offset)
+            return plan_for(shape, dtype.itemsize, contiguous_offset=offset), int(stored)
         chunk = dcpl.get_chunk()
         expected = math.prod(math.ceil(d / c) for d, c in zip(shape, chunk))
         chunk_bytes = math.prod(chunk) * dtype.itemsize
@@ -257,27 +490,29 @@ class _Walk:
             elif chunk_info.size * ratio < chunk_bytes:
                 problems.append(f"chunk {chunk_info.chunk_offset} stores {chunk_info.size} bytes for {chunk_bytes}")
 
-        if did.get_num_chunks() != expected:
-            self.finding("MD509", path, f"{did.get_num_chunks()} of {expected} chunks are stored")
+        stored_chunks = did.get_num_chunks()
+        if stored_chunks != expected:
+            self.finding("MD509", info, f"{stored_chunks} of {expected} chunks are stored")
             return False
         skipped: list = []
         did.chunk_iter(visit)
         if skipped:  # libhdf5 mis-reads such chunks (heap over-read, found by fuzzing)
-            self.finding("MD504", path, f"chunk {skipped[0]} skips some of the dataset's filters")
+            self.finding("MD504", info, f"chunk {skipped[0]} skips some of the dataset's filters")
             return False
         coverage = coverage_problem(shape, tuple(int(c) for c in chunk), chunks)
         if coverage:  # libhdf5 would read a missing chunk as fill values
             problems.append(coverage)
         if problems:
-            self.finding("MD509", path, problems[0])
+            self.finding("MD509", info, problems[0])
             return False
-        pipeline = tuple((int(code), tuple(int(v) for v in values)) for code, _, values, _ in map(dcpl.get_filter, range(dcpl.get_nfilters())))
-        return plan_for(shape, dtype.itemsize, chunk_shape=tuple(int(c) for c in chunk), chunks=chunks, filters=pipeline)
+        steps = tuple((int(code), tuple(int(v) for v in values)) for code, _, values, _ in pipeline)
+        plan = plan_for(shape, dtype.itemsize, chunk_shape=tuple(int(c) for c in chunk), chunks=chunks, filters=steps)
+        return plan, sum(c.size for c in chunks)
 
     def _check_total(self) -> None:
         if self.inventory.total_bytes > self.limits.max_total_bytes:
             self.finding(
-                "MD512", "/",
+                "MD512", self.inventory.root,
                 f"datasets declare {self.inventory.total_bytes} bytes (limit {self.limits.max_total_bytes})",
             )
 
@@ -286,3 +521,18 @@ def inspect_structure(f: h5py.File, file_size: int, limits: Limits) -> tuple[Inv
     walk = _Walk(f, file_size, limits)
     walk.run()
     return walk.inventory, walk.findings
+
+
+class LazyWalk:
+    """The structure walk of a reader that uses only some parameters (SPEC §8): everything is walked at
+    once except the members of ``deferred`` groups, whose links alone are checked and counted; each
+    member is walked — with every check of §8.1–§8.3 — by :meth:`expand`, before anything of it is read."""
+
+    def __init__(self, f: h5py.File, file_size: int, limits: Limits, deferred: frozenset[str]):
+        self._walk = _Walk(f, file_size, limits, deferred)
+        self._walk.run()
+        self.inventory = self._walk.inventory
+        self.findings = list(self._walk.findings)
+
+    def expand(self, node: ObjectInfo) -> list[Finding]:
+        return self._walk.expand(node)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Generator, Iterable, Iterator, Mapping, Protocol, Sequence
 
@@ -67,6 +68,9 @@ def iter_blocks(source: Any, block_bytes: int = VALIDATION_BLOCK_BYTES) -> Itera
     shape = tuple(source.shape)
     if math.prod(shape) == 0:  # no bytes, yet a shape readers must be able to allocate (MD508)
         yield empty_array(shape, np.dtype(source.dtype), source.name).reshape(-1)
+        return
+    if math.prod(shape) * np.dtype(source.dtype).itemsize <= block_bytes:  # one block: one whole read, the
+        yield read_array(source, np.dtype(source.dtype)).reshape(-1)  # walk's chunk map where it has one
         return
     try:
         if len(shape) == 0:
@@ -209,6 +213,9 @@ def with_data_read(update: Update) -> Update:
     return Update(update.meta, {key: update.array(key) for key in update.data}, update.kind)
 
 
+_READ_INLINE_BYTES = 64 << 10
+
+
 def read_ahead(items: Iterable[tuple[str, Update]]) -> Generator[tuple[str, Update], None, None]:
     """``items`` with each update's data read into memory, the next one's read on another core
     meanwhile (inflating releases the GIL): at most two updates' data are held at once."""
@@ -217,7 +224,14 @@ def read_ahead(items: Iterable[tuple[str, Update]]) -> Generator[tuple[str, Upda
     pending = None
     try:
         for name, update in items:
-            future = shared_pool().submit(with_data_read, update)
+            if update.stored_bytes < _READ_INLINE_BYTES:  # a thread's hand-off costs more than such a read
+                future: Future = Future()
+                try:
+                    future.set_result(with_data_read(update))
+                except Exception as exc:  # raised in its turn, as a thread's would be
+                    future.set_exception(exc)
+            else:
+                future = shared_pool().submit(with_data_read, update)
             if pending is not None:
                 yield pending[0], pending[1].result()
             pending = (name, future)

@@ -26,7 +26,8 @@ of the project's performance issue marked met or missed with its ratio.
 
     python tools/bench/run.py [--size-gib 1] [--quick] [--repeat 3] [--out-dir docs] [--json FILE]
 
-Bench-only dependencies: tools/bench/requirements.txt. Figures are medians (min–max) over the
+How costs grow with the number of parameters is tools/bench/scale.py's (its section of docs/benchmarks.md
+is kept when this one rewrites the file). Bench-only dependencies: tools/bench/requirements.txt. Figures are medians (min–max) over the
 repetitions; on a shared VM quote them as ratios.
 """
 
@@ -1272,6 +1273,14 @@ def parse_args(argv=None):
     return args
 
 
+def write_report(path: Path, text: str) -> None:
+    """``text`` as the report, keeping the section tools/bench/scale.py wrote into the old one."""
+    import scale  # noqa: E402  (tools/bench/scale.py)
+
+    kept = scale.kept_section(path)
+    path.write_text(text + ("\n" + kept if kept else ""), encoding="utf-8")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.rss_child:
@@ -1281,7 +1290,7 @@ def main(argv=None) -> int:
         r = json.loads(args.from_json.read_text(encoding="utf-8"))
         r["targets"] = targets(r)
         args.out_dir.mkdir(parents=True, exist_ok=True)
-        (args.out_dir / "benchmarks.md").write_text(markdown(r), encoding="utf-8")
+        write_report(args.out_dir / "benchmarks.md", markdown(r))
         chart(r, args.out_dir / "benchmarks.png")
         return 0
     started = time.perf_counter()
@@ -1312,7 +1321,7 @@ def main(argv=None) -> int:
         "bench_peak_rss": own_peak_rss(),
     }
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "benchmarks.md").write_text(markdown(r), encoding="utf-8")
+    write_report(args.out_dir / "benchmarks.md", markdown(r))
     chart(r, args.out_dir / "benchmarks.png")
     if args.json:
         args.json.write_text(json.dumps(r, indent=1, default=str), encoding="utf-8")

@@ -49,6 +49,7 @@ const LIMIT_ALIASES = {
   max_dataset_bytes: "maxDatasetBytes",
   max_attribute_bytes: "maxAttributeBytes",
   max_objects: "maxObjects",
+  max_depth: "maxDepth",
   max_total_bytes: "maxTotalBytes",
 };
 

@@ -20,6 +20,7 @@ export const DEFAULT_LIMITS = {
   maxDatasetBytes: 2n ** 38n,
   maxAttributeBytes: 2 ** 20,
   maxObjects: 1_000_000,
+  maxDepth: 32,
   maxTotalBytes: 2n ** 40n,
 };
 
@@ -123,7 +124,7 @@ export class Validation {
   walk() {
     const seen = new Map(); // address -> path
     let count = 0;
-    const root = { path: "/", kind: "group", parent: null, name: "", attrs: new Map() };
+    const root = { path: "/", kind: "group", parent: null, name: "", depth: 0, attrs: new Map() };
     try {
       seen.set(this.h5.address("/"), "/");
     } catch {
@@ -160,6 +161,11 @@ export class Validation {
           g.children.push({ name, path: p, kind: "link" });
           continue;
         }
+        if (g.depth >= this.limits.maxDepth) {
+          // §8.3: the depth limit bounds every path this walk builds; nothing deeper is opened
+          this.add("MD511", p, `objects nested more than ${this.limits.maxDepth} links below the root`);
+          return;
+        }
         let okind;
         let addr;
         try {
@@ -186,7 +192,7 @@ export class Validation {
           continue;
         }
         seen.set(addr, p);
-        const obj = { path: p, kind: okind, parent: g, name, addr, attrs: new Map() };
+        const obj = { path: p, kind: okind, parent: g, name, addr, depth: g.depth + 1, attrs: new Map() };
         g.children.push(obj);
         this.objects.push(obj);
         this.byPath.set(p, obj);

@@ -1,0 +1,364 @@
+"""Files with very many parameters, and deep nesting: work that grows linearly, memory that stays bounded
+(issues 14.9, 14.10). Timings live in tools/bench/scale.py; these tests count operations and bytes instead.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import json
+import os
+import pickle
+import pstats
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import h5py
+import jsonschema
+import numpy as np
+import pytest
+
+import mdiff
+from mdiff.describe import describe
+from mdiff.format import reader as reader_module
+from mdiff.format.attributes import write_string
+from mdiff.format.limits import DEFAULT_LIMITS
+from mdiff.format.reader import DiffFile, Vetted, open_diff
+from mdiff.format.schemas import _Unsure, compiled_check, ecma_validator, first_errors
+from mdiff.format.structure import MAX_REPORTED_PATH, inspect_structure
+from mdiff.isolation import Isolation, isolation_supported
+from mdiff.updates import REGISTRY
+from tests import invalid_files as inv
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+COMMIT = mdiff.Commit("many", date=inv.DATE)
+
+
+def _many(path: Path, n: int, warning: bool = False) -> None:
+    """A dense diff of ``n`` parameters of 4 float32 values; with ``warning``, each parameter group also
+    carries an unknown attribute (MD303)."""
+    with mdiff.DiffWriter(path, COMMIT) as writer:
+        for i in range(n):
+            old = np.full(4, i, np.float32)
+            writer.add(f"layer.{i:06d}.w", mdiff.dense(old, old + 1))
+    if warning:
+        with h5py.File(path, "r+") as f:
+            for name in f["parameters"]:
+                write_string(f["parameters"][name], "note", "x")
+
+
+def _calls(fn) -> int:
+    """Function calls (Python and C) made by ``fn()``: a count of operations, the same on any machine."""
+    profile = cProfile.Profile()
+    profile.runcall(fn)
+    return sum(entry[1] for entry in pstats.Stats(profile).stats.values())  # type: ignore[attr-defined]
+
+
+def _peak_bytes(fn) -> int:
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+OPERATIONS = {
+    "open": lambda p: DiffFile(p).close(),
+    "validate": lambda p: mdiff.validate(p),
+    "dump": lambda p: json.dumps(describe(p)),
+}
+
+
+@pytest.mark.parametrize("warning", [False, True], ids=["plain", "a warning per parameter"])
+@pytest.mark.parametrize("operation", sorted(OPERATIONS))
+def test_the_work_of_reading_grows_linearly_with_the_parameter_count(tmp_path, operation, warning):
+    small, large = tmp_path / "small.mdiff", tmp_path / "large.mdiff"
+    _many(small, 300, warning)
+    _many(large, 1200, warning)
+    run = OPERATIONS[operation]
+    run(small)  # imports and caches, not counted
+    findings = mdiff.validate(large)
+    assert [f.code for f in findings] == (["MD303"] * 1200 if warning else [])
+    calls = _calls(lambda: run(large)) / _calls(lambda: run(small))
+    memory = _peak_bytes(lambda: run(large)) / _peak_bytes(lambda: run(small))
+    # 4× the parameters: 4× the work and memory, plus what does not depend on the count
+    assert calls <= 4.2, f"{operation}: {calls:.2f}× the calls for 4× the parameters"
+    assert memory <= 4.4, f"{operation}: {memory:.2f}× the peak memory for 4× the parameters"
+
+
+def test_an_open_diff_holds_no_libhdf5_object_per_parameter(tmp_path):
+    """libhdf5 keeps ~17 KB per open dataset: 16k parameters held 280 MB and slowed every later call."""
+    path = tmp_path / "d.mdiff"
+    _many(path, 500)
+    with DiffFile(path) as diff:
+        fid = diff._file.id
+        assert h5py.h5f.get_obj_count(fid, h5py.h5f.OBJ_ALL) == 1  # the file alone
+        for name in diff:
+            diff[name].array("xor")  # read through the walk's chunk map
+        assert h5py.h5f.get_obj_count(fid, h5py.h5f.OBJ_ALL) == 1
+        assert diff["layer.000001.w"].data["xor"].shape == (4,)  # known without opening the dataset
+        assert h5py.h5f.get_obj_count(fid, h5py.h5f.OBJ_ALL) == 1
+
+
+def test_applying_many_parameters_grows_linearly(tmp_path):
+    counts = {}
+    for n in (300, 1200):
+        path, base, out = tmp_path / f"{n}.mdiff", tmp_path / f"{n}.safetensors", tmp_path / f"{n}.out.safetensors"
+        _many(path, n)
+        from safetensors.numpy import save_file
+
+        save_file({f"layer.{i:06d}.w": np.full(4, i, np.float32) for i in range(n)}, str(base))
+        mdiff.apply_files(base, path, out)  # warm
+        counts[n] = _calls(lambda base=base, path=path, out=out: mdiff.apply_files(base, path, out))
+        from safetensors.numpy import load_file
+
+        got = load_file(str(out))
+        assert len(got) == n and np.array_equal(got["layer.000007.w"], np.full(4, 8, np.float32))
+    assert counts[1200] / counts[300] <= 4.2
+
+
+def test_an_isolated_open_reads_by_the_childs_walk(tmp_path, monkeypatch):
+    if not isolation_supported():
+        pytest.skip("isolation needs fork()")
+    path = tmp_path / "d.mdiff"
+    _many(path, 20)
+    walks = []
+    real = reader_module.inspect_structure
+    monkeypatch.setattr(reader_module, "inspect_structure", lambda *a: walks.append(1) or real(*a))
+    with open_diff(path, isolation=Isolation(timeout_s=60)) as diff:
+        assert len(diff) == 20
+        assert diff["layer.000003.w"].array("xor").tolist() == np.full(4, 3, np.float32).view(np.uint32).__xor__(
+            np.full(4, 4, np.float32).view(np.uint32)).tolist()
+    assert walks == []  # the walk ran in the child only
+    with open_diff(path) as diff:
+        assert len(diff) == 20
+    assert walks == [1]
+
+
+def test_a_childs_walk_of_another_file_is_not_used(tmp_path):
+    a, b = tmp_path / "a.mdiff", tmp_path / "b.mdiff"
+    _many(a, 3)
+    _many(b, 5)
+    with DiffFile(a, keep_structure=True) as diff:
+        vetted = diff.structure
+    assert isinstance(vetted, Vetted)
+    with DiffFile(b, vetted=vetted) as diff:  # b is not the file the walk was made of: walked again
+        assert sorted(diff) == [f"layer.{i:06d}.w" for i in range(5)]
+
+
+def test_the_walk_pickles_flat_and_whole(tmp_path):
+    path = tmp_path / "d.mdiff"
+    inv.build_MD303_dataset_attribute(path)
+    with h5py.File(path, "r") as f:
+        inventory, findings = inspect_structure(f, os.path.getsize(path), DEFAULT_LIMITS)
+    again = pickle.loads(pickle.dumps(inventory))
+    for p in ("/", "/parameters", "/parameters/w", "/parameters/w/xor"):
+        one, two = inventory.objects[p], again.objects[p]
+        assert (one.path, one.kind, dict(one.attrs), set(one.refused_attrs), one.members, one.dataset) == \
+               (two.path, two.kind, dict(two.attrs), set(two.refused_attrs), two.members, two.dataset)
+    assert again.total_bytes == inventory.total_bytes
+
+
+def test_dump_reports_the_bytes_libhdf5_stores(tmp_path):
+    path = tmp_path / "d.mdiff"
+    big = np.arange(300_000, dtype=np.float32)  # chunked and deflated
+    with mdiff.DiffWriter(path, COMMIT) as writer:
+        writer.add("big", mdiff.replace(big))
+        writer.add("small", mdiff.dense(inv.W, inv.W_NEW))  # contiguous
+        writer.add("empty", mdiff.replace(np.zeros((0, 3), np.float32)))
+        writer.add("rank0", mdiff.replace(np.float32(2.5)))
+    info = {p["name"]: p["stored_bytes"] for p in describe(path)["parameters"]}
+    with h5py.File(path, "r") as f:
+        expected = {name: sum(ds.id.get_storage_size() for ds in f["parameters"][name].values())
+                    for name in f["parameters"]}
+    assert info == expected and info["big"] > 0 and info["empty"] == 0
+
+
+def _deep(path: Path, depth: int = 1500, name_length: int = 2000) -> None:
+    """Issue 14.9: unknown groups nested ``depth`` deep under names of ``name_length`` characters."""
+    inv._write(path)
+    with h5py.File(path, "r+") as f:
+        group = f
+        for i in range(depth):
+            group = group.create_group(f"{i:04d}".ljust(name_length, "x"))
+
+
+def _child_peak(code: str) -> tuple[dict, int]:
+    """Run ``code`` (which prints one JSON line) in a fresh interpreter: its output and its peak RSS."""
+    proc = subprocess.run([sys.executable, "-c", code + "\nprint(open('/proc/self/status').read().split('VmHWM:')[1]"
+                           ".split()[0], file=__import__('sys').stderr)"], capture_output=True, text=True, env=ENV,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), int(proc.stderr.strip().splitlines()[-1]) * 1024
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
+def test_deep_nesting_with_long_names_stays_small(tmp_path):
+    path = tmp_path / "deep.mdiff"
+    _deep(path)
+    assert 4_500_000 < path.stat().st_size < 5_000_000
+    found, peak = _child_peak(
+        "import json, mdiff\n"
+        f"print(json.dumps([[f.code, f.path, f.message] for f in mdiff.validate({str(path)!r})]))")
+    assert [(code, len(where), message) for code, where, message in found] == [
+        ("MD511", MAX_REPORTED_PATH + 1, "objects nested more than 32 links below the root")]
+    assert found[0][1].startswith("/0000xxx") and "…" in found[0][1]
+    assert peak < 250 * 2**20, f"validate peaked at {peak / 2**20:.0f} MiB"  # 2.5 GB before (issue 14.9)
+    base = tmp_path / "base.safetensors"
+    from safetensors.numpy import save_file
+
+    save_file(inv.base_state(), str(base))
+    code = ("import json, mdiff\n"
+            "try:\n"
+            f"    mdiff.apply_files({str(base)!r}, {str(path)!r}, {str(tmp_path / 'out.safetensors')!r})\n"
+            "    print(json.dumps('applied'))\n"
+            "except mdiff.MdiffError as e:\n"
+            "    print(json.dumps(e.code))")
+    refused, peak = _child_peak(code)
+    assert refused == "MD511" and not (tmp_path / "out.safetensors").exists()
+    assert peak < 250 * 2**20, f"apply peaked at {peak / 2**20:.0f} MiB"
+
+
+def test_nesting_at_the_depth_limit_is_valid_and_one_deeper_is_MD511(tmp_path):
+    at, over = tmp_path / "at.mdiff", tmp_path / "over.mdiff"
+    _deep(at, depth=32, name_length=4)
+    _deep(over, depth=33, name_length=4)
+    assert {f.code for f in mdiff.validate(at)} == {"MD303"}  # the unknown root member, a warning
+    assert [f.code for f in mdiff.validate(over)] == ["MD511"]
+    assert [f.code for f in mdiff.validate(over, limits=mdiff.Limits(max_depth=33))] == ["MD303"]
+    with pytest.raises(mdiff.LimitError) as info:
+        mdiff.open(over)  # the nest is outside /parameters: checked on opening, lazy or not
+    assert info.value.code == "MD511"
+
+
+# ---------------------------------------------------------------- the compiled schema check
+
+def _schema_suite_cases():
+    by_id = {}
+    for p in sorted((ROOT / "schemas").rglob("*.schema.json")):
+        schema = json.loads(p.read_text(encoding="utf-8"))
+        by_id[schema["$id"]] = schema
+    for suite in sorted((ROOT / "conformance" / "schema-tests").glob("*.json")):
+        for group in json.loads(suite.read_text(encoding="utf-8")):
+            schema = group["schema"]
+            if isinstance(schema, dict) and set(schema) == {"$ref"}:
+                schema = by_id[schema["$ref"]]
+            for test in group["tests"]:
+                yield schema, test["data"], test["valid"]
+
+
+def test_the_compiled_check_agrees_with_jsonschema_on_every_schema_suite_case():
+    cases = list(_schema_suite_cases())
+    assert len(cases) > 300
+    for schema, data, valid in cases:
+        check = compiled_check(schema)
+        assert check is not None, schema.get("$id")
+        try:
+            assert check(data) is valid, (schema.get("$id"), data)
+        except _Unsure:
+            pass
+        assert (first_errors(schema, data) == []) is valid
+
+
+def _variants(meta: dict):
+    """``meta`` broken in the ways JSON Schema's semantics make subtle."""
+    yield meta
+    for key in list(meta):
+        yield {k: v for k, v in meta.items() if k != key}
+        for value in (None, True, False, 0, 1, 1.0, 2.5, -1, "", "x", [], {}, [1], ["1"], 2**70, float("1e308")):
+            yield {**meta, key: value}
+    yield {**meta, "extra": 1}
+    yield {**meta, "shape": [2.0, 4]}
+    yield {**meta, "shape": [True, 4]}
+    yield {**meta, "shape": [0] * 33}
+    yield {**meta, "stats": {"changed": 1, "rel_change": 0.5}}
+    yield {**meta, "stats": {"changed": 1.0}}
+    yield {**meta, "stats": {"changed": True}}
+    yield {**meta, "stats": {"other": 1}}
+    yield {**meta, "sha256": "a" * 64 + "\n"}
+    yield {**meta, "version": True}
+    yield {**meta, "version": 1.0}
+
+
+def test_the_compiled_check_agrees_with_jsonschema_on_broken_updates():
+    metas = {
+        "dense": {"type": "dense", "version": 1, "shape": [2, 4], "dtype": "float32", "sha256": "0" * 64},
+        "sparse": {"type": "sparse", "version": 1, "shape": [2, 4], "dtype": "float32", "sha256": "0" * 64},
+        "low_rank": {"type": "low_rank", "version": 1, "shape": [2, 4], "dtype": "float32", "scale": 0.5,
+                     "A_sha256": "0" * 64, "B_sha256": "0" * 64},
+        "replace": {"type": "replace", "version": 1, "shape": [2, 4], "dtype": "float32", "sha256": "0" * 64},
+        "delete": {"type": "delete", "version": 1, "shape": [2, 4], "dtype": "float32"},
+    }
+    checked = 0
+    for name, meta in metas.items():
+        schema = REGISTRY[name].schema
+        check, validator = compiled_check(schema), ecma_validator(schema)
+        assert check is not None and validator.is_valid(meta), name
+        for variant in _variants(meta):
+            try:
+                got = check(variant)
+            except _Unsure:
+                continue
+            assert got == validator.is_valid(variant), (name, variant)
+            checked += 1
+    assert checked > 400
+
+
+def test_a_schema_with_other_keywords_is_left_to_jsonschema():
+    schema = {"type": "object", "properties": {"a": {"$ref": "#/$defs/x"}}, "$defs": {"x": {"type": "string"}}}
+    assert compiled_check(schema) is None
+    assert first_errors(schema, {"a": 1}) and first_errors(schema, {"a": "s"}) == []
+    assert jsonschema.Draft202012Validator(schema).is_valid({"a": "s"})
+
+
+# ---------------------------------------------------------------- lazy reading (issue 16.4)
+
+def test_a_lazy_reader_refuses_a_broken_parameter_when_it_is_used(tmp_path):
+    path = tmp_path / "d.mdiff"
+    _many(path, 3)
+    with h5py.File(path, "r+") as f:
+        group = f["parameters/layer.000001.w"]
+        meta = json.loads(bytes(group.attrs["update"]).rstrip(b"\0"))
+        write_string(group, "update", json.dumps(dict(meta, shape=[5])))  # the dataset holds 4 (MD407)
+        f["parameters/layer.000002.w"]["extra"] = h5py.SoftLink("/parameters")  # a soft link (MD500)
+    assert sorted(f.code for f in mdiff.validate(path) if f.is_error) == ["MD407", "MD500"]
+    with pytest.raises(mdiff.InvalidFileError) as info:
+        mdiff.open(path, lazy=False)
+    assert info.value.code == "MD500"  # the walk's finding comes first
+    with mdiff.open(path) as diff:
+        assert list(diff) == ["layer.000000.w", "layer.000001.w", "layer.000002.w"] and len(diff) == 3
+        assert "layer.000001.w" in diff and "nothing" not in diff
+        assert diff["layer.000000.w"].array("xor").shape == (4,)
+        for _ in range(2):  # refused each time it is used
+            with pytest.raises(mdiff.InvalidFileError) as info:
+                diff["layer.000001.w"]
+            assert info.value.code == "MD407" and info.value.path == "/parameters/layer.000001.w/xor"
+        with pytest.raises(mdiff.InvalidFileError) as info:
+            diff["layer.000002.w"]
+        assert info.value.code == "MD500"
+        with pytest.raises(mdiff.InvalidFileError) as info:
+            diff.check()
+        assert info.value.code == "MD407"
+        with pytest.raises(KeyError):
+            diff["nothing"]
+        with pytest.raises(mdiff.InvalidFileError):  # an applier checks every parameter before any result
+            mdiff.apply({f"layer.{i:06d}.w": np.full(4, i, np.float32) for i in range(3)}, diff)
+
+
+def test_a_lazy_reader_walks_only_the_parameter_it_reads(tmp_path):
+    small, large = tmp_path / "small.mdiff", tmp_path / "large.mdiff"
+    _many(small, 300)
+    _many(large, 1200)
+
+    def read_one(path):
+        with mdiff.open(path) as diff:
+            diff["layer.000150.w"].array("xor")
+
+    read_one(small)
+    lazy = {p: _calls(lambda p=p: read_one(p)) for p in (small, large)}
+    whole = {p: _calls(lambda p=p: DiffFile(p).close()) for p in (small, large)}
+    # each further parameter costs a lazy reader its link alone: a tenth of what checking it costs, at most
+    assert (lazy[large] - lazy[small]) * 10 <= whole[large] - whole[small], (lazy, whole)

@@ -1,0 +1,386 @@
+#!/usr/bin/env python3
+"""How mdiff's cost grows with the number of parameters: "many small parameters".
+
+A diff of N parameters of 4 float32 values each (what a large mixture-of-experts model looks like to
+the format: many groups, little data) is written once per N, with its base as a .safetensors file.
+Each operation then runs in a fresh child process, and its wall time and peak RSS (the child's and
+its own children's, from wait4) are recorded:
+
+  in-process   mdiff.validate (data checked, no isolation), mdiff.describe.describe (what `dump`
+               shows), mdiff.apply_files — timed after the imports
+  cli          `python -m mdiff validate FILE`, `dump --json FILE`, `apply BASE FILE -o OUT`, as a user
+               runs them: the interpreter's start, the imports and the isolated child included
+  diff         `python -m mdiff diff OLD NEW -o OUT` of two .safetensors files of N one-element tensors
+               (--diff-counts), and of two ONNX models of N one-element initializers (--onnx-counts), one
+               value changed (reading and comparing N tensors); at the smallest N also every value (writing
+               N updates as well)
+  read one     opening a diff and reading one parameter vs the same parameter from a file holding only
+               it (SPEC 16.4's target: ≤ 2×), for the N-parameter diff and for 64 tensors of 1024×1024
+
+Each figure is the median of --repeat runs (min–max beside it); the load average is recorded before each
+one. The slope is the exponent k of time ∝ N^k between the two largest counts (1 = linear).
+
+    python tools/bench/scale.py [--counts 1000,4000,16000,100000] [--repeat 3] [--json FILE] [--markdown FILE]
+
+With --markdown the report replaces the "Many small parameters" section of that file (docs/benchmarks.md),
+which tools/bench/run.py keeps when it rewrites the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+SECTION_BEGIN = "<!-- tools/bench/scale.py: begin -->"
+SECTION_END = "<!-- tools/bench/scale.py: end -->"
+DATE = "2026-01-01T00:00:00Z"
+ELEMENTS = 4  # values per parameter: the data is negligible, the count is what is measured
+OPS = ("validate", "dump", "apply")
+MODES = ("in-process", "cli")
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def names(n: int) -> list[str]:
+    return [f"model.layers.{i // 64}.mlp.experts.{i % 64}.w" for i in range(n)]
+
+
+def write_case(folder: Path, n: int) -> tuple[Path, Path]:
+    """The N-parameter dense diff and its base; written once, reused by every run."""
+    import numpy as np
+
+    import mdiff
+    from mdiff.checkpoints import safetensors as st
+    from mdiff.format.dtypes import dtype_named
+
+    diff_path, base_path = folder / f"many-{n}.mdiff", folder / f"many-{n}.base.safetensors"
+    if diff_path.exists() and base_path.exists():
+        return diff_path, base_path
+    keys = sorted(names(n))
+    f32 = dtype_named("float32")
+
+    def base_value(i: int):
+        return np.full(ELEMENTS, i, np.float32)
+
+    order = {k: i for i, k in enumerate(keys)}
+    with open(base_path, "wb") as out:
+        st.write(out, [(k, (ELEMENTS,), f32) for k in keys], lambda k: base_value(order[k]), None)
+    commit = mdiff.Commit(f"{n} small parameters", mdiff.Author("bench"), date=DATE)
+    with mdiff.DiffWriter(diff_path, commit, "gzip") as writer:
+        for i, k in enumerate(keys):
+            old = base_value(i)
+            writer.add(k, mdiff.dense(old, old + 1))
+    return diff_path, base_path
+
+
+def write_checkpoints(folder: Path, n: int, kind: str, changed: str = "one") -> tuple[Path, Path]:
+    """Two checkpoints of N one-element tensors, .safetensors or .onnx: the second with one value changed
+    (``changed="one"``: the cost of reading and comparing N tensors) or every value (``"all"``: of writing
+    N updates too)."""
+    import numpy as np
+
+    old_path, new_path = folder / f"t{n}.old.{kind}", folder / f"t{n}.new-{changed}.{kind}"
+    if old_path.exists() and new_path.exists():
+        return old_path, new_path
+    keys = [f"t.{i}" for i in range(n)]
+
+    def value(i: int, delta: int):
+        return np.array([i + (delta if changed == "all" or i == n // 2 else 0)], np.float32)
+
+    for path, delta in ((old_path, 0), (new_path, 1)):
+        if kind == "safetensors":
+            from mdiff.checkpoints import safetensors as st
+            from mdiff.format.dtypes import dtype_named
+
+            f32 = dtype_named("float32")
+            with open(path, "wb") as out:
+                st.write(out, [(k, (1,), f32) for k in keys], lambda k, d=delta: value(int(k[2:]), d), None)
+        else:
+            import onnx
+            from onnx import helper, numpy_helper
+
+            inits = [numpy_helper.from_array(value(i, delta), k) for i, k in enumerate(keys)]
+            out = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])
+            graph = helper.make_graph([helper.make_node("Identity", [keys[0]], ["y"])], "g", [], [out], inits)
+            onnx.save(helper.make_model(graph), str(path))
+    return old_path, new_path
+
+
+def run_child(argv: list[str], cwd: Path) -> dict:
+    """Run ``argv``; its wall time and the peak RSS of it and its children (wait4's ru_maxrss)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {stderr[-2000:]}")
+    result = {"seconds": seconds, "peak": usage.ru_maxrss * 1024}
+    lines = stdout.strip().splitlines()
+    if lines and lines[-1].startswith('{"bench"'):
+        result.update(json.loads(lines[-1])["bench"])
+    return result
+
+
+def timed_child(op: str, *paths: str) -> None:
+    """One in-process operation in this (fresh) process, timed after its imports; prints a JSON line."""
+    import resource
+
+    import mdiff
+    import mdiff.applying  # noqa: F401
+    import mdiff.checkpoints.safetensors  # noqa: F401
+    import mdiff.describe
+    import mdiff.format.reader  # noqa: F401
+    import mdiff.updates.dense  # noqa: F401
+    import mdiff.validation
+
+    start = time.perf_counter()
+    if op == "validate":
+        findings = mdiff.validation.validate(paths[0])
+        assert not any(f.is_error for f in findings), findings[:3]
+    elif op == "dump":
+        json.dumps(mdiff.describe.describe(paths[0]))
+    elif op == "apply":
+        mdiff.apply_files(paths[1], paths[0], paths[2])
+    elif op == "read-one":
+        with mdiff.open(paths[0]) as diff:
+            diff[paths[1]].array(paths[2])
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"bench": {"op_seconds": seconds, "op_peak": peak}}))
+
+
+def argv_of(mode: str, op: str, diff: Path, base: Path, out: Path) -> list[str]:
+    py = sys.executable
+    if mode == "in-process":
+        return [py, __file__, "--child", op, str(diff), str(base), str(out)]
+    return {
+        "validate": [py, "-m", "mdiff", "validate", str(diff)],
+        "dump": [py, "-m", "mdiff", "dump", "--json", str(diff)],
+        "apply": [py, "-m", "mdiff", "apply", str(base), str(diff), "-o", str(out), "-q"],
+    }[op]
+
+
+def median_of(runs: list[dict], key: str) -> dict:
+    values = [r[key] for r in runs if key in r]
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)} if values else {}
+
+
+def slope(counts: list[int], seconds: list[float]) -> float | None:
+    """k in time ∝ N^k between the two largest counts."""
+    if len(counts) < 2 or min(seconds[-2:]) <= 0:
+        return None
+    return math.log(seconds[-1] / seconds[-2]) / math.log(counts[-1] / counts[-2])
+
+
+def measure(args, log) -> dict:
+    work = Path(args.work or tempfile.mkdtemp(prefix="mdiff-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    report: dict = {"counts": args.counts, "repeat": args.repeat, "diff_repeat": args.diff_repeat, "load_at_start": loadavg(), "many": {},
+                    "diff": {}, "read_one": {}, "cpus": os.cpu_count()}
+    for n in args.counts:
+        start = time.perf_counter()
+        diff, base = write_case(work, n)
+        log(f"{n} parameters: case written in {time.perf_counter() - start:.1f} s ({diff.stat().st_size / 1e6:.1f} MB)")
+        out = work / f"out-{n}.safetensors"
+        for mode in args.modes:
+            for op in args.ops:
+                runs = []
+                for _ in range(args.repeat):
+                    load = loadavg()
+                    got = run_child(argv_of(mode, op, diff, base, out), work)
+                    got["load"] = load
+                    runs.append(got)
+                    out.unlink(missing_ok=True)
+                key = "op_seconds" if mode == "in-process" else "seconds"
+                peak = "op_peak" if mode == "in-process" else "peak"
+                entry = {"seconds": median_of(runs, key), "peak": median_of(runs, peak), "loads": [r["load"] for r in runs]}
+                report["many"].setdefault(f"{mode} {op}", {})[str(n)] = entry
+                log(f"  {mode:10s} {op:8s} {entry['seconds']['median']:7.2f} s  {entry['peak']['median'] / 2**20:6.0f} MiB  "
+                    f"(load {runs[-1]['load']})")
+        name = names(n)[n // 2]
+        argv = [sys.executable, __file__, "--child", "read-one", str(diff), name, "xor"]
+        run_child(argv, work)  # untimed: the page cache
+        runs = [run_child(argv, work) for _ in range(args.repeat)]
+        report["read_one"][f"one of {n}"] = median_of(runs, "op_seconds")
+    cases = [(kind, n, "one") for kind, counts in (("safetensors", args.diff_counts), ("onnx", args.onnx_counts))
+             for n in counts]
+    cases += [(kind, min(counts), "all") for kind, counts in (("safetensors", args.diff_counts), ("onnx", args.onnx_counts))
+              if counts]
+    for kind, n, changed in cases:
+        old, new = write_checkpoints(work, n, kind, changed)
+        out = work / f"d{n}.mdiff"
+        runs = []
+        for _ in range(args.diff_repeat or args.repeat):
+            load = loadavg()
+            got = run_child([sys.executable, "-m", "mdiff", "diff", str(old), str(new), "-o", str(out), "-q"], work)
+            got["load"] = load
+            runs.append(got)
+            out.unlink(missing_ok=True)
+        entry = {"seconds": median_of(runs, "seconds"), "peak": median_of(runs, "peak"), "loads": [r["load"] for r in runs]}
+        report["diff"].setdefault(f"{kind}, {changed} changed", {})[str(n)] = entry
+        log(f"diff {kind} {n} ({changed} changed): {entry['seconds']['median']:.2f} s {entry['peak']['median'] / 2**20:.0f} MiB")
+    report["read_one"].update(read_one_large(work, args.repeat))
+    report["load_at_end"] = loadavg()
+    return report
+
+
+def read_one_large(work: Path, repeat: int) -> dict:
+    """One 1024×1024 float32 parameter out of a diff of 64 such (gzip and none) vs out of its own diff."""
+    import numpy as np
+
+    import mdiff
+
+    rng = np.random.default_rng(0)
+    keys = [f"w.{i:02d}" for i in range(64)]
+    probe = keys[len(keys) // 2]
+    commit = mdiff.Commit("read one", mdiff.Author("bench"), date=DATE)
+    out = {}
+    for comp in ("none", "gzip"):
+        big, one = work / f"big-{comp}.mdiff", work / f"one-{comp}.mdiff"
+        if not big.exists():
+            with mdiff.DiffWriter(big, commit, comp) as w, mdiff.DiffWriter(one, commit, comp) as w1:
+                for k in keys:
+                    old = rng.standard_normal((1024, 1024)).astype(np.float32)
+                    update = mdiff.dense(old, old + np.float32(1e-3))
+                    w.add(k, update)
+                    if k == probe:
+                        w1.add(k, update)
+        contenders = [(f"one of 64 ({comp})", big), (f"its own file ({comp})", one)]
+        times: dict[str, list[dict]] = {label: [] for label, _ in contenders}
+        for path in (big, one):  # untimed: the page cache
+            run_child([sys.executable, __file__, "--child", "read-one", str(path), probe, "xor"], work)
+        for _ in range(repeat):  # interleaved, so that a change in the machine's load hits both
+            for label, path in contenders:
+                times[label].append(run_child([sys.executable, __file__, "--child", "read-one", str(path), probe, "xor"], work))
+        for label, runs in times.items():
+            out[label] = median_of(runs, "op_seconds")
+    return out
+
+
+def fmt(entry: dict, scale: float = 1.0, digits: int = 3, unit: str = "") -> str:
+    if not entry:
+        return "—"
+    m, lo, hi = (entry[k] * scale for k in ("median", "min", "max"))
+    return f"{m:.{digits}g}{unit} ({lo:.{digits}g}–{hi:.{digits}g})"
+
+
+def markdown(r: dict, command: str) -> str:
+    counts = [str(n) for n in r["counts"]]
+    lines = [SECTION_BEGIN, "## Many small parameters", "",
+             f"Generated by `{command}` ({r['cpus']} CPUs; load average {r['load_at_start']} at start, "
+             f"{r['load_at_end']} at the end; medians of {r['repeat']} runs "
+             f"({r.get('diff_repeat') or r['repeat']} for `diff`), min–max in brackets). A dense diff of "
+             f"N parameters of {ELEMENTS} float32 values each, gzip, and its base as .safetensors. Each run is a fresh "
+             "process: in-process figures are timed after the imports, CLI figures are the whole command (interpreter, "
+             "imports and the isolated child included). Peak RSS: the process and its children (wait4). Slope: k in "
+             "time ∝ N^k between the two largest counts (1 is linear). Target (issue 14.10): validate, dump and apply "
+             "of 100,000 parameters ≤ 10 s and ≤ 500 MB.", "",
+             "| operation | " + " | ".join(f"N = {c}" for c in counts) + " | slope | µs per parameter at the largest N |",
+             "|---|" + "---|" * (len(counts) + 2)]
+    for label, by_n in r["many"].items():
+        secs = [by_n[c]["seconds"]["median"] for c in counts if c in by_n]
+        cells = [f"{fmt(by_n[c]['seconds'], digits=3, unit=' s')}, {by_n[c]['peak']['median'] / 1e6:.0f} MB" if c in by_n else "—"
+                 for c in counts]
+        k = slope([int(c) for c in counts if c in by_n], secs)
+        per = secs[-1] / int(counts[-1]) * 1e6 if secs else float("nan")
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {k:.2f} |" if k is not None else " | — |")
+        lines[-1] += f" {per:.0f} |"
+    for kind, by_n in r["diff"].items():
+        if not by_n:
+            continue
+        what, changed = kind.split(", ")
+        lines += ["", f"`mdiff diff` of two {what} checkpoints of N one-element tensors, {changed} (the whole "
+                  "command):", "", "| N | time | µs per tensor | peak RSS |", "|---|---|---|---|"]
+        for n, e in by_n.items():
+            lines.append(f"| {n} | {fmt(e['seconds'], unit=' s')} | {e['seconds']['median'] / int(n) * 1e6:.0f} | "
+                         f"{e['peak']['median'] / 1e6:.0f} MB |")
+    lines += ["", "Reading one parameter (open, read, close; page cache warm; in a fresh process, after the imports):", "",
+              "| what | time |", "|---|---|"]
+    for label, e in r["read_one"].items():
+        lines.append(f"| {label} | {fmt(e, 1e3, unit=' ms')} |")
+    for comp in ("none", "gzip"):
+        big, own = r["read_one"].get(f"one of 64 ({comp})"), r["read_one"].get(f"its own file ({comp})")
+        if big and own:
+            lines.append(f"| ratio, 64 × 4 MiB ({comp}) | {big['median'] / own['median']:.2f}× (target ≤ 2×) |")
+    lines += ["", SECTION_END]
+    return "\n".join(lines) + "\n"
+
+
+def replace_section(path: Path, section: str) -> None:
+    """Put ``section`` in place of the marked one in ``path`` (or at its end)."""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    if SECTION_BEGIN in text and SECTION_END in text:
+        head, rest = text.split(SECTION_BEGIN, 1)
+        tail = rest.split(SECTION_END, 1)[1].lstrip("\n")
+        text = head + section + ("\n" + tail if tail else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    path.write_text(text, encoding="utf-8")
+
+
+def kept_section(path: Path) -> str:
+    """The marked section of ``path`` (tools/bench/run.py keeps it when it rewrites the file), or ""."""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    if SECTION_BEGIN not in text or SECTION_END not in text:
+        return ""
+    return SECTION_BEGIN + text.split(SECTION_BEGIN, 1)[1].split(SECTION_END, 1)[0] + SECTION_END + "\n"
+
+
+def counts(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def main(argv=None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
+        timed_child(*sys.argv[2:])
+        return 0
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--counts", type=counts, default=[1000, 4000, 16000, 100000])
+    p.add_argument("--diff-counts", type=counts, default=[10000, 100000, 1000000])
+    p.add_argument("--onnx-counts", type=counts, default=[10000, 100000])
+    p.add_argument("--ops", type=lambda s: s.split(","), default=list(OPS))
+    p.add_argument("--modes", type=lambda s: s.split(","), default=list(MODES))
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--diff-repeat", type=int, help="repetitions of the diff cases (default: --repeat)")
+    p.add_argument("--work", help="where the cases are written (kept; reused when present)")
+    p.add_argument("--json", type=Path, help="write the raw figures here")
+    p.add_argument("--markdown", type=Path, help="replace the section in this file (docs/benchmarks.md)")
+    args = p.parse_args(argv)
+
+    def log(message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    report = measure(args, log)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1), encoding="utf-8")
+    section = markdown(report, "python tools/bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    print(section)
+    if args.markdown:
+        replace_section(args.markdown, section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
