@@ -372,8 +372,10 @@ export class Repository {
     chain.reverse(); // root first
     const claims = { params: new Map(), files: new Map(), layout: null };
     const claimsAt = new Map(); // chain index -> a copy of the claims, where a snapshot file is
+    const inexactBefore = []; // chain index -> the names whose value in the first parent's state is inexact
     for (let i = 0; i < chain.length; i++) {
       const cid = chain[i];
+      inexactBefore.push(new Set([...claims.params].filter(([, c]) => c.sha256 === null).map(([n]) => n)));
       const { v, file, done } = await this.openVerified(cid, false);
       try {
         refuseInvalid(v, file);
@@ -400,7 +402,9 @@ export class Repository {
         break;
       }
     }
-    for (const cid of chain.slice(from)) {
+    for (let i = from; i < chain.length; i++) {
+      const cid = chain[i];
+      const inexact = inexactBefore[i];
       const { v, file, done } = await this.openVerified(cid, true);
       try {
         refuseInvalid(v, file);
