@@ -26,7 +26,7 @@ from mdiff.format.attributes import write_string
 from mdiff.format.limits import DEFAULT_LIMITS
 from mdiff.format.reader import DiffFile, Vetted, open_diff
 from mdiff.format.schemas import _Unsure, compiled_check, ecma_validator, first_errors
-from mdiff.format.structure import MAX_REPORTED_PATH, inspect_structure
+from mdiff.format.safety_walk import MAX_REPORTED_PATH, inspect_structure
 from mdiff.isolation import Isolation, isolation_supported
 from mdiff.updates import REGISTRY
 from tests import invalid_files as inv

@@ -1,4 +1,4 @@
-"""storage.py reads exactly the bytes libhdf5 reads, on every contiguous and chunked layout and filter
+"""chunk_reader.py reads exactly the bytes libhdf5 reads, on every contiguous and chunked layout and filter
 order; it inflates no chunk past its size, however its stream was made (SPEC.md §8.3, §8.5)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 import mdiff
 from mdiff.errors import InvalidFileError
 from mdiff.format.limits import DEFAULT_LIMITS
-from mdiff.format.storage import Chunk, PlannedDataset, coverage_problem, fletcher32, plan_for
-from mdiff.format.structure import inspect_structure
+from mdiff.format.chunk_reader import Chunk, PlannedDataset, coverage_problem, fletcher32, plan_for
+from mdiff.format.safety_walk import inspect_structure
 
 # (shape, chunks, filters): slabs along the leading axes, edge chunks, every order of the allowed filters
 PLANNED = [
@@ -94,7 +94,7 @@ def test_contiguous_datasets_are_planned(tmp_path):
 
 
 # (shape, chunks, filters) that mdiff's writer never makes: chunks cutting several axes, fletcher32
-# anywhere in the pipeline, deflate twice. libhdf5 reads them; so does storage.py, bounded.
+# anywhere in the pipeline, deflate twice. libhdf5 reads them; so does chunk_reader.py, bounded.
 OTHER_LAYOUTS = [
     ((64, 64), (16, 16), ("gzip",)),  # chunks cut both axes: not contiguous runs
     ((61, 67), (16, 16), ("shuffle", "gzip")),  # edge chunks on both axes

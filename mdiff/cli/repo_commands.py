@@ -102,7 +102,7 @@ def add_commit(sub) -> None:
 
 
 def run_commit(args) -> int:
-    from mdiff.repo.explicit import low_rank_updates, sparse_masks
+    from mdiff.repo.explicit_updates import low_rank_updates, sparse_masks
 
     repo = _repo(args)
     explicit = low_rank_updates(args.low_rank, args.checkpoint) if args.low_rank else {}

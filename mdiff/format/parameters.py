@@ -18,8 +18,8 @@ from mdiff.format.findings import Finding
 from mdiff.format.names import decode_name, encode_name
 from mdiff.format.paths import collisions, path_problem
 from mdiff.format.schemas import first_errors
-from mdiff.format.storage import PlannedDataset
-from mdiff.format.structure import DatasetInfo, Inventory, ObjectInfo
+from mdiff.format.chunk_reader import PlannedDataset
+from mdiff.format.safety_walk import DatasetInfo, Inventory, ObjectInfo
 from mdiff.updates import REGISTRY
 from mdiff.updates.base import Update, UpdateType
 
@@ -288,7 +288,7 @@ def _parse_group(name, path, info: ObjectInfo, datasets_of: "_Datasets", finding
 
 
 class _Datasets:
-    """Makes each dataset's reader: storage.py's where the walk planned it, else libhdf5's — opened only
+    """Makes each dataset's reader: chunk_reader.py's where the walk planned it, else libhdf5's — opened only
     when it is used (an open HDF5 dataset costs ~17 KB of libhdf5's memory; a file may hold 10^5)."""
 
     def __init__(self, f: h5py.File):

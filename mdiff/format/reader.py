@@ -18,7 +18,7 @@ from mdiff.format.findings import Finding
 from mdiff.format.header import Header, parse_header
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
 from mdiff.format.parameters import too_new_member, PARAMETERS_PATH, LazyParameters, Parameter, parse_files, parse_layout, parse_parameters
-from mdiff.format.structure import Inventory, LazyWalk, inspect_structure
+from mdiff.format.safety_walk import Inventory, LazyWalk, inspect_structure
 from mdiff.format.update_types import parse_update_types
 from mdiff.isolation import Isolation, IsolationFailure, run_isolated
 from mdiff.regular_files import NotRegularFile, open_regular, reopenable
@@ -330,7 +330,7 @@ def open_diff(path, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None
     libhdf5 on a crafted file then becomes MD515 here (§8.5), and an error of the file is raised
     without this process having parsed it. The child hands its walk back: this process reads the file
     by it instead of walking it again (unless the file changed meanwhile), so that libhdf5 parses
-    here only what a read needs — data goes through the walk's chunk map (storage.py) wherever it can.
+    here only what a read needs — data goes through the walk's chunk map (chunk_reader.py) wherever it can.
     With ``lazy`` (and no isolation), each parameter is checked when first used (see DiffFile)."""
     vetted = None
     if isolation is not None:

@@ -12,8 +12,8 @@ from mdiff.format.constants import ATTR_DEFINITION, UPDATE_TYPES_GROUP
 from mdiff.format.limits import Limits
 from mdiff.format.names import decode_name
 from mdiff.format.schemas import first_errors
-from mdiff.format.storage import open_dataset
-from mdiff.format.structure import Inventory
+from mdiff.format.chunk_reader import open_dataset
+from mdiff.format.safety_walk import Inventory
 from mdiff.updates import REGISTRY
 from mdiff.updates.base import UpdateType
 

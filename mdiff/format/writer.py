@@ -24,7 +24,7 @@ from mdiff.errors import LimitError
 from mdiff.format.limits import DEFAULT_LIMITS
 from mdiff.format.names import encode_name
 from mdiff.format.schemas import first_errors
-from mdiff.format.storage import Slabs
+from mdiff.format.chunk_reader import Slabs
 from mdiff.updates.base import Update
 from mdiff.threads import Writeback
 

@@ -34,7 +34,7 @@ KNOWN: list[KnownBug] = [
         "entries (H5G__link_sort_table -> strcmp on garbage pointers: SIGSEGV, sometimes after a long "
         "stall) - when mdiff lists the links of a group (fuzz-hdf5-dense-links-heap-overflow.mdiff, one "
         "48-byte entry too many, does not crash reliably and is an ordinary test)",
-        r"^(CRASH \S+ SIG(ABRT|SEGV|BUS)|HANG \S+ over [\d.]+ s) at mdiff/format/structure\.py:_link_names",
+        r"^(CRASH \S+ SIG(ABRT|SEGV|BUS)|HANG \S+ over [\d.]+ s) at mdiff/format/safety_walk\.py:_link_names",
     ),
     KnownBug(
         "hdf5-btree2-type-confusion",
@@ -43,7 +43,7 @@ KNOWN: list[KnownBug] = [
         "(0-2: the test and fractal-heap classes) before checking that the class is the one the caller "
         "expects, and passes them the caller's context: H5B2__hdr_init -> H5B2__test_crt_context -> "
         "H5F_sizeof_size(NULL), SIGSEGV, when mdiff counts the attributes of an object that stores them densely",
-        r"^CRASH \S+ SIG(SEGV|BUS) at mdiff/format/structure\.py:_read_attributes",
+        r"^CRASH \S+ SIG(SEGV|BUS) at mdiff/format/safety_walk\.py:_read_attributes",
     ),
     KnownBug(
         "hdf5-btree2-header-fields",
@@ -56,7 +56,7 @@ KNOWN: list[KnownBug] = [
         "succeed, i.e. above the fuzzer's 2 GiB address-space limit; its test uses 8 GiB). A node size of 0 "
         "(fuzz-sigsegv-h5o-open-...) makes the allocation fail under that limit, and libhdf5's error path "
         "then corrupts the heap: the open is typed (MD513) but the process may die later",
-        r"^CRASH \S+ (SIGFPE at mdiff/format/structure\.py:|SIG(SEGV|BUS|ABRT) at mdiff/format/structure\.py:_visit)",
+        r"^CRASH \S+ (SIGFPE at mdiff/format/safety_walk\.py:|SIG(SEGV|BUS|ABRT) at mdiff/format/safety_walk\.py:_visit)",
     ),
 ]
 
@@ -79,7 +79,7 @@ FIXED: list[KnownBug] = [
         "for dense attribute storage libhdf5 rebuilds and sorts the object's whole attribute table, "
         "reading every attribute, on each call: O(n^2 log n) time and O(n x total attribute bytes) copying "
         "- 4000 one-byte attributes take ~20 s, 10,000 ~290 s, within the 1,000,000-object limit",
-        r"^HANG \S+ over [\d.]+ s at mdiff/format/(structure\.py:_read_attributes|attributes\.py:\w+)",
+        r"^HANG \S+ over [\d.]+ s at mdiff/format/(safety_walk\.py:_read_attributes|attributes\.py:\w+)",
     ),
     KnownBug(
         "format-version-digits",

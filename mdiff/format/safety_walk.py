@@ -20,7 +20,7 @@ import numpy as np
 from mdiff.format.attributes import read_string, string_attribute_size
 from mdiff.format.findings import Finding
 from mdiff.format.limits import MAX_DEFLATE_RATIO, Limits, shape_problem
-from mdiff.format.storage import Chunk, StoragePlan, coverage_problem, plan_for
+from mdiff.format.chunk_reader import Chunk, StoragePlan, coverage_problem, plan_for
 
 FILTER_DEFLATE, FILTER_SHUFFLE, FILTER_FLETCHER32 = 1, 2, 3
 MAX_ATTRIBUTES_PER_OBJECT = 64  # mdiff defines at most 4 per object; more is hostile (§8.3)
@@ -42,7 +42,7 @@ class DatasetInfo:
     shape: tuple[int, ...]
     dtype: np.dtype
     nbytes: int
-    plan: StoragePlan | None = None  # where the bytes lie, when storage.py can read them itself
+    plan: StoragePlan | None = None  # where the bytes lie, when chunk_reader.py can read them itself
     stored: int = 0  # bytes the dataset occupies in the file (after its filters)
 
 
@@ -459,7 +459,7 @@ class _Walk:
     def _storage_plan(self, info: ObjectInfo, did, layout, dcpl, shape, dtype, nbytes, pipeline):
         """Every byte the dataset declares is stored inside the file; nothing is left to fill values.
 
-        False when not (reported); otherwise (how storage.py reads the bytes, or None: compact or empty,
+        False when not (reported); otherwise (how chunk_reader.py reads the bytes, or None: compact or empty,
         libhdf5 reads them; the bytes stored in the file).
         """
         if nbytes == 0 or layout == h5py.h5d.COMPACT:

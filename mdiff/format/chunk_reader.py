@@ -1,6 +1,6 @@
 """Reading a dataset's stored bytes straight from the file, never through libhdf5's filter pipeline.
 
-The structure walk (structure.py) has already checked every chunk of a dataset against the file's
+The structure walk (safety_walk.py) has already checked every chunk of a dataset against the file's
 bounds and the filter allowlist, and recorded where each one lies. Every contiguous and every
 chunked dataset is read here: the stored bytes with ``os.pread``, decoded through the dataset's
 filters (deflate, shuffle, fletcher32) on a pool of threads (inflating releases the GIL; libhdf5
