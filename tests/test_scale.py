@@ -103,6 +103,14 @@ def test_an_open_diff_holds_no_libhdf5_object_per_parameter(tmp_path):
         assert h5py.h5f.get_obj_count(fid, h5py.h5f.OBJ_ALL) == 1
 
 
+def test_a_diff_is_read_with_a_small_metadata_cache(tmp_path):
+    """libhdf5's default cache grows to 32 MB of headers (~100 MB decoded) for 10^5 parameters."""
+    path = tmp_path / "d.mdiff"
+    _many(path, 3)
+    with DiffFile(path) as diff:
+        assert diff._file.id.get_mdc_config().max_size == reader_module.METADATA_CACHE_BYTES == 2 << 20
+
+
 def test_applying_many_parameters_grows_linearly(tmp_path):
     counts = {}
     for n in (300, 1200):
