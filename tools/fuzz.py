@@ -6,6 +6,9 @@
     python tools/fuzz.py --replay tests/fuzz/regressions/*.mdiff      # one outcome per file
     python tools/fuzz.py --folders --count 5000 --seed 1               # hostile repository folders and checkpoints
 
+(--folders, 2026-12-03, seed 11, 2 jobs: 5000 tasks in 152 s — 4541 typed, 459 OK, no failure; the largest
+growth of resident memory in one target 3 MiB.)
+
 Each file is read in a worker process with an address-space limit (--memory-gib) and a
 wall-clock limit (--timeout); see tests/fuzz/harness.py for the targets and the outcome classes.
 Prints progress and, at the end (or on Ctrl-C), the outcomes by class and by target, class and
