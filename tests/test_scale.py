@@ -26,7 +26,7 @@ from mdiff.format.attributes import write_string
 from mdiff.format.limits import DEFAULT_LIMITS
 from mdiff.format.reader import DiffFile, Vetted, open_diff
 from mdiff.format.schemas import _Unsure, compiled_check, ecma_validator, first_errors
-from mdiff.format.structure import MAX_REPORTED_PATH, inspect_structure
+from mdiff.format.structure import MAX_REPORTED_PATH, WALK_CACHE_BYTES, inspect_structure
 from mdiff.isolation import Isolation, isolation_supported
 from mdiff.updates import REGISTRY
 from tests import invalid_files as inv
@@ -108,7 +108,7 @@ def test_a_diff_is_read_with_a_small_metadata_cache(tmp_path):
     path = tmp_path / "d.mdiff"
     _many(path, 3)
     with DiffFile(path) as diff:
-        assert diff._file.id.get_mdc_config().max_size == reader_module.METADATA_CACHE_BYTES == 2 << 20
+        assert diff._file.id.get_mdc_config().max_size == WALK_CACHE_BYTES == 2 << 20
 
 
 def test_applying_many_parameters_grows_linearly(tmp_path):

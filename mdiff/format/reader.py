@@ -18,7 +18,7 @@ from mdiff.format.findings import Finding
 from mdiff.format.header import Header, parse_header
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
 from mdiff.format.parameters import PARAMETERS_PATH, LazyParameters, Parameter, parse_files, parse_layout, parse_parameters
-from mdiff.format.structure import Inventory, LazyWalk, inspect_structure
+from mdiff.format.structure import WALK_CACHE_BYTES, Inventory, LazyWalk, inspect_structure, set_metadata_cache
 from mdiff.format.update_types import parse_update_types
 from mdiff.isolation import Isolation, IsolationFailure, run_isolated
 from mdiff.updates import REGISTRY
@@ -90,26 +90,8 @@ def open_hdf5(path) -> tuple[h5py.File, int]:
     except (OSError, ValueError) as exc:
         raise InvalidFileError("MD100", f"not an .mdiff file: HDF5 cannot open it ({_hdf5_reason(exc)})",
                                os.fspath(path)) from None
-    _small_metadata_cache(f)
+    set_metadata_cache(f, WALK_CACHE_BYTES)
     return f, size
-
-
-METADATA_CACHE_BYTES = 2 << 20
-
-
-def _small_metadata_cache(f: h5py.File) -> None:
-    """libhdf5's metadata cache grows to 32 MB of object headers, ~3x that in decoded messages: 100 MB for
-    10^5 parameters, held while the file is open. The walk visits each object once and data is read by
-    the walk's chunk map, so a small fixed cache costs no time (measured: the same walk time at 1 MB)."""
-    try:
-        config = f.id.get_mdc_config()
-        config.set_initial_size = True
-        config.initial_size = config.max_size = METADATA_CACHE_BYTES
-        config.min_size = min(config.min_size, METADATA_CACHE_BYTES)
-        config.incr_mode = config.flash_incr_mode = 0  # H5C_incr__off, H5C_flash_incr__off
-        f.id.set_mdc_config(config)
-    except Exception:  # a libhdf5 that refuses the configuration: its default cache, then
-        pass
 
 
 def _hdf5_reason(exc: Exception) -> str:
