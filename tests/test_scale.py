@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import cProfile
+import gc
 import json
 import os
 import pickle
@@ -50,13 +51,20 @@ def _many(path: Path, n: int, warning: bool = False) -> None:
 
 
 def _calls(fn) -> int:
-    """Function calls (Python and C) made by ``fn()``: a count of operations, the same on any machine."""
-    profile = cProfile.Profile()
-    profile.runcall(fn)
+    """Function calls (Python and C) made by ``fn()``: a count of operations, the same on any machine (the
+    garbage collector is held off: finalizers it would run at times of its own choosing are not counted)."""
+    gc.collect()
+    gc.disable()
+    try:
+        profile = cProfile.Profile()
+        profile.runcall(fn)
+    finally:
+        gc.enable()
     return sum(entry[1] for entry in pstats.Stats(profile).stats.values())  # type: ignore[attr-defined]
 
 
 def _peak_bytes(fn) -> int:
+    gc.collect()
     tracemalloc.start()
     try:
         fn()

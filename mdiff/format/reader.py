@@ -1,5 +1,6 @@
 """Reading a .mdiff file lazily (SPEC.md §3–§8): every structural rule and limit is
-checked on open, from metadata alone; data is read only when a parameter is used."""
+checked on open, from metadata alone — or, for a lazy reader, the file as a whole on open and
+each parameter's objects when it is first used (§8); data is read only when a parameter is used."""
 
 from __future__ import annotations
 
