@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import cProfile
+import gc
 import json
 import os
 import pickle
@@ -26,7 +27,7 @@ from mdiff.format.attributes import write_string
 from mdiff.format.limits import DEFAULT_LIMITS
 from mdiff.format.reader import DiffFile, Vetted, open_diff
 from mdiff.format.schemas import _Unsure, compiled_check, ecma_validator, first_errors
-from mdiff.format.safety_walk import MAX_REPORTED_PATH, inspect_structure
+from mdiff.format.safety_walk import MAX_REPORTED_PATH, WALK_CACHE_BYTES, inspect_structure
 from mdiff.isolation import Isolation, isolation_supported
 from mdiff.updates import REGISTRY
 from tests import invalid_files as inv
@@ -50,13 +51,20 @@ def _many(path: Path, n: int, warning: bool = False) -> None:
 
 
 def _calls(fn) -> int:
-    """Function calls (Python and C) made by ``fn()``: a count of operations, the same on any machine."""
-    profile = cProfile.Profile()
-    profile.runcall(fn)
+    """Function calls (Python and C) made by ``fn()``: a count of operations, the same on any machine (the
+    garbage collector is held off: finalizers it would run at times of its own choosing are not counted)."""
+    gc.collect()
+    gc.disable()
+    try:
+        profile = cProfile.Profile()
+        profile.runcall(fn)
+    finally:
+        gc.enable()
     return sum(entry[1] for entry in pstats.Stats(profile).stats.values())  # type: ignore[attr-defined]
 
 
 def _peak_bytes(fn) -> int:
+    gc.collect()
     tracemalloc.start()
     try:
         fn()
@@ -108,7 +116,7 @@ def test_a_diff_is_read_with_a_small_metadata_cache(tmp_path):
     path = tmp_path / "d.mdiff"
     _many(path, 3)
     with DiffFile(path) as diff:
-        assert diff._file.id.get_mdc_config().max_size == reader_module.METADATA_CACHE_BYTES == 2 << 20
+        assert diff._file.id.get_mdc_config().max_size == WALK_CACHE_BYTES == 2 << 20
 
 
 def test_applying_many_parameters_grows_linearly(tmp_path):

@@ -1,5 +1,6 @@
 """Reading a .mdiff file lazily (SPEC.md §3–§8): every structural rule and limit is
-checked on open, from metadata alone; data is read only when a parameter is used."""
+checked on open, from metadata alone — or, for a lazy reader, the file as a whole on open and
+each parameter's objects when it is first used (§8); data is read only when a parameter is used."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from mdiff.format.findings import Finding
 from mdiff.format.header import Header, parse_header
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
 from mdiff.format.parameters import too_new_member, PARAMETERS_PATH, LazyParameters, Parameter, parse_files, parse_layout, parse_parameters
-from mdiff.format.safety_walk import Inventory, LazyWalk, inspect_structure
+from mdiff.format.safety_walk import WALK_CACHE_BYTES, Inventory, LazyWalk, inspect_structure, set_metadata_cache
 from mdiff.format.update_types import parse_update_types
 from mdiff.isolation import Isolation, IsolationFailure, run_isolated
 from mdiff.regular_files import NotRegularFile, open_regular, reopenable
@@ -97,26 +98,8 @@ def open_hdf5(path) -> tuple[h5py.File, int]:
                                os.fspath(path)) from None
     finally:
         os.close(fd)
-    _small_metadata_cache(f)
+    set_metadata_cache(f, WALK_CACHE_BYTES)
     return f, found.st_size
-
-
-METADATA_CACHE_BYTES = 2 << 20
-
-
-def _small_metadata_cache(f: h5py.File) -> None:
-    """libhdf5's metadata cache grows to 32 MB of object headers, ~3x that in decoded messages: 100 MB for
-    10^5 parameters, held while the file is open. The walk visits each object once and data is read by
-    the walk's chunk map, so a small fixed cache costs no time (measured: the same walk time at 1 MB)."""
-    try:
-        config = f.id.get_mdc_config()
-        config.set_initial_size = True
-        config.initial_size = config.max_size = METADATA_CACHE_BYTES
-        config.min_size = min(config.min_size, METADATA_CACHE_BYTES)
-        config.incr_mode = config.flash_incr_mode = 0  # H5C_incr__off, H5C_flash_incr__off
-        f.id.set_mdc_config(config)
-    except Exception:  # a libhdf5 that refuses the configuration: its default cache, then
-        pass
 
 
 def _hdf5_reason(exc: Exception) -> str:

@@ -9,10 +9,11 @@ passed) is all the reader and validator look at afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import h5py
 import numpy as np
@@ -207,6 +208,36 @@ def _rebuild_inventory(records: list, total_bytes: int) -> Inventory:
 
 _STOP = object()  # _visit: a global limit was reached; the walk ends
 
+# libhdf5's metadata cache: small while objects are walked (each is visited once; its default grows to
+# 32 MB of object headers, ~110 MB of decoded messages for 10^5 parameters, held while the file is open),
+# larger while the links of a big group are listed (at 2 MB its index and heap thrash: 1.3 s for 10^5
+# links, 0.1 s at 8 MB).
+WALK_CACHE_BYTES = 2 << 20
+LISTING_CACHE_BYTES = 16 << 20
+_MANY_LINKS = 4096
+
+
+def set_metadata_cache(f: h5py.File, nbytes: int) -> None:
+    """Fix the file's metadata cache at ``nbytes`` (no adaptive growth); a libhdf5 that refuses keeps its own."""
+    try:
+        config = f.id.get_mdc_config()
+        config.set_initial_size = True
+        config.initial_size = config.max_size = nbytes
+        config.min_size = min(config.min_size, nbytes)
+        config.incr_mode = config.flash_incr_mode = 0  # H5C_incr__off, H5C_flash_incr__off
+        f.id.set_mdc_config(config)
+    except Exception:
+        pass
+
+
+@contextlib.contextmanager
+def metadata_cache(f: h5py.File, nbytes: int) -> Iterator[None]:
+    set_metadata_cache(f, nbytes)
+    try:
+        yield
+    finally:
+        set_metadata_cache(f, WALK_CACHE_BYTES)
+
 
 class _Walk:
     def __init__(self, f: h5py.File, file_size: int, limits: Limits, deferred: frozenset[str] = frozenset()):
@@ -311,7 +342,13 @@ class _Walk:
             return 1 if len(links) > cap else None  # past the object limit: reported by the caller
 
         try:
-            gid.links.iterate(collect, info=True)
+            # in the index's own order, sorted below: ITER_INC has libhdf5 build and sort a table of every
+            # link first (0.8 s for 10^5 members, against 0.14 s)
+            if gid.get_num_objs() > _MANY_LINKS:
+                with metadata_cache(self.file, LISTING_CACHE_BYTES):  # the group's heap and index, held
+                    gid.links.iterate(collect, info=True, order=h5py.h5.ITER_NATIVE)
+            else:
+                gid.links.iterate(collect, info=True, order=h5py.h5.ITER_NATIVE)
         except Exception as exc:  # a corrupt group B-tree or heap
             self.finding("MD513", node, f"the group's links cannot be read: {exc}")
             return []
