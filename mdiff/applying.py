@@ -77,7 +77,8 @@ def apply_files(base_path, diff_path, out_path, progress: Progress | None = None
     Every update is checked against the base before anything is written; then one parameter is
     read, updated in its own buffer, verified and written at a time. Returns the number of
     parameters written. With ``isolation`` (an ``mdiff.isolation.Isolation``) the diff's metadata is
-    read by a child first (see ``mdiff.open``).
+    read by a child, and this process reads the diff by the child's findings without libhdf5 (see
+    ``mdiff.open``): the way to apply a stranger's diff.
     """
     from mdiff.checkpoints import is_folder_output, open_checkpoint, save_state, write_order
     from mdiff.format.limits import DEFAULT_LIMITS

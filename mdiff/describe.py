@@ -11,6 +11,7 @@ import numpy as np
 from mdiff.format.dtypes import from_storage
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
 from mdiff.format.reader import open_diff
+from mdiff.isolation import Isolation
 from mdiff.updates.base import Update
 
 
@@ -64,8 +65,9 @@ def _head(ds, n: int) -> np.ndarray:
     return np.asarray(ds[:rows]).reshape(-1)[:n]
 
 
-def describe(path, values: int = 0, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
-    with open_diff(path, limits) as diff:
+def describe(path, values: int = 0, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None = None) -> dict[str, Any]:
+    """What ``mdiff dump`` shows of the file at ``path`` (JSON-able). ``isolation``: see ``mdiff.open``."""
+    with open_diff(path, limits, isolation) as diff:
         parameters = []
         for name, update in diff.items():
             entry = {

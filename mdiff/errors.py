@@ -22,8 +22,23 @@ class MdiffError(Exception):
         self.rule = RULES[code]
         super().__init__(f"{code}: {message}" + (f" [{path}]" if path else ""))
 
-    def __reduce__(self):  # pickled with its fields, e.g. from an isolated child process
-        return (type(self), (self.code, self.message, self.path))
+    def to_json(self) -> list:
+        """What an isolated child sends its parent (§8.5): data, never a pickle."""
+        return [type(self).__name__, self.code, self.message, self.path]
+
+    @staticmethod
+    def from_json(data: object) -> "MdiffError":
+        """The error :meth:`to_json` described; ValueError when ``data`` is not such a description."""
+        try:
+            if not isinstance(data, list) or len(data) != 4:
+                raise ValueError("malformed")
+            name, code, message, path = (str(data[0]), str(data[1]), data[2], data[3])
+            cls = _BY_NAME[name]
+            if not (isinstance(message, str) and (path is None or isinstance(path, str))):
+                raise ValueError("malformed")
+            return cls(code, message, path)
+        except (TypeError, ValueError, KeyError):
+            raise ValueError("not an mdiff error") from None
 
 
 class InvalidFileError(MdiffError):
@@ -44,3 +59,9 @@ class CheckpointError(MdiffError):
 
 class RepositoryError(MdiffError):
     """A repository is malformed, corrupt or busy (SPEC.md §13)."""
+
+
+_BY_NAME: dict[str, type[MdiffError]] = {
+    cls.__name__: cls
+    for cls in (MdiffError, InvalidFileError, LimitError, ApplyError, CheckpointError, RepositoryError)
+}

@@ -7,8 +7,12 @@ finding with a code (MD515) instead of taking the caller down with it.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -38,28 +42,59 @@ class IsolationFailure(Exception):
         self.reason = reason
 
 
-def _child(conn, limits: Isolation, fn: Callable, args: tuple) -> None:
-    import faulthandler
+# An answer bigger than this is not an answer: the walk of a 10^5-parameter diff is ~60 MB of JSON.
+MAX_ANSWER_BYTES = 1 << 30
+
+
+def _limit_child(limits: Isolation) -> None:
+    """At most ``limits.memory_bytes`` of address space (or the lower limit this process already has), and
+    no core file when a crash ends it."""
     import resource  # POSIX only, like fork: imported where isolation runs, so that `import mdiff` works anywhere
 
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = limits.memory_bytes if hard == resource.RLIM_INFINITY else min(limits.memory_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _child(conn, limits: Isolation, fn: Callable, args: tuple) -> None:
+    import faulthandler
+
+    from mdiff.errors import MdiffError
+
     faulthandler.disable()  # a crash here is reported as MD515; a Python stack dump on stderr would only be noise
-    resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash leaves no core file behind
+    _limit_child(limits)
+    answer: dict[str, Any]
     try:
-        conn.send(("ok", fn(*args)))
+        answer = {"ok": fn(*args)}
     except MemoryError:
-        conn.send(("memory", None))
-    except BaseException as exc:  # noqa: BLE001 — carried to the parent, which re-raises it
-        conn.send(("raised", exc))
+        answer = {"memory": True}
+    except MdiffError as exc:
+        answer = {"error": exc.to_json()}
+    except OSError as exc:
+        answer = {"oserror": [exc.errno, exc.strerror, None if exc.filename is None else os.fsdecode(exc.filename)]}
+    except BaseException as exc:  # noqa: BLE001 — a bug of mdiff's: said, not carried as an object
+        answer = {"failed": f"{type(exc).__name__}: {exc}"}
+    try:
+        try:
+            message = json.dumps(answer, allow_nan=False).encode()
+        except MemoryError:
+            message = b'{"memory": true}'
+        except (TypeError, ValueError) as exc:  # a result that is not JSON: mdiff's bug
+            message = json.dumps({"failed": f"an answer that is not JSON: {exc}"}).encode()
+        conn.send_bytes(message)
     finally:
         conn.close()
 
 
 def run_isolated(fn: Callable[..., Any], *args, limits: Isolation = Isolation()) -> Any:
-    """``fn(*args)`` in a forked child; its result, or its exception re-raised here.
+    """``fn(*args)`` in a forked child; its result, or its error raised here.
 
-    IsolationFailure when the child is killed by a signal, exceeds ``limits.timeout_s``
-    or cannot allocate within ``limits.memory_bytes``.
+    ``fn`` returns JSON-able data, and that is all that comes back: the child reads a stranger's file with
+    libhdf5, and a child whose memory a crafted file corrupted must not get to run code here (no pickle).
+    An MdiffError or OSError of the child is raised again here as what it was.
+    IsolationFailure when the child is killed by a signal, exceeds ``limits.timeout_s``, cannot allocate
+    within ``limits.memory_bytes``, fails in another way, or answers something that is not an answer.
     """
     import multiprocessing
 
@@ -76,24 +111,236 @@ def run_isolated(fn: Callable[..., Any], *args, limits: Isolation = Isolation())
             process.kill()
             raise IsolationFailure(f"no answer within {limits.timeout_s:g} s (killed)")
         try:
-            status, value = parent.recv()
+            message = parent.recv_bytes(MAX_ANSWER_BYTES)
         except EOFError:
             process.join()
             code = process.exitcode
             name = signal.Signals(-code).name if code is not None and code < 0 else f"exit status {code}"
             raise IsolationFailure(f"the reading process died ({name})") from None
+        except OSError:  # over MAX_ANSWER_BYTES
+            process.kill()
+            raise IsolationFailure(f"the reading process answered more than {MAX_ANSWER_BYTES} bytes") from None
     finally:
         parent.close()
         process.join(timeout=1)
         if process.is_alive():
             process.kill()
-    if status == "memory":
+    return _answer(message, limits)
+
+
+def _answer(message: bytes, limits: Isolation) -> Any:
+    from mdiff.errors import MdiffError
+
+    try:
+        answer = json.loads(message)
+        (kind, value), = answer.items()
+    except (ValueError, TypeError, AttributeError, RecursionError):
+        raise IsolationFailure("the reading process answered something malformed") from None
+    if kind == "ok":
+        return value
+    if kind == "memory":
         raise IsolationFailure(f"more than {limits.memory_bytes} bytes of memory were needed")
-    if status == "raised":
-        raise value
-    return value
+    if kind == "error":
+        try:
+            error = MdiffError.from_json(value)
+        except ValueError:
+            raise IsolationFailure("the reading process answered a malformed error") from None
+        raise error
+    if kind == "oserror" and isinstance(value, list) and len(value) == 3:
+        errno, strerror, filename = value
+        if (errno is None or isinstance(errno, int)) and isinstance(strerror, (str, type(None))) \
+                and isinstance(filename, (str, type(None))):
+            raise OSError(errno, strerror, filename) if filename is not None else OSError(errno, strerror)
+    if kind == "failed" and isinstance(value, str):
+        raise IsolationFailure(f"the reading process failed: {value[:1000]}")
+    raise IsolationFailure("the reading process answered something malformed")
 
 
 def crashes_here(_: Any = None) -> None:
     """For tests: die the way a libhdf5 memory-safety bug would."""
     os.kill(os.getpid(), signal.SIGSEGV)
+
+
+# Tasks a Worker runs, by name: a request names one, with JSON arguments and a file descriptor.
+_TASKS: dict[str, Callable[..., Any]] = {}
+
+
+def task(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register ``fn(readable, shown, *args)`` as a Worker's task ``name``: ``readable`` opens the file the
+    request sent, ``shown`` is the caller's name for it (for what the task reports)."""
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        _TASKS[name] = fn
+        return fn
+    return register
+
+
+class Worker:
+    """One child process, forked on first use, that reads the files this process sends it (by file
+    descriptor) with the registered tasks and answers JSON: what :func:`run_isolated` gives, without a fork
+    per file — a repository's history is many small files. The child runs with ``limits.memory_bytes``;
+    each request with ``limits.timeout_s``. A child that crashed, hung, ran out of memory or answered
+    nonsense is gone (IsolationFailure for that request) and the next request forks a fresh one."""
+
+    def __init__(self, limits: Isolation = Isolation()):
+        self.limits = limits
+        self._lock = threading.Lock()
+        self._process: Any = None
+        self._socket: socket.socket | None = None
+
+    def _start(self) -> None:
+        import multiprocessing
+
+        if not isolation_supported():
+            raise IsolationFailure("isolation needs fork() and resource limits (POSIX), which this platform lacks; "
+                                   "read in this process instead (--no-isolation, or isolation=None)")
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        process = multiprocessing.get_context("fork").Process(target=_serve, args=(theirs, ours, self.limits), daemon=True)
+        process.start()
+        theirs.close()
+        self._process, self._socket = process, ours
+
+    def _stop(self) -> str:
+        """Kill the child; how it ended."""
+        process, sock = self._process, self._socket
+        self._process = self._socket = None
+        if sock is not None:
+            sock.close()
+        if process is None:
+            return "not started"
+        process.join(timeout=0.2)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        code = process.exitcode
+        return signal.Signals(-code).name if code is not None and code < 0 else f"exit status {code}"
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+    def call(self, name: str, fd: int, path: str | os.PathLike[str], *args: Any) -> Any:
+        """Task ``name`` on the file open as ``fd`` here (named ``path`` where the child cannot name the
+        descriptor itself), with ``args``: its JSON answer, or its error."""
+        with self._lock:
+            if self._process is None or not self._process.is_alive():
+                self._stop()
+                self._start()
+            assert self._socket is not None
+            request = json.dumps([name, os.fspath(path), list(args)]).encode()
+            try:
+                socket.send_fds(self._socket, [len(request).to_bytes(4, "big") + request], [fd])
+                message = _receive(self._socket, self.limits.timeout_s)
+            except _Silent as silence:
+                how = self._stop()
+                raise IsolationFailure(f"no answer within {self.limits.timeout_s:g} s (killed)" if silence.timed_out
+                                       else f"the reading process died ({how})") from None
+            except OSError as exc:
+                how = self._stop()
+                raise IsolationFailure(f"the reading process is gone ({how}: {exc.strerror})") from None
+            try:
+                return _answer(message, self.limits)
+            except IsolationFailure:
+                self._stop()  # after running out of memory, or saying nonsense, it is not trusted again
+                raise
+
+
+class _Silent(Exception):
+    def __init__(self, timed_out: bool):
+        super().__init__()
+        self.timed_out = timed_out
+
+
+def _receive(sock: socket.socket, timeout_s: float) -> bytes:
+    """One answer: 8 bytes of length, then that many bytes of JSON, within ``timeout_s``."""
+    import select
+
+    deadline = time.monotonic() + timeout_s
+    data = bytearray()
+    needed = 8
+    while len(data) < needed:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([sock], [], [], left)[0]:
+            raise _Silent(timed_out=True)
+        chunk = sock.recv(min(needed - len(data), 1 << 20))
+        if not chunk:
+            raise _Silent(timed_out=False)
+        data += chunk
+        if needed == 8 and len(data) >= 8:
+            size = int.from_bytes(data[:8], "big")
+            if size > MAX_ANSWER_BYTES:
+                raise OSError(0, f"an answer of {size} bytes")
+            needed = 8 + size
+    return bytes(data[8:])
+
+
+def _serve(sock: socket.socket, parents_end: socket.socket, limits: Isolation) -> None:
+    """The Worker's child: answer requests until the parent goes (its end closed: the parent's end of the
+    pair, which the fork copied here, is closed first, or the child would never see the parent go)."""
+    parents_end.close()
+    import faulthandler
+
+    from mdiff.errors import MdiffError
+
+    faulthandler.disable()
+    _limit_child(limits)
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 1)
+        except OSError:
+            return
+        if not data:
+            return  # the parent closed its end
+        size = int.from_bytes(data[:4], "big")
+        while len(data) < 4 + size:
+            more = sock.recv(4 + size - len(data))
+            if not more:
+                return
+            data += more
+        answer: dict[str, Any]
+        readable = None
+        try:
+            name, path, args = json.loads(data[4:])
+            from mdiff.regular_files import reopenable
+
+            readable = reopenable(fds[0], path)
+            answer = {"ok": _TASKS[name](readable, path, *args)}
+        except MemoryError:
+            answer = {"memory": True}
+        except MdiffError as exc:
+            if exc.path == readable:  # the caller's name for the file, not the child's
+                exc.path = path
+            answer = {"error": exc.to_json()}
+        except OSError as exc:
+            answer = {"oserror": [exc.errno, exc.strerror, None if exc.filename is None else os.fsdecode(exc.filename)]}
+        except BaseException as exc:  # noqa: BLE001
+            answer = {"failed": f"{type(exc).__name__}: {exc}"}
+        finally:
+            for fd in fds:
+                os.close(fd)
+        try:
+            message = json.dumps(answer, allow_nan=False).encode()
+        except MemoryError:
+            message = b'{"memory": true}'
+        except (TypeError, ValueError) as exc:
+            message = json.dumps({"failed": f"an answer that is not JSON: {exc}"}).encode()
+        try:
+            sock.sendall(len(message).to_bytes(8, "big") + message)
+        except OSError:
+            return
+
+
+_WORKERS: dict[Isolation, Worker] = {}
+_WORKERS_LOCK = threading.Lock()
+
+
+def shared_worker(limits: Isolation) -> Worker:
+    """This process's Worker for ``limits`` (one child each, kept for the process's life)."""
+    with _WORKERS_LOCK:
+        worker = _WORKERS.get(limits)
+        if worker is None:
+            worker = _WORKERS[limits] = Worker(limits)
+        return worker
+
+
+if hasattr(os, "register_at_fork"):  # a forked child does not own its parent's workers
+    os.register_at_fork(after_in_child=_WORKERS.clear)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+from dataclasses import asdict
 
 from mdiff.errors import InvalidFileError
 from mdiff.format.findings import Finding
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
 from mdiff.format.parameters import Parameter
 from mdiff.format.reader import FILTER_PLUGINS, open_hdf5, read_contents
-from mdiff.isolation import Isolation, IsolationFailure, run_isolated
+from mdiff.isolation import Isolation, IsolationFailure, shared_worker, task
 
 
 def validate(path, limits: Limits = DEFAULT_LIMITS, check_data: bool = True, isolation: Isolation | None = None) -> list[Finding]:
@@ -18,14 +19,45 @@ def validate(path, limits: Limits = DEFAULT_LIMITS, check_data: bool = True, iso
     With ``check_data`` the datasets are read too, one parameter at a time, for
     the rules that depend on values (sparse index order, bool values, checksums).
     With ``isolation`` the work runs in a child process with those time and memory
-    limits; a crash, hang or runaway allocation is then the finding MD515.
+    limits; a crash, hang or runaway allocation is then the finding MD515 — the way to check a
+    stranger's file (without it, libhdf5 parses the file in this process).
     """
     if isolation is not None:
         try:
-            return run_isolated(_validate, path, limits, check_data, limits=isolation)
+            answer = _validate_in(shared_worker(isolation), path, limits, check_data)
+            return [_finding_of(item) for item in answer]
         except IsolationFailure as failure:
             return [Finding("MD515", os.fspath(path), failure.reason)]
+        except (TypeError, ValueError):
+            return [Finding("MD515", os.fspath(path), "the isolated child answered something that is not findings")]
     return _validate(path, limits, check_data)
+
+
+def _validate_in(worker, path, limits: Limits, check_data: bool) -> list:
+    from mdiff.format.reader import _open_regular_file
+
+    try:
+        fd, _ = _open_regular_file(path)
+    except InvalidFileError as exc:
+        return [[exc.code, os.fspath(path), exc.message]]
+    try:
+        return worker.call("validate", fd, path, asdict(limits), check_data)
+    finally:
+        os.close(fd)
+
+
+@task("validate")
+def _validate_as_json(path, shown: str, limits: dict, check_data: bool) -> list[list[str]]:
+    return [[x.code, shown if x.path == path else x.path, x.message] for x in _validate(path, Limits(**limits), check_data)]
+
+
+def _finding_of(item: object) -> Finding:
+    """A finding an isolated child sent; ValueError when it is not one."""
+    from mdiff.format.rules import RULES
+
+    if not (isinstance(item, list) and len(item) == 3 and item[0] in RULES and all(isinstance(x, str) for x in item)):
+        raise ValueError("not a finding")
+    return Finding(*item)
 
 
 def _validate(path, limits: Limits, check_data: bool) -> list[Finding]:

@@ -4,6 +4,7 @@ the HDF5 library becomes the finding MD515, never a dead caller."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -33,7 +34,46 @@ def test_results_and_typed_errors_come_back_from_the_child():
     assert run_isolated(_allocate, 10) == 10
     with pytest.raises(mdiff.InvalidFileError) as info:
         run_isolated(_fail)
-    assert info.value.code == "MD100"
+    assert (info.value.code, info.value.message, info.value.path) == ("MD100", "typed errors cross the process boundary", "x")
+    with pytest.raises(FileNotFoundError) as missing:
+        run_isolated(open, "/nonexistent/mdiff")
+    assert missing.value.filename == "/nonexistent/mdiff"
+
+
+class _RunsCodeWhenUnpickled:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (str(self.marker),))
+
+
+def _answers_a_pickle(marker):
+    return _RunsCodeWhenUnpickled(marker)
+
+
+
+def test_a_child_answers_data_only_never_an_object_to_unpickle(tmp_path):
+    """A child whose memory a crafted file corrupted must not get to run code in its parent."""
+    with pytest.raises(IsolationFailure) as info:
+        run_isolated(_answers_a_pickle, tmp_path / "ran")
+    assert "not JSON" in info.value.reason and not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("message,reason", [
+    (b"\x80\x04K\x01.", "malformed"),  # a pickle
+    (b"[1, 2]", "malformed"),
+    (b'{"error": ["dict", "MD100", "x", null]}', "malformed error"),
+    (b'{"error": ["InvalidFileError", "MD999", "x", null]}', "malformed error"),
+    (b'{"failed": "ValueError: boom"}', "failed: ValueError: boom"),
+    (b"[" * 100000, "malformed"),
+])
+def test_a_malformed_answer_is_a_failure(message, reason):
+    from mdiff.isolation import _answer
+
+    with pytest.raises(IsolationFailure) as info:
+        _answer(message, Isolation())
+    assert reason in info.value.reason
 
 
 @pytest.mark.parametrize("fn,args,reason", [
@@ -79,6 +119,10 @@ def _apply_one(path, base):
         return diff["w"].apply(base, "w").tobytes()
 
 
+def _apply_one_hex(path, base):
+    return _apply_one(path, base).hex()  # what crosses from a child is JSON
+
+
 def test_an_isolated_child_reads_in_parallel_after_its_parent_did(tmp_path):
     """The child inherits the parent's thread pool without its threads; it must make its own."""
     rng = np.random.default_rng(0)
@@ -87,7 +131,7 @@ def test_an_isolated_child_reads_in_parallel_after_its_parent_did(tmp_path):
     path = tmp_path / "d.mdiff"
     mdiff.write(path, mdiff.diff(old, new), mdiff.Commit("m"))
     assert _apply_one(path, old["w"]) == new["w"].tobytes()  # the parent's pool is running now
-    assert run_isolated(_apply_one, path, old["w"], limits=Isolation(timeout_s=30)) == new["w"].tobytes()
+    assert run_isolated(_apply_one_hex, path, old["w"], limits=Isolation(timeout_s=30)) == new["w"].tobytes().hex()
 
 
 REGRESSIONS = Path(__file__).parent / "fuzz" / "regressions"
@@ -128,3 +172,67 @@ def test_dump_reads_a_stranger_s_file_in_a_child_by_default():
     run = subprocess.run([sys.executable, "-m", "mdiff", "dump", str(LIBHDF5_CRASH), "--json"],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode > 0 and "MD515" in run.stderr + run.stdout
+
+
+CORPUS = Path(__file__).parent.parent / "conformance"
+EXACT_CASES = [case for case in json.loads((CORPUS / "manifest.json").read_text())["cases"]
+               if case["family"] == "valid" and case["expect"].get("apply") == "result"
+               and case["expect"].get("tolerance") is None]
+
+
+@pytest.fixture
+def libhdf5_only_in_children(monkeypatch):
+    """A tripwire: this process handing a file to libhdf5 fails the test; a forked child may."""
+    import h5py
+
+    parent, real = os.getpid(), h5py.File
+
+    def opened(*args, **kwargs):
+        assert os.getpid() != parent, f"the parent handed {args[0]!r} to libhdf5"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(h5py, "File", opened)
+
+
+@pytest.mark.parametrize("case", EXACT_CASES, ids=[c["id"] for c in EXACT_CASES])
+def test_an_isolated_open_reads_every_valid_case_without_libhdf5_in_this_process(case, tmp_path,
+                                                                                   libhdf5_only_in_children):
+    from safetensors.numpy import load_file
+
+    files = {k: CORPUS / v for k, v in case["files"].items()}
+    out = tmp_path / "out.safetensors"
+    mdiff.apply_files(files["base"], files["diff"], out, isolation=Isolation(timeout_s=60))
+    got, want = load_file(out), load_file(files["result"])
+    assert sorted(got) == sorted(want)
+    assert all(got[k].dtype == want[k].dtype and got[k].tobytes() == want[k].tobytes() for k in want)
+    with mdiff.open(files["diff"], isolation=Isolation(timeout_s=60)) as diff:
+        assert diff.isolated
+        assert sorted({x.code for x in diff.warnings}) == sorted(case["expect"]["warnings"])
+
+
+def test_a_file_changed_after_the_child_read_it_is_not_read(tmp_path, monkeypatch):
+    from mdiff.format import reader
+
+    path = tmp_path / "d.mdiff"
+    mdiff.write(path, mdiff.diff({"w": np.zeros(4, np.float32)}, {"w": np.ones(4, np.float32)}), mdiff.Commit("m"))
+    vetted = reader.vet(path, mdiff.format.limits.DEFAULT_LIMITS, Isolation(timeout_s=30))
+    os.utime(path, ns=(1, 1))
+    with pytest.raises(mdiff.InvalidFileError) as info:
+        reader.DiffFile(path, vetted=vetted)
+    assert info.value.code == "MD515" and "changed" in info.value.message
+
+
+KILLED_AFTER_AN_ISOLATED_OPEN = r'''
+import os, signal, sys, numpy as np, mdiff
+from mdiff.isolation import Isolation
+mdiff.write(sys.argv[1], mdiff.diff({"w": np.zeros(4, np.float32)}, {"w": np.ones(4, np.float32)}), mdiff.Commit("m"))
+mdiff.open(sys.argv[1], isolation=Isolation()).close()
+os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+def test_the_reading_child_of_a_killed_process_goes_with_it(tmp_path):
+    """Else it holds the killed process's pipes open: whoever waits for their end waits forever."""
+    proc = subprocess.run([sys.executable, "-c", KILLED_AFTER_AN_ISOLATED_OPEN, str(tmp_path / "d.mdiff")],
+                          capture_output=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1])))
+    assert proc.returncode == -9

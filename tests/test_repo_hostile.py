@@ -488,3 +488,36 @@ def test_every_writer_refuses_metadata_past_a_limit_and_stores_nothing(made, tmp
     with pytest.raises(LimitError):
         mdiff.write(tmp_path / "d.mdiff", {}, Commit(big))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r", "s.safetensors"]
+
+
+# ------------------------------------------------------------------ 14.5: a crafted commit file
+
+
+LIBHDF5_CRASHERS = ["crash-hdf5-btree2-header-type-0-null-deref.mdiff",  # libhdf5 2.0.0 dies on these
+                    "fuzz-hdf5-btree2-type-dense-attributes.mdiff"]
+
+
+def _filed(repo: Repository, name: str) -> str:
+    """The regression file ``name`` filed as a commit under its true sha256 (MD800 passes), on branch evil."""
+    data = (ROOT / "tests" / "fuzz" / "regressions" / name).read_bytes()
+    commit_id = hashlib.sha256(data).hexdigest()
+    repo.commit_path(commit_id).write_bytes(data)
+    repo.set_branch("evil", commit_id)
+    return commit_id
+
+
+@pytest.mark.parametrize("name", LIBHDF5_CRASHERS)
+def test_a_commit_file_that_crashes_libhdf5_is_a_typed_error_in_every_command(made, tmp_path, name):
+    repo, ids = made
+    commit_id = _filed(repo, name)
+    before = tree(repo)
+    for argv, code_wanted in ((("log", "--all"), 1), (("log", "evil"), 1), (("show", "evil"), 1), (("fsck",), 1),
+                              (("checkout", "evil", "-o", tmp_path / "out.safetensors"), 1)):
+        code, out = cli(*argv, "-C", repo.root)
+        assert code == code_wanted and commit_id[:12] in out and "Traceback" not in out, (argv, code, out)
+        assert "MD515" in out or "MD802" in out, (argv, out)
+    assert not (tmp_path / "out.safetensors").exists() and tree(repo) == before
+    with pytest.raises(RepositoryError) as info:  # the library too: the parse happens in a child
+        Repository(repo.root).open_commit(commit_id)
+    assert info.value.code == "MD802" and "MD515" in info.value.message
+    assert cli("checkout", ids[2], "-o", tmp_path / "good.safetensors", "-C", repo.root)[0] == 0

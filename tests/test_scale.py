@@ -8,7 +8,6 @@ import cProfile
 import gc
 import json
 import os
-import pickle
 import pstats
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from mdiff.format.attributes import write_string
 from mdiff.format.limits import DEFAULT_LIMITS
 from mdiff.format.reader import DiffFile, Vetted, open_diff
 from mdiff.format.schemas import _Unsure, compiled_check, ecma_validator, first_errors
-from mdiff.format.safety_walk import MAX_REPORTED_PATH, WALK_CACHE_BYTES, inspect_structure
+from mdiff.format.safety_walk import MAX_REPORTED_PATH, WALK_CACHE_BYTES, Inventory, inspect_structure
 from mdiff.isolation import Isolation, isolation_supported
 from mdiff.updates import REGISTRY
 from tests import invalid_files as inv
@@ -161,21 +160,42 @@ def test_a_childs_walk_of_another_file_is_not_used(tmp_path):
     with DiffFile(a, keep_structure=True) as diff:
         vetted = diff.structure
     assert isinstance(vetted, Vetted)
-    with DiffFile(b, vetted=vetted) as diff:  # b is not the file the walk was made of: walked again
-        assert sorted(diff) == [f"layer.{i:06d}.w" for i in range(5)]
+    with pytest.raises(mdiff.InvalidFileError) as info:  # b is not the file the walk was made of: never read by it
+        DiffFile(b, vetted=vetted)
+    assert info.value.code == "MD515" and "changed" in info.value.message
 
 
-def test_the_walk_pickles_flat_and_whole(tmp_path):
+def test_the_walk_crosses_as_json_flat_and_whole(tmp_path):
     path = tmp_path / "d.mdiff"
     inv.build_MD303_dataset_attribute(path)
     with h5py.File(path, "r") as f:
         inventory, findings = inspect_structure(f, os.path.getsize(path), DEFAULT_LIMITS)
-    again = pickle.loads(pickle.dumps(inventory))
+    again = Inventory.from_records(json.loads(json.dumps(inventory.to_records())))
     for p in ("/", "/parameters", "/parameters/w", "/parameters/w/xor"):
         one, two = inventory.objects[p], again.objects[p]
         assert (one.path, one.kind, dict(one.attrs), set(one.refused_attrs), one.members, one.dataset) == \
                (two.path, two.kind, dict(two.attrs), set(two.refused_attrs), two.members, two.dataset)
     assert again.total_bytes == inventory.total_bytes
+
+
+ROOT_RECORD = [-1, "", "group", None, None, None]
+DATASET = [[4], "<f4", 16, 16, [0, None, [], []], None]
+
+
+@pytest.mark.parametrize("records", [
+    None, [], [0, []], [0, [[0, "", "group", None, None, None]]],  # no root; a root that is its own parent
+    [0, [ROOT_RECORD, [5, "x", "group", None, None, None]]],  # a parent that does not exist (yet)
+    [0, [ROOT_RECORD, [0, "x", "dataset", None, None, DATASET], [1, "y", "group", None, None, None]]],  # in a dataset
+    [0, [ROOT_RECORD, [0, "x", "dataset", None, None, [[4], "|O8", 32, 32, None, None]]]],  # Python objects
+    [0, [ROOT_RECORD, [0, "x", "dataset", None, None, [[4.5], "<f4", 16, 16, None, None]]]],
+    [0, [ROOT_RECORD, [0, "x", "group", {"a": 1}, None, None]]],
+    [0, [ROOT_RECORD, [0, "x", "link", None, None, None]]],
+    [0, [ROOT_RECORD, [0, "x", "dataset", None, None, [[4], "<f4", 16, 16, None, "not base64!"]]]],
+])
+def test_a_walk_that_is_not_one_is_refused_whole(records):
+    """What an isolated child sends is data from a process that read a stranger's file: checked, never trusted."""
+    with pytest.raises(ValueError):
+        Inventory.from_records(records)
 
 
 def test_dump_reports_the_bytes_libhdf5_stores(tmp_path):

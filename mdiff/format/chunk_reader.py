@@ -22,7 +22,6 @@ import os
 import zlib as _zlib
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
 
 import numpy as np
 
@@ -215,6 +214,60 @@ class PlannedDataset:
         return out
 
 
+class DetachedDataset:
+    """A dataset read without libhdf5 (SPEC §8.5): through its StoragePlan from the file descriptor, or from
+    the bytes an isolated child read for it (compact data: at most 64 KiB, held in the object header);
+    its name, shape, dtype and stored size as the child's structure walk found them."""
+
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: np.dtype, storage_size: int,
+                 plan: StoragePlan | None, fd: int, inline: bytes | None):
+        self.name, self.shape, self.dtype, self.storage_size = name, shape, dtype, storage_size
+        self._plan, self._fd, self._inline = plan, fd, inline
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("a scalar dataset has no length")
+        return self.shape[0]
+
+    def __array__(self, dtype=None, copy=None):
+        whole = self[()]
+        return whole if dtype is None else whole.astype(dtype)
+
+    def __getitem__(self, selection):
+        rows = _row_range(selection, self.shape) if self._plan is not None else None
+        if rows is not None:
+            start, stop = rows
+            out = np.empty((stop - start, *self.shape[1:]), self.dtype)
+            if out.size:
+                read_rows(self._fd, self._plan, self.shape, out, start, self.name)
+            return out
+        out = np.empty(self.shape, self.dtype)
+        self.read_direct(out)
+        if selection is Ellipsis or (isinstance(selection, tuple) and selection == ()):
+            return out
+        return out[selection]
+
+    def read_direct(self, out: np.ndarray) -> None:
+        if out.shape != self.shape or not out.flags.c_contiguous or out.dtype.itemsize != self.dtype.itemsize:
+            raise ValueError("read_direct here fills a whole C-contiguous array of the dataset's shape")
+        if self._plan is not None:
+            read_planned(self._fd, self._plan, self.shape, out, self.name)
+            return
+        flat = out.reshape(-1).view(np.uint8)
+        data = self._inline or b""
+        if len(data) != flat.size:
+            raise InvalidFileError("MD513", f"the dataset holds {len(data)} bytes, not {flat.size}", self.name)
+        flat[:] = np.frombuffer(data, np.uint8)
+
+
 def _row_range(selection, shape: tuple[int, ...]) -> tuple[int, int] | None:
     """(start, stop) when ``selection`` is a step-1 slice of the leading axis, else None."""
     if isinstance(selection, tuple) and len(selection) == 1:
@@ -223,15 +276,6 @@ def _row_range(selection, shape: tuple[int, ...]) -> tuple[int, int] | None:
         return None
     start, stop, _ = selection.indices(shape[0])
     return start, max(start, stop)
-
-
-def open_dataset(f, path: str, plan: StoragePlan | None) -> Any:
-    """The dataset at ``path``, read through ``plan`` — or by libhdf5 when there is none: compact data
-    (a few bytes in the object header, never filtered) or an empty dataset."""
-    dataset = f[path]
-    if plan is None:
-        return dataset
-    return PlannedDataset(dataset, plan, f.id.get_vfd_handle())
 
 
 def read_planned(fd: int, plan: StoragePlan, shape: tuple[int, ...], out: np.ndarray, name: str) -> None:

@@ -18,7 +18,7 @@ from mdiff.format.findings import Finding
 from mdiff.format.names import decode_name, encode_name
 from mdiff.format.paths import collisions, path_problem
 from mdiff.format.schemas import first_errors
-from mdiff.format.chunk_reader import PlannedDataset
+from mdiff.format.chunk_reader import DetachedDataset, PlannedDataset
 from mdiff.format.safety_walk import DatasetInfo, Inventory, ObjectInfo
 from mdiff.updates import REGISTRY
 from mdiff.updates.base import Update, UpdateType
@@ -39,7 +39,7 @@ class Parameter:
 
 
 def parse_parameters(
-    inventory: Inventory, f: h5py.File, types: Mapping[str, UpdateType] = REGISTRY, newer_minor: bool = False,
+    inventory: Inventory, datasets: Datasets, types: Mapping[str, UpdateType] = REGISTRY, newer_minor: bool = False,
     limits: Limits = DEFAULT_LIMITS,
 ) -> tuple[dict[str, Parameter], list[Finding]]:
     """Every parameter group, its update checked against ``types`` (the registry and the file's own)
@@ -48,11 +48,11 @@ def parse_parameters(
     container = inventory.objects.get(PARAMETERS_PATH)
     if container is None or container.kind != "group":
         return {}, [Finding("MD300", PARAMETERS_PATH, "the file has no `/parameters` group")]
-    return _parse_members(container, f, types, newer_minor, limits)
+    return _parse_members(container, datasets, types, newer_minor, limits)
 
 
 def parse_files(
-    inventory: Inventory, f: h5py.File, newer_minor: bool = False, limits: Limits = DEFAULT_LIMITS,
+    inventory: Inventory, datasets: Datasets, newer_minor: bool = False, limits: Limits = DEFAULT_LIMITS,
 ) -> tuple[dict[str, Parameter], list[Finding]]:
     """Every file group of ``/files`` (§5.5), by path: paths checked (MD304), updates restricted to
     `replace`/`delete` of a `uint8` vector (MD305). Empty when the file has no `/files`."""
@@ -61,7 +61,7 @@ def parse_files(
         return {}, []
     if container.kind != "group":
         return {}, [Finding("MD305", FILES_PATH, "`/files` must be a group of file groups")]
-    files, findings = _parse_members(container, f, FILE_TYPES, newer_minor, limits, is_file=True)
+    files, findings = _parse_members(container, datasets, FILE_TYPES, newer_minor, limits, is_file=True)
     for path, other, why in collisions(files):
         findings.append(Finding("MD304", f"{FILES_PATH}/{encode_name(path)}", f"path {path!r} and path {other!r}: {why}"))
         files.pop(path, None)
@@ -69,7 +69,7 @@ def parse_files(
 
 
 def parse_layout(
-    inventory: Inventory, f: h5py.File, newer_minor: bool = False, limits: Limits = DEFAULT_LIMITS,
+    inventory: Inventory, datasets: Datasets, newer_minor: bool = False, limits: Limits = DEFAULT_LIMITS,
 ) -> tuple[Parameter | None, list[Finding]]:
     """The ``/layout`` update (§5.6), or None when the file has none (or it is refused). Its JSON is
     data, checked when read (layout.parse, MD307)."""
@@ -79,15 +79,14 @@ def parse_layout(
     if info.kind != "group":
         return None, [Finding("MD305", LAYOUT_PATH, "`/layout` must be a group holding an update")]
     findings: list[Finding] = []
-    entry = _parse_one(LAYOUT_GROUP, LAYOUT_PATH, info, _Datasets(f), findings, FILE_TYPES, newer_minor, limits, is_file=True)
+    entry = _parse_one(LAYOUT_GROUP, LAYOUT_PATH, info, datasets, findings, FILE_TYPES, newer_minor, limits, is_file=True)
     return entry, findings
 
 
-def _parse_members(container: ObjectInfo, f: h5py.File, types: Mapping[str, UpdateType], newer_minor: bool,
+def _parse_members(container: ObjectInfo, datasets: Datasets, types: Mapping[str, UpdateType], newer_minor: bool,
                    limits: Limits, is_file: bool = False) -> tuple[dict[str, Parameter], list[Finding]]:
     findings = _container_findings(container)
     entries: dict[str, Parameter] = {}
-    datasets = _Datasets(f)
     prefix = container.path
     for link, info in container.children.items():
         name = _member_name(prefix, link, findings, is_file)
@@ -120,7 +119,7 @@ def _member_name(prefix: str, link: str, findings: list[Finding], is_file: bool)
     return name
 
 
-def _parse_member(name: str, path: str, info: ObjectInfo, datasets: "_Datasets", findings: list[Finding],
+def _parse_member(name: str, path: str, info: ObjectInfo, datasets: "Datasets", findings: list[Finding],
                   types: Mapping[str, UpdateType], newer_minor: bool, limits: Limits, is_file: bool) -> Parameter | None:
     if info.kind == "refused":  # refused by the structure walk, already reported
         return None
@@ -134,11 +133,11 @@ class LazyParameters:
     """The parameters of a file whose structure walk deferred the members of ``/parameters``
     (structure.LazyWalk): their names at once, each parameter walked and checked when first asked for."""
 
-    def __init__(self, inventory: Inventory, f: h5py.File, walk, types: Mapping[str, UpdateType],
+    def __init__(self, inventory: Inventory, datasets: Datasets, walk, types: Mapping[str, UpdateType],
                  newer_minor: bool, limits: Limits, minor: int = FORMAT_MINOR):
         self._walk, self._types, self._newer_minor, self._limits = walk, types, newer_minor, limits
         self._minor = minor  # the file's minor version: members a later one added are errors (§3.3)
-        self._datasets = _Datasets(f)
+        self._datasets = datasets
         self.findings: list[Finding] = []  # of the container and the names; then of each member read
         self.links: dict[str, str] = {}  # parameter name -> link name, in UTF-8 order of the names
         container = inventory.objects.get(PARAMETERS_PATH)
@@ -235,7 +234,7 @@ def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Map
     return meta, kind
 
 
-def _parse_one(name, path, info: ObjectInfo, datasets: "_Datasets", all_findings: list[Finding], types, newer_minor: bool,
+def _parse_one(name, path, info: ObjectInfo, datasets: "Datasets", all_findings: list[Finding], types, newer_minor: bool,
                limits: Limits, is_file: bool = False) -> Parameter | None:
     findings: list[Finding] = []  # this group's alone: whether it is sound is counted here
     try:
@@ -244,7 +243,7 @@ def _parse_one(name, path, info: ObjectInfo, datasets: "_Datasets", all_findings
         all_findings += findings
 
 
-def _parse_group(name, path, info: ObjectInfo, datasets_of: "_Datasets", findings: list[Finding], types, newer_minor: bool,
+def _parse_group(name, path, info: ObjectInfo, datasets_of: "Datasets", findings: list[Finding], types, newer_minor: bool,
                  limits: Limits, is_file: bool) -> Parameter | None:
     for attr in sorted(set(info.attrs) - {ATTR_UPDATE}):
         findings.append(Finding("MD303", path, f"unknown attribute {attr!r}"))
@@ -287,19 +286,33 @@ def _parse_group(name, path, info: ObjectInfo, datasets_of: "_Datasets", finding
     return Parameter(name, path, Update(meta, data, kind), sound)
 
 
-class _Datasets:
-    """Makes each dataset's reader: chunk_reader.py's where the walk planned it, else libhdf5's — opened only
-    when it is used (an open HDF5 dataset costs ~17 KB of libhdf5's memory; a file may hold 10^5)."""
+class Datasets:
+    """Makes each dataset's reader, opened only when it is used (an open HDF5 dataset costs ~17 KB of
+    libhdf5's memory; a file may hold 10^5): chunk_reader.py's where the walk planned it, else libhdf5's
+    (:meth:`of_file`) — or never libhdf5's, for a file an isolated child walked (:meth:`detached`)."""
 
-    def __init__(self, f: h5py.File):
-        self._file = f
+    def __init__(self, f: h5py.File | None, fd: int | None):
+        self._file, self._fd = f, fd
+
+    @classmethod
+    def of_file(cls, f: h5py.File) -> "Datasets":
         try:
-            self._fd: int | None = f.id.get_vfd_handle()
+            fd: int | None = f.id.get_vfd_handle()
         except Exception:  # a driver without a file descriptor
-            self._fd = None
+            fd = None
+        return cls(f, fd)
+
+    @classmethod
+    def detached(cls, fd: int) -> "Datasets":
+        """Readers of a file this process never hands to libhdf5: each dataset's bytes through its plan,
+        or as the child read them (compact data)."""
+        return cls(None, fd)
 
     def lazy(self, path: str, info: DatasetInfo | None):
         assert info is not None  # only datasets the walk accepted are handed out
+        if self._file is None:
+            assert self._fd is not None
+            return DetachedDataset(path, info.shape, info.dtype, info.stored, info.plan, self._fd, info.inline)
         dataset = LazyDataset(self._file, path, info)
         if info.plan is None or self._fd is None:
             return dataset

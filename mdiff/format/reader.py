@@ -7,10 +7,11 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Iterator, Mapping
 
 import h5py
+import numpy as np
 
 from mdiff.errors import InvalidFileError
 from mdiff.format.commit import Commit
@@ -18,10 +19,10 @@ from mdiff.format.constants import BASE_SHA256_MINOR, FORMAT_MINOR
 from mdiff.format.findings import Finding
 from mdiff.format.header import Header, parse_header
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
-from mdiff.format.parameters import too_new_member, PARAMETERS_PATH, LazyParameters, Parameter, parse_files, parse_layout, parse_parameters
+from mdiff.format.parameters import too_new_member, PARAMETERS_PATH, Datasets, LazyParameters, Parameter, parse_files, parse_layout, parse_parameters
 from mdiff.format.safety_walk import WALK_CACHE_BYTES, Inventory, LazyWalk, inspect_structure, set_metadata_cache
 from mdiff.format.update_types import parse_update_types
-from mdiff.isolation import Isolation, IsolationFailure, run_isolated
+from mdiff.isolation import Isolation, IsolationFailure, shared_worker, task
 from mdiff.regular_files import NotRegularFile, open_regular, reopenable
 from mdiff.updates import REGISTRY
 from mdiff.updates.base import Update
@@ -86,11 +87,7 @@ def open_hdf5(path) -> tuple[h5py.File, int]:
     OSError (the operating system's word); anything HDF5 cannot open is MD100, said plainly — a
     FIFO or a device too, found without blocking on it or reading it (libhdf5 then opens the very
     file that was checked: regular_files.reopenable)."""
-    try:
-        fd, found = open_regular(path)  # FileNotFoundError, PermissionError: as they are
-    except NotRegularFile as exc:
-        what = "a folder" if exc.kind == "a folder" else f"{exc.kind}, not a regular file"
-        raise InvalidFileError("MD100", f"this is {what}, not an .mdiff file", os.fspath(path)) from None
+    fd, found = _open_regular_file(path)
     try:
         f = h5py.File(reopenable(fd, path), "r", locking=False)
     except (OSError, ValueError) as exc:
@@ -102,6 +99,14 @@ def open_hdf5(path) -> tuple[h5py.File, int]:
     return f, found.st_size
 
 
+def _open_regular_file(path) -> tuple[int, os.stat_result]:
+    try:
+        return open_regular(path)  # FileNotFoundError, PermissionError: as they are
+    except NotRegularFile as exc:
+        what = "a folder" if exc.kind == "a folder" else f"{exc.kind}, not a regular file"
+        raise InvalidFileError("MD100", f"this is {what}, not an .mdiff file", os.fspath(path)) from None
+
+
 def _hdf5_reason(exc: Exception) -> str:
     """libhdf5's reason without its noise (buffer addresses, file descriptors, times)."""
     text = str(exc)
@@ -111,32 +116,76 @@ def _hdf5_reason(exc: Exception) -> str:
 
 @dataclass(frozen=True)
 class Vetted:
-    """A file's structure walk, as an isolated child made it (§8.5): the parent reads the file by it
-    instead of walking it again — provided the file is still the one the child read (``identity``)."""
+    """A file's structure walk, as an isolated child made it (§8.5): the parent reads the file by it and
+    never hands the file to libhdf5 — provided the file is still the one the child read (``identity``)."""
 
     identity: tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
     inventory: Inventory
     findings: list[Finding]
 
+    def to_json(self) -> dict:
+        return {"identity": list(self.identity), "inventory": self.inventory.to_records(),
+                "findings": [[x.code, x.path, x.message] for x in self.findings]}
+
+    @classmethod
+    def from_json(cls, data: object) -> "Vetted":
+        """ValueError when ``data`` is not what :meth:`to_json` makes."""
+        from mdiff.format.rules import RULES
+
+        try:
+            identity = tuple(data["identity"])  # type: ignore[index]
+            findings = [Finding(code, path, message) for code, path, message in data["findings"]]  # type: ignore[index]
+            if len(identity) != 4 or not all(type(x) is int for x in identity) or not all(
+                    x.code in RULES and isinstance(x.path, str) and isinstance(x.message, str) for x in findings):
+                raise ValueError("malformed")
+            inventory = Inventory.from_records(data["inventory"])  # type: ignore[index]
+        except (TypeError, ValueError, KeyError):
+            raise ValueError("not a structure walk") from None
+        return cls(identity, inventory, findings)
+
 
 def _identity(fd: int) -> tuple[int, int, int, int]:
-    st = os.fstat(fd)
+    return _identity_of(os.fstat(fd))
+
+
+def _identity_of(st: os.stat_result) -> tuple[int, int, int, int]:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def read_contents(f: h5py.File, file_size: int, limits: Limits, vetted: Vetted | None = None,
-                  lazy: bool = False, keep_inventory: bool = False) -> Contents:
+def _with_compact_data(f: h5py.File, inventory: Inventory) -> None:
+    """Give each compact dataset of the walk its bytes (at most 64 KiB each, in its object header): all that
+    a parent reading by the walk cannot read from the file itself without libhdf5."""
+    stack = [(inventory.root, "")]
+    while stack:
+        node, path = stack.pop()
+        for name, child in node.children.items():
+            stack.append((child, f"{path}/{name}"))
+        info = node.dataset
+        if info is not None and info.plan is None and info.nbytes:
+            out = np.empty(info.shape, info.dtype)
+            f[path].read_direct(out)
+            node.dataset = replace(info, inline=out.tobytes())
+
+
+def read_contents(f: h5py.File | None, file_size: int, limits: Limits, vetted: Vetted | None = None,
+                  lazy: bool = False, keep_inventory: bool = False, datasets: Datasets | None = None) -> Contents:
     """Everything a file's metadata says, with every finding. With ``lazy``, the members of
     ``/parameters`` are only named (their links checked): ``Contents.lazy`` walks and checks each one
     when asked (a reader that uses a few parameters of many). The walk's inventory is returned with
-    ``keep_inventory`` only (~1 KB a parameter that nothing else needs)."""
+    ``keep_inventory`` only (~1 KB a parameter that nothing else needs). Without ``f``, the file is read by
+    ``vetted`` (the walk of an isolated child) through ``datasets`` (Datasets.detached)."""
     walk = None
+    if datasets is None:
+        assert f is not None
+        datasets = Datasets.of_file(f)
     if vetted is not None:
         inventory, findings = vetted.inventory, list(vetted.findings)
     elif lazy:
+        assert f is not None
         walk = LazyWalk(f, file_size, limits, frozenset({PARAMETERS_PATH}))
         inventory, findings = walk.inventory, list(walk.findings)
     else:
+        assert f is not None
         inventory, findings = inspect_structure(f, file_size, limits)
     if any(x.code in ("MD511", "MD512") for x in findings):
         return Contents(None, {}, findings)  # past a global limit nothing more is looked at
@@ -145,25 +194,25 @@ def read_contents(f: h5py.File, file_size: int, limits: Limits, vetted: Vetted |
     findings += header_findings
     if header is None:
         return Contents(None, {}, findings)
-    embedded, type_findings = parse_update_types(inventory, f, limits)
+    embedded, type_findings = parse_update_types(inventory, datasets, limits)
     newer_minor = header.version[1] > FORMAT_MINOR
     lazy_parameters = None
     parameters: dict[str, Parameter]
     if walk is not None:
-        lazy_parameters = LazyParameters(inventory, f, walk, {**REGISTRY, **embedded}, newer_minor, limits,
+        lazy_parameters = LazyParameters(inventory, datasets, walk, {**REGISTRY, **embedded}, newer_minor, limits,
                                          header.version[1])
         parameters, parameter_findings = {}, list(lazy_parameters.findings)
     else:
         parameters, parameter_findings = parse_parameters(
-            inventory, f, {**REGISTRY, **embedded}, newer_minor=newer_minor, limits=limits
+            inventory, datasets, {**REGISTRY, **embedded}, newer_minor=newer_minor, limits=limits
         )
         if header.version < (1, BASE_SHA256_MINOR):
             parameter_findings += _members_too_new(parameters)
     files: dict[str, Parameter] = {}
     layout: Parameter | None = None
     if header.version >= (1, 1):  # in a 1.0 file these groups are MD306 (header.py)
-        files, file_findings = parse_files(inventory, f, newer_minor, limits)
-        layout, layout_findings = parse_layout(inventory, f, newer_minor, limits)
+        files, file_findings = parse_files(inventory, datasets, newer_minor, limits)
+        layout, layout_findings = parse_layout(inventory, datasets, newer_minor, limits)
         parameter_findings += file_findings + layout_findings
     return Contents(header, parameters, findings + type_findings + parameter_findings, files, layout,
                     inventory if keep_inventory else None, walk_findings, lazy_parameters)
@@ -195,25 +244,36 @@ class DiffFile(Mapping[str, Update]):
     def __init__(self, path, limits: Limits = DEFAULT_LIMITS, vetted: Vetted | None = None, keep_structure: bool = False,
                  lazy: bool = False):
         self.path = os.fspath(path)
+        self._file: h5py.File | None = None
+        self._fd: int | None = None  # a file read by an isolated child's walk: never handed to libhdf5 here
         FILTER_PLUGINS.enter()
         try:
-            self._file, size = open_hdf5(path)
+            if vetted is None:
+                self._file, size = open_hdf5(path)
+            else:
+                self._fd, found = _open_regular_file(path)
+                size = found.st_size
         except BaseException:
             FILTER_PLUGINS.leave()
             raise
         try:
             if vetted is not None and vetted.identity != self._identity():
-                vetted = None  # the file changed since the child read it: walk it here
-            contents = read_contents(self._file, size, limits, vetted, lazy=lazy and vetted is None,
-                                     keep_inventory=keep_structure)
+                raise InvalidFileError("MD515", "the file changed after the isolated child read it", self.path)
+            if self._file is None:
+                assert self._fd is not None and vetted is not None
+                contents = read_contents(None, size, limits, vetted, datasets=Datasets.detached(self._fd))
+            else:
+                contents = read_contents(self._file, size, limits, lazy=lazy, keep_inventory=keep_structure)
             # what an isolated child hands its parent (open_diff); otherwise not kept: it is ~1 KB a parameter
-            self.structure = Vetted(self._identity(), contents.inventory, contents.structure_findings) \
-                if keep_structure and contents.inventory is not None else None
+            self.structure = None
+            if keep_structure and contents.inventory is not None and self._file is not None:
+                _with_compact_data(self._file, contents.inventory)
+                self.structure = Vetted(self._identity(), contents.inventory, contents.structure_findings)
             errors = [x for x in contents.findings if x.is_error]
             if errors:
                 raise errors[0].to_error()
         except BaseException:
-            self._file.close()
+            self._close_file()
             FILTER_PLUGINS.leave()
             raise
         self._closed = False
@@ -230,9 +290,23 @@ class DiffFile(Mapping[str, Update]):
 
     def _identity(self) -> tuple[int, int, int, int]:
         try:
-            return _identity(self._file.id.get_vfd_handle())
+            fd = self._fd if self._file is None else self._file.id.get_vfd_handle()
+            assert fd is not None
+            return _identity(fd)
         except Exception:  # a driver without a file descriptor: never matches a child's walk
             return (-1, -1, -1, -1)
+
+    def _close_file(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    @property
+    def isolated(self) -> bool:
+        """True when this process reads the file by an isolated child's walk, without libhdf5 (§8.5)."""
+        return self._file is None
 
     @property
     def commit(self) -> Commit:
@@ -313,7 +387,7 @@ class DiffFile(Mapping[str, Update]):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._file.close()
+            self._close_file()
             FILTER_PLUGINS.leave()
 
     def __del__(self) -> None:  # a file never closed gives the plugin path back when it is collected
@@ -328,21 +402,34 @@ class DiffFile(Mapping[str, Update]):
 
 
 def open_diff(path, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None = None, lazy: bool = False) -> DiffFile:
-    """Open a .mdiff file. With ``isolation``, its metadata is first read in full (the structure walk,
-    every parameter's checks) by a forked child with those time and memory limits: a crash or hang of
-    libhdf5 on a crafted file then becomes MD515 here (§8.5), and an error of the file is raised
-    without this process having parsed it. The child hands its walk back: this process reads the file
-    by it instead of walking it again (unless the file changed meanwhile), so that libhdf5 parses
-    here only what a read needs — data goes through the walk's chunk map (chunk_reader.py) wherever it can.
+    """Open a .mdiff file. With ``isolation``, its metadata is read in full (the structure walk, every
+    parameter's checks) by a forked child with those time and memory limits, and this process never
+    hands the file to libhdf5: a crash or hang of libhdf5 on a crafted file becomes MD515 (§8.5), an
+    error of the file is raised as the child found it, and the child's walk — sent back as JSON — is
+    what this process reads the file by: data through its chunk map (chunk_reader.py), compact data as
+    the child read it. That is the way to open a stranger's file.
     With ``lazy`` (and no isolation), each parameter is checked when first used (see DiffFile)."""
-    vetted = None
-    if isolation is not None:
-        try:
-            vetted = run_isolated(_metadata_only, path, limits, limits=isolation)
-        except IsolationFailure as failure:
-            raise InvalidFileError("MD515", f"reading the metadata in an isolated child: {failure.reason}",
-                                   os.fspath(path)) from None
-    return DiffFile(path, limits, vetted, lazy=lazy)
+    if isolation is None:
+        return DiffFile(path, limits, lazy=lazy)
+    return DiffFile(path, limits, vet(path, limits, isolation))
+
+
+def vet(path, limits: Limits, isolation: Isolation) -> Vetted:
+    """The structure walk of the file at ``path``, made by an isolated child (the file's first error
+    raised as the child found it; MD515 when the child crashed, hung, ran out of memory or answered
+    nonsense)."""
+    fd, _ = _open_regular_file(path)
+    try:
+        answer = shared_worker(isolation).call("vet", fd, path, asdict(limits))
+        return Vetted.from_json(answer)
+    except IsolationFailure as failure:
+        raise InvalidFileError("MD515", f"reading the metadata in an isolated child: {failure.reason}",
+                               os.fspath(path)) from None
+    except ValueError:
+        raise InvalidFileError("MD515", "reading the metadata in an isolated child: it answered no structure walk",
+                               os.fspath(path)) from None
+    finally:
+        os.close(fd)
 
 
 def open_file(path, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None = None, lazy: bool = True) -> DiffFile:
@@ -352,7 +439,8 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None
     return open_diff(path, limits, isolation, lazy)
 
 
-def _metadata_only(path, limits: Limits) -> Vetted | None:
-    """Open the file (every check of its metadata); its structure walk, for the parent to read by."""
-    with DiffFile(path, limits, keep_structure=True) as diff:
-        return diff.structure
+@task("vet")
+def _metadata_only(path, shown: str, limits: dict) -> dict | None:
+    """Open the file (every check of its metadata); its structure walk as JSON, for the parent to read by."""
+    with DiffFile(path, Limits(**limits), keep_structure=True) as diff:
+        return None if diff.structure is None else diff.structure.to_json()

@@ -9,8 +9,10 @@ passed) is all the reader and validator look at afterwards.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import math
+import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Iterator, Mapping
@@ -45,6 +47,7 @@ class DatasetInfo:
     nbytes: int
     plan: StoragePlan | None = None  # where the bytes lie, when chunk_reader.py can read them itself
     stored: int = 0  # bytes the dataset occupies in the file (after its filters)
+    inline: bytes | None = None  # a compact dataset's bytes, read by an isolated child for its parent
 
 
 _NO_ATTRIBUTES: Mapping[str, str] = MappingProxyType({})
@@ -149,61 +152,96 @@ class Inventory:
     def objects(self) -> _ByPath:
         return _ByPath(self.root)
 
-    def __reduce__(self):
-        """Pickled flat, in walk order (an isolated child hands its walk to the parent, §8.5): a record per
-        object with its parent's index, so that neither pickling nor unpickling recurses."""
-        records = []
+    def to_records(self) -> list:
+        """The walk as JSON-able records, in walk order: a record per object with its parent's index, so
+        that neither encoding nor decoding recurses (an isolated child hands its walk to the parent, §8.5)."""
+        records: list = []
         index: dict[int, int] = {}
         stack = [self.root]
         while stack:
             node = stack.pop()
             index[id(node)] = len(records)
             parent = -1 if node.parent is None else index[id(node.parent)]
-            records.append((parent, node.name, node.kind, dict(node.attrs) or None,
-                            set(node.refused_attrs) or None, _flat_dataset(node.dataset)))
-            stack.extend(reversed(node.children.values()))
-        return _rebuild_inventory, (records, self.total_bytes)
+            records.append([parent, node.name, node.kind, dict(node.attrs) or None,
+                            sorted(node.refused_attrs) or None, _dataset_record(node.dataset)])
+            stack.extend(reversed(list(node.children.values())))
+        return [self.total_bytes, records]
+
+    @classmethod
+    def from_records(cls, data: object) -> "Inventory":
+        """The inventory :meth:`to_records` made, rebuilt from JSON another process sent: ValueError when it
+        is not such records (the sender is a child reading a stranger's file, trusted to be mdiff's code
+        but not to be intact)."""
+        try:
+            if not isinstance(data, list) or len(data) != 2 or not isinstance(data[1], list):
+                raise ValueError("not [total bytes, records]")
+            total_bytes: object = data[0]
+            records: list = data[1]
+            nodes: list[ObjectInfo] = []
+            dtypes: dict[str, np.dtype] = {}
+            for parent, name, kind, attrs, refused, flat in records:
+                if not (isinstance(parent, int) and -1 <= parent < len(nodes) and (parent >= 0) == bool(nodes)
+                        and isinstance(name, str) and kind in _KINDS):
+                    raise ValueError("a malformed object record")
+                up = nodes[parent] if parent >= 0 else None
+                node = ObjectInfo(name, up, kind)
+                if up is not None:
+                    up.adopt(node)
+                if attrs:
+                    if not all(isinstance(k, str) and isinstance(v, str) for k, v in attrs.items()):
+                        raise ValueError("a malformed attribute")
+                    node.attrs = dict(attrs)
+                if refused:
+                    node.refused_attrs = {str(x) for x in refused}
+                node.dataset = _dataset_from_record(flat, dtypes)
+                nodes.append(node)
+            if not nodes or not isinstance(total_bytes, int):
+                raise ValueError("no root")
+            return cls(nodes[0], total_bytes)
+        except (TypeError, ValueError, AttributeError, KeyError, AssertionError) as exc:
+            raise ValueError(f"not an inventory: {exc}") from None
 
 
-def _flat_dataset(info: DatasetInfo | None) -> tuple | None:
-    """A DatasetInfo as plain tuples: pickling dataclasses and numpy dtypes one by one costs ~10× more."""
+_KINDS = frozenset({"group", "dataset", "refused", "deferred"})
+# what a dataset of an accepted file can be stored as (§6.1, with room for what the walk reports on);
+# never an object dtype, which numpy would fill with Python objects
+_DTYPE_TEXT = re.compile(r"[<>|=][biufcSUV][0-9]{1,5}")
+
+
+def _dataset_record(info: DatasetInfo | None) -> list | None:
     if info is None:
         return None
     plan = info.plan
-    flat_plan = None if plan is None else (
-        plan.contiguous_offset, plan.chunk_shape, tuple((c.offset, c.byte_offset, c.size) for c in plan.chunks), plan.filters)
-    return info.shape, info.dtype.str, info.nbytes, info.stored, flat_plan
+    flat_plan = None if plan is None else [
+        plan.contiguous_offset, plan.chunk_shape, [[c.offset, c.byte_offset, c.size] for c in plan.chunks],
+        [[code, list(values)] for code, values in plan.filters]]
+    inline = None if info.inline is None else base64.b64encode(info.inline).decode("ascii")
+    return [list(info.shape), info.dtype.str, info.nbytes, info.stored, flat_plan, inline]
 
 
-def _dataset_of(flat: tuple | None, dtypes: dict[str, np.dtype]) -> DatasetInfo | None:
+def _ints(values) -> tuple[int, ...]:
+    if not all(type(v) is int for v in values):
+        raise ValueError("not integers")
+    return tuple(values)
+
+
+def _dataset_from_record(flat, dtypes: dict[str, np.dtype]) -> DatasetInfo | None:
     if flat is None:
         return None
-    shape, dtype, nbytes, stored, flat_plan = flat
+    shape, dtype, nbytes, stored, flat_plan, inline = flat
+    if not (isinstance(dtype, str) and _DTYPE_TEXT.fullmatch(dtype) and type(nbytes) is int and type(stored) is int):
+        raise ValueError("a malformed dataset record")
     plan = None
     if flat_plan is not None:
         offset, chunk_shape, chunks, filters = flat_plan
-        plan = StoragePlan(offset, chunk_shape, tuple(Chunk(*c) for c in chunks), filters)
+        plan = StoragePlan(None if offset is None else _ints([offset])[0],
+                           None if chunk_shape is None else _ints(chunk_shape),
+                           tuple(Chunk(_ints(c[0]), *_ints(c[1:])) for c in chunks),
+                           tuple((_ints([code])[0], _ints(values)) for code, values in filters))
     if dtype not in dtypes:
         dtypes[dtype] = np.dtype(dtype)
-    return DatasetInfo(shape, dtypes[dtype], nbytes, plan, stored)
-
-
-def _rebuild_inventory(records: list, total_bytes: int) -> Inventory:
-    nodes: list[ObjectInfo] = []
-    dtypes: dict[str, np.dtype] = {}
-    for parent, name, kind, attrs, refused, flat in records:
-        dataset = _dataset_of(flat, dtypes)
-        up = nodes[parent] if parent >= 0 else None
-        node = ObjectInfo(name, up, kind)
-        if up is not None:
-            up.adopt(node)
-        if attrs:
-            node.attrs = attrs
-        if refused:
-            node.refused_attrs = refused
-        node.dataset = dataset
-        nodes.append(node)
-    return Inventory(nodes[0], total_bytes)
+    data = None if inline is None else base64.b64decode(inline, validate=True)
+    return DatasetInfo(_ints(shape), dtypes[dtype], nbytes, plan, stored, data)
 
 
 _STOP = object()  # _visit: a global limit was reached; the walk ends

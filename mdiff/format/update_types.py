@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import h5py
 import numpy as np
 
 from mdiff.errors import InvalidFileError
@@ -12,7 +11,7 @@ from mdiff.format.constants import ATTR_DEFINITION, UPDATE_TYPES_GROUP
 from mdiff.format.limits import Limits
 from mdiff.format.names import decode_name
 from mdiff.format.schemas import first_errors
-from mdiff.format.chunk_reader import open_dataset
+from mdiff.format.parameters import Datasets
 from mdiff.format.safety_walk import Inventory
 from mdiff.updates import REGISTRY
 from mdiff.updates.base import UpdateType
@@ -20,7 +19,7 @@ from mdiff.updates.base import UpdateType
 UPDATE_TYPES_PATH = "/" + UPDATE_TYPES_GROUP
 
 
-def parse_update_types(inventory: Inventory, f: h5py.File, limits: Limits) -> tuple[dict[str, UpdateType], list[Finding]]:
+def parse_update_types(inventory: Inventory, datasets: Datasets, limits: Limits) -> tuple[dict[str, UpdateType], list[Finding]]:
     container = inventory.objects.get(UPDATE_TYPES_PATH)
     if container is None:
         return {}, []
@@ -35,13 +34,13 @@ def parse_update_types(inventory: Inventory, f: h5py.File, limits: Limits) -> tu
         except InvalidFileError as exc:
             findings.append(Finding("MD302", path, exc.message))
             continue
-        kind = _parse_one(name, path, inventory, f, limits, findings)
+        kind = _parse_one(name, path, inventory, datasets, limits, findings)
         if kind is not None:
             types[name] = kind
     return types, findings
 
 
-def _parse_one(name, path, inventory: Inventory, f: h5py.File, limits: Limits, findings: list[Finding]) -> UpdateType | None:
+def _parse_one(name, path, inventory: Inventory, datasets: Datasets, limits: Limits, findings: list[Finding]) -> UpdateType | None:
     # onnx and onnxruntime: imported for the files that define types of their own, not by every reader
     from mdiff.updates.embedded import DEFINITION_SCHEMA, TYPE_NAME, check_function, dtype_of_function_dataset, make_type
 
@@ -83,7 +82,7 @@ def _parse_one(name, path, inventory: Inventory, f: h5py.File, limits: Limits, f
             broken = True
             continue
         try:
-            data = open_dataset(f, member_path, child.dataset.plan)[()].tobytes()
+            data = datasets.lazy(member_path, child.dataset)[()].tobytes()
         except InvalidFileError as exc:  # a chunk that does not decode, or inflates past its size
             findings.append(Finding("MD513", member_path, f"the function cannot be read: {exc.message}"))
             broken = True

@@ -26,6 +26,7 @@ from mdiff.repo import snapshots
 from mdiff.repo.cleanup import GcReport
 from mdiff.repo.states import StateView
 from mdiff.format.reader import open_diff
+from mdiff.isolation import Isolation
 from mdiff.repo.store import Store, branch_problem, shown
 from mdiff.diffing import file_updates
 from mdiff.updates import replace
@@ -81,14 +82,14 @@ class Repository(Store):
 
     # ------------------------------------------------------------ creation and discovery
     @classmethod
-    def init(cls, root=".", branch: str = "main") -> Repository:
+    def init(cls, root=".", branch: str = "main", isolation: Isolation | None | str = "auto") -> Repository:
         Store.create(Path(root), branch)
-        return cls(Path(root))
+        return cls(Path(root), isolation)
 
     @classmethod
-    def find(cls, start=".") -> Repository:
-        """The repository containing ``start`` (searching upwards, like git)."""
-        repo = cls(Store.locate(start))
+    def find(cls, start=".", isolation: Isolation | None | str = "auto") -> Repository:
+        """The repository containing ``start`` (searching upwards, like git). ``isolation``: see Store."""
+        repo = cls(Store.locate(start), isolation)
         repo.check_format()
         return repo
 
@@ -439,9 +440,10 @@ class Repository(Store):
             try:
                 with self.commit_file(commit_id) as readable:
                     problems = [Finding(f.code, str(path) if f.path == readable else f.path, f.message)
-                                for f in validate(readable, check_data=check_data) if f.is_error]
+                                for f in validate(readable, check_data=check_data, isolation=self.isolation)
+                                if f.is_error]
                     if not problems:
-                        with open_diff(readable) as diff:
+                        with open_diff(readable, isolation=self.isolation) as diff:
                             self._remember(commit_id, diff)
             except RepositoryError as exc:
                 findings.append(Finding(exc.code, str(path), exc.message))

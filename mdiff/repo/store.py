@@ -31,6 +31,7 @@ from mdiff.atomic import TEMP_SUFFIX, fsync_directory
 from mdiff.errors import InvalidFileError, RepositoryError
 from mdiff.format.commit import Commit
 from mdiff.format.reader import DiffFile, open_diff
+from mdiff.isolation import Isolation, isolation_supported
 from mdiff.format.writer import DiffWriter
 from mdiff.regular_files import (
     BINARY, CLOEXEC, DIRECTORY, NOFOLLOW, NONBLOCK, NotRegularFile, kind_of, open_regular, reopenable, same_file,
@@ -114,8 +115,13 @@ class CommitFacts:
 class Store:
     """The folder ``.mdiff/`` of a repository (SPEC.md §13.1)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, isolation: Isolation | None | str = "auto"):
+        """``isolation``: how commit and snapshot files are parsed (SPEC §8.5) — by an isolated child, with
+        these limits, so that a crafted file from a clone or a remote cannot crash or hang this process
+        ("auto": the default limits where the platform can isolate, POSIX); None parses them here."""
         self.root = Path(root)
+        self.isolation: Isolation | None = (Isolation() if isolation_supported() else None) if isolation == "auto" \
+            else isolation  # type: ignore[assignment]
         self.dir = self.root / REPO_DIR
         self._facts: dict[str, CommitFacts] = {}
         self._inexact: dict[str, frozenset[str]] = {}  # by commit id: the inexact values of its state (§13.4)
@@ -530,7 +536,7 @@ class Store:
         try:
             with self.commit_file(commit_id) as readable:
                 try:
-                    diff = open_diff(readable)
+                    diff = open_diff(readable, isolation=self.isolation)
                 except InvalidFileError as exc:
                     where = f" [{exc.path}]" if exc.path and exc.path != readable else ""
                     raise RepositoryError("MD802", f"commit {commit_id[:12]} cannot be applied: "
@@ -552,7 +558,7 @@ class Store:
         except RepositoryError as exc:
             raise InvalidFileError("MD100", f"unusable snapshot: {exc.message}", os.fspath(path)) from None
         try:
-            diff = open_diff(reopenable(fd, path))
+            diff = open_diff(reopenable(fd, path), isolation=self.isolation)
         finally:
             os.close(fd)
         diff.path = os.fspath(path)
