@@ -141,9 +141,17 @@ def add_log(sub) -> None:
     p.set_defaults(run=run_log)
 
 
+def _tracking(repo) -> dict[str, str]:
+    """The remote-tracking branches, "<remote>/<branch>" → commit id (SPEC.md §13.8)."""
+    from mdiff.repo.remotes import all_tracking_refs
+
+    return all_tracking_refs(repo)
+
+
 def run_log(args) -> int:
     repo = _repo(args)
     targets = {name: target for name, target in repo.branches().items() if target is not None}
+    targets.update(_tracking(repo))  # shown, and with --all walked, as git shows origin/main
     heads = sorted(set(targets.values())) if args.all else [resolve(repo, args.rev)]
     labels: dict[str, list[str]] = {}
     for name, target in targets.items():
@@ -349,6 +357,7 @@ def add_branch(sub) -> None:
     p.add_argument("name", nargs="?", metavar="NAME", help="the branch to create (or, with -d, delete)")
     p.add_argument("rev", nargs="?", default="HEAD", metavar="REV", help="where a new branch starts (default HEAD)")
     p.add_argument("-d", "--delete", action="store_true", help="delete NAME")
+    p.add_argument("-a", "--all", action="store_true", help="list remote-tracking branches (REMOTE/BRANCH) too")
     _common(p)
     p.set_defaults(run=run_branch)
 
@@ -358,11 +367,14 @@ def run_branch(args) -> int:
     if args.name is None:
         current = repo.head()[0]
         branches = repo.branches()
+        tracked = _tracking(repo) if args.all else {}
         if args.json:
-            print(json.dumps({"current": current, "branches": branches}))
+            print(json.dumps({"current": current, "branches": branches, **({"remotes": tracked} if args.all else {})}))
+            return 0
         for name, target in branches.items():
-            if not args.json:
-                print(f"{'*' if name == current else ' '} {name:<20} {target[:12] if target else '(no commit)'}")
+            print(f"{'*' if name == current else ' '} {name:<20} {target[:12] if target else '(no commit)'}")
+        for name, target in tracked.items():
+            print(f"  remotes/{name:<12} {target[:12]}")
         return 0
     if args.delete:
         with repo.lock():
