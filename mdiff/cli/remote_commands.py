@@ -38,8 +38,8 @@ def add_remote(sub) -> None:
                                    "s3://bucket/prefix (s3fs; also MinIO, R2 and other S3 APIs through their endpoint "
                                    "URL), or another fsspec protocol (untested). URLs never hold credentials.")
     p.add_argument("action", nargs="?", default="list", choices=["list", "add", "remove"], help="default: list")
-    p.add_argument("name", nargs="?", metavar="NAME")
-    p.add_argument("url", nargs="?", metavar="URL")
+    p.add_argument("name", nargs="?", metavar="NAME", help="the remote's name (add, remove), e.g. origin")
+    p.add_argument("url", nargs="?", metavar="URL", help="add: where the remote repository is (no credentials in it)")
     _common(p)
     p.set_defaults(run=run_remote)
 
@@ -76,7 +76,8 @@ def add_clone(sub) -> None:
                                    "'origin', fetch every commit (each verified against its sha256) and make the "
                                    "remote's current branch the local one.")
     p.add_argument("url", metavar="URL", help="the remote: a local path, file://…, s3://bucket/prefix, …")
-    p.add_argument("directory", nargs="?", default=None, metavar="DIR")
+    p.add_argument("directory", nargs="?", default=None, metavar="DIR",
+                   help="the new repository's folder (default: the URL's last name)")
     _transfer_options(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=run_clone)
@@ -147,7 +148,8 @@ def add_pull(sub) -> None:
                                    "the current branch: a fast-forward when it only adds commits, else a merge with "
                                    "--strategy (SPEC.md §13.7; conflicts: nothing is committed, exit 1).")
     p.add_argument("remote", nargs="?", default="origin", metavar="REMOTE", help="default: origin")
-    p.add_argument("branch", nargs="?", default=None, metavar="BRANCH")
+    p.add_argument("branch", nargs="?", default=None, metavar="BRANCH",
+                   help="the remote's branch to bring in (default: the current branch's name)")
     p.add_argument("--strategy", default="average", metavar="STRATEGY",
                    help="for a merge: average (default), weighted:ALPHA, ours, theirs or task-arithmetic[:LAMBDA]")
     p.add_argument("-m", "--message", default=None, help="for a merge: the commit message")
@@ -186,7 +188,8 @@ def add_push(sub) -> None:
                                    "when REMOTE's branch has commits BRANCH lacks — pull first — unless --force, or "
                                    "when another pusher moved it meanwhile. Local tags REMOTE lacks are created there.")
     p.add_argument("remote", nargs="?", default="origin", metavar="REMOTE", help="default: origin")
-    p.add_argument("branch", nargs="?", default=None, metavar="BRANCH")
+    p.add_argument("branch", nargs="?", default=None, metavar="BRANCH",
+                   help="the branch to push (default: the current branch)")
     p.add_argument("--force", action="store_true", help="move REMOTE's branch even when that drops commits from it")
     _transfer_options(p)
     _common(p)
