@@ -397,3 +397,31 @@ def test_credentials_are_never_stored_printed_or_logged(s3, bucket_url, tmp_path
     assert SECRET not in output
     for path in repo.dir.rglob("*"):
         assert not path.is_file() or SECRET.encode() not in path.read_bytes(), path
+
+
+def test_a_store_without_conditional_writes_is_pushed_to_under_a_lock_object(tmp_path, capsys):
+    """memory:// (fsspec) has no conditional writes: refs move under .mdiff/push.lock, created only if
+    absent; while another pusher holds it, a push is refused (MD803, exit 1). The command line says to
+    pull when a push is not a fast-forward."""
+    import fsspec
+
+    url = f"memory://mdiff-tests/{time.monotonic_ns()}"
+    alice = Repository.init(tmp_path / "alice")
+    first = commit(alice, 0)
+    assert run(capsys, "remote", "add", "origin", url, "-C", alice.root)[0] == 0
+    code, out, _ = run(capsys, "push", "--json", "-C", alice.root)
+    assert code == 0 and json.loads(out)["after"] == first
+    bob, _ = clone(url, tmp_path / "bob")
+    assert bob.head() == ("main", first)
+    fs = fsspec.filesystem("memory")
+    lock = url.removeprefix("memory://") + "/.mdiff/push.lock"
+    fs.pipe_file(lock, b"another pusher")
+    second = commit(alice, 1)
+    code, _, err = run(capsys, "push", "-C", alice.root)
+    assert code == 1 and "MD803" in err and "push.lock" in err
+    fs.rm_file(lock)
+    assert run(capsys, "push", "-C", alice.root)[0] == 0 and not fs.exists(lock)
+    commit(bob, 2)
+    code, _, err = run(capsys, "push", "-C", bob.root)
+    assert code == 1 and "MD803" in err and "mdiff pull origin main" in err
+    assert open_end(url).refs() == {"refs/heads/main": second}

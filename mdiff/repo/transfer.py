@@ -184,7 +184,8 @@ def push(repo: Store, remote: str, branch: str, force: bool = False, options: di
     ref = f"refs/heads/{branch}"
     before = refs.get(ref)
     forced = False
-    if before is not None and before != tip and before not in ancestors(repo, tip):
+    if before is not None and before != tip and (repo.kind(f"commits/{before}.mdiff") is None  # not even here
+                                                 or before not in ancestors(repo, tip)):
         if not force:
             raise RepositoryError("MD803", f"{remote}/{branch} has commits that {branch} lacks (not a fast-forward): "
                                            f"`mdiff pull {remote} {branch}` first, or push --force to replace them")
