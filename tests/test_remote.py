@@ -5,6 +5,7 @@ remote leaves the local repository as it was; credentials are never stored or sh
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -341,6 +342,17 @@ def test_hostile_local_remotes_get_typed_errors_and_change_nothing(tmp_path):
     path.write_bytes(good[:100])  # truncated
     refused("MD800")
     path.write_bytes(good)
+    junk = b"not an mdiff file"  # named by its sha256, reached by no ref: not filed, and no obstacle
+    junk_id = hashlib.sha256(junk).hexdigest()
+    remote.commit_path(junk_id).write_bytes(junk)
+    assert fetch(bob, "origin").commits == [second] and junk_id not in bob.commit_ids()
+    with bob.lock():
+        bob.write_ref("refs/remotes/origin/main", first)
+    (bob.dir / "commits" / f"{second}.mdiff").unlink()
+    with remote.lock():  # reached by a ref: refused (a commit readers would refuse), nothing changes
+        remote.create_branch("junk", junk_id)
+    refused("MD802")
+    remote.delete_branch("junk")
     parent = remote.commit_path(first)
     # a ref naming a commit whose parent the remote lacks (and the local repository too)
     fresh = Repository.init(tmp_path / "fresh")

@@ -112,9 +112,19 @@ def fetch(repo: Store, remote: str, options: dict | None = None, progress: Progr
     report = FetchReport(remote)
     received: dict[str, str] = {}  # id → temporary name
     try:
-        _in_parallel(sorted(wanted), wanted, lambda c: repo.receive_commit(c, end.read_commit(c), wanted[c]),
-                     progress, received)
-        reachable = _reachable(repo, url, refs, local, set(received))
+        refused: dict[str, RepositoryError] = {}  # what only matters if the refs reach it
+
+        def receive(commit_id: str) -> str | None:
+            try:
+                return repo.receive_commit(commit_id, end.read_commit(commit_id), wanted[commit_id])
+            except RepositoryError as exc:
+                refused[commit_id] = exc
+                return None
+
+        _in_parallel(sorted(wanted), wanted, receive, progress, received)
+        for commit_id in [c for c, temp in received.items() if temp is None]:
+            del received[commit_id]
+        reachable = _reachable(repo, url, refs, local, set(received), refused)
         with repo.lock():
             for commit_id in sorted(reachable):  # the others (a killed pusher's, say) are discarded below
                 repo.file_received(received.pop(commit_id), commit_id)
@@ -127,9 +137,11 @@ def fetch(repo: Store, remote: str, options: dict | None = None, progress: Progr
     return report
 
 
-def _reachable(repo: Store, url: str, refs: dict[str, str], local: set[str], received: set[str]) -> set[str]:
-    """The received commits that the remote's refs reach; MD801 unless every commit they reach is here
-    or was received (parents of received commits from their verified metadata)."""
+def _reachable(repo: Store, url: str, refs: dict[str, str], local: set[str], received: set[str],
+               refused: dict[str, RepositoryError]) -> set[str]:
+    """The received commits that the remote's refs reach; unless every commit they reach is here or was
+    received (parents of received commits from their verified metadata), the error that refused it
+    (MD800, …) or MD801 for one missing. A commit no ref reaches may be refused: it is not filed anyway."""
     seen: set[str] = set()
     stack = sorted(set(refs.values()))
     while stack:
@@ -137,6 +149,8 @@ def _reachable(repo: Store, url: str, refs: dict[str, str], local: set[str], rec
         if commit_id in seen or commit_id in local:
             continue  # a local commit's ancestors are local (§13.1: a missing one is the repository's MD801)
         seen.add(commit_id)
+        if commit_id in refused:
+            raise refused[commit_id]
         if commit_id not in received:
             raise RepositoryError("MD801", f"{url}: commit {commit_id[:12]}, which its refs need, is missing there")
         stack.extend(repo.received_parents(commit_id))
