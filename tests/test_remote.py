@@ -437,3 +437,39 @@ def test_a_store_without_conditional_writes_is_pushed_to_under_a_lock_object(tmp
     code, _, err = run(capsys, "push", "-C", bob.root)
     assert code == 1 and "MD803" in err and "mdiff pull origin main" in err
     assert open_end(url).refs() == {"refs/heads/main": second}
+
+
+def test_fsck_checks_remotes_and_tracking_refs_and_progress_counts_bytes(tmp_path, capsys):
+    alice = Repository.init(tmp_path / "alice")
+    add_remote(alice, "origin", str(tmp_path / "origin"))
+    ids = [commit(alice, seed) for seed in range(3)]
+    calls: list[tuple[str, int, int]] = []
+    push(alice, "origin", "main", progress=lambda item, done, total: calls.append((item, done, total)))
+    sizes = {c: alice.commit_path(c).stat().st_size for c in ids}
+    assert sorted(item for item, _, _ in calls) == sorted(ids)  # one call per commit file, in bytes
+    assert calls[-1][1:] == (sum(sizes.values()), sum(sizes.values()))
+    bob, _ = clone(str(tmp_path / "origin"), tmp_path / "bob")
+    assert bob.fsck() == []
+    (bob.dir / "refs" / "remotes" / "origin" / "main").write_text("f" * 64 + "\n")
+    (bob.dir / "remotes" / "origin").write_text("two\nlines\n")
+    findings = sorted((f.code, Path(f.path).name) for f in bob.fsck())
+    assert findings == [("MD801", "main"), ("MD801", "origin")]
+    code, out, _ = run(capsys, "fsck", "-C", bob.root)
+    assert code == 1 and "which is not in the repository" in out and "not one line" in out
+
+
+def test_pull_with_conflicts_commits_nothing_and_exits_1(tmp_path, capsys):
+    alice = Repository.init(tmp_path / "alice")
+    add_remote(alice, "origin", str(tmp_path / "origin"))
+    alice.commit({"n": np.array([1, 2], np.int64)}, "root", author="T <t@example.org>", date="2026-01-01T00:00:00Z")
+    push(alice, "origin", "main")
+    bob, _ = clone(str(tmp_path / "origin"), tmp_path / "bob")
+    alice.commit({"n": np.array([1, 3], np.int64)}, "a", author="T <t@example.org>", date="2026-01-01T00:00:01Z")
+    push(alice, "origin", "main")
+    mine = bob.commit({"n": np.array([1, 4], np.int64)}, "b", author="T <t@example.org>", date="2026-01-01T00:00:02Z")
+    code, out, _ = run(capsys, "pull", "--json", "-C", bob.root)
+    data = json.loads(out)
+    assert code == 1 and data["outcome"] == "conflicts" and data["conflicts"][0]["parameter"] == "n"
+    assert bob.head() == ("main", mine)
+    code, out, _ = run(capsys, "pull", "--strategy", "theirs", "-C", bob.root)
+    assert code == 0 and "merge:" in out and bob.checkout("main")["n"].tolist() == [1, 3]
