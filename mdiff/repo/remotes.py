@@ -38,7 +38,7 @@ def check_url(url: str) -> None:
     if not url or len(url.encode("utf-8", "surrogateescape")) > MAX_URL_BYTES or not url.isprintable():
         raise RepositoryError("MD801", f"a remote URL is printable text of 1 to {MAX_URL_BYTES} bytes")
     parts = urlsplit(url)
-    if parts.scheme and "@" in parts.netloc or parts.query or parts.fragment:
+    if len(parts.scheme) > 1 and ("@" in parts.netloc or parts.query or parts.fragment):  # a path may hold them
         raise RepositoryError("MD801", "a remote URL holds no user name, password, query or fragment: credentials "
                                        "come from the environment or --storage-option, and are never stored")
 

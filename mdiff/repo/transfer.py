@@ -204,9 +204,10 @@ def push(repo: Store, remote: str, branch: str, force: bool = False, options: di
             raise RepositoryError("MD803", f"{remote}/{branch} has commits that {branch} lacks (not a fast-forward): "
                                            f"`mdiff pull {remote} {branch}` first, or push --force to replace them")
         forced = True
-    tags = {r: c for r, c in _local_tags(repo).items() if r not in refs}
-    for r in sorted(set(_local_tags(repo)) & set(refs)):
-        if refs[r] != _local_tags(repo)[r]:
+    local_tags = _local_tags(repo)
+    tags = {r: c for r, c in local_tags.items() if r not in refs}
+    for r in sorted(set(local_tags) & set(refs)):
+        if refs[r] != local_tags[r]:
             log.warning("%s on %s names another commit: left as it is", r, remote)
     sizes = end.commit_sizes()
     needed = _missing_ancestors(repo, [tip, *tags.values()], set(sizes))
