@@ -267,12 +267,17 @@ def test_a_push_killed_at_any_moment_leaves_the_remote_before_or_after(s3, bucke
     rng = np.random.default_rng(0)
     outcomes = []
     duration = None
+
+    def pusher() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", PUSHER, str(repo.root)], env=env, text=True,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    following = pusher()
     for attempt in range(11):
+        proc, following = following, None
         before = open_end(bucket_url, options).refs()["refs/heads/main"]
         commit(repo, 100 + 2 * attempt, size=300_000)
         tip = commit(repo, 101 + 2 * attempt, size=300_000)
-        proc = subprocess.Popen([sys.executable, "-c", PUSHER, str(repo.root)], env=env, text=True,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert proc.stdout is not None and proc.stdin is not None
         assert proc.stdout.readline() == "ready\n"
         began = time.monotonic()
@@ -285,6 +290,8 @@ def test_a_push_killed_at_any_moment_leaves_the_remote_before_or_after(s3, bucke
             time.sleep(float(rng.uniform(0, 2.5 * duration)))
             proc.send_signal(signal.SIGKILL)
         proc.wait(60)
+        if attempt < 10:
+            following = pusher()  # starts up while this attempt is checked
         after = open_end(bucket_url, options).refs()["refs/heads/main"]
         assert after in (before, tip), attempt
         outcomes.append(after == tip)
