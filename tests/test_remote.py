@@ -28,9 +28,6 @@ from mdiff.repo.remote_ends import FsspecEnd, RefMoved
 from mdiff.repo.remotes import add_remote, open_end
 from mdiff.repo.transfer import clone, fetch, pull, push
 
-s3fs = pytest.importorskip("s3fs")
-moto_server = pytest.importorskip("moto.server")
-
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "s3cr3t-Never-Shown-4f9a"
 
@@ -62,7 +59,10 @@ def run(capsys, *argv) -> tuple[int, str, str]:
 # ---------------------------------------------------------------- the S3 server
 @pytest.fixture(scope="module")
 def s3():
-    """moto's standalone S3 server on a free port; (endpoint URL, storage options, environment)."""
+    """moto's standalone S3 server on a free port; (endpoint URL, storage options, environment). The
+    tests that use it are skipped where s3fs or moto is not installed; the others need neither."""
+    moto_server = pytest.importorskip("moto.server")
+    s3fs = pytest.importorskip("s3fs")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -88,6 +88,12 @@ def s3():
 @pytest.fixture
 def bucket_url(s3, request):
     return f"s3://bucket/{request.node.name[:40]}-{time.monotonic_ns()}"
+
+
+def s3_files(options: dict):
+    import s3fs
+
+    return s3fs.S3FileSystem(**options)
 
 
 def subprocess_env(s3) -> dict:
@@ -310,7 +316,7 @@ def test_a_remote_serving_wrong_bytes_is_md800_and_the_local_repository_is_uncha
     bob, _ = clone(bucket_url, tmp_path / "bob", options)
     second = commit(alice, 1)
     push(alice, "origin", "main", options=options)
-    fs = s3fs.S3FileSystem(**options)
+    fs = s3_files(options)
     key = f"{bucket_url}/.mdiff/commits/{second}.mdiff"
     good = fs.cat_file(key)
     before = snapshot_of(bob)
@@ -379,7 +385,7 @@ def test_hostile_names_and_sizes_on_s3(s3, bucket_url, tmp_path):
     add_remote(alice, "origin", bucket_url)
     first = commit(alice, 0)
     push(alice, "origin", "main", options=options)
-    fs = s3fs.S3FileSystem(**options)
+    fs = s3_files(options)
     fs.pipe_file(f"{bucket_url}/.mdiff/refs/heads/a..b", (first + "\n").encode())  # no valid branch name: ignored
     fs.pipe_file(f"{bucket_url}/.mdiff/refs/heads/.hidden", b"junk")  # a temporary file: ignored
     fs.pipe_file(f"{bucket_url}/.mdiff/commits/../../escape.mdiff", b"x")  # not a commit name: ignored
