@@ -49,7 +49,7 @@ def is_local(url: str) -> bool:
 
 
 def local_path(url: str) -> Path:
-    return Path(urlsplit(url).path if url.startswith("file://") else url.removeprefix("local://")).absolute()
+    return Path(os.path.abspath(urlsplit(url).path if url.startswith("file://") else url.removeprefix("local://")))
 
 
 def storage_options(pairs: list[str] | None = None) -> dict[str, Any]:
