@@ -486,3 +486,25 @@ def test_pull_with_conflicts_commits_nothing_and_exits_1(tmp_path, capsys):
     assert bob.head() == ("main", mine)
     code, out, _ = run(capsys, "pull", "--strategy", "theirs", "-C", bob.root)
     assert code == 0 and "merge:" in out and bob.checkout("main")["n"].tolist() == [1, 3]
+
+
+def test_snapshots_travel_on_request_and_checkouts_start_there(tmp_path, capsys):
+    alice = Repository.init(tmp_path / "alice")
+    add_remote(alice, "origin", str(tmp_path / "origin"))
+    ids = [commit(alice, seed) for seed in range(3)]
+    alice.snapshot(ids[1])
+    assert push(alice, "origin", "main").snapshots == []  # not unless asked
+    code, out, _ = run(capsys, "push", "--snapshots", "--json", "-C", alice.root)
+    assert code == 0 and json.loads(out)["snapshots"] == [ids[1]]
+    assert json.loads(out)["snapshot_bytes"] == alice.snapshot_path(ids[1]).stat().st_size
+    plain, report = clone(str(tmp_path / "origin"), tmp_path / "plain")
+    assert report.snapshots == [] and not plain.snapshot_path(ids[1]).exists()
+    code, out, _ = run(capsys, "clone", "--snapshots", "--json", tmp_path / "origin", tmp_path / "bob")
+    assert code == 0 and json.loads(out)["commits"] == 3
+    bob = Repository(tmp_path / "bob")
+    assert bob.snapshot_path(ids[1]).read_bytes() == alice.snapshot_path(ids[1]).read_bytes()
+    with bob.open_state(ids[2]) as view:
+        assert view.snapshot == ids[1]  # agrees with its commits: the checkout starts there
+    assert bob.fsck() == []
+    Repository(tmp_path / "origin").snapshot_path(ids[1]).write_bytes(b"junk")  # a broken one is left behind
+    assert fetch(plain, "origin", snapshots=True).snapshots == [] and not plain.snapshot_path(ids[1]).exists()

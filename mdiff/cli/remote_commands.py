@@ -20,6 +20,11 @@ def _transfer_options(p) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
+def _snapshots_option(p, verb: str) -> None:
+    p.add_argument("--snapshots", action="store_true",
+                   help=f"{verb} the snapshots (SPEC.md §13.5) of these commits too, so that checkouts start there")
+
+
 def _options(args) -> dict:
     from mdiff.repo.remotes import storage_options
 
@@ -79,6 +84,7 @@ def add_clone(sub) -> None:
     p.add_argument("directory", nargs="?", default=None, metavar="DIR",
                    help="the new repository's folder (default: the URL's last name)")
     _transfer_options(p)
+    _snapshots_option(p, "copy")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=run_clone)
 
@@ -88,7 +94,7 @@ def run_clone(args) -> int:
 
     bar = ProgressBar("clone", enabled=False if args.quiet else None)
     try:
-        repo, report = clone(args.url, args.directory, _options(args), bar)
+        repo, report = clone(args.url, args.directory, _options(args), bar, args.snapshots)
     finally:
         bar.close()
     branch, head = repo.head()
@@ -108,6 +114,7 @@ def add_fetch(sub) -> None:
                                    "leaves this repository as it was.")
     p.add_argument("remote", nargs="?", default="origin", metavar="REMOTE", help="default: origin")
     _transfer_options(p)
+    _snapshots_option(p, "fetch")
     _common(p)
     p.set_defaults(run=run_fetch)
 
@@ -115,7 +122,8 @@ def add_fetch(sub) -> None:
 def _fetch_data(report) -> dict:
     return {"remote": report.remote, "commits": report.commits, "bytes": report.bytes,
             "branches": {b: {"before": old, "after": new} for b, (old, new) in report.branches.items()},
-            "tags": report.tags, "tags_kept": report.tags_kept}
+            "tags": report.tags, "tags_kept": report.tags_kept, "snapshots": report.snapshots,
+            "snapshot_bytes": report.snapshot_bytes}
 
 
 def _fetch_lines(report) -> list[str]:
@@ -125,6 +133,8 @@ def _fetch_lines(report) -> list[str]:
                      else f"  {report.remote}/{branch}: deleted on the remote")
     lines += [f"  new tag {name} at {_short(target)}" for name, target in report.tags.items()]
     lines += [f"  tag {name}: the local one differs and is kept" for name in report.tags_kept]
+    if report.snapshots:
+        lines.append(f"  {len(report.snapshots)} snapshots ({report.snapshot_bytes} bytes)")
     return lines
 
 
@@ -134,7 +144,7 @@ def run_fetch(args) -> int:
     repo = _repo(args)
     bar = ProgressBar("fetch", enabled=False if args.quiet else None)
     try:
-        report = fetch(repo, args.remote, _options(args), bar)
+        report = fetch(repo, args.remote, _options(args), bar, args.snapshots)
     finally:
         bar.close()
     _print(args, _fetch_data(report), "\n".join(_fetch_lines(report)))
@@ -192,6 +202,7 @@ def add_push(sub) -> None:
                    help="the branch to push (default: the current branch)")
     p.add_argument("--force", action="store_true", help="move REMOTE's branch even when that drops commits from it")
     _transfer_options(p)
+    _snapshots_option(p, "push")
     _common(p)
     p.set_defaults(run=run_push)
 
@@ -205,11 +216,12 @@ def run_push(args) -> int:
         raise UsageError("HEAD is detached: name the branch to push")
     bar = ProgressBar("push", enabled=False if args.quiet else None)
     try:
-        report = push(repo, args.remote, branch, args.force, _options(args), bar)
+        report = push(repo, args.remote, branch, args.force, _options(args), bar, args.snapshots)
     finally:
         bar.close()
     data = {"remote": report.remote, "branch": report.branch, "before": report.before, "after": report.after,
-            "commits": report.commits, "bytes": report.bytes, "forced": report.forced, "tags": report.tags}
+            "commits": report.commits, "bytes": report.bytes, "forced": report.forced, "tags": report.tags,
+            "snapshots": report.snapshots, "snapshot_bytes": report.snapshot_bytes}
     moved = ("up to date" if report.before == report.after
              else f"{_short(report.before)} -> {_short(report.after)}{' (forced)' if report.forced else ''}")
     _print(args, data, f"pushed {len(report.commits)} commits ({report.bytes} bytes) to {report.remote}: "

@@ -81,16 +81,16 @@ class RemoteEnd(abc.ABC):
         """``refs/heads/<b>`` and ``refs/tags/<t>`` → commit id; names that are no valid branch name ignored."""
 
     @abc.abstractmethod
-    def commit_sizes(self) -> dict[str, int]:
-        """Commit id → bytes, of the files of ``commits/``."""
+    def commit_sizes(self, directory: str = "commits") -> dict[str, int]:
+        """Commit id → bytes, of the files of ``commits/`` (or of ``snapshots/``: the commit a snapshot is of)."""
 
     @abc.abstractmethod
-    def read_commit(self, commit_id: str) -> Iterator[bytes]:
-        """The bytes the remote serves for the commit (checked by the receiver, never trusted)."""
+    def read_commit(self, commit_id: str, directory: str = "commits") -> Iterator[bytes]:
+        """The bytes the remote serves for the commit (or snapshot): checked by the receiver, never trusted."""
 
     @abc.abstractmethod
-    def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int) -> None:
-        """The commit file, made visible under its name only once whole."""
+    def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int, directory: str = "commits") -> None:
+        """The commit (or snapshot) file, made visible under its name only once whole."""
 
     @abc.abstractmethod
     def update_ref(self, ref: str, old: str | None, new: str) -> None:
@@ -137,19 +137,23 @@ class LocalEnd(RemoteEnd):
                     found[f"{folder}/{name}"] = target
         return found
 
-    def commit_sizes(self) -> dict[str, int]:
+    def commit_sizes(self, directory: str = "commits") -> dict[str, int]:
+        ids = (self.store.commit_ids() if directory == "commits" else
+               [m.group(1) for name in self.store.ref_files(directory) if (m := _COMMIT_FILE.fullmatch(name))])
         sizes = {}
-        for commit_id in self.store.commit_ids():
+        for commit_id in ids:
             with contextlib.suppress(OSError):
-                sizes[commit_id] = os.lstat(self.store.commit_path(commit_id)).st_size
+                sizes[commit_id] = os.lstat(self.store.dir / directory / f"{commit_id}.mdiff").st_size
         return sizes
 
-    def read_commit(self, commit_id: str) -> Iterator[bytes]:
-        return self.store.commit_chunks(commit_id, BLOCK)
+    def read_commit(self, commit_id: str, directory: str = "commits") -> Iterator[bytes]:
+        if directory == "commits":
+            return self.store.commit_chunks(commit_id, BLOCK)
+        return self.store.snapshot_chunks(commit_id, BLOCK)
 
-    def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int) -> None:
-        temp = self.store.receive_commit(commit_id, chunks, MAX_COMMIT_FILE_BYTES)
-        self.store.file_received(temp, commit_id)
+    def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int, directory: str = "commits") -> None:
+        temp = self.store.receive_commit(commit_id, chunks, MAX_COMMIT_FILE_BYTES, directory)
+        self.store.file_received(temp, commit_id, directory)
 
     def update_ref(self, ref: str, old: str | None, new: str) -> None:
         with self.store.lock():
@@ -251,16 +255,16 @@ class FsspecEnd(RemoteEnd):
                 found[f"{folder}/{name}"] = text[:-1]
         return found
 
-    def commit_sizes(self) -> dict[str, int]:
+    def commit_sizes(self, directory: str = "commits") -> dict[str, int]:
         sizes = {}
-        for entry in self._listing("commits"):
-            m = _COMMIT_FILE.fullmatch(self._relative(entry, "commits"))
+        for entry in self._listing(directory):
+            m = _COMMIT_FILE.fullmatch(self._relative(entry, directory))
             if m:
                 sizes[m.group(1)] = int(entry.get("size") or 0)
         return sizes
 
-    def read_commit(self, commit_id: str) -> Iterator[bytes]:
-        path = self._path(f"commits/{commit_id}.mdiff")
+    def read_commit(self, commit_id: str, directory: str = "commits") -> Iterator[bytes]:
+        path = self._path(f"{directory}/{commit_id}.mdiff")
         try:
             file = self.fs.open(path, "rb", block_size=BLOCK, cache_type="none")
         except FileNotFoundError:
@@ -280,10 +284,10 @@ class FsspecEnd(RemoteEnd):
                 read += len(chunk)
                 yield chunk
 
-    def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int) -> None:
+    def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int, directory: str = "commits") -> None:
         """An object appears whole or not at all (a multipart upload is invisible until completed): the
         commit is written under its own name; one there already has these bytes or is refused by readers."""
-        path = self._path(f"commits/{commit_id}.mdiff")
+        path = self._path(f"{directory}/{commit_id}.mdiff")
         try:
             with self.fs.open(path, "wb", block_size=max(BLOCK, 5 << 20)) as file:
                 for chunk in chunks:

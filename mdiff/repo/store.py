@@ -496,16 +496,19 @@ class Store:
             walk([])
         return found
 
-    def receive_commit(self, commit_id: str, chunks: Iterable[bytes], limit: int) -> str:
+    def receive_commit(self, commit_id: str, chunks: Iterable[bytes], limit: int, directory: str = "commits") -> str:
         """Write the bytes ``chunks`` give to a temporary file of ``commits/`` (§13.1: a hidden name),
         hashing them as they come; MD800 when they do not hash to ``commit_id`` (nothing is left), MD801
         when they exceed ``limit`` bytes. The file is then opened as its readers will (their error when
         they would refuse it) and its metadata remembered. Returns the temporary name, which
-        :meth:`file_received` makes a commit and :meth:`discard_received` removes."""
+        :meth:`file_received` makes a commit and :meth:`discard_received` removes. With ``directory``
+        "snapshots", a snapshot of that commit: named by its commit, not its hash, so not hashed (§13.5:
+        its commits vouch for it when it is read), and MD801 when no reader could open it."""
         if not COMMIT_ID.fullmatch(commit_id):
             raise RepositoryError("MD801", f"{shown(commit_id)[:80]!r} is not a commit id")
+        what = "commit" if directory == "commits" else "snapshot of"
         temp = f".receive.{commit_id[:16]}.{secrets.token_hex(8)}{TEMP_SUFFIX}"
-        with self._folder(["commits"], create=True) as (fd, prefix):
+        with self._folder([directory], create=True) as (fd, prefix):
             out = os.open(prefix + temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC | BINARY, 0o666,
                           dir_fd=fd)
             try:
@@ -514,7 +517,7 @@ class Store:
                     for chunk in chunks:
                         size += len(chunk)
                         if size > limit:
-                            raise RepositoryError("MD801", f"commit {commit_id[:12]} is larger than {limit} bytes")
+                            raise RepositoryError("MD801", f"{what} {commit_id[:12]} is larger than {limit} bytes")
                         digest.update(chunk)
                         view = memoryview(chunk)
                         while view:
@@ -522,24 +525,25 @@ class Store:
                     os.fsync(out)
                 finally:
                     os.close(out)
-                if digest.hexdigest() != commit_id:
+                if directory == "commits" and digest.hexdigest() != commit_id:
                     raise RepositoryError("MD800", f"commit {commit_id[:12]} is corrupt: the {size} bytes received "
                                                    f"hash to {digest.hexdigest()[:12]}")
-                folder = reopenable(fd, self.dir / "commits") if fd is not None else prefix
+                folder = reopenable(fd, self.dir / directory) if fd is not None else prefix
                 try:
-                    self._read_back(fd, prefix + temp, Path(folder) / temp, True)
+                    self._read_back(fd, prefix + temp, Path(folder) / temp, directory == "commits")
                 except InvalidFileError as exc:
-                    raise RepositoryError("MD802", f"commit {commit_id[:12]} is no valid commit file: "
-                                                   f"{exc.code}: {exc.message}") from exc
+                    code = "MD802" if directory == "commits" else "MD801"
+                    raise RepositoryError(code, f"{what} {commit_id[:12]} is no valid mdiff file: "
+                                                f"{exc.code}: {exc.message}") from exc
             except BaseException:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(prefix + temp, dir_fd=fd)
                 raise
         return temp
 
-    def file_received(self, temp: str, commit_id: str) -> None:
-        """Give the verified temporary file ``temp`` (from :meth:`receive_commit`) its commit name."""
-        with self._folder(["commits"]) as (fd, prefix):
+    def file_received(self, temp: str, commit_id: str, directory: str = "commits") -> None:
+        """Give the temporary file ``temp`` (from :meth:`receive_commit`) its name: ``<commit_id>.mdiff``."""
+        with self._folder([directory]) as (fd, prefix):
             _rename(fd, prefix, temp, f"{commit_id}.mdiff")
             self._sync_folder(fd, prefix)
 
@@ -547,10 +551,17 @@ class Store:
         """The parents of a commit :meth:`receive_commit` verified (before it is filed)."""
         return self._facts[commit_id].parents
 
-    def discard_received(self, temp: str) -> None:
+    def discard_received(self, temp: str, directory: str = "commits") -> None:
         with contextlib.suppress(FileNotFoundError):
-            with self._folder(["commits"]) as (fd, prefix):
+            with self._folder([directory]) as (fd, prefix):
                 os.unlink(prefix + temp, dir_fd=fd)
+
+    def snapshot_chunks(self, commit_id: str, block: int = 8 << 20) -> Iterator[bytes]:
+        """The bytes of ``snapshots/<commit_id>.mdiff`` (a regular file, opened as §13.1 says), in blocks."""
+        fd, _ = self._open_file(f"snapshots/{commit_id}.mdiff")
+        with io.FileIO(fd, "rb") as file:
+            while chunk := file.read(block):
+                yield chunk
 
     def commit_chunks(self, commit_id: str, block: int = 8 << 20) -> Iterator[bytes]:
         """The bytes of the commit file, verified (MD800) as they are read, in blocks."""

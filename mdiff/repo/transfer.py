@@ -41,6 +41,8 @@ class FetchReport:
     branches: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)  # branch → (before, after)
     tags: dict[str, str] = field(default_factory=dict)  # tags created locally
     tags_kept: list[str] = field(default_factory=list)  # local tags that differ from the remote's, kept
+    snapshots: list[str] = field(default_factory=list)  # of these commits (with ``snapshots``)
+    snapshot_bytes: int = 0
 
 
 @dataclass
@@ -53,6 +55,8 @@ class PushReport:
     bytes: int = 0
     forced: bool = False
     tags: list[str] = field(default_factory=list)  # created on the remote
+    snapshots: list[str] = field(default_factory=list)  # of these commits (with ``snapshots``)
+    snapshot_bytes: int = 0
 
 
 def _in_parallel(items: Iterable[str], sizes: dict[str, int], work: Callable[[str], Any],
@@ -91,10 +95,13 @@ def _missing_ancestors(store: Store, tips: Iterable[str], have: set[str]) -> lis
 
 
 # ---------------------------------------------------------------- fetch
-def fetch(repo: Store, remote: str, options: dict | None = None, progress: Progress | None = None) -> FetchReport:
+def fetch(repo: Store, remote: str, options: dict | None = None, progress: Progress | None = None,
+          snapshots: bool = False) -> FetchReport:
     """Copy the commits ``remote`` has and this repository lacks, then set ``refs/remotes/<remote>/*``
     to its branches (removing those of branches it no longer has) and create its tags that are missing
-    here (a local tag of that name that differs is kept, with a warning)."""
+    here (a local tag of that name that differs is kept, with a warning). With ``snapshots``, then copy
+    the remote's snapshots of commits here that have none (§13.5: caches their commits vouch for when a
+    checkout reads them; one that cannot be opened is left behind, with a warning)."""
     url = remote_url(repo, remote)
     end = open_end(url, options)
     end.check_format()
@@ -134,7 +141,33 @@ def fetch(repo: Store, remote: str, options: dict | None = None, progress: Progr
     finally:
         for temp in received.values():
             repo.discard_received(temp)
+    if snapshots:
+        _fetch_snapshots(repo, end, local | set(report.commits), report, progress)
     return report
+
+
+def _fetch_snapshots(repo: Store, end: RemoteEnd, commits: set[str], report: FetchReport,
+                     progress: Progress | None) -> None:
+    mine = {name[:-len(".mdiff")] for name in repo.ref_files("snapshots")}
+    wanted = {c: size for c, size in end.commit_sizes("snapshots").items()
+              if c in commits and c not in mine and size <= MAX_COMMIT_FILE_BYTES}
+
+    def receive(commit_id: str) -> str | None:
+        try:
+            return repo.receive_commit(commit_id, end.read_commit(commit_id, "snapshots"), wanted[commit_id],
+                                       "snapshots")
+        except RepositoryError as exc:
+            log.warning("the snapshot of %s is left behind: %s", commit_id[:12], exc.message)
+            return None
+
+    received: dict[str, str | None] = {}
+    _in_parallel(sorted(wanted), wanted, receive, progress, received)
+    with repo.lock():
+        for commit_id, temp in sorted(received.items()):
+            if temp is not None:
+                repo.file_received(temp, commit_id, "snapshots")
+                report.snapshots.append(commit_id)
+                report.snapshot_bytes += wanted[commit_id]
 
 
 def _reachable(repo: Store, url: str, refs: dict[str, str], local: set[str], received: set[str],
@@ -182,10 +215,11 @@ def _set_tracking_refs(repo: Store, remote: str, refs: dict[str, str], report: F
 
 # ---------------------------------------------------------------- push
 def push(repo: Store, remote: str, branch: str, force: bool = False, options: dict | None = None,
-         progress: Progress | None = None) -> PushReport:
-    """Upload the commits of ``branch`` (and of local tags) the remote lacks, then move the remote's
-    branch to it by compare-and-swap: refused (MD803) when the remote's branch is not an ancestor
-    (unless ``force``) or moved while this push ran. Tags the remote lacks are created there."""
+         progress: Progress | None = None, snapshots: bool = False) -> PushReport:
+    """Upload the commits of ``branch`` (and of local tags) the remote lacks — with ``snapshots``, and
+    the snapshots of the branch's commits it lacks — then move the remote's branch to it by
+    compare-and-swap: refused (MD803) when the remote's branch is not an ancestor (unless ``force``) or
+    moved while this push ran. Tags the remote lacks are created there."""
     from mdiff.repo.history import ancestors
 
     url = remote_url(repo, remote)
@@ -215,6 +249,15 @@ def push(repo: Store, remote: str, branch: str, force: bool = False, options: di
     report = PushReport(remote, branch, before, tip, forced=forced)
     _upload(repo, end, needed, local_sizes, progress)
     report.commits, report.bytes = needed, sum(local_sizes.values())
+    if snapshots:
+        theirs = set(end.commit_sizes("snapshots"))
+        reach = ancestors(repo, tip)
+        mine = sorted(c for name in repo.ref_files("snapshots") if (c := name[:-len(".mdiff")]) in reach
+                      and c not in theirs and repo.kind(f"snapshots/{name}") == "a regular file")
+        snapshot_sizes = {c: repo.snapshot_path(c).stat().st_size for c in mine}
+        _in_parallel(mine, snapshot_sizes, lambda c: end.write_commit(c, repo.snapshot_chunks(c), snapshot_sizes[c],
+                                                                      "snapshots"), progress, {})
+        report.snapshots, report.snapshot_bytes = mine, sum(snapshot_sizes.values())
     if before != tip:
         end.update_ref(ref, before, tip)  # only now: every commit it needs is there (§13.8)
     for r, target in sorted(tags.items()):
@@ -250,7 +293,7 @@ def _local_tags(repo: Store) -> dict[str, str]:
 
 # ---------------------------------------------------------------- clone, pull
 def clone(url: str, directory: str | Path | None = None, options: dict | None = None,
-          progress: Progress | None = None) -> tuple[Any, FetchReport]:
+          progress: Progress | None = None, snapshots: bool = False) -> tuple[Any, FetchReport]:
     """A new repository in ``directory`` (default: the URL's last name) with ``url`` as its remote
     ``origin``, every commit fetched, and the remote's current branch (else ``main``) made the local one.
     If anything fails, the folder is removed again (when this call made it)."""
@@ -264,7 +307,7 @@ def clone(url: str, directory: str | Path | None = None, options: dict | None = 
     repo = Repository.init(target, branch)
     try:
         add_remote(repo, "origin", url)
-        report = fetch(repo, "origin", options, progress)
+        report = fetch(repo, "origin", options, progress, snapshots)
         tracked = tracking_refs(repo, "origin")
         with repo.lock():
             if branch in tracked:
