@@ -508,3 +508,30 @@ def test_snapshots_travel_on_request_and_checkouts_start_there(tmp_path, capsys)
     assert bob.fsck() == []
     Repository(tmp_path / "origin").snapshot_path(ids[1]).write_bytes(b"junk")  # a broken one is left behind
     assert fetch(plain, "origin", snapshots=True).snapshots == [] and not plain.snapshot_path(ids[1]).exists()
+
+
+def test_checkout_from_a_remote_without_cloning_moves_only_the_first_parent_line(s3, bucket_url, tmp_path, capsys):
+    from mdiff.checkpoints import load_checkpoint
+    from mdiff.repo.transfer import fetch_revision
+
+    endpoint, options, _ = s3
+    alice = Repository.init(tmp_path / "alice")
+    add_remote(alice, "origin", bucket_url)
+    line = [commit(alice, seed) for seed in range(3)]
+    alice.switch("side", create=True, start=line[0])
+    side = commit(alice, 9)
+    alice.switch("main")
+    push(alice, "origin", "main", options=options)
+    push(alice, "origin", "side", options=options)
+    cache, commit_id = fetch_revision(bucket_url, "main~1", tmp_path / "cache", options)
+    assert commit_id == line[1] and cache.commit_ids() == sorted(line)  # the tip names main~1; side stays
+    cache, commit_id = fetch_revision(bucket_url, side[:8], tmp_path / "cache", options)
+    assert commit_id == side and cache.commit_ids() == sorted([*line, side])  # only side's own commit moved
+    with pytest.raises(RepositoryError, match="MD801"):
+        fetch_revision(bucket_url, "nothere", tmp_path / "cache", options)
+    out = tmp_path / "out.safetensors"
+    code, text, err = run(capsys, "checkout", "main~1", "-o", out, "--remote", bucket_url, "--json",
+                          "--storage-option", f"client_kwargs.endpoint_url={endpoint}")
+    assert code == 0 and json.loads(text)["commit"] == line[1], err
+    got = load_checkpoint(out)
+    assert got["b"].tolist() == [1.0] * 4 and np.array_equal(got["w"], state(1)["w"])

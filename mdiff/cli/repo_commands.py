@@ -294,19 +294,33 @@ def add_checkout(sub) -> None:
                    help="onnx: the normative ONNX functions on onnxruntime; numpy: their proven-equal twin; "
                         "auto (default): the faster of the two for each update type")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--remote", metavar="URL",
+                   help="check out REV of the repository at URL without cloning it: only the commits of REV's "
+                        "first-parent line move, each verified, into a temporary folder (SPEC.md §13.8)")
+    p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="with --remote: an fsspec option for its store (as for `mdiff fetch`); never stored")
     _common(p)
     p.set_defaults(run=run_checkout)
 
 
 def run_checkout(args) -> int:
-    repo = _repo(args)
-    commit_id = resolve(repo, args.rev)
+    import contextlib
+    import tempfile
+
     bar = ProgressBar("checkout", enabled=False if args.quiet else None)
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(bar.close)
+        if args.remote:
+            from mdiff.repo.remotes import storage_options
+            from mdiff.repo.transfer import fetch_revision
+
+            cache = stack.enter_context(tempfile.TemporaryDirectory(prefix="mdiff-remote-"))
+            repo, commit_id = fetch_revision(args.remote, args.rev, cache, storage_options(args.storage_option), bar)
+        else:
+            repo = _repo(args)
+            commit_id = resolve(repo, args.rev)
         written = repo.checkout(commit_id, args.output, template=args.template, progress=bar, engine=args.engine,
                                 max_shard_size=args.max_shard_size)
-    finally:
-        bar.close()
     what = f"{len(written)} files" if len(written) > 1 or written != [args.output] else ""
     _print(args, {"commit": commit_id, "output": args.output, "written": written},
            f"wrote {args.output}{f' ({what})' if what else ''}: the state at {commit_id[:12]}, verified")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import shutil
 import threading
 from collections.abc import Callable, Iterable
@@ -345,3 +346,61 @@ def pull(repo: Any, remote: str, branch: str | None = None, strategy: str = "ave
         return report, "fast-forward", theirs, []
     commit_id, conflicts = repo.merge(f"{remote}/{branch}", strategy, progress=progress, **merge_fields)
     return report, ("conflicts" if conflicts else "merge"), commit_id, conflicts
+
+
+# ---------------------------------------------------------------- reading a remote without cloning it
+def fetch_revision(url: str, rev: str, cache: str | Path, options: dict | None = None,
+                   progress: Progress | None = None) -> tuple[Any, str]:
+    """(a repository in ``cache`` holding the commits a checkout of ``rev`` needs, the commit ``rev``
+    names on the remote at ``url``): ``rev`` resolved against the remote's refs (§13.3: HEAD, a full id,
+    a branch, a tag, a unique prefix of its commit files; ``~N`` / ``^``), then its first parents fetched
+    back to the root, each verified as a fetch verifies it (MD800). Only that line of history moves,
+    never the others; each commit moves whole, since its id can be checked only against all its bytes
+    (§13.2). ``cache`` is a folder this call may create a repository in, and reuses."""
+    from mdiff.repo.history import _PREFIX, _REV
+    from mdiff.repo.repository import Repository
+    from mdiff.repo.store import COMMIT_ID
+
+    end = open_end(url, options)
+    end.check_format()
+    m = _REV.fullmatch(rev.strip())
+    if not m:
+        raise RepositoryError("MD801", f"{rev[:80]!r} is not a revision")
+    base, refs = m.group("base"), end.refs()
+    sizes = end.commit_sizes()
+    head = end.head_branch()
+    candidates = [] if COMMIT_ID.fullmatch(base) else [f"refs/heads/{head}"] if base == "HEAD" and head else \
+        [f"refs/heads/{base}", f"refs/tags/{base}"]
+    commit_id = base if COMMIT_ID.fullmatch(base) else next((refs[r] for r in candidates if r in refs), None)
+    if commit_id is None and _PREFIX.fullmatch(base):
+        matches = [c for c in sizes if c.startswith(base)]
+        commit_id = matches[0] if len(matches) == 1 else None
+    if commit_id is None:
+        raise RepositoryError("MD801", f"{url}: {base[:80]!r} names no commit there")
+    cache = Path(cache)
+    repo = Repository(cache) if (cache / ".mdiff" / "format").exists() else Repository.init(cache)
+    repo.check_format()
+    counter = ByteCounter(progress, sizes)
+
+    def have(c: str) -> str:
+        if repo.kind(f"commits/{c}.mdiff") is None:
+            if c not in sizes or sizes[c] > MAX_COMMIT_FILE_BYTES:
+                raise RepositoryError("MD801", f"{url}: commit {c[:12]}, which {rev!r} needs, is missing there")
+            temp = repo.receive_commit(c, end.read_commit(c), sizes[c])
+            with repo.lock():
+                repo.file_received(temp, c)
+            counter(c)
+        return c
+
+    for move in re.findall(r"~\d*|\^", m.group("moves")):
+        digits = move[1:]
+        for _ in range(1 if not digits else int(digits) if len(digits) <= 18 else 10**18):
+            parents = repo.parents(have(commit_id))
+            if not parents:
+                raise RepositoryError("MD801", f"{rev[:80]!r} goes back past a root commit")
+            commit_id = parents[0]
+    line = commit_id
+    while line is not None:  # the first-parent line back to the root: what a checkout replays (§13.4)
+        parents = repo.parents(have(line))
+        line = parents[0] if parents else None
+    return repo, commit_id

@@ -6,7 +6,8 @@ crossed the socket both ways (HTTP headers included) and the connections opened.
 synthetic model (float32, N(0, 0.02²); --mib MiB) is pushed; then a commit changing --changed of its
 values a little (a sparse or dense update, as the writer chooses) is made, and its push, and a fetch
 of it by a clone, are measured. The report gives each one's bytes sent and received, the commit
-file's size and the ratio (wire bytes / file bytes), and the time.
+file's size and the ratio (wire bytes / file bytes), and the time; then what `checkout --remote`
+moves: the whole first-parent line, since a commit's id is checked against all its bytes (§13.2).
 
     python tools/bench/remote.py [--mib 64] [--changed 0.1]
 """
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mdiff.repo import Repository  # noqa: E402
 from mdiff.repo.remotes import add_remote  # noqa: E402
-from mdiff.repo.transfer import clone, fetch, push  # noqa: E402
+from mdiff.repo.transfer import clone, fetch, fetch_revision, push  # noqa: E402
 
 
 class Relay:
@@ -121,6 +122,14 @@ def main() -> None:
             wire = relay.up + relay.down
             print(f"{name}: {relay.up} bytes sent, {relay.down} received, {relay.connections} connections, "
                   f"{wire / size:.4f}x the commit file, {seconds:.2f} s")
+        # checkout --remote: the first-parent line moves whole (§13.2: an id is checked against all its bytes)
+        line = sum(repo.commit_path(c).stat().st_size for c in repo.commit_ids())
+        relay.reset()
+        began = time.perf_counter()
+        fetch_revision(url, "main", Path(work) / "cache", options)
+        seconds = time.perf_counter() - began
+        print(f"checkout --remote main (the line's {line} bytes): {relay.up + relay.down} bytes moved, "
+              f"{relay.connections} connections, {(relay.up + relay.down) / line:.4f}x, {seconds:.2f} s")
     server.stop()
 
 
