@@ -674,6 +674,32 @@ def test_checkout_revisions_like_the_reference(tmp_path):
     assert rc == 1 and report["error"]["code"] == "MD801"
 
 
+
+def test_checkout_of_a_remote_tracking_ref_like_the_reference(tmp_path):
+    """§13.8: `<remote>/<branch>` names refs/remotes/<remote>/<branch>, looked up after the branches
+    (a local branch of that name wins) and before prefixes; a malformed one is MD801."""
+    repo = mdiff.Repository.init(tmp_path / "r")
+    a = np.arange(6, dtype=np.float32)
+    root = repo.commit({"a": a}, "root", author="T <t@example.org>", date="2026-01-01T00:00:00Z")
+    second = repo.commit({"a": a * 2}, "second", author="T <t@example.org>", date="2026-01-01T00:00:01Z")
+    with repo.lock():
+        repo.write_ref("refs/remotes/origin/team/main", root)
+        repo.write_ref("refs/remotes/up/main", second)
+        repo.create_branch("up/main", root)  # a branch wins over a remote-tracking ref of the same name
+    for rev, want in [("origin/team/main", root), ("up/main", root), ("origin/team/main~0", root)]:
+        out = tmp_path / "out.safetensors"
+        rc, report = js_checkout(repo.root, rev, out)
+        assert rc == 0 and report["commit"] == want, (rev, report)
+        ref = subprocess.run([sys.executable, "-m", "mdiff.cli.main", "checkout", rev, "-o", str(tmp_path / "ref.safetensors"),
+                              "-C", str(repo.root), "--json", "-q"], capture_output=True, text=True)
+        assert json.loads(ref.stdout)["commit"] == want, (rev, ref.stdout, ref.stderr)
+    (repo.dir / "refs" / "remotes" / "origin" / "team" / "main").write_text(root + "\n\n")
+    rc, report = js_checkout(repo.root, "origin/team/main", tmp_path / "x.safetensors")
+    assert rc == 1 and report["error"]["code"] == "MD801"
+    ref = subprocess.run([sys.executable, "-m", "mdiff.cli.main", "checkout", "origin/team/main", "-o",
+                          str(tmp_path / "x.safetensors"), "-C", str(repo.root), "--json", "-q"], capture_output=True, text=True)
+    assert json.loads(ref.stdout)["error"]["code"] == "MD801"
+
 # §13.4 / §13.5 (revision 2): values a low_rank update made are inexact; an exact update that reads
 # its base (dense, sparse) on one is refused (MD805); a snapshot's `meta.inexact` seeds the set.
 

@@ -10,7 +10,7 @@ import sys
 from typing import NoReturn
 
 from mdiff import __version__
-from mdiff.cli import commands, demo_command, repo_commands
+from mdiff.cli import commands, demo_command, remote_commands, repo_commands
 from mdiff.cli.usage import UsageError
 from mdiff.errors import InvalidFileError, MdiffError
 
@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"mdiff {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
-    for register in commands.REGISTER + repo_commands.REGISTER + demo_command.REGISTER:
+    for register in commands.REGISTER + repo_commands.REGISTER + remote_commands.REGISTER + demo_command.REGISTER:
         register(sub)
     for command in sub.choices.values():
         command.add_argument("-v", "--verbose", action="count", default=0,

@@ -145,9 +145,17 @@ def add_log(sub) -> None:
     p.set_defaults(run=run_log)
 
 
+def _tracking(repo) -> dict[str, str]:
+    """The remote-tracking branches, "<remote>/<branch>" → commit id (SPEC.md §13.8)."""
+    from mdiff.repo.remotes import all_tracking_refs
+
+    return all_tracking_refs(repo)
+
+
 def run_log(args) -> int:
     repo = _repo(args)
     targets = {name: target for name, target in repo.branches().items() if target is not None}
+    targets.update(_tracking(repo))  # shown, and with --all walked, as git shows origin/main
     heads = sorted(set(targets.values())) if args.all else [resolve(repo, args.rev)]
     labels: dict[str, list[str]] = {}
     for name, target in targets.items():
@@ -293,19 +301,33 @@ def add_checkout(sub) -> None:
                    help="onnx: the normative ONNX functions on onnxruntime; numpy: their proven-equal twin; "
                         "auto (default): the faster of the two for each update type")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--remote", metavar="URL",
+                   help="check out REV of the repository at URL without cloning it: only the commits of REV's "
+                        "first-parent line move, each verified, into a temporary folder (SPEC.md §13.8)")
+    p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="with --remote: an fsspec option for its store (as for `mdiff fetch`); never stored")
     _common(p)
     p.set_defaults(run=run_checkout)
 
 
 def run_checkout(args) -> int:
-    repo = _repo(args)
-    commit_id = resolve(repo, args.rev)
+    import contextlib
+    import tempfile
+
     bar = ProgressBar("checkout", enabled=False if args.quiet else None)
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(bar.close)
+        if args.remote:
+            from mdiff.repo.remotes import storage_options
+            from mdiff.repo.transfer import fetch_revision
+
+            cache = stack.enter_context(tempfile.TemporaryDirectory(prefix="mdiff-remote-"))
+            repo, commit_id = fetch_revision(args.remote, args.rev, cache, storage_options(args.storage_option), bar)
+        else:
+            repo = _repo(args)
+            commit_id = resolve(repo, args.rev)
         written = repo.checkout(commit_id, args.output, template=args.template, progress=bar, engine=args.engine,
                                 max_shard_size=args.max_shard_size)
-    finally:
-        bar.close()
     what = f"{len(written)} files" if len(written) > 1 or written != [args.output] else ""
     _print(args, {"commit": commit_id, "output": args.output, "written": written},
            f"wrote {args.output}{f' ({what})' if what else ''}: the state at {commit_id[:12]}, verified")
@@ -356,6 +378,7 @@ def add_branch(sub) -> None:
     p.add_argument("name", nargs="?", metavar="NAME", help="the branch to create (or, with -d, delete)")
     p.add_argument("rev", nargs="?", default="HEAD", metavar="REV", help="where a new branch starts (default HEAD)")
     p.add_argument("-d", "--delete", action="store_true", help="delete NAME")
+    p.add_argument("-a", "--all", action="store_true", help="list remote-tracking branches (REMOTE/BRANCH) too")
     _common(p)
     p.set_defaults(run=run_branch)
 
@@ -365,11 +388,14 @@ def run_branch(args) -> int:
     if args.name is None:
         current = repo.head()[0]
         branches = repo.branches()
+        tracked = _tracking(repo) if args.all else {}
         if args.json:
-            print(json.dumps({"current": current, "branches": branches}))
+            print(json.dumps({"current": current, "branches": branches, **({"remotes": tracked} if args.all else {})}))
+            return 0
         for name, target in branches.items():
-            if not args.json:
-                print(f"{'*' if name == current else ' '} {name:<20} {target[:12] if target else '(no commit)'}")
+            print(f"{'*' if name == current else ' '} {name:<20} {target[:12] if target else '(no commit)'}")
+        for name, target in tracked.items():
+            print(f"  remotes/{name:<12} {target[:12]}")
         return 0
     if args.delete:
         with repo.lock():

@@ -6,6 +6,7 @@ import logging
 import re
 
 from mdiff.errors import RepositoryError
+from mdiff.repo.remotes import tracking_target
 from mdiff.repo.store import COMMIT_ID, shown
 
 log = logging.getLogger(__name__)
@@ -15,7 +16,8 @@ _PREFIX = re.compile(r"[0-9a-f]{4,63}")
 
 
 def resolve(repo, rev: str) -> str:
-    """A commit id from ``HEAD``, a full commit id, a branch, or a unique prefix (≥ 4 hex digits),
+    """A commit id from ``HEAD``, a full commit id, a branch, a remote-tracking ref (``origin/main``), or a
+    unique prefix (≥ 4 hex digits),
     looked up in that order (§13.3: a full id always means that commit, whatever a branch may be
     called), each optionally followed by ``~N`` / ``^`` (N first parents back). A move costs at most
     the history's length: it stops at a root, and parents are read from verified commits (MD800),
@@ -36,6 +38,8 @@ def resolve(repo, rev: str) -> str:
         if _PREFIX.fullmatch(base) and any(c.startswith(base) for c in repo.commit_ids()):
             log.warning("%r is a branch and the first digits of a commit id: the branch is meant (§13.3); give "
                         "more digits, or the full id, to name the commit", base)
+    elif "/" in base and (tracked := tracking_target(repo, base)) is not None:
+        commit_id = tracked  # a remote-tracking ref, <remote>/<branch> (§13.8)
     elif _PREFIX.fullmatch(base):
         matches = [c for c in repo.commit_ids() if c.startswith(base)]
         if not matches:

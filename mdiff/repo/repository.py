@@ -430,6 +430,7 @@ class Repository(Store):
                 self.branch_target(name)
             except RepositoryError as exc:
                 findings.append(Finding(exc.code, shown(str(self.dir / "refs" / "heads" / name)), exc.message))
+        findings += _remote_findings(self)
         snapshot_files = sorted((self.dir / "snapshots").glob("*.mdiff"))
         files = [self.commit_path(c) for c in commit_ids] + snapshot_files
         done = ByteCounter(progress, ((str(p), size(p)) for p in files) if progress else ())
@@ -510,6 +511,33 @@ class Repository(Store):
             assert summary is not None
             self.advance(branch, summary.commit_id)
         return made + [summary.commit_id]
+
+
+def _remote_findings(store: Store) -> list:
+    """§13.8: each remote's URL file and remote-tracking refs well formed, each ref naming a commit here."""
+    from mdiff.format.findings import Finding
+    from mdiff.repo.remotes import REMOTE_NAME, remote_url
+
+    findings = []
+    try:
+        remotes = store.ref_files("remotes")
+        tracked = store.ref_files("refs/remotes")
+    except RepositoryError as exc:
+        return [Finding(exc.code, str(store.dir), exc.message)]
+    for name in remotes:
+        try:
+            remote_url(store, name)
+        except RepositoryError as exc:
+            findings.append(Finding(exc.code, shown(str(store.dir / "remotes" / name)), exc.message))
+    for name in tracked:
+        remote, _, branch = name.partition("/")
+        try:
+            if not REMOTE_NAME.fullmatch(remote) or branch_problem(branch):
+                raise RepositoryError("MD801", f"{shown(name)!r} is not <remote>/<branch>: no revision names it")
+            store.read_ref(f"refs/remotes/{name}")
+        except RepositoryError as exc:
+            findings.append(Finding(exc.code, shown(str(store.dir / "refs" / "remotes" / name)), exc.message))
+    return findings
 
 
 # ---------------------------------------------------------------- states a commit is made from

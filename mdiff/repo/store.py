@@ -25,7 +25,7 @@ import secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from mdiff.atomic import TEMP_SUFFIX, fsync_directory
 from mdiff.errors import InvalidFileError, RepositoryError
@@ -233,19 +233,19 @@ class Store:
             except NotRegularFile as exc:
                 raise self._not_regular(relative, exc.kind) from None
 
-    def _read_small(self, relative: str) -> str | None:
-        """The text of ``format``, HEAD or a ref (None when missing): at most MAX_SMALL_FILE_BYTES read."""
+    def _read_small(self, relative: str, limit: int = MAX_SMALL_FILE_BYTES) -> str | None:
+        """The text of ``format``, HEAD or a ref (None when missing): at most ``limit`` bytes read."""
         try:
             fd, _ = self._open_file(relative)
         except FileNotFoundError:
             return None
         try:
-            data = os.read(fd, MAX_SMALL_FILE_BYTES + 1)
+            data = os.read(fd, limit + 1)
         finally:
             os.close(fd)
-        if len(data) > MAX_SMALL_FILE_BYTES:
+        if len(data) > limit:
             raise RepositoryError("MD801", f"{self._shown_path(relative)} is malformed: longer than "
-                                           f"{MAX_SMALL_FILE_BYTES} bytes (§13.1)")
+                                           f"{limit} bytes (§13.1)")
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError:
@@ -457,6 +457,124 @@ class Store:
         with self._folder(parts) as (fd, prefix):
             os.unlink(prefix + name, dir_fd=fd)
             self._sync_folder(fd, prefix)
+
+    # ------------------------------------------------------------ other refs: remote-tracking refs, tags (§13.8)
+    def read_ref(self, relative: str) -> str | None:
+        """The commit id ``.mdiff/<relative>`` holds (a ref: an id and one newline, §13.1), or None when
+        it is missing; MD801 when it is malformed or names a commit not in the repository."""
+        text = self._read_small(relative)
+        if text is None:
+            return None
+        if not _ID_LINE.fullmatch(text):
+            raise RepositoryError("MD801", f"{self._shown_path(relative)} is malformed: not a commit id and one "
+                                           "newline (§13.1)")
+        return self.existing_commit(text[:-1], f"ref {relative}")
+
+    def write_ref(self, relative: str, commit_id: str) -> None:
+        """``.mdiff/<relative>`` made to name ``commit_id``, atomically (the caller holds the lock)."""
+        self.existing_commit(commit_id, f"ref {relative}")
+        self._write_small(relative, commit_id + "\n")
+
+    def remove_ref(self, relative: str) -> None:
+        """Remove the entry ``.mdiff/<relative>`` (whatever it is; nothing it points to)."""
+        *parts, name = relative.split("/")
+        with contextlib.suppress(FileNotFoundError):
+            with self._folder(parts) as (fd, prefix):
+                os.unlink(prefix + name, dir_fd=fd)
+                self._sync_folder(fd, prefix)
+
+    def ref_files(self, folder: str) -> list[str]:
+        """The names, relative to ``.mdiff/<folder>``, of the entries below it that are not folders
+        (temporary ones aside), sub-folders walked without following a link; [] when it is missing."""
+        found: list[str] = []
+
+        def walk(parts: list[str]) -> None:
+            for name, is_folder in self._names_in([*folder.split("/"), *parts]):
+                if name.startswith("."):
+                    continue
+                inner = [*parts, name]
+                if is_folder and len("/".join(inner).encode("utf-8", "surrogateescape")) < MAX_BRANCH_BYTES:
+                    walk(inner)
+                elif not is_folder:
+                    found.append("/".join(inner))
+
+        with contextlib.suppress(FileNotFoundError):
+            walk([])
+        return found
+
+    def receive_commit(self, commit_id: str, chunks: Iterable[bytes], limit: int, directory: str = "commits") -> str:
+        """Write the bytes ``chunks`` give to a temporary file of ``commits/`` (§13.1: a hidden name),
+        hashing them as they come; MD800 when they do not hash to ``commit_id`` (nothing is left), MD801
+        when they exceed ``limit`` bytes. The file is then opened as its readers will (their error when
+        they would refuse it) and its metadata remembered. Returns the temporary name, which
+        :meth:`file_received` makes a commit and :meth:`discard_received` removes. With ``directory``
+        "snapshots", a snapshot of that commit: named by its commit, not its hash, so not hashed (§13.5:
+        its commits vouch for it when it is read), and MD801 when no reader could open it."""
+        if not COMMIT_ID.fullmatch(commit_id):
+            raise RepositoryError("MD801", f"{shown(commit_id)[:80]!r} is not a commit id")
+        what = "commit" if directory == "commits" else "snapshot of"
+        temp = f".receive.{commit_id[:16]}.{secrets.token_hex(8)}{TEMP_SUFFIX}"
+        with self._folder([directory], create=True) as (fd, prefix):
+            out = os.open(prefix + temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC | BINARY, 0o666,
+                          dir_fd=fd)
+            try:
+                digest, size = hashlib.sha256(), 0
+                try:
+                    for chunk in chunks:
+                        size += len(chunk)
+                        if size > limit:
+                            raise RepositoryError("MD801", f"{what} {commit_id[:12]} is larger than {limit} bytes")
+                        digest.update(chunk)
+                        view = memoryview(chunk)
+                        while view:
+                            view = view[os.write(out, view):]
+                    os.fsync(out)
+                finally:
+                    os.close(out)
+                if directory == "commits" and digest.hexdigest() != commit_id:
+                    raise RepositoryError("MD800", f"commit {commit_id[:12]} is corrupt: the {size} bytes received "
+                                                   f"hash to {digest.hexdigest()[:12]}")
+                folder = reopenable(fd, self.dir / directory) if fd is not None else prefix
+                try:
+                    self._read_back(fd, prefix + temp, Path(folder) / temp, directory == "commits")
+                except InvalidFileError as exc:
+                    code = "MD802" if directory == "commits" else "MD801"
+                    raise RepositoryError(code, f"{what} {commit_id[:12]} is no valid mdiff file: "
+                                                f"{exc.code}: {exc.message}") from exc
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(prefix + temp, dir_fd=fd)
+                raise
+        return temp
+
+    def file_received(self, temp: str, commit_id: str, directory: str = "commits") -> None:
+        """Give the temporary file ``temp`` (from :meth:`receive_commit`) its name: ``<commit_id>.mdiff``."""
+        with self._folder([directory]) as (fd, prefix):
+            _rename(fd, prefix, temp, f"{commit_id}.mdiff")
+            self._sync_folder(fd, prefix)
+
+    def received_parents(self, commit_id: str) -> tuple[str, ...]:
+        """The parents of a commit :meth:`receive_commit` verified (before it is filed)."""
+        return self._facts[commit_id].parents
+
+    def discard_received(self, temp: str, directory: str = "commits") -> None:
+        with contextlib.suppress(FileNotFoundError):
+            with self._folder([directory]) as (fd, prefix):
+                os.unlink(prefix + temp, dir_fd=fd)
+
+    def snapshot_chunks(self, commit_id: str, block: int = 8 << 20) -> Iterator[bytes]:
+        """The bytes of ``snapshots/<commit_id>.mdiff`` (a regular file, opened as §13.1 says), in blocks."""
+        fd, _ = self._open_file(f"snapshots/{commit_id}.mdiff")
+        with io.FileIO(fd, "rb") as file:
+            while chunk := file.read(block):
+                yield chunk
+
+    def commit_chunks(self, commit_id: str, block: int = 8 << 20) -> Iterator[bytes]:
+        """The bytes of the commit file, verified (MD800) as they are read, in blocks."""
+        with self.commit_file(commit_id) as readable:
+            with open(readable, "rb") as file:
+                while chunk := file.read(block):
+                    yield chunk
 
     # ------------------------------------------------------------ commit files
     def commit_path(self, commit_id: str) -> Path:

@@ -17,6 +17,7 @@ const COMMIT_FILE = /^([0-9a-f]{64})\.mdiff$/;
 const BRANCH = /^[A-Za-z0-9][A-Za-z0-9._-]*(\/[A-Za-z0-9][A-Za-z0-9._-]*)*$/;
 const REVISION = /^([^~^]+)((?:~[0-9]*|\^)*)$/;
 const PREFIX = /^[0-9a-f]{4,63}$/;
+const REMOTE = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
 
 const short = (id) => id.slice(0, 12);
 
@@ -182,6 +183,20 @@ export class Repository {
     return text === null ? null : this.target(text, `ref ${JSON.stringify(name)}`);
   }
 
+  // §13.8: the commit the remote-tracking ref `<remote>/<branch>` names (refs/remotes/<remote>/<branch>);
+  // null when there is none.
+  tracking(name) {
+    const slash = name.indexOf("/");
+    if (slash < 0) return null;
+    const [remote, branch] = [name.slice(0, slash), name.slice(slash + 1)];
+    if (!REMOTE.test(remote) || remote.includes("..") || remote.endsWith(".lock") || !validBranch(branch)) return null;
+    const file = path.join(this.dir, "refs", "remotes", remote, ...branch.split("/"));
+    this.checkFolders(file);
+    if (kindOf(file) === "a folder") return null;
+    const text = this.readSmall(file);
+    return text === null ? null : this.target(text, `remote-tracking ref ${JSON.stringify(name)}`);
+  }
+
   // {branch, id} of HEAD: branch null when detached; id null on a branch without commits.
   head() {
     const text = this.readSmall(path.join(this.dir, "HEAD"));
@@ -300,6 +315,8 @@ export class Repository {
       id = name;
     } else if ((id = this.branch(name)) !== null) {
       // a branch (which wins over a commit-id prefix of the same name)
+    } else if ((id = this.tracking(name)) !== null) {
+      // a remote-tracking ref, <remote>/<branch> (§13.8)
     } else if (PREFIX.test(name)) {
       const matches = this.commitIds().filter((c) => c.startsWith(name));
       if (matches.length !== 1) {

@@ -1,0 +1,355 @@
+"""SPEC.md §13.8: the other end of a remote — a repository (§13.1 layout) at an fsspec URL — read within
+bounds, written in the order a pusher must keep (commit files, then the ref), its refs moved only by
+compare-and-swap.
+
+Two ends: a local folder is a :class:`~mdiff.repo.store.Store` (every read as safe as a local
+repository's, refs moved under its flock lock); any other URL is read through fsspec, and its refs move by
+S3 conditional writes (``If-None-Match: *`` to create, ``If-Match: <etag>`` to replace) where the store
+has them, else under a lock object created exclusively (``.mdiff/push.lock``, fsspec's ``xb`` mode).
+Nothing here sees credentials: the filesystem is built from options the caller gives, and no message
+shows them (messages name the URL, which :mod:`mdiff.repo.remotes` checks holds none).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import errno
+import logging
+import os
+import re
+import secrets
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from mdiff.errors import RepositoryError
+from mdiff.format.limits import DEFAULT_LIMITS
+from mdiff.repo.store import FORMAT_LINE, HEAD_PREFIX, MAX_SMALL_FILE_BYTES, Store, valid_branch
+
+log = logging.getLogger(__name__)
+
+# A commit file declares at most max_total_bytes of data (§8.3); its metadata is bounded too. A remote
+# that lists or serves more for one commit is hostile: nothing more is read.
+MAX_COMMIT_FILE_BYTES = DEFAULT_LIMITS.max_total_bytes + (1 << 30)
+BLOCK = 8 << 20
+_COMMIT_FILE = re.compile(r"([0-9a-f]{64})\.mdiff")
+_ID_LINE = re.compile(r"[0-9a-f]{64}\n")
+REF_FOLDERS = ("refs/heads", "refs/tags")
+
+
+class RefMoved(RepositoryError):
+    """The remote's ref no longer names what the pusher saw (another pusher won): MD803."""
+
+    def __init__(self, ref: str, url: str):
+        super().__init__("MD803", f"{ref} on {url} moved while this push ran (another pusher was first); "
+                                  "`mdiff pull`, then push again")
+
+
+class NoRepository(RepositoryError):
+    """Nothing at the URL says a repository is there (no ``.mdiff/format``): MD801."""
+
+    def __init__(self, url: str):
+        super().__init__("MD801", f"{url} holds no mdiff repository (no .mdiff/format)")
+
+
+def _remote_error(url: str, what: str, exc: BaseException) -> RepositoryError:
+    """A failure of the remote's store, named by its kind only (an exception's text may quote a request)."""
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+    return RepositoryError("MD801", f"{url}: cannot {what}: {reason}")
+
+
+class RemoteEnd(abc.ABC):
+    """What fetch, push and clone need of the repository at a URL."""
+
+    url: str
+
+    @abc.abstractmethod
+    def check_format(self) -> None:
+        """MD801 unless a repository is there ("holds no mdiff repository" when there is none)."""
+
+    @abc.abstractmethod
+    def create(self, branch: str) -> None:
+        """An empty repository whose HEAD names ``branch``, unless one is there."""
+
+    @abc.abstractmethod
+    def head_branch(self) -> str | None:
+        """The branch the remote's HEAD names (None: detached, or not a valid branch)."""
+
+    @abc.abstractmethod
+    def refs(self) -> dict[str, str]:
+        """``refs/heads/<b>`` and ``refs/tags/<t>`` → commit id; names that are no valid branch name ignored."""
+
+    @abc.abstractmethod
+    def commit_sizes(self, directory: str = "commits") -> dict[str, int]:
+        """Commit id → bytes, of the files of ``commits/`` (or of ``snapshots/``: the commit a snapshot is of)."""
+
+    @abc.abstractmethod
+    def read_commit(self, commit_id: str, directory: str = "commits") -> Iterator[bytes]:
+        """The bytes the remote serves for the commit (or snapshot): checked by the receiver, never trusted."""
+
+    @abc.abstractmethod
+    def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int, directory: str = "commits") -> None:
+        """The commit (or snapshot) file, made visible under its name only once whole."""
+
+    @abc.abstractmethod
+    def update_ref(self, ref: str, old: str | None, new: str) -> None:
+        """Make ``ref`` name ``new`` if it still names ``old`` (None: does not exist); RefMoved otherwise."""
+
+    def ensure(self, branch: str) -> None:
+        """A repository there: the one found (checked), else a new one (a first push creates it)."""
+        try:
+            self.check_format()
+        except NoRepository:
+            log.info("%s holds no repository: creating one", self.url)
+            self.create(branch)
+            self.check_format()
+
+
+class LocalEnd(RemoteEnd):
+    """A repository in a local folder: the store's own safe reads, its lock for compare-and-swap."""
+
+    def __init__(self, root: Path, url: str):
+        self.url = url
+        self.store = Store(root)
+
+    def check_format(self) -> None:
+        if not os.path.lexists(self.store.dir / "format"):
+            raise NoRepository(self.url)
+        self.store.check_format()
+
+    def create(self, branch: str) -> None:
+        with contextlib.suppress(RepositoryError):  # made meanwhile by another pusher: checked next
+            Store.create(self.store.root, branch)
+
+    def head_branch(self) -> str | None:
+        return self.store.head_ref()[0]
+
+    def refs(self) -> dict[str, str]:
+        found = {}
+        for folder in REF_FOLDERS:
+            for name in self.store.ref_files(folder):
+                if not valid_branch(name):
+                    log.warning("%s: ignoring %s/%r: not a valid name (§13.1)", self.url, folder, name)
+                    continue
+                target = self.store.read_ref(f"{folder}/{name}")
+                if target is not None:
+                    found[f"{folder}/{name}"] = target
+        return found
+
+    def commit_sizes(self, directory: str = "commits") -> dict[str, int]:
+        ids = (self.store.commit_ids() if directory == "commits" else
+               [m.group(1) for name in self.store.ref_files(directory) if (m := _COMMIT_FILE.fullmatch(name))])
+        sizes = {}
+        for commit_id in ids:
+            with contextlib.suppress(OSError):
+                sizes[commit_id] = os.lstat(self.store.dir / directory / f"{commit_id}.mdiff").st_size
+        return sizes
+
+    def read_commit(self, commit_id: str, directory: str = "commits") -> Iterator[bytes]:
+        if directory == "commits":
+            return self.store.commit_chunks(commit_id, BLOCK)
+        return self.store.snapshot_chunks(commit_id, BLOCK)
+
+    def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int, directory: str = "commits") -> None:
+        temp = self.store.receive_commit(commit_id, chunks, MAX_COMMIT_FILE_BYTES, directory)
+        self.store.file_received(temp, commit_id, directory)
+
+    def update_ref(self, ref: str, old: str | None, new: str) -> None:
+        with self.store.lock():
+            if self.store.read_ref(ref) != old:
+                raise RefMoved(ref, self.url)
+            self.store.write_ref(ref, new)
+
+
+class FsspecEnd(RemoteEnd):
+    """A repository on any fsspec filesystem (s3://, gs://, memory://, …), every read bounded."""
+
+    def __init__(self, fs: Any, root: str, url: str):
+        self.fs, self.url = fs, url
+        self.dir = root.rstrip("/") + "/.mdiff"
+        self.conditional = "s3" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+
+    def _path(self, relative: str) -> str:
+        return f"{self.dir}/{relative}"
+
+    def _small(self, relative: str, limit: int = MAX_SMALL_FILE_BYTES) -> tuple[str | None, str | None]:
+        """(text, etag) of a small file, None when missing; at most ``limit`` bytes read. The etag is
+        read first: content newer than it only makes a compare-and-swap fail, never pass wrongly."""
+        path = self._path(relative)
+        try:
+            self.fs.invalidate_cache(path)
+            info = self.fs.info(path)
+            if info.get("type") != "file":
+                raise RepositoryError("MD801", f"{self.url}: .mdiff/{relative} is not a file")
+            data = self.fs.cat_file(path, start=0, end=limit + 1)  # after the etag: see above
+        except FileNotFoundError:
+            return None, None
+        except RepositoryError:
+            raise
+        except Exception as exc:
+            raise _remote_error(self.url, f"read .mdiff/{relative}", exc) from None
+        if len(data) > limit:
+            raise RepositoryError("MD801", f"{self.url}: .mdiff/{relative} is malformed: longer than {limit} bytes")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise RepositoryError("MD801", f"{self.url}: .mdiff/{relative} is malformed: not UTF-8 text") from None
+        return text, info.get("ETag")
+
+    def check_format(self) -> None:
+        text, _ = self._small("format")
+        if text is None:
+            raise NoRepository(self.url)
+        if text != FORMAT_LINE:
+            raise RepositoryError("MD801", f"{self.url}: .mdiff/format does not say {FORMAT_LINE.strip()!r}")
+
+    def create(self, branch: str) -> None:
+        """``format`` and HEAD, each written only if absent (objects need no folders); ``format`` last, as
+        it is what says a repository is there."""
+        for relative, text in (("HEAD", f"{HEAD_PREFIX}{branch}\n"), ("format", FORMAT_LINE)):
+            try:
+                self._put(relative, text, **({"IfNoneMatch": "*"} if self.conditional else {}))
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.EEXIST):
+                    raise _remote_error(self.url, f"create .mdiff/{relative}", exc) from None
+
+    def head_branch(self) -> str | None:
+        text, _ = self._small("HEAD")
+        m = re.fullmatch(r"ref: refs/heads/(\S+)\n", text or "")
+        return m.group(1) if m and text and text.startswith(HEAD_PREFIX) and valid_branch(m.group(1)) else None
+
+    def _listing(self, relative: str) -> list[dict]:
+        path = self._path(relative)
+        try:
+            self.fs.invalidate_cache(path)
+            return list(self.fs.find(path, detail=True, withdirs=False).values())
+        except FileNotFoundError:
+            return []
+        except Exception as exc:
+            raise _remote_error(self.url, f"list .mdiff/{relative}", exc) from None
+
+    def _relative(self, entry: dict, folder: str) -> str:
+        name = entry["name"]
+        prefix = self.fs._strip_protocol(self._path(folder)).rstrip("/") + "/"
+        return name[len(prefix):] if name.startswith(prefix) else ""
+
+    def refs(self) -> dict[str, str]:
+        found = {}
+        for folder in REF_FOLDERS:
+            for entry in self._listing(folder):
+                name = self._relative(entry, folder)
+                if name.startswith(".") or "/." in name:
+                    continue
+                if not valid_branch(name):
+                    log.warning("%s: ignoring a ref of %s that is not a valid name (§13.1)", self.url, folder)
+                    continue
+                text, _ = self._small(f"{folder}/{name}")
+                if text is None:
+                    continue  # deleted since listed
+                if not _ID_LINE.fullmatch(text):
+                    raise RepositoryError("MD801", f"{self.url}: {folder}/{name} is malformed: not a commit id and "
+                                                   "one newline (§13.1)")
+                found[f"{folder}/{name}"] = text[:-1]
+        return found
+
+    def commit_sizes(self, directory: str = "commits") -> dict[str, int]:
+        sizes = {}
+        for entry in self._listing(directory):
+            m = _COMMIT_FILE.fullmatch(self._relative(entry, directory))
+            if m:
+                sizes[m.group(1)] = int(entry.get("size") or 0)
+        return sizes
+
+    def read_commit(self, commit_id: str, directory: str = "commits") -> Iterator[bytes]:
+        path = self._path(f"{directory}/{commit_id}.mdiff")
+        try:
+            file = self.fs.open(path, "rb", block_size=BLOCK, cache_type="none")
+        except FileNotFoundError:
+            raise RepositoryError("MD801", f"{self.url} lists or names commit {commit_id[:12]} but does not "
+                                           "serve it") from None
+        except Exception as exc:
+            raise _remote_error(self.url, f"read commit {commit_id[:12]}", exc) from None
+        with file:
+            read = 0
+            while read <= MAX_COMMIT_FILE_BYTES:
+                try:
+                    chunk = file.read(BLOCK)
+                except Exception as exc:
+                    raise _remote_error(self.url, f"read commit {commit_id[:12]}", exc) from None
+                if not chunk:
+                    return
+                read += len(chunk)
+                yield chunk
+
+    def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int, directory: str = "commits") -> None:
+        """An object appears whole or not at all (a multipart upload is invisible until completed): the
+        commit is written under its own name; one there already has these bytes or is refused by readers."""
+        path = self._path(f"{directory}/{commit_id}.mdiff")
+        try:
+            with self.fs.open(path, "wb", block_size=max(BLOCK, 5 << 20)) as file:
+                for chunk in chunks:
+                    file.write(chunk)
+        except RepositoryError:
+            raise
+        except Exception as exc:
+            raise _remote_error(self.url, f"write commit {commit_id[:12]}", exc) from None
+
+    def update_ref(self, ref: str, old: str | None, new: str) -> None:
+        if self.conditional:
+            self._swap_conditionally(ref, old, new)
+        else:
+            with self._lock_object():
+                text, _ = self._small(ref)
+                if (text[:-1] if text else None) != old:
+                    raise RefMoved(ref, self.url)
+                self._put(ref, new + "\n")
+
+    def _put(self, relative: str, text: str, **conditions: str) -> None:
+        try:
+            self.fs.pipe_file(self._path(relative), text.encode("utf-8"), **conditions)
+        finally:
+            self.fs.invalidate_cache(self._path(relative))
+
+    def _swap_conditionally(self, ref: str, old: str | None, new: str) -> None:
+        """S3: the ref read with its etag, checked to name ``old``, then written on the condition that it
+        is still that object (``If-Match``) — or, to create it, that there is none (``If-None-Match: *``)."""
+        text, etag = self._small(ref)
+        if (text[:-1] if text and _ID_LINE.fullmatch(text) else None) != old or (text is not None and not etag):
+            raise RefMoved(ref, self.url)
+        self.conditional_put(ref, new + "\n", etag if text is not None else None)
+
+    def conditional_put(self, relative: str, text: str, etag: str | None) -> None:
+        """Write ``.mdiff/<relative>`` only if it is still the object ``etag`` (None: only if there is
+        none); RefMoved when the store refuses (412 Precondition Failed)."""
+        try:
+            self._put(relative, text, **({"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}))
+        except FileExistsError:  # s3fs's word for a failed If-None-Match
+            raise RefMoved(relative, self.url) from None
+        except OSError as exc:  # and EINVAL for a failed If-Match
+            if exc.errno in (errno.EINVAL, errno.EEXIST):
+                raise RefMoved(relative, self.url) from None
+            raise _remote_error(self.url, f"write {relative}", exc) from None
+
+    @contextlib.contextmanager
+    def _lock_object(self) -> Iterator[None]:
+        """``.mdiff/push.lock``, created exclusively (fsspec's ``xb``), holding a random token; removed
+        after. A store that cannot create a file exclusively cannot be pushed to safely: refused."""
+        path = self._path("push.lock")
+        token = secrets.token_hex(16)
+        try:
+            with self.fs.open(path, "xb") as file:
+                file.write(token.encode())
+        except FileExistsError:
+            raise RepositoryError("MD803", f"{self.url}: another pusher holds .mdiff/push.lock; try again (a lock "
+                                           "left by a killed pusher is removed by hand)") from None
+        except (NotImplementedError, ValueError):
+            raise RepositoryError("MD801", f"{self.url}: this store can neither write conditionally nor create a "
+                                           "file exclusively, so refs cannot be moved safely; push is refused") from None
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                self.fs.rm_file(path)
