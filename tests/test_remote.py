@@ -535,3 +535,24 @@ def test_checkout_from_a_remote_without_cloning_moves_only_the_first_parent_line
     assert code == 0 and json.loads(text)["commit"] == line[1], err
     got = load_checkpoint(out)
     assert got["b"].tolist() == [1.0] * 4 and np.array_equal(got["w"], state(1)["w"])
+
+
+def test_a_remote_commit_that_crashes_libhdf5_is_a_typed_error_and_changes_nothing(tmp_path):
+    """§8.5: a fetched commit is parsed in the repository's isolated child, not in the fetching process."""
+    origin = tmp_path / "origin"
+    alice = Repository.init(tmp_path / "alice")
+    add_remote(alice, "origin", str(origin))
+    commit(alice, 0)
+    push(alice, "origin", "main")
+    bob, _ = clone(str(origin), tmp_path / "bob")
+    before = snapshot_of(bob)
+    crasher = (Path(__file__).parent / "fuzz" / "regressions" / "crash-hdf5-btree2-header-type-0-null-deref.mdiff").read_bytes()
+    crasher_id = hashlib.sha256(crasher).hexdigest()
+    remote = Repository(origin)
+    remote.commit_path(crasher_id).write_bytes(crasher)
+    with remote.lock():
+        remote.create_branch("evil", crasher_id)
+    with pytest.raises(RepositoryError) as caught:
+        fetch(bob, "origin")
+    assert caught.value.code == "MD802" and "MD515" in caught.value.message
+    assert snapshot_of(bob) == before

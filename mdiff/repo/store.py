@@ -536,7 +536,7 @@ class Store:
                                                    f"hash to {digest.hexdigest()[:12]}")
                 folder = reopenable(fd, self.dir / directory) if fd is not None else prefix
                 try:
-                    self._read_back(fd, prefix + temp, Path(folder) / temp, directory == "commits")
+                    self._read_back(fd, prefix + temp, Path(folder) / temp, directory == "commits", untrusted=True)
                 except InvalidFileError as exc:
                     code = "MD802" if directory == "commits" else "MD801"
                     raise RepositoryError(code, f"{what} {commit_id[:12]} is no valid mdiff file: "
@@ -708,15 +708,16 @@ class Store:
             self._sync_folder(fd, prefix)
         return commit_id
 
-    def _read_back(self, folder: int | None, name: str, path: Path, remember: bool) -> str:
+    def _read_back(self, folder: int | None, name: str, path: Path, remember: bool, untrusted: bool = False) -> str:
         """The sha256 of the file ``name`` (relative to ``folder``; ``path`` by its full name) just
         written, which is opened as a reader opens it (the reader's error when it would refuse it);
-        with ``remember``, its metadata is kept as a commit's."""
+        with ``remember``, its metadata is kept as a commit's. ``untrusted``: bytes this process did not
+        make (a remote's), parsed with the repository's isolation (§8.5)."""
         fd, before = open_regular(name, follow_links=False, dir_fd=folder)
         try:
             commit_id = _sha256_of(fd, before.st_size)
             assert commit_id is not None  # written and synced by this process, under the lock
-            with open_diff(reopenable(fd, path)) as diff:
+            with open_diff(reopenable(fd, path), isolation=self.isolation if untrusted else None) as diff:
                 if remember:
                     self._remember(commit_id, diff)
             return commit_id
