@@ -7,6 +7,7 @@ finding with a code (MD515) instead of taking the caller down with it.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -226,7 +227,8 @@ class Worker:
                 self._stop()
                 self._start()
             assert self._socket is not None
-            request = json.dumps([name, os.fspath(path), list(args)]).encode()
+            module = _TASKS[name].__module__  # the child imports it if it had not when it was forked
+            request = json.dumps([module, name, os.fspath(path), list(args)]).encode()
             try:
                 socket.send_fds(self._socket, [len(request).to_bytes(4, "big") + request], [fd])
                 message = _receive(self._socket, self.limits.timeout_s)
@@ -299,7 +301,9 @@ def _serve(sock: socket.socket, parents_end: socket.socket, limits: Isolation) -
         answer: dict[str, Any]
         readable = None
         try:
-            name, path, args = json.loads(data[4:])
+            module, name, path, args = json.loads(data[4:])
+            if name not in _TASKS and module.startswith("mdiff."):
+                importlib.import_module(module)
             from mdiff.regular_files import reopenable
 
             readable = reopenable(fds[0], path)

@@ -236,3 +236,20 @@ def test_the_reading_child_of_a_killed_process_goes_with_it(tmp_path):
     proc = subprocess.run([sys.executable, "-c", KILLED_AFTER_AN_ISOLATED_OPEN, str(tmp_path / "d.mdiff")],
                           capture_output=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1])))
     assert proc.returncode == -9
+
+
+def test_a_worker_runs_tasks_of_modules_imported_after_it_was_forked(tmp_path):
+    """A worker forked by an open (mdiff.format.reader) later validates (mdiff.validation)."""
+    script = r'''
+import sys, numpy as np, mdiff
+from mdiff.format.reader import open_diff
+from mdiff.isolation import Isolation
+mdiff.write(sys.argv[1], mdiff.diff({"w": np.zeros(4, np.float32)}, {"w": np.ones(4, np.float32)}), mdiff.Commit("m"))
+assert "mdiff.validation" not in sys.modules
+open_diff(sys.argv[1], isolation=Isolation()).close()
+from mdiff.validation import validate
+print(validate(sys.argv[1], isolation=Isolation()))
+'''
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "d.mdiff")], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1])))
+    assert (proc.returncode, proc.stdout) == (0, "[]\n"), proc.stderr
