@@ -319,3 +319,19 @@ def test_gc_durations_on_the_command_line(repo, capsys):
     assert [parse_duration(t) for t in ("now", "90s", "30m", "12h", "14d", "2w", "3")] == [
         0, 90, 1800, 43200, 14 * 86400, 14 * 86400, 3 * 86400]
     assert parse_duration("never") == float("inf")
+
+
+def test_reflog_messages_are_one_bounded_line_and_an_overlong_cut_line_is_refused(repo):
+    a, b = chain(repo, 2)
+    with repo.lock():
+        repo.set_branch("main", a, "two\nlines\x00and a NUL")
+        repo.set_branch("main", b, "é" * 600)  # 1200 bytes: cut to 1000, at a character boundary
+    newest, before = repo.reflog("main")[1][:2]
+    assert before.message == "two lines and a NUL" and newest.message == "é" * 500
+    path = repo.dir / "logs" / "refs" / "heads" / "main"
+    path.write_bytes(path.read_bytes() + b"x" * 2000)  # an unterminated line no writer could have left
+    with pytest.raises(RepositoryError, match="line 5 is longer than 1152 bytes"):  # too long to be cut short
+        repo.reflog("main")
+    with pytest.raises(RepositoryError, match="its last line is longer than 1152 bytes") as info:
+        repo.reset(a)
+    assert info.value.code == "MD801" and repo.head() == ("main", b)

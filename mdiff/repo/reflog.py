@@ -34,10 +34,11 @@ class ReflogEntry:
 
 
 class MalformedReflog(ValueError):
-    """A complete line that is not ``<old> <new> <seconds> <message>``; ``line`` counts from 1."""
+    """A complete line that is not ``<old> <new> <seconds> <message>``; ``line`` counts from 1 (None:
+    the last line, found from the end)."""
 
-    def __init__(self, line: int, why: str):
-        super().__init__(f"line {line} {why}")
+    def __init__(self, line: int | None, why: str):
+        super().__init__(f"{'its last line' if line is None else f'line {line}'} {why}")
         self.line = line
 
 
@@ -93,7 +94,7 @@ def append(fd: int, line: bytes) -> None:
         tail = os.pread(fd, size - start, start)
         cut = tail.rfind(b"\n")
         if cut < 0 and start > 0:
-            raise MalformedReflog(0, f"(the last) is longer than {MAX_LINE_BYTES} bytes")
+            raise MalformedReflog(None, f"is longer than {MAX_LINE_BYTES} bytes")
         os.ftruncate(fd, start + cut + 1)
     view = memoryview(line)
     while view:

@@ -182,6 +182,17 @@ export class Repository {
     return text === null ? null : this.target(text, `ref ${JSON.stringify(name)}`);
   }
 
+  // The commit a tag names (refs/tags/<name>, §13.1: branch-name rules); null when there is no such tag.
+  tag(name) {
+    if (!validBranch(name)) return null;
+    const file = path.join(this.dir, "refs", "tags", ...name.split("/"));
+    this.checkFolders(file);
+    const kind = kindOf(file);
+    if (kind === null || kind === "a folder") return null; // no such tag (a repository without refs/tags has none)
+    const text = this.readSmall(file);
+    return text === null ? null : this.target(text, `tag ${JSON.stringify(name)}`);
+  }
+
   // {branch, id} of HEAD: branch null when detached; id null on a branch without commits.
   head() {
     const text = this.readSmall(path.join(this.dir, "HEAD"));
@@ -285,7 +296,8 @@ export class Repository {
     return parents[0];
   }
 
-  // §13.3: HEAD, a branch, a commit id or a unique prefix of at least 4 digits, then ~N / ^ moves.
+  // §13.3: HEAD, a commit id, a branch, a tag or a unique prefix of at least 4 digits (looked up in
+  // that order), then ~N / ^ moves.
   async resolve(rev) {
     const m = REVISION.exec(rev);
     if (!m) throw md801(`${JSON.stringify(rev)} is not a revision`);
@@ -299,7 +311,9 @@ export class Repository {
       if (!this.hasCommit(name)) throw md801(`no commit ${short(name)} in commits/`);
       id = name;
     } else if ((id = this.branch(name)) !== null) {
-      // a branch (which wins over a commit-id prefix of the same name)
+      // a branch (which wins over a tag and a commit-id prefix of the same name)
+    } else if ((id = this.tag(name)) !== null) {
+      // a tag (which wins over a commit-id prefix of the same name)
     } else if (PREFIX.test(name)) {
       const matches = this.commitIds().filter((c) => c.startsWith(name));
       if (matches.length !== 1) {
@@ -307,7 +321,7 @@ export class Repository {
       }
       id = matches[0];
     } else {
-      throw md801(`no branch or commit ${JSON.stringify(name.slice(0, 80))}`);
+      throw md801(`no branch, tag or commit ${JSON.stringify(name.slice(0, 80))}`);
     }
     for (const move of m[2].match(/~[0-9]*|\^/g) || []) {
       const steps = move === "^" || move === "~" ? 1 : Number(move.slice(1));
