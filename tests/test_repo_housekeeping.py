@@ -335,3 +335,42 @@ def test_reflog_messages_are_one_bounded_line_and_an_overlong_cut_line_is_refuse
     with pytest.raises(RepositoryError, match="its last line is longer than 1152 bytes") as info:
         repo.reset(a)
     assert info.value.code == "MD801" and repo.head() == ("main", b)
+
+
+MOVER = """
+import sys
+from mdiff.repo import Repository
+from tests.test_repo import state
+import mdiff.repo.repository
+r = Repository.find(sys.argv[1])
+print("ready", flush=True)
+for i in range(1, 10_000):
+    r.commit(state(i), f"step {i}", date="2026-05-01T00:00:00Z")
+    if i % 3 == 0:
+        r.reset("HEAD~1")
+    if i % 4 == 0:
+        r.force_branch("side", "HEAD")
+        r.tag("latest", "HEAD", force=True)
+"""
+
+
+def test_kill_nine_while_refs_move_leaves_every_ref_move_in_the_reflog(repo):
+    """Commits, resets, branch -f and tag -f killed at random moments: the reflog is readable, its last
+    entry names where main is (the line is written before the ref), and gc then keeps every commit a
+    reflog names, with the repository sound."""
+    chain(repo, 1)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    rng = np.random.default_rng(1)
+    for attempt in range(10):
+        proc = subprocess.Popen([sys.executable, "-c", MOVER, str(repo.root)], env=env, stdout=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"  # imports take seconds here
+        time.sleep(float(rng.uniform(0.1, 1.5)))
+        proc.kill()
+        proc.wait()
+        last = repo.reflog("main")[1][0]
+        assert repo.head()[1] in (last.new, last.old), attempt
+        named = {c for ref in repo.reflog_refs() for e in repo.reflog_entries(ref) for c in e.ids()}
+        repo.gc(prune=0)
+        assert named <= set(repo.commit_ids()), attempt
+        assert [f for f in repo.fsck(check_data=False) if f.is_error] == [], attempt
+    assert len(repo.reflog("main")[1]) > 10
