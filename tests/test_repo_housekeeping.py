@@ -374,3 +374,19 @@ def test_kill_nine_while_refs_move_leaves_every_ref_move_in_the_reflog(repo):
         assert named <= set(repo.commit_ids()), attempt
         assert [f for f in repo.fsck(check_data=False) if f.is_error] == [], attempt
     assert len(repo.reflog("main")[1]) > 10
+
+
+def test_refs_of_the_longest_names_move_and_move_ref_takes_only_refs(repo):
+    a, = chain(repo, 1)
+    longest = "b" * 255
+    assert repo.force_branch(longest, "HEAD") == (None, a)  # its temporary file's name stays within 255 bytes
+    repo.tag("t" * 255)
+    assert repo.branches()[longest] == a and repo.tags() == {"t" * 255: a}
+    for bad in ("refs/../x", "HEAD", "refs/heads/x.lock", "logs/refs/heads/main"):
+        with repo.lock(), pytest.raises(RepositoryError, match="is not a ref") as info:
+            repo.move_ref(bad, a, "m")
+        assert info.value.code == "MD801"
+    with repo.lock():
+        repo.move_ref("refs/remotes/origin/main", a, "fetch")
+    assert (repo.dir / "refs" / "remotes" / "origin" / "main").read_text() == a + "\n"
+    assert [e.message for e in repo.reflog("refs/remotes/origin/main")[1]] == ["fetch"]

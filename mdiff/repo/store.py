@@ -258,7 +258,7 @@ class Store:
                 if kind != "a regular file":
                     raise RepositoryError("MD801", f"{self._shown_path(relative)} is {kind}; mdiff replaces only a "
                                                    "regular file there (§13.1)")
-            temp = f".{name}.{secrets.token_hex(8)}{TEMP_SUFFIX}"
+            temp = f".{name[:64]}.{secrets.token_hex(8)}{TEMP_SUFFIX}"  # within 255 bytes whatever the name
             out = os.open(prefix + temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC | BINARY, 0o666,
                           dir_fd=fd)
             try:
@@ -437,11 +437,15 @@ class Store:
         """Point ``branch`` at ``commit_id``: the move is recorded in its reflog first (§13.6), so
         that a process killed in between leaves the old commit named there."""
         self.check_branch_name(branch)
-        self._move_ref(f"refs/heads/{branch}", commit_id, message)
+        self.move_ref(f"refs/heads/{branch}", commit_id, message)
 
-    def _move_ref(self, relative: str, commit_id: str | None, message: str) -> None:
-        """Write (or, ``commit_id`` None, delete) the ref file ``.mdiff/<relative>``, after appending the
-        move to ``logs/<relative>``. The caller holds the writers' lock."""
+    def move_ref(self, relative: str, commit_id: str | None, message: str) -> None:
+        """Write (or, ``commit_id`` None, delete) the ref file ``.mdiff/<relative>`` — ``refs/`` and a name
+        the branch-name rules allow (``refs/tags/v1``, ``refs/remotes/origin/main``) — after appending
+        the move to ``logs/<relative>`` (§13.6). The caller holds the writers' lock."""
+        if not (relative.startswith("refs/") and BRANCH_NAME.fullmatch(relative) and ".." not in relative
+                and not relative.endswith(".lock")):  # each part as §13.1 says (the length: the branch's own)
+            raise RepositoryError("MD801", f"{shown(relative)[:80]!r} is not a ref: refs/ and a name of §13.1's form")
         old = self._raw_target(relative)
         self.append_reflog(relative, old, commit_id, message)
         if commit_id is not None:
@@ -504,7 +508,7 @@ class Store:
             raise RepositoryError("MD801", f"no branch {branch!r}")
         if self.head()[0] == branch:
             raise RepositoryError("MD801", f"cannot delete {branch!r}: it is the current branch")
-        self._move_ref(f"refs/heads/{branch}", None, "branch: deleted")
+        self.move_ref(f"refs/heads/{branch}", None, "branch: deleted")
 
     # ------------------------------------------------------------ tags
     @staticmethod
@@ -545,7 +549,7 @@ class Store:
             raise RepositoryError("MD801", f"{name!r} is a branch; a tag of that name would make revisions "
                                            "ambiguous (§13.3): choose another name")
         before = self._raw_target(f"refs/tags/{name}") if kind is not None else None
-        self._move_ref(f"refs/tags/{name}", commit_id, "tag: moved" if kind is not None else "tag: created")
+        self.move_ref(f"refs/tags/{name}", commit_id, "tag: moved" if kind is not None else "tag: created")
         return before
 
     def delete_tag(self, name: str) -> str | None:
@@ -554,7 +558,7 @@ class Store:
         if self.kind(f"refs/tags/{name}") in (None, "a folder"):
             raise RepositoryError("MD801", f"no tag {name!r}")
         before = self._raw_target(f"refs/tags/{name}")
-        self._move_ref(f"refs/tags/{name}", None, "tag: deleted")
+        self.move_ref(f"refs/tags/{name}", None, "tag: deleted")
         return before
 
     # ------------------------------------------------------------ reflogs
