@@ -518,7 +518,8 @@ def add_gc(sub) -> None:
     p.add_argument("--reflog-expire", type=parse_duration, default="30d", metavar="AGE",
                    help="reflog entries older than AGE are dropped and keep no commit (default 30d, as git's "
                         "gc.reflogExpireUnreachable); `now` drops them all, `never` keeps them")
-    _common(p, "print JSON: removed (path, bytes, reason), kept, bytes_freed, dry_run")
+    _common(p, "print JSON: removed (path, bytes, reason), kept, bytes_freed, dry_run, commits_removed, "
+               "reflog_entries_expired")
     p.set_defaults(run=run_gc)
 
 
