@@ -257,7 +257,7 @@ def test_gc_keeps_the_parents_of_a_fresh_unreferenced_commit(repo):
     a, b = chain(repo, 2)
     repo.reset(a)
     with repo.lock():
-        repo.rewrite_reflog("refs/heads/main", [])
+        repo.rewrite_reflog("refs/heads/main", lambda entry: False)
     time.sleep(3)  # b's file gets older than the grace below; then the child is written
     child = repo.store(lambda w: None, Commit("on b", parents=(b,), date=DATE))
     assert repo.gc(prune=2, reflog_expire=0).commits == []  # child is fresh, so b, its parent, stays
@@ -390,3 +390,18 @@ def test_refs_of_the_longest_names_move_and_move_ref_takes_only_refs(repo):
         repo.move_ref("refs/remotes/origin/main", a, "fetch")
     assert (repo.dir / "refs" / "remotes" / "origin" / "main").read_text() == a + "\n"
     assert [e.message for e in repo.reflog("refs/remotes/origin/main")[1]] == ["fetch"]
+
+
+def test_gc_drops_only_the_expired_reflog_entries_and_what_only_they_kept(repo, capsys):
+    a, b = chain(repo, 2)
+    path = repo.dir / "logs" / "refs" / "heads" / "main"
+    young = path.read_bytes()
+    orphan = repo.store(lambda w: None, Commit("named by an old entry only", parents=(a,), date=DATE))
+    old = f"{a} {orphan} 1000000000 an old move\n{orphan} {a} 1000000001 and back\n".encode()
+    path.write_bytes(old + young)
+    code, out, _ = run(capsys, "gc", "--prune", "now", "--json", "-C", repo.root)  # default expiry: 30 days
+    report = json.loads(out)
+    assert code == 0 and report["reflog_entries_expired"] == 2 and report["commits_removed"] == [orphan]
+    assert path.read_bytes() == young and repo.commit_ids() == sorted([a, b])
+    code, out, _ = run(capsys, "gc", "--prune", "now", "--reflog-expire", "never", "--json", "-C", repo.root)
+    assert json.loads(out)["reflog_entries_expired"] == 0 and path.read_bytes() == young

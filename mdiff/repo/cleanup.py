@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from mdiff.atomic import fsync_directory
 from mdiff.errors import MdiffError, RepositoryError
-from mdiff.repo.reflog import ReflogEntry
 
 if TYPE_CHECKING:
     from mdiff.repo.repository import Repository
@@ -141,34 +140,31 @@ def _changed_at(path: Path) -> float:
 
 @dataclass(frozen=True)
 class Kept:
-    """What gc keeps (§13.6): the commits reachable from a root, and the reflog entries still young."""
+    """What gc keeps (§13.6): the commits reachable from a root; and the reflogs with old entries."""
 
     commits: set[str]
-    young_entries: dict[str, list[ReflogEntry]]  # ref → its entries younger than the expiry
-    old_entries: int  # entries older than it, which gc drops
+    expiring: dict[str, int]  # ref → how many of its reflog's entries are older than the expiry
 
 
 def kept(repo: Repository, now: float, prune: float, reflog_expire: float) -> Kept:
     """Every commit reachable (through all parents) from a root — a file below refs/ (branches, tags,
     any other refs), HEAD, either side of a reflog entry younger than ``reflog_expire`` seconds, a commit
-    file written less than ``prune`` seconds ago — and the young reflog entries. RepositoryError when
-    any of them cannot be read: then what is kept is unknown."""
-    roots = [target for relative in repo.ref_files() for target in [repo.ref_file_target(relative)] if target]
+    file written less than ``prune`` seconds ago — and the reflogs holding older entries. Memory grows
+    with the commits, never with a reflog's length. RepositoryError when any of them cannot be read:
+    then what is kept is unknown."""
+    roots = {target for relative in repo.ref_files() for target in [repo.ref_file_target(relative)] if target}
     head = repo.head()[1]
-    roots += [head] if head else []
-    young: dict[str, list[ReflogEntry]] = {}
-    old = 0
+    roots |= {head} if head else set()
+    expiring: dict[str, int] = {}
     present = set(repo.commit_ids())
     for ref in repo.reflog_refs():
-        young[ref] = []
         for entry in repo.reflog_entries(ref):
             if now - entry.time < reflog_expire:
-                young[ref].append(entry)
-                roots += [c for c in entry.ids() if c in present]  # a commit gc dropped earlier is gone
+                roots.update(c for c in entry.ids() if c in present)  # a commit gc dropped earlier is gone
             else:
-                old += 1
-    roots += [c for c in present if now - _changed_at(repo.commit_path(c)) < prune]
-    return Kept(_ancestors(repo, roots), young, old)
+                expiring[ref] = expiring.get(ref, 0) + 1
+    roots |= {c for c in present if now - _changed_at(repo.commit_path(c)) < prune}
+    return Kept(_ancestors(repo, sorted(roots)), expiring)
 
 
 def collect(repo: Repository, dry_run: bool = False, prune: float = DEFAULT_PRUNE_SECONDS,
@@ -179,8 +175,9 @@ def collect(repo: Repository, dry_run: bool = False, prune: float = DEFAULT_PRUN
     holds the writers' lock, so no temporary file belongs to a writer at work, and no ref moves."""
     report = GcReport(dry_run=dry_run)
     report.removed += temporaries(repo.dir)
+    now = time.time() if now is None else now
     try:
-        keep: Kept | None = kept(repo, time.time() if now is None else now, prune, reflog_expire)
+        keep: Kept | None = kept(repo, now, prune, reflog_expire)
     except MdiffError as exc:
         keep = None
         report.kept.append(Leftover(repo.dir / "commits", 0, f"no commit removed: what the refs and reflogs "
@@ -193,8 +190,7 @@ def collect(repo: Repository, dry_run: bool = False, prune: float = DEFAULT_PRUN
                 report.removed.append(Leftover(path, _size(path), "a commit no ref, HEAD or young reflog entry "
                                                                   "reaches"))
                 report.commits.append(commit_id)
-        if keep.old_entries:
-            report.expired_entries = keep.old_entries
+        report.expired_entries = sum(keep.expiring.values())
     folder = repo.dir / "snapshots"
     for path in sorted(folder.glob("*.mdiff")) if folder.is_dir() else []:
         if path.name.startswith("."):
@@ -212,9 +208,9 @@ def collect(repo: Repository, dry_run: bool = False, prune: float = DEFAULT_PRUN
             what = "disagrees with its commits" if verdict[0] == "MD807" else "is unusable"
             report.removed.append(Leftover(path, _size(path), f"a snapshot that {what} ({verdict[0]}: {verdict[1]})"))
     if not dry_run:
-        if keep is not None and keep.old_entries:
-            for ref, entries in keep.young_entries.items():
-                repo.rewrite_reflog(ref, entries)
+        if keep is not None:
+            for ref in keep.expiring:
+                repo.rewrite_reflog(ref, lambda entry: now - entry.time < reflog_expire)
         for item in report.removed:
             if item.path.is_dir() and not item.path.is_symlink():
                 shutil.rmtree(item.path, ignore_errors=True)

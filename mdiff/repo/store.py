@@ -25,7 +25,7 @@ import secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from mdiff.atomic import TEMP_SUFFIX, fsync_directory
 from mdiff.errors import InvalidFileError, RepositoryError
@@ -250,8 +250,13 @@ class Store:
     def _write_small(self, relative: str, text: str) -> None:
         """``text`` as the whole new content of ``.mdiff/<relative>``, atomically (temporary file,
         fsync, rename) in its folder, opened without following a link; only a regular file is replaced."""
+        self._write_atomic(relative, [text.encode("utf-8")])
+
+    def _write_atomic(self, relative: str, chunks: Iterable[bytes]) -> int:
+        """``chunks``, written one after the other, as the whole new content of ``.mdiff/<relative>``,
+        atomically, as :meth:`_write_small` writes; returns the bytes written."""
         *parts, name = relative.split("/")
-        data = text.encode("utf-8")
+        written = 0
         with self._folder(parts, create=True) as (fd, prefix):
             with contextlib.suppress(FileNotFoundError):
                 kind = kind_of(os.stat(prefix + name, dir_fd=fd, follow_symlinks=False).st_mode)
@@ -263,9 +268,11 @@ class Store:
                           dir_fd=fd)
             try:
                 try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(out, view):]
+                    for data in chunks:
+                        view = memoryview(data)
+                        while view:
+                            view = view[os.write(out, view):]
+                        written += len(data)
                     os.fsync(out)
                 finally:
                     os.close(out)
@@ -275,6 +282,7 @@ class Store:
                     os.unlink(prefix + temp, dir_fd=fd)
                 raise
             self._sync_folder(fd, prefix)
+        return written
 
     @staticmethod
     def _sync_folder(fd: int | None, prefix: str) -> None:
@@ -609,12 +617,12 @@ class Store:
         except FileNotFoundError:
             return []
 
-    def rewrite_reflog(self, ref: str, kept: list[ReflogEntry]) -> None:
-        """Replace ``logs/<ref>`` by ``kept`` (atomically), or remove it when ``kept`` is empty (gc)."""
+    def rewrite_reflog(self, ref: str, keep: Callable[[ReflogEntry], bool]) -> None:
+        """Replace ``logs/<ref>`` by its entries that ``keep`` keeps (atomically, an entry at a time), or
+        remove it when none is kept (gc). The caller holds the writers' lock."""
         relative = f"logs/{ref}"
-        if kept:
-            self._write_small(relative, b"".join(reflog.encode(e.old, e.new, e.message, e.time)
-                                                 for e in kept).decode("utf-8"))
+        kept = (reflog.encode(e.old, e.new, e.message, e.time) for e in self.reflog_entries(ref) if keep(e))
+        if self._write_atomic(relative, kept):
             return
         *parts, name = relative.split("/")
         with self._folder(parts) as (fd, prefix):
