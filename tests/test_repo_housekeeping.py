@@ -405,3 +405,17 @@ def test_gc_drops_only_the_expired_reflog_entries_and_what_only_they_kept(repo, 
     assert path.read_bytes() == young and repo.commit_ids() == sorted([a, b])
     code, out, _ = run(capsys, "gc", "--prune", "now", "--reflog-expire", "never", "--json", "-C", repo.root)
     assert json.loads(out)["reflog_entries_expired"] == 0 and path.read_bytes() == young
+
+
+def test_a_deleted_branchs_reflog_in_the_way_costs_a_reflog_line_never_the_move(repo, capsys):
+    a, b = chain(repo, 2)
+    for first, second in (("exp", "exp/lora"), ("topic/x", "topic")):
+        repo.force_branch(first, "HEAD")
+        with repo.lock():
+            repo.delete_branch(first)  # its reflog stays, where the next branch's reflog (or folder) goes
+        code, out, err = run(capsys, "branch", second, "HEAD~1", "-C", repo.root)
+        assert code == 0 and repo.branches()[second] == a
+        assert f"mdiff: the move of refs/heads/{second} is not recorded: the reflog of a deleted ref is in the way" in err
+    assert repo.gc(prune=0, reflog_expire=0).commits == []
+    repo.force_branch("exp/lora", "main")  # once gc expired the old reflogs, moves are recorded again
+    assert [e.message for e in repo.reflog("exp/lora")[1]] == ["branch: forced to main"]

@@ -463,6 +463,12 @@ class Store:
         with self._folder(parts) as (fd, prefix):
             os.unlink(prefix + name, dir_fd=fd)
             self._sync_folder(fd, prefix)
+        for depth in range(len(parts), 2, -1):  # folders it leaves empty (`exp` of `exp/lora`): a name again
+            with self._folder(parts[:depth - 1]) as (fd, prefix):
+                try:
+                    os.rmdir(prefix + parts[depth - 1], dir_fd=fd)
+                except OSError:
+                    break  # not empty (or not a folder): it stays
 
     def create_branch(self, branch: str, commit_id: str, message: str = "branch: created") -> None:
         """A new branch at ``commit_id`` (MD801 if it exists, or a tag has its name: §13.3). The caller
@@ -575,6 +581,10 @@ class Store:
         without following a link and appended to only if it is a regular file (MD801 otherwise)."""
         relative = f"logs/{ref}"
         *parts, name = relative.split("/")
+        if self._reflog_blocked(relative):
+            log.warning("the move of %s is not recorded: the reflog of a deleted ref is in the way, below %s "
+                        "(§13.6); gc removes it once its entries expire", shown(ref), self._shown_path("logs"))
+            return
         with self._folder(parts, create=True) as (fd, prefix):
             try:
                 out = os.open(prefix + name, os.O_RDWR | os.O_APPEND | os.O_CREAT | NOFOLLOW | NONBLOCK | CLOEXEC
@@ -594,6 +604,14 @@ class Store:
                                                "away to record new moves") from None
             finally:
                 os.close(out)
+
+    def _reflog_blocked(self, relative: str) -> bool:
+        """Whether the reflog of a deleted ref is where the folders or the file of ``relative`` go: a
+        branch `exp` deleted, then `exp/lora` made, or the reverse (a link on the way is MD801)."""
+        parts = relative.split("/")
+        if any(self.kind("/".join(parts[:i])) == "a regular file" for i in range(2, len(parts))):
+            return True
+        return self.kind(relative) == "a folder"
 
     def reflog_entries(self, ref: str) -> Iterator[ReflogEntry]:
         """The entries of ``logs/<ref>``, oldest first (none when it is missing); MD801 for a file that is
