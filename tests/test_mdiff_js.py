@@ -871,3 +871,11 @@ def test_checkout_resolves_tags_and_reads_them_as_safely_as_branches(tmp_path, k
     report = json.loads(p.stdout)
     assert p.returncode == 1 and report["error"]["code"] == "MD801", report
     assert "TOPSECRET" not in p.stdout + p.stderr and not (tmp_path / "n.safetensors").exists()
+
+
+def test_checkout_of_a_name_both_a_branch_and_a_tag_is_the_branch_with_a_warning(tmp_path):
+    repo, ids = _small_repo(tmp_path)
+    (repo.dir / "refs" / "tags" / "main").write_text(ids[0] + "\n")  # which no writer makes (§13.3)
+    rc, report, p = run_js("checkout", "main", "-o", str(tmp_path / "o.safetensors"), "-C", str(repo.root), "--json")
+    assert rc == 0 and report["commit"] == ids[2]
+    assert 'mdiff-js: warning: "main" is a branch and a tag: the branch is meant (§13.3)' in p.stderr

@@ -193,6 +193,17 @@ export class Repository {
     return text === null ? null : this.target(text, `tag ${JSON.stringify(name)}`);
   }
 
+  // Whether refs/tags/<name> exists (whatever it is), its folders on the way real folders; never throws.
+  hasTag(name) {
+    const file = path.join(this.dir, "refs", "tags", ...name.split("/"));
+    try {
+      this.checkFolders(file);
+      return kindOf(file) !== null;
+    } catch {
+      return false;
+    }
+  }
+
   // {branch, id} of HEAD: branch null when detached; id null on a branch without commits.
   head() {
     const text = this.readSmall(path.join(this.dir, "HEAD"));
@@ -311,7 +322,11 @@ export class Repository {
       if (!this.hasCommit(name)) throw md801(`no commit ${short(name)} in commits/`);
       id = name;
     } else if ((id = this.branch(name)) !== null) {
-      // a branch (which wins over a tag and a commit-id prefix of the same name)
+      // a branch (which wins over a tag and a commit-id prefix of the same name); a tag of that name,
+      // which no writer makes, is warned of (§13.3)
+      if (this.hasTag(name)) {
+        process.stderr.write(`mdiff-js: warning: ${JSON.stringify(name)} is a branch and a tag: the branch is meant (§13.3)\n`);
+      }
     } else if ((id = this.tag(name)) !== null) {
       // a tag (which wins over a commit-id prefix of the same name)
     } else if (PREFIX.test(name)) {
