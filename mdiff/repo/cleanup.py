@@ -109,17 +109,6 @@ def judge_snapshot(repo: Repository, path: Path, check_data: bool = True) -> tup
         return view.rejected.get(commit_id)
 
 
-def reachable(repo: Repository) -> set[str] | None:
-    """Every commit an ancestor of a branch or of HEAD (all parents, not only first ones); None when
-    the refs or a commit on the way cannot be read."""
-    try:
-        tips = [target for target in repo.branches().values() if target]
-        head = repo.head()[1]
-        return _ancestors(repo, tips + ([head] if head else []))
-    except MdiffError:
-        return None
-
-
 def _ancestors(repo: Repository, tips: list[str]) -> set[str]:
     """``tips`` and every commit reachable from them through any parent (each verified: MD800)."""
     seen: set[str] = set()
