@@ -141,7 +141,7 @@ def kept(repo: Repository, now: float, prune: float, reflog_expire: float) -> Ke
     file written less than ``prune`` seconds ago — and the reflogs holding older entries. Memory grows
     with the commits, never with a reflog's length. RepositoryError when any of them cannot be read:
     then what is kept is unknown."""
-    roots = {target for relative in repo.ref_files() for target in [repo.ref_file_target(relative)] if target}
+    roots = {target for relative in repo.all_refs() for target in [repo.ref_file_target(relative)] if target}
     head = repo.head()[1]
     roots |= {head} if head else set()
     expiring: dict[str, int] = {}

@@ -648,7 +648,7 @@ class Store:
                 os.unlink(prefix + name, dir_fd=fd)
             self._sync_folder(fd, prefix)
 
-    def ref_files(self) -> list[str]:
+    def all_refs(self) -> list[str]:
         """Every file below refs/ (branches, tags, and refs of any other folder: a remote's), relative
         to ``.mdiff/``: what gc must keep reachable (§13.6)."""
         try:
