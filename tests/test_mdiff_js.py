@@ -870,3 +870,38 @@ def test_checkout_refuses_a_link_on_the_way_and_a_ref_longer_than_needed(tmp_pat
     (repo.dir / "refs" / "heads" / "main").write_text(ids[2] + "\n" + " " * 100_000)
     rc, report = js_checkout(repo.root, "HEAD", tmp_path / "o.safetensors")
     assert rc == 1 and report["error"]["code"] == "MD801" and "longer than" in report["error"]["message"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "secret", "folder-link"])
+def test_checkout_resolves_tags_and_reads_them_as_safely_as_branches(tmp_path, kind):
+    repo, ids = _small_repo(tmp_path)
+    repo.tag("v1", ids[0])
+    rc, report = js_checkout(repo.root, "v1", tmp_path / "o.safetensors")
+    assert rc == 0 and report["commit"] == ids[0]
+    tags = repo.dir / "refs" / "tags"
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOPSECRET-in-a-file-of-the-victim\n")
+    if kind == "fifo":
+        os.mkfifo(tags / "bad")
+        rev = "bad"
+    elif kind == "secret":
+        (tags / "bad").symlink_to(secret)
+        rev = "bad"
+    else:  # a folder on the way that is a link
+        (tmp_path / "elsewhere").mkdir()
+        (tmp_path / "elsewhere" / "x").write_text(ids[1] + "\n")
+        (tags / "sub").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+        rev = "sub/x"
+    p = subprocess.run([NODE, str(CLI), "checkout", rev, "-o", str(tmp_path / "n.safetensors"), "-C", str(repo.root),
+                        "--json"], capture_output=True, text=True, timeout=60)
+    report = json.loads(p.stdout)
+    assert p.returncode == 1 and report["error"]["code"] == "MD801", report
+    assert "TOPSECRET" not in p.stdout + p.stderr and not (tmp_path / "n.safetensors").exists()
+
+
+def test_checkout_of_a_name_both_a_branch_and_a_tag_is_the_branch_with_a_warning(tmp_path):
+    repo, ids = _small_repo(tmp_path)
+    (repo.dir / "refs" / "tags" / "main").write_text(ids[0] + "\n")  # which no writer makes (§13.3)
+    rc, report, p = run_js("checkout", "main", "-o", str(tmp_path / "o.safetensors"), "-C", str(repo.root), "--json")
+    assert rc == 0 and report["commit"] == ids[2]
+    assert 'mdiff-js: warning: "main" is a branch and a tag: the branch is meant (§13.3)' in p.stderr

@@ -556,3 +556,20 @@ def test_a_remote_commit_that_crashes_libhdf5_is_a_typed_error_and_changes_nothi
         fetch(bob, "origin")
     assert caught.value.code == "MD802" and "MD515" in caught.value.message
     assert snapshot_of(bob) == before
+
+
+def test_fetch_and_push_record_their_ref_moves_in_reflogs(tmp_path):
+    origin = tmp_path / "origin"
+    alice = Repository.init(tmp_path / "alice")
+    add_remote(alice, "origin", str(origin))
+    first = commit(alice, 0)
+    push(alice, "origin", "main")
+    bob, _ = clone(str(origin), tmp_path / "bob")
+    second = commit(alice, 1)
+    push(alice, "origin", "main")
+    fetch(bob, "origin")
+    pushed = (alice.dir / "logs/refs/remotes/origin/main").read_text().splitlines()
+    fetched = (bob.dir / "logs/refs/remotes/origin/main").read_text().splitlines()
+    assert [line.split(" ")[:2] + line.split(" ")[3:] for line in pushed] == [
+        ["0" * 64, first, "push", "origin", "main"], [first, second, "push", "origin", "main"]]
+    assert [line.split(" ")[:2] for line in fetched][-1] == [first, second] and fetched[-1].endswith("fetch origin")

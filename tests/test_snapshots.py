@@ -195,7 +195,7 @@ def test_gc_removes_temporaries_and_stale_snapshots_and_never_a_commit(repo, cap
     side = repo.commit({"w": np.ones(1000, np.float32)}, "side", date=DATE)
     repo.snapshot(side)
     repo.switch("main")
-    repo.delete_branch("side")  # side's commit is now unreachable: its snapshot goes, the commit stays
+    repo.delete_branch("side")  # side's commit: kept by side's reflog (§13.6), and with it its snapshot
     d = repo.dir
     (d / "commits" / ".commit.mdiff.0123456789abcdef.tmp").write_bytes(b"x" * 100)
     (d / "refs" / "heads" / ".main.a81f.tmp").write_text("not a ref\n")
@@ -208,7 +208,7 @@ def test_gc_removes_temporaries_and_stale_snapshots_and_never_a_commit(repo, cap
     (d / "snapshots" / "README").write_text("not a snapshot's name: left alone\n")
     temporaries = [d / "commits" / ".commit.mdiff.0123456789abcdef.tmp", d / "refs" / "heads" / ".main.a81f.tmp",
                    d / ".staging", d / "tmpab_12cd3"]
-    stale = [d / "snapshots" / f"{side}.mdiff", d / "snapshots" / f"{made[2][0]}.mdiff", d / "snapshots" / "notes.mdiff"]
+    stale = [d / "snapshots" / f"{made[2][0]}.mdiff", d / "snapshots" / "notes.mdiff"]
     expected = sorted(str(p.relative_to(d)) for p in temporaries + stale)
     freed = _sizes(temporaries + stale)
     commits = sorted(p.name for p in (d / "commits").iterdir() if not p.name.startswith("."))
@@ -228,6 +228,7 @@ def test_gc_removes_temporaries_and_stale_snapshots_and_never_a_commit(repo, cap
     assert code == 0 and out.strip().endswith(f"({freed} bytes) freed")
     assert not any(p.exists() for p in temporaries + stale)
     assert repo.snapshot_path(made[8][0]).exists() and repo.commit_path(side).exists()
+    assert repo.snapshot_path(side).exists()
     assert (d / "snapshots" / "README").exists()
     assert sorted(p.name for p in (d / "commits").iterdir()) == commits
     assert repo.fsck() == [] and same_state(repo.checkout("HEAD"), made[9][1])

@@ -494,6 +494,8 @@ class Corpus:
         Every expectation is checked here against the reference's command line."""
         bounds = bounds or {}
         entries = []
+        # reflogs (§13.6) record the time of each move, which no fixed date pins, and no checkout reads them
+        shutil.rmtree(repo_dir / ".mdiff" / "logs", ignore_errors=True)
         with tempfile.TemporaryDirectory(prefix="mdiff-conf-checkout-") as tmp:
             for i, (rev, label) in enumerate(revisions):
                 out = Path(tmp) / f"{i}.safetensors"
@@ -1044,6 +1046,7 @@ def build_repositories(c: Corpus) -> None:
         lying_snapshots_repository(c)
         inexact_snapshot_repository(c)
         commit_id_named_branches_repository(c)
+        tags_repository(c)
         refused_repositories(c)
 
 
@@ -1294,6 +1297,30 @@ def commit_id_named_branches_repository(c: Corpus) -> None:
                       states={k: d / "states" / f"{k}.safetensors" for k in states})
 
 
+def tags_repository(c: Corpus) -> None:
+    case_id = "repository-tags"
+    d = c.case_dir("valid", case_id)
+    repo, ids, _, states = small_repository(d / "repo")
+    prefix = ids["k2"][:8]
+    with repo.lock():
+        repo.create_tag("v1", ids["root"])
+        repo.create_tag("release/k1", ids["k1"])
+        repo.create_tag(prefix, ids["root"])  # a tag named like a prefix of k2's id wins over the prefix
+    # a tag named like a branch, which no writer makes (§13.3): the branch is meant
+    (repo.dir / "refs" / "tags" / "main").write_text(ids["root"] + "\n", encoding="utf-8")
+    (d / "states").mkdir()
+    for label, state in states.items():
+        save_checkpoint(d / "states" / f"{label}.safetensors", state)
+    c.repository_case(case_id, "valid", "13.3", f"tags (refs/tags/, §13.1): v1 at root, release/k1 at k1, {prefix} "
+                      "(the first 8 digits of k2's id) at root, and main at root beside the branch main (at k2). A "
+                      "name is looked up as a branch, then as a tag, then as a prefix: main is the branch, "
+                      f"{prefix} the tag", d / "repo",
+                      revisions=[("v1", "root"), ("release/k1", "k1"), ("release/k1^", "root"), ("v1~0", "root"),
+                                 ("main", "k2"), (prefix, "root"), (ids["k2"], "k2")],
+                      ids=ids, what={"root": "root: w, c (replace)", "k1": "k1: w dense", "k2": "k2: c sparse"},
+                      states={k: d / "states" / f"{k}.safetensors" for k in states})
+
+
 def refused_repositories(c: Corpus) -> None:
     def case(case_id: str, code: str, description: str, edit, revisions, small: bool = True) -> None:
         """``edit`` breaks a small repository (``small``) or makes its own; ``revisions`` (a list, or a
@@ -1349,6 +1376,11 @@ def refused_repositories(c: Corpus) -> None:
     case("MD801-ref_name_invalid", "MD801", "files of refs/heads whose names break §13.1 (`x..y`, `v1.lock`, `a b`), "
          "each holding a well-formed id: they are no branches, and no revision names them", invalid_ref_names,
          ["x..y", "v1.lock", "a b"])
+    case("MD801-tag_malformed", "MD801", "refs/tags/v1 holds a commit id and two newlines; refs/tags/gone names a "
+         "well-formed commit id that is not in commits/; refs/tags/x..y (a name §13.1 forbids) holds k1's id",
+         lambda repo, ids, ups: (write(repo.dir / "refs/tags/v1", ids["k1"] + "\n\n"),
+                                 write(repo.dir / "refs/tags/gone", missing + "\n"),
+                                 write(repo.dir / "refs/tags/x..y", ids["k1"] + "\n")), ["v1", "gone", "gone~1", "x..y"])
     case("MD801-head_names_invalid_branch", "MD801", "HEAD holds `ref: refs/heads/x..y`, a name §13.1 forbids (the "
          "file refs/heads/x..y holds a well-formed id)",
          lambda repo, ids, ups: (write(repo.dir / "refs" / "heads" / "x..y", ids["k1"] + "\n"),

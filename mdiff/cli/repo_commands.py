@@ -1,5 +1,5 @@
 """Repository commands (SPEC.md §13): init, commit, log, show, checkout, status, branch, switch,
-merge, squash, snapshot, gc, fsck, import-peft. Each is a thin layer over mdiff.repo."""
+merge, squash, snapshot, gc, fsck, import-peft, tag, reset, reflog. Each is a thin layer over mdiff.repo."""
 
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ def add_log(sub) -> None:
                        description="Show the commits reachable from REV (default HEAD), newest first, with merges drawn as a graph.")
     p.add_argument("rev", nargs="?", default="HEAD", metavar="REV", help="where to start (default HEAD)")
     p.add_argument("--oneline", action="store_true", help="one line per commit")
-    p.add_argument("--all", action="store_true", help="every branch, not only REV")
+    p.add_argument("--all", action="store_true", help="every branch and tag, not only REV")
     p.add_argument("-n", "--max-count", type=int, default=None, metavar="N", help="show at most N commits")
     p.add_argument("--stat", action="store_true",
                    help="under each commit, what it changes: parameters by update type, with the share of values "
@@ -160,12 +160,18 @@ def run_log(args) -> int:
     labels: dict[str, list[str]] = {}
     for name, target in targets.items():
         labels.setdefault(target, []).append(name)
+    tags = {name: target for name, target in repo.tags().items() if target is not None}
+    if args.all:
+        heads = sorted(set(heads) | set(tags.values()))
+    for name, target in tags.items():
+        labels.setdefault(target, []).append(f"tag: {name}")
     head_branch, head_id = repo.head()
     shown = topological(repo, heads)[:args.max_count] if args.max_count is not None else None
     if args.json:
         for c in shown if shown is not None else topological(repo, heads):
             m = repo.metadata(c)
-            entry = {"id": c, "branches": labels.get(c, []), **m.to_json()}
+            entry = {"id": c, "branches": [b for b in labels.get(c, []) if not b.startswith("tag: ")],
+                     "tags": [t.removeprefix("tag: ") for t in labels.get(c, []) if t.startswith("tag: ")], **m.to_json()}
             if args.stat:
                 entry["stat"] = _commit_stat(repo, c)
             print(json.dumps(entry))
@@ -374,10 +380,14 @@ def run_status(args) -> int:
 
 # ---------------------------------------------------------------- branches
 def add_branch(sub) -> None:
-    p = sub.add_parser("branch", help="list, create or delete branches", description="Without NAME, list branches; with NAME, create it at REV (default HEAD).")
-    p.add_argument("name", nargs="?", metavar="NAME", help="the branch to create (or, with -d, delete)")
-    p.add_argument("rev", nargs="?", default="HEAD", metavar="REV", help="where a new branch starts (default HEAD)")
-    p.add_argument("-d", "--delete", action="store_true", help="delete NAME")
+    p = sub.add_parser("branch", help="list, create, move or delete branches",
+                       description="Without NAME, list branches; with NAME, create it at REV (default HEAD); with -f, "
+                                   "create it or move it to REV wherever it was (the current branch too: mdiff has "
+                                   "no working tree, so only the ref moves; its reflog keeps where it was).")
+    p.add_argument("name", nargs="?", metavar="NAME", help="the branch to create (or, with -d, delete; with -f, move)")
+    p.add_argument("rev", nargs="?", default="HEAD", metavar="REV", help="where the branch starts or moves to (default HEAD)")
+    p.add_argument("-d", "--delete", action="store_true", help="delete NAME (its reflog stays: `mdiff reflog NAME`)")
+    p.add_argument("-f", "--force", action="store_true", help="move NAME to REV even if it exists")
     p.add_argument("-a", "--all", action="store_true", help="list remote-tracking branches (REMOTE/BRANCH) too")
     _common(p)
     p.set_defaults(run=run_branch)
@@ -401,6 +411,11 @@ def run_branch(args) -> int:
         with repo.lock():
             repo.delete_branch(args.name)
         _print(args, {"deleted": args.name}, f"deleted branch {args.name}")
+        return 0
+    if args.force:
+        before, target = repo.force_branch(args.name, args.rev)
+        _print(args, {"branch": args.name, "commit": target, "before": before},
+               f"branch {args.name} {'moved from ' + before[:12] + ' to' if before else 'created at'} {target[:12]}")
         return 0
     repo.check_branch_name(args.name)
     target = resolve(repo, args.rev)
@@ -519,14 +534,25 @@ def run_snapshot(args) -> int:
 
 
 def add_gc(sub) -> None:
-    p = sub.add_parser("gc", help="remove temporary files and snapshots no checkout needs",
-                       description="Remove what .mdiff/ holds that nothing needs: the temporary files and folders "
-                                   "that interrupted writers left (names starting with '.', and the tmpXXXXXXXX "
-                                   "folders of earlier merges), and snapshots that are unusable, disagree with their "
-                                   "commits (MD807) or belong to a commit no branch or HEAD reaches. Commit files are "
-                                   "never removed. Waits for the writers' lock.")
+    p = sub.add_parser("gc", help="remove unreachable commits, temporary files and snapshots no checkout needs",
+                       description="Remove what .mdiff/ holds that nothing needs (SPEC.md §13.6): commits that no "
+                                   "branch, tag or other ref, HEAD, or reflog entry younger than --reflog-expire "
+                                   "reaches, once their file is older than --prune (a commit a concurrent writer "
+                                   "has just written, before a ref names it, stays); reflog entries older than "
+                                   "--reflog-expire; the temporary files and folders that interrupted writers left "
+                                   "(names starting with '.', and the tmpXXXXXXXX folders of earlier merges); and "
+                                   "snapshots that are unusable, disagree with their commits (MD807) or belong to a "
+                                   "commit not kept. A reachable commit is never removed, and no commit at all when a "
+                                   "ref, reflog or commit on the way cannot be read. Waits for the writers' lock.")
     p.add_argument("-n", "--dry-run", action="store_true", help="list what would be removed; remove nothing")
-    _common(p, "print JSON: removed (path, bytes, reason), kept, bytes_freed, dry_run")
+    p.add_argument("--prune", type=parse_duration, default="14d", metavar="AGE",
+                   help="remove an unreachable commit only if its file is older than AGE (default 14d, as git's "
+                        "gc.pruneExpire; `now` for no grace): e.g. 30m, 12h, 14d, 2w, never")
+    p.add_argument("--reflog-expire", type=parse_duration, default="30d", metavar="AGE",
+                   help="reflog entries older than AGE are dropped and keep no commit (default 30d, as git's "
+                        "gc.reflogExpireUnreachable); `now` drops them all, `never` keeps them")
+    _common(p, "print JSON: removed (path, bytes, reason), kept, bytes_freed, dry_run, commits_removed, "
+               "reflog_entries_expired")
     p.set_defaults(run=run_gc)
 
 
@@ -534,7 +560,7 @@ def run_gc(args) -> int:
     from mdiff.cli.commands import _size
 
     repo = _repo(args)
-    report = repo.gc(dry_run=args.dry_run)
+    report = repo.gc(dry_run=args.dry_run, prune=args.prune, reflog_expire=args.reflog_expire)
 
     def rows(items):
         return [{"path": str(item.path.relative_to(repo.dir)), "bytes": item.size, "reason": item.reason}
@@ -542,7 +568,8 @@ def run_gc(args) -> int:
 
     if args.json:
         print(json.dumps({"dry_run": report.dry_run, "removed": rows(report.removed), "kept": rows(report.kept),
-                          "bytes_freed": report.bytes_freed}))
+                          "bytes_freed": report.bytes_freed, "commits_removed": report.commits,
+                          "reflog_entries_expired": report.expired_entries}))
         return 0
     verb = "would remove" if args.dry_run else "removed"
     for item in report.removed:
@@ -550,7 +577,9 @@ def run_gc(args) -> int:
     for item in report.kept:
         print(f"kept {item.path.relative_to(repo.dir)}: {item.reason}")
     total = f"{_size(report.bytes_freed)} ({report.bytes_freed} bytes)"
-    print(f"{len(report.removed)} entries, {total} {'would be freed' if args.dry_run else 'freed'}")
+    expired = f"; {report.expired_entries} reflog entries expired" if report.expired_entries else ""
+    print(f"{len(report.removed)} entries ({len(report.commits)} commits), {total} "
+          f"{'would be freed' if args.dry_run else 'freed'}{expired}")
     return 0
 
 
@@ -613,3 +642,112 @@ def run_import_peft(args) -> int:
 
 
 REGISTER.append(add_import_peft)
+
+
+# ---------------------------------------------------------------- tags, reset, reflog
+def add_tag(sub) -> None:
+    p = sub.add_parser("tag", help="list, create or delete tags",
+                       description="Without NAME, list tags; with NAME, tag REV (default HEAD): refs/tags/NAME names "
+                                   "that commit, as a branch would, but no commit moves it. Tag names follow the rules "
+                                   "of branch names (SPEC.md §13.1); a name that is a branch is refused.")
+    p.add_argument("name", nargs="?", metavar="NAME", help="the tag to create (or, with -d, delete)")
+    p.add_argument("rev", nargs="?", default="HEAD", metavar="REV", help="the commit to tag (default HEAD)")
+    p.add_argument("-d", "--delete", action="store_true", help="delete NAME")
+    p.add_argument("-f", "--force", action="store_true", help="move NAME to REV if it exists")
+    _common(p)
+    p.set_defaults(run=run_tag)
+
+
+def run_tag(args) -> int:
+    repo = _repo(args)
+    if args.name is None:
+        if args.delete or args.force:
+            raise UsageError("-d and -f need a tag NAME")
+        tags = repo.tags()
+        if args.json:
+            print(json.dumps({"tags": tags}))
+        else:
+            for name, target in tags.items():
+                print(f"{name:<20} {target[:12] if target else ''}")
+        return 0
+    if args.delete:
+        before = repo.untag(args.name)
+        _print(args, {"deleted": args.name, "commit": before},
+               f"deleted tag {args.name}" + (f" (was {before[:12]})" if before else ""))
+        return 0
+    before, target = repo.tag(args.name, args.rev, force=args.force)
+    moved = f" (was {before[:12]})" if before and before != target else ""
+    _print(args, {"tag": args.name, "commit": target, "before": before}, f"tagged {target[:12]} as {args.name}{moved}")
+    return 0
+
+
+REGISTER.append(add_tag)
+
+
+def add_reset(sub) -> None:
+    p = sub.add_parser("reset", help="move the current branch to another commit (undo)",
+                       description="Move the current branch (or a detached HEAD) to REV: back, to undo commits, or "
+                                   "anywhere. mdiff has no working tree, so this moves the branch only (like git reset "
+                                   "--soft; there is no --hard to need): no commit is deleted, and the reflog records "
+                                   "where the branch was (`mdiff reflog`), so a reset is undone by resetting to that "
+                                   "commit. `mdiff gc` keeps commits a reflog entry names until the entry expires.")
+    p.add_argument("rev", metavar="REV", help="the commit the branch moves to (e.g. HEAD~1)")
+    p.add_argument("--no-wait", action="store_true", help="fail at once if another process is writing")
+    _common(p)
+    p.set_defaults(run=run_reset)
+
+
+def run_reset(args) -> int:
+    repo = _repo(args)
+    branch, before, target = repo.reset(args.rev, wait=not args.no_wait)
+    _print(args, {"branch": branch, "before": before, "commit": target},
+           f"{branch or 'HEAD (detached)'} now at {target[:12]}"
+           + (f" (was {before[:12]}; `mdiff reset {before[:12]}` undoes this)" if before and before != target else ""))
+    return 0
+
+
+REGISTER.append(add_reset)
+
+
+def add_reflog(sub) -> None:
+    p = sub.add_parser("reflog", help="where a branch has been",
+                       description="List the moves of REF, newest first: every commit, merge, reset, branch -f or "
+                                   "deletion that moved it (.mdiff/logs/, SPEC.md §13.1). REF is a branch (default: "
+                                   "the current one), HEAD (the moves of a detached HEAD) or refs/tags/NAME.")
+    p.add_argument("ref", nargs="?", default=None, metavar="REF", help="a branch, HEAD or refs/tags/NAME")
+    p.add_argument("-n", "--max-count", type=int, default=None, metavar="N", help="show at most N entries")
+    _common(p, "one JSON object per entry (old, new, time, date, message), newest first")
+    p.set_defaults(run=run_reflog)
+
+
+def run_reflog(args) -> int:
+    import datetime
+
+    repo = _repo(args)
+    ref, entries = repo.reflog(args.ref)
+    name = ref.removeprefix("refs/heads/")
+    for i, entry in enumerate(entries[:args.max_count] if args.max_count is not None else entries):
+        date = datetime.datetime.fromtimestamp(entry.time, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if args.json:
+            print(json.dumps({"ref": ref, "old": entry.old, "new": entry.new, "time": entry.time, "date": date,
+                              "message": entry.message}))
+        else:
+            print(f"{entry.new[:12] if entry.new else '(deleted)':<12} {name}@{{{i}}}: {entry.message}  ({date})")
+    return 0
+
+
+REGISTER.append(add_reflog)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from "now", "never", "90s", "30m", "12h", "14d", "2w" (a bare number: days)."""
+    import re
+
+    if text.strip().lower() == "now":
+        return 0.0
+    if text.strip().lower() == "never":
+        return float("inf")
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text, re.IGNORECASE)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. now, 30m, 12h, 14d, 2w, never)")
+    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "": 86400}[m.group(2).lower()]

@@ -16,15 +16,15 @@ _PREFIX = re.compile(r"[0-9a-f]{4,63}")
 
 
 def resolve(repo, rev: str) -> str:
-    """A commit id from ``HEAD``, a full commit id, a branch, a remote-tracking ref (``origin/main``), or a
-    unique prefix (≥ 4 hex digits),
-    looked up in that order (§13.3: a full id always means that commit, whatever a branch may be
-    called), each optionally followed by ``~N`` / ``^`` (N first parents back). A move costs at most
+    """A commit id from ``HEAD``, a full commit id, a branch, a tag, a remote-tracking ref (``origin/main``),
+    or a unique prefix (≥ 4 hex digits), looked up in that order (§13.3: a full id always means that
+    commit, whatever a ref may be called; a branch wins over a tag of its name, which no writer makes),
+    each optionally followed by ``~N`` / ``^`` (N first parents back). A move costs at most
     the history's length: it stops at a root, and parents are read from verified commits (MD800),
     which cannot form a cycle."""
     m = _REV.fullmatch(rev.strip())
     if not m:
-        raise RepositoryError("MD801", f"{shown(rev)[:80]!r} is not a revision: HEAD, a branch or a commit id (or its first "
+        raise RepositoryError("MD801", f"{shown(rev)[:80]!r} is not a revision: HEAD, a branch, a tag or a commit id (or its first "
                                        "4+ digits), optionally followed by ~N or ^")
     base = m.group("base")
     if base == "HEAD":
@@ -35,8 +35,16 @@ def resolve(repo, rev: str) -> str:
         commit_id = repo.existing_commit(base, "the revision")
     elif repo.has_branch(base):
         commit_id = repo.branch_target(base)
+        if repo.has_tag(base):
+            log.warning("%r is a branch and a tag: the branch is meant (§13.3); name the tag's commit by its id "
+                        "(`mdiff tag` lists them), and rename one of them", base)
         if _PREFIX.fullmatch(base) and any(c.startswith(base) for c in repo.commit_ids()):
             log.warning("%r is a branch and the first digits of a commit id: the branch is meant (§13.3); give "
+                        "more digits, or the full id, to name the commit", base)
+    elif repo.has_tag(base):
+        commit_id = repo.tag_target(base)
+        if _PREFIX.fullmatch(base) and any(c.startswith(base) for c in repo.commit_ids()):
+            log.warning("%r is a tag and the first digits of a commit id: the tag is meant (§13.3); give "
                         "more digits, or the full id, to name the commit", base)
     elif "/" in base and (tracked := tracking_target(repo, base)) is not None:
         commit_id = tracked  # a remote-tracking ref, <remote>/<branch> (§13.8)
@@ -50,7 +58,7 @@ def resolve(repo, rev: str) -> str:
         commit_id = matches[0]
     else:
         names = repo.branch_names()
-        raise RepositoryError("MD801", f"{shown(base)[:80]!r} is neither a branch nor a commit id (branches: "
+        raise RepositoryError("MD801", f"{shown(base)[:80]!r} is neither a branch, a tag nor a commit id (branches: "
                                        f"{', '.join(names[:8]) or 'none yet'}{' …' if len(names) > 8 else ''})")
     for move in re.findall(r"~\d*|\^", m.group("moves")):
         digits = move[1:]

@@ -23,7 +23,7 @@ from mdiff.format.writer import DiffWriter
 from mdiff.frameworks import check_framework, numpy_state, to_framework
 from mdiff.progress import ByteCounter, Progress, tensor_bytes
 from mdiff.repo import snapshots
-from mdiff.repo.cleanup import GcReport
+from mdiff.repo.cleanup import DEFAULT_PRUNE_SECONDS, DEFAULT_REFLOG_EXPIRE_SECONDS, GcReport
 from mdiff.repo.states import StateView
 from mdiff.format.reader import open_diff
 from mdiff.isolation import Isolation
@@ -151,7 +151,7 @@ class Repository(Store):
                     allow_empty=allow_empty, allow_deletions=allow_deletions, branch=branch,
                     **_author_fields(author, date, meta))
             if summary is not None:
-                self.advance(branch, summary.commit_id)
+                self.advance(branch, summary.commit_id, f"commit: {message.splitlines()[0] if message else ''}")
         return summary
 
     def _write_commit(self, old: StateView, new: Mapping, message: str, parents: tuple[str, ...],
@@ -290,12 +290,67 @@ class Repository(Store):
                 target = resolve(self, start) if start else self.head()[1]
                 if target is None:
                     raise RepositoryError("MD801", "make a first commit before creating branches")
-                self.create_branch(branch, target)
+                self.create_branch(branch, target, f"branch: created from {start or 'HEAD'}")
             elif not self.has_branch(branch):
                 raise RepositoryError("MD801", f"no branch {branch!r}; `mdiff switch -c {branch}` creates it")
             else:
                 self.branch_target(branch)  # a malformed ref is refused before HEAD names it
-            self.set_head(branch)
+            self.set_head(branch, message=f"switch to {branch}")
+
+    def reset(self, rev: str, wait: bool = True) -> tuple[str | None, str | None, str]:
+        """Move the current branch (or a detached HEAD) to ``rev`` — any commit, back or forth; nothing
+        else changes (mdiff has no working tree). The move is in the reflog (§13.6), so ``reflog``
+        shows where it was. Returns (branch, its commit before, after)."""
+        from mdiff.repo.history import resolve
+
+        with self.lock(wait):
+            branch, before = self.head()
+            target = resolve(self, rev)
+            self.advance(branch, target, f"reset: moving to {rev}")
+        return branch, before, target
+
+    def force_branch(self, branch: str, rev: str, wait: bool = True) -> tuple[str | None, str]:
+        """Point ``branch`` at ``rev``, creating it or moving it wherever it was (the current branch
+        too: there is no working tree to disagree with it). Returns (its commit before, after)."""
+        from mdiff.repo.history import resolve
+
+        self.check_branch_name(branch)
+        with self.lock(wait):
+            target = resolve(self, rev)
+            if not self.has_branch(branch):
+                self.create_branch(branch, target, f"branch: created at {rev}")
+                return None, target
+            before = self.branch_target(branch)
+            self.set_branch(branch, target, f"branch: forced to {rev}")
+        return before, target
+
+    def tag(self, name: str, rev: str = "HEAD", force: bool = False, wait: bool = True) -> tuple[str | None, str]:
+        """Tag ``rev`` as ``name`` (``refs/tags/<name>``, §13.1); ``force`` moves an existing tag.
+        Returns (the commit it named before, if any; the commit it names)."""
+        from mdiff.repo.history import resolve
+
+        self.check_tag_name(name)
+        with self.lock(wait):
+            target = resolve(self, rev)
+            return self.create_tag(name, target, force), target
+
+    def untag(self, name: str, wait: bool = True) -> str | None:
+        """Delete tag ``name``; returns the commit it named."""
+        with self.lock(wait):
+            return self.delete_tag(name)
+
+    def reflog(self, ref: str | None = None) -> tuple[str, list]:
+        """(the ref, its reflog entries newest first): a branch name, ``HEAD``, ``refs/…``, or the
+        current branch (HEAD's log when detached) by default."""
+        if ref is None:
+            current = self.head_ref()[0]
+            ref = f"refs/heads/{current}" if current else "HEAD"
+        elif ref != "HEAD" and not ref.startswith("refs/"):
+            self.check_branch_name(ref)
+            ref = f"refs/heads/{ref}"
+        elif ref.startswith("refs/"):
+            self.check_branch_name(ref)  # refs/heads/… and refs/tags/… are names of that form
+        return ref, list(self.reflog_entries(ref))[::-1]
 
     # ------------------------------------------------------------ merge, squash, snapshot, diff
     def merge(self, rev: str, strategy: str = "average", message: str | None = None, author=None,
@@ -320,7 +375,7 @@ class Repository(Store):
             if theirs_id == head or theirs_id in ancestors(self, head):
                 raise RepositoryError("MD804", f"{rev} is already merged into {branch or 'HEAD'}")
             if fast_forward and head in ancestors(self, theirs_id):
-                self.advance(branch, theirs_id)
+                self.advance(branch, theirs_id, f"merge {rev}: fast-forward")
                 return theirs_id, []
             base_id = merge_base(self, head, theirs_id)
             with self.open_state(head) as ours, self.open_state(theirs_id) as theirs, \
@@ -334,7 +389,7 @@ class Repository(Store):
                 text = message or f"Merge {rev} into {branch or 'HEAD'} ({strategy})"
                 summary = self._write_commit(ours, merged, text, (head, theirs_id), {}, progress, **fields)
             assert summary is not None
-            self.advance(branch, summary.commit_id)
+            self.advance(branch, summary.commit_id, f"merge {rev} ({strategy})")
         return summary.commit_id, []
 
     def squash(self, rev: str, message: str, author=None, date: str | None = None, meta=None,
@@ -352,7 +407,7 @@ class Repository(Store):
                 summary = self._write_commit(before, _WholeState(final), message, (onto,), {}, None,
                                              **_author_fields(author, date, meta))
             assert summary is not None
-            self.advance(branch, summary.commit_id)
+            self.advance(branch, summary.commit_id, f"squash onto {rev}")
         return summary.commit_id
 
     def snapshot(self, rev: str = "HEAD", wait: bool = True) -> str:
@@ -375,15 +430,19 @@ class Repository(Store):
             commit_id = rev if COMMIT_ID.fullmatch(rev) and self.snapshot_path(rev).is_file() else resolve(self, rev)
             return commit_id, snapshots.drop_snapshot(self, commit_id)
 
-    def gc(self, dry_run: bool = False, wait: bool = True) -> GcReport:
-        """Remove what ``.mdiff/`` holds that nothing needs: temporary files and folders of interrupted
-        writers (names starting with '.', §13.1, and the tmpXXXXXXXX folders of earlier merges), and
-        snapshots that are unusable, disagree with their commits (MD807) or belong to a commit that no
-        branch or HEAD reaches. Commit files are never removed. ``dry_run``: only say what would go."""
+    def gc(self, dry_run: bool = False, wait: bool = True, prune: float = DEFAULT_PRUNE_SECONDS,
+           reflog_expire: float = DEFAULT_REFLOG_EXPIRE_SECONDS) -> GcReport:
+        """Remove what ``.mdiff/`` holds that nothing needs (§13.6): temporary files and folders of
+        interrupted writers (names starting with '.', §13.1, and the tmpXXXXXXXX folders of earlier
+        merges); commits that no ref, HEAD or reflog entry younger than ``reflog_expire`` seconds
+        reaches, once their file is older than ``prune`` seconds (a concurrent writer's, not yet named
+        by a ref, is younger); reflog entries older than ``reflog_expire``; and snapshots that are
+        unusable, disagree with their commits (MD807) or belong to a commit not kept. Never a commit
+        that is kept; none at all when what is kept cannot be known. ``dry_run``: only say what would go."""
         from mdiff.repo import cleanup
 
         with self.lock(wait):
-            return cleanup.collect(self, dry_run)
+            return cleanup.collect(self, dry_run, prune=prune, reflog_expire=reflog_expire)
 
     def diff(self, rev_a: str, rev_b: str, output, message: str = "", compression: str = "gzip") -> dict[str, str]:
         """Write the diff taking ``rev_a``'s state to ``rev_b``'s as a standalone .mdiff file; return
@@ -430,6 +489,33 @@ class Repository(Store):
                 self.branch_target(name)
             except RepositoryError as exc:
                 findings.append(Finding(exc.code, shown(str(self.dir / "refs" / "heads" / name)), exc.message))
+        try:
+            tag_files = self._names_under(["refs", "tags"])
+        except FileNotFoundError:
+            tag_files = []  # a repository made before tags
+        except RepositoryError as exc:
+            findings.append(Finding(exc.code, str(self.dir / "refs" / "tags"), exc.message))
+            tag_files = []
+        for name in tag_files:
+            problem = branch_problem(name)
+            try:
+                if problem:
+                    raise RepositoryError("MD801", f"{shown(name)!r} is not a valid tag name ({problem}): no "
+                                                   "revision names it; rename or delete it")
+                self.tag_target(name)
+            except RepositoryError as exc:
+                findings.append(Finding(exc.code, shown(str(self.dir / "refs" / "tags" / name)), exc.message))
+        try:
+            logs = self.reflog_refs()
+        except RepositoryError as exc:
+            findings.append(Finding(exc.code, str(self.dir / "logs"), exc.message))
+            logs = []
+        for ref in logs:
+            try:
+                for _ in self.reflog_entries(ref):
+                    pass
+            except RepositoryError as exc:
+                findings.append(Finding(exc.code, shown(str(self.dir / "logs" / ref)), exc.message))
         findings += _remote_findings(self)
         snapshot_files = sorted((self.dir / "snapshots").glob("*.mdiff"))
         files = [self.commit_path(c) for c in commit_ids] + snapshot_files
@@ -509,7 +595,7 @@ class Repository(Store):
                 summary = self._write_commit(state, _Unchanged(state), text, (head,), updates, None, only=updates,
                                              **fields)
             assert summary is not None
-            self.advance(branch, summary.commit_id)
+            self.advance(branch, summary.commit_id, f"import-peft: {text.splitlines()[0] if text else ''}")
         return made + [summary.commit_id]
 
 

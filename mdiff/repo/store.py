@@ -36,6 +36,8 @@ from mdiff.format.writer import DiffWriter
 from mdiff.regular_files import (
     BINARY, CLOEXEC, DIRECTORY, NOFOLLOW, NONBLOCK, NotRegularFile, kind_of, open_regular, reopenable, same_file,
 )
+from mdiff.repo import reflog
+from mdiff.repo.reflog import ReflogEntry
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +138,7 @@ class Store:
         Path(root).mkdir(parents=True, exist_ok=True)
         staging = Path(root) / f".mdiff-init.{secrets.token_hex(8)}{TEMP_SUFFIX}"
         staging.mkdir(0o777)  # the umask decides, as for any folder
-        for sub in ("commits", "snapshots", "refs/heads"):
+        for sub in ("commits", "snapshots", "refs/heads", "refs/tags"):
             (staging / sub).mkdir(parents=True)
         (staging / "format").write_text(FORMAT_LINE, encoding="utf-8")
         (staging / "HEAD").write_text(f"{HEAD_PREFIX}{branch}\n", encoding="utf-8")
@@ -254,22 +256,29 @@ class Store:
     def _write_small(self, relative: str, text: str) -> None:
         """``text`` as the whole new content of ``.mdiff/<relative>``, atomically (temporary file,
         fsync, rename) in its folder, opened without following a link; only a regular file is replaced."""
+        self._write_atomic(relative, [text.encode("utf-8")])
+
+    def _write_atomic(self, relative: str, chunks: Iterable[bytes]) -> int:
+        """``chunks``, written one after the other, as the whole new content of ``.mdiff/<relative>``,
+        atomically, as :meth:`_write_small` writes; returns the bytes written."""
         *parts, name = relative.split("/")
-        data = text.encode("utf-8")
+        written = 0
         with self._folder(parts, create=True) as (fd, prefix):
             with contextlib.suppress(FileNotFoundError):
                 kind = kind_of(os.stat(prefix + name, dir_fd=fd, follow_symlinks=False).st_mode)
                 if kind != "a regular file":
                     raise RepositoryError("MD801", f"{self._shown_path(relative)} is {kind}; mdiff replaces only a "
                                                    "regular file there (§13.1)")
-            temp = f".{name}.{secrets.token_hex(8)}{TEMP_SUFFIX}"
+            temp = f".{name[:64]}.{secrets.token_hex(8)}{TEMP_SUFFIX}"  # within 255 bytes whatever the name
             out = os.open(prefix + temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC | BINARY, 0o666,
                           dir_fd=fd)
             try:
                 try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(out, view):]
+                    for data in chunks:
+                        view = memoryview(data)
+                        while view:
+                            view = view[os.write(out, view):]
+                        written += len(data)
                     os.fsync(out)
                 finally:
                     os.close(out)
@@ -279,6 +288,7 @@ class Store:
                     os.unlink(prefix + temp, dir_fd=fd)
                 raise
             self._sync_folder(fd, prefix)
+        return written
 
     @staticmethod
     def _sync_folder(fd: int | None, prefix: str) -> None:
@@ -367,22 +377,27 @@ class Store:
     def ref_names(self) -> list[str]:
         """The name of every entry of refs/heads that is not a folder (hidden ones aside): a branch when
         the name is valid (§13.1); fsck reports the others, which no command reads."""
-        found: list[str] = []
-
-        def walk(parts: list[str]) -> None:
-            for name, is_folder in self._names_in(["refs", "heads", *parts]):
-                if name.startswith("."):
-                    continue  # a writer's temporary file (§13.1)
-                inner = [*parts, name]
-                if is_folder and len("/".join(inner).encode("utf-8", "surrogateescape")) < MAX_BRANCH_BYTES:
-                    walk(inner)
-                else:  # a file; or a folder no branch name can reach into, reported as it is
-                    found.append("/".join(inner))
-
         try:
-            walk([])
+            return self._names_under(["refs", "heads"])
         except FileNotFoundError:
             raise RepositoryError("MD801", f"{self.dir / 'refs' / 'heads'} is missing") from None
+
+    def _names_under(self, parts: list[str]) -> list[str]:
+        """The path, relative to ``.mdiff/<parts>``, of every entry below it that is not a folder
+        (hidden ones aside: a writer's temporary files, §13.1); FileNotFoundError when it is missing."""
+        found: list[str] = []
+
+        def walk(inner_parts: list[str]) -> None:
+            for name, is_folder in self._names_in([*parts, *inner_parts]):
+                if name.startswith("."):
+                    continue  # a writer's temporary file (§13.1)
+                inner = [*inner_parts, name]
+                if is_folder and len("/".join(inner).encode("utf-8", "surrogateescape")) < MAX_BRANCH_BYTES:
+                    walk(inner)
+                else:  # a file; or a folder no ref name can reach into, reported as it is
+                    found.append("/".join(inner))
+
+        walk([])
         return found
 
     def branch_names(self) -> list[str]:
@@ -400,63 +415,256 @@ class Store:
     def branch_target(self, branch: str) -> str | None:
         """The commit ``branch`` points to; None when there is no such branch."""
         self.check_branch_name(branch)
+        return self._ref_target(f"refs/heads/{branch}", f"ref {branch!r}")
+
+    def _ref_target(self, relative: str, what: str) -> str | None:
+        """The commit the ref file ``.mdiff/<relative>`` names (MD801 when it is malformed or names no
+        commit of the repository); None when there is no such file, or it is a folder of refs."""
         try:
-            text = self._read_small(f"refs/heads/{branch}")
+            text = self._read_small(relative)
         except RepositoryError:
-            if self.kind(f"refs/heads/{branch}") == "a folder":
-                return None  # a folder of branches (`exp` of `exp/lora`)
+            if self.kind(relative) == "a folder":
+                return None  # a folder of refs (`exp` of `exp/lora`)
             raise
         if text is None:
             return None
         if not _ID_LINE.fullmatch(text):
-            raise RepositoryError("MD801", f"ref {branch!r} ({self.dir / 'refs' / 'heads' / branch}) is malformed: "
+            raise RepositoryError("MD801", f"{what} ({self._shown_path(relative)}) is malformed: "
                                            "not a commit id and one newline (§13.1)")
-        return self.existing_commit(text[:-1], f"branch {branch!r}")
+        return self.existing_commit(text[:-1], what)
+
+    def _raw_target(self, relative: str) -> str | None:
+        """The commit id a ref file holds, without checking that the commit exists; None when the file
+        is missing or holds no id (what a reflog records as the old side of a move)."""
+        try:
+            text = self._read_small(relative)
+        except RepositoryError:
+            return None
+        return text[:-1] if text is not None and _ID_LINE.fullmatch(text) else None
 
     def existing_commit(self, commit_id: str, what: str) -> str:
         if self.kind(f"commits/{commit_id}.mdiff") is None:
             raise RepositoryError("MD801", f"{what} names commit {commit_id[:12]}, which is not in the repository")
         return commit_id
 
-    def set_branch(self, branch: str, commit_id: str) -> None:
+    def set_branch(self, branch: str, commit_id: str, message: str = "update") -> None:
+        """Point ``branch`` at ``commit_id``: the move is recorded in its reflog first (§13.6), so
+        that a process killed in between leaves the old commit named there."""
         self.check_branch_name(branch)
-        self._write_small(f"refs/heads/{branch}", commit_id + "\n")
+        self.move_ref(f"refs/heads/{branch}", commit_id, message)
 
-    def create_branch(self, branch: str, commit_id: str) -> None:
-        """A new branch at ``commit_id`` (MD801 if it exists). The caller holds the lock, so that of
-        two writers creating one branch exactly one does (§13.6)."""
+    def move_ref(self, relative: str, commit_id: str | None, message: str) -> None:
+        """Write (or, ``commit_id`` None, delete) the ref file ``.mdiff/<relative>`` — ``refs/`` and a name
+        the branch-name rules allow (``refs/tags/v1``, ``refs/remotes/origin/main``) — after appending
+        the move to ``logs/<relative>`` (§13.6). The caller holds the writers' lock."""
+        if not (relative.startswith("refs/") and BRANCH_NAME.fullmatch(relative) and ".." not in relative
+                and not relative.endswith(".lock")):  # each part as §13.1 says (the length: the branch's own)
+            raise RepositoryError("MD801", f"{shown(relative)[:80]!r} is not a ref: refs/ and a name of §13.1's form")
+        old = self._raw_target(relative)
+        self.append_reflog(relative, old, commit_id, message)
+        if commit_id is not None:
+            self._write_small(relative, commit_id + "\n")
+            return
+        *parts, name = relative.split("/")
+        with self._folder(parts) as (fd, prefix):
+            os.unlink(prefix + name, dir_fd=fd)
+            self._sync_folder(fd, prefix)
+        for depth in range(len(parts), 2, -1):  # folders it leaves empty (`exp` of `exp/lora`): a name again
+            with self._folder(parts[:depth - 1]) as (fd, prefix):
+                try:
+                    os.rmdir(prefix + parts[depth - 1], dir_fd=fd)
+                except OSError:
+                    break  # not empty (or not a folder): it stays
+
+    def create_branch(self, branch: str, commit_id: str, message: str = "branch: created") -> None:
+        """A new branch at ``commit_id`` (MD801 if it exists, or a tag has its name: §13.3). The caller
+        holds the lock, so that of two writers creating one branch exactly one does (§13.6)."""
         self.check_branch_name(branch)
         kind = self.kind(f"refs/heads/{branch}")
         if kind == "a folder":
             raise RepositoryError("MD801", f"{branch!r} is a folder of branches; choose another name")
         if kind is not None:
             raise RepositoryError("MD801", f"branch {branch!r} exists already")
-        self.set_branch(branch, commit_id)
+        if self.has_tag(branch):
+            raise RepositoryError("MD801", f"{branch!r} is a tag; a branch of that name would make revisions "
+                                           "ambiguous (§13.3): choose another name")
+        self.set_branch(branch, commit_id, message)
 
-    def set_head(self, branch: str | None = None, commit_id: str | None = None) -> None:
+    def set_head(self, branch: str | None = None, commit_id: str | None = None, message: str = "switch") -> None:
+        """Make HEAD name ``branch``, or ``commit_id`` (detached). A change from or to a detached HEAD is
+        recorded in ``logs/HEAD`` (§13.6): a detached HEAD's commits are named by no branch."""
         if branch:
             self.check_branch_name(branch)
+        try:
+            before = self._read_small("HEAD")
+        except RepositoryError:
+            before = None  # a malformed HEAD is replaced; it named no commit
+        was_detached = before is not None and _ID_LINE.fullmatch(before) is not None
+        if was_detached or not branch:
+            new = self._raw_target(f"refs/heads/{branch}") if branch else commit_id
+            self.append_reflog("HEAD", self._raw_head(before), new, message)
         self._write_small("HEAD", f"{HEAD_PREFIX}{branch}\n" if branch else f"{commit_id}\n")
 
-    def advance(self, branch: str | None, commit_id: str) -> None:
+    def _raw_head(self, text: str | None) -> str | None:
+        """The commit id the HEAD text ``text`` leads to, unchecked; None when it leads to none."""
+        if text is not None and _ID_LINE.fullmatch(text):
+            return text[:-1]
+        m = re.fullmatch(r"ref: refs/heads/(\S+)\n", text or "")
+        return self._raw_target(f"refs/heads/{m.group(1)}") if m and valid_branch(m.group(1)) else None
+
+    def advance(self, branch: str | None, commit_id: str, message: str = "commit") -> None:
         """Move the current branch — or a detached HEAD — to ``commit_id`` (after a commit)."""
         if branch:
-            self.set_branch(branch, commit_id)
+            self.set_branch(branch, commit_id, message)
         else:
-            self.set_head(commit_id=commit_id)
+            self.set_head(commit_id=commit_id, message=message)
 
     def delete_branch(self, branch: str) -> None:
         """Remove ``refs/heads/<branch>`` — whatever it is, a link or a FIFO included (its entry is
-        removed, nothing it points to) — unless it is the current branch."""
+        removed, nothing it points to) — unless it is the current branch. Its reflog stays, with the
+        deletion appended: ``gc`` keeps its commits as long as its entries are young (§13.6)."""
         self.check_branch_name(branch)
         if self.kind(f"refs/heads/{branch}") in (None, "a folder"):
             raise RepositoryError("MD801", f"no branch {branch!r}")
         if self.head()[0] == branch:
             raise RepositoryError("MD801", f"cannot delete {branch!r}: it is the current branch")
-        *parts, name = f"refs/heads/{branch}".split("/")
+        self.move_ref(f"refs/heads/{branch}", None, "branch: deleted")
+
+    # ------------------------------------------------------------ tags
+    @staticmethod
+    def check_tag_name(name: str) -> None:
+        problem = branch_problem(name)  # tags follow the branch-name rules (§13.1)
+        if problem:
+            raise RepositoryError("MD801", f"{shown(name)!r} is not a valid tag name: {problem}")
+
+    def tag_names(self) -> list[str]:
+        """Every valid tag name of refs/tags (none when the folder is missing: repositories made before
+        tags have none)."""
+        try:
+            return [name for name in self._names_under(["refs", "tags"]) if valid_branch(name)]
+        except FileNotFoundError:
+            return []
+
+    def tags(self) -> dict[str, str | None]:
+        return {name: self.tag_target(name) for name in self.tag_names()}
+
+    def has_tag(self, name: str) -> bool:
+        return valid_branch(name) and self.kind(f"refs/tags/{name}") not in (None, "a folder")
+
+    def tag_target(self, name: str) -> str | None:
+        """The commit tag ``name`` names; None when there is no such tag."""
+        self.check_tag_name(name)
+        return self._ref_target(f"refs/tags/{name}", f"tag {name!r}")
+
+    def create_tag(self, name: str, commit_id: str, force: bool = False) -> str | None:
+        """Tag ``commit_id`` as ``name``; returns the commit the tag named before (``force`` moves an
+        existing tag; MD801 otherwise, and for a branch's name: §13.3). The caller holds the lock."""
+        self.check_tag_name(name)
+        kind = self.kind(f"refs/tags/{name}")
+        if kind == "a folder":
+            raise RepositoryError("MD801", f"{name!r} is a folder of tags; choose another name")
+        if kind is not None and not force:
+            raise RepositoryError("MD801", f"tag {name!r} exists already (-f moves it)")
+        if self.has_branch(name):
+            raise RepositoryError("MD801", f"{name!r} is a branch; a tag of that name would make revisions "
+                                           "ambiguous (§13.3): choose another name")
+        before = self._raw_target(f"refs/tags/{name}") if kind is not None else None
+        self.move_ref(f"refs/tags/{name}", commit_id, "tag: moved" if kind is not None else "tag: created")
+        return before
+
+    def delete_tag(self, name: str) -> str | None:
+        """Remove tag ``name`` (whatever its entry is); returns the commit it named, if it named one."""
+        self.check_tag_name(name)
+        if self.kind(f"refs/tags/{name}") in (None, "a folder"):
+            raise RepositoryError("MD801", f"no tag {name!r}")
+        before = self._raw_target(f"refs/tags/{name}")
+        self.move_ref(f"refs/tags/{name}", None, "tag: deleted")
+        return before
+
+    # ------------------------------------------------------------ reflogs
+    def append_reflog(self, ref: str, old: str | None, new: str | None, message: str) -> None:
+        """Append a move of ``ref`` (``HEAD``, ``refs/heads/main``) to ``logs/<ref>`` (§13.1), opened
+        without following a link and appended to only if it is a regular file (MD801 otherwise)."""
+        relative = f"logs/{ref}"
+        *parts, name = relative.split("/")
+        if self._reflog_blocked(relative):
+            log.warning("the move of %s is not recorded: the reflog of a deleted ref is in the way, below %s "
+                        "(§13.6); gc removes it once its entries expire", shown(ref), self._shown_path("logs"))
+            return
+        with self._folder(parts, create=True) as (fd, prefix):
+            try:
+                out = os.open(prefix + name, os.O_RDWR | os.O_APPEND | os.O_CREAT | NOFOLLOW | NONBLOCK | CLOEXEC
+                              | BINARY, 0o666, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.EISDIR):
+                    raise
+                raise self._not_regular(relative, kind_of(os.stat(prefix + name, dir_fd=fd,
+                                                                  follow_symlinks=False).st_mode)) from None
+            try:
+                mode = os.fstat(out).st_mode
+                if not stat.S_ISREG(mode):
+                    raise self._not_regular(relative, kind_of(mode))
+                reflog.append(out, reflog.encode(old, new, message))
+            except reflog.MalformedReflog as exc:
+                raise RepositoryError("MD801", f"{self._shown_path(relative)} is malformed: {exc}; move it "
+                                               "away to record new moves") from None
+            finally:
+                os.close(out)
+
+    def _reflog_blocked(self, relative: str) -> bool:
+        """Whether the reflog of a deleted ref is where the folders or the file of ``relative`` go: a
+        branch `exp` deleted, then `exp/lora` made, or the reverse (a link on the way is MD801)."""
+        parts = relative.split("/")
+        if any(self.kind("/".join(parts[:i])) == "a regular file" for i in range(2, len(parts))):
+            return True
+        return self.kind(relative) == "a folder"
+
+    def reflog_entries(self, ref: str) -> Iterator[ReflogEntry]:
+        """The entries of ``logs/<ref>``, oldest first (none when it is missing); MD801 for a file that is
+        not a regular file or holds a malformed line (§13.1)."""
+        relative = f"logs/{ref}"
+        try:
+            fd, _ = self._open_file(relative)
+        except FileNotFoundError:
+            return
+        try:
+            yield from reflog.entries(fd)
+        except reflog.MalformedReflog as exc:
+            raise RepositoryError("MD801", f"{self._shown_path(relative)} is malformed: {exc}") from None
+        finally:
+            os.close(fd)
+
+    def reflog_refs(self) -> list[str]:
+        """The ref of every file under logs/ (``HEAD``, ``refs/heads/main``, …), whatever its name."""
+        try:
+            return self._names_under(["logs"])
+        except FileNotFoundError:
+            return []
+
+    def rewrite_reflog(self, ref: str, keep: Callable[[ReflogEntry], bool]) -> None:
+        """Replace ``logs/<ref>`` by its entries that ``keep`` keeps (atomically, an entry at a time), or
+        remove it when none is kept (gc). The caller holds the writers' lock."""
+        relative = f"logs/{ref}"
+        kept = (reflog.encode(e.old, e.new, e.message, e.time) for e in self.reflog_entries(ref) if keep(e))
+        if self._write_atomic(relative, kept):
+            return
+        *parts, name = relative.split("/")
         with self._folder(parts) as (fd, prefix):
-            os.unlink(prefix + name, dir_fd=fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(prefix + name, dir_fd=fd)
             self._sync_folder(fd, prefix)
+
+    def all_refs(self) -> list[str]:
+        """Every file below refs/ (branches, tags, and refs of any other folder: a remote's), relative
+        to ``.mdiff/``: what gc must keep reachable (§13.6)."""
+        try:
+            return [f"refs/{name}" for name in self._names_under(["refs"])]
+        except FileNotFoundError:
+            raise RepositoryError("MD801", f"{self.dir / 'refs'} is missing") from None
+
+    def ref_file_target(self, relative: str) -> str | None:
+        """The commit the file ``.mdiff/<relative>`` below refs/ names (MD801 when malformed)."""
+        return self._ref_target(relative, f"ref {shown(relative)!r}")
 
     # ------------------------------------------------------------ other refs: remote-tracking refs, tags (§13.8)
     def read_ref(self, relative: str) -> str | None:

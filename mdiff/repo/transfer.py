@@ -196,10 +196,11 @@ def _set_tracking_refs(repo: Store, remote: str, refs: dict[str, str], report: F
     branches = {ref.removeprefix("refs/heads/"): c for ref, c in refs.items() if ref.startswith("refs/heads/")}
     for branch, target in sorted(branches.items()):
         if before.get(branch) != target:
-            repo.write_ref(f"refs/remotes/{remote}/{branch}", target)
+            repo.existing_commit(target, f"ref refs/remotes/{remote}/{branch}")
+            repo.move_ref(f"refs/remotes/{remote}/{branch}", target, f"fetch {remote}")
             report.branches[branch] = (before.get(branch), target)
     for branch in sorted(set(before) - set(branches)):
-        repo.remove_ref(f"refs/remotes/{remote}/{branch}")
+        repo.move_ref(f"refs/remotes/{remote}/{branch}", None, f"fetch {remote}: gone from the remote")
         report.branches[branch] = (before[branch], None)
     for ref, target in sorted(refs.items()):
         if not ref.startswith("refs/tags/"):
@@ -207,7 +208,8 @@ def _set_tracking_refs(repo: Store, remote: str, refs: dict[str, str], report: F
         name = ref.removeprefix("refs/tags/")
         mine = repo.read_ref(ref) if repo.kind(ref) not in (None, "a folder") else None
         if mine is None:
-            repo.write_ref(ref, target)
+            repo.existing_commit(target, f"ref {ref}")
+            repo.move_ref(ref, target, f"fetch {remote}")
             report.tags[name] = target
         elif mine != target:
             log.warning("tag %s here names %s, on %s %s: the local tag is kept", name, mine[:12], remote, target[:12])
@@ -266,7 +268,8 @@ def push(repo: Store, remote: str, branch: str, force: bool = False, options: di
             end.update_ref(r, None, target)
             report.tags.append(r.removeprefix("refs/tags/"))
     with repo.lock():
-        repo.write_ref(f"refs/remotes/{remote}/{branch}", tip)
+        repo.existing_commit(tip, f"ref refs/remotes/{remote}/{branch}")
+        repo.move_ref(f"refs/remotes/{remote}/{branch}", tip, f"push {remote} {branch}")
     return report
 
 

@@ -183,6 +183,28 @@ export class Repository {
     return text === null ? null : this.target(text, `ref ${JSON.stringify(name)}`);
   }
 
+  // The commit a tag names (refs/tags/<name>, §13.1: branch-name rules); null when there is no such tag.
+  tag(name) {
+    if (!validBranch(name)) return null;
+    const file = path.join(this.dir, "refs", "tags", ...name.split("/"));
+    this.checkFolders(file);
+    const kind = kindOf(file);
+    if (kind === null || kind === "a folder") return null; // no such tag (a repository without refs/tags has none)
+    const text = this.readSmall(file);
+    return text === null ? null : this.target(text, `tag ${JSON.stringify(name)}`);
+  }
+
+  // Whether refs/tags/<name> exists (whatever it is), its folders on the way real folders; never throws.
+  hasTag(name) {
+    const file = path.join(this.dir, "refs", "tags", ...name.split("/"));
+    try {
+      this.checkFolders(file);
+      return kindOf(file) !== null;
+    } catch {
+      return false;
+    }
+  }
+
   // §13.8: the commit the remote-tracking ref `<remote>/<branch>` names (refs/remotes/<remote>/<branch>);
   // null when there is none.
   tracking(name) {
@@ -300,7 +322,8 @@ export class Repository {
     return parents[0];
   }
 
-  // §13.3: HEAD, a branch, a commit id or a unique prefix of at least 4 digits, then ~N / ^ moves.
+  // §13.3: HEAD, a commit id, a branch, a tag or a unique prefix of at least 4 digits (looked up in
+  // that order), then ~N / ^ moves.
   async resolve(rev) {
     const m = REVISION.exec(rev);
     if (!m) throw md801(`${JSON.stringify(rev)} is not a revision`);
@@ -314,7 +337,13 @@ export class Repository {
       if (!this.hasCommit(name)) throw md801(`no commit ${short(name)} in commits/`);
       id = name;
     } else if ((id = this.branch(name)) !== null) {
-      // a branch (which wins over a commit-id prefix of the same name)
+      // a branch (which wins over a tag and a commit-id prefix of the same name); a tag of that name,
+      // which no writer makes, is warned of (§13.3)
+      if (this.hasTag(name)) {
+        process.stderr.write(`mdiff-js: warning: ${JSON.stringify(name)} is a branch and a tag: the branch is meant (§13.3)\n`);
+      }
+    } else if ((id = this.tag(name)) !== null) {
+      // a tag (which wins over a commit-id prefix of the same name)
     } else if ((id = this.tracking(name)) !== null) {
       // a remote-tracking ref, <remote>/<branch> (§13.8)
     } else if (PREFIX.test(name)) {
@@ -324,7 +353,7 @@ export class Repository {
       }
       id = matches[0];
     } else {
-      throw md801(`no branch or commit ${JSON.stringify(name.slice(0, 80))}`);
+      throw md801(`no branch, tag or commit ${JSON.stringify(name.slice(0, 80))}`);
     }
     for (const move of m[2].match(/~[0-9]*|\^/g) || []) {
       const steps = move === "^" || move === "~" ? 1 : Number(move.slice(1));
