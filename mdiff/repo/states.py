@@ -13,10 +13,11 @@ commit, each exact value with the sha256 the commits record (MD807 otherwise, an
 on as if it were not there). Inexact values are never taken from a snapshot: they are replayed.
 
 A `replace` (or `delete`) makes every earlier update of its parameter irrelevant, so the
-history of a parameter starts at its last `replace`. An XOR update (dense, sparse) maps a wrong
-base to a wrong result element for element, so a value's sha256 is checked only where the next
-update is not another XOR, and at the end: along a chain of XOR updates only the last sha256 is
-checked (§13.4).
+history of a parameter starts at its last `replace`. XOR updates (dense, sparse) compose (§13.4):
+a run of them is folded into one change (``Change``, the arithmetic in the update types) while the
+value it starts from is read on another core, and applied to that value once. XOR maps a wrong
+start to a wrong result element for element, so only the run's last sha256 is checked; a value is
+checked where no run follows it, and at the end.
 """
 
 from __future__ import annotations
@@ -37,12 +38,12 @@ from mdiff.format.commit import Commit
 from mdiff.format.dtypes import DType
 from mdiff.format.layout import Layout
 from mdiff.format.reader import DiffFile
-from mdiff.updates.base import Update, check_base, read_ahead
+from mdiff.threads import shared_pool
+from mdiff.updates.base import Change, Update, check_base, read_ahead, spec_of
 
 if TYPE_CHECKING:
     from mdiff.repo.repository import Repository
 
-_XOR_TYPES = ("dense", "sparse")
 _KEEP_OPEN = 128  # commit files a walk keeps open (the newest): the others are read, closed, reopened if needed
 
 logger = logging.getLogger(__name__)
@@ -291,29 +292,64 @@ class StateView(CheckpointReader):
             return self._replay(name)
 
     def _replay(self, name: str) -> np.ndarray:
-        steps = self._plan.history[name]
+        """The parameter's history applied segment by segment (see :func:`_segments`): each segment's head
+        is applied on another core while the run of updates after it is folded into one change (§13.4),
+        which then meets the head's value once; a value's sha256 is checked where no run follows it."""
         value: np.ndarray | None = None
         pending: _Step | None = None  # the step whose sha256 the value must have, once checked
-        ahead = read_ahead((step.source, step.update) for step in steps)
-        try:
-            for step, (_, update) in zip(steps, ahead, strict=True):
-                if pending is not None and update.type not in _XOR_TYPES:
-                    self._verify(pending, value, name)
-                try:
-                    value = update.apply(value, name, self.engine, scratch=True, verify=False, check_base_sha256=False)
-                except (InvalidFileError, ApplyError) as exc:
-                    if step.source.startswith("snapshot "):  # a damaged cache: a walk without it tells
-                        raise SnapshotUnusable(self._plan.start) from exc
-                    raise RepositoryError("MD802", f"{step.source} cannot be applied to {name!r}: {exc}") from exc
-                pending = step if update.update_type.carries_sha256 else None
-        except InvalidFileError as exc:  # data read ahead that does not decode (MD513): the commit is unusable
-            raise RepositoryError("MD802", f"{name!r} cannot be read: {exc}") from exc
-        finally:
-            ahead.close()
+        for head, run in _segments(self._plan.history[name]):
+            if head is not None and pending is not None:
+                self._verify(pending, value, name)
+            job = None if head is None else shared_pool().submit(self._applied, head, value, name)
+            try:
+                change = self._folded(run, name)
+            finally:  # the head's read must end before its file may be closed
+                value = value if job is None else job.result()
+            if head is not None:
+                pending = head if head.update.update_type.carries_sha256 else None
+            if change is not None:
+                with self._failure(run[0], name):
+                    check_base(run[0].update, spec_of(value, name), name)
+                assert value is not None  # checked just above (MD600)
+                value = change.applied_to(value)
+                pending = run[-1]
         if pending is not None:
             self._verify(pending, value, name)
         assert value is not None  # the planned history never ends in a delete
         return value
+
+    def _applied(self, step: _Step, value: np.ndarray | None, name: str) -> np.ndarray | None:
+        """One update applied to ``value`` (whose buffer it may overwrite), its sha256 left to the caller."""
+        with self._failure(step, name):
+            return step.update.apply(value, name, self.engine, scratch=True, verify=False, check_base_sha256=False)
+
+    def _folded(self, run: list[_Step], name: str) -> Change | None:
+        """The run's updates folded into one change (§13.4), each read while the one before is folded."""
+        if not run:
+            return None
+        change: Change | None = None
+        ahead = read_ahead((step.source, step.update) for step in run)
+        try:
+            for step in run:
+                with self._failure(step, name):
+                    _, update = next(ahead)
+                    if change is None:
+                        change = Change.fold_first(update, name)
+                    else:
+                        change.fold(update, name)
+        finally:
+            ahead.close()
+        return change
+
+    @contextlib.contextmanager
+    def _failure(self, step: _Step, name: str) -> Iterator[None]:
+        """A step's failure reported as §13.4 says: MD802, or (from a snapshot) the snapshot walked past."""
+        try:
+            yield
+        except (InvalidFileError, ApplyError) as exc:
+            if step.source.startswith("snapshot "):  # a damaged cache: a walk without it tells
+                raise SnapshotUnusable(self._plan.start) from exc
+            raise RepositoryError("MD802", f"{step.source} cannot be applied to {name!r}: {exc}") from exc
 
     def _verify(self, step: _Step, value: np.ndarray | None, name: str) -> None:
         try:
@@ -392,6 +428,28 @@ class StateFiles(Mapping[str, bytes]):
         sha = self._view._plan.files[path].update.sha256
         assert sha is not None  # a file's last update is a replace, which carries it
         return sha
+
+
+def _segments(steps: list[_Step]) -> Iterator[tuple[_Step | None, list[_Step]]]:
+    """A parameter's history as (head, run) pairs, in order: a head is applied on its own (None: the run
+    goes on from the value before it), the run is the longest series of updates after it that compose
+    with each other (§13.4: they are merged before the value is touched)."""
+    i = 0
+    while i < len(steps):
+        head = None
+        if i == 0 or steps[i].update.update_type.composition is None:
+            head, i = steps[i], i + 1
+        run: list[_Step] = []
+        kind = _composition_name(steps[i]) if i < len(steps) else None
+        while kind is not None and i < len(steps) and _composition_name(steps[i]) == kind:
+            run.append(steps[i])
+            i += 1
+        yield head, run
+
+
+def _composition_name(step: _Step) -> str | None:
+    composition = step.update.update_type.composition
+    return None if composition is None else composition.name
 
 
 def _plan_commit(plan: _Plan, commit_id: str, diff: DiffFile | _ClosedCommit, order: int) -> None:
