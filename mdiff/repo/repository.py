@@ -5,6 +5,7 @@ merge, squash, snapshot, diff, fsck, import-peft) over the store (store.py) and 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import stat
@@ -66,6 +67,10 @@ class Changes:
 
     def __bool__(self) -> bool:
         return bool(self.tensors or self.files or self.layout_changed)
+
+
+# holds the place of a commit's `state_sha256` until its updates are written (§4.2): the same length
+_PLACEHOLDER_DIGEST = "0" * 64
 
 
 class _NothingToCommit(Exception):
@@ -178,11 +183,13 @@ class Repository(Store):
         new_layout: Layout | None = getattr(new, "layout", None)
         file_kinds: dict[str, str] = {}
         layout_changed = False
+        claims = old.claims  # becomes the new state's, for its digest (§4.2 `state_sha256`)
 
         def write(writer: DiffWriter) -> None:
             nonlocal layout_changed
             for name, update in updates_between(old, new, explicit, masks, frozenset(inexact), names, done):
                 writer.add(name, update)
+                claims.after(update, name)
                 counts["deleted" if update.type == "delete" else "changed" if name in old else "added"] += 1
                 if update.type == "delete":
                     del specs[name]
@@ -195,19 +202,22 @@ class Repository(Store):
             if new_files is not None:
                 for path, update in file_updates(old.files, new_files):
                     writer.add_file(path, update)
+                    claims.after_file(update, path)
                     file_kinds[path] = ("deleted" if update.type == "delete"
                                         else "modified" if path in old.files else "added")
             if new_layout is not None:
                 encoded = new_layout.encode()
                 if encoded != old.layout_bytes:
-                    writer.set_layout(replace.encode(np.frombuffer(encoded, np.uint8)))
+                    layout_update = replace.encode(np.frombuffer(encoded, np.uint8))
+                    writer.set_layout(layout_update)
+                    claims.after_layout(layout_update)
                     layout_changed = True
             if not (allow_empty or any(counts.values()) or file_kinds or layout_changed):
                 raise _NothingToCommit
 
-        meta = Commit(message, parents=parents, **commit_fields)
+        meta = Commit(message, parents=parents, state_sha256=_PLACEHOLDER_DIGEST, **commit_fields)
         try:
-            commit_id = self.store(write, meta)
+            commit_id = self.store(write, meta, seal=lambda: dataclasses.replace(meta, state_sha256=claims.digest()))
         except _NothingToCommit:
             return None
         self.remember_inexact(commit_id, frozenset(inexact))

@@ -23,6 +23,7 @@ checked where no run follows it, and at the end.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import math
 from collections.abc import Iterator, Mapping
@@ -95,7 +96,7 @@ class _ClosedCommit(Mapping[str, Update]):
         return len(self._updates)
 
 
-@dataclass(frozen=True)
+@dataclass
 class StateClaims:
     """What the commits' metadata say the state at a commit holds (§13.5): each parameter's shape, dtype
     and sha256 (None for an inexact value, §13.4), each file's sha256, the layout's (None: no layout)."""
@@ -103,6 +104,35 @@ class StateClaims:
     parameters: dict[str, tuple[tuple[int, ...], DType, str | None]]
     files: dict[str, str]
     layout: str | None
+
+    def digest(self) -> str:
+        """§4.2 `state_sha256`: the sha256 of the state's digest object in canonical JSON (Appendix A) —
+        ``{"files": {path: sha256}, "layout": sha256 or null, "parameters": {name: {"dtype", "sha256"
+        (null: inexact), "shape"}}}``."""
+        digest_object = {
+            "files": dict(self.files),
+            "layout": self.layout,
+            "parameters": {name: {"dtype": dtype.name, "sha256": sha256, "shape": list(shape)}
+                           for name, (shape, dtype, sha256) in self.parameters.items()},
+        }
+        return hashlib.sha256(canonical_json.dumps(digest_object).encode("utf-8")).hexdigest()
+
+    def after(self, update: Update, name: str) -> None:
+        """The claims once ``update`` of parameter ``name`` is applied (metadata only)."""
+        if update.type == "delete":
+            self.parameters.pop(name, None)
+        else:
+            sha256 = update.sha256 if update.update_type.carries_sha256 else None
+            self.parameters[name] = (update.shape, update.dtype, sha256)
+
+    def after_file(self, update: Update, path: str) -> None:
+        if update.type == "delete":
+            self.files.pop(path, None)
+        else:
+            self.files[path] = update.sha256 or ""
+
+    def after_layout(self, update: Update) -> None:
+        self.layout = None if update.type == "delete" else update.sha256
 
 
 @dataclass
@@ -136,8 +166,9 @@ class StateView(CheckpointReader):
         self.rejected: dict[str, tuple[str, str]] = {}  # snapshots walked past: commit id → (code, why)
         self._opened = contextlib.ExitStack()  # the snapshot in use
         self._files: dict[str, contextlib.ExitStack] = {}  # the commit files held open, by id
+        self._by_digest: tuple[str, DiffFile] | None = None  # a snapshot that matches its commit's state_sha256
         try:
-            self._chain = self._walk()
+            self._chain = self._walk(short=True)
             self._plan = self._make_plan(snapshots=True)
             self._hold()
         except BaseException:
@@ -145,10 +176,12 @@ class StateView(CheckpointReader):
             raise
 
     # ------------------------------------------------------------ the metadata pass
-    def _walk(self) -> list[tuple[str, DiffFile | _ClosedCommit]]:
-        """Every commit from the root to this one, each file's id verified (MD800) and its metadata read:
-        the state is defined by all of them (§13.4), and a snapshot is checked against them (§13.5). The
-        newest files stay open; older ones are closed once read (their data is seldom needed)."""
+    def _walk(self, short: bool) -> list[tuple[str, DiffFile | _ClosedCommit]]:
+        """The commits from the root to this one, oldest first, each file's id verified (MD800) and its
+        metadata read: the state is defined by all of them (§13.4), and a snapshot is checked against them
+        (§13.5). With ``short``, and a `state_sha256` on this commit (§4.2), the walk stops at the newest
+        commit whose snapshot matches that commit's `state_sha256` (§13.5): it then starts there. The newest
+        files stay open; older ones are closed once read (their data is seldom needed)."""
         chain: list[tuple[str, DiffFile | _ClosedCommit]] = []  # newest first
         cursor = self.commit_id
         while cursor is not None:
@@ -158,9 +191,36 @@ class StateView(CheckpointReader):
                 self._files.pop(cursor).close()
             else:
                 chain.append((cursor, diff))
+            digest = diff.commit.state_sha256
+            if short and digest is not None and chain[0][1].commit.state_sha256 is not None \
+                    and self.repo.snapshot_path(cursor).exists() and self._start_by_digest(cursor, digest):
+                break
             parents = diff.commit.parents
             cursor = parents[0] if parents else None
         return chain[::-1]
+
+    def _start_by_digest(self, commit_id: str, digest: str) -> bool:
+        """§13.5: whether the snapshot of ``commit_id`` holds exactly the state its `state_sha256` names,
+        with no inexact value (those are replayed from the commits, so the walk goes on); kept open if so."""
+        snapshots = contextlib.ExitStack()
+        try:
+            snapshot = snapshots.enter_context(self.repo.open_snapshot(commit_id))  # no link followed (§13.1)
+        except InvalidFileError as exc:
+            self.rejected[commit_id] = ("MD303", f"not a usable mdiff file: {exc}")
+            return False
+        listed = snapshot_inexact(snapshot, commit_id)
+        if listed is None:
+            self.rejected[commit_id] = ("MD303", "not `replace` updates of its commit with a well-formed meta (§13.5)")
+        elif not listed:
+            if snapshot_claims(snapshot).digest() == digest:
+                self._by_digest = (commit_id, snapshot)
+                self._opened.enter_context(snapshots)
+                return True
+            self.rejected[commit_id] = ("MD807", "its contents differ from the state its commit's state_sha256 names")
+            logger.warning("the snapshot of %s disagrees with its commit's state_sha256: not used (MD807)",
+                           commit_id[:12])
+        snapshots.close()
+        return False
 
     def _open(self, commit_id: str) -> DiffFile:
         stack = contextlib.ExitStack()
@@ -187,8 +247,9 @@ class StateView(CheckpointReader):
                 if step.source in reopened:
                     step.update = reopened[step.source][name]
         for path, step in plan.files.items():
-            step.update = reopened[step.source].files[path]
-        if plan.layout is not None:
+            if step.source in reopened:
+                step.update = reopened[step.source].files[path]
+        if plan.layout is not None and plan.layout.source in reopened:
             layout = reopened[plan.layout.source].layout
             assert layout is not None  # the step came from it
             plan.layout.update = layout
@@ -201,6 +262,55 @@ class StateView(CheckpointReader):
         self._hold()
 
     def _make_plan(self, snapshots: bool) -> _Plan:
+        """The plan of every parameter's history, its claims checked against this commit's `state_sha256`
+        (MD808): from the snapshot the walk stopped at, else from the root (the walk completed first)."""
+        if snapshots and self._by_digest is not None:
+            plan = self._plan_from_snapshot(*self._by_digest)
+            if self._digest_problem(plan) is None:
+                return plan
+            logger.warning("the state planned from the snapshot of %s differs from the state_sha256 of %s: read "
+                           "again from the root", self._by_digest[0][:12], (self.commit_id or "")[:12])
+        self._by_digest = None
+        if self._chain and self._chain[0][1].commit.parents:  # a short walk: the rest of the way to the root
+            for stack in self._files.values():
+                stack.close()
+            self._files.clear()
+            self._chain = self._walk(short=False)
+        plan = self._plan_from_root(snapshots)
+        problem = self._digest_problem(plan)
+        if problem is not None:
+            raise RepositoryError("MD808", problem)
+        return plan
+
+    def _digest_problem(self, plan: _Plan) -> str | None:
+        """Why the plan's claims are not the state this commit's `state_sha256` names (§4.2), or None."""
+        digest = self._chain[-1][1].commit.state_sha256 if self._chain else None
+        if digest is None or plan.claims().digest() == digest:
+            return None
+        return (f"commit {(self.commit_id or '')[:12]} records state_sha256 {digest[:12]}…, but its first parent's "
+                f"state and its updates make a state whose digest is {plan.claims().digest()[:12]}…")
+
+    def _plan_from_snapshot(self, commit_id: str, snapshot: DiffFile) -> _Plan:
+        """The plan from a snapshot that matches its commit's `state_sha256` (the chain's first commit), and
+        the commits after it."""
+        plan = _Plan(start=commit_id, commits_after_start=len(self._chain) - 1)
+        source = f"snapshot {commit_id[:12]}"
+        for name in snapshot:
+            update = snapshot[name]
+            plan.specs[name] = (update.shape, update.dtype)
+            plan.history[name] = [_Step(update, source, 0)]
+        plan.files = {path: _Step(update, source, 0) for path, update in snapshot.files.items()}
+        plan.layout = _Step(snapshot.layout, source, 0) if snapshot.layout is not None else None
+        for order, (commit_id_after, diff) in enumerate(self._chain[1:], start=1):
+            try:
+                _plan_commit(plan, commit_id_after, diff, order)
+            except ApplyError as exc:
+                raise RepositoryError("MD802", f"commit {commit_id_after[:12]} cannot be applied: {exc}") from exc
+        if self.commit_id is not None:
+            self.repo.remember_inexact(self.commit_id, frozenset(plan.inexact))
+        return plan
+
+    def _plan_from_root(self, snapshots: bool) -> _Plan:
         plan = _Plan(commits_after_start=len(self._chain))
         claims: dict[int, StateClaims] = {}  # at each commit that has a snapshot file
         with_snapshot = {i for i, (commit_id, _) in enumerate(self._chain)
@@ -497,6 +607,16 @@ def snapshot_inexact(snapshot: DiffFile, commit_id: str) -> set[str] | None:
     usable = (snapshot.commit.meta.get("snapshot_of") == commit_id and listed is not None
               and listed <= set(snapshot) and all(update.type == "replace" for update in updates))
     return listed if usable else None
+
+
+def snapshot_claims(snapshot: DiffFile) -> StateClaims:
+    """What a snapshot holds, as the claims of a state (§13.5): its values' shapes, dtypes and sha256 (None
+    for those its `meta.inexact` lists), its files' and its layout's sha256."""
+    listed = inexact_listed(snapshot.commit.meta) or set()
+    parameters = {name: (snapshot[name].shape, snapshot[name].dtype, None if name in listed else snapshot[name].sha256)
+                  for name in snapshot}
+    return StateClaims(parameters, {path: update.sha256 or "" for path, update in snapshot.files.items()},
+                       snapshot.layout.sha256 if snapshot.layout is not None else None)
 
 
 def snapshot_disagreement(snapshot: DiffFile, commit_id: str, claims: StateClaims) -> tuple[str, str] | None:
