@@ -1,14 +1,16 @@
 """SPEC.md §13.4–§13.5: the state at a commit, read parameter by parameter.
 
-Opening a :class:`StateView` walks first parents back to a root, checks every commit file's id
-(MD800), and makes one pass over the commits' *metadata*, oldest first: every update is checked
+Opening a :class:`StateView` walks first parents back to a root — or, for a commit with a
+`state_sha256` (§4.2), only back to the newest commit whose snapshot matches its own `state_sha256` —,
+checks every commit file's id (MD800), and makes one pass over the commits' *metadata*, oldest first: every update is checked
 against the state it will meet (MD600/MD601 → MD802, MD805), so the final state's names, shapes
 and dtypes are known before any tensor is read. Reading a tensor then applies just the updates
 of that parameter, in order: a model is never in memory whole, and a commit of a model folder or
 a checkout to one holds about one tensor at a time.
 
-A snapshot (§13.5) shortens a parameter's history only once the walk has shown that it agrees
-with its commits: the same names, shapes and dtypes as the state the commits define at its
+The claims at the commit are checked against its `state_sha256` when it has one (MD808): so the state is
+the same from a snapshot or from the root. Without digests, a snapshot (§13.5) shortens a parameter's
+history only once the walk has shown that it agrees with its commits: the same names, shapes and dtypes as the state the commits define at its
 commit, each exact value with the sha256 the commits record (MD807 otherwise, and the walk goes
 on as if it were not there). Inexact values are never taken from a snapshot: they are replayed.
 
