@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from concurrent.futures import Future
 import logging
 import math
 from collections.abc import Iterator, Mapping
@@ -41,7 +42,7 @@ from mdiff.format.commit import Commit
 from mdiff.format.dtypes import DType
 from mdiff.format.layout import Layout
 from mdiff.format.reader import DiffFile
-from mdiff.threads import shared_pool
+from mdiff.threads import in_pool, shared_pool
 from mdiff.updates.base import Change, Update, check_base, read_ahead, spec_of
 
 if TYPE_CHECKING:
@@ -412,7 +413,11 @@ class StateView(CheckpointReader):
         for head, run in _segments(self._plan.history[name]):
             if head is not None and pending is not None:
                 self._verify(pending, value, name)
-            job = None if head is None else shared_pool().submit(self._applied, head, value, name)
+            job: Future | None = None
+            if head is not None and run and not in_pool():  # a pool thread must not wait on the pool
+                job = shared_pool().submit(self._applied, head, value, name)
+            elif head is not None:
+                value = self._applied(head, value, name)
             try:
                 change = self._folded(run, name)
             finally:  # the head's read must end before its file may be closed
