@@ -137,6 +137,12 @@ def test_a_commit_whose_digest_is_not_its_state_is_md808(repo, tmp_path):
     assert rc == 1 and report["error"]["code"] == "MD808"
 
 
+def test_fsck_reports_a_commit_whose_digest_is_not_its_state(repo):
+    head, _ = _lying_commit(repo)
+    found = [(f.code, f.path) for f in repo.fsck()]
+    assert found == [("MD808", str(repo.commit_path(head)))]
+
+
 def test_a_lying_commit_gives_the_state_its_digest_names_or_nothing(repo):
     """With a snapshot forged to match the lie, a reader gives the values whose sha256 the digest names —
     never a third state: a commit id means one state or none (§13.5)."""

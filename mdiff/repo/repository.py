@@ -407,7 +407,8 @@ class Repository(Store):
     def fsck(self, check_data: bool = True, progress: Progress | None = None) -> list:
         """Every problem of the repository (SPEC.md §13): corrupt or invalid commit files, missing
         parents, malformed refs and ref names, anything under .mdiff/ that is not a regular file where one
-        belongs (each reported, and the check goes on), snapshots that disagree with their commits (MD807).
+        belongs (each reported, and the check goes on), commits whose `state_sha256` is not their state's digest
+        (MD808), snapshots that disagree with their commits (MD807).
         Returns Findings; unusable snapshots and the temporary files and folders a killed writer left are
         reported as warnings (MD303), with their sizes — they are harmless, and ``gc`` removes them.
         ``progress`` hears of the bytes of the commit and snapshot files checked."""
@@ -461,6 +462,10 @@ class Repository(Store):
                 for parent in self.parents(commit_id):
                     if parent not in known:
                         findings.append(Finding("MD801", str(path), f"parent {parent[:12]} is not in the repository"))
+        from mdiff.repo.states import state_digest_problems
+
+        for commit_id, why in state_digest_problems(self, [c for c in commit_ids if self.commit_path(c).is_file()]).items():
+            findings.append(Finding("MD808", str(self.commit_path(commit_id)), why))
         for path in snapshot_files:
             if path.name.startswith("."):
                 continue  # a temporary file: below

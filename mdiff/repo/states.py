@@ -616,6 +616,41 @@ def snapshot_inexact(snapshot: DiffFile, commit_id: str) -> set[str] | None:
     return listed if usable else None
 
 
+def state_digest_problems(repo: Repository, commit_ids: list[str]) -> dict[str, str]:
+    """MD808 for a checker (§4.2, §13.4): of the commits given, those whose `state_sha256` is not the digest
+    of the state their first parent's state and their updates make, with why. Each commit's claims are
+    computed once, from its first parent's, its file's metadata alone; a commit whose file or first-parent
+    line cannot be read is left out (the checker reports it otherwise)."""
+    known: dict[str, StateClaims] = {}
+    problems: dict[str, str] = {}
+    for commit_id in commit_ids:
+        try:
+            line: list[str] = []
+            cursor: str | None = commit_id
+            while cursor is not None and cursor not in known:
+                line.append(cursor)
+                parents = repo.parents(cursor)
+                cursor = parents[0] if parents else None
+            claims = known[cursor] if cursor is not None else StateClaims({}, {}, None)
+            for cid in reversed(line):
+                claims = StateClaims(dict(claims.parameters), dict(claims.files), claims.layout)
+                with repo.open_commit(cid) as diff:
+                    for name in diff:
+                        claims.after(diff[name], name)
+                    for path, update in diff.files.items():
+                        claims.after_file(update, path)
+                    if diff.layout is not None:
+                        claims.after_layout(diff.layout)
+                known[cid] = claims
+        except (RepositoryError, InvalidFileError):
+            continue
+        digest = repo.metadata(commit_id).state_sha256
+        if digest is not None and known[commit_id].digest() != digest:
+            problems[commit_id] = (f"its state_sha256 {digest[:12]}… is not the digest of the state its first "
+                                   f"parent's state and its updates make ({known[commit_id].digest()[:12]}…)")
+    return problems
+
+
 def snapshot_claims(snapshot: DiffFile) -> StateClaims:
     """What a snapshot holds, as the claims of a state (§13.5): its values' shapes, dtypes and sha256 (None
     for those its `meta.inexact` lists), its files' and its layout's sha256."""
