@@ -211,10 +211,10 @@ def build_MD104_version_1_9(path) -> None:
         write_string(f, "format_version", "1.9")
 
 
-def build_MD104_version_1_3_unknown_members(path) -> None:
+def build_MD104_version_1_99_unknown_members(path) -> None:
     """A newer minor version may add `commit` and `update` members; an older reader ignores them."""
     with _edit(path) as f:
-        write_string(f, "format_version", "1.3")
+        write_string(f, "format_version", "1.99")
         commit = _get_json(f, "commit")
         commit["signature"] = "abc"
         _set_json(f, "commit", commit)

@@ -97,7 +97,7 @@ def test_quick_bench_writes_every_row(tmp_path):
                     "## Committing and checking out a model folder", "## Start-up of the command line"):
         assert heading in md
     results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
-    assert len(results["targets"]) == 23
+    assert len(results["targets"]) == 24
     for target in results["targets"]:  # each target is judged, or says why it could not be
         assert target["met"] in (True, False) or target["detail"].startswith("not measured")
     again = tmp_path / "again"  # the report and chart can be made again from the JSON alone

@@ -186,7 +186,7 @@ def test_the_repository_cases_cover_section_13():
             updates |= {u.type for u in diff.values()}
     assert updates == {"dense", "sparse", "replace", "delete", "low_rank"}
     refused = {c.id: c for c in MANIFEST.cases if c.is_repository and c.family == "invalid"}
-    assert {c.code for c in refused.values()} == {"MD800", "MD801", "MD802", "MD805"}
+    assert {c.code for c in refused.values()} == {"MD800", "MD801", "MD802", "MD805", "MD808"}
     assert len(refused) >= 12
 
 

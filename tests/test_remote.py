@@ -362,6 +362,7 @@ def test_hostile_local_remotes_get_typed_errors_and_change_nothing(tmp_path):
     with bob.lock():
         bob.write_ref("refs/remotes/origin/main", first)
     (bob.dir / "commits" / f"{second}.mdiff").unlink()
+    before = snapshot_of(bob)  # the successful fetch's reflog line stays
     with remote.lock():  # reached by a ref: refused (a commit readers would refuse), nothing changes
         remote.create_branch("junk", junk_id)
     refused("MD802")

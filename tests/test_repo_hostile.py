@@ -434,7 +434,9 @@ def test_two_writers_creating_one_branch_exactly_one_wins(made, capsys):
 
 
 def _attribute_bytes(message: str, author: Author, meta: dict, parents: tuple[str, ...]) -> int:
-    return len(Commit(message, author=author, date=DATE, parents=parents, meta=meta).to_attribute().encode())
+    # as a repository writes it: with its state's digest (§4.2)
+    return len(Commit(message, author=author, date=DATE, parents=parents, meta=meta,
+                      state_sha256="0" * 64).to_attribute().encode())
 
 
 def _sized(field: str, extra: int, parents: tuple[str, ...]) -> dict:

@@ -50,6 +50,7 @@ from mdiff.format.attributes import write_string  # noqa: E402
 from mdiff.format.dtypes import DTYPES  # noqa: E402
 from mdiff.format.rules import RULES  # noqa: E402
 from mdiff.repo import Repository  # noqa: E402
+from mdiff.repo.states import StateClaims  # noqa: E402
 from mdiff.updates.base import sha256_hex  # noqa: E402
 from tests import ia3  # noqa: E402
 from tests import invalid_files as inv  # noqa: E402
@@ -892,6 +893,13 @@ def build_invalid(c: Corpus) -> None:
               "(its `message`), which rounds to infinity in binary64: an error like `Infinity` (§4.1)",
               lambda path: overflowing_number(path, "commit"), c.rules_base)
 
+    # §3.3, §4.2: `state_sha256` came with format version 1.3
+    c.invalid("MD202-state_sha256_before_1_3", "invalid", "MD202", "4.2", "MD202: the commit has a well-formed "
+              "`state_sha256`, a member that came with format version 1.3; the file says 1.0",
+              lambda path: mdiff.write(path, {"w": mdiff.dense(inv.W, inv.W_NEW)}, dataclasses.replace(
+                  commit("a member of a later version"), state_sha256=hashlib.sha256(b"a state").hexdigest())),
+              c.rules_base)
+
     # apply-time rules: a valid file, a base that does not fit (§9.2, §9.3)
     state = inv.base_state()
 
@@ -1480,6 +1488,21 @@ def refused_repositories(c: Corpus) -> None:
         changed[0, 0] += np.float32(1)
         p2 = repo.store(lambda w: w.add("w", mdiff.dense(mine, changed)), commit("next", parents=[p1], date=repo_date(2)))
         repo.set_branch("main", p2)
+
+    def state_digest_differs(path: Path):
+        """root: w replaced; next: w dense, its commit's state_sha256 the digest of another value of w."""
+        repo = Repository.init(path)
+        r0 = repo.store(lambda w: w.add("w", mdiff.replace(inv.W.copy())), commit("root", date=repo_date(0)))
+        other = inv.W_NEW.copy()
+        other[0, 0] += np.float32(1)
+        lie = StateClaims({"w": ((2, 4), DTYPES["float32"], sha256_hex(other))}, {}, None).digest()
+        meta = dataclasses.replace(commit("next", parents=[r0], date=repo_date(1)), state_sha256=lie)
+        p1 = repo.store(lambda w: w.add("w", mdiff.dense(inv.W, inv.W_NEW)), meta)
+        repo.set_branch("main", p1)
+
+    case("MD808-state_sha256_differs", "MD808", "main's commit (format 1.3) has a dense update of `w` and a "
+         "`state_sha256` that is the state digest (§4.2) of another value of `w` than the update makes: the commit "
+         "id would name two states", state_digest_differs, ["main", "HEAD"], small=False)
 
     case("MD805-xor_after_low_rank", "MD805", "main's commit has a dense (XOR) update of `w`, whose value in its first "
          "parent's state a low_rank update made: appliers agree on that value only within §7.5's tolerance, so the XOR "

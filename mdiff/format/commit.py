@@ -54,6 +54,7 @@ SCHEMA: dict[str, Any] = {
             },
         },
         "meta": {"type": "object", "additionalProperties": {"type": "string"}},
+        "state_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
     },
 }
 
@@ -136,9 +137,12 @@ class Commit:
     meta: Mapping[str, str] = field(default_factory=dict)
     writer_name: str = "mdiff"
     writer_version: str = field(default_factory=_writer_version)
+    # §4.2, format 1.3: sha256 of the digest object of the state the commit makes (§13.4), written by
+    # repository writers; None for a file without one
+    state_sha256: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        obj = {
             "author": {"name": self.author.name, "email": self.author.email},
             "date": self.date,
             "message": self.message,
@@ -146,6 +150,16 @@ class Commit:
             "writer": {"name": self.writer_name, "version": self.writer_version},
             "meta": dict(self.meta),
         }
+        if self.state_sha256 is not None:
+            obj["state_sha256"] = self.state_sha256
+        return obj
+
+    @property
+    def minor_version(self) -> int:
+        """The lowest minor format version that has every member this commit uses (§3.3)."""
+        from mdiff.format.constants import STATE_DIGEST_MINOR
+
+        return STATE_DIGEST_MINOR if self.state_sha256 is not None else 0
 
     def to_attribute(self) -> str:
         check(self.to_json())
@@ -161,6 +175,7 @@ class Commit:
             meta=dict(obj["meta"]),
             writer_name=obj["writer"]["name"],
             writer_version=obj["writer"]["version"],
+            state_sha256=obj.get("state_sha256"),
         )
 
 

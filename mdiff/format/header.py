@@ -9,7 +9,7 @@ from mdiff.errors import InvalidFileError
 from mdiff.format import canonical_json, commit as commit_module
 from mdiff.format.commit import Commit
 from mdiff.format.constants import (
-    ATTR_COMMIT, ATTR_EXTENSIONS, ATTR_FORMAT, ATTR_VERSION, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME,
+    ATTR_COMMIT, ATTR_EXTENSIONS, ATTR_FORMAT, ATTR_VERSION, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME, STATE_DIGEST_MINOR,
     FILES_GROUP, KNOWN_EXTENSIONS, LAYOUT_GROUP, PARAMETERS_GROUP, UPDATE_TYPES_GROUP,
 )
 from mdiff.format.findings import Finding
@@ -52,6 +52,10 @@ def parse_header(inventory: Inventory) -> tuple[Header | None, list[Finding]]:
             commit = commit_module.parse_attribute(attrs.get(ATTR_COMMIT), known_members_only=newer_minor)
         except InvalidFileError as exc:
             findings.append(Finding.from_error(exc))
+    if commit is not None and commit.state_sha256 is not None and version[1] < STATE_DIGEST_MINOR:
+        findings.append(Finding("MD202", "/", f"commit metadata is invalid: member 'state_sha256' exists from format "
+                                              f"version 1.{STATE_DIGEST_MINOR}; this file says {version[0]}.{version[1]}"))
+        commit = None
     for name in sorted(set(attrs) - ROOT_ATTRIBUTES):
         findings.append(Finding("MD303", "/", f"unknown root attribute {name!r}"))
     added_in_1_1 = (FILES_GROUP, LAYOUT_GROUP)

@@ -5,6 +5,7 @@ merge, squash, snapshot, diff, fsck, import-peft) over the store (store.py) and 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import stat
@@ -67,6 +68,10 @@ class Changes:
 
     def __bool__(self) -> bool:
         return bool(self.tensors or self.files or self.layout_changed)
+
+
+# holds the place of a commit's `state_sha256` until its updates are written (§4.2): the same length
+_PLACEHOLDER_DIGEST = "0" * 64
 
 
 class _NothingToCommit(Exception):
@@ -179,11 +184,13 @@ class Repository(Store):
         new_layout: Layout | None = getattr(new, "layout", None)
         file_kinds: dict[str, str] = {}
         layout_changed = False
+        claims = old.claims  # becomes the new state's, for its digest (§4.2 `state_sha256`)
 
         def write(writer: DiffWriter) -> None:
             nonlocal layout_changed
             for name, update in updates_between(old, new, explicit, masks, frozenset(inexact), names, done):
                 writer.add(name, update)
+                claims.after(update, name)
                 counts["deleted" if update.type == "delete" else "changed" if name in old else "added"] += 1
                 if update.type == "delete":
                     del specs[name]
@@ -196,19 +203,22 @@ class Repository(Store):
             if new_files is not None:
                 for path, update in file_updates(old.files, new_files):
                     writer.add_file(path, update)
+                    claims.after_file(update, path)
                     file_kinds[path] = ("deleted" if update.type == "delete"
                                         else "modified" if path in old.files else "added")
             if new_layout is not None:
                 encoded = new_layout.encode()
                 if encoded != old.layout_bytes:
-                    writer.set_layout(replace.encode(np.frombuffer(encoded, np.uint8)))
+                    layout_update = replace.encode(np.frombuffer(encoded, np.uint8))
+                    writer.set_layout(layout_update)
+                    claims.after_layout(layout_update)
                     layout_changed = True
             if not (allow_empty or any(counts.values()) or file_kinds or layout_changed):
                 raise _NothingToCommit
 
-        meta = Commit(message, parents=parents, **commit_fields)
+        meta = Commit(message, parents=parents, state_sha256=_PLACEHOLDER_DIGEST, **commit_fields)
         try:
-            commit_id = self.store(write, meta)
+            commit_id = self.store(write, meta, seal=lambda: dataclasses.replace(meta, state_sha256=claims.digest()))
         except _NothingToCommit:
             return None
         self.remember_inexact(commit_id, frozenset(inexact))
@@ -457,7 +467,8 @@ class Repository(Store):
     def fsck(self, check_data: bool = True, progress: Progress | None = None) -> list:
         """Every problem of the repository (SPEC.md §13): corrupt or invalid commit files, missing
         parents, malformed refs and ref names, anything under .mdiff/ that is not a regular file where one
-        belongs (each reported, and the check goes on), snapshots that disagree with their commits (MD807).
+        belongs (each reported, and the check goes on), commits whose `state_sha256` is not their state's digest
+        (MD808), snapshots that disagree with their commits (MD807).
         Returns Findings; unusable snapshots and the temporary files and folders a killed writer left are
         reported as warnings (MD303), with their sizes — they are harmless, and ``gc`` removes them.
         ``progress`` hears of the bytes of the commit and snapshot files checked."""
@@ -540,6 +551,10 @@ class Repository(Store):
                 for parent in self.parents(commit_id):
                     if parent not in known:
                         findings.append(Finding("MD801", str(path), f"parent {parent[:12]} is not in the repository"))
+        from mdiff.repo.states import state_digest_problems
+
+        for commit_id, why in state_digest_problems(self, [c for c in commit_ids if self.commit_path(c).is_file()]).items():
+            findings.append(Finding("MD808", str(self.commit_path(commit_id)), why))
         for path in snapshot_files:
             if path.name.startswith("."):
                 continue  # a temporary file: below

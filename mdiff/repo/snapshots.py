@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 # once compressed; CPU time of a checkout, mean over commits 10–20): no snapshots 3.00 s; k = 2: a
 # snapshot after every commit, 2.60× the bytes, 0.87 s; k = 4: 1.48×, 1.04 s; k = 8: 1.16×, 1.41 s;
 # k = 16: 1.08×, 1.79 s; the previous policy (uncompressed, >= 8 commits and >= 1 state): 1.19×, 1.30 s.
-# 8 stores less than the previous policy did for about the same checkouts; each checkout also walks
-# to the root (§13.5), 0.88 s of CPU here (0.37 s without hashing the 722 MB of commit files again).
+# 8 stores less than the previous policy did for about the same checkouts; each checkout also walked
+# to the root (§13.5), 0.88 s of CPU here (0.37 s without hashing the 722 MB of commit files again) —
+# no longer for commits with a state_sha256 (format 1.3), whose walk stops at a matching snapshot.
 SNAPSHOT_REPLAY_FACTOR = 8
 # ... or once it would apply this many commits, whatever their size: a replay holds their files open.
 SNAPSHOT_MAX_COMMITS = 256

@@ -1,27 +1,32 @@
 """SPEC.md §13.4–§13.5: the state at a commit, read parameter by parameter.
 
-Opening a :class:`StateView` walks first parents back to a root, checks every commit file's id
-(MD800), and makes one pass over the commits' *metadata*, oldest first: every update is checked
+Opening a :class:`StateView` walks first parents back to a root — or, for a commit with a
+`state_sha256` (§4.2), only back to the newest commit whose snapshot matches its own `state_sha256` —,
+checks every commit file's id (MD800), and makes one pass over the commits' *metadata*, oldest first: every update is checked
 against the state it will meet (MD600/MD601 → MD802, MD805), so the final state's names, shapes
 and dtypes are known before any tensor is read. Reading a tensor then applies just the updates
 of that parameter, in order: a model is never in memory whole, and a commit of a model folder or
 a checkout to one holds about one tensor at a time.
 
-A snapshot (§13.5) shortens a parameter's history only once the walk has shown that it agrees
-with its commits: the same names, shapes and dtypes as the state the commits define at its
+The claims at the commit are checked against its `state_sha256` when it has one (MD808): so the state is
+the same from a snapshot or from the root. Without digests, a snapshot (§13.5) shortens a parameter's
+history only once the walk has shown that it agrees with its commits: the same names, shapes and dtypes as the state the commits define at its
 commit, each exact value with the sha256 the commits record (MD807 otherwise, and the walk goes
 on as if it were not there). Inexact values are never taken from a snapshot: they are replayed.
 
 A `replace` (or `delete`) makes every earlier update of its parameter irrelevant, so the
-history of a parameter starts at its last `replace`. An XOR update (dense, sparse) maps a wrong
-base to a wrong result element for element, so a value's sha256 is checked only where the next
-update is not another XOR, and at the end: along a chain of XOR updates only the last sha256 is
-checked (§13.4).
+history of a parameter starts at its last `replace`. XOR updates (dense, sparse) compose (§13.4):
+a run of them is folded into one change (``Change``, the arithmetic in the update types) while the
+value it starts from is read on another core, and applied to that value once. XOR maps a wrong
+start to a wrong result element for element, so only the run's last sha256 is checked; a value is
+checked where no run follows it, and at the end.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+from concurrent.futures import Future
 import logging
 import math
 from collections.abc import Iterator, Mapping
@@ -37,12 +42,12 @@ from mdiff.format.commit import Commit
 from mdiff.format.dtypes import DType
 from mdiff.format.layout import Layout
 from mdiff.format.reader import DiffFile
-from mdiff.updates.base import Update, check_base, read_ahead
+from mdiff.threads import in_pool, shared_pool
+from mdiff.updates.base import Change, Update, check_base, read_ahead, spec_of
 
 if TYPE_CHECKING:
     from mdiff.repo.repository import Repository
 
-_XOR_TYPES = ("dense", "sparse")
 _KEEP_OPEN = 128  # commit files a walk keeps open (the newest): the others are read, closed, reopened if needed
 
 logger = logging.getLogger(__name__)
@@ -94,7 +99,7 @@ class _ClosedCommit(Mapping[str, Update]):
         return len(self._updates)
 
 
-@dataclass(frozen=True)
+@dataclass
 class StateClaims:
     """What the commits' metadata say the state at a commit holds (§13.5): each parameter's shape, dtype
     and sha256 (None for an inexact value, §13.4), each file's sha256, the layout's (None: no layout)."""
@@ -102,6 +107,35 @@ class StateClaims:
     parameters: dict[str, tuple[tuple[int, ...], DType, str | None]]
     files: dict[str, str]
     layout: str | None
+
+    def digest(self) -> str:
+        """§4.2 `state_sha256`: the sha256 of the state's digest object in canonical JSON (Appendix A) —
+        ``{"files": {path: sha256}, "layout": sha256 or null, "parameters": {name: {"dtype", "sha256"
+        (null: inexact), "shape"}}}``."""
+        digest_object = {
+            "files": dict(self.files),
+            "layout": self.layout,
+            "parameters": {name: {"dtype": dtype.name, "sha256": sha256, "shape": list(shape)}
+                           for name, (shape, dtype, sha256) in self.parameters.items()},
+        }
+        return hashlib.sha256(canonical_json.dumps(digest_object).encode("utf-8")).hexdigest()
+
+    def after(self, update: Update, name: str) -> None:
+        """The claims once ``update`` of parameter ``name`` is applied (metadata only)."""
+        if update.type == "delete":
+            self.parameters.pop(name, None)
+        else:
+            sha256 = update.sha256 if update.update_type.carries_sha256 else None
+            self.parameters[name] = (update.shape, update.dtype, sha256)
+
+    def after_file(self, update: Update, path: str) -> None:
+        if update.type == "delete":
+            self.files.pop(path, None)
+        else:
+            self.files[path] = update.sha256 or ""
+
+    def after_layout(self, update: Update) -> None:
+        self.layout = None if update.type == "delete" else update.sha256
 
 
 @dataclass
@@ -135,8 +169,9 @@ class StateView(CheckpointReader):
         self.rejected: dict[str, tuple[str, str]] = {}  # snapshots walked past: commit id → (code, why)
         self._opened = contextlib.ExitStack()  # the snapshot in use
         self._files: dict[str, contextlib.ExitStack] = {}  # the commit files held open, by id
+        self._by_digest: tuple[str, DiffFile] | None = None  # a snapshot that matches its commit's state_sha256
         try:
-            self._chain = self._walk()
+            self._chain = self._walk(short=True)
             self._plan = self._make_plan(snapshots=True)
             self._hold()
         except BaseException:
@@ -144,10 +179,12 @@ class StateView(CheckpointReader):
             raise
 
     # ------------------------------------------------------------ the metadata pass
-    def _walk(self) -> list[tuple[str, DiffFile | _ClosedCommit]]:
-        """Every commit from the root to this one, each file's id verified (MD800) and its metadata read:
-        the state is defined by all of them (§13.4), and a snapshot is checked against them (§13.5). The
-        newest files stay open; older ones are closed once read (their data is seldom needed)."""
+    def _walk(self, short: bool) -> list[tuple[str, DiffFile | _ClosedCommit]]:
+        """The commits from the root to this one, oldest first, each file's id verified (MD800) and its
+        metadata read: the state is defined by all of them (§13.4), and a snapshot is checked against them
+        (§13.5). With ``short``, and a `state_sha256` on this commit (§4.2), the walk stops at the newest
+        commit whose snapshot matches that commit's `state_sha256` (§13.5): it then starts there. The newest
+        files stay open; older ones are closed once read (their data is seldom needed)."""
         chain: list[tuple[str, DiffFile | _ClosedCommit]] = []  # newest first
         cursor = self.commit_id
         while cursor is not None:
@@ -157,9 +194,36 @@ class StateView(CheckpointReader):
                 self._files.pop(cursor).close()
             else:
                 chain.append((cursor, diff))
+            digest = diff.commit.state_sha256
+            if short and digest is not None and chain[0][1].commit.state_sha256 is not None \
+                    and self.repo.snapshot_path(cursor).exists() and self._start_by_digest(cursor, digest):
+                break
             parents = diff.commit.parents
             cursor = parents[0] if parents else None
         return chain[::-1]
+
+    def _start_by_digest(self, commit_id: str, digest: str) -> bool:
+        """§13.5: whether the snapshot of ``commit_id`` holds exactly the state its `state_sha256` names,
+        with no inexact value (those are replayed from the commits, so the walk goes on); kept open if so."""
+        snapshots = contextlib.ExitStack()
+        try:
+            snapshot = snapshots.enter_context(self.repo.open_snapshot(commit_id))  # no link followed (§13.1)
+        except InvalidFileError as exc:
+            self.rejected[commit_id] = ("MD303", f"not a usable mdiff file: {exc}")
+            return False
+        listed = snapshot_inexact(snapshot, commit_id)
+        if listed is None:
+            self.rejected[commit_id] = ("MD303", "not `replace` updates of its commit with a well-formed meta (§13.5)")
+        elif not listed:
+            if snapshot_claims(snapshot).digest() == digest:
+                self._by_digest = (commit_id, snapshot)
+                self._opened.enter_context(snapshots)
+                return True
+            self.rejected[commit_id] = ("MD807", "its contents differ from the state its commit's state_sha256 names")
+            logger.warning("the snapshot of %s disagrees with its commit's state_sha256: not used (MD807)",
+                           commit_id[:12])
+        snapshots.close()
+        return False
 
     def _open(self, commit_id: str) -> DiffFile:
         stack = contextlib.ExitStack()
@@ -186,8 +250,9 @@ class StateView(CheckpointReader):
                 if step.source in reopened:
                     step.update = reopened[step.source][name]
         for path, step in plan.files.items():
-            step.update = reopened[step.source].files[path]
-        if plan.layout is not None:
+            if step.source in reopened:
+                step.update = reopened[step.source].files[path]
+        if plan.layout is not None and plan.layout.source in reopened:
             layout = reopened[plan.layout.source].layout
             assert layout is not None  # the step came from it
             plan.layout.update = layout
@@ -200,6 +265,55 @@ class StateView(CheckpointReader):
         self._hold()
 
     def _make_plan(self, snapshots: bool) -> _Plan:
+        """The plan of every parameter's history, its claims checked against this commit's `state_sha256`
+        (MD808): from the snapshot the walk stopped at, else from the root (the walk completed first)."""
+        if snapshots and self._by_digest is not None:
+            plan = self._plan_from_snapshot(*self._by_digest)
+            if self._digest_problem(plan) is None:
+                return plan
+            logger.warning("the state planned from the snapshot of %s differs from the state_sha256 of %s: read "
+                           "again from the root", self._by_digest[0][:12], (self.commit_id or "")[:12])
+        self._by_digest = None
+        if self._chain and self._chain[0][1].commit.parents:  # a short walk: the rest of the way to the root
+            for stack in self._files.values():
+                stack.close()
+            self._files.clear()
+            self._chain = self._walk(short=False)
+        plan = self._plan_from_root(snapshots)
+        problem = self._digest_problem(plan)
+        if problem is not None:
+            raise RepositoryError("MD808", problem)
+        return plan
+
+    def _digest_problem(self, plan: _Plan) -> str | None:
+        """Why the plan's claims are not the state this commit's `state_sha256` names (§4.2), or None."""
+        digest = self._chain[-1][1].commit.state_sha256 if self._chain else None
+        if digest is None or plan.claims().digest() == digest:
+            return None
+        return (f"commit {(self.commit_id or '')[:12]} records state_sha256 {digest[:12]}…, but its first parent's "
+                f"state and its updates make a state whose digest is {plan.claims().digest()[:12]}…")
+
+    def _plan_from_snapshot(self, commit_id: str, snapshot: DiffFile) -> _Plan:
+        """The plan from a snapshot that matches its commit's `state_sha256` (the chain's first commit), and
+        the commits after it."""
+        plan = _Plan(start=commit_id, commits_after_start=len(self._chain) - 1)
+        source = f"snapshot {commit_id[:12]}"
+        for name in snapshot:
+            update = snapshot[name]
+            plan.specs[name] = (update.shape, update.dtype)
+            plan.history[name] = [_Step(update, source, 0)]
+        plan.files = {path: _Step(update, source, 0) for path, update in snapshot.files.items()}
+        plan.layout = _Step(snapshot.layout, source, 0) if snapshot.layout is not None else None
+        for order, (commit_id_after, diff) in enumerate(self._chain[1:], start=1):
+            try:
+                _plan_commit(plan, commit_id_after, diff, order)
+            except ApplyError as exc:
+                raise RepositoryError("MD802", f"commit {commit_id_after[:12]} cannot be applied: {exc}") from exc
+        if self.commit_id is not None:
+            self.repo.remember_inexact(self.commit_id, frozenset(plan.inexact))
+        return plan
+
+    def _plan_from_root(self, snapshots: bool) -> _Plan:
         plan = _Plan(commits_after_start=len(self._chain))
         claims: dict[int, StateClaims] = {}  # at each commit that has a snapshot file
         with_snapshot = {i for i, (commit_id, _) in enumerate(self._chain)
@@ -291,29 +405,68 @@ class StateView(CheckpointReader):
             return self._replay(name)
 
     def _replay(self, name: str) -> np.ndarray:
-        steps = self._plan.history[name]
+        """The parameter's history applied segment by segment (see :func:`_segments`): each segment's head
+        is applied on another core while the run of updates after it is folded into one change (§13.4),
+        which then meets the head's value once; a value's sha256 is checked where no run follows it."""
         value: np.ndarray | None = None
         pending: _Step | None = None  # the step whose sha256 the value must have, once checked
-        ahead = read_ahead((step.source, step.update) for step in steps)
-        try:
-            for step, (_, update) in zip(steps, ahead, strict=True):
-                if pending is not None and update.type not in _XOR_TYPES:
-                    self._verify(pending, value, name)
-                try:
-                    value = update.apply(value, name, self.engine, scratch=True, verify=False, check_base_sha256=False)
-                except (InvalidFileError, ApplyError) as exc:
-                    if step.source.startswith("snapshot "):  # a damaged cache: a walk without it tells
-                        raise SnapshotUnusable(self._plan.start) from exc
-                    raise RepositoryError("MD802", f"{step.source} cannot be applied to {name!r}: {exc}") from exc
-                pending = step if update.update_type.carries_sha256 else None
-        except InvalidFileError as exc:  # data read ahead that does not decode (MD513): the commit is unusable
-            raise RepositoryError("MD802", f"{name!r} cannot be read: {exc}") from exc
-        finally:
-            ahead.close()
+        for head, run in _segments(self._plan.history[name]):
+            if head is not None and pending is not None:
+                self._verify(pending, value, name)
+            job: Future | None = None
+            if head is not None and run and not in_pool():  # a pool thread must not wait on the pool
+                job = shared_pool().submit(self._applied, head, value, name)
+            elif head is not None:
+                value = self._applied(head, value, name)
+            try:
+                change = self._folded(run, name)
+            finally:  # the head's read must end before its file may be closed
+                value = value if job is None else job.result()
+            if head is not None:
+                pending = head if head.update.update_type.carries_sha256 else None
+            if change is not None:
+                with self._failure(run[0], name):
+                    check_base(run[0].update, spec_of(value, name), name)
+                assert value is not None  # checked just above (MD600)
+                value = change.applied_to(value)
+                pending = run[-1]
         if pending is not None:
             self._verify(pending, value, name)
         assert value is not None  # the planned history never ends in a delete
         return value
+
+    def _applied(self, step: _Step, value: np.ndarray | None, name: str) -> np.ndarray | None:
+        """One update applied to ``value`` (whose buffer it may overwrite), its sha256 left to the caller."""
+        with self._failure(step, name):
+            return step.update.apply(value, name, self.engine, scratch=True, verify=False, check_base_sha256=False)
+
+    def _folded(self, run: list[_Step], name: str) -> Change | None:
+        """The run's updates folded into one change (§13.4), each read while the one before is folded."""
+        if not run:
+            return None
+        change: Change | None = None
+        ahead = read_ahead((step.source, step.update) for step in run)
+        try:
+            for step in run:
+                with self._failure(step, name):
+                    _, update = next(ahead)
+                    if change is None:
+                        change = Change.fold_first(update, name)
+                    else:
+                        change.fold(update, name)
+        finally:
+            ahead.close()
+        return change
+
+    @contextlib.contextmanager
+    def _failure(self, step: _Step, name: str) -> Iterator[None]:
+        """A step's failure reported as §13.4 says: MD802, or (from a snapshot) the snapshot walked past."""
+        try:
+            yield
+        except (InvalidFileError, ApplyError) as exc:
+            if step.source.startswith("snapshot "):  # a damaged cache: a walk without it tells
+                raise SnapshotUnusable(self._plan.start) from exc
+            raise RepositoryError("MD802", f"{step.source} cannot be applied to {name!r}: {exc}") from exc
 
     def _verify(self, step: _Step, value: np.ndarray | None, name: str) -> None:
         try:
@@ -394,6 +547,28 @@ class StateFiles(Mapping[str, bytes]):
         return sha
 
 
+def _segments(steps: list[_Step]) -> Iterator[tuple[_Step | None, list[_Step]]]:
+    """A parameter's history as (head, run) pairs, in order: a head is applied on its own (None: the run
+    goes on from the value before it), the run is the longest series of updates after it that compose
+    with each other (§13.4: they are merged before the value is touched)."""
+    i = 0
+    while i < len(steps):
+        head = None
+        if i == 0 or steps[i].update.update_type.composition is None:
+            head, i = steps[i], i + 1
+        run: list[_Step] = []
+        kind = _composition_name(steps[i]) if i < len(steps) else None
+        while kind is not None and i < len(steps) and _composition_name(steps[i]) == kind:
+            run.append(steps[i])
+            i += 1
+        yield head, run
+
+
+def _composition_name(step: _Step) -> str | None:
+    composition = step.update.update_type.composition
+    return None if composition is None else composition.name
+
+
 def _plan_commit(plan: _Plan, commit_id: str, diff: DiffFile | _ClosedCommit, order: int) -> None:
     """One commit's metadata against the state it meets (§13.4): MD805 for every update first, then
     MD600/MD601 for each (raised as ApplyError, reported by the caller as MD802)."""
@@ -439,6 +614,51 @@ def snapshot_inexact(snapshot: DiffFile, commit_id: str) -> set[str] | None:
     usable = (snapshot.commit.meta.get("snapshot_of") == commit_id and listed is not None
               and listed <= set(snapshot) and all(update.type == "replace" for update in updates))
     return listed if usable else None
+
+
+def state_digest_problems(repo: Repository, commit_ids: list[str]) -> dict[str, str]:
+    """MD808 for a checker (§4.2, §13.4): of the commits given, those whose `state_sha256` is not the digest
+    of the state their first parent's state and their updates make, with why. Each commit's claims are
+    computed once, from its first parent's, its file's metadata alone; a commit whose file or first-parent
+    line cannot be read is left out (the checker reports it otherwise)."""
+    known: dict[str, StateClaims] = {}
+    problems: dict[str, str] = {}
+    for commit_id in commit_ids:
+        try:
+            line: list[str] = []
+            cursor: str | None = commit_id
+            while cursor is not None and cursor not in known:
+                line.append(cursor)
+                parents = repo.parents(cursor)
+                cursor = parents[0] if parents else None
+            claims = known[cursor] if cursor is not None else StateClaims({}, {}, None)
+            for cid in reversed(line):
+                claims = StateClaims(dict(claims.parameters), dict(claims.files), claims.layout)
+                with repo.open_commit(cid) as diff:
+                    for name in diff:
+                        claims.after(diff[name], name)
+                    for path, update in diff.files.items():
+                        claims.after_file(update, path)
+                    if diff.layout is not None:
+                        claims.after_layout(diff.layout)
+                known[cid] = claims
+        except (RepositoryError, InvalidFileError):
+            continue
+        digest = repo.metadata(commit_id).state_sha256
+        if digest is not None and known[commit_id].digest() != digest:
+            problems[commit_id] = (f"its state_sha256 {digest[:12]}… is not the digest of the state its first "
+                                   f"parent's state and its updates make ({known[commit_id].digest()[:12]}…)")
+    return problems
+
+
+def snapshot_claims(snapshot: DiffFile) -> StateClaims:
+    """What a snapshot holds, as the claims of a state (§13.5): its values' shapes, dtypes and sha256 (None
+    for those its `meta.inexact` lists), its files' and its layout's sha256."""
+    listed = inexact_listed(snapshot.commit.meta) or set()
+    parameters = {name: (snapshot[name].shape, snapshot[name].dtype, None if name in listed else snapshot[name].sha256)
+                  for name in snapshot}
+    return StateClaims(parameters, {path: update.sha256 or "" for path, update in snapshot.files.items()},
+                       snapshot.layout.sha256 if snapshot.layout is not None else None)
 
 
 def snapshot_disagreement(snapshot: DiffFile, commit_id: str, claims: StateClaims) -> tuple[str, str] | None:

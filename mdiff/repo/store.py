@@ -29,7 +29,9 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from mdiff.atomic import TEMP_SUFFIX, fsync_directory
 from mdiff.errors import InvalidFileError, RepositoryError
+from mdiff.format.attributes import overwrite_string
 from mdiff.format.commit import Commit
+from mdiff.format.constants import ATTR_COMMIT
 from mdiff.format.reader import DiffFile, open_diff
 from mdiff.isolation import Isolation, isolation_supported
 from mdiff.format.writer import DiffWriter
@@ -891,8 +893,10 @@ class Store:
         return diff
 
     def store(self, write: Callable[[DiffWriter], None], commit: Commit, compression: str = "gzip",
-              directory: str = "commits") -> str:
-        """Write a commit file with ``write``; file it under its sha256; return that id.
+              directory: str = "commits", seal: Callable[[], Commit] | None = None) -> str:
+        """Write a commit file with ``write``; file it under its sha256; return that id. With ``seal``, the
+        commit metadata is ``seal()``, asked for once ``write`` is done: ``commit`` holds its place, with a
+        ``state_sha256`` of the same length (§4.2), which the metadata's state digest replaces in place.
 
         The file is complete, synced, and read back as its readers will read it (the limits of §8.3
         included) before it gets its name, so a crash leaves at most a stray temporary file, never a
@@ -905,8 +909,11 @@ class Store:
             os.close(os.open(prefix + temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o666,
                              dir_fd=fd))
             try:
-                with DiffWriter(os.path.join(folder, temp), commit, compression) as writer:
+                sealed = _SealedWriter(os.path.join(folder, temp), commit, compression)
+                with sealed as writer:
                     write(writer)
+                    if seal is not None:
+                        sealed.seal(seal())
                 commit_id = self._read_back(fd, prefix + temp, self.dir / directory / temp, directory == "commits")
                 _rename(fd, prefix, temp, f"{commit_id}.mdiff")
             except BaseException:
@@ -931,3 +938,18 @@ class Store:
             return commit_id
         finally:
             os.close(fd)
+
+
+class _SealedWriter(DiffWriter):
+    """A DiffWriter whose commit metadata is completed once the updates are written: a commit's
+    `state_sha256` (§4.2) names the state its updates make. The metadata is written first with a
+    placeholder of the same length and rewritten where it lies (the file's bytes stay deterministic),
+    and the file says the version that has the member (§3.3)."""
+
+    def __init__(self, path, commit: Commit, compression: str):
+        super().__init__(path, commit, compression)
+        self._minor = max(self._minor, commit.minor_version)
+
+    def seal(self, commit: Commit) -> None:
+        overwrite_string(self._file, ATTR_COMMIT, commit.to_attribute())  # ValueError if the length differs
+        self._minor = max(self._minor, commit.minor_version)

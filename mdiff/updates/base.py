@@ -294,6 +294,56 @@ Problem = tuple[str, str, str]
 
 
 @dataclass(frozen=True)
+class Composition:
+    """How consecutive updates of one parameter merge into one change before their base is touched
+    (SPEC.md §13.4). Updates whose compositions share a ``name`` compose with each other, and with no
+    other; a run of them becomes one :class:`Change`, applied to the base once.
+
+    XOR updates (dense and sparse, version 1) compose by XOR: ``base ⊕ d1 ⊕ d2 = base ⊕ (d1 ⊕ d2)``. A
+    type whose change is an integer difference modulo 2^w composes by addition in the same way, under
+    a name of its own."""
+
+    name: str
+    fold: Callable[[np.ndarray, "Update", str], None]  # (change bits, update, parameter name): folded in place
+    apply: Callable[[np.ndarray, np.ndarray], None]  # (base bits, change bits): the result, into the base's bits
+
+
+@dataclass
+class Change:
+    """A run of composing updates folded into one (§13.4): the parameter's bits at its storage width,
+    flat in C order; all zero bits, for each composition here, is the change that changes nothing."""
+
+    composition: Composition
+    bits: np.ndarray
+
+    @classmethod
+    def fold_first(cls, update: "Update", name: str) -> "Change":
+        composition = update.update_type.composition
+        if composition is None:
+            raise ValueError(f"a {update.type} update does not compose")
+        change = cls(composition, np.zeros(math.prod(update.shape), update.dtype.bits))
+        change.fold(update, name)
+        return change
+
+    def fold(self, update: "Update", name: str) -> None:
+        """The update's change added after those folded so far; refused (InvalidFileError) where the
+        update's apply would refuse its data."""
+        composition = update.update_type.composition
+        if composition is None or composition.name != self.composition.name:
+            raise ValueError(f"a {update.type} update does not compose with {self.composition.name} updates")
+        composition.fold(self.bits, update, name)
+
+    def applied_to(self, base: np.ndarray) -> np.ndarray:
+        """``base`` with the change applied, in its own buffer (the caller owns it)."""
+        self.composition.apply(base.view(self.bits.dtype).reshape(-1), self.bits)
+        return base
+
+
+def xor_into(bits: np.ndarray, change: np.ndarray) -> None:
+    np.bitwise_xor(bits, change, out=bits)
+
+
+@dataclass(frozen=True)
 class UpdateType:
     """One registered update type: everything the format says about it, in one place."""
 
@@ -313,6 +363,8 @@ class UpdateType:
     onnx_models: Callable[[], dict[str, Any]]  # model name → onnx.ModelProto
     # The engine `apply` uses unless told otherwise: the faster of the two, as tools/bench/engines.py measures.
     preferred_engine: str = "onnx"
+    # How runs of these updates merge before the base is read (§13.4); None: applied one at a time.
+    composition: Composition | None = None
 
 
 class Runner(Protocol):

@@ -14,9 +14,11 @@ import numpy as np
 
 from mdiff.format.dtypes import as_bits, dtype_of, from_bits, xor_bits
 from mdiff.format.onnx_functions import BITS_NAMES, BITS_TYPES, make_model, tensor
+from mdiff.errors import InvalidFileError
 from mdiff.updates.base import (
     iter_blocks,
-    Problem, Runner, Update, UpdateType, bool_values_problems, expect_datasets, no_problems, sha256_hex, update_schema,
+    Composition, Problem, Runner, Update, UpdateType, bool_values_problems, expect_datasets, no_problems, sha256_hex,
+    update_schema, xor_into,
 )
 
 NAME = "dense"
@@ -58,6 +60,19 @@ def _apply_numpy(update: Update, base: np.ndarray, scratch: bool) -> np.ndarray:
     return from_bits(out, update.dtype)
 
 
+def _fold(change: np.ndarray, update: Update, name: str) -> None:
+    """§13.4: this update's XOR pattern folded into a run's change (refused as its apply would refuse it)."""
+    xor = update.array("xor").reshape(-1)
+    if update.dtype.name == "bool":  # a 0/1 base stays 0/1 under 0/1 patterns: what apply's result check says
+        problem = next(bool_values_problems(xor, "xor"), None)
+        if problem:
+            raise InvalidFileError("MD409", "the update makes a bool value other than 0 or 1", name)
+    np.bitwise_xor(change, xor, out=change)
+
+
+COMPOSITION = Composition("xor", _fold, xor_into)
+
+
 def _model_name(itemsize: int) -> str:
     return f"{NAME}_{BITS_NAMES[itemsize]}"
 
@@ -89,4 +104,5 @@ TYPE = UpdateType(
     check_meta=no_problems, check_layout=_check_layout, check_data=_check_data,
     apply_numpy=_apply_numpy, apply_onnx=_apply_onnx, onnx_models=_onnx_models,
     preferred_engine="numpy",  # onnxruntime 1.32's BitwiseXor kernel is not vectorised: 1.5–1.8× numpy's in-place XOR
+    composition=COMPOSITION,
 )

@@ -15,8 +15,10 @@ import numpy as np
 from mdiff.errors import InvalidFileError
 from mdiff.format.dtypes import as_bits, dtype_of, from_bits, xor_bits
 from mdiff.format.onnx_functions import BITS_NAMES, BITS_TYPES, INT64, make_model, tensor
+from mdiff.updates import dense
 from mdiff.updates.base import (
-    Problem, Runner, Update, UpdateType, bool_values_problems, expect_datasets, no_problems, sha256_hex, update_schema,
+    Composition, Problem, Runner, Update, UpdateType, bool_values_problems, expect_datasets, no_problems, sha256_hex,
+    update_schema,
 )
 
 NAME = "sparse"
@@ -85,6 +87,21 @@ def _apply_numpy(update: Update, base: np.ndarray, scratch: bool) -> np.ndarray:
     return from_bits(bits, update.dtype)
 
 
+def _fold(change: np.ndarray, update: Update, name: str) -> None:
+    """§13.4: this update's patterns XORed into a run's change at their indices (MD408, MD409 as its apply)."""
+    positions = _checked_indices(update, change.size).view(np.int64)
+    xor = update.array("xor")
+    if update.dtype.name == "bool":
+        problem = next(bool_values_problems(xor, "xor"), None)
+        if problem:
+            raise InvalidFileError("MD409", "the update makes a bool value other than 0 or 1", name)
+    change[positions] ^= xor
+
+
+# composes with dense updates: both are XORs of bit patterns (§7.3, §7.4)
+COMPOSITION = Composition(dense.COMPOSITION.name, _fold, dense.COMPOSITION.apply)
+
+
 def _model_name(itemsize: int) -> str:
     return f"{NAME}_{BITS_NAMES[itemsize]}"
 
@@ -127,4 +144,5 @@ TYPE = UpdateType(
     # onnxruntime 1.32's ScatterElements passes over the whole base even when the output is bound
     # onto it: 1% changes of a 4096×1024 float32 tensor took 1.1–2.4 ms vs numpy's 0.25–0.45 ms.
     preferred_engine="numpy",
+    composition=COMPOSITION,
 )

@@ -68,6 +68,7 @@ MD804 error 13.7 a merge has conflicts the strategy cannot resolve
 MD805 error 13.4 an exact update reads a base value that an inexact update (low_rank) made
 MD806 error 13.6 a commit would delete most of its parent's parameters, unconfirmed
 MD807 error 13.5 a snapshot disagrees with the commits of its commit id
+MD808 error 13.4 a commit's state_sha256 is not the digest of the state its first parent's state and its updates make
 MD700 error 10 the checkpoint format is not supported
 MD701 error 10 the checkpoint file is malformed
 MD702 error 10 the checkpoint holds a dtype the format does not support

@@ -436,6 +436,12 @@ export class Repository {
       if (kindOf(this.snapshotPath(cid)) === "a regular file") {
         claimsAt.set(i, { params: new Map(claims.params), files: new Map(claims.files), layout: claims.layout });
       }
+      if (i === chain.length - 1 && v.commit && typeof v.commit.state_sha256 === "string") {
+        const got = stateDigest(claims);
+        if (got !== v.commit.state_sha256) {
+          throw new MdiffError("MD808", `commit ${short(cid)} records state_sha256 ${short(v.commit.state_sha256)}…, but its first parent's state and its updates make a state whose digest is ${short(got)}… (§4.2)`);
+        }
+      }
     }
     let state = new Map();
     let files = new Map(); // path -> size in bytes
@@ -470,6 +476,31 @@ export class Repository {
     }
     return state;
   }
+}
+
+// §4.2 `state_sha256`: the sha256 of the state's digest object in canonical JSON (Appendix A): members
+// sorted by code point, no whitespace, strings escaped as JSON.stringify does (", \ and controls).
+const byCodePoint = (a, b) => {
+  const x = Array.from(a), y = Array.from(b);
+  for (let i = 0; i < Math.min(x.length, y.length); i++) {
+    const d = x[i].codePointAt(0) - y[i].codePointAt(0);
+    if (d !== 0) return d;
+  }
+  return x.length - y.length;
+};
+function canonical(value) {
+  if (value === null || typeof value !== "object") return JSON.stringify(value);
+  if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
+  const keys = Object.keys(value).sort(byCodePoint);
+  return `{${keys.map((k) => `${JSON.stringify(k)}:${canonical(value[k])}`).join(",")}}`;
+}
+export function stateDigest(claims) {
+  const parameters = Object.create(null); // a parameter may be named "__proto__"
+  for (const [name, c] of claims.params) parameters[name] = { dtype: c.dtype, sha256: c.sha256, shape: c.shape.map(Number) };
+  const files = Object.create(null);
+  for (const [name, sha256] of claims.files) files[name] = sha256;
+  const text = canonical({ files, layout: claims.layout, parameters });
+  return crypto.createHash("sha256").update(Buffer.from(text, "utf8")).digest("hex");
 }
 
 // One commit's metadata against the claims of its first parent's state (§13.4), which it then updates

@@ -55,10 +55,16 @@ function withoutMember(obj, name) {
   return copy;
 }
 
-export function checkCommit(c, strict = true) {
+// `minor`: the file's minor format version; `state_sha256` (§4.2) came with 1.3 (null: any version).
+export function checkCommit(c, strict = true, minor = null) {
   const errs = [];
   if (!isPlainObject(c)) return [`(root): ${describe(c)} is not an object`];
-  members(errs, "(root)", c, ["author", "date", "message", "parents", "writer", "meta"], [], strict);
+  const hasStateDigest = minor === null || minor >= 3n;
+  members(errs, "(root)", c, ["author", "date", "message", "parents", "writer", "meta"], hasStateDigest ? ["state_sha256"] : [], strict);
+  if (strict && !hasStateDigest && "state_sha256" in c) {
+    errs.push(`(root): member 'state_sha256' is not allowed in format version 1.${minor} (it came with 1.3, §3.3)`);
+  }
+  if (hasStateDigest && "state_sha256" in c) str(errs, "state_sha256", c.state_sha256, { pattern: HEX64 });
   if ("author" in c) {
     const a = c.author;
     if (!isPlainObject(a)) errs.push("author: is not an object");

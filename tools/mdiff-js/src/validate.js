@@ -25,7 +25,7 @@ export const DEFAULT_LIMITS = {
 };
 
 const READER_MAJOR = 1;
-const READER_MINOR = 2; // §3.3: this document (and this reader) defines version 1.2
+const READER_MINOR = 3; // §3.3: this document (and this reader) defines version 1.3
 const KNOWN_EXTENSIONS = new Set(); // versions 1.0 to 1.2 define none
 // §5.7: the root members each version defines (besides /parameters and /update_types of 1.0)
 const V1_1_GROUPS = ["files", "layout"];
@@ -478,7 +478,7 @@ export class Validation {
       return;
     }
     this.commit = c;
-    const errs = checkCommit(c, this.strict);
+    const errs = checkCommit(c, this.strict, this.version ? this.version.minor : null);
     if (errs.length) this.add("MD202", "/", `commit metadata is invalid: ${errs.join("; ")}`);
   }
 
