@@ -2,10 +2,11 @@
 
 FORMAT_NAME = "mdiff"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 2  # the newest minor version this reader implements (§3.3)
+FORMAT_MINOR = 3  # the newest minor version this reader implements (§3.3)
 FORMAT_VERSION = "1.0"  # what a writer writes for a file that uses nothing a later minor version added
 FILES_MINOR = 1  # the minor version that added /files and /layout (§5.5, §5.6)
 BASE_SHA256_MINOR = 2  # … and the `base_sha256` member of an update (§7.1)
+SUB_MINOR = 3  # … and version 2 of `dense` and `sparse`: SUB deltas, sparse gaps (§7.3, §7.4)
 
 # Root attributes (§3.2, §3.4, §4.1)
 ATTR_FORMAT = "format"
