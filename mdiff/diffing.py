@@ -43,12 +43,23 @@ def relative_change(old: np.ndarray, new: np.ndarray) -> float | None:
 
 def _norm_ratio(o: np.ndarray, n: np.ndarray, compute: type) -> float | None:
     change = base = 0.0
+    block = min(_BLOCK, o.size)
+    d: np.ndarray = np.empty(block, compute)  # one buffer for every block's difference (and, if needed, its conversion)
+    a = d if o.dtype == compute else np.empty(block, compute)
     with np.errstate(invalid="ignore", over="ignore"):  # inf − inf: the ratio is dropped below
         for start in range(0, o.size, _BLOCK):
-            a: np.ndarray = o[start:start + _BLOCK].astype(compute)
-            d = n[start:start + _BLOCK].astype(compute) - a
-            change += float(np.dot(d, d))
-            base += float(np.dot(a, a))
+            stop = min(start + _BLOCK, o.size)
+            if o.dtype == compute:  # no conversion: the blocks are read where they lie
+                old_block, new_block = o[start:stop], n[start:stop]
+                diff = np.subtract(new_block, old_block, out=d[:stop - start])
+            else:
+                old_block = a[:stop - start]
+                old_block[...] = o[start:stop]
+                diff = d[:stop - start]
+                diff[...] = n[start:stop]
+                np.subtract(diff, old_block, out=diff)
+            change += float(np.dot(diff, diff))
+            base += float(np.dot(old_block, old_block))
     if not (math.isfinite(change) and math.isfinite(base)) or base == 0:
         return None if change else 0.0
     return math.sqrt(change) / math.sqrt(base)
@@ -78,13 +89,15 @@ def diff_tensor(old: np.ndarray | None, new: np.ndarray | None, version: int = D
     if old.shape != new.shape or old.dtype != new.dtype:  # canonical: one numpy dtype per spec dtype
         return replace.encode(new)
     version = dense.delta_version(version, dtype_of(new).name)
-    # §7.1 base_sha256, hashed on another core while the delta and its statistics are made
+    # §7.1 base_sha256 and the result's sha256, hashed on other cores while the delta and its statistics are made
     base_sha256 = shared_pool().submit(sha256_hex, old)
+    new_sha256 = shared_pool().submit(sha256_hex, new)
     # nonzero exactly where the bits differ: the XOR, or the wrapping difference zigzagged below
     delta = xor_bits(old, new) if version == 1 else np.asarray(np.subtract(as_bits(new), as_bits(old)))
     changed = int(np.count_nonzero(delta))
     if changed == 0:
         base_sha256.cancel()
+        new_sha256.cancel()
         return None
     stats: dict[str, int | float] = {"changed": changed}
     rel = relative_change(old, new)
@@ -95,10 +108,10 @@ def diff_tensor(old: np.ndarray | None, new: np.ndarray | None, version: int = D
         flat = delta.reshape(-1)
         indices = np.flatnonzero(flat).astype(sparse.INDEX_DTYPE)
         values = flat[indices] if version == 1 else SubDelta.zigzag(flat[indices], in_place=True)
-        return sparse.from_entries(new, indices, values, stats, base_sha256.result(), version)
+        return sparse.from_entries(new, indices, values, stats, base_sha256.result(), version, new_sha256.result())
     if version == 2:
         delta = SubDelta.zigzag(delta, in_place=True)
-    return dense.from_delta(delta, new, stats, base_sha256.result(), version)
+    return dense.from_delta(delta, new, stats, base_sha256.result(), version, new_sha256.result())
 
 
 def file_updates(old: Mapping[str, bytes], new: Mapping[str, bytes]) -> Iterator[tuple[str, Update]]:

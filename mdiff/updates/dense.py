@@ -40,9 +40,11 @@ def encode(old: np.ndarray, new: np.ndarray, stats: Mapping | None = None, versi
 
 
 def from_delta(delta: np.ndarray, new: np.ndarray, stats: Mapping | None = None, base_sha256: str | None = None,
-               version: int = 1) -> Update:
-    """The dense update of ``version`` storing ``delta`` (what that version's delta of old and new is)."""
-    meta = {"type": NAME, "version": version, "shape": list(new.shape), "dtype": dtype_of(new).name, "sha256": sha256_hex(new)}
+               version: int = 1, sha256: str | None = None) -> Update:
+    """The dense update of ``version`` storing ``delta`` (what that version's delta of old and new is);
+    ``sha256``: of ``new``, when the caller has it already."""
+    meta = {"type": NAME, "version": version, "shape": list(new.shape), "dtype": dtype_of(new).name,
+            "sha256": sha256 or sha256_hex(new)}
     if base_sha256 is not None:
         meta["base_sha256"] = base_sha256
     if stats:

@@ -48,10 +48,12 @@ def from_xor(xor: np.ndarray, new: np.ndarray, stats: Mapping | None = None, bas
 
 
 def from_entries(new: np.ndarray, indices: np.ndarray, delta: np.ndarray, stats: Mapping | None = None,
-                 base_sha256: str | None = None, version: int = 1) -> Update:
+                 base_sha256: str | None = None, version: int = 1, sha256: str | None = None) -> Update:
     """The sparse update of ``version`` changing the elements at ``indices`` (strictly increasing) by
-    ``delta`` (that version's delta of the old and new patterns there)."""
-    meta = {"type": NAME, "version": version, "shape": list(new.shape), "dtype": dtype_of(new).name, "sha256": sha256_hex(new)}
+    ``delta`` (that version's delta of the old and new patterns there); ``sha256``: of ``new``, when the
+    caller has it already."""
+    meta = {"type": NAME, "version": version, "shape": list(new.shape), "dtype": dtype_of(new).name,
+            "sha256": sha256 or sha256_hex(new)}
     if base_sha256 is not None:
         meta["base_sha256"] = base_sha256
     if stats:
@@ -76,6 +78,14 @@ def indices_of(gaps: np.ndarray) -> np.ndarray:
     if indices.size > 1:
         indices[1:] += np.uint64(1)
     return np.cumsum(indices, dtype=INDEX_DTYPE)
+
+
+def positions_of(update: Update) -> np.ndarray:
+    """The flat positions a sparse update of either version changes, as stored (not checked: MD408 is
+    the applier's and validator's)."""
+    if "gaps" in update.data:
+        return indices_of(update.array("gaps"))
+    return update.array("indices")
 
 
 def _index_problems(indices: np.ndarray, size: int, dataset: str = "indices") -> Iterator[Problem]:
