@@ -27,7 +27,7 @@ def _details(update: Update) -> dict[str, Any]:
     out: dict[str, Any] = {}
     stats = update.meta.get("stats", {})
     if update.type == "sparse":
-        nnz = int(update.data["indices"].shape[0])
+        nnz = int(update.data["gaps" if "gaps" in update.data else "indices"].shape[0])  # one per entry (§7.4)
         out["nnz"] = nnz
         out["density"] = nnz / numel if numel else 0.0
     elif "changed" in stats:

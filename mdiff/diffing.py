@@ -15,11 +15,12 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
-from mdiff.format.dtypes import canonical, xor_bits
+from mdiff.format.dtypes import as_bits, canonical, dtype_of, xor_bits
 from mdiff.progress import ByteCounter, Progress, tensor_bytes
 from mdiff.threads import shared_pool
 from mdiff.updates import delete, dense, replace, sparse
 from mdiff.updates.base import Update, sha256_hex
+from mdiff.updates.bit_deltas import SubDelta
 
 _BLOCK = 1 << 20
 
@@ -42,12 +43,23 @@ def relative_change(old: np.ndarray, new: np.ndarray) -> float | None:
 
 def _norm_ratio(o: np.ndarray, n: np.ndarray, compute: type) -> float | None:
     change = base = 0.0
+    block = min(_BLOCK, o.size)
+    d: np.ndarray = np.empty(block, compute)  # one buffer for every block's difference (and, if needed, its conversion)
+    a = d if o.dtype == compute else np.empty(block, compute)
     with np.errstate(invalid="ignore", over="ignore"):  # inf − inf: the ratio is dropped below
         for start in range(0, o.size, _BLOCK):
-            a: np.ndarray = o[start:start + _BLOCK].astype(compute)
-            d = n[start:start + _BLOCK].astype(compute) - a
-            change += float(np.dot(d, d))
-            base += float(np.dot(a, a))
+            stop = min(start + _BLOCK, o.size)
+            if o.dtype == compute:  # no conversion: the blocks are read where they lie
+                old_block, new_block = o[start:stop], n[start:stop]
+                diff = np.subtract(new_block, old_block, out=d[:stop - start])
+            else:
+                old_block = a[:stop - start]
+                old_block[...] = o[start:stop]
+                diff = d[:stop - start]
+                diff[...] = n[start:stop]
+                np.subtract(diff, old_block, out=diff)
+            change += float(np.dot(diff, diff))
+            base += float(np.dot(old_block, old_block))
     if not (math.isfinite(change) and math.isfinite(base)) or base == 0:
         return None if change else 0.0
     return math.sqrt(change) / math.sqrt(base)
@@ -58,10 +70,15 @@ def _has_finite_overflow(o: np.ndarray, n: np.ndarray) -> bool:
     return bool(np.isfinite(o).all() and np.isfinite(n).all())
 
 
-def diff_tensor(old: np.ndarray | None, new: np.ndarray | None) -> Update | None:
+UPDATE_VERSIONS = (1, 2)  # of `dense` and `sparse`: 1 stores XOR deltas, 2 (format 1.3) SUB deltas and gaps
+DEFAULT_UPDATE_VERSION = 2
+
+
+def diff_tensor(old: np.ndarray | None, new: np.ndarray | None, version: int = DEFAULT_UPDATE_VERSION) -> Update | None:
     """The smallest exact update taking ``old`` to ``new``; None when nothing changed.
 
-    ``None`` for ``old`` means a new parameter; for ``new``, a removed one.
+    ``None`` for ``old`` means a new parameter; for ``new``, a removed one. ``version``: of the
+    `dense` or `sparse` update (a `bool` parameter's is version 1 whatever is asked, §7.3).
     """
     if new is None:
         return None if old is None else delete.encode(canonical(old))
@@ -71,12 +88,16 @@ def diff_tensor(old: np.ndarray | None, new: np.ndarray | None) -> Update | None
     old = canonical(old)
     if old.shape != new.shape or old.dtype != new.dtype:  # canonical: one numpy dtype per spec dtype
         return replace.encode(new)
-    # §7.1 base_sha256, hashed on another core while the XOR and its statistics are made
+    version = dense.delta_version(version, dtype_of(new).name)
+    # §7.1 base_sha256 and the result's sha256, hashed on other cores while the delta and its statistics are made
     base_sha256 = shared_pool().submit(sha256_hex, old)
-    xor = xor_bits(old, new)
-    changed = int(np.count_nonzero(xor))
+    new_sha256 = shared_pool().submit(sha256_hex, new)
+    # nonzero exactly where the bits differ: the XOR, or the wrapping difference zigzagged below
+    delta = xor_bits(old, new) if version == 1 else np.asarray(np.subtract(as_bits(new), as_bits(old)))
+    changed = int(np.count_nonzero(delta))
     if changed == 0:
         base_sha256.cancel()
+        new_sha256.cancel()
         return None
     stats: dict[str, int | float] = {"changed": changed}
     rel = relative_change(old, new)
@@ -84,10 +105,13 @@ def diff_tensor(old: np.ndarray | None, new: np.ndarray | None) -> Update | None
         stats["rel_change"] = rel
     width = new.itemsize
     if changed * (sparse.INDEX_DTYPE.itemsize + width) < new.size * width:
-        return sparse.from_xor(xor, new, stats, base_sha256.result())
-    return dense.from_xor(xor, new, stats, base_sha256.result())
-
-
+        flat = delta.reshape(-1)
+        indices = np.flatnonzero(flat).astype(sparse.INDEX_DTYPE)
+        values = flat[indices] if version == 1 else SubDelta.zigzag(flat[indices], in_place=True)
+        return sparse.from_entries(new, indices, values, stats, base_sha256.result(), version, new_sha256.result())
+    if version == 2:
+        delta = SubDelta.zigzag(delta, in_place=True)
+    return dense.from_delta(delta, new, stats, base_sha256.result(), version, new_sha256.result())
 
 
 def file_updates(old: Mapping[str, bytes], new: Mapping[str, bytes]) -> Iterator[tuple[str, Update]]:
@@ -122,13 +146,15 @@ def layout_update(new: bytes | None, old: bytes | None) -> Update:
     return replace.encode(np.frombuffer(new, np.uint8))
 
 
-def diff_mappings(old: Mapping[str, np.ndarray], new: Mapping[str, np.ndarray], progress: Progress | None = None):
+def diff_mappings(old: Mapping[str, np.ndarray], new: Mapping[str, np.ndarray], progress: Progress | None = None,
+                  update_version: int = DEFAULT_UPDATE_VERSION):
     """Yield (name, update) over the union of names in sorted order; one pair of tensors at a time.
-    ``progress`` hears of each parameter's bytes (the new tensor's, or the removed one's) as it is done."""
+    ``progress`` hears of each parameter's bytes (the new tensor's, or the removed one's) as it is done.
+    ``update_version``: of `dense` and `sparse` updates (1 for readers of format 1.2 and older)."""
     names = sorted(set(old) | set(new))
     done = ByteCounter(progress, ((n, tensor_bytes(new if n in new else old, n)) for n in names) if progress else ())
     for name in names:
-        update = diff_tensor(old[name] if name in old else None, new[name] if name in new else None)
+        update = diff_tensor(old[name] if name in old else None, new[name] if name in new else None, update_version)
         done(name)
         if update is not None:
             yield name, update
@@ -147,18 +173,20 @@ class DiffSummary:
 
 
 def write_diff(old: Mapping[str, np.ndarray], new: Mapping[str, np.ndarray], out_path, commit=None,
-               compression: str = "gzip", progress: Progress | None = None) -> DiffSummary:
+               compression: str = "gzip", progress: Progress | None = None,
+               update_version: int = DEFAULT_UPDATE_VERSION) -> DiffSummary:
     """Write the diff taking the state ``old`` to ``new`` — checkpoint readers, repository states, or
     mappings of arrays — as one .mdiff file, reading one parameter of each at a time. Where both sides
     have files (model folders, repository states) the files are diffed too (SPEC.md §5.5), and the
-    weights layout is recorded when ``new`` has one that differs (§5.6)."""
+    weights layout is recorded when ``new`` has one that differs (§5.6). ``update_version`` 1 writes
+    `dense` and `sparse` updates that readers of format 1.2 and older read (XOR deltas)."""
     from mdiff.format.writer import DiffWriter
 
     summary = DiffSummary()
     old_files, new_files = getattr(old, "files", None), getattr(new, "files", None)
     old_layout, new_layout = getattr(old, "layout", None), getattr(new, "layout", None)
     with DiffWriter(out_path, commit, compression) as writer:
-        for name, update in diff_mappings(old, new, progress):
+        for name, update in diff_mappings(old, new, progress, update_version):
             writer.add(name, update)
             summary.parameters[name] = update.type
         if old_files is not None and new_files is not None:
@@ -174,10 +202,11 @@ def write_diff(old: Mapping[str, np.ndarray], new: Mapping[str, np.ndarray], out
     return summary
 
 
-def diff_files(old_path, new_path, out_path, commit=None, compression: str = "gzip", progress: Progress | None = None) -> dict[str, str]:
+def diff_files(old_path, new_path, out_path, commit=None, compression: str = "gzip", progress: Progress | None = None,
+               update_version: int = DEFAULT_UPDATE_VERSION) -> dict[str, str]:
     """Write the diff between two checkpoints — files or model folders — and return {name: update type}
     of the parameters it changes (see :func:`write_diff`)."""
     from mdiff.checkpoints import open_checkpoint
 
     with open_checkpoint(old_path) as old, open_checkpoint(new_path) as new:
-        return write_diff(old, new, out_path, commit, compression, progress).parameters
+        return write_diff(old, new, out_path, commit, compression, progress, update_version).parameters

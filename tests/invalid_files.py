@@ -658,8 +658,29 @@ def build_MD402_type_capitalised(path) -> None:
     _edit_update(path, "w", lambda m: m.update(type="Dense"))
 
 
-def build_MD403_dense_version_2(path) -> None:
-    _edit_update(path, "w", lambda m: m.update(version=2))
+def build_MD403_dense_version_3(path) -> None:
+    _edit_update(path, "w", lambda m: m.update(version=3))
+
+
+def build_MD403_dense_version_2_in_format_1_2(path) -> None:
+    """A valid version-2 dense update (SUB, §7.3) in a file that says it is 1.2: version 2 exists from 1.3,
+    so a 1.2 reader refuses it (MD403), and so must every reader of what the file says it is."""
+    with _edit(path, {"w": mdiff.dense(W, W_NEW, version=2)}) as f:
+        write_string(f, "format_version", "1.2")
+
+
+def build_MD403_sparse_version_2_in_format_1_2(path) -> None:
+    """A valid version-2 sparse update (gaps and SUB, §7.4) in a file that says it is 1.2."""
+    with _edit(path, {"w": mdiff.sparse(W, W_NEW, version=2)}) as f:
+        write_string(f, "format_version", "1.2")
+
+
+def build_MD403_dense_bool_version_2(path) -> None:
+    """A bool parameter's dense update is version 1 (XOR) only (§7.3): a version-2 one is refused."""
+    sub = np.zeros(8, dtype=np.uint8)
+    sub[1] = 2  # zigzag(+1): false → true
+    meta = {"type": "dense", "version": 2, "shape": [8], "dtype": "bool", "sha256": sha256_hex(FLAGS_NEW)}
+    _write(path, {"flags": mdiff.Update(meta, {"sub": sub})})
 
 
 def build_MD403_replace_version_0(path) -> None:
@@ -853,6 +874,29 @@ def build_MD408_sparse_duplicate(path) -> None:
 
 def build_MD408_sparse_out_of_range(path) -> None:
     _sparse_with_indices(path, [1, 8])  # numel is 8
+
+
+def _sparse_with_gaps(path, gaps) -> None:
+    with _edit(path, {"w": mdiff.sparse(W, W_NEW, version=2)}) as f:
+        g = f["parameters/w"]
+        _replace_dataset(g, "gaps", data=np.asarray(gaps, dtype="<u8"))
+        _replace_dataset(g, "sub", data=np.full(len(gaps), 2, dtype="<u4"))
+
+
+def build_MD408_sparse_gaps_reach_numel(path) -> None:
+    """Version 2: gaps [3, 4] make positions 3 and 8; numel is 8."""
+    _sparse_with_gaps(path, [3, 4])
+
+
+def build_MD408_sparse_gap_wraps(path) -> None:
+    """Version 2: a gap of 2^64 − 1, whose + 1 wraps a 64-bit sum back to the position before it."""
+    _sparse_with_gaps(path, [1, 2**64 - 1])
+
+
+def build_MD408_sparse_gaps_sum_overflows(path) -> None:
+    """Version 2: gaps whose running sum passes 2^64 − 1 (positions 0, 2^63 + 1, then 2^64 + 2, which
+    64-bit arithmetic wraps to 2: a reader must not take position 2)."""
+    _sparse_with_gaps(path, [0, 2**63, 2**63])
 
 
 def build_MD409_replace_bool_2(path) -> None:
@@ -1470,6 +1514,7 @@ LIMITS: dict[str, dict[str, int]] = {
 # Cases whose error only shows once the data is read.
 DATA_LEVEL: frozenset[str] = frozenset({
     "sparse_unsorted", "sparse_duplicate", "sparse_out_of_range",
+    "sparse_gaps_reach_numel", "sparse_gap_wraps", "sparse_gaps_sum_overflows",
     "replace_bool_2", "dense_bool_xor_2", "sparse_bool_xor_2",
     "replace_wrong_sha256", "replace_value_changed", "low_rank_A_sha256_wrong", "low_rank_B_changed",
     "corrupt_chunk", "fletcher32_mismatch", "chunk_inflates_past_its_size",

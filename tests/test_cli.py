@@ -61,6 +61,27 @@ def test_diff_then_apply_reproduces_new_checkpoint_byte_for_byte(capsys, checkpo
         assert diff["removed"].type == "delete" and diff["added/new"].type == "replace"
 
 
+@pytest.mark.parametrize("version,format_version,datasets", [
+    (None, "1.3", {"dense": ["sub"], "sparse": ["gaps", "sub"]}),  # the default: version 2 (§7.3, §7.4)
+    (1, "1.2", {"dense": ["xor"], "sparse": ["indices", "xor"]}),  # for readers of format 1.2 and older
+    (2, "1.3", {"dense": ["sub"], "sparse": ["gaps", "sub"]}),
+])
+def test_diff_writes_the_update_version_asked_for(capsys, checkpoints, version, format_version, datasets):
+    d, _old, new = checkpoints
+    flag = [] if version is None else ["--update-version", version]
+    code, _, _ = run(capsys, "diff", d / "old.safetensors", d / "new.safetensors", "-o", d / "c.mdiff", "--date", DATE, *flag)
+    assert code == 0
+    with mdiff.open(d / "c.mdiff") as diff:
+        assert diff.version == format_version
+        kinds = {(u.type, u.meta["version"], tuple(sorted(u.data))) for name, u in diff.items() if name.startswith("layer.")
+                 and name != "layer.bool"}
+        assert kinds == {(t, 1 if version == 1 else 2, tuple(names)) for t, names in datasets.items()}
+        assert (diff["layer.bool"].meta["version"], sorted(diff["layer.bool"].data)) == (1, ["xor"])  # bool: XOR only
+    code, _, _ = run(capsys, "apply", d / "old.safetensors", d / "c.mdiff", "-o", d / "out.safetensors")
+    assert code == 0 and (d / "out.safetensors").read_bytes() == (d / "new.safetensors").read_bytes()
+    assert run(capsys, "diff", d / "old.safetensors", d / "new.safetensors", "--update-version", "3")[0] == 2
+
+
 def test_npz_round_trip(capsys, tmp_path):
     old = {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "flag": np.array(True)}
     new = {"w": old["w"] * 3, "flag": np.array(False)}
@@ -115,7 +136,8 @@ def test_dump_lists_every_parameter_with_its_details(capsys, checkpoints):
     assert (f32["shape"], f32["dtype"], f32["type"], f32["nnz"]) == ([17, 9], "float32", "sparse", 31)
     assert info["totals"]["parameters"] == len(by_name) == len(ALL_DTYPES) + 2
     code, out, _ = run(capsys, "dump", d / "c.mdiff", "--values", "2")
-    assert code == 0 and "layer.float32" in out and "hello" in out and "indices: [0, 5]" in out
+    # version 2 (§7.4): positions 0 and 5 stored as gaps 0 and 4
+    assert code == 0 and "layer.float32" in out and "hello" in out and "gaps: [0, 4]" in out
 
 
 def test_apply_refuses_a_mismatched_base_before_writing(capsys, tmp_path):

@@ -10,7 +10,7 @@ from onnx.reference import ReferenceEvaluator
 import mdiff
 from mdiff.format.dtypes import DTYPES, as_bits
 from mdiff.format.onnx_functions import OPSET, serialize
-from mdiff.updates import REGISTRY, sparse
+from mdiff.updates import ALL_TYPES, REGISTRY, sparse
 from mdiff.updates.low_rank import within_tolerance
 from tests.helpers import ALL_DTYPES, bits_equal, random_tensor, with_specials
 
@@ -27,7 +27,9 @@ def exact_updates(dtype: str, shape) -> list[tuple[str, np.ndarray, np.ndarray, 
     none = sparse.from_entries(base, np.zeros(0, np.uint64), np.zeros(0, DTYPES[dtype].bits))
     return [
         ("dense", base, new, mdiff.dense(base, new)),
+        ("dense-v2", base, new, mdiff.dense(base, new, version=2)),
         ("sparse", base, few, mdiff.sparse(base, few)),
+        ("sparse-v2", base, few, mdiff.sparse(base, few, version=2)),
         ("sparse-empty", base, base, none),
         ("replace", base, new, mdiff.replace(new)),
     ]
@@ -81,12 +83,12 @@ def test_low_rank_rounds_to_nearest_even_in_both_engines():
 
 
 def normative_models() -> dict[str, onnx.ModelProto]:
-    return {name: model for kind in REGISTRY.values() for name, model in kind.onnx_models().items()}
+    return {name: model for kind in ALL_TYPES for name, model in kind.onnx_models().items()}
 
 
 def test_every_model_is_standard_onnx_of_the_pinned_opset():
     models = normative_models()
-    assert len(models) == 4 * 3 + 4  # dense, sparse, replace per bit width; low_rank per float dtype
+    assert len(models) == 4 * 5 + 4  # dense v1, v2, sparse v1, v2, replace per bit width; low_rank per float dtype
     for name, model in models.items():
         onnx.checker.check_model(model, full_check=True)
         assert [(o.domain, o.version) for o in model.opset_import] == [("", OPSET)], name
@@ -102,8 +104,13 @@ def test_a_second_onnx_runtime_agrees(dtype):
         bits = as_bits(base).reshape(-1)
         if label == "replace":
             feeds, model = {"value": update.array("value").view(bits.dtype).reshape(-1)}, f"replace_u{bits.itemsize * 8}"
-        elif label == "dense":
+        elif label == "dense" or (label == "dense-v2" and dtype == "bool"):
             feeds, model = {"base": bits, "xor": update.array("xor").reshape(-1)}, f"dense_u{bits.itemsize * 8}"
+        elif label == "dense-v2":
+            feeds, model = {"base": bits, "sub": update.array("sub").reshape(-1)}, f"dense_v2_u{bits.itemsize * 8}"
+        elif label == "sparse-v2":
+            feeds = {"base": bits, "gaps": update.array("gaps"), "sub": update.array("sub")}
+            model = f"sparse_v2_u{bits.itemsize * 8}"
         else:
             feeds = {"base": bits, "indices": update.array("indices"), "xor": update.array("xor")}
             model = f"sparse_u{bits.itemsize * 8}"

@@ -195,7 +195,7 @@ def test_apply_and_diff_take_folders(tmp_path, capsys):
     code, out, err = run(capsys, "diff", v1, v2, "-o", tmp_path / "d.mdiff", "-q")
     assert code == 0, err
     with mdiff.open(tmp_path / "d.mdiff") as d:
-        assert d.version == "1.2"  # files (1.1) and updates that name their base (1.2)
+        assert d.version == "1.3"  # files (1.1), updates that name their base (1.2), version-2 dense/sparse (1.3)
         assert {p: u.type for p, u in d.files.items()} == {"added_tokens.json": "replace", "tokenizer/vocab.txt": "delete"}
         assert d.layout is None  # the shard layout did not change
     assert mdiff.validate(tmp_path / "d.mdiff") == []

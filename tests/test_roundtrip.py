@@ -74,8 +74,11 @@ def test_choice_between_sparse_and_dense_follows_stored_bytes():
     half = base.copy()
     half[::2] = 1.0
     updates = mdiff.diff({"a": base, "b": base}, {"a": one_percent, "b": half})
-    assert updates["a"].type == "sparse" and updates["a"].data["indices"].tolist() == list(range(0, 1000, 100))
-    assert updates["b"].type == "dense"
+    # version 2 (§7.4): positions 0, 100, … as gaps, each value's difference +1.0 zigzagged
+    assert updates["a"].type == "sparse" and updates["a"].meta["version"] == 2
+    assert updates["a"].data["gaps"].tolist() == [0] + [99] * 9
+    assert updates["a"].data["sub"].tolist() == [0x3F80_0000 << 1] * 10
+    assert updates["b"].type == "dense" and updates["b"].meta["version"] == 2
     # a change relative to an all-zero base is infinite: JSON cannot carry it, so it is left out
     assert updates["a"].meta["stats"] == {"changed": 10}
 

@@ -255,6 +255,7 @@ def add(self, name, update):  # killed in the middle of writing a file: after it
     # a commit is written in commits/ through a descriptor of the folder (/proc/self/fd/N): known by its name
     into = "commits" if self.path.name.startswith(".commit.") else self.path.parent.name
     if into == sys.argv[2] and len(written) >= 2:
+        self._chunks.drain()  # the parameters' deflated chunks reach the file first (they are written behind `add`)
         os.kill(os.getpid(), signal.SIGKILL)
 DiffWriter.add = add
 r = Repository.find(sys.argv[1])

@@ -38,7 +38,9 @@ def test_diffs_and_checkpoints_written_with_writeback_are_identical(tmp_path, sy
         mdiff.write(tmp_path / f"a-{compression}.mdiff", mdiff.diff(old, new), mdiff.Commit("m", date="2026-01-01T00:00:00Z"), compression)
     save_checkpoint(tmp_path / "a.safetensors", new)
     save_checkpoint(tmp_path / "a.npz", new)
-    assert len(syncs) > 4  # the syncs did run while writing
+    # the syncs did run while writing: at least one per file (the first is never skipped: none is running
+    # yet); later ones are skipped while one is in flight, and deflate tasks share the pool with them
+    assert len(syncs) >= 4
     with pytest.MonkeyPatch.context() as plain:
         plain.setattr(threads.Writeback, "wrote", lambda self, n, flush=None: None)
         for compression in ("none", "gzip"):

@@ -589,6 +589,67 @@ def build_valid(c: Corpus) -> None:
     c.valid_updates("sparse-every-dtype", "7.4", "sparse updates of every dtype of §6.1 (vector and matrix), and "
                     "one with no entries (k = 0)", base, ups)
 
+    # version 2 (format 1.3): integer deltas (SUB) and sparse gaps, every dtype but bool (§7.1, §7.3, §7.4)
+    rng = rng_for("dense-v2")
+    base, ups = {}, {}
+    for dtype in DTYPES:
+        if dtype == "bool":
+            continue
+        for tag, shape in {**shapes, "s": ()}.items():
+            old = rng_bits(rng, dtype, shape)
+            base[f"{dtype}/{tag}"] = old
+            ups[f"{dtype}/{tag}"] = mdiff.dense(old, changed(rng, old, 0.5), version=2)
+    c.valid_updates("dense-v2-every-dtype", "7.3", "dense version 2 (zigzag integer differences, `sub`) of every "
+                    "dtype of §6.1 but bool, a vector, a matrix and a scalar each, random bit patterns", base, ups)
+
+    rng = rng_for("sparse-v2")
+    base, ups = {}, {}
+    for dtype in DTYPES:
+        if dtype == "bool":
+            continue
+        for tag, shape in shapes.items():
+            old = rng_bits(rng, dtype, shape)
+            base[f"{dtype}/{tag}"] = old
+            ups[f"{dtype}/{tag}"] = mdiff.sparse(old, changed(rng, old, 0.3), version=2)
+    old = rng_bits(rng, "float32", (5,))
+    base["no-entries"] = old
+    ups["no-entries"] = mdiff.sparse(old, old, version=2)
+    old = rng_bits(rng, "int16", (6,))
+    base["every-entry"] = old
+    ups["every-entry"] = mdiff.sparse(old, old ^ np.int16(-1), version=2)
+    old = rng_bits(rng, "uint8", (300,))
+    base["last-only"] = old
+    ups["last-only"] = mdiff.sparse(old, np.concatenate([old[:-1], old[-1:] + np.uint8(1)]), version=2)
+    c.valid_updates("sparse-v2-every-dtype", "7.4", "sparse version 2 (`gaps`, `sub`) of every dtype of §6.1 but "
+                    "bool (vector and matrix), one with no entries (k = 0), one with every element (all gaps 0), "
+                    "one whose only entry is the last element (gaps[0] = numel - 1)", base, ups)
+
+    base, ups = {}, {}
+    for width, bits_dtype, dtype in ((1, np.uint8, "uint8"), (1, np.uint8, "int8"), (2, np.uint16, "float16"),
+                                     (2, np.uint16, "bfloat16"), (4, np.uint32, "float32"), (4, np.uint32, "int32"),
+                                     (8, np.uint64, "float64"), (8, np.uint64, "int64")):
+        top = (1 << (8 * width)) - 1
+        sign = 1 << (8 * width - 1)
+        pairs = [(0, top), (top, 0), (0, 1), (1, 0), (sign - 1, sign), (sign, sign - 1), (sign, 0), (0, sign),
+                 (top, sign - 1), (sign - 1, top), (5, sign + 5), (sign + 5, 5), (0, sign - 1), (sign - 1, 0)]
+        if dtype in FLOATS:
+            exp = {2: 0x7C00 if dtype == "float16" else 0x7F80, 4: 0x7F800000, 8: 0x7FF0000000000000}[width]
+            pairs += [(exp | 1, exp | (sign - 1 - exp)),  # NaN payloads: smallest to largest
+                      (exp | 1, sign | exp | 1),  # NaN to negative NaN
+                      (0, sign), (sign, 0),  # +0 ↔ −0
+                      (exp, sign | exp),  # +inf → −inf
+                      (1, sign | 1)]  # smallest subnormal → its negative
+        old = np.array([a for a, _ in pairs], dtype=bits_dtype).view(NP[dtype])
+        new = np.array([b for _, b in pairs], dtype=bits_dtype).view(NP[dtype])
+        base[f"dense/{dtype}"] = old
+        ups[f"dense/{dtype}"] = mdiff.dense(old, new, version=2)
+        base[f"sparse/{dtype}"] = old.copy()
+        ups[f"sparse/{dtype}"] = mdiff.sparse(old, new, version=2)
+    c.valid_updates("v2-wrap-around", "7.1", "version-2 dense and sparse updates at the edges of modulo-2^W "
+                    "arithmetic, per width (1, 2, 4, 8 bytes): 0 - 1 and max + 1 (the difference wraps), sign "
+                    "crossings 0x7F.. <-> 0x80.. and the largest differences (zigzag 2^W - 1), and for floats NaN "
+                    "payloads, NaN to negative NaN, +0 <-> -0, +inf -> -inf, a subnormal to its negative", base, ups)
+
     rng = rng_for("replace")
     base, ups = {}, {}
     for dtype in DTYPES:

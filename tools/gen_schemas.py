@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT))
 
 from mdiff.format import commit, layout  # noqa: E402
 from mdiff.format.onnx_functions import serialize  # noqa: E402
-from mdiff.updates import REGISTRY  # noqa: E402
+from mdiff.updates import ALL_TYPES, REGISTRY  # noqa: E402
 from mdiff.updates.embedded import DEFINITION_SCHEMA  # noqa: E402
 
 
@@ -26,7 +26,7 @@ def schema_files() -> dict[Path, bytes]:
     schemas[ROOT / "schemas" / "update-type-definition.schema.json"] = DEFINITION_SCHEMA
     schemas[ROOT / "schemas" / "layout.schema.json"] = layout.SCHEMA
     files = {path: (json.dumps(schema, indent=2, ensure_ascii=False) + "\n").encode() for path, schema in schemas.items()}
-    for kind in REGISTRY.values():
+    for kind in ALL_TYPES:  # every version of every type
         for name, model in kind.onnx_models().items():
             files[ROOT / "schemas" / "onnx" / f"{name}.onnx"] = serialize(model)
     return files

@@ -217,7 +217,10 @@ def add_diff(sub) -> None:
     p.add_argument("--parent", action="append", default=[], metavar="COMMIT_ID", help="parent commit id (repeatable)")
     p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE", help="free key-value (repeatable)")
     p.add_argument("--compression", choices=["gzip", "none"], default="gzip",
-                   help="gzip (shuffle + deflate level 1, readable everywhere; the default) or none (fastest)")
+                   help="gzip (shuffle + run-length deflate level 1, readable everywhere; the default) or none (fastest)")
+    p.add_argument("--update-version", type=int, choices=[1, 2], default=2,
+                   help="version of dense and sparse updates: 2 (integer deltas, smaller; format 1.3, the default) "
+                        "or 1 (XOR deltas: for readers of format 1.2 and older)")
     p.add_argument("--exit-code", action="store_true", help="exit 1 when there are differences, 0 when none (like git)")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -259,7 +262,8 @@ def run_diff(args) -> int:
         output = args.output or os.path.join(stack.enter_context(tempfile.TemporaryDirectory()), "diff.mdiff")
         bar = ProgressBar("diff", enabled=False if args.quiet else None)
         try:
-            summary = write_diff(old, new, output, commit, args.compression, progress=bar)
+            summary = write_diff(old, new, output, commit, args.compression, progress=bar,
+                                 update_version=args.update_version)
         finally:
             bar.close()
         size = os.path.getsize(output)

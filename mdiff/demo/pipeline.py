@@ -34,6 +34,7 @@ from mdiff.demo import training as tr
 from mdiff.demo.config import DemoConfig
 from mdiff.repo import Repository
 from mdiff.updates import low_rank as low_rank_type
+from mdiff.updates.sparse import positions_of
 
 T = TypeVar("T")
 
@@ -320,7 +321,7 @@ def _fish(repo: Repository, config: DemoConfig, base_dir: Path, shifted: tr.Exam
             raise DemoCheckFailed(f"the FISH commit holds {sorted(diff)}, the mask covers {sorted(kept)}")
         for name, mask in kept.items():
             update = diff[name]
-            if update.type != "sparse" or not np.array_equal(update.array("indices"), np.flatnonzero(mask)):
+            if update.type != "sparse" or not np.array_equal(positions_of(update), np.flatnonzero(mask)):
                 raise DemoCheckFailed(f"the FISH commit's update of {name} does not store exactly its mask")
             if update.meta.get("lossy"):
                 raise DemoCheckFailed(f"the FISH commit dropped changes of {name} outside the mask")

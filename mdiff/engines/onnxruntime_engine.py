@@ -31,9 +31,9 @@ _TWO_BYTE_FLOATS = {"tensor(bfloat16)": TensorProto.BFLOAT16, "tensor(float16)":
 
 
 def _normative_models() -> dict:
-    from mdiff.updates import REGISTRY
+    from mdiff.updates import ALL_TYPES
 
-    return {name: model for kind in REGISTRY.values() for name, model in kind.onnx_models().items()}
+    return {name: model for kind in ALL_TYPES for name, model in kind.onnx_models().items()}
 
 
 class OnnxRunner:

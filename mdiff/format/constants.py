@@ -7,6 +7,7 @@ FORMAT_VERSION = "1.0"  # what a writer writes for a file that uses nothing a la
 FILES_MINOR = 1  # the minor version that added /files and /layout (§5.5, §5.6)
 BASE_SHA256_MINOR = 2  # … and the `base_sha256` member of an update (§7.1)
 STATE_DIGEST_MINOR = 3  # … and the `state_sha256` member of a commit (§4.2, §13.5)
+SUB_MINOR = 3  # … and version 2 of `dense` and `sparse`: SUB deltas, sparse gaps (§7.3, §7.4)
 
 # Root attributes (§3.2, §3.4, §4.1)
 ATTR_FORMAT = "format"

@@ -51,3 +51,18 @@ def make_model(name: str, doc: str, nodes, inputs, outputs, initializers=()) -> 
 
 def serialize(model: onnx.ModelProto) -> bytes:
     return model.SerializeToString(deterministic=True)
+
+
+def unzigzag_nodes(zigzag: str, output: str, elem_type: int) -> list:
+    """Nodes making ``output`` = the wrapping difference a zigzag-coded tensor ``zigzag`` of unsigned
+    ``elem_type`` means (§7.3 version 2): (z >> 1) XOR (0 − (z AND 1)), every operation modulo 2^w."""
+    from onnx import helper
+
+    return [
+        helper.make_node("Constant", [], [f"{output}_one"], value=helper.make_tensor(f"{output}_one", elem_type, [], [1])),
+        helper.make_node("Constant", [], [f"{output}_zero"], value=helper.make_tensor(f"{output}_zero", elem_type, [], [0])),
+        helper.make_node("BitShift", [zigzag, f"{output}_one"], [f"{output}_half"], direction="RIGHT"),
+        helper.make_node("BitwiseAnd", [zigzag, f"{output}_one"], [f"{output}_sign"]),
+        helper.make_node("Sub", [f"{output}_zero", f"{output}_sign"], [f"{output}_mask"]),
+        helper.make_node("BitwiseXor", [f"{output}_half", f"{output}_mask"], [output]),
+    ]

@@ -20,7 +20,7 @@ from mdiff.format.paths import collisions, path_problem
 from mdiff.format.schemas import first_errors
 from mdiff.format.chunk_reader import DetachedDataset, PlannedDataset
 from mdiff.format.safety_walk import DatasetInfo, Inventory, ObjectInfo
-from mdiff.updates import REGISTRY
+from mdiff.updates import REGISTRY, VERSIONS
 from mdiff.updates.base import Update, UpdateType
 
 PARAMETERS_PATH = "/" + PARAMETERS_GROUP
@@ -167,17 +167,22 @@ class LazyParameters:
             return None, findings
         entry = _parse_member(name, f"{PARAMETERS_PATH}/{link}", info, self._datasets, findings, self._types,
                               self._newer_minor, self._limits, False)
-        if entry is not None and self._minor < BASE_SHA256_MINOR:
-            problem = too_new_member(entry)
+        if entry is not None and self._minor < FORMAT_MINOR:
+            problem = too_new_member(entry, self._minor)
             if problem is not None:
                 return None, findings + [problem]
         return entry, findings
 
 
-def too_new_member(entry: Parameter) -> Finding | None:
-    """MD404 when the update has `base_sha256`, which exists from format version 1.2 (§3.3, §7.1): for a
-    file that says it is older."""
-    if "base_sha256" not in entry.update.meta:
+def too_new_member(entry: Parameter, minor: int) -> Finding | None:
+    """For a file of version 1.``minor``: MD403 when the update is of a type's version a later minor
+    version defined (§3.3: version 2 of `dense` and `sparse` exists from 1.3); MD404 when it has
+    `base_sha256`, which exists from format version 1.2 (§7.1)."""
+    kind = entry.update.update_type
+    if kind.since_minor > minor:
+        return Finding("MD403", entry.path, f"{kind.name} version {kind.version} exists from format version "
+                                            f"1.{kind.since_minor}; this file says it is 1.{minor}")
+    if "base_sha256" not in entry.update.meta or minor >= BASE_SHA256_MINOR:
         return None
     return Finding("MD404", entry.path, f"`update` has `base_sha256`, which exists from format version 1.{BASE_SHA256_MINOR}")
 
@@ -218,7 +223,10 @@ def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Map
         else:
             findings.append(Finding("MD402", path, f"unknown update type {meta['type']!r}; known: {sorted(types)}"))
         return None, None
-    if isinstance(meta.get("version"), int) and not isinstance(meta.get("version"), bool) and meta["version"] != kind.version:
+    version = meta.get("version")
+    if isinstance(version, int) and not isinstance(version, bool) and version != kind.version and kind is REGISTRY.get(kind.name):
+        kind = VERSIONS.get((kind.name, version), kind)  # a built-in type's other versions (§7.3, §7.4)
+    if isinstance(version, int) and not isinstance(version, bool) and version != kind.version:
         findings.append(Finding("MD403", path, f"{kind.name} version {meta.get('version')!r} is not supported (this reader knows {kind.version})"))
         return None, None
     if newer_minor:

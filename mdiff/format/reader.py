@@ -15,7 +15,7 @@ import numpy as np
 
 from mdiff.errors import InvalidFileError
 from mdiff.format.commit import Commit
-from mdiff.format.constants import BASE_SHA256_MINOR, FORMAT_MINOR
+from mdiff.format.constants import FORMAT_MINOR
 from mdiff.format.findings import Finding
 from mdiff.format.header import Header, parse_header
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
@@ -206,8 +206,8 @@ def read_contents(f: h5py.File | None, file_size: int, limits: Limits, vetted: V
         parameters, parameter_findings = parse_parameters(
             inventory, datasets, {**REGISTRY, **embedded}, newer_minor=newer_minor, limits=limits
         )
-        if header.version < (1, BASE_SHA256_MINOR):
-            parameter_findings += _members_too_new(parameters)
+        if header.version < (1, FORMAT_MINOR):
+            parameter_findings += _members_too_new(parameters, header.version[1])
     files: dict[str, Parameter] = {}
     layout: Parameter | None = None
     if header.version >= (1, 1):  # in a 1.0 file these groups are MD306 (header.py)
@@ -218,12 +218,13 @@ def read_contents(f: h5py.File | None, file_size: int, limits: Limits, vetted: V
                     inventory if keep_inventory else None, walk_findings, lazy_parameters)
 
 
-def _members_too_new(parameters: dict[str, Parameter]) -> list[Finding]:
+def _members_too_new(parameters: dict[str, Parameter], minor: int) -> list[Finding]:
     """MD404 for, and without, each parameter whose update has `base_sha256` in a file older than 1.2
-    (§3.3: the member's schema is that of the file's version)."""
+    (§3.3: the member's schema is that of the file's version); MD403 for each whose update is of a type's
+    version that a later minor version than the file's defined (version 2 of `dense`, `sparse`: 1.3)."""
     findings = []
     for name, parameter in list(parameters.items()):
-        problem = too_new_member(parameter)
+        problem = too_new_member(parameter, minor)
         if problem is not None:
             findings.append(problem)
             del parameters[name]

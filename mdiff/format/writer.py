@@ -7,7 +7,7 @@ import os
 import re
 import zlib
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import h5py
 import numpy as np
@@ -25,6 +25,7 @@ from mdiff.format.limits import DEFAULT_LIMITS
 from mdiff.format.names import encode_name
 from mdiff.format.schemas import first_errors
 from mdiff.format.chunk_reader import Slabs
+from mdiff.updates import VERSIONS
 from mdiff.updates.base import Update
 from mdiff.threads import Writeback
 
@@ -45,39 +46,92 @@ def chunk_shape(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     return tuple(chunk)
 
 
-def _write_deflated(dataset: h5py.Dataset, array: np.ndarray, chunks: tuple[int, ...]) -> None:
-    """Write ``array`` chunk by chunk, each shuffled and deflated (level 1) on the pool, in the grid's
-    order: the bytes libhdf5's own filter pipeline writes (a test compares them), on every core.
+def deflate_rle(data) -> bytes:
+    """A zlib stream of ``data``: level 1, strategy ``Z_RLE`` (matches at distance 1 only) — SPEC.md §8.2, §11.
 
-    The chunks are slabs (chunk_shape cuts one axis), so each is a contiguous run of the array;
-    an edge chunk is padded with zeros to its full size, as libhdf5 pads it with the fill value.
+    Run-length deflate suits the byte planes of a delta (runs of zeros above the changed bits, then
+    skewed literals): with SUB deltas it is 0.90× (fp32) and 0.97× (bf16) the XOR floor where default
+    deflate is 1.12× / 1.47×, at 1.3× its speed (docs/codec-study.md). Every inflater reads it, and
+    stdlib zlib gave the same bytes on every CPU measured (zlib-ng's Z_RLE too), which §11 needs.
     """
-    from mdiff.threads import THREADS, shared_pool
+    encoder = zlib.compressobj(1, zlib.DEFLATED, 15, 8, zlib.Z_RLE)
+    return encoder.compress(data) + encoder.flush()
 
-    flat = array.reshape(-1).view(np.uint8)
-    itemsize = array.itemsize
-    slabs = Slabs(array.shape, chunks, itemsize)
-    grid = [math.ceil(d / c) for d, c in zip(array.shape, chunks)]
-    origins = [tuple(i * c for i, c in zip(index, chunks)) for index in np.ndindex(*grid)]
 
-    def deflate(origin: tuple[int, ...]) -> bytes:
-        start, valid = slabs.span(origin)
-        data = flat[start:start + valid]
-        if valid < slabs.chunk_bytes:
-            data = np.concatenate([data, np.zeros(slabs.chunk_bytes - valid, np.uint8)])
-        if itemsize > 1:
-            data = np.ascontiguousarray(data.reshape(-1, itemsize).T)
-        return zlib.compress(data.data, 1)
+class ChunkQueue:
+    """Chunks being shuffled and deflated (:func:`deflate_rle`) on the pool, written to their datasets
+    strictly in the order they were queued, so that the file's bytes do not depend on which thread
+    finished first.
 
-    window = 2 * THREADS  # chunks in flight: bounded memory, cores busy
-    pending: list = []
-    for origin in origins:
-        pending.append((origin, shared_pool().submit(deflate, origin)))
-        if len(pending) >= window:
-            done_origin, future = pending.pop(0)
-            dataset.id.write_direct_chunk(done_origin, future.result())
-    for done_origin, future in pending:
-        dataset.id.write_direct_chunk(done_origin, future.result())
+    At most ``window`` chunks are in flight: queuing one more first writes the oldest (waiting for
+    it). A dataset's last chunks stay in flight when :meth:`put_array` returns, so that the caller's
+    next work (the next parameter's delta, on this thread) overlaps their deflate on the others;
+    :meth:`drain` writes them all. The arrays of chunks in flight are kept alive by their tasks.
+    """
+
+    # Fixed, not derived from the machine's cores: where a dataset's last chunks are written among the next
+    # parameter's objects decides the file's layout, and the bytes must be the same on every machine (§11).
+    WINDOW = 8
+
+    def __init__(self, written: Callable[[int], None] | None = None) -> None:
+        self._written = written  # told the bytes of each chunk as it reaches the file (writeback)
+        self._pending: list = []  # (dataset id, chunk origin, future), oldest first
+
+    def put_array(self, dataset: h5py.Dataset, array: np.ndarray, chunks: tuple[int, ...]) -> None:
+        """Queue ``array``'s chunks, in the grid's order.
+
+        The chunks are slabs (chunk_shape cuts one axis), so each is a contiguous run of the array;
+        an edge chunk is padded with zeros to its full size, as libhdf5 pads it with the fill value.
+        """
+        from mdiff.threads import shared_pool
+
+        flat = array.reshape(-1).view(np.uint8)
+        itemsize = array.itemsize
+        slabs = Slabs(array.shape, chunks, itemsize)
+        grid = [math.ceil(d / c) for d, c in zip(array.shape, chunks)]
+
+        def deflate(origin: tuple[int, ...]) -> bytes:
+            start, valid = slabs.span(origin)
+            data = flat[start:start + valid]
+            if valid < slabs.chunk_bytes:
+                data = np.concatenate([data, np.zeros(slabs.chunk_bytes - valid, np.uint8)])
+            if itemsize > 1:
+                data = np.ascontiguousarray(data.reshape(-1, itemsize).T)
+            return deflate_rle(data.data)
+
+        for index in np.ndindex(*grid):
+            origin = tuple(i * c for i, c in zip(index, chunks))
+            while len(self._pending) >= self.WINDOW:
+                self._write_oldest()
+            self._pending.append((dataset.id, origin, shared_pool().submit(deflate, origin)))
+
+    def _write_oldest(self) -> None:
+        dataset_id, origin, future = self._pending[0]
+        data = future.result()
+        del self._pending[0]
+        dataset_id.write_direct_chunk(origin, data)
+        if self._written is not None:
+            self._written(len(data))
+
+    def drain(self) -> None:
+        """Write every chunk in flight."""
+        while self._pending:
+            self._write_oldest()
+
+    def discard(self) -> None:
+        """Forget the chunks in flight (the file is being abandoned), letting running tasks finish."""
+        pending, self._pending = self._pending, []
+        for _, _, future in pending:
+            if not future.cancel():
+                future.exception()
+
+
+def _write_deflated(dataset: h5py.Dataset, array: np.ndarray, chunks: tuple[int, ...]) -> None:
+    """Write ``array`` chunk by chunk, each shuffled and deflated (:func:`deflate_rle`) on the pool, in
+    the grid's order, on every core: what libhdf5's shuffle + deflate pipeline reads back (a test checks it)."""
+    queue = ChunkQueue()
+    queue.put_array(dataset, array, chunks)
+    queue.drain()
 
 
 class DiffWriter:
@@ -104,6 +158,8 @@ class DiffWriter:
         self._has_layout = False  # §5.6
         self._minor = 0  # the newest minor version whose additions the file uses (§3.3)
         self._writeback = Writeback(lambda: fsync_path(self._tmp))
+        # deflated chunks in flight: the next parameter's work overlaps them
+        self._chunks = ChunkQueue(self._writeback.wrote)
         commit_text = self._attribute(ATTR_COMMIT, (commit or Commit()).to_attribute())
         extensions = list(extensions)
         check_output(self.path)  # a device, FIFO, link or folder is refused before anything is written
@@ -152,6 +208,10 @@ class DiffWriter:
         self._names.add(name)
         if "base_sha256" in update.meta:
             self._minor = max(self._minor, BASE_SHA256_MINOR)
+        version = update.meta.get("version")
+        built_in = VERSIONS.get((update.type, version)) if type(version) is int and update.type not in self._types else None
+        if built_in is not None:
+            self._minor = max(self._minor, built_in.since_minor)  # version 2 of dense and sparse: 1.3 (§3.3)
         self._write_update(self._parameters.create_group(encode_name(name), track_order=False), update)
 
     def add_file(self, path: str, update: Update) -> None:
@@ -180,8 +240,8 @@ class DiffWriter:
         for key in sorted(update.data):
             self._write_dataset(group, key, np.asarray(update.data[key]))
         # no H5Fflush first: it would change where libhdf5 puts metadata (the bytes must not depend on
-        # when syncs ran); the data of large datasets reaches the OS as it is written anyway
-        self._writeback.wrote(sum(np.asarray(v).nbytes for v in update.data.values()))
+        # when syncs ran); the data of large datasets reaches the OS as it is written anyway (deflated
+        # chunks: as each is written, ChunkQueue tells the writeback)
 
     def _write_dataset(self, group: h5py.Group, key: str, array: np.ndarray) -> None:
         array = np.asarray(array, order="C")
@@ -191,13 +251,15 @@ class DiffWriter:
                 key, shape=array.shape, dtype=array.dtype, chunks=chunks,
                 shuffle=array.itemsize > 1, compression="gzip", compression_opts=1, track_times=False,
             )
-            _write_deflated(dataset, array, chunks)
+            self._chunks.put_array(dataset, array, chunks)
         else:
             group.create_dataset(key, data=array, track_times=False)
+            self._writeback.wrote(array.nbytes)
 
     def close(self) -> None:
         """Finish the file: flush, fsync, and rename it into place (on any error: no file is left)."""
         try:
+            self._chunks.drain()
             if self._minor:
                 # §3.3: the lowest version that has what the file uses. Same length as "1.0", so the
                 # attribute is rewritten where it lies and the bytes stay deterministic.
@@ -215,6 +277,7 @@ class DiffWriter:
         """Discard the file. Closing a file whose writes failed fails again (libhdf5 flushes what it
         could not write): that second error is not the one to report, and the file goes anyway."""
         try:
+            self._chunks.discard()
             try:
                 self._file.close()
             except (OSError, RuntimeError):

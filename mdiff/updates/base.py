@@ -86,10 +86,11 @@ def iter_blocks(source: Any, block_bytes: int = VALIDATION_BLOCK_BYTES) -> Itera
 
 def update_schema(
     type_name: str, carries_sha256: bool, properties: Mapping[str, Any] = {}, required: Sequence[str] = (), version: int = 1,
-    reads_base: bool = False,
+    reads_base: bool = False, versions: Sequence[int] = (),
 ) -> dict:
     """The JSON Schema of one type's ``update`` attribute: the shared members plus the type's own.
-    ``reads_base``: the type computes its result from the base's values, so it may name that base (§7.1)."""
+    ``reads_base``: the type computes its result from the base's values, so it may name that base (§7.1).
+    ``versions``: the type's versions, when it has several with the same members (one schema for all)."""
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": f"{SCHEMA_BASE_URI}{type_name}.schema.json",
@@ -99,7 +100,7 @@ def update_schema(
         "additionalProperties": False,
         "properties": {
             "type": {"const": type_name},
-            "version": {"const": version},
+            "version": {"enum": list(versions)} if versions else {"const": version},
             "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}, "maxItems": 32},
             "dtype": {"enum": list(DTYPES)},
             **({"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"}} if carries_sha256 else {}),
@@ -162,7 +163,7 @@ class Update:
         """The type's definition: a file's own (§7.8), else the registry's."""
         from mdiff.updates import get_type
 
-        return self.kind or get_type(self.type)
+        return self.kind or get_type(self.type, self.meta.get("version", 1))
 
     def array(self, name: str) -> np.ndarray:
         source = self.data[name]
@@ -365,6 +366,12 @@ class UpdateType:
     preferred_engine: str = "onnx"
     # How runs of these updates merge before the base is read (§13.4); None: applied one at a time.
     composition: Composition | None = None
+    # The format minor version that defined this version of the type (§3.3): a writer writes at least
+    # that version, and a file of an older version that uses it is refused (MD403). 0: in 1.0.
+    since_minor: int = 0
+    # For types that store a delta of bit patterns (`dense`, `sparse`): its arithmetic (bit_deltas.py),
+    # by which consecutive updates of one parameter compose.
+    delta: Any = None
 
 
 class Runner(Protocol):
@@ -401,6 +408,12 @@ def expect_datasets(
                 yield ("MD407", name, f"dataset {name!r} has shape {list(got_shape)}; it must be 1-D")
         elif tuple(got_shape) != tuple(shape):
             yield ("MD407", name, f"dataset {name!r} has shape {list(got_shape)}; it must be {list(shape)}")
+
+
+def bool_has_version_1(meta: Mapping[str, Any]) -> Iterator[Problem]:
+    """MD403: a `bool` parameter's `dense` or `sparse` update is version 1 (XOR, §7.3–§7.4)."""
+    if meta.get("dtype") == "bool":
+        yield ("MD403", "", f"a bool parameter's {meta.get('type')} update is version 1, not {meta.get('version')}")
 
 
 def bool_values_problems(values: np.ndarray, dataset: str) -> Iterator[Problem]:

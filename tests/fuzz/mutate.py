@@ -387,7 +387,7 @@ def _random_link_name(rng: random.Random) -> bytes:
     return rng.choice([
         b"v", b"%2Fx", b"%2fx", b"%41", b"%", b"%%", b"%2", b".hidden", b"%2E.", b"a%2Eb", b"\x01", b"\x7f", b"a\tb",
         b"\xff\xfe", b"\xc3", b"caf\xe9", "é".encode(), b"x" * rng.choice([64, 1000, 70_000]), b"update",
-        b"parameters", b"update_types", b"xor", b"value", b"indices", b"A", b"B", b"function.float32", b"x-new",
+        b"parameters", b"update_types", b"xor", b"value", b"indices", b"gaps", b"sub", b"A", b"B", b"function.float32", b"x-new",
         b"x-Bad", b" ", b"%20", b"w", b"flags", b"big", b"counts",
     ])
 
@@ -863,7 +863,7 @@ def op_raw_chunk(rng, v: View) -> str:
 def op_new_dataset(rng, v: View) -> str:
     f = v.f
     parent = f[rng.choice(v.groups)]
-    name = rng.choice(["xor", "value", "indices", "A", "B", "s", "extra", "function.float32", "function.bool"])
+    name = rng.choice(["xor", "value", "indices", "gaps", "sub", "A", "B", "s", "extra", "function.float32", "function.bool"])
     if name in parent:
         name += "_"
     dtype = rng.choice(["<u1", "<u2", "<u4", "<u8", "<i4", "<f4", "<f8"])
@@ -894,9 +894,16 @@ def _consistent_update(rng: random.Random, name: str):
         xor = _random_array(rng, shape, bits)
         if dtype_name == "bool" and rng.random() < 0.7:
             xor = (xor & 1).astype(bits)
-        data["xor"] = xor
-        result = np.bitwise_xor(base.view(bits), xor).view(dt.value) if rng.random() < 0.7 else base
-        meta["sha256"] = sha256_hex(result)
+        if rng.random() < 0.4:  # version 2 (§7.3): the same patterns as zigzag differences (bool: MD403)
+            from mdiff.updates.bit_deltas import SubDelta
+
+            meta["version"] = 2
+            data["sub"] = xor
+            result = SubDelta.apply(base.view(bits), xor, out=np.empty_like(base.view(bits))).view(dt.value)
+        else:
+            data["xor"] = xor
+            result = np.bitwise_xor(base.view(bits), xor).view(dt.value)
+        meta["sha256"] = sha256_hex(result if rng.random() < 0.7 else base)
     elif utype == "sparse":
         k = rng.choice([0, 1, min(n, 3), n, n + 1])
         idx_kind = rng.randrange(6)
@@ -915,7 +922,11 @@ def _consistent_update(rng: random.Random, name: str):
         xor = _random_array(rng, (len(indices),), bits)
         if dtype_name == "bool":
             xor = (xor & rng.choice([1, 3])).astype(bits)
-        data["indices"], data["xor"] = indices, xor
+        if rng.random() < 0.4:  # version 2 (§7.4): the same numbers as gaps (hostile sums included), sub values
+            meta["version"] = 2
+            data["gaps"], data["sub"] = indices, xor
+        else:
+            data["indices"], data["xor"] = indices, xor
         meta["sha256"] = sha256_hex(base)
     elif utype == "replace":
         value = _random_array(rng, shape, dt.storage)

@@ -292,6 +292,11 @@ def zstd_dense_bytes(old: dict, new: dict, level: int = 3) -> int | None:
     return total
 
 
+def dense_data(update) -> np.ndarray:
+    """The one dataset of a dense update: `xor` (version 1) or `sub` (version 2, the default)."""
+    return np.asarray(update.data[update.update_type.datasets[0]])
+
+
 def update_types(updates: dict) -> dict:
     counts: dict[str, int] = {}
     for u in updates.values():
@@ -353,7 +358,7 @@ class Bench:
             one = w / f"one-{comp}.mdiff"
             mdiff.write(one, {self.probe: self.dense32[self.probe]}, commit("one parameter"), comp)
         self.one_st = w / "one.safetensors"
-        save_file({self.probe: self.dense32[self.probe].data["xor"]}, self.one_st)
+        save_file({self.probe: dense_data(self.dense32[self.probe])}, self.one_st)
         sizes = self.r["sizes"]
         sizes["dense fp32"] = self._sizes(chosen, self.full32_path, ideal=None, parameters=base, written=self.dense_paths)
         del chosen
@@ -375,7 +380,7 @@ class Bench:
         self.log("sparse variant")
         few = sparse_variant(base)
         chosen = mdiff.diff(base, few)
-        ideal = sum(int(u.data["indices"].size) * (INDEX_BYTES + 4) for u in chosen.values() if u.type == "sparse")
+        ideal = sum(int(u.data[u.update_type.datasets[0]].size) * (INDEX_BYTES + 4) for u in chosen.values() if u.type == "sparse")
         zstd = zstd_dense_bytes(base, few)
         sizes["sparse 1% fp32"] = self._sizes(chosen, self.full32_path, ideal=ideal, parameters=base, zstd=zstd)
         if zstd is None:
@@ -532,7 +537,7 @@ class Bench:
             block = np.ones(touched, np.uint8)
             self.record("limits", label, touched / (time.perf_counter() - start))
             del block
-        xor = self.dense32[self.probe].data["xor"].reshape(-1)[: (32 << 20) // 4]
+        xor = dense_data(self.dense32[self.probe]).reshape(-1)[: (32 << 20) // 4]
         shuffled = np.ascontiguousarray(xor.view(np.uint8).reshape(-1, 4).T)
         start = time.perf_counter()
         zlib.compress(memoryview(shuffled.reshape(-1)), 1)
@@ -615,7 +620,7 @@ class Bench:
 
         def from_mdiff(path):
             with mdiff.open(path) as d:
-                return d[self.probe].array("xor")
+                return d[self.probe].array(d[self.probe].update_type.datasets[0])
 
         for _ in range(self.args.read_repeat):
             for comp in ("none", "gzip"):
@@ -1295,11 +1300,13 @@ def parse_args(argv=None):
 
 
 def write_report(path: Path, text: str) -> None:
-    """``text`` as the report, keeping the section tools/bench/scale.py wrote into the old one."""
+    """``text`` as the report, keeping the sections tools/bench/scale.py and codec_targets.py wrote into the old one."""
+    import codec_targets  # noqa: E402  (tools/bench/codec_targets.py)
     import scale  # noqa: E402  (tools/bench/scale.py)
 
     kept = scale.kept_section(path)
-    path.write_text(text + ("\n" + kept if kept else ""), encoding="utf-8")
+    kept_codec = codec_targets.kept_section(path)
+    path.write_text(text + ("\n" + kept if kept else "") + ("\n" + kept_codec if kept_codec else ""), encoding="utf-8")
 
 
 def main(argv=None) -> int:

@@ -7,6 +7,7 @@ import { DTYPES, computeDtype, numelOf } from "./dtypes.js";
 import { f16BitsToNumber, bf16BitsToNumber, numberToF16Bits, numberToBf16Bits } from "./float.js";
 import { H5Error } from "./hdf5.js";
 import { READS_BASE_VALUE } from "./schema.js";
+import { addZigzag, positionsFromGaps } from "./deltas.js";
 
 // A typed-array view of a Buffer, copying it when it is not aligned.
 function view(Type, buf) {
@@ -131,6 +132,12 @@ export function applyValidated(v, base, { skipBaseCheckFor = new Set() } = {}) {
       continue;
     } else if (u.type === "replace") {
       data = Buffer.from(ds(prm, "value"));
+    } else if (u.type === "dense" && u.version === 2) {
+      data = addZigzag(base.get(prm.name).data, T.size, ds(prm, "sub"));
+    } else if (u.type === "sparse" && u.version === 2) {
+      const { positions, error } = positionsFromGaps(ds(prm, "gaps"), numelOf(u.shape));
+      if (error) fail("MD408", `the gaps of ${JSON.stringify(prm.name)} make position ${error.position}, past the tensor`, prm.name);
+      data = addZigzag(base.get(prm.name).data, T.size, ds(prm, "sub"), positions);
     } else if (u.type === "dense") {
       const x = ds(prm, "xor");
       data = Buffer.from(base.get(prm.name).data);

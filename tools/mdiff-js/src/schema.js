@@ -108,7 +108,7 @@ export function checkCommit(c, strict = true, minor = null) {
 }
 
 export const UPDATE_TYPES = ["dense", "sparse", "low_rank", "replace", "delete"];
-export const UPDATE_VERSIONS = { dense: [1], sparse: [1], low_rank: [1], replace: [1], delete: [1] };
+export const UPDATE_VERSIONS = { dense: [1, 2], sparse: [1, 2], low_rank: [1], replace: [1], delete: [1] };
 
 // The members of each type's schema, besides type and version.
 const TYPE_MEMBERS = {

@@ -12,6 +12,7 @@ import { DTYPES, bitsStorage, computeDtype, storageName, sameStorage, numelOf, l
 import { decodeName, compareUtf8 } from "./names.js";
 import { pathProblem, pathCollisions } from "./paths.js";
 import { layoutProblems } from "./layout.js";
+import { positionsFromGaps } from "./deltas.js";
 
 // §8.3 limits; these are this reader's defaults (the reference defaults).
 export const DEFAULT_LIMITS = {
@@ -26,7 +27,8 @@ export const DEFAULT_LIMITS = {
 
 const READER_MAJOR = 1;
 const READER_MINOR = 3; // §3.3: this document (and this reader) defines version 1.3
-const KNOWN_EXTENSIONS = new Set(); // versions 1.0 to 1.2 define none
+const KNOWN_EXTENSIONS = new Set(); // versions 1.0 to 1.3 define none
+const SUB_SINCE_MINOR = 3n; // §3.3: version 2 of dense and sparse (integer deltas, gaps) came with 1.3
 // §5.7: the root members each version defines (besides /parameters and /update_types of 1.0)
 const V1_1_GROUPS = ["files", "layout"];
 const ALLOWED_FILTERS = new Set([1, 2, 3]);
@@ -45,9 +47,11 @@ function requiredDatasets(u) {
   const shape = u.shape.map((d) => BigInt(d));
   switch (u.type) {
     case "dense":
-      return { xor: { storage: bitsStorage(T), shape } };
+      return u.version === 2 ? { sub: { storage: bitsStorage(T), shape } } : { xor: { storage: bitsStorage(T), shape } };
     case "sparse":
-      return { indices: { storage: DTYPES.uint64.storage, shape: null }, xor: { storage: bitsStorage(T), shape: null } };
+      return u.version === 2
+        ? { gaps: { storage: DTYPES.uint64.storage, shape: null }, sub: { storage: bitsStorage(T), shape: null } }
+        : { indices: { storage: DTYPES.uint64.storage, shape: null }, xor: { storage: bitsStorage(T), shape: null } };
     case "replace":
       return { value: { storage: DTYPES[T].storage, shape } };
     case "low_rank": {
@@ -639,6 +643,17 @@ export class Validation {
       return null;
     }
     const errs = checkUpdate(u, this.strict, this.version ? this.version.minor : null);
+    if (Number(u.version) === 2 && (u.type === "dense" || u.type === "sparse")) {
+      u.version = 2; // 2.0 is 2 (§4.1); the datasets below are chosen by it
+      if (this.version && this.version.minor < SUB_SINCE_MINOR) {
+        this.add("MD403", p, `${u.type} version 2 exists from format version 1.${SUB_SINCE_MINOR} (§3.3); this file says 1.${this.version.minor}`);
+        return null;
+      }
+      if (u.dtype === "bool") {
+        this.add("MD403", p, `a bool parameter's ${u.type} update is version 1 (XOR, §7.1), not 2`);
+        return null;
+      }
+    }
     if (kind !== "parameter") {
       const badDtype = "dtype" in u && u.dtype !== "uint8";
       const badShape = Array.isArray(u.shape) && u.shape.length !== 1;
@@ -701,12 +716,14 @@ export class Validation {
         ok = false;
       };
       if (u.type === "dense" && got.xor && !eq(got.xor, shape)) bad("xor", `shape ${fmt(got.xor)}; the update's shape is ${fmt(shape)}`);
+      if (u.type === "dense" && got.sub && !eq(got.sub, shape)) bad("sub", `shape ${fmt(got.sub)}; the update's shape is ${fmt(shape)}`);
       if (u.type === "replace" && got.value && !eq(got.value, shape)) bad("value", `shape ${fmt(got.value)}; the update's shape is ${fmt(shape)}`);
-      if (u.type === "sparse" && got.indices && got.xor) {
-        if (got.indices.length !== 1) bad("indices", `rank ${got.indices.length}; indices must be [k]`);
-        else if (got.xor.length !== 1) bad("xor", `rank ${got.xor.length}; xor must be [k]`);
-        else if (got.indices[0] !== got.xor[0]) bad("xor", `length ${got.xor[0]} differs from the ${got.indices[0]} indices`);
-        else if (got.indices[0] > numel) bad("indices", `${got.indices[0]} indices for ${numel} elements`);
+      const [pn, vn] = u.version === 2 ? ["gaps", "sub"] : ["indices", "xor"];
+      if (u.type === "sparse" && got[pn] && got[vn]) {
+        if (got[pn].length !== 1) bad(pn, `rank ${got[pn].length}; ${pn} must be [k]`);
+        else if (got[vn].length !== 1) bad(vn, `rank ${got[vn].length}; ${vn} must be [k]`);
+        else if (got[pn][0] !== got[vn][0]) bad(vn, `length ${got[vn][0]} differs from the ${got[pn][0]} ${pn}`);
+        else if (got[pn][0] > numel) bad(pn, `${got[pn][0]} ${pn} for ${numel} elements`);
       }
       if (u.type === "low_rank" && got.A && got.B) {
         const mm = shape[0];
@@ -804,7 +821,13 @@ export class Validation {
           }
         };
         if (u.type === "dense" && bool) checkBool("xor");
-        if (u.type === "sparse") {
+        if (u.type === "sparse" && u.version === 2) {
+          const { error } = positionsFromGaps(this.data(join(p, "gaps")), numelOf(u.shape));
+          if (error) {
+            this.add("MD408", join(p, "gaps"), `the gaps make position ${error.position} at ${error.j}, not less than numel = ${numelOf(u.shape)}`);
+            prm.ok = false;
+          }
+        } else if (u.type === "sparse") {
           const b = this.data(join(p, "indices"));
           const idx = new BigUint64Array(b.buffer, b.byteOffset, b.length / 8);
           const numel = numelOf(u.shape);
