@@ -224,6 +224,17 @@ def build_MD104_version_1_3_unknown_members(path) -> None:
         _set_json(group, "update", meta)
 
 
+def build_MD104_version_1_3_unknown_attribute(path) -> None:
+    """§3.3 and §5.4: in a newer minor version an unknown `commit` member is ignored without a finding, and an
+    unknown HDF5 attribute is still reported (MD303), as in every version."""
+    with _edit(path) as f:
+        write_string(f, "format_version", "1.3")
+        commit = _get_json(f, "commit")
+        commit["signature"] = "abc"
+        _set_json(f, "commit", commit)
+        write_string(f["parameters/w"], "checksum_kind", "crc32")
+
+
 def build_MD105_extensions_not_json(path) -> None:
     with _edit(path) as f:
         write_string(f, "extensions", "[{")
@@ -556,15 +567,22 @@ def build_MD301_file_not_a_group(path) -> None:
         f["files"].create_dataset("config.json", data=np.frombuffer(CONFIG, np.uint8), track_times=False)
 
 
+def _dense_1_0() -> dict[str, mdiff.Update]:
+    """The dense update of ``w`` as a 1.0 writer makes it: without `base_sha256` (1.2), which a 1.0 file
+    may not hold (MD404), so that an MD306 case breaks that rule alone."""
+    update = mdiff.dense(W, W_NEW)
+    return {"w": mdiff.Update({k: v for k, v in update.meta.items() if k != "base_sha256"}, update.data)}
+
+
 def build_MD306_files_in_version_1_0(path) -> None:
     """`/files` came with 1.1: a file that says 1.0 cannot hold it."""
-    _write_files(path, {"config.json": _file(CONFIG)})
+    _write_files(path, {"config.json": _file(CONFIG)}, updates=_dense_1_0())
     with h5py.File(path, "r+") as f:
         write_string(f, "format_version", "1.0")
 
 
 def build_MD306_layout_in_version_1_0(path) -> None:
-    _write_files(path, {}, _layout(LAYOUT))
+    _write_files(path, {}, _layout(LAYOUT), updates=_dense_1_0())
     with h5py.File(path, "r+") as f:
         write_string(f, "format_version", "1.0")
 
@@ -1090,6 +1108,21 @@ def build_MD513_chunk_inflates_past_its_size(path) -> None:
     _write_chunk(path, zlib.compress(BIG.tobytes() + bytes(BIG.nbytes), 9), compression="gzip", compression_opts=1)
 
 
+def build_MD514_link_count_two(path) -> None:
+    """`xor` is reached through one link, but its object header records two (§8.1: the count must be 1, and
+    the dataset is refused, so the dense update's `xor` is not reported missing)."""
+    _write(path)
+    with h5py.File(path, "r+", libver=("earliest", "v110")) as f:  # a version 1 object header: a count field
+        xor = _replace_dataset(f["parameters/w"], "xor", data=_dense_xor())
+        address = h5py.h5o.get_info(xor.id).addr
+    with open(path, "r+b") as fh:
+        fh.seek(address)
+        header = bytearray(fh.read(8))
+        assert header[0] == 1 and header[4:8] == (1).to_bytes(4, "little"), "expected a version 1 object header"
+        fh.seek(address + 4)
+        fh.write((2).to_bytes(4, "little"))
+
+
 def build_MD514_group_alias(path) -> None:
     with _edit(path) as f:
         f["parameters/v"] = f["parameters/w"]
@@ -1252,6 +1285,12 @@ def build_MD507_rank_over_limit(path) -> None:
     _write(path)
 
 
+def build_MD507_declared_rank_over_limit(path) -> None:
+    """Limits(max_rank=1): a delete update declares shape [2, 4] and the file has no dataset; §8.3 holds the
+    declared shape to the rank limit with the rank's own code."""
+    _write(path, {"w": mdiff.delete(W)})
+
+
 def build_MD508_elements_over_default_limit(path) -> None:
     """A dense update declaring 2³⁶ + 1 uint8 elements (in chunks never written): the default
     limits refuse it before anything else is looked at."""
@@ -1342,6 +1381,12 @@ def build_MD510_attribute_over_limit(path) -> None:
 def build_MD511_objects_over_limit(path) -> None:
     """Limits(max_objects=4): 3 root attributes, /parameters, and three parameter groups."""
     _write(path, {name: mdiff.delete(W) for name in ("a", "b", "c")})
+
+
+def build_MD511_objects_over_limit_root_counted(path) -> None:
+    """Limits(max_objects=6): the root group, its 3 attributes, /parameters, /parameters/w and its `update`:
+    7 in one total (§8.3: the root counts); without the root it would be exactly at the limit."""
+    _write(path, {"w": mdiff.delete(W)})
 
 
 def build_MD511_attributes_over_limit(path) -> None:
@@ -1463,9 +1508,28 @@ LIMITS: dict[str, dict[str, int]] = {
     "empty_dataset_over_limit": {"max_elements": 4},
     "attribute_over_limit": {"max_attribute_bytes": 64},
     "objects_over_limit": {"max_objects": 4},
+    "objects_over_limit_root_counted": {"max_objects": 6},
+    "declared_rank_over_limit": {"max_rank": 1},
     "attributes_over_limit": {"max_objects": 8},
     "total_bytes_over_limit": {"max_total_bytes": 48},
 }
+
+# Every other code a case's file makes a validator report besides its own (SPEC.md §12.1), by case id;
+# a case breaks one rule unless it is listed here.
+ALSO_REPORTED: dict[str, tuple[str, ...]] = {
+    # §7.8: a parameter whose embedded update type was refused has a type this reader does not implement
+    **{case_id: ("MD402",) for case_id in (
+        "definition_without_version", "function_not_onnx", "function_old_opset", "function_random_op",
+        "function_external_data", "function_subgraph", "function_too_many_nodes", "function_of_another_dtype")},
+    # §3.3, §5.4: a newer minor version's unknown attribute is still MD303 (its unknown JSON member is ignored)
+    "version_1_3_unknown_attribute": ("MD303",),
+}
+
+
+def expected_codes(code: str, case_id: str) -> set[str]:
+    """Every code (errors and warnings) a validator reports for the case ``code``-``case_id``."""
+    return {code, *ALSO_REPORTED.get(case_id, ())}
+
 
 # Cases whose error only shows once the data is read.
 DATA_LEVEL: frozenset[str] = frozenset({
@@ -1503,4 +1567,4 @@ def case_ids() -> list[str]:
 
 
 assert len(set(case_ids()) | {v for v, _ in VALID_CASES}) == len(CASES) + len(VALID_CASES), "case ids must be unique"
-assert set(LIMITS) <= set(case_ids()) and DATA_LEVEL <= set(case_ids())
+assert set(LIMITS) <= set(case_ids()) and DATA_LEVEL <= set(case_ids()) and set(ALSO_REPORTED) <= set(case_ids())

@@ -55,7 +55,9 @@ def parse_header(inventory: Inventory) -> tuple[Header | None, list[Finding]]:
     for name in sorted(set(attrs) - ROOT_ATTRIBUTES):
         findings.append(Finding("MD303", "/", f"unknown root attribute {name!r}"))
     added_in_1_1 = (FILES_GROUP, LAYOUT_GROUP)
-    for name in inventory.objects["/"].members:
+    for name, member in inventory.objects["/"].children.items():
+        if member.kind == "refused":
+            continue  # reported once, under §8 (SPEC §12.1)
         if name in added_in_1_1 and version == (1, 0):
             findings.append(Finding("MD306", "/" + name, f"`/{name}` exists from format version 1.1; this file says 1.0"))
         elif name not in (PARAMETERS_GROUP, UPDATE_TYPES_GROUP, *added_in_1_1):

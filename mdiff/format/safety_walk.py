@@ -139,6 +139,14 @@ class _ByPath:
     def __contains__(self, path: object) -> bool:
         return isinstance(path, str) and self.get(path) is not None
 
+    def refused(self, path: str) -> bool:
+        """Whether a link at ``path`` leads to something the walk refused (reported once under §8; no
+        other rule reports it, as missing or otherwise: SPEC §12.1)."""
+        parent, _, name = path.rpartition("/")
+        node = self.get(parent or "/")
+        member = node.children.get(name) if node is not None else None
+        return member is not None and member.kind == "refused"
+
 
 @dataclass
 class Inventory:
@@ -249,7 +257,7 @@ class _Walk:
         self.findings: list[Finding] = []
         self.inventory = Inventory()
         self.seen_addresses: set[int] = set()
-        self.count = 0
+        self.count = 1  # the root group: §8.3 counts every object of the file and every attribute, in one total
         self.stopped = False  # a global limit was reached: nothing more is walked
 
     def finding(self, code: str, where: ObjectInfo, message: str, name: str | None = None) -> None:
@@ -364,6 +372,7 @@ class _Walk:
         if link_type != h5py.h5l.TYPE_HARD:
             kind = {h5py.h5l.TYPE_SOFT: "soft", h5py.h5l.TYPE_EXTERNAL: "external"}.get(link_type, "user-defined")
             self.finding("MD500", parent, f"{kind} link; only hard links are allowed", name)
+            parent.adopt(ObjectInfo(name, parent, "refused"))
             return None
         if parent.depth >= self.limits.max_depth:
             self.finding("MD511", parent, f"objects nested more than {self.limits.max_depth} links below the root", name)
@@ -373,10 +382,12 @@ class _Walk:
             oinfo = h5py.h5o.get_info(oid)
         except Exception as exc:
             self.finding("MD513", parent, f"the object cannot be opened: {exc}", name)
+            parent.adopt(ObjectInfo(name, parent, "refused"))
             return None
         self.count += 1
-        if oinfo.addr in self.seen_addresses or oinfo.rc != 1:
+        if oinfo.addr in self.seen_addresses or oinfo.rc != 1:  # §8.1: refused at every link (its count is 2)
             self.finding("MD514", parent, "the object has more than one link to it", name)
+            parent.adopt(ObjectInfo(name, parent, "refused"))
             return None
         self.seen_addresses.add(oinfo.addr)
         kind = oinfo.type
@@ -387,6 +398,8 @@ class _Walk:
             info = parent.adopt(ObjectInfo(name, parent, "dataset"))
             if self._read_attributes(info, oid, oinfo.num_attrs):
                 info.dataset = self._check_dataset(info, oid)
+                if info.dataset is None:  # refused (reported): present, but no other rule looks at it
+                    info.kind = "refused"
             return None
         parent.adopt(ObjectInfo(name, parent, "refused"))
         self.finding("MD501", parent, "a committed datatype; only groups and datasets are allowed", name)
@@ -413,6 +426,7 @@ class _Walk:
         attrs: dict[str, str] = {}
         refused: set[str] = set()
         for i in range(n):
+            name = None
             try:
                 aid = h5py.h5a.open(oid, index=i)
                 name = aid.get_name().decode("utf-8", "replace")
@@ -429,6 +443,8 @@ class _Walk:
                 text = read_string(aid, size, tid)
             except Exception as exc:
                 self.finding("MD513", info, f"attribute {i} cannot be read: {exc}")
+                if name is not None:
+                    refused.add(name)
                 continue
             if text is None:
                 self.finding("MD506", info, f"attribute {name[:200]!r} is not valid UTF-8")

@@ -68,6 +68,8 @@ def _parse_one(name, path, inventory: Inventory, f: h5py.File, limits: Limits, f
         member_path = f"{path}/{member}"
         dtype_name = dtype_of_function_dataset(member)
         child = inventory.objects.get(member_path)
+        if dtype_name is None and inventory.objects.refused(member_path):
+            continue  # reported once, under §8 (SPEC §12.1)
         if dtype_name is None:
             findings.append(Finding("MD303", member_path, "unknown member of an update type"))
             continue

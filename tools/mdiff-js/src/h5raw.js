@@ -249,6 +249,20 @@ export class RawFile {
     return msgs;
   }
 
+  // §8.1 (MD514): the link count the object header at `addr` records — a version 1 header's reference
+  // count field; a version 2 header's reference count message (0x16), 1 without one.
+  linkCount(addr, where) {
+    const first = this.readUpTo(addr, 16, where);
+    if (first.length >= 4 && first.subarray(0, 4).toString("latin1") === "OHDR") {
+      for (const m of this.readObjectHeader(addr, where)) {
+        if (m.type === 0x16) return new Cursor(this, m.data, 1, where).u32();
+      }
+      return 1;
+    }
+    const c = new Cursor(this, first, 4, where);
+    return c.u32();
+  }
+
   // Facts about the dataset whose object header is at `addr`.
   datasetInfo(addr, where) {
     const msgs = this.readObjectHeader(addr, where);
