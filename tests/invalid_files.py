@@ -1093,6 +1093,19 @@ def build_MD513_corrupt_chunk(path) -> None:
     _write_chunk(path, bytes(range(256)) * 4, compression="gzip", compression_opts=1, shuffle=True)
 
 
+def build_MD513_sparse_xor_corrupt_chunk(path) -> None:
+    """A float32 sparse update whose `xor` (read by no value rule: the type is not bool) is one deflated chunk
+    that is not a deflate stream: a validator decodes every stored byte of a group (§12.1), so only reading it
+    shows it."""
+    big_new = BIG.copy()
+    big_new[::8] += 1
+    with _edit(path, {"big": mdiff.sparse(BIG, big_new)}) as f:
+        group = f["parameters/big"]
+        k = group["xor"].shape[0]
+        ds = _replace_dataset(group, "xor", shape=(k,), dtype="<u4", chunks=(k,), compression="gzip", compression_opts=1)
+        ds.id.write_direct_chunk((0,), bytes(range(256)) * 4)
+
+
 def build_MD513_fletcher32_mismatch(path) -> None:
     """A chunk whose fletcher32 checksum does not match its data."""
     _write_chunk(path, BIG.tobytes() + b"\0\0\0\0", fletcher32=True)
@@ -1536,7 +1549,7 @@ DATA_LEVEL: frozenset[str] = frozenset({
     "sparse_unsorted", "sparse_duplicate", "sparse_out_of_range",
     "replace_bool_2", "dense_bool_xor_2", "sparse_bool_xor_2",
     "replace_wrong_sha256", "replace_value_changed", "low_rank_A_sha256_wrong", "low_rank_B_changed",
-    "corrupt_chunk", "fletcher32_mismatch", "chunk_inflates_past_its_size",
+    "corrupt_chunk", "sparse_xor_corrupt_chunk", "fletcher32_mismatch", "chunk_inflates_past_its_size",
     "layout_not_json", "layout_without_files", "layout_unsafe_path", "layout_tensor_twice", "layout_not_safetensors",
     "layout_path_inside_another",
 })

@@ -62,8 +62,9 @@ def _index_problems(indices: np.ndarray, size: int) -> Iterator[Problem]:
 
 def _check_data(update: Update) -> Iterator[Problem]:
     yield from _index_problems(update.array("indices"), math.prod(update.shape))
+    xor = update.array("xor")  # every stored byte decoded (MD513 when one does not: SPEC §12.1), bool or not
     if update.dtype.name == "bool":
-        yield from bool_values_problems(update.array("xor"), "xor")
+        yield from bool_values_problems(xor, "xor")
 
 
 def _checked_indices(update: Update, size: int) -> np.ndarray:

@@ -822,6 +822,7 @@ export class Validation {
       const cache = !others.has(prm);
       const u = prm.update;
       const p = prm.path;
+      const before = this.findings.length;
       try {
         const bool = u.dtype === "bool";
         const checkBool = (dn) => {
@@ -883,6 +884,7 @@ export class Validation {
         }
       } catch (e) {
         if (e instanceof H5Error || e instanceof RangeError) {
+          this.findings.length = before; // SPEC §12.1: data that does not decode is the group's one data finding
           this.add("MD513", p, `the data cannot be read: ${e.message}`);
           prm.ok = false;
         } else throw e;
