@@ -196,6 +196,12 @@ def build_MD102_version_three_parts(path) -> None:
         write_string(f, "format_version", "1.0.0")
 
 
+def build_MD102_version_ten_digits(path) -> None:
+    """§3.2: each number of `format_version` has 1 to 9 digits (a reader need not parse huge integers)."""
+    with _edit(path) as f:
+        write_string(f, "format_version", "1.1234567890")
+
+
 def build_MD103_version_2_0(path) -> None:
     with _edit(path) as f:
         write_string(f, "format_version", "2.0")
@@ -1070,6 +1076,15 @@ def build_MD501_committed_datatype_in_parameter(path) -> None:
         f["parameters/w/t"] = np.dtype("<u4")
 
 
+def build_MD501_dataset_of_committed_datatype(path) -> None:
+    """`xor`'s datatype is a committed datatype, whose own link is then removed: the dataset is refused
+    (§8.1), and so is not reported missing (MD405) either (§12.1)."""
+    with _edit(path) as f:
+        f["t"] = np.dtype("<u4")
+        _replace_dataset(f["parameters/w"], "xor", data=_dense_xor(), dtype=f["t"])
+        del f["t"]
+
+
 def build_MD513_corrupt_object_header(path) -> None:
     """The object header of `xor` with its signature overwritten: its checksum fails too."""
     with _edit(path) as f:
@@ -1149,6 +1164,14 @@ def build_MD514_dataset_alias(path) -> None:
 def build_MD514_link_to_root(path) -> None:
     with _edit(path) as f:
         f["parameters/w/up"] = f["/"]
+
+
+def build_MD514_link_to_root_not_canonical(path) -> None:
+    """A member `%2fx` of `/files` (lower-case hex: not a canonical encoding, §5.2) that links to the root
+    group: refused at its link (MD514), it is not decoded as a path too (§12.1: no MD302)."""
+    _write_files(path, {"config.json": _file(CONFIG)})
+    with h5py.File(path, "r+") as f:
+        f["files/%2fx"] = f["/"]
 
 
 def build_MD514_cycle(path) -> None:

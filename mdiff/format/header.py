@@ -31,6 +31,8 @@ def parse_header(inventory: Inventory) -> tuple[Header | None, list[Finding]]:
     root = inventory.objects["/"]
     attrs = root.attrs
     findings: list[Finding] = []
+    if root.kind == "refused":
+        return None, []  # its attributes cannot be read (MD513, §8.1): nothing can be read as mdiff
     if {ATTR_FORMAT, ATTR_VERSION} & root.refused_attrs:
         return None, []  # already reported under §8.2; nothing can be read without them
     if attrs.get(ATTR_FORMAT) != FORMAT_NAME:

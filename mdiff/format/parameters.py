@@ -92,6 +92,8 @@ def _parse_members(container: ObjectInfo, f: h5py.File, types: Mapping[str, Upda
     datasets = _Datasets(f)
     prefix = container.path
     for link, info in container.children.items():
+        if info.kind == "refused":  # reported once, under §8: not decoded, not checked (SPEC §12.1)
+            continue
         name = _member_name(prefix, link, findings, is_file)
         if name is None:
             continue
@@ -152,7 +154,9 @@ class LazyParameters:
             self.findings.append(Finding("MD300", PARAMETERS_PATH, "the file has no `/parameters` group"))
             return
         self.findings += _container_findings(container)
-        for link in container.children:
+        for link, member in container.children.items():
+            if member.kind == "refused":  # reported once, under §8 (SPEC §12.1)
+                continue
             name = _member_name(PARAMETERS_PATH, link, self.findings, is_file=False)
             if name is not None:
                 self.links[name] = link

@@ -413,6 +413,7 @@ class _Walk:
                 n = h5py.h5a.get_num_attrs(oid)
         except Exception as exc:
             self.finding("MD513", info, f"attributes cannot be read: {exc}")
+            info.kind = "refused"  # an object that cannot be read (§12.1): nothing else looks at it
             return True
         self.count += n
         if n > MAX_ATTRIBUTES_PER_OBJECT:  # opening the i-th of many attributes costs libhdf5 O(n log n)
@@ -473,7 +474,11 @@ class _Walk:
             if bad:
                 self.finding("MD504", info, f"filter id(s) {bad}; allowed: deflate (1), shuffle (2), fletcher32 (3)")
                 return None
-            dtype = self._storage_dtype(did.get_type())
+            tid = did.get_type()
+            if tid.committed():  # its datatype is an object of its own (§8.1: groups and datasets only)
+                self.finding("MD501", info, "the dataset's datatype is a committed datatype")
+                return None
+            dtype = self._storage_dtype(tid)
             if dtype is None:
                 self.finding("MD505", info, "datatype is not a little-endian IEEE float or two's-complement integer")
                 return None

@@ -30,6 +30,8 @@ def parse_update_types(inventory: Inventory, f: h5py.File, limits: Limits) -> tu
     types: dict[str, UpdateType] = {}
     for link in container.members:
         path = f"{UPDATE_TYPES_PATH}/{link}"
+        if inventory.objects.refused(path):
+            continue  # reported once, under §8 (SPEC §12.1)
         try:
             name = decode_name(link)
         except InvalidFileError as exc:

@@ -239,6 +239,7 @@ export class Validation {
         names = this.h5.attrNames(obj.path);
       } catch (e) {
         this.add("MD513", obj.path, `the attributes cannot be read: ${e.message}`);
+        obj.refused = true; // an object that cannot be read (SPEC §12.1): nothing else looks at it
         continue;
       }
       count += names.length;
@@ -366,7 +367,12 @@ export class Validation {
     if (numel >= 1n && raw && raw.layout) {
       const bytes = numel * BigInt(meta.size);
       const problems = this.storageProblems(raw.layout, meta, filters, Number(bytes), p);
-      if (problems.length) return ["MD509", `declares ${bytes} bytes; ${problems.join("; ")}`];
+      if (problems.length) {
+        // as SPEC §12.1 orders them: too few chunks (MD509), else a chunk that skips a filter (MD504)
+        const skips = problems.filter((x) => x.startsWith("MD504:"));
+        if (skips.length && !problems.some((x) => x.includes("chunks are stored"))) return ["MD504", skips[0].slice(6)];
+        return ["MD509", `declares ${bytes} bytes; ${problems.filter((x) => !x.startsWith("MD504:")).join("; ")}`];
+      }
     }
     return null;
   }
@@ -402,6 +408,7 @@ export class Validation {
   checkIdentity() {
     const root = this.byPath.get("/");
     const a = root.attrs;
+    if (root.refused) return false; // its attributes cannot be read (MD513)
     // SPEC §12.1: without a readable `format` and `format_version` nothing else can be read as mdiff 1.x;
     // a refused one (MD506/MD510/MD513) was reported once, under §8
     if ((a.has("format") && a.get("format") === undefined) || (a.has("format_version") && a.get("format_version") === undefined)) return false;
@@ -411,7 +418,7 @@ export class Validation {
     }
     const v = a.get("format_version");
     let ok = true;
-    const m = typeof v === "string" ? /^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$/.exec(v) : null;
+    const m = typeof v === "string" ? /^(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})$/.exec(v) : null; // §3.2: 1-9 digits each
     if (!m) {
       this.add("MD102", "/", `\`format_version\` is ${a.has("format_version") ? describe(v) : "missing"}, not MAJOR.MINOR`);
       return false;
@@ -519,6 +526,7 @@ export class Validation {
       this.add("MD300", "/parameters", "group `/parameters` is missing");
       return;
     }
+    if (params.refused) return; // reported once, under §8 (SPEC §12.1)
     if (params.kind !== "group") {
       if (params.kind === "dataset" && !params.refused) this.add("MD300", "/parameters", "`/parameters` is a dataset, not a group");
       return; // links and other kinds were reported by walk()
@@ -553,7 +561,7 @@ export class Validation {
   checkFiles() {
     const root = this.byPath.get("/");
     const files = (root.children || []).find((c) => c.name === "files");
-    if (!files) return;
+    if (!files || files.refused) return;
     if (files.kind === "dataset") {
       if (!files.refused) this.add("MD305", files.path, "`/files` is a dataset; it must be a group of file groups (§5.5)");
       return;
@@ -594,7 +602,7 @@ export class Validation {
   checkWeightsLayout() {
     const root = this.byPath.get("/");
     const g = (root.children || []).find((c) => c.name === "layout");
-    if (!g) return;
+    if (!g || g.refused) return;
     if (g.kind === "dataset") {
       if (!g.refused) this.add("MD305", g.path, "`/layout` is a dataset; it must be a group holding a replace or delete update (§5.6)");
       return;
