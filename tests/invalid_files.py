@@ -1302,6 +1302,16 @@ def build_MD506_dataset_attribute_numeric(path) -> None:
         f["parameters/w/xor"].attrs["scale"] = np.float32(1.0)
 
 
+def build_MD506_attribute_name_not_utf8(path) -> None:
+    """An attribute of `/parameters/w` named by the bytes ff fe 30, which are not UTF-8 (§8.2): refused, so not
+    an unknown attribute (MD303) too."""
+    with _edit(path) as f:
+        data = np.array(b"x", dtype=h5py.string_dtype("utf-8", 1))
+        tid = h5py.h5t.py_create(data.dtype, logical=True)
+        aid = h5py.h5a.create(f["parameters/w"].id, b"\xff\xfe0", tid, h5py.h5s.create(h5py.h5s.SCALAR))
+        aid.write(data)
+
+
 def build_MD506_attribute_null_dataspace(path) -> None:
     with _edit(path) as f:
         f["parameters/w"].attrs.create("comment", h5py.Empty(h5py.string_dtype("utf-8", 4)))

@@ -430,7 +430,12 @@ class _Walk:
             name = None
             try:
                 aid = h5py.h5a.open(oid, index=i)
-                name = aid.get_name().decode("utf-8", "replace")
+                raw_name = aid.get_name()
+                name = raw_name.decode("utf-8", "replace")
+                if name.encode("utf-8") != raw_name:  # §8.2: an attribute's name is UTF-8, as a link's is
+                    self.finding("MD506", info, f"an attribute name {raw_name[:200]!r} is not UTF-8")
+                    refused.add(name)
+                    continue
                 tid = aid.get_type()
                 size = string_attribute_size(aid, tid)
                 if size is None:

@@ -255,6 +255,12 @@ export class Validation {
         return;
       }
       for (const name of names) {
+        // §8.2: an attribute's name is UTF-8 (h5wasm decodes a name that is not with replacement characters)
+        if (name.includes("\uFFFD") || !name.isWellFormed()) {
+          this.add("MD506", obj.path, `an attribute name ${describe(name)} is not UTF-8`);
+          obj.attrs.set(name, undefined);
+          continue;
+        }
         let meta;
         try {
           meta = this.h5.attrMeta(obj.path, name);
