@@ -196,6 +196,12 @@ def build_MD102_version_three_parts(path) -> None:
         write_string(f, "format_version", "1.0.0")
 
 
+def build_MD102_version_ten_digits(path) -> None:
+    """§3.2: each number of `format_version` has 1 to 9 digits (a reader need not parse huge integers)."""
+    with _edit(path) as f:
+        write_string(f, "format_version", "1.1234567890")
+
+
 def build_MD103_version_2_0(path) -> None:
     with _edit(path) as f:
         write_string(f, "format_version", "2.0")
@@ -222,6 +228,17 @@ def build_MD104_version_1_99_unknown_members(path) -> None:
         meta = _get_json(group, "update")
         meta["codec_hint"] = {"level": 3}
         _set_json(group, "update", meta)
+
+
+def build_MD104_version_1_99_unknown_attribute(path) -> None:
+    """§3.3 and §5.4: in a newer minor version an unknown `commit` member is ignored without a finding, and an
+    unknown HDF5 attribute is still reported (MD303), as in every version."""
+    with _edit(path) as f:
+        write_string(f, "format_version", "1.99")
+        commit = _get_json(f, "commit")
+        commit["signature"] = "abc"
+        _set_json(f, "commit", commit)
+        write_string(f["parameters/w"], "checksum_kind", "crc32")
 
 
 def build_MD105_extensions_not_json(path) -> None:
@@ -556,15 +573,22 @@ def build_MD301_file_not_a_group(path) -> None:
         f["files"].create_dataset("config.json", data=np.frombuffer(CONFIG, np.uint8), track_times=False)
 
 
+def _dense_1_0() -> dict[str, mdiff.Update]:
+    """The dense update of ``w`` as a 1.0 writer makes it: without `base_sha256` (1.2), which a 1.0 file
+    may not hold (MD404), so that an MD306 case breaks that rule alone."""
+    update = mdiff.dense(W, W_NEW)
+    return {"w": mdiff.Update({k: v for k, v in update.meta.items() if k != "base_sha256"}, update.data)}
+
+
 def build_MD306_files_in_version_1_0(path) -> None:
     """`/files` came with 1.1: a file that says 1.0 cannot hold it."""
-    _write_files(path, {"config.json": _file(CONFIG)})
+    _write_files(path, {"config.json": _file(CONFIG)}, updates=_dense_1_0())
     with h5py.File(path, "r+") as f:
         write_string(f, "format_version", "1.0")
 
 
 def build_MD306_layout_in_version_1_0(path) -> None:
-    _write_files(path, {}, _layout(LAYOUT))
+    _write_files(path, {}, _layout(LAYOUT), updates=_dense_1_0())
     with h5py.File(path, "r+") as f:
         write_string(f, "format_version", "1.0")
 
@@ -1096,6 +1120,15 @@ def build_MD501_committed_datatype_in_parameter(path) -> None:
         f["parameters/w/t"] = np.dtype("<u4")
 
 
+def build_MD501_dataset_of_committed_datatype(path) -> None:
+    """`xor`'s datatype is a committed datatype, whose own link is then removed: the dataset is refused
+    (§8.1), and so is not reported missing (MD405) either (§12.1)."""
+    with _edit(path) as f:
+        f["t"] = np.dtype("<u4")
+        _replace_dataset(f["parameters/w"], "xor", data=_dense_xor(), dtype=f["t"])
+        del f["t"]
+
+
 def build_MD513_corrupt_object_header(path) -> None:
     """The object header of `xor` with its signature overwritten: its checksum fails too."""
     with _edit(path) as f:
@@ -1119,6 +1152,19 @@ def build_MD513_corrupt_chunk(path) -> None:
     _write_chunk(path, bytes(range(256)) * 4, compression="gzip", compression_opts=1, shuffle=True)
 
 
+def build_MD513_sparse_xor_corrupt_chunk(path) -> None:
+    """A float32 sparse update whose `xor` (read by no value rule: the type is not bool) is one deflated chunk
+    that is not a deflate stream: a validator decodes every stored byte of a group (§12.1), so only reading it
+    shows it."""
+    big_new = BIG.copy()
+    big_new[::8] += 1
+    with _edit(path, {"big": mdiff.sparse(BIG, big_new)}) as f:
+        group = f["parameters/big"]
+        k = group["xor"].shape[0]
+        ds = _replace_dataset(group, "xor", shape=(k,), dtype="<u4", chunks=(k,), compression="gzip", compression_opts=1)
+        ds.id.write_direct_chunk((0,), bytes(range(256)) * 4)
+
+
 def build_MD513_fletcher32_mismatch(path) -> None:
     """A chunk whose fletcher32 checksum does not match its data."""
     _write_chunk(path, BIG.tobytes() + b"\0\0\0\0", fletcher32=True)
@@ -1134,6 +1180,21 @@ def build_MD513_chunk_inflates_past_its_size(path) -> None:
     _write_chunk(path, zlib.compress(BIG.tobytes() + bytes(BIG.nbytes), 9), compression="gzip", compression_opts=1)
 
 
+def build_MD514_link_count_two(path) -> None:
+    """`xor` is reached through one link, but its object header records two (§8.1: the count must be 1, and
+    the dataset is refused, so the dense update's `xor` is not reported missing)."""
+    _write(path)
+    with h5py.File(path, "r+", libver=("earliest", "v110")) as f:  # a version 1 object header: a count field
+        xor = _replace_dataset(f["parameters/w"], "xor", data=_dense_xor())
+        address = h5py.h5o.get_info(xor.id).addr
+    with open(path, "r+b") as fh:
+        fh.seek(address)
+        header = bytearray(fh.read(8))
+        assert header[0] == 1 and header[4:8] == (1).to_bytes(4, "little"), "expected a version 1 object header"
+        fh.seek(address + 4)
+        fh.write((2).to_bytes(4, "little"))
+
+
 def build_MD514_group_alias(path) -> None:
     with _edit(path) as f:
         f["parameters/v"] = f["parameters/w"]
@@ -1147,6 +1208,14 @@ def build_MD514_dataset_alias(path) -> None:
 def build_MD514_link_to_root(path) -> None:
     with _edit(path) as f:
         f["parameters/w/up"] = f["/"]
+
+
+def build_MD514_link_to_root_not_canonical(path) -> None:
+    """A member `%2fx` of `/files` (lower-case hex: not a canonical encoding, §5.2) that links to the root
+    group: refused at its link (MD514), it is not decoded as a path too (§12.1: no MD302)."""
+    _write_files(path, {"config.json": _file(CONFIG)})
+    with h5py.File(path, "r+") as f:
+        f["files/%2fx"] = f["/"]
 
 
 def build_MD514_cycle(path) -> None:
@@ -1277,6 +1346,16 @@ def build_MD506_dataset_attribute_numeric(path) -> None:
         f["parameters/w/xor"].attrs["scale"] = np.float32(1.0)
 
 
+def build_MD506_attribute_name_not_utf8(path) -> None:
+    """An attribute of `/parameters/w` named by the bytes ff fe 30, which are not UTF-8 (§8.2): refused, so not
+    an unknown attribute (MD303) too."""
+    with _edit(path) as f:
+        data = np.array(b"x", dtype=h5py.string_dtype("utf-8", 1))
+        tid = h5py.h5t.py_create(data.dtype, logical=True)
+        aid = h5py.h5a.create(f["parameters/w"].id, b"\xff\xfe0", tid, h5py.h5s.create(h5py.h5s.SCALAR))
+        aid.write(data)
+
+
 def build_MD506_attribute_null_dataspace(path) -> None:
     with _edit(path) as f:
         f["parameters/w"].attrs.create("comment", h5py.Empty(h5py.string_dtype("utf-8", 4)))
@@ -1294,6 +1373,12 @@ def build_MD506_update_vlen(path) -> None:
 def build_MD507_rank_over_limit(path) -> None:
     """Limits(max_rank=1): `xor` has rank 2. (HDF5 cannot store rank 33, the default limit + 1.)"""
     _write(path)
+
+
+def build_MD507_declared_rank_over_limit(path) -> None:
+    """Limits(max_rank=1): a delete update declares shape [2, 4] and the file has no dataset; §8.3 holds the
+    declared shape to the rank limit with the rank's own code."""
+    _write(path, {"w": mdiff.delete(W)})
 
 
 def build_MD508_elements_over_default_limit(path) -> None:
@@ -1386,6 +1471,12 @@ def build_MD510_attribute_over_limit(path) -> None:
 def build_MD511_objects_over_limit(path) -> None:
     """Limits(max_objects=4): 3 root attributes, /parameters, and three parameter groups."""
     _write(path, {name: mdiff.delete(W) for name in ("a", "b", "c")})
+
+
+def build_MD511_objects_over_limit_root_counted(path) -> None:
+    """Limits(max_objects=6): the root group, its 3 attributes, /parameters, /parameters/w and its `update`:
+    7 in one total (§8.3: the root counts); without the root it would be exactly at the limit."""
+    _write(path, {"w": mdiff.delete(W)})
 
 
 def build_MD511_attributes_over_limit(path) -> None:
@@ -1507,9 +1598,28 @@ LIMITS: dict[str, dict[str, int]] = {
     "empty_dataset_over_limit": {"max_elements": 4},
     "attribute_over_limit": {"max_attribute_bytes": 64},
     "objects_over_limit": {"max_objects": 4},
+    "objects_over_limit_root_counted": {"max_objects": 6},
+    "declared_rank_over_limit": {"max_rank": 1},
     "attributes_over_limit": {"max_objects": 8},
     "total_bytes_over_limit": {"max_total_bytes": 48},
 }
+
+# Every other code a case's file makes a validator report besides its own (SPEC.md §12.1), by case id;
+# a case breaks one rule unless it is listed here.
+ALSO_REPORTED: dict[str, tuple[str, ...]] = {
+    # §7.8: a parameter whose embedded update type was refused has a type this reader does not implement
+    **{case_id: ("MD402",) for case_id in (
+        "definition_without_version", "function_not_onnx", "function_old_opset", "function_random_op",
+        "function_external_data", "function_subgraph", "function_too_many_nodes", "function_of_another_dtype")},
+    # §3.3, §5.4: a newer minor version's unknown attribute is still MD303 (its unknown JSON member is ignored)
+    "version_1_99_unknown_attribute": ("MD303",),
+}
+
+
+def expected_codes(code: str, case_id: str) -> set[str]:
+    """Every code (errors and warnings) a validator reports for the case ``code``-``case_id``."""
+    return {code, *ALSO_REPORTED.get(case_id, ())}
+
 
 # Cases whose error only shows once the data is read.
 DATA_LEVEL: frozenset[str] = frozenset({
@@ -1517,7 +1627,7 @@ DATA_LEVEL: frozenset[str] = frozenset({
     "sparse_gaps_reach_numel", "sparse_gap_wraps", "sparse_gaps_sum_overflows",
     "replace_bool_2", "dense_bool_xor_2", "sparse_bool_xor_2",
     "replace_wrong_sha256", "replace_value_changed", "low_rank_A_sha256_wrong", "low_rank_B_changed",
-    "corrupt_chunk", "fletcher32_mismatch", "chunk_inflates_past_its_size",
+    "corrupt_chunk", "sparse_xor_corrupt_chunk", "fletcher32_mismatch", "chunk_inflates_past_its_size",
     "layout_not_json", "layout_without_files", "layout_unsafe_path", "layout_tensor_twice", "layout_not_safetensors",
     "layout_path_inside_another",
 })
@@ -1548,4 +1658,4 @@ def case_ids() -> list[str]:
 
 
 assert len(set(case_ids()) | {v for v, _ in VALID_CASES}) == len(CASES) + len(VALID_CASES), "case ids must be unique"
-assert set(LIMITS) <= set(case_ids()) and DATA_LEVEL <= set(case_ids())
+assert set(LIMITS) <= set(case_ids()) and DATA_LEVEL <= set(case_ids()) and set(ALSO_REPORTED) <= set(case_ids())

@@ -315,11 +315,41 @@ def test_runner_fails_a_validator_that_accepts_everything(tmp_path):
 
     impl = InProcessImplementation(lenient, "lenient")
     bad = run_case(impl, MANIFEST.case("MD408-sparse_unsorted"), claimed=None)
-    assert bad.status == "fail" and any("lack MD408" in p for p in bad.problems)
+    assert bad.status == "fail" and any("expected exactly ['MD408']" in p for p in bad.problems)
     good = run_case(impl, MANIFEST.case("dense-every-dtype"), claimed=None)
     assert good.status == "pass", good.problems
     warn = run_case(impl, MANIFEST.case("MD303-root_member"), claimed=None)
     assert warn.status == "fail" and any("warnings" in p for p in warn.problems)
+
+
+def test_runner_compares_exact_code_sets_unless_first_error_only():
+    """SPEC.md §12.1: an extra code (MD406 beside a refused dataset's MD505) or a missing one fails a case;
+    a validator that claims `first-error-only` passes with a non-empty part of `expect.codes`, no other."""
+    import json
+
+    def reporting(codes):
+        def main(argv: list[str]) -> int:
+            if argv[0] == "validate":
+                print(json.dumps({"findings": [{"code": c, "severity": "error"} for c in codes]}))
+                return 1
+            from mdiff.cli.main import main as reference
+
+            return reference(argv)
+        return InProcessImplementation(main, "+".join(codes))
+
+    case = MANIFEST.case("MD505-float16_dataset")
+    assert case.expect["codes"] == ["MD505"] and case.expect["warnings"] == []
+    extra = run_case(reporting(["MD505", "MD406"]), case, claimed=None)
+    assert extra.status == "fail" and extra.problems == ["validate reported errors ['MD406', 'MD505'], expected exactly ['MD505']"]
+    assert run_case(reporting(["MD505"]), case, claimed=None).status == "pass"
+    embedded = MANIFEST.case("MD423-function_random_op")
+    assert embedded.expect["codes"] == ["MD402", "MD423"]
+    first = run_case(reporting(["MD423"]), embedded, claimed=None)
+    assert first.status == "fail"
+    assert run_case(reporting(["MD423"]), embedded, claimed=None, first_error_only=True).status == "pass"
+    assert run_case(reporting(["MD423"]), embedded, claimed=frozenset({"first-error-only", "embedded-update-types"})).status == "pass"
+    assert run_case(reporting(["MD423", "MD406"]), embedded, claimed=None, first_error_only=True).status == "fail"
+    assert run_case(reporting(["MD406"]), embedded, claimed=None, first_error_only=True).status == "fail"
 
 
 def test_runner_skips_unclaimed_cases():

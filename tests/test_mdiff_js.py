@@ -547,8 +547,8 @@ def _js_validate_many(paths: list[Path], limits: dict[str, int]) -> dict[str, di
 
 
 def test_reference_rule_corpus(tmp_path):
-    """Every case of the reference's rule corpus is refused by mdiff-js with the case's code
-    (warning cases: reported, and the file stays valid); every edge case it allows is clean.
+    """Every case of the reference's rule corpus is refused by mdiff-js with exactly the codes the
+    reference reports (warning cases: reported, and the file stays valid); every edge case it allows is clean.
     Embedded update types (§7.8, MD420-MD428) are not implemented by mdiff-js and are skipped."""
     inv = pytest.importorskip("tests.invalid_files", reason="tests/invalid_files.py is not available")
     cases = [(c, cid, b) for c, cid, b in inv.CASES if not ("MD420" <= c < "MD500")]
@@ -570,10 +570,9 @@ def test_reference_rule_corpus(tmp_path):
             r = results[str(path)]
             codes = {f["code"] for f in r["findings"]}
             errors = {f["code"] for f in r["findings"] if f["severity"] == "error"}
-            if code in WARNING_CODES:
-                ok = code in codes and not errors and r["valid"]
-            else:
-                ok = code in errors and not r["valid"]
+            # SPEC.md §12.1: exactly the codes the reference reports (the case's, and ALSO_REPORTED's)
+            ok = codes == inv.expected_codes(code, cid) and r["valid"] == (code in WARNING_CODES)
+            ok = ok and (not errors if code in WARNING_CODES else code in errors)
             if not ok:
                 failures.append((code, cid, sorted(codes)))
     for path, r in _js_validate_many(valid, {}).items():
@@ -905,3 +904,33 @@ def test_checkout_of_a_name_both_a_branch_and_a_tag_is_the_branch_with_a_warning
     rc, report, p = run_js("checkout", "main", "-o", str(tmp_path / "o.safetensors"), "-C", str(repo.root), "--json")
     assert rc == 0 and report["commit"] == ids[2]
     assert 'mdiff-js: warning: "main" is a branch and a tag: the branch is meant (§13.3)' in p.stderr
+# ---------------------------------------------------------------------------------------------
+# SPEC.md Appendix A: mdiff-js's canonical JSON writes the reference's bytes
+
+
+def test_canonical_json_numbers_and_names_match_the_reference():
+    """Numbers that need an exponent (1e-07, not ECMAScript's 1e-7; 1e+16, not 10000000000000000),
+    integral binary64 numbers (2.0), the edges of binary64, and 2000 random finite doubles; member names
+    sorted by code point (U+1F600 after U+FFFF, unlike UTF-16 order); escapes of control characters."""
+    from mdiff.format import canonical_json
+
+    rng = np.random.default_rng(17)
+    fixed = [1e-7, 1e16, 2.0, 0.0001, 0.00001, 1e15, 1234567890123456.0, 1.5e300, 5e-324, -0.0, 0.1, 123.456,
+             1.7976931348623157e308, 2.2250738585072014e-308, 12345678901234567890.0, -1e-100, 1e21, 1e22]
+    randoms = [float(x) for x in rng.integers(0, 2**64, 4000, dtype=np.uint64).view(np.float64) if math.isfinite(x)][:2000]
+    values = fixed + randoms
+    bits = [struct.unpack("<Q", struct.pack("<d", v))[0] for v in values]
+    names = {"\uffff": 1, "a\U0001F600": "x\x01\x1f\x7f\"\\\n", "a": [1, -2], "\u00e9": None, "": True}
+    script = (
+        f"import {{canonicalJSON, Binary64}} from {json.dumps((TOOL / 'src' / 'json.js').as_uri())};\n"
+        f"const bits = {json.dumps([str(b) for b in bits])};\n"
+        "const dv = new DataView(new ArrayBuffer(8));\n"
+        "const values = bits.map((b) => { dv.setBigUint64(0, BigInt(b), true); return new Binary64(dv.getFloat64(0, true)); });\n"
+        f"process.stdout.write(canonicalJSON(values) + '\\n' + canonicalJSON({json.dumps(names)}));\n"
+    )
+    p = subprocess.run([NODE, "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    numbers, objects = p.stdout.split("\n")
+    assert numbers == canonical_json.dumps(values)
+    assert objects == canonical_json.dumps(names)
+    assert numbers.startswith('[1e-07,1e+16,2.0,0.0001,1e-05,1000000000000000.0,1234567890123456.0,1.5e+300,5e-324,-0.0,')

@@ -91,6 +91,14 @@ def test_validate_reports_the_code_first(code, case_id, builder, built):
         assert (first_again.code, first_again.path) == (first.code, first.path)
 
 
+@pytest.mark.parametrize("code, case_id, builder", _cases("exact"))
+def test_validate_reports_exactly_the_codes_of_the_case(code, case_id, builder, built):
+    """SPEC.md §12.1: the set of codes is a function of the file — the case's own, and those
+    ALSO_REPORTED lists (what the conformance manifest's `codes` and `warnings` hold)."""
+    findings = mdiff.validate(built(case_id, builder), limits=inv.limits_for(case_id))
+    assert {x.code for x in findings} == inv.expected_codes(code, case_id), [(x.code, x.path) for x in findings]
+
+
 @pytest.mark.parametrize("code, case_id, builder", _cases("open"))
 def test_open_refuses_with_the_code(code, case_id, builder, built):
     path = built(case_id, builder)
@@ -246,10 +254,12 @@ def test_spec_cites_each_code_in_its_section():
 
 def test_a_file_exactly_at_every_limit_is_valid(tmp_path):
     path = tmp_path / "at_limits.mdiff"
-    inv._write(path)  # root: 3 attributes; /parameters; /parameters/w (1 attribute); xor: float32 [2, 4]
+    # the root group and its 3 attributes; /parameters; /parameters/w (1 attribute); xor: float32 [2, 4] — 8 objects
+    # and attributes in one total, the root counted (§8.3, §12.1)
+    inv._write(path)
     with h5py.File(path, "r") as f:
         longest = max(obj.attrs.get_id(n).get_type().get_size() for obj in (f, f["parameters/w"]) for n in obj.attrs)
-    at = mdiff.Limits(max_rank=2, max_elements=8, max_dataset_bytes=32, max_total_bytes=32, max_objects=7,
+    at = mdiff.Limits(max_rank=2, max_elements=8, max_dataset_bytes=32, max_total_bytes=32, max_objects=8,
                       max_attribute_bytes=longest)
     assert mdiff.validate(path, limits=at) == []
     for field, code in [("max_rank", "MD507"), ("max_elements", "MD508"), ("max_dataset_bytes", "MD508"),

@@ -143,11 +143,12 @@ HOSTILE_CASES = {
     "function_too_many_nodes", "function_with_huge_intermediate",
     "soft_link", "dangling_soft_link", "external_link",
     "committed_datatype", "committed_datatype_in_parameter",
-    "corrupt_object_header", "corrupt_chunk", "fletcher32_mismatch", "chunk_inflates_past_its_size",
-    "group_alias", "dataset_alias", "link_to_root", "cycle",
+    "corrupt_object_header", "corrupt_chunk", "sparse_xor_corrupt_chunk", "fletcher32_mismatch", "chunk_inflates_past_its_size",
+    "group_alias", "dataset_alias", "link_to_root", "cycle", "link_count_two", "link_to_root_not_canonical",
+    "dataset_of_committed_datatype",
     "external_storage", "virtual_dataset", "lzf", "scaleoffset",
     "string_dataset", "compound", "vlen_sequence", "opaque", "array_type", "dataset_null_dataspace",
-    "vlen_string", "attribute_null_dataspace", "attribute_not_utf8",
+    "vlen_string", "attribute_null_dataspace", "attribute_not_utf8", "attribute_name_not_utf8",
     "rank_over_limit", "elements_over_default_limit", "elements_over_limit", "bytes_over_limit",
     "extendible_dataset", "chunked_never_written", "chunked_half_written", "contiguous_unallocated",
     "chunk_too_small", "deflate_ratio",
@@ -395,7 +396,7 @@ class Corpus:
     # ------------------------------------------------------------ valid cases
 
     def valid(self, case_id: str, section: str, description: str, write: Callable[[Path], None],
-              base: dict[str, np.ndarray] | str, warnings=(), features=()) -> None:
+              base: dict[str, np.ndarray] | str, warnings=(), features=(), limits=None) -> None:
         """A valid file: written by ``write(path)``, applied to ``base`` (a state, or the path of a
         shared base) by the reference; low_rank results replaced by the exact ones."""
         d = self.case_dir("valid", case_id)
@@ -408,7 +409,7 @@ class Corpus:
             save_checkpoint(d / "base.safetensors", base)
             base_rel = self.rel(d / "base.safetensors")
             state = base
-        findings = mdiff.validate(diff_path)
+        findings = mdiff.validate(diff_path, mdiff.Limits(**(limits or {})))
         assert {f.code for f in findings} == set(warnings), (case_id, findings)
         with mdiff.open(diff_path) as diff:
             result = mdiff.apply(state, diff)
@@ -432,6 +433,9 @@ class Corpus:
         case = {"id": case_id, "family": "valid", "section": section, "description": description, "files": files,
                 "expect": {"validate": "valid", "warnings": sorted(set(warnings)), "apply": "result",
                            "tolerance": tolerance}}
+        if limits:
+            case["limits"] = dict(limits)
+        features = set(features) | ({"configurable-limits"} if limits else set())
         if features:
             case["features"] = sorted(features)
         self.add(case)
@@ -445,15 +449,23 @@ class Corpus:
     # ------------------------------------------------------------ invalid and hostile cases
 
     def invalid(self, case_id: str, family: str, code: str, section: str, description: str,
-                write: Callable[[Path], None], base: str, limits=None, features=()) -> None:
+                write: Callable[[Path], None], base: str, limits=None, features=(), also=()) -> None:
+        """A file that breaks the rule ``code`` (and, listed in ``also``, the codes SPEC.md §12.1 says it
+        reports besides): the manifest lists every code, and the reference must report exactly those."""
         d = self.case_dir(family, case_id)
         diff_path = d / "diff.mdiff"
         write(diff_path)
         if uses_embedded_types(diff_path):  # whatever its rule, a reader without §7.8 cannot reach it
             features = {*features, "embedded-update-types"}
+        expected = {code, *also}
+        found = mdiff.validate(diff_path, mdiff.Limits(**(limits or {})))
+        assert {f.code for f in found} == expected, (case_id, sorted(expected), [(f.code, f.path) for f in found])
+        errors = sorted(c for c in expected if c not in WARNING_CODES)
+        warnings = sorted(c for c in expected if c in WARNING_CODES)
         case = {"id": case_id, "family": family, "section": section, "description": description,
                 "files": {"diff": self.rel(diff_path), "base": base},
-                "expect": {"validate": "not-hdf5" if code == "MD100" else "invalid", "code": code, "apply": "refuse"}}
+                "expect": {"validate": "not-hdf5" if code == "MD100" else "invalid", "code": code,
+                           "codes": errors, "warnings": warnings, "apply": "refuse"}}
         if limits:
             case["limits"] = dict(limits)
         features = set(features) | ({"configurable-limits"} if limits else set())
@@ -888,7 +900,14 @@ def build_valid(c: Corpus) -> None:
         if code in WARNING_CODES:
             doc = first_sentence(build)
             c.valid(f"{code}-{case_id}", RULES[code].section, f"{code} (a warning; the file is valid): "
-                    f"{case_id.replace('_', ' ')}" + (f". {doc}" if doc else ""), build, c.rules_base, warnings=[code])
+                    f"{case_id.replace('_', ' ')}" + (f". {doc}" if doc else ""), build, c.rules_base,
+                    warnings=sorted(inv.expected_codes(code, case_id)))
+
+    # §8.3, §12.1: the object limit counts the root group and every attribute in one total
+    c.valid("MD511-objects_at_limit", "8.3", "exactly at the object limit (max_objects 7): the root group, its 3 "
+            "attributes, /parameters, /parameters/w and its `update` attribute — the root counted, one total "
+            "(MD511-objects_over_limit_root_counted is the same file under a limit of 6)",
+            inv.build_MD511_objects_over_limit_root_counted, {"w": inv.W.copy()}, limits={"max_objects": 7})
 
 
 def build_invalid(c: Corpus) -> None:
@@ -903,7 +922,7 @@ def build_invalid(c: Corpus) -> None:
         family = "hostile" if case_id in HOSTILE_CASES else "invalid"
         base = c.ia3_base if case_id in IA3_BASE_CASES else c.rules_base
         c.invalid(f"{code}-{case_id}", family, code, rule.section, description, build, base,
-                  limits=inv.LIMITS.get(case_id), features=features)
+                  limits=inv.LIMITS.get(case_id), features=features, also=inv.ALSO_REPORTED.get(case_id, ()))
 
     # hostile files tests/invalid_files.py lacks
     def absurd_dimensions(path):
@@ -1047,6 +1066,24 @@ def build_invalid(c: Corpus) -> None:
     c.apply_refused("MD702-base_float8_tensor", "MD702", "the base checkpoint holds an F8_E4M3 tensor (untouched by "
                     "the diff): a dtype outside §6.1", dense_w, raw_safetensors(fp8), features=feats)
 
+    # §10 (issue 17): what a malformed .safetensors base is, and which code a dtype string gets
+    quantized = {**raw_state(state), "q": ("Q4_0", [4], bytes(4))}
+    c.apply_refused("MD701-base_dtype_not_safetensors", "MD701", "a tensor of the base checkpoint has the dtype "
+                    "string `Q4_0`, which the safetensors format does not define: a malformed file (MD701), not a "
+                    "dtype outside §6.1 (MD702, for the format's own F8_E4M3, …)", dense_w,
+                    raw_safetensors(quantized), features=feats)
+    metadata_tensor = {**raw_state(state), "__metadata__": ("F32", [1], bytes(4))}
+    c.apply_refused("MD701-base_metadata_is_a_tensor", "MD701", "the base checkpoint's reserved key `__metadata__` "
+                    "holds a tensor's entry (dtype, shape, data_offsets) instead of an object of strings: a "
+                    "malformed file, never a parameter named `__metadata__`", dense_w,
+                    raw_safetensors(metadata_tensor), features=feats)
+    two = raw_state(state)
+    tag, shape, data = two["flags"]
+    two["flags"] = (tag, shape, bytes([2]) + data[1:])
+    c.apply_refused("MD701-base_bool_byte_2", "MD701", "the base checkpoint's bool tensor `flags` (which the diff "
+                    "does not touch) holds the byte 2: §6.1 allows 0 and 1 only, so the checkpoint is malformed",
+                    dense_w, raw_safetensors(two), features=feats)
+
     def metadata_name(path):
         mdiff.write(path, {"__metadata__": mdiff.replace(np.arange(4, dtype=np.int32))}, commit("__metadata__"))
 
@@ -1114,6 +1151,7 @@ def build_repositories(c: Corpus) -> None:
         detached_head_repository(c)
         lying_snapshots_repository(c)
         inexact_snapshot_repository(c)
+        parented_snapshot_repository(c)
         commit_id_named_branches_repository(c)
         tags_repository(c)
         refused_repositories(c)
@@ -1307,6 +1345,31 @@ def lying_snapshots_repository(c: Corpus) -> None:
                       what={"root": "root: w, c (replace); a snapshot without c",
                             "k1": "k1: w dense; a snapshot with another w",
                             "k2": "k2: c sparse; a snapshot with a parameter x more"},
+                      states={k: d / "states" / f"{k}.safetensors" for k in states})
+
+
+def parented_snapshot_repository(c: Corpus) -> None:
+    """A snapshot whose own metadata lists a parent (§13.5: a writer writes none) but which agrees with its
+    commits: its parents, like its author and message, mean nothing to a reader, which may start there — and
+    gets the commits' state either way, since it takes only values whose sha256 the commits record."""
+    case_id = "repository-snapshot-with-parents"
+    d = c.case_dir("valid", case_id)
+    repo, ids, _, states = small_repository(d / "repo")
+    mdiff.write(repo.snapshot_path(ids["k1"]), {k: mdiff.replace(v) for k, v in sorted(states["k1"].items())},
+                commit("snapshot of k1, naming root as a parent", parents=[ids["root"]],
+                       meta={"snapshot_of": ids["k1"]}, date=repo_date(9)))
+    with repo.open_state(ids["k2"]) as view:
+        assert view.snapshot == ids["k1"]  # the reference starts there
+    (d / "states").mkdir()
+    for label, state in states.items():
+        assert same_state(repo.checkout(ids[label]), state), label
+        save_checkpoint(d / "states" / f"{label}.safetensors", state)
+    c.repository_case(case_id, "valid", "13.5", "k1's snapshot agrees with its commits but its metadata lists a "
+                      "parent (root), which §13.5's writers never write: parents are not among the conditions a "
+                      "reader checks, and every checkout gives the state the commits define",
+                      d / "repo", revisions=[("main", "k2"), ("main~1", "k1"), ("main~2", "root")], ids=ids,
+                      what={"root": "root: w, c (replace)", "k1": "k1: w dense; a snapshot that names a parent",
+                            "k2": "k2: c sparse"},
                       states={k: d / "states" / f"{k}.safetensors" for k in states})
 
 

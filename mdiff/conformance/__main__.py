@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=0, metavar="N",
                         help="validate N files per command (`validate --json FILE...`, optional in the contract); "
                              "saves start-up time, checks exit statuses per batch only")
+    parser.add_argument("--first-error-only", action="store_true",
+                        help="for an implementation whose validate stops at its first error: an invalid case "
+                             "passes with any non-empty part of its `codes` (default: exactly `codes`)")
     args = parser.parse_args(argv)
 
     try:
@@ -62,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         return not needles or any(n in s for n in needles for s in (case.id, case.family, f"§{case.section}"))
 
     results = run_cases(impl, manifest, select, jobs=args.jobs, timeout=args.timeout, claimed=claimed,
-                        batch=args.batch)
+                        batch=args.batch, first_error_only=args.first_error_only)
     line = summary_line(results)
     failed = any(r.status == "fail" for r in results)
     if args.json:

@@ -30,7 +30,9 @@ class Case:
     (``files.repository``, SPEC.md §13). A file case's ``expect`` holds:
 
     - ``validate``: ``valid`` (exit 0, the findings' codes are exactly ``warnings``), ``invalid``
-      (exit 1, ``code`` among the errors) or ``not-hdf5`` (exit 2, ``code`` among the errors);
+      (exit 1) or ``not-hdf5`` (exit 2): the errors are exactly ``codes`` and the warnings exactly
+      ``warnings`` (SPEC.md §12.1); ``code``, one of ``codes``, is the rule the case is about (a
+      manifest without ``codes`` asks only for ``code`` among the errors);
     - ``apply``: ``result`` (exit 0; the output equals ``files.result``, low_rank parameters
       within ``tolerance``) or ``refuse`` (non-zero exit, no output; when the file is valid,
       apply must report ``code``).
@@ -124,6 +126,12 @@ def _case(raw: Mapping[str, Any], corpus: Path, features: Mapping[str, str], lim
     need(isinstance(files.get("base"), str), "no files.base (apply needs one)")
     if expect["validate"] != "valid" or expect["apply"] == "refuse":
         need(isinstance(expect.get("code"), str) and bool(_CODE.fullmatch(expect["code"])), "no rule code")
+    if expect["validate"] != "valid" and "codes" in expect:  # every code the file makes a validator report
+        codes, warnings = expect["codes"], expect.get("warnings", [])
+        need(isinstance(codes, list) and all(isinstance(c, str) and _CODE.fullmatch(c) for c in codes)
+             and expect["code"] in codes, "expect.codes must be a list of rule codes that holds expect.code")
+        need(isinstance(warnings, list) and all(isinstance(c, str) and _CODE.fullmatch(c) for c in warnings),
+             "expect.warnings must be a list of rule codes")
     if expect["apply"] == "result":
         need(isinstance(files.get("result"), str), "no files.result")
         tol = expect.get("tolerance")

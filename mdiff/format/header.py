@@ -31,6 +31,8 @@ def parse_header(inventory: Inventory) -> tuple[Header | None, list[Finding]]:
     root = inventory.objects["/"]
     attrs = root.attrs
     findings: list[Finding] = []
+    if root.kind == "refused":
+        return None, []  # its attributes cannot be read (MD513, §8.1): nothing can be read as mdiff
     if {ATTR_FORMAT, ATTR_VERSION} & root.refused_attrs:
         return None, []  # already reported under §8.2; nothing can be read without them
     if attrs.get(ATTR_FORMAT) != FORMAT_NAME:
@@ -59,7 +61,9 @@ def parse_header(inventory: Inventory) -> tuple[Header | None, list[Finding]]:
     for name in sorted(set(attrs) - ROOT_ATTRIBUTES):
         findings.append(Finding("MD303", "/", f"unknown root attribute {name!r}"))
     added_in_1_1 = (FILES_GROUP, LAYOUT_GROUP)
-    for name in inventory.objects["/"].members:
+    for name, member in inventory.objects["/"].children.items():
+        if member.kind == "refused":
+            continue  # reported once, under §8 (SPEC §12.1)
         if name in added_in_1_1 and version == (1, 0):
             findings.append(Finding("MD306", "/" + name, f"`/{name}` exists from format version 1.1; this file says 1.0"))
         elif name not in (PARAMETERS_GROUP, UPDATE_TYPES_GROUP, *added_in_1_1):

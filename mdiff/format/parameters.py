@@ -46,6 +46,8 @@ def parse_parameters(
     and its declared shape against ``limits`` (§8.3); with ``newer_minor``, unknown `update` members
     are dropped (§3.3)."""
     container = inventory.objects.get(PARAMETERS_PATH)
+    if inventory.objects.refused(PARAMETERS_PATH):
+        return {}, []  # present, refused under §8 (reported): not missing
     if container is None or container.kind != "group":
         return {}, [Finding("MD300", PARAMETERS_PATH, "the file has no `/parameters` group")]
     return _parse_members(container, datasets, types, newer_minor, limits)
@@ -89,6 +91,8 @@ def _parse_members(container: ObjectInfo, datasets: Datasets, types: Mapping[str
     entries: dict[str, Parameter] = {}
     prefix = container.path
     for link, info in container.children.items():
+        if info.kind == "refused":  # reported once, under §8: not decoded, not checked (SPEC §12.1)
+            continue
         name = _member_name(prefix, link, findings, is_file)
         if name is None:
             continue
@@ -142,11 +146,16 @@ class LazyParameters:
         self.links: dict[str, str] = {}  # parameter name -> link name, in UTF-8 order of the names
         container = inventory.objects.get(PARAMETERS_PATH)
         self._container = container
+        if inventory.objects.refused(PARAMETERS_PATH):
+            self._container = None
+            return
         if container is None or container.kind != "group":
             self.findings.append(Finding("MD300", PARAMETERS_PATH, "the file has no `/parameters` group"))
             return
         self.findings += _container_findings(container)
-        for link in container.children:
+        for link, member in container.children.items():
+            if member.kind == "refused":  # reported once, under §8 (SPEC §12.1)
+                continue
             name = _member_name(PARAMETERS_PATH, link, self.findings, is_file=False)
             if name is not None:
                 self.links[name] = link
@@ -272,19 +281,21 @@ def _parse_group(name, path, info: ObjectInfo, datasets_of: "Datasets", findings
         else:
             refused.add(member)  # reported under §8, so not "missing" (MD405) as well
     problem = shape_problem(meta["shape"], dtype_named(meta["dtype"]).itemsize, limits)
-    if problem:  # §8.3 holds the declared shape to a dataset's limits; a refused dataset already said so
-        if not refused:
-            findings.append(Finding(problem[0], path, f"the declared shape: {problem[1]}"))
+    if problem:  # §8.3 holds the declared shape to a dataset's limits; nothing is compared with it then
+        findings.append(Finding(problem[0], path, f"the declared shape: {problem[1]}"))
         return None
-    for code, dataset, message in kind.check_meta(meta):
-        findings.append(Finding(code, f"{path}/{dataset}" if dataset else path, message))
+    meta_problems = [Finding(code, f"{path}/{dataset}" if dataset else path, message)
+                     for code, dataset, message in kind.check_meta(meta)]
+    if meta_problems:  # e.g. MD411: the type cannot say what its datasets should be; they are not looked at
+        findings += meta_problems
+        return None
     actual = {k: (d.dataset.shape, d.dataset.dtype) for k, d in datasets.items()}  # type: ignore[union-attr]
     problems = [p for p in kind.check_layout(meta, actual) if not (p[0] == "MD405" and p[1] in refused)]
     for code, dataset, message in problems:
         findings.append(Finding(code, f"{path}/{dataset}" if dataset else path, message))
     expected = set(kind.datasets)
-    for member in info.children:
-        if member not in expected:
+    for member, child in info.children.items():
+        if member not in expected and child.kind != "refused":  # a refused member is reported once, under §8
             findings.append(Finding("MD303", f"{path}/{member}", f"unknown member of a {kind.name} update"))
     for member, child in datasets.items():
         for attr in sorted(child.attrs):

@@ -187,8 +187,9 @@ def read_contents(f: h5py.File | None, file_size: int, limits: Limits, vetted: V
     else:
         assert f is not None
         inventory, findings = inspect_structure(f, file_size, limits)
-    if any(x.code in ("MD511", "MD512") for x in findings):
-        return Contents(None, {}, findings)  # past a global limit nothing more is looked at
+    for code in ("MD511", "MD512"):  # past a limit of the whole file nothing more is looked at or reported (§12.1)
+        if any(x.code == code for x in findings):
+            return Contents(None, {}, [x for x in findings if x.code == code])
     walk_findings = list(findings)
     header, header_findings = parse_header(inventory)
     findings += header_findings

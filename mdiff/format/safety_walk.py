@@ -142,6 +142,14 @@ class _ByPath:
     def __contains__(self, path: object) -> bool:
         return isinstance(path, str) and self.get(path) is not None
 
+    def refused(self, path: str) -> bool:
+        """Whether a link at ``path`` leads to something the walk refused (reported once under §8; no
+        other rule reports it, as missing or otherwise: SPEC §12.1)."""
+        parent, _, name = path.rpartition("/")
+        node = self.get(parent or "/")
+        member = node.children.get(name) if node is not None else None
+        return member is not None and member.kind == "refused"
+
 
 @dataclass
 class Inventory:
@@ -287,7 +295,7 @@ class _Walk:
         self.findings: list[Finding] = []
         self.inventory = Inventory()
         self.seen_addresses: set[int] = set()
-        self.count = 0
+        self.count = 1  # the root group: §8.3 counts every object of the file and every attribute, in one total
         self.stopped = False  # a global limit was reached: nothing more is walked
 
     def finding(self, code: str, where: ObjectInfo, message: str, name: str | None = None) -> None:
@@ -402,6 +410,7 @@ class _Walk:
         if link_type != h5py.h5l.TYPE_HARD:
             kind = {h5py.h5l.TYPE_SOFT: "soft", h5py.h5l.TYPE_EXTERNAL: "external"}.get(link_type, "user-defined")
             self.finding("MD500", parent, f"{kind} link; only hard links are allowed", name)
+            parent.adopt(ObjectInfo(name, parent, "refused"))
             return None
         if parent.depth >= self.limits.max_depth:
             self.finding("MD511", parent, f"objects nested more than {self.limits.max_depth} links below the root", name)
@@ -411,10 +420,12 @@ class _Walk:
             oinfo = h5py.h5o.get_info(oid)
         except Exception as exc:
             self.finding("MD513", parent, f"the object cannot be opened: {exc}", name)
+            parent.adopt(ObjectInfo(name, parent, "refused"))
             return None
         self.count += 1
-        if oinfo.addr in self.seen_addresses or oinfo.rc != 1:
+        if oinfo.addr in self.seen_addresses or oinfo.rc != 1:  # §8.1: refused at every link (its count is 2)
             self.finding("MD514", parent, "the object has more than one link to it", name)
+            parent.adopt(ObjectInfo(name, parent, "refused"))
             return None
         self.seen_addresses.add(oinfo.addr)
         kind = oinfo.type
@@ -425,6 +436,8 @@ class _Walk:
             info = parent.adopt(ObjectInfo(name, parent, "dataset"))
             if self._read_attributes(info, oid, oinfo.num_attrs):
                 info.dataset = self._check_dataset(info, oid)
+                if info.dataset is None:  # refused (reported): present, but no other rule looks at it
+                    info.kind = "refused"
             return None
         parent.adopt(ObjectInfo(name, parent, "refused"))
         self.finding("MD501", parent, "a committed datatype; only groups and datasets are allowed", name)
@@ -438,6 +451,7 @@ class _Walk:
                 n = h5py.h5a.get_num_attrs(oid)
         except Exception as exc:
             self.finding("MD513", info, f"attributes cannot be read: {exc}")
+            info.kind = "refused"  # an object that cannot be read (§12.1): nothing else looks at it
             return True
         self.count += n
         if n > MAX_ATTRIBUTES_PER_OBJECT:  # opening the i-th of many attributes costs libhdf5 O(n log n)
@@ -451,9 +465,15 @@ class _Walk:
         attrs: dict[str, str] = {}
         refused: set[str] = set()
         for i in range(n):
+            name = None
             try:
                 aid = h5py.h5a.open(oid, index=i)
-                name = aid.get_name().decode("utf-8", "replace")
+                raw_name = aid.get_name()
+                name = raw_name.decode("utf-8", "replace")
+                if name.encode("utf-8") != raw_name:  # §8.2: an attribute's name is UTF-8, as a link's is
+                    self.finding("MD506", info, f"an attribute name {raw_name[:200]!r} is not UTF-8")
+                    refused.add(name)
+                    continue
                 tid = aid.get_type()
                 size = string_attribute_size(aid, tid)
                 if size is None:
@@ -467,6 +487,8 @@ class _Walk:
                 text = read_string(aid, size, tid)
             except Exception as exc:
                 self.finding("MD513", info, f"attribute {i} cannot be read: {exc}")
+                if name is not None:
+                    refused.add(name)
                 continue
             if text is None:
                 self.finding("MD506", info, f"attribute {name[:200]!r} is not valid UTF-8")
@@ -495,7 +517,11 @@ class _Walk:
             if bad:
                 self.finding("MD504", info, f"filter id(s) {bad}; allowed: deflate (1), shuffle (2), fletcher32 (3)")
                 return None
-            dtype = self._storage_dtype(did.get_type())
+            tid = did.get_type()
+            if tid.committed():  # its datatype is an object of its own (§8.1: groups and datasets only)
+                self.finding("MD501", info, "the dataset's datatype is a committed datatype")
+                return None
+            dtype = self._storage_dtype(tid)
             if dtype is None:
                 self.finding("MD505", info, "datatype is not a little-endian IEEE float or two's-complement integer")
                 return None

@@ -29,6 +29,8 @@ def parse_update_types(inventory: Inventory, datasets: Datasets, limits: Limits)
     types: dict[str, UpdateType] = {}
     for link in container.members:
         path = f"{UPDATE_TYPES_PATH}/{link}"
+        if inventory.objects.refused(path):
+            continue  # reported once, under §8 (SPEC §12.1)
         try:
             name = decode_name(link)
         except InvalidFileError as exc:
@@ -67,6 +69,8 @@ def _parse_one(name, path, inventory: Inventory, datasets: Datasets, limits: Lim
         member_path = f"{path}/{member}"
         dtype_name = dtype_of_function_dataset(member)
         child = inventory.objects.get(member_path)
+        if dtype_name is None and inventory.objects.refused(member_path):
+            continue  # reported once, under §8 (SPEC §12.1)
         if dtype_name is None:
             findings.append(Finding("MD303", member_path, "unknown member of an update type"))
             continue

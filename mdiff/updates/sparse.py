@@ -115,8 +115,9 @@ def _type(version: int) -> UpdateType:
 
     def check_data(update: Update) -> Iterator[Problem]:
         yield from _index_problems(positions(update), math.prod(update.shape), position_key)
+        values = update.array(key)  # every stored byte decoded (MD513 when one does not: SPEC §12.1), bool or not
         if update.dtype.name == "bool":
-            yield from bool_values_problems(update.array(key), key)
+            yield from bool_values_problems(values, key)
 
     def checked_indices(update: Update, size: int) -> np.ndarray:
         """The positions, refused (MD408) if out of order or range: they address memory."""

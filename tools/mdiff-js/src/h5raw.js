@@ -249,6 +249,20 @@ export class RawFile {
     return msgs;
   }
 
+  // §8.1 (MD514): the link count the object header at `addr` records — a version 1 header's reference
+  // count field; a version 2 header's reference count message (0x16), 1 without one.
+  linkCount(addr, where) {
+    const first = this.readUpTo(addr, 16, where);
+    if (first.length >= 4 && first.subarray(0, 4).toString("latin1") === "OHDR") {
+      for (const m of this.readObjectHeader(addr, where)) {
+        if (m.type === 0x16) return new Cursor(this, m.data, 1, where).u32();
+      }
+      return 1;
+    }
+    const c = new Cursor(this, first, 4, where);
+    return c.u32();
+  }
+
   // Facts about the dataset whose object header is at `addr`.
   datasetInfo(addr, where) {
     const msgs = this.readObjectHeader(addr, where);
@@ -319,7 +333,7 @@ export class RawFile {
             L.index = "single";
             if (L.flags & 0x02) {
               L.filteredSize = c.len();
-              c.u32();
+              L.filterMask = c.u32();
             }
           } else if (it === 2) {
             L.index = "implicit";
@@ -361,8 +375,14 @@ export class RawFile {
     const problems = [];
     let stored = 0;
     const sizeOk = (s) => (deflate ? chunkBytes <= 1100 * s : chunkBytes <= s);
-    const checkOne = (addr, s, label) => {
+    // §8.2: a chunk whose filter mask skips a filter is MD504 (reported with an "MD504:" prefix); it
+    // counts as stored, as libhdf5's chunk count does
+    const checkOne = (addr, s, label, mask = 0) => {
       if (addr === UNDEF) return false;
+      if (mask) {
+        problems.push(`MD504:${label} skips some of the dataset's filters (mask ${mask})`);
+        return true;
+      }
       if (!this.within(addr, s)) {
         problems.push(`${label} does not end within the file`);
         return false;
@@ -377,7 +397,7 @@ export class RawFile {
     if (L.index === "single") {
       if (nNeeded > 1) return [`a single-chunk index for ${nNeeded} chunks`];
       const s = L.flags & 0x02 ? L.filteredSize : chunkBytes;
-      if (checkOne(L.address, s, "the chunk")) stored = 1;
+      if (checkOne(L.address, s, "the chunk", L.flags & 0x02 ? L.filterMask : 0)) stored = 1;
     } else if (L.index === "implicit") {
       const grid = (maxshape || shape).map((d, i) => Math.ceil(d / chunk[i]));
       const n = grid.reduce((a, b) => a * b, 1);
@@ -429,7 +449,11 @@ export class RawFile {
       const c = new Cursor(this, buf, pos, where);
       const addr = c.addr();
       let s = null;
-      if (clientId === 1) s = c.num(entrySize - this.O - 4);
+      let mask = 0;
+      if (clientId === 1) {
+        s = c.num(entrySize - this.O - 4);
+        mask = c.u32();
+      }
       // linear index i -> chunk coordinates in the grid
       let r = i;
       for (let d = rank - 1; d >= 0; d--) {
@@ -438,7 +462,7 @@ export class RawFile {
       }
       const needed = coord.every((x, d) => x < need[d]);
       if (!needed) return;
-      if (checkOne(addr, clientId === 1 ? s : chunkBytes, `chunk ${i}`)) stored++;
+      if (checkOne(addr, clientId === 1 ? s : chunkBytes, `chunk ${i}`, mask)) stored++;
     };
     if (!paged) {
       const eb = this.read(dblock + prefix, n * entrySize, where);
@@ -482,7 +506,7 @@ export class RawFile {
       const c = new Cursor(this, body, 0, where);
       for (let e = 0; e < entries; e++) {
         const size = c.u32();
-        c.u32(); // filter mask
+        const mask = c.u32();
         const offs = [];
         for (let d = 0; d <= rank; d++) offs.push(c.num(8));
         const child = c.addr();
@@ -502,7 +526,7 @@ export class RawFile {
           continue;
         }
         seenChunks.add(lin);
-        if (checkOne(child, size, `chunk ${lin}`)) stored++;
+        if (checkOne(child, size, `chunk ${lin}`, mask)) stored++;
       }
     };
     walk(L.address, 0);

@@ -165,3 +165,67 @@ export function isNumber(v) {
 export function describe(v) {
   return JSON.stringify(v, (_k, x) => (typeof x === "bigint" ? x.toString() : x));
 }
+
+// A binary64 number to be written in SPEC.md Appendix A's number form (a schema's `number`: `scale`,
+// `rel_change`), even when its value is integral: Binary64(2) is written `2.0`, the plain 2 `2`.
+export class Binary64 {
+  constructor(value) {
+    if (typeof value !== "number" || !Number.isFinite(value)) throw new TypeError("a finite binary64 number");
+    this.value = value;
+  }
+}
+
+// SPEC.md Appendix A: a binary64 number from its shortest round-trip digits (those of
+// toExponential(), which ECMAScript picks as Python's repr does): positional for a decimal exponent
+// x with -4 <= x < 16, always with a fraction (`2.0`, `0.0001`), else `d.ddde±XX` with at least two
+// exponent digits (`1e-07`, `1.5e+16`).
+export function formatBinary64(v) {
+  if (!Number.isFinite(v)) throw new TypeError("NaN and infinities are not JSON");
+  const sign = v < 0 || Object.is(v, -0) ? "-" : "";
+  const [mantissa, exp] = Math.abs(v).toExponential().split("e");
+  const digits = mantissa.replace(".", "");
+  const x = Number(exp);
+  if (x >= -4 && x < 16) {
+    if (x < 0) return `${sign}0.${"0".repeat(-x - 1)}${digits}`;
+    const whole = digits.slice(0, x + 1).padEnd(x + 1, "0");
+    const fraction = digits.slice(x + 1) || "0";
+    return `${sign}${whole}.${fraction}`;
+  }
+  const e = String(Math.abs(x)).padStart(2, "0");
+  return `${sign}${digits[0]}${digits.length > 1 ? `.${digits.slice(1)}` : ""}e${x < 0 ? "-" : "+"}${e}`;
+}
+
+// SPEC.md Appendix A's canonical form: members sorted by the UTF-8 bytes of their names, no
+// whitespace, only `"`, `\` and U+0000-U+001F escaped (as JSON.stringify and Python's json.dumps do),
+// integers (BigInt, or a number with an integral value) in decimal, Binary64 numbers and numbers with
+// a fraction in the binary64 form.
+export function canonicalJSON(v) {
+  if (v === null || typeof v === "boolean") return String(v);
+  if (typeof v === "string") return JSON.stringify(v);
+  if (typeof v === "bigint") return v.toString();
+  if (v instanceof Binary64) return formatBinary64(v.value);
+  if (typeof v === "number") {
+    if (Number.isInteger(v) && !Object.is(v, -0)) {
+      if (!Number.isSafeInteger(v)) throw new TypeError("an integer beyond 2^53 is written from a BigInt");
+      return String(v);
+    }
+    return formatBinary64(v);
+  }
+  if (Array.isArray(v)) return `[${v.map(canonicalJSON).join(",")}]`;
+  if (isPlainObject(v)) {
+    const keys = Object.keys(v).sort(compareCodePoints);
+    return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJSON(v[k])}`).join(",")}}`;
+  }
+  throw new TypeError(`not JSON: ${typeof v}`);
+}
+
+// Code point order (that of UTF-8 bytes), not the UTF-16 code units of Array.prototype.sort.
+function compareCodePoints(a, b) {
+  const x = [...a];
+  const y = [...b];
+  for (let i = 0; i < Math.min(x.length, y.length); i++) {
+    const d = x[i].codePointAt(0) - y[i].codePointAt(0);
+    if (d) return d;
+  }
+  return x.length - y.length;
+}

@@ -11,7 +11,9 @@ import { parseStrict, isPlainObject, isInteger, describe } from "./json.js";
 import { DTYPES, SAFETENSORS_TO_DTYPE, numelOf } from "./dtypes.js";
 import { compareUtf8 } from "./names.js";
 
-const KNOWN_OTHER = new Set(["F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64", "C128"]);
+// SPEC.md §10: the dtypes the safetensors format defines outside §6.1 (MD702); any other unknown string is a
+// malformed file (MD701).
+const KNOWN_OTHER = new Set(["F4", "F6_E2M3", "F6_E3M2", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "C64"]);
 
 // Returns Map name -> {dtype, shape: number[], data: Buffer}
 export function readSafetensors(file) {
@@ -46,13 +48,13 @@ export function readSafetensors(file) {
       continue;
     }
     if (!isPlainObject(e)) throw bad(`entry ${describe(name)} is not an object`);
+    const keys = Object.keys(e).sort().join(",");
+    if (keys !== "data_offsets,dtype,shape") throw bad(`entry ${describe(name)} is not exactly dtype, shape and data_offsets`);
     if (typeof e.dtype !== "string") throw bad(`entry ${describe(name)} has no string dtype`);
     const dtype = SAFETENSORS_TO_DTYPE[e.dtype];
     if (!dtype) {
-      throw new MdiffError(
-        "MD702",
-        `${file}: tensor ${describe(name)} has dtype ${describe(e.dtype)}${KNOWN_OTHER.has(e.dtype) ? "" : " (unknown)"}, which mdiff does not support`,
-      );
+      if (!KNOWN_OTHER.has(e.dtype)) throw bad(`tensor ${describe(name)}: ${describe(e.dtype)} is not a safetensors dtype`);
+      throw new MdiffError("MD702", `${file}: tensor ${describe(name)} has dtype ${describe(e.dtype)}, which mdiff does not support`);
     }
     if (!Array.isArray(e.shape) || !e.shape.every((d) => isInteger(d) && d >= 0)) throw bad(`entry ${describe(name)} has a bad shape`);
     const off = e.data_offsets;
@@ -62,7 +64,10 @@ export function readSafetensors(file) {
     if (en < b || en - b !== nbytes) throw bad(`entry ${describe(name)}: data_offsets [${b}, ${en}] do not hold ${nbytes} bytes`);
     if (en > BigInt(data.length)) throw bad(`entry ${describe(name)}: data_offsets end after the file`);
     spans.push([Number(b), Number(en), name]);
-    out.set(name, { dtype, shape: e.shape.map(Number), data: data.subarray(Number(b), Number(en)) });
+    const bytes = data.subarray(Number(b), Number(en));
+    // §6.1, §10: a bool is 0 or 1; a checkpoint holding another byte is malformed
+    if (dtype === "bool" && bytes.some((x) => x > 1)) throw bad(`bool tensor ${describe(name)} holds a byte other than 0 or 1`);
+    out.set(name, { dtype, shape: e.shape.map(Number), data: bytes });
   }
   // SPEC.md §10: sorted, the data_offsets tile the data: no gap, no shared byte, nothing after the last.
   spans.sort((x, y) => x[0] - y[0] || x[1] - y[1]);

@@ -110,16 +110,22 @@ export class Validation {
       this.add("MD513", "/", `the file's superblock cannot be read: ${e.message}`);
     }
     this.walk();
-    this.checkAttributes();
-    this.checkDatasets();
-    const securityOk = !this.findings.some((f) => f.severity === "error" && f.code >= "MD500" && f.code < "MD600");
+    if (!this.stopped) this.checkAttributes();
+    if (!this.stopped) this.checkDatasets();
+    // SPEC §12.1: past a limit of the whole file (MD511, else MD512) nothing more is looked at or reported
+    for (const code of ["MD511", "MD512"]) {
+      if (this.findings.some((f) => f.code === code)) {
+        this.findings = this.findings.filter((f) => f.code === code);
+        return this;
+      }
+    }
     const versionOk = this.checkIdentity();
     if (versionOk) {
       this.checkCommit();
       this.checkMembers();
       this.checkFiles();
       this.checkWeightsLayout();
-      if (data && securityOk) this.checkData();
+      if (data) this.checkData();
     }
     return this;
   }
@@ -157,7 +163,10 @@ export class Validation {
           if (name.includes("\uFFFD") || !name.isWellFormed()) {
             // h5wasm decodes link names as UTF-8, replacing bad bytes; the name then names nothing.
             this.add("MD302", p, "the link name is not valid UTF-8");
-          } else this.add("MD513", p, `the link cannot be read: ${e.message}`);
+          } else {
+            this.add("MD513", p, `the link cannot be read: ${e.message}`);
+            g.children.push({ name, path: p, kind: "refused" });
+          }
           continue;
         }
         if (kind !== "hard") {
@@ -168,6 +177,7 @@ export class Validation {
         if (g.depth >= this.limits.maxDepth) {
           // §8.3: the depth limit bounds every path this walk builds; nothing deeper is opened
           this.add("MD511", p, `objects nested more than ${this.limits.maxDepth} links below the root`);
+          this.stopped = true;
           return;
         }
         let okind;
@@ -177,6 +187,25 @@ export class Validation {
           addr = this.h5.address(p);
         } catch (e) {
           this.add("MD513", p, `the object cannot be read: ${e.message}`);
+          g.children.push({ name, path: p, kind: "refused" });
+          continue;
+        }
+        // §8.1: an object reached a second time, or whose header counts more than one link, is refused at
+        // every link (so the first link of two, whose count is 2, is refused too: SPEC §12.1)
+        let links = 1;
+        if (this.raw && !seen.has(addr)) {
+          try {
+            links = this.raw.linkCount(addr, p);
+          } catch (e) {
+            this.add("MD513", p, `the object header cannot be read: ${e.message}`);
+            g.children.push({ name, path: p, kind: "refused" });
+            continue;
+          }
+        }
+        if (seen.has(addr) || links !== 1) {
+          const first = seen.get(addr);
+          this.add("MD514", p, first ? `the object is also linked as ${first}${first === "/" ? " (a cycle)" : ""}` : `the object's header counts ${links} links to it`);
+          g.children.push({ name, path: p, kind: "duplicate" });
           continue;
         }
         if (okind === "datatype") {
@@ -189,12 +218,6 @@ export class Validation {
           g.children.push({ name, path: p, kind: "other" });
           continue;
         }
-        if (seen.has(addr)) {
-          const first = seen.get(addr);
-          this.add("MD514", p, `the object is also linked as ${first}${first === "/" ? " (a cycle)" : ""}`);
-          g.children.push({ name, path: p, kind: "duplicate" });
-          continue;
-        }
         seen.set(addr, p);
         const obj = { path: p, kind: okind, parent: g, name, addr, depth: g.depth + 1, attrs: new Map() };
         g.children.push(obj);
@@ -202,6 +225,7 @@ export class Validation {
         this.byPath.set(p, obj);
         if (++count > this.limits.maxObjects) {
           this.add("MD511", p, `more than ${this.limits.maxObjects} objects and attributes`);
+          this.stopped = true;
           return;
         }
         if (okind === "group") queue.push(obj);
@@ -219,14 +243,28 @@ export class Validation {
         names = this.h5.attrNames(obj.path);
       } catch (e) {
         this.add("MD513", obj.path, `the attributes cannot be read: ${e.message}`);
+        obj.refused = true; // an object that cannot be read (SPEC §12.1): nothing else looks at it
         continue;
       }
       count += names.length;
+      if (names.length > 64) {
+        // §8.3: at most 64 attributes on one object (a fixed limit)
+        this.add("MD511", obj.path, `${names.length} attributes on one object (at most 64)`);
+        this.stopped = true;
+        return;
+      }
       if (count > this.limits.maxObjects) {
         this.add("MD511", obj.path, `more than ${this.limits.maxObjects} objects and attributes`);
+        this.stopped = true;
         return;
       }
       for (const name of names) {
+        // §8.2: an attribute's name is UTF-8 (h5wasm decodes a name that is not with replacement characters)
+        if (name.includes("\uFFFD") || !name.isWellFormed()) {
+          this.add("MD506", obj.path, `an attribute name ${describe(name)} is not UTF-8`);
+          obj.attrs.set(name, undefined);
+          continue;
+        }
         let meta;
         try {
           meta = this.h5.attrMeta(obj.path, name);
@@ -271,7 +309,9 @@ export class Validation {
     }
   }
 
-  // §8.2 datasets (MD502-MD505), §8.3 limits (MD507-MD509, MD512).
+  // §8.2 datasets (MD502-MD505), §8.3 limits (MD507-MD509, MD512). SPEC §12.1: a dataset is checked in
+  // this order and refused at the first rule it breaks, with that one finding; a refused dataset is
+  // marked (obj.refused) so that no other rule looks at it, and adds nothing to the total of MD512.
   checkDatasets() {
     let total = 0n;
     const L = this.limits;
@@ -280,90 +320,71 @@ export class Validation {
       const p = obj.path;
       const info = { ok: false };
       this.dsInfo.set(p, info);
-      let meta;
-      let filters;
-      try {
-        meta = this.h5.datasetMeta(p);
-        filters = this.h5.datasetFilters(p);
-      } catch (e) {
-        this.add("MD513", p, `the dataset cannot be read: ${e.message}`);
+      const problem = this.datasetProblem(p, info);
+      if (problem) {
+        this.add(problem[0], p, problem[1]);
+        obj.refused = true;
         continue;
       }
-      info.meta = meta;
-      let ok = true;
-      let raw = null;
-      if (this.raw) {
-        try {
-          raw = this.raw.datasetInfo(obj.addr, p);
-        } catch (e) {
-          this.add("MD513", p, `the dataset's object header cannot be read: ${e.message}`);
-          ok = false;
-        }
-      }
-      if (raw && raw.external) {
-        this.add("MD502", p, "external raw storage");
-        ok = false;
-      }
-      if ((raw && raw.layout && raw.layout.cls === 3) || (meta.virtual_sources && meta.virtual_sources.length)) {
-        this.add("MD503", p, "virtual dataset");
-        ok = false;
-      }
-      for (const f of filters || []) {
-        if (!ALLOWED_FILTERS.has(f.id)) {
-          this.add("MD504", p, `filter ${f.id} (${f.name}) is not among deflate (1), shuffle (2), fletcher32 (3)`);
-          ok = false;
-        }
-      }
-      // datatype and dataspace
-      if (raw && raw.sharedDatatype && raw.sharedDatatype.committed) {
-        this.add("MD501", p, "the dataset uses a committed datatype");
-        ok = false;
-      }
-      let typeProblem = null;
-      if (meta.type !== 0 && meta.type !== 1) typeProblem = `datatype class ${meta.type}`;
-      else if (meta.type === 0 && ![1, 2, 4, 8].includes(meta.size)) typeProblem = `an integer of ${meta.size} bytes`;
-      else if (meta.type === 1 && ![4, 8].includes(meta.size)) typeProblem = `a float of ${meta.size} bytes`;
-      else if (!meta.littleEndian && meta.size > 1) typeProblem = "a big-endian datatype";
-      else if (raw && raw.datatype) typeProblem = datatypeProblem(raw.datatype);
-      if (typeProblem) {
-        this.add("MD505", p, `datatype is not a little-endian IEEE float or two's-complement integer: ${typeProblem}`);
-        ok = false;
-      }
-      if (meta.shape === null || meta.shape === undefined) {
-        this.add("MD505", p, "null dataspace");
-        info.ok = false;
-        continue;
-      }
-      const shape = meta.shape;
-      if (shape.length > L.maxRank) {
-        this.add("MD507", p, `rank ${shape.length} exceeds the limit ${L.maxRank}`);
-        ok = false;
-      }
-      const numel = numelOf(shape);
-      const bytes = numel * BigInt(meta.size);
-      total += bytes; // MD512 counts what the datasets hold: an empty one adds 0
-      // §8.3: the element and byte limits count a dimension of 0 as 1
-      const counted = limitCountOf(shape);
-      if (counted > L.maxElements || counted * BigInt(meta.size) > L.maxDatasetBytes) {
-        this.add("MD508", p, `${counted} elements${counted !== numel ? " (a dimension of 0 counted as 1)" : ""}, ${counted * BigInt(meta.size)} bytes exceed the limits (${L.maxElements} elements, ${L.maxDatasetBytes} bytes)`);
-        ok = false;
-      }
-      const maxshape = meta.maxshape;
-      if (ok && shape.length && maxshape && (maxshape.length !== shape.length || maxshape.some((d, i) => d !== shape[i]))) {
-        this.add("MD509", p, "the dataset is extendible (its maximum shape is not its shape)");
-        ok = false;
-      }
-      if (process.env.MDIFF_JS_DEBUG && raw) process.stderr.write(`${p}: layout ${JSON.stringify(raw.layout, (k, x) => (k === "data" ? undefined : x))}\n`);
-      if (numel >= 1n && raw && raw.layout && ok) {
-        const problems = this.storageProblems(raw.layout, meta, filters || [], Number(bytes), p);
-        if (problems.length) {
-          this.add("MD509", p, `declares ${bytes} bytes; ${problems.join("; ")}`);
-          ok = false;
-        }
-      }
-      info.ok = ok && !typeProblem;
+      info.ok = true;
+      total += numelOf(info.meta.shape) * BigInt(info.meta.size); // an empty dataset adds 0
     }
     if (total > L.maxTotalBytes) this.add("MD512", "/", `the datasets declare ${total} bytes; the limit is ${L.maxTotalBytes}`);
+  }
+
+  // [code, message] of the first rule of §8.2-§8.3 the dataset at `p` breaks, or null.
+  datasetProblem(p, info) {
+    const L = this.limits;
+    let meta;
+    let filters;
+    let raw = null;
+    try {
+      meta = this.h5.datasetMeta(p);
+      filters = this.h5.datasetFilters(p) || [];
+      if (this.raw) raw = this.raw.datasetInfo(this.byPath.get(p).addr, p);
+    } catch (e) {
+      return ["MD513", `the dataset's header cannot be read: ${e.message}`];
+    }
+    info.meta = meta;
+    if ((raw && raw.layout && raw.layout.cls === 3) || (meta.virtual_sources && meta.virtual_sources.length)) {
+      return ["MD503", "virtual dataset"];
+    }
+    if (raw && raw.external) return ["MD502", "external raw storage"];
+    const bad = filters.filter((f) => !ALLOWED_FILTERS.has(f.id));
+    if (bad.length) return ["MD504", `filter ${bad[0].id} (${bad[0].name}) is not among deflate (1), shuffle (2), fletcher32 (3)`];
+    if (raw && raw.sharedDatatype && raw.sharedDatatype.committed) return ["MD501", "the dataset uses a committed datatype"];
+    let typeProblem = null;
+    if (meta.type !== 0 && meta.type !== 1) typeProblem = `datatype class ${meta.type}`;
+    else if (meta.type === 0 && ![1, 2, 4, 8].includes(meta.size)) typeProblem = `an integer of ${meta.size} bytes`;
+    else if (meta.type === 1 && ![4, 8].includes(meta.size)) typeProblem = `a float of ${meta.size} bytes`;
+    else if (!meta.littleEndian && meta.size > 1) typeProblem = "a big-endian datatype";
+    else if (raw && raw.datatype) typeProblem = datatypeProblem(raw.datatype);
+    if (typeProblem) return ["MD505", `datatype is not a little-endian IEEE float or two's-complement integer: ${typeProblem}`];
+    if (meta.shape === null || meta.shape === undefined) return ["MD505", "null dataspace"];
+    const shape = meta.shape;
+    const maxshape = meta.maxshape;
+    if (shape.length && maxshape && (maxshape.length !== shape.length || maxshape.some((d, i) => d !== shape[i]))) {
+      return ["MD509", "the dataset is extendible (its maximum shape is not its shape)"];
+    }
+    if (shape.length > L.maxRank) return ["MD507", `rank ${shape.length} exceeds the limit ${L.maxRank}`];
+    const numel = numelOf(shape);
+    // §8.3: the element and byte limits count a dimension of 0 as 1
+    const counted = limitCountOf(shape);
+    if (counted > L.maxElements || counted * BigInt(meta.size) > L.maxDatasetBytes) {
+      return ["MD508", `${counted} elements${counted !== numel ? " (a dimension of 0 counted as 1)" : ""}, ${counted * BigInt(meta.size)} bytes exceed the limits (${L.maxElements} elements, ${L.maxDatasetBytes} bytes)`];
+    }
+    if (process.env.MDIFF_JS_DEBUG && raw) process.stderr.write(`${p}: layout ${JSON.stringify(raw.layout, (k, x) => (k === "data" ? undefined : x))}\n`);
+    if (numel >= 1n && raw && raw.layout) {
+      const bytes = numel * BigInt(meta.size);
+      const problems = this.storageProblems(raw.layout, meta, filters, Number(bytes), p);
+      if (problems.length) {
+        // as SPEC §12.1 orders them: too few chunks (MD509), else a chunk that skips a filter (MD504)
+        const skips = problems.filter((x) => x.startsWith("MD504:"));
+        if (skips.length && !problems.some((x) => x.includes("chunks are stored"))) return ["MD504", skips[0].slice(6)];
+        return ["MD509", `declares ${bytes} bytes; ${problems.filter((x) => !x.startsWith("MD504:")).join("; ")}`];
+      }
+    }
+    return null;
   }
 
   storageProblems(layout, meta, filters, declared, p) {
@@ -397,14 +418,20 @@ export class Validation {
   checkIdentity() {
     const root = this.byPath.get("/");
     const a = root.attrs;
+    if (root.refused) return false; // its attributes cannot be read (MD513)
+    // SPEC §12.1: without a readable `format` and `format_version` nothing else can be read as mdiff 1.x;
+    // a refused one (MD506/MD510/MD513) was reported once, under §8
+    if ((a.has("format") && a.get("format") === undefined) || (a.has("format_version") && a.get("format_version") === undefined)) return false;
     if (a.get("format") !== "mdiff") {
-      this.add("MD101", "/", `\`format\` is ${a.has("format") ? describe(a.get("format") ?? null) : "missing"}, not "mdiff"`);
+      this.add("MD101", "/", `\`format\` is ${a.has("format") ? describe(a.get("format")) : "missing"}, not "mdiff"`);
+      return false;
     }
     const v = a.get("format_version");
     let ok = true;
-    const m = typeof v === "string" ? /^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$/.exec(v) : null;
+    const m = typeof v === "string" ? /^(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})$/.exec(v) : null; // §3.2: 1-9 digits each
     if (!m) {
-      this.add("MD102", "/", `\`format_version\` is ${a.has("format_version") ? describe(v ?? null) : "missing"}, not MAJOR.MINOR`);
+      this.add("MD102", "/", `\`format_version\` is ${a.has("format_version") ? describe(v) : "missing"}, not MAJOR.MINOR`);
+      return false;
     } else {
       const major = BigInt(m[1]);
       const minor = BigInt(m[2]);
@@ -417,7 +444,7 @@ export class Validation {
         this.strict = false;
       }
     }
-    if (a.has("extensions")) {
+    if (a.has("extensions") && a.get("extensions") !== undefined) {
       const raw = a.get("extensions");
       let ext = null;
       let why = null;
@@ -455,8 +482,8 @@ export class Validation {
         }
       }
     }
-    for (const name of a.keys()) {
-      if (!["format", "format_version", "commit", "extensions"].includes(name)) this.add("MD303", "/", `unknown attribute '${name}'`);
+    for (const [name, value] of a) {
+      if (value !== undefined && !["format", "format_version", "commit", "extensions"].includes(name)) this.add("MD303", "/", `unknown attribute '${name}'`);
     }
     return ok;
   }
@@ -490,7 +517,7 @@ export class Validation {
   checkMembers() {
     const root = this.byPath.get("/");
     for (const ch of root.children || []) {
-      if (ch.name === "parameters" || !(ch.kind === "group" || ch.kind === "dataset")) continue;
+      if (ch.name === "parameters" || !(ch.kind === "group" || ch.kind === "dataset") || ch.refused) continue;
       if (V1_1_GROUPS.includes(ch.name)) {
         // §3.3: /files and /layout came with 1.1; a file that says 1.0 cannot hold them
         if (this.version && this.version.major === 1n && this.version.minor === 0n) {
@@ -509,13 +536,15 @@ export class Validation {
       this.add("MD300", "/parameters", "group `/parameters` is missing");
       return;
     }
+    if (params.refused) return; // reported once, under §8 (SPEC §12.1)
     if (params.kind !== "group") {
-      if (params.kind === "dataset") this.add("MD300", "/parameters", "`/parameters` is a dataset, not a group");
+      if (params.kind === "dataset" && !params.refused) this.add("MD300", "/parameters", "`/parameters` is a dataset, not a group");
       return; // links and other kinds were reported by walk()
     }
-    for (const name of params.attrs.keys()) this.add("MD303", params.path, `unknown attribute '${name}'`);
+    this.unknownAttributes(params);
     const entries = [];
     for (const ch of params.children || []) {
+      if (ch.refused) continue; // reported once, under §8
       if (ch.kind === "dataset") {
         this.add("MD301", ch.path, "a dataset; every member of /parameters must be a group");
         continue;
@@ -542,15 +571,16 @@ export class Validation {
   checkFiles() {
     const root = this.byPath.get("/");
     const files = (root.children || []).find((c) => c.name === "files");
-    if (!files) return;
+    if (!files || files.refused) return;
     if (files.kind === "dataset") {
-      this.add("MD305", files.path, "`/files` is a dataset; it must be a group of file groups (§5.5)");
+      if (!files.refused) this.add("MD305", files.path, "`/files` is a dataset; it must be a group of file groups (§5.5)");
       return;
     }
     if (files.kind !== "group") return; // links and other kinds were reported by walk()
-    for (const name of files.attrs.keys()) this.add("MD303", files.path, `unknown attribute '${name}'`);
+    this.unknownAttributes(files);
     const entries = [];
     for (const ch of files.children || []) {
+      if (ch.refused) continue; // reported once, under §8
       if (ch.kind === "dataset") {
         this.add("MD301", ch.path, "a dataset; every member of /files must be a group");
         continue;
@@ -582,9 +612,9 @@ export class Validation {
   checkWeightsLayout() {
     const root = this.byPath.get("/");
     const g = (root.children || []).find((c) => c.name === "layout");
-    if (!g) return;
+    if (!g || g.refused) return;
     if (g.kind === "dataset") {
-      this.add("MD305", g.path, "`/layout` is a dataset; it must be a group holding a replace or delete update (§5.6)");
+      if (!g.refused) this.add("MD305", g.path, "`/layout` is a dataset; it must be a group holding a replace or delete update (§5.6)");
       return;
     }
     if (g.kind !== "group") return; // links and other kinds were reported by walk()
@@ -596,12 +626,15 @@ export class Validation {
   // `delete` of a uint8 vector (MD305), otherwise subject to every rule of §7 and §8.
   checkUpdate(g, kind = "parameter") {
     const p = g.path;
-    for (const name of g.attrs.keys()) if (name !== "update") this.add("MD303", p, `unknown attribute '${name}'`);
+    this.unknownAttributes(g, ["update"]);
     const raw = g.attrs.get("update");
     const members = new Map((g.children || []).map((c) => [c.name, c]));
     const report = () => {
       for (const c of members.values()) {
-        if (c.kind === "group" || c.kind === "dataset") this.add("MD303", c.path, "unknown member");
+        if ((c.kind === "group" || c.kind === "dataset") && !c.refused) {
+          this.add("MD303", c.path, "unknown member");
+          if (c.kind === "dataset") this.unknownAttributes(c);
+        }
       }
     };
     if (!g.attrs.has("update")) {
@@ -654,25 +687,25 @@ export class Validation {
         return null;
       }
     }
-    if (kind !== "parameter") {
-      const badDtype = "dtype" in u && u.dtype !== "uint8";
-      const badShape = Array.isArray(u.shape) && u.shape.length !== 1;
-      if (badDtype || badShape) {
-        this.add("MD305", p, `the ${kind} update is of ${describe(u.dtype ?? null)}[${Array.isArray(u.shape) ? u.shape.join(", ") : "?"}]; ${kind === "file" ? "a file" : "the layout"} is a uint8 vector (dtype "uint8", a shape of rank 1)`);
-        return null;
-      }
-    }
     if (errs.length) {
       this.add("MD404", p, `\`update\` breaks the ${u.type} schema: ${errs.join("; ")}`);
       return null;
     }
-    // §8.3: the limits of a dataset apply to the shape an update declares too (counted the same way)
+    // §5.5: once the update matches its schema, a file's or the layout's is of a uint8 vector
+    if (kind !== "parameter" && (u.dtype !== "uint8" || u.shape.length !== 1)) {
+      this.add("MD305", p, `the ${kind} update is of ${describe(u.dtype)}[${u.shape.join(", ")}]; ${kind === "file" ? "a file" : "the layout"} is a uint8 vector (dtype "uint8", a shape of rank 1)`);
+      return null;
+    }
+    // §8.3: the limits of a dataset apply to the shape an update declares too (counted the same way, each
+    // with its own code); nothing is compared with a refused shape (SPEC §12.1)
     if (u.shape.length > this.limits.maxRank) {
       this.add("MD507", p, `the update declares rank ${u.shape.length}; the limit is ${this.limits.maxRank}`);
+      return null;
     }
     const declared = limitCountOf(u.shape);
     if (declared > this.limits.maxElements || declared * BigInt(DTYPES[u.dtype].size) > this.limits.maxDatasetBytes) {
       this.add("MD508", p, `the update declares shape [${u.shape.join(", ")}]: ${declared} elements exceed the limits (${this.limits.maxElements} elements, ${this.limits.maxDatasetBytes} bytes)`);
+      return null;
     }
     if (u.type === "low_rank" && (!DTYPES[u.dtype].float || u.shape.length === 0)) {
       this.add("MD411", p, `low_rank needs a floating-point parameter of rank >= 1, not ${u.dtype}[${u.shape.join(", ")}]`);
@@ -685,14 +718,18 @@ export class Validation {
     for (const [dn, spec] of Object.entries(req)) {
       const c = members.get(dn);
       members.delete(dn);
+      if (c && (c.refused || !(c.kind === "group" || c.kind === "dataset"))) {
+        ok = false; // present, refused under §8 (reported once): not missing, not compared (SPEC §12.1)
+        continue;
+      }
       if (!c || c.kind !== "dataset") {
         this.add("MD405", join(p, dn), `the ${u.type} update needs a dataset '${dn}'${c ? `, not a ${c.kind}` : ""}`);
         ok = false;
         continue;
       }
-      for (const an of c.attrs.keys()) this.add("MD303", c.path, `unknown attribute '${an}'`);
+      this.unknownAttributes(c);
       const info = this.dsInfo.get(c.path);
-      if (!info || !info.meta || !info.meta.shape) {
+      if (!info || !info.ok) {
         ok = false;
         continue;
       }
@@ -744,6 +781,14 @@ export class Validation {
       }
     }
     return { update: u, ok };
+  }
+
+  // MD303 for each attribute of `obj` that this document does not define (those in `known`); a refused
+  // attribute (read as undefined) was reported once, under §8.
+  unknownAttributes(obj, known = []) {
+    for (const [name, value] of obj.attrs) {
+      if (value !== undefined && !known.includes(name)) this.add("MD303", obj.path, `unknown attribute '${name}'`);
+    }
   }
 
   // A dataset's bytes; kept for apply unless `cache` is false (files and the layout, which apply
@@ -808,6 +853,7 @@ export class Validation {
       const cache = !others.has(prm);
       const u = prm.update;
       const p = prm.path;
+      const before = this.findings.length;
       try {
         const bool = u.dtype === "bool";
         const checkBool = (dn) => {
@@ -820,7 +866,10 @@ export class Validation {
             }
           }
         };
-        if (u.type === "dense" && bool) checkBool("xor");
+        if (u.type === "dense") {
+          if (bool) checkBool("xor");
+          else this.data(join(p, u.version === 2 ? "sub" : "xor")); // every stored byte decodes (MD513)
+        }
         if (u.type === "sparse" && u.version === 2) {
           const { error } = positionsFromGaps(this.data(join(p, "gaps")), numelOf(u.shape));
           if (error) {
@@ -844,6 +893,7 @@ export class Validation {
             }
           }
           if (bool) checkBool("xor");
+          else this.data(join(p, "xor"));
         }
         if (u.type === "replace") {
           if (bool) checkBool("value");
@@ -871,6 +921,7 @@ export class Validation {
         }
       } catch (e) {
         if (e instanceof H5Error || e instanceof RangeError) {
+          this.findings.length = before; // SPEC §12.1: data that does not decode is the group's one data finding
           this.add("MD513", p, `the data cannot be read: ${e.message}`);
           prm.ok = false;
         } else throw e;
