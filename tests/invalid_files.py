@@ -1149,6 +1149,17 @@ def build_MD505_big_endian(path) -> None:
     _replace_value(path, data=W_NEW.astype(">f4"))
 
 
+def build_MD505_uint8_big_endian(path) -> None:
+    """A bool replace whose uint8 `value` dataset records big-endian byte order: §8.2 asks for
+    little-endian datatypes, one byte wide too (found by differential fuzzing: mdiff-js let it by)."""
+    with _edit(path, {"flags": mdiff.replace(FLAGS_NEW)}) as f:
+        group = f["parameters/flags"]
+        del group["value"]
+        dsid = h5py.h5d.create(group.id, b"value", h5py.h5t.STD_U8BE, h5py.h5s.create_simple((8,)), dcpl=_untimed_dcpl())
+        dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, FLAGS_NEW.view(np.uint8), mtype=h5py.h5t.STD_U8LE)
+        dsid.close()
+
+
 def build_MD505_float16_dataset(path) -> None:
     value = np.array([1.0, -2.0, 0.5, 0.0], dtype=np.float16)
     with _edit(path, {"h": mdiff.replace(value)}) as f:

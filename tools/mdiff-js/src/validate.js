@@ -324,7 +324,7 @@ export class Validation {
       if (meta.type !== 0 && meta.type !== 1) typeProblem = `datatype class ${meta.type}`;
       else if (meta.type === 0 && ![1, 2, 4, 8].includes(meta.size)) typeProblem = `an integer of ${meta.size} bytes`;
       else if (meta.type === 1 && ![4, 8].includes(meta.size)) typeProblem = `a float of ${meta.size} bytes`;
-      else if (!meta.littleEndian && meta.size > 1) typeProblem = "a big-endian datatype";
+      else if (!meta.littleEndian) typeProblem = "a big-endian datatype"; // §8.2: one byte too (HDF5 records an order)
       else if (raw && raw.datatype) typeProblem = datatypeProblem(raw.datatype);
       if (typeProblem) {
         this.add("MD505", p, `datatype is not a little-endian IEEE float or two's-complement integer: ${typeProblem}`);
@@ -644,8 +644,8 @@ export class Validation {
           broken = true;
           continue;
         }
-        if (!info || !info.meta || !info.meta.shape) {
-          broken = true; // refused by walk() or checkDatasets(), which said why
+        if (!info || !info.ok || !info.meta || !info.meta.shape) {
+          broken = true; // refused by walk() or checkDatasets() (§8.2, §8.3), which said why
           continue;
         }
         const meta = info.meta;
@@ -656,10 +656,6 @@ export class Validation {
         }
         if (BigInt(meta.shape[0]) > BigInt(this.limits.maxFunctionBytes)) {
           this.add("MD421", m.path, `${meta.shape[0]} bytes (limit ${this.limits.maxFunctionBytes})`);
-          broken = true;
-          continue;
-        }
-        if (!info.ok) {
           broken = true;
           continue;
         }
@@ -855,14 +851,13 @@ export class Validation {
       }
       for (const an of c.attrs.keys()) this.add("MD303", c.path, `unknown attribute '${an}'`);
       const info = this.dsInfo.get(c.path);
-      if (!info || !info.meta || !info.meta.shape) {
-        ok = false;
+      if (!info || !info.ok || !info.meta || !info.meta.shape) {
+        ok = false; // refused under §8.2 / §8.3, which said why: check 8 has no shape to work with
         complete = false;
         continue;
       }
       const m = info.meta;
       datasets.set(dn, { shape: m.shape.map((d) => BigInt(d)), storage: { cls: m.type === 1 ? "float" : "int", size: m.size, signed: !!m.signed } });
-      if (!info.ok) ok = false;
     }
     for (const c of members.values()) if (c.kind === "group" || c.kind === "dataset") this.add("MD303", c.path, "unknown member");
     if (fn && complete) {
