@@ -25,7 +25,7 @@ from mdiff.format.onnx_functions import VALUE_TYPES
 
 MAX_KNOWN_ELEMENTS = 64  # a shape, its axes or the starts of a Slice: never more than twice the rank limit
 BOOL, INT32, INT64, FLOAT, STRING = TensorProto.BOOL, TensorProto.INT32, TensorProto.INT64, TensorProto.FLOAT, TensorProto.STRING
-_WIDTH = {INT32: 32, INT64: 64}
+_WIDTH: dict[int, int] = {int(INT32): 32, int(INT64): 64}
 
 
 class ShapeError(Exception):
@@ -107,11 +107,14 @@ def broadcast(*shapes: Sequence[int]) -> tuple[int, ...]:
 
 def _broadcast_known(values: Sequence[Value], fn) -> tuple[int, ...] | None:
     """Elementwise fn over known values of rank ≤ 1 (broadcast), or None when one is not known."""
-    if any(v.known is None for v in values):
+    known = [v.known for v in values]
+    if any(k is None for k in known):
         return None
+    entries = [k for k in known if k is not None]
     n = max(math.prod(v.shape) for v in values)
-    return tuple(fn(*[v.known[i if len(v.known) > 1 else 0] for v in values]) for i in range(n)) if all(
-        len(v.known) in (1, n) for v in values) else None
+    if not all(len(k) in (1, n) for k in entries):
+        return None
+    return tuple(fn(*[k[i if len(k) > 1 else 0] for k in entries]) for i in range(n))
 
 
 def _needs_known(v: Value, what: str, limits: Limits) -> tuple[int, ...]:
@@ -265,42 +268,43 @@ def infer_node(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -
         return _make(BOOL if op == "Not" else x.elem_type, x.shape, known)
     if op in ("Cast", "BitCast"):
         to = _int_attr(node, "to", None)
-        if to not in VALUE_TYPES.values():
+        if to is None or to not in VALUE_TYPES.values():
             raise ShapeError(f"{op}: `to` is not one of the element types of §7.9's table")
         return _make(to, x.shape, x.known if op == "Cast" else None)
     if op == "Clip":
         return Value(x.elem_type, x.shape)
     if op == "Concat":
-        axis = _int_attr(node, "axis", None)
-        if axis is None or rank == 0:
+        given_axis = _int_attr(node, "axis", None)
+        if given_axis is None or rank == 0:
             raise ShapeError("Concat needs an axis and inputs of rank ≥ 1")
-        axis = _axis(axis, rank, "Concat")
+        axis = _axis(given_axis, rank, "Concat")
         t = _same_type(node, given)
-        shape = list(x.shape)
+        dims = list(x.shape)
         for v in given[1:]:
-            if len(v.shape) != rank or any(v.shape[i] != shape[i] for i in range(rank) if i != axis):
+            if len(v.shape) != rank or any(v.shape[i] != dims[i] for i in range(rank) if i != axis):
                 raise ShapeError(f"Concat of {list(x.shape)} and {list(v.shape)} along axis {axis}")
-            shape[axis] += v.shape[axis]
-        known = [e for v in given for e in v.known] if all(v.known is not None for v in given) and rank == 1 else None  # type: ignore[union-attr]
-        return _make(t, shape, known)
+            dims[axis] += v.shape[axis]
+        parts = [v.known for v in given]
+        joined = [e for k in parts if k is not None for e in k] if None not in parts and rank == 1 else None
+        return _make(t, dims, joined)
     if op == "Expand":
         target = _needs_known(args[1], "Expand's shape", limits)  # type: ignore[arg-type]
         if any(d < 0 for d in target):
             raise ShapeError(f"Expand to {list(target)}: a negative dimension")
         return Value(x.elem_type, broadcast(x.shape, target))
     if op == "Flatten":
-        axis = _int_attr(node, "axis", 1)
-        assert axis is not None
-        if not -rank <= axis <= rank:
-            raise ShapeError(f"Flatten: axis {axis} is outside [-{rank}, {rank}]")
-        axis = axis + rank if axis < 0 else axis
-        return Value(x.elem_type, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))
+        at = _int_attr(node, "axis", 1)
+        assert at is not None
+        if not -rank <= at <= rank:
+            raise ShapeError(f"Flatten: axis {at} is outside [-{rank}, {rank}]")
+        at = at + rank if at < 0 else at
+        return Value(x.elem_type, (math.prod(x.shape[:at]), math.prod(x.shape[at:])))
     if op == "Gather":
         ind = args[1]
         assert ind is not None
-        axis = _axis(_int_attr(node, "axis", 0) or 0, rank, "Gather") if rank else None
-        if axis is None:
+        if not rank:
             raise ShapeError("Gather from a scalar")
+        axis = _axis(_int_attr(node, "axis", 0) or 0, rank, "Gather")
         shape = x.shape[:axis] + ind.shape + x.shape[axis + 1:]
         entries = None
         if x.known is not None and ind.known is not None and rank == 1:
@@ -355,8 +359,8 @@ def infer_node(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -
         assert end is not None
         start = min(max(start + rank if start < 0 else start, 0), rank)
         end = min(max(end + rank if end < 0 else end, 0), rank)
-        dims = x.shape[start:end]
-        return _make(INT64, (len(dims),), dims)
+        picked = x.shape[start:end]
+        return _make(INT64, (len(picked),), picked)
     if op == "Slice":
         return _slice(node, x, list(args[1:]) + [None] * (5 - len(args)), limits)
     if op == "Squeeze":
@@ -370,11 +374,11 @@ def infer_node(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -
     if op == "Unsqueeze":
         axes_in = _needs_known(args[1], "Unsqueeze's axes", limits)  # type: ignore[arg-type]
         out_rank = rank + len(axes_in)
-        axes = {_axis(a, out_rank, "Unsqueeze") for a in axes_in}
-        if len(axes) != len(axes_in):
+        inserted = {_axis(a, out_rank, "Unsqueeze") for a in axes_in}
+        if len(inserted) != len(axes_in):
             raise ShapeError("Unsqueeze: an axis is repeated")
         it = iter(x.shape)
-        return _make(x.elem_type, [1 if i in axes else next(it) for i in range(out_rank)], x.known)
+        return _make(x.elem_type, [1 if i in inserted else next(it) for i in range(out_rank)], x.known)
     if op == "Transpose":
         a = _attrs(node).get("perm")
         perm = list(a.ints) if a is not None else list(range(rank))[::-1]
