@@ -293,3 +293,24 @@ def test_known_values_are_folded_as_a_runtime_computes_them():
     assert values["m"] == Value(T.INT64, (2,), (0, -12))
     assert values["n"] == Value(T.INT32, (2,), (0, 12))
     assert values["sh"] == Value(T.INT64, (1,), (2,))
+
+
+def test_a_function_member_that_is_a_group_is_MD420(tmp_path):
+    """§7.8: a function.<dtype> member that is not a 1-D uint8 dataset is MD420 (the type was refused
+    without a finding of its own before), and the parameter naming the type is MD402."""
+    import h5py
+
+    path = ia3.write_with_function(tmp_path / "f.mdiff", ia3.function("float32"))
+    with h5py.File(path, "r+") as f:
+        f["update_types/x-ia3"].create_group("function.float16")
+    assert sorted(f.code for f in mdiff.validate(path)) == ["MD402", "MD420"]
+
+
+def test_an_operator_off_the_allowlist_with_a_subgraph_breaks_checks_3_and_5(tmp_path):
+    from onnx import TensorProto, helper
+
+    branch = helper.make_graph([helper.make_node("Identity", ["base"], ["r1"])], "t", [],
+                               [helper.make_tensor_value_info("r1", TensorProto.FLOAT, None)])
+    fn = ia3.function("float32", nodes=[helper.make_node("If", ["cond"], ["result"], then_branch=branch, else_branch=branch)])
+    path = ia3.write_with_function(tmp_path / "if.mdiff", fn)
+    assert sorted({f.code for f in mdiff.validate(path)}) == ["MD402", "MD421", "MD423", "MD425"]  # MD421: `cond` is never defined
