@@ -60,6 +60,8 @@ class Tally:
     verdicts: collections.Counter = field(default_factory=collections.Counter)
     verdict_disagreements: int = 0
     codes: collections.Counter = field(default_factory=collections.Counter)  # the reference's, file by file
+    applied: int = 0  # valid files applied by both (run_functions)
+    apply_outcomes: collections.Counter = field(default_factory=collections.Counter)
     section_7_8: collections.Counter = field(default_factory=collections.Counter)  # classes with an MD420-MD428 code
     section_7_8_gated: collections.Counter = field(default_factory=collections.Counter)  # the same, with a WHOLE_FILE code
 
@@ -85,6 +87,8 @@ class Tally:
                  f"code, {sum(self.section_7_8_gated.values())} more next to {'/'.join(sorted(WHOLE_FILE))}; "
                  f"reference verdicts: {dict(self.verdicts)})"]
         lines.append("  codes (files): " + ", ".join(f"{c} {n}" for c, n in sorted(self.codes.items())))
+        if self.applied:
+            lines.append(f"  applied by both: {self.applied} valid files; the reference's outcomes: {dict(self.apply_outcomes)}")
         for cls, n in self.by_class.most_common():
             lines.append(f"  {n:6d}  {cls}")
         return "\n".join(lines)
@@ -197,6 +201,34 @@ def harness_slug(text: str) -> str:
 FUNCTION_SCALE_SHAPES = [(8, 1), (1, 6), (8, 6), (6,), (1,), (), (2, 8, 6), (0, 6)]
 
 
+def _apply_outcome(cmd: list[str], out: Path, timeout: float = 120) -> tuple[str, bytes | None]:
+    """(the error code or "ok", the output's tensors) of one apply command line."""
+    out.unlink(missing_ok=True)
+    try:
+        p = subprocess.run(cmd + ["-o", str(out), "--json"], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "timeout", None
+    if p.returncode == 0 and out.exists():
+        from safetensors.numpy import load_file
+
+        tensors = load_file(str(out))
+        return "ok", b"".join(name.encode() + tensors[name].tobytes() for name in sorted(tensors))
+    try:
+        return str(json.loads(p.stdout)["error"]["code"]), None
+    except (ValueError, KeyError, TypeError):
+        return f"exit {p.returncode} without a code", None
+
+
+def compare_apply(base: Path, diff: str, workdir: Path) -> tuple[str | None, str]:
+    """Both apply ``diff`` to ``base``: (a disagreement class when their outcomes — code, or result
+    bytes — differ, else None; the reference's outcome)."""
+    ref = _apply_outcome([sys.executable, "-m", "mdiff", "apply", "--no-isolation", str(base), diff], workdir / "ref.safetensors")
+    js = _apply_outcome([NODE or "node", str(JS_CLI), "apply", str(base), diff], workdir / "js.safetensors")
+    if ref == js:
+        return None, ref[0]
+    return f"apply ref={ref[0]} js={js[0]}" + (" (results differ)" if ref[0] == js[0] == "ok" else ""), ref[0]
+
+
 def run_functions(workdir: Path, count: int, seed: int, start: int = 0, keep: Path | None = None,
                   progress: Callable[[Tally], None] | None = None) -> Tally:
     """§7.8 alone: ``count`` x-ia3 files whose float32 function is a random graph of allowed operators
@@ -205,8 +237,14 @@ def run_functions(workdir: Path, count: int, seed: int, start: int = 0, keep: Pa
     from tests import ia3
     from tests.fuzz.mutate import random_function
 
+    import numpy as np
+
+    from mdiff.checkpoints import save_checkpoint
+
     files = workdir / "functions"
     files.mkdir(parents=True, exist_ok=True)
+    base = workdir / "ia3-base.safetensors"
+    save_checkpoint(base, {"w32": np.ones((8, 6), np.float32)})  # write_with_function's parameter
     tally = Tally()
     for first in range(start, start + count, BATCH):
         members = []
@@ -227,6 +265,14 @@ def run_functions(workdir: Path, count: int, seed: int, start: int = 0, keep: Pa
         ref, js = reference(paths, None), mdiff_js(paths, None)
         for path, task in members:
             cls = tally.add(path, ref[path], js[path], task)
+            if cls is None and ref[path].valid:
+                tally.applied += 1
+                cls, outcome = compare_apply(base, path, workdir)
+                tally.apply_outcomes[outcome] += 1
+                if cls:
+                    tally.agree -= 1
+                    tally.by_class[cls] += 1
+                    tally.examples.setdefault(cls, []).append(json.dumps({"file": path, **task}))
             if cls and keep is not None:
                 folder = keep / harness_slug(cls)
                 folder.mkdir(parents=True, exist_ok=True)
