@@ -919,6 +919,14 @@ def _protobuf_variants() -> dict[str, tuple[bytes, str | None]]:
         "invalid-utf8-node-name": (with_graph(graph.SerializeToString() + _field(1, 2, _field(1, 2, b"base")
                                    + _field(2, 2, b"y") + _field(3, 2, b"\xff\xfe") + _field(4, 2, b"Identity"))), None),
         "nested-too-deep": (with_graph(graph.SerializeToString() + _field(1, 2, deep_node)), "MD421"),
+        # unknown groups: 100 levels below the model are allowed, 101 are not; field numbers inside
+        # are not checked (found by differential fuzzing: a field 0 inside a group read as a name)
+        "groups-nested-100": (good + _varint(100 << 3 | 3) * 100 + _varint(100 << 3 | 4) * 100, None),
+        "groups-nested-101": (good + _varint(100 << 3 | 3) * 101 + _varint(100 << 3 | 4) * 101, "MD421"),
+        "field-0-inside-a-group": (good + _varint(100 << 3 | 3) + b"\x01" + b"12345678" + _varint(100 << 3 | 4), None),
+        "unterminated-group": (good + _varint(100 << 3 | 3) + b"\x08\x01", "MD421"),
+        "wire-type-6-inside-a-group": (good + _varint(100 << 3 | 3) + b"\x0e" + _varint(100 << 3 | 4), "MD421"),
+        "tag-beyond-32-bits": (good + _varint(1 << 32 | 5 << 3) + b"\x01", "MD421"),
     }
 
 

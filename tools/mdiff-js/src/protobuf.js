@@ -4,7 +4,8 @@
 // unknown value leaves the field unset; a singular message given twice is merged; repeated scalars
 // come packed or not; int32 values are the low 32 bits of the varint. It refuses a truncated value,
 // a length past the end, wire types 6 and 7, field number 0, a varint of more than 10 bytes, a
-// mismatched end-group, and nesting deeper than 100 messages (protobuf's default limit).
+// mismatched end-group, and more than 100 messages and groups nested below the top one (protobuf's
+// default limit). Inside an unknown group it checks wire types and the end tag, not field numbers.
 
 import { ONNX_MESSAGES } from "./onnx_proto.js";
 
@@ -79,7 +80,7 @@ function skip(r, wt, field, depth) {
   else if (wt === 3) {
     if (depth + 1 > MAX_DEPTH) throw new ProtobufError("nested too deep");
     for (;;) {
-      const tag = readTag(r);
+      const tag = readTag(r, true); // inside a skipped group protobuf does not check the field number
       if (tag === null) throw new ProtobufError("unterminated group");
       if (tag.wt === 4) {
         if (tag.field !== field) throw new ProtobufError("mismatched end-group");
@@ -90,13 +91,13 @@ function skip(r, wt, field, depth) {
   } else throw new ProtobufError(`wire type ${wt}`);
 }
 
-function readTag(r) {
+function readTag(r, anyField = false) {
   if (r.pos >= r.end) return null;
   const tag = r.varint();
   if (tag > 0xffffffffn) throw new ProtobufError("tag beyond 32 bits");
   const field = Number(tag >> 3n);
   const wt = Number(tag & 7n);
-  if (field === 0) throw new ProtobufError("field number 0");
+  if (field === 0 && !anyField) throw new ProtobufError("field number 0");
   if (wt === 6 || wt === 7) throw new ProtobufError(`wire type ${wt}`);
   return { field, wt };
 }
@@ -159,7 +160,7 @@ function decodeInto(obj, type, buf, start, end, depth) {
 // An ONNX ModelProto from its bytes (a Uint8Array), as plain objects keyed by field name; repeated
 // fields are arrays (absent when empty), int64/uint64 are BigInt, bytes are Uint8Array views.
 export function decodeModel(bytes) {
-  return decodeInto({}, "onnx.ModelProto", bytes, 0, bytes.length, 1);
+  return decodeInto({}, "onnx.ModelProto", bytes, 0, bytes.length, 0); // depth: messages and groups below the top
 }
 
 // ---- encoding (for mdiff-js's own wrapper around a checked model: see embedded.js)
