@@ -115,7 +115,11 @@ def _differential(args) -> int:
     scratch.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
 
+    latest = differential.Tally()
+
     def progress(t) -> None:
+        nonlocal latest
+        latest = t
         print(f"{t.files} files, {t.files - t.agree} disagreements, {time.monotonic() - started:.0f} s", flush=True)
 
     keep = Path(args.out) / "differential"
@@ -125,6 +129,9 @@ def _differential(args) -> int:
         else:
             tally = differential.run(scratch, args.differential, args.seed, args.start, keep, progress,
                                      embedded_only=args.embedded_only)
+    except KeyboardInterrupt:  # stopped (Ctrl-C, kill): the files compared so far
+        tally = latest
+        print("stopped", flush=True)
     finally:
         if not args.workdir:
             shutil.rmtree(scratch, ignore_errors=True)
