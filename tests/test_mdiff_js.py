@@ -950,3 +950,9 @@ def test_protobuf_edges_agree_with_the_reference(tmp_path):
         if ref != got or ref - {"MD303"} != expected:
             failures.append((name, sorted(ref), sorted(got), sorted(expected)))
     assert not failures, failures
+
+
+def test_the_onnx_message_schema_is_the_installed_onnx_packages():
+    """src/onnx_proto.js is generated from onnx's descriptors (tools/gen_onnx_proto_js.py)."""
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_onnx_proto_js.py"), "--check"], capture_output=True, text=True)
+    assert p.returncode == 0, "run python tools/gen_onnx_proto_js.py"
