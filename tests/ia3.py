@@ -97,11 +97,11 @@ HOSTILE = {
         helper.make_node("RandomNormalLike", ["base"], ["noise"]), helper.make_node("Add", ["base", "noise"], ["result"])]),
     "MD424": lambda: function("float32", nodes=[helper.make_node("Mul", ["base", "s"], ["result"])],
                                   extra_initializers=[_initializer("leak", external=True)]),
-    "MD425": lambda: function("float32", nodes=[helper.make_node(
-        "If", ["cond"], ["result"],
-        then_branch=helper.make_graph([helper.make_node("Identity", ["base"], ["r1"])], "t", [], [helper.make_tensor_value_info("r1", TensorProto.FLOAT, None)]),
-        else_branch=helper.make_graph([helper.make_node("Identity", ["base"], ["r2"])], "e", [], [helper.make_tensor_value_info("r2", TensorProto.FLOAT, None)]),
-    )]),
+    # an allowed operator with a graph attribute: breaks check 5 alone (an `If` would break check 3 too)
+    "MD425": lambda: function("float32", nodes=[
+        helper.make_node("Identity", ["base"], ["b"], body=helper.make_graph(
+            [helper.make_node("Identity", ["base"], ["r1"])], "t", [], [helper.make_tensor_value_info("r1", TensorProto.FLOAT, None)])),
+        helper.make_node("Mul", ["b", "s"], ["result"])]),
     "MD426": lambda: function("float32", nodes=[helper.make_node("Identity", ["base"], ["x0"])] + [
         helper.make_node("Identity", [f"x{i}"], [f"x{i + 1}"]) for i in range(300)] + [helper.make_node("Mul", ["x300", "s"], ["result"])]),
     "MD427": lambda: function("bfloat16"),  # a bfloat16 function where float32's belongs

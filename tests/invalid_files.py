@@ -1055,23 +1055,24 @@ def build_MD428_function_shape_input_too_long(path) -> None:
     ia3.write_with_function(path, _reshape_then_cast(nodes, "c6"))
 
 
-def build_MD428_function_data_propagation_over_budget(path) -> None:
-    """A 1-D `s` of 2**16 + 1 elements through Cast, in a function whose result's shape needs data
-    propagation (Expand to Shape(base)): ONNX would spell `s` out entry by entry; refused."""
-    import onnx
+def build_MD428_function_shape_from_data(path) -> None:
+    """Reshape(base, Shape(base) + max(Cast(s))): a shape computed from a dataset's values is not a known
+    value (§7.9), so no rule gives `r` a shape before the function runs."""
     from onnx import TensorProto, helper
 
-    from mdiff.format.onnx_functions import serialize
-
-    model = onnx.load_from_string(ia3.function("float32", nodes=[
-        helper.make_node("Cast", ["s"], ["cast"], to=TensorProto.FLOAT),
-        helper.make_node("ReduceMax", ["cast"], ["top"], keepdims=0),
-        helper.make_node("Shape", ["base"], ["base_shape"]),
-        helper.make_node("Expand", ["top", "base_shape"], ["scale"]),
-        helper.make_node("Mul", ["base", "scale"], ["result"]),
+    ia3.write_with_function(path, ia3.function("float32", nodes=[
+        helper.make_node("Cast", ["s"], ["si"], to=TensorProto.INT64),
+        helper.make_node("ReduceMax", ["si"], ["top"], keepdims=0),
+        helper.make_node("Shape", ["base"], ["sb"]),
+        helper.make_node("Add", ["sb", "top"], ["h"]),
+        helper.make_node("Reshape", ["base", "h"], ["r"]),
+        helper.make_node("Mul", ["r", "s"], ["result"]),
     ]))
-    model.graph.input[1].CopyFrom(helper.make_tensor_value_info("s", TensorProto.FLOAT, ["n"]))
-    ia3.write_with_function(path, serialize(model), scale_shape=(2**16 + 1,))
+
+
+def build_MD404_embedded_inexact_with_sha256(path) -> None:
+    """An update of an embedded type whose `exact` is false carries `sha256` (§7.8: it MUST NOT)."""
+    ia3.write_with_function(path, ia3.function("float32"), definition=dict(ia3.DEFINITION, exact=False))
 
 
 def build_MD411_low_rank_int32(path) -> None:
@@ -1259,6 +1260,17 @@ def _replace_value(path, **kwargs) -> None:
 
 def build_MD505_big_endian(path) -> None:
     _replace_value(path, data=W_NEW.astype(">f4"))
+
+
+def build_MD505_uint8_big_endian(path) -> None:
+    """A bool replace whose uint8 `value` dataset records big-endian byte order: §8.2 asks for
+    little-endian datatypes, one byte wide too (found by differential fuzzing: mdiff-js let it by)."""
+    with _edit(path, {"flags": mdiff.replace(FLAGS_NEW)}) as f:
+        group = f["parameters/flags"]
+        del group["value"]
+        dsid = h5py.h5d.create(group.id, b"value", h5py.h5t.STD_U8BE, h5py.h5s.create_simple((8,)), dcpl=_untimed_dcpl())
+        dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, FLAGS_NEW.view(np.uint8), mtype=h5py.h5t.STD_U8LE)
+        dsid.close()
 
 
 def build_MD505_float16_dataset(path) -> None:

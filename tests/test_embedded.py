@@ -122,8 +122,21 @@ def _shape_variants():
                                       N("Reshape", ["base", "h"], ["flat"])] + cast_max("flat"), (2**16,), "MD428"),
         "concat-doubling-2^24-shape": (doubling + [N("Reshape", ["s", "c24"], ["flat"])] + cast_max("flat"), (8, 1), "MD428"),
         "unsqueeze-100000-axes": ([const("ax", list(range(100_000))), N("Unsqueeze", ["s", "ax"], ["u"])] + cast_max("u"), (8, 1), "MD428"),
-        "long-1-d-input-needing-data-propagation": (
-            [N("Cast", ["s"], ["c"], to=T.FLOAT), N("ReduceMax", ["c"], ["top"], keepdims=0)] + shape_of_base, (2**22,), "MD428"),
+        # §7.9's rules fold only small integer tensors, so a long 1-D input costs nothing (ONNX's data
+        # propagation spelt it out, and it was refused while the reference used it)
+        "long-1-d-input-next-to-a-computed-shape": (
+            [N("Cast", ["s"], ["c"], to=T.FLOAT), N("ReduceMax", ["c"], ["top"], keepdims=0)] + shape_of_base, (2**22,), None),
+        # a shape computed from a dataset's values is not a known value
+        "reshape-to-a-shape-read-from-data": ([N("Cast", ["s"], ["si"], to=T.INT64), N("Reshape", ["base", "si"], ["r"]),
+                                                N("Mul", ["r", "s"], ["result"])], (2,), "MD428"),
+        # a known value holds at most 64 entries: a shape sliced from a longer constant is not known
+        "known-value-over-64-entries": ([const("c", [48] * 65), const("z", [0]), const("one", [1]), N("Slice", ["c", "z", "one"], ["h"]),
+                                         N("Reshape", ["base", "h"], ["r"]), const("sh", [8, 6]), N("Reshape", ["r", "sh"], ["result"])],
+                                        (8, 1), "MD428"),
+        "known-value-of-64-entries": ([const("c", [48] * 64), const("z", [0]), const("one", [1]), N("Slice", ["c", "z", "one"], ["h"]),
+                                       N("Reshape", ["base", "h"], ["r"]), const("sh", [8, 6]), N("Reshape", ["r", "sh"], ["result"])],
+                                      (8, 1), None),
+        "read-before-defined": ([N("Reshape", ["base", "sh"], ["result"]), const("sh", [8, 6])], (8, 1), "MD421"),
         # Tile, ConstantOfShape and Range are off the allowlist
         "tile": ([const("r", [2**31, 2**31]), N("Tile", ["s", "r"], ["t"])] + cast_max("t"), (8, 1), "MD423"),
         "constant-of-shape": ([const("h", [2**62]), N("ConstantOfShape", ["h"], ["t"])] + cast_max("t"), (8, 1), "MD423"),
@@ -186,12 +199,118 @@ def test_a_declared_shape_over_the_limits_is_MD508(tmp_path, shape):
     assert info.value.code == "MD508"
 
 
-def test_the_data_propagating_operators_are_those_onnx_propagates_through():
-    """SPEC.md §7.8 names them; a newer onnx that propagates data through more operators must be noticed."""
-    import onnx.defs
+def _infer_with_onnx(nodes, inputs, initializers=()):
+    """The output shape of `out` by onnx's own inference (strict, with data propagation)."""
+    import onnx
+    from onnx import helper
 
     from mdiff.format.onnx_functions import OPSET
-    from mdiff.updates.embedded import _DATA_PROPAGATING, ALLOWED_OPS
 
-    onnx_ops = {op for op in ALLOWED_OPS if onnx.defs.get_schema(op, OPSET).has_data_propagation_function}
-    assert onnx_ops - {"Shape"} == _DATA_PROPAGATING  # Shape's propagation reads only its input's rank
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, (t, s) in inputs.items()],
+                              [helper.make_tensor_value_info("out", 0, None)], initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_operatorsetid("", OPSET)], ir_version=13)
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    out = next(v for v in inferred.graph.output if v.name == "out").type.tensor_type
+    return out.elem_type, tuple(d.dim_value for d in out.shape.dim)
+
+
+def _rule_cases():
+    from onnx import TensorProto as T, helper
+
+    N = helper.make_node
+    F, I = T.FLOAT, T.INT64
+
+    def c(name, values):
+        return N("Constant", [], [name], value=helper.make_tensor(name, I, [len(values)], values))
+
+    x = {"x": (F, [2, 3, 4])}
+    return {
+        "add-broadcast": ([N("Add", ["x", "y"], ["out"])], {**x, "y": (F, [3, 1])}),
+        "where": ([N("Where", ["b", "x", "y"], ["out"])], {**x, "b": (T.BOOL, [4]), "y": (F, [1, 3, 1])}),
+        "less": ([N("Less", ["x", "y"], ["out"])], {**x, "y": (F, [])}),
+        "matmul-1d": ([N("MatMul", ["x", "v"], ["out"])], {**x, "v": (F, [4])}),
+        "matmul-batch": ([N("MatMul", ["x", "y"], ["out"])], {**x, "y": (F, [5, 1, 4, 6])}),
+        "gemm-trans": ([N("Gemm", ["a", "b", "cc"], ["out"], transA=1, transB=1)],
+                       {"a": (F, [3, 2]), "b": (F, [5, 3]), "cc": (F, [5])}),
+        "concat": ([N("Concat", ["x", "x"], ["out"], axis=-2)], x),
+        "flatten": ([N("Flatten", ["x"], ["out"], axis=2)], x),
+        "gather": ([c("i", [0, 1, 1, 0, 1]), N("Gather", ["x", "i"], ["out"], axis=1)], x),
+        "reduce-keep": ([c("a", [0, -1]), N("ReduceSum", ["x", "a"], ["out"])], x),
+        "reduce-all": ([N("ReduceMax", ["x"], ["out"], keepdims=0)], x),
+        "reshape-zero-minus-one": ([c("h", [0, -1]), N("Reshape", ["x", "h"], ["out"])], x),
+        "expand": ([c("h", [5, 1, 1, 1]), N("Expand", ["x", "h"], ["out"])], x),
+        "slice": ([c("st", [-1, 0]), c("en", [-100, 2**63 - 1]), c("ax", [2, 0]), c("sp", [-2, 1]),
+                   N("Slice", ["x", "st", "en", "ax", "sp"], ["out"])], x),
+        "squeeze": ([N("Squeeze", ["y"], ["out"])], {"y": (F, [1, 3, 1, 2])}),
+        "unsqueeze": ([c("a", [-1, 0]), N("Unsqueeze", ["x", "a"], ["out"])], x),
+        "transpose": ([N("Transpose", ["x"], ["out"], perm=[1, 2, 0])], x),
+        "shape-slice": ([N("Shape", ["x"], ["out"], start=-2)], x),
+        "scatter": ([N("ScatterElements", ["x", "i", "u"], ["out"], axis=1)], {**x, "i": (I, [2, 1, 4]), "u": (F, [2, 1, 4])}),
+        "cast": ([N("Cast", ["x"], ["out"], to=T.UINT8)], x),
+        # known values: a shape computed from Shape, Gather, Mul, Concat, Unsqueeze, then used
+        "computed-shape": ([N("Shape", ["x"], ["s"]), c("i", [1]), c("j", [2]), N("Gather", ["s", "i"], ["a"]),
+                            N("Gather", ["s", "j"], ["b"]), N("Mul", ["a", "b"], ["ab"]), c("z", [0]),
+                            N("Slice", ["s", "z", "i"], ["first"]), N("Concat", ["first", "ab"], ["h"], axis=0),
+                            N("Reshape", ["x", "h"], ["out"])], x),
+        "scalar-index-unsqueeze": ([N("Shape", ["x"], ["s"]), N("Constant", [], ["k"], value_int=2),
+                                    N("Gather", ["s", "k"], ["d"]), c("a0", [0]), N("Unsqueeze", ["d", "a0"], ["h"]),
+                                    N("Cast", ["h"], ["h2"], to=I), N("Reshape", ["x", "h2"], ["out"], allowzero=0),
+                                    ], {"x": (F, [1, 1, 7])}),
+    }
+
+
+RULE_CASES = _rule_cases()
+
+
+@pytest.mark.parametrize("name", list(RULE_CASES))
+def test_the_shape_rules_agree_with_onnx_on_valid_graphs(name):
+    """§7.9's shape rules, which the reference implements itself, give what ONNX's inference gives."""
+    from mdiff.format.limits import Limits
+    from mdiff.updates.function_shapes import Value, _constant, infer_node
+
+    nodes, inputs = RULE_CASES[name]
+    values = {n: Value(t, tuple(s)) for n, (t, s) in inputs.items()}
+    for node in nodes:
+        args = [values[i] if i else None for i in node.input]
+        values[node.output[0]] = _constant(node) if node.op_type == "Constant" else infer_node(node, args, Limits())
+    assert (values["out"].elem_type, values["out"].shape) == _infer_with_onnx(nodes, inputs)
+
+
+def test_known_values_are_folded_as_a_runtime_computes_them():
+    from onnx import TensorProto as T, helper
+
+    from mdiff.format.limits import Limits
+    from mdiff.updates.function_shapes import Value, _constant, infer_node
+
+    N = helper.make_node
+    nodes = [N("Constant", [], ["a"], value_ints=[2**62, -3]), N("Constant", [], ["b"], value_int=4),
+             N("Mul", ["a", "b"], ["m"]),  # 2**64 wraps to 0 in int64
+             N("Cast", ["m"], ["c"], to=T.INT32), N("Neg", ["c"], ["n"]), N("Shape", ["n"], ["sh"])]
+    values: dict = {}
+    for node in nodes:
+        args = [values[i] for i in node.input]
+        values[node.output[0]] = _constant(node) if node.op_type == "Constant" else infer_node(node, args, Limits())
+    assert values["m"] == Value(T.INT64, (2,), (0, -12))
+    assert values["n"] == Value(T.INT32, (2,), (0, 12))
+    assert values["sh"] == Value(T.INT64, (1,), (2,))
+
+
+def test_a_function_member_that_is_a_group_is_MD420(tmp_path):
+    """§7.8: a function.<dtype> member that is not a 1-D uint8 dataset is MD420 (the type was refused
+    without a finding of its own before), and the parameter naming the type is MD402."""
+    import h5py
+
+    path = ia3.write_with_function(tmp_path / "f.mdiff", ia3.function("float32"))
+    with h5py.File(path, "r+") as f:
+        f["update_types/x-ia3"].create_group("function.float16")
+    assert sorted(f.code for f in mdiff.validate(path)) == ["MD402", "MD420"]
+
+
+def test_an_operator_off_the_allowlist_with_a_subgraph_breaks_checks_3_and_5(tmp_path):
+    from onnx import TensorProto, helper
+
+    branch = helper.make_graph([helper.make_node("Identity", ["base"], ["r1"])], "t", [],
+                               [helper.make_tensor_value_info("r1", TensorProto.FLOAT, None)])
+    fn = ia3.function("float32", nodes=[helper.make_node("If", ["cond"], ["result"], then_branch=branch, else_branch=branch)])
+    path = ia3.write_with_function(tmp_path / "if.mdiff", fn)
+    assert sorted({f.code for f in mdiff.validate(path)}) == ["MD402", "MD421", "MD423", "MD425"]  # MD421: `cond` is never defined

@@ -5,6 +5,8 @@
     python tools/fuzz.py --minutes 40 --seed 7 --jobs 2 --out fuzz-findings
     python tools/fuzz.py --replay tests/fuzz/regressions/*.mdiff      # one outcome per file
     python tools/fuzz.py --folders --count 5000 --seed 1               # hostile repository folders and checkpoints
+    python tools/fuzz.py --differential 2000 --seed 1                  # the reference against mdiff-js
+    python tools/fuzz.py --differential 2000 --functions --seed 1      # the same, random embedded functions (§7.8)
 
 (--folders, 2026-12-03, seed 11, 2 jobs: 5000 tasks in 152 s — 4541 typed, 459 OK, no failure; the largest
 growth of resident memory in one target 3 MiB.)
@@ -103,6 +105,41 @@ class Tally:
         return "\n".join(lines)
 
 
+def _differential(args) -> int:
+    from tests.fuzz import differential
+
+    if not differential.js_available():
+        print("mdiff-js needs node and `npm ci --prefix tools/mdiff-js`", file=sys.stderr)
+        return 2
+    scratch = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="mdiff-differential-"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+
+    latest = differential.Tally()
+
+    def progress(t) -> None:
+        nonlocal latest
+        latest = t
+        print(f"{t.files} files, {t.files - t.agree} disagreements, {time.monotonic() - started:.0f} s", flush=True)
+
+    keep = Path(args.out) / "differential"
+    try:
+        if args.functions:
+            tally = differential.run_functions(scratch, args.differential, args.seed, args.start, keep, progress)
+        else:
+            tally = differential.run(scratch, args.differential, args.seed, args.start, keep, progress,
+                                     embedded_only=args.embedded_only)
+    except KeyboardInterrupt:  # stopped (Ctrl-C, kill): the files compared so far
+        tally = latest
+        print("stopped", flush=True)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(scratch, ignore_errors=True)
+    print(tally.summary())
+    print(f"{time.monotonic() - started:.0f} s; disagreeing files kept under {keep}")
+    return 1 if tally.files != tally.agree else 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=100_000, help="files to make and read (default 100000)")
@@ -121,6 +158,13 @@ def main(argv=None) -> int:
     parser.add_argument("--folders", action="store_true",
                         help="fuzz hostile repository folders and checkpoints instead of .mdiff files (tests/fuzz/folders.py)")
     parser.add_argument("--replay", nargs="+", metavar="FILE", help="read these files instead (one outcome each)")
+    parser.add_argument("--differential", type=int, default=None, metavar="N",
+                        help="make N files and validate each with the reference and with mdiff-js (tests/fuzz/differential.py): "
+                             "report every file on which their verdicts or code sets differ, kept under --out")
+    parser.add_argument("--functions", action="store_true",
+                        help="with --differential: x-ia3 files with random embedded functions (SPEC.md §7.8) instead")
+    parser.add_argument("--embedded-only", action="store_true",
+                        help="with --differential: only the seeds that define embedded update types")
     parser.add_argument("--tasks", default=None, metavar="I,J,...",
                         help="make and read exactly these tasks of --seed, in this order, in one worker process "
                              "(to reproduce a crash that needs what earlier files did to the process: see 'history')")
@@ -130,6 +174,8 @@ def main(argv=None) -> int:
     memory = int(args.memory_gib * 2**30)
     if args.replay:
         return _replay(args, memory)
+    if args.differential is not None:
+        return _differential(args)
     ids = [int(x) for x in args.tasks.split(",")] if args.tasks else None
     if ids is not None:
         args.jobs, args.count = 1, len(ids)

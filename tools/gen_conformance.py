@@ -161,8 +161,11 @@ HOSTILE_CASES = {
 IA3_BASE_CASES = {
     "definition_without_version", "function_not_onnx", "function_old_opset", "function_random_op",
     "function_external_data", "function_subgraph", "function_too_many_nodes", "function_of_another_dtype",
-    "function_with_huge_intermediate",
+    "function_with_huge_intermediate", "function_shape_from_data", "embedded_inexact_with_sha256",
 }
+
+# A type refused for one of these is not defined: the parameters naming it are MD402 too (§7.8)
+REFUSED_TYPE_CODES = {"MD420", "MD421", "MD422", "MD423", "MD424", "MD425", "MD426", "MD427"}
 
 WARNING_CODES = {code for code, rule in RULES.items() if rule.severity == "warning"}
 
@@ -812,6 +815,15 @@ def build_valid(c: Corpus) -> None:
             lambda path: ia3.write(path, base, scales, commit("x-ia3 scaling")), base,
             features=["embedded-update-types"])
 
+    def ia3_with_unknown_member(path):
+        ia3.write(path, base, scales, commit("x-ia3 scaling"))
+        with h5py.File(path, "r+") as f:
+            f["update_types/x-ia3"].create_dataset("notes", data=np.zeros(3, np.uint8))
+
+    c.valid("embedded-unknown-member", "7.8", "x-ia3 whose group holds a dataset `notes` besides its functions: an "
+            "unknown member of an update type's group is MD303 (§5.4, a warning), and the type is still defined",
+            ia3_with_unknown_member, base, warnings=["MD303"], features=["embedded-update-types"])
+
     # storage variants (§8.2)
     rng = rng_for("storage")
     old = rng_bits(rng, "float32", (64, 40))
@@ -919,6 +931,9 @@ def build_invalid(c: Corpus) -> None:
         # (the rule's title is not repeated: its code says it, and titles get reworded)
         description = f"{code}: {case_id.replace('_', ' ')}" + (f". {doc}" if doc else "")
         features = ["embedded-update-types"] if rule.section == "7.8" else []
+        if code in REFUSED_TYPE_CODES and case_id in IA3_BASE_CASES:
+            description += (f" Codes reported: {code} and MD402 (SPEC.md §7.8: a type whose group breaks a rule is "
+                            "not defined, so the parameter `w32` that names it is MD402 too).")
         family = "hostile" if case_id in HOSTILE_CASES else "invalid"
         base = c.ia3_base if case_id in IA3_BASE_CASES else c.rules_base
         c.invalid(f"{code}-{case_id}", family, code, rule.section, description, build, base,

@@ -23,6 +23,7 @@ class Limits:
     max_attribute_bytes: int = 2**20  # one attribute: 1 MiB
     max_function_bytes: int = 2**20  # one embedded ONNX function (§7.8): 1 MiB
     max_function_nodes: int = 256  # nodes of one embedded ONNX function
+    max_function_constant_bytes: int = 2**20  # initializers and constants of one embedded function (§7.8 check 6)
 
 
 DEFAULT_LIMITS = Limits()

@@ -74,6 +74,10 @@ def _parse_one(name, path, inventory: Inventory, datasets: Datasets, limits: Lim
         if dtype_name is None:
             findings.append(Finding("MD303", member_path, "unknown member of an update type"))
             continue
+        if child is not None and child.kind == "group":
+            findings.append(Finding("MD420", member_path, "a function is a 1-D uint8 dataset of ONNX model bytes, not a group"))
+            broken = True
+            continue
         if child is None or child.dataset is None:
             broken = True  # refused by the structure walk, already reported
             continue

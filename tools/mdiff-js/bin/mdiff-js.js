@@ -39,8 +39,8 @@ const { Repository } = await import("../src/repository.js");
 const { writeSafetensors } = await import("../src/safetensors.js");
 
 // Optional capabilities of the conformance corpus (conformance/manifest.json `features`) that this
-// implementation claims. Not claimed: "embedded-update-types" (SPEC.md §7.8-§7.9 need ONNX).
-const FEATURES = ["configurable-limits", "checkpoint-rule-codes", "repository"];
+// implementation claims: all of them ("embedded-update-types" runs on onnxruntime-node).
+const FEATURES = ["configurable-limits", "checkpoint-rule-codes", "repository", "embedded-update-types"];
 
 // The conformance contract's limit names (snake_case, as in the reference) -> ours.
 const LIMIT_ALIASES = {
@@ -51,6 +51,9 @@ const LIMIT_ALIASES = {
   max_objects: "maxObjects",
   max_depth: "maxDepth",
   max_total_bytes: "maxTotalBytes",
+  max_function_bytes: "maxFunctionBytes",
+  max_function_nodes: "maxFunctionNodes",
+  max_function_constant_bytes: "maxFunctionConstantBytes",
 };
 
 const USAGE = `usage: mdiff-js validate [--json] [--no-data] [--limit NAME=N ...] FILE [FILE ...]

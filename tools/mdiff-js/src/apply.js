@@ -8,6 +8,7 @@ import { f16BitsToNumber, bf16BitsToNumber, numberToF16Bits, numberToBf16Bits } 
 import { H5Error } from "./hdf5.js";
 import { READS_BASE_VALUE } from "./schema.js";
 import { addZigzag, positionsFromGaps } from "./deltas.js";
+import { runFunction } from "./embedded.js";
 
 // A typed-array view of a Buffer, copying it when it is not aligned.
 function view(Type, buf) {
@@ -96,7 +97,7 @@ function fail(code, message, path) {
 // `skipBaseCheckFor` holds the names whose base value is not checked against `base_sha256` (MD603): a
 // repository replay passes the state's inexact values (§13.4), whose bits may differ between
 // appliers, and which a writer therefore must not name (§9.2).
-export function applyValidated(v, base, { skipBaseCheckFor = new Set() } = {}) {
+export async function applyValidated(v, base, { skipBaseCheckFor = new Set() } = {}) {
   // 2. base checks (§9.2), before any result is computed
   for (const prm of v.params) {
     const u = prm.update;
@@ -121,7 +122,8 @@ export function applyValidated(v, base, { skipBaseCheckFor = new Set() } = {}) {
     let data;
     // §9.2: the base value an update reads is the one it was made from, checked as it is read and
     // before the result is computed (so MD603 comes before MD602 for the parameter)
-    if (READS_BASE_VALUE.has(u.type) && "base_sha256" in u && !skipBaseCheckFor.has(prm.name)) {
+    const emb = v.embedded.get(u.type);
+    if ((READS_BASE_VALUE.has(u.type) || emb) && "base_sha256" in u && !skipBaseCheckFor.has(prm.name)) {
       const h = sha256hex(base.get(prm.name).data);
       if (h !== u.base_sha256) {
         fail("MD603", `the base value of ${JSON.stringify(prm.name)} hashes to ${h}, not the update's base_sha256 ${u.base_sha256}: the base is not the one the diff was made from`, prm.name);
@@ -153,13 +155,15 @@ export function applyValidated(v, base, { skipBaseCheckFor = new Set() } = {}) {
       }
     } else if (u.type === "low_rank") {
       data = lowRank(u.dtype, shape, base.get(prm.name).data, ds(prm, "A"), ds(prm, "B"), Number(u.scale));
+    } else if (emb) {
+      data = await runEmbedded(v, prm, emb, base.get(prm.name).data, shape);
     }
     if (u.dtype === "bool") {
       // §9.1 step 3: a bool result must hold only 0 and 1 (MD409)
       const k = data.findIndex((x) => x > 1);
       if (k >= 0) fail("MD409", `the result for ${JSON.stringify(prm.name)} holds the bool value ${data[k]} at ${k}`, prm.name);
     }
-    if (u.type !== "low_rank") {
+    if (u.type !== "low_rank" && (!emb || emb.definition.exact)) {
       const h = sha256hex(data);
       if (h !== u.sha256) {
         fail("MD602", `the result for ${JSON.stringify(prm.name)} hashes to ${h}, not the update's sha256 ${u.sha256}`, prm.name);
@@ -168,6 +172,27 @@ export function applyValidated(v, base, { skipBaseCheckFor = new Set() } = {}) {
     result.set(prm.name, { dtype: u.dtype, shape, data });
   }
   return result;
+}
+
+// §7.8: the result of an update of a type the file defines is its function's output (MD428 when
+// the runtime refuses or fails to run it, or gives a result of another size).
+async function runEmbedded(v, prm, emb, baseData, shape) {
+  const u = prm.update;
+  const fn = emb.functions.get(u.dtype);
+  const inputs = { base: { data: baseData, shape } };
+  for (const dn of emb.definition.inputs) {
+    const info = v.dsInfo.get(`${prm.path}/${dn}`);
+    inputs[dn] = { data: v.data(`${prm.path}/${dn}`), shape: info.meta.shape.map(Number) };
+  }
+  let out;
+  try {
+    out = await runFunction(`${fn.key}`, fn.model, inputs);
+  } catch (e) {
+    fail("MD428", `the function of ${JSON.stringify(u.type)} failed to run: ${e && e.message}`, prm.name);
+  }
+  const want = shape.reduce((a, b) => a * b, 1) * DTYPES[u.dtype].size;
+  if (out.length !== want) fail("MD428", `the function of ${JSON.stringify(u.type)} gave ${out.length} bytes, not ${want}`, prm.name);
+  return Buffer.from(out);
 }
 
 // §9.1 (files): applies a checked file's /files to the files of a state that has them (a repository
@@ -214,7 +239,7 @@ export async function applyFiles(basePath, diffPath, outPath, opts = {}) {
   try {
     refuseInvalid(v, diffPath);
     const base = readSafetensors(basePath);
-    const result = applyValidated(v, base);
+    const result = await applyValidated(v, base);
     // 5. the result state
     writeSafetensors(outPath, result);
     return { output: outPath, parameters: result.size };

@@ -38,9 +38,9 @@ MD422 error 7.8 an embedded function imports a domain or opset other than ai.onn
 MD423 error 7.8 an embedded function uses an operator off the allowlist
 MD424 error 7.8 an embedded function refers to external data
 MD425 error 7.8 an embedded function holds subgraphs, local functions or training information
-MD426 error 7.8 an embedded function has more nodes or initializer bytes than the limit
+MD426 error 7.8 an embedded function has more nodes or bytes of initializers and constants than the limits
 MD427 error 7.8 an embedded function's inputs or output do not match its type and dtype
-MD428 error 7.8 an embedded function's shapes cannot be bounded, or its result has the wrong shape
+MD428 error 7.8 an embedded function breaks §7.9's shape rules for a parameter (or gives a result of the wrong shape, or fails when run)
 MD500 error 8.1 a link is not a hard link (soft, external or user-defined)
 MD501 error 8.1 an object is neither a group nor a dataset
 MD502 error 8.2 a dataset uses external raw storage

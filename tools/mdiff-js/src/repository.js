@@ -392,7 +392,7 @@ export class Repository {
       if (listed === null) return null;
       if (disagreement(v, listed, claims) !== null) return null; // MD807
       if ([...claims.params.values()].some((c) => c.sha256 === null)) return null;
-      return { state: applyValidated(v, new Map()), files: applyFileUpdates(v, new Map()) };
+      return { state: await applyValidated(v, new Map()), files: applyFileUpdates(v, new Map()) };
     } catch {
       return null;
     } finally {
@@ -465,7 +465,7 @@ export class Repository {
         // state: a commit id ties a commit to its parent, but a snapshot (§13.5) is not hashed, and
         // a low_rank update has no result sha256 to catch a state that is not the one it was made
         // from. An inexact value's bits may differ between appliers, so its base_sha256 is not read.
-        state = applyValidated(v, state, { skipBaseCheckFor: inexact });
+        state = await applyValidated(v, state, { skipBaseCheckFor: inexact });
         files = nextFiles;
       } catch (e) {
         const err = asMdiffError(e, file);

@@ -128,11 +128,12 @@ const BASE_SHA256_SINCE_MINOR = 2n;
 
 // Checks an update object whose `type` is known and whose `version` is supported. `minor` is the
 // file's minor format version (a BigInt; null when unknown, read as the newest this reader knows).
-export function checkUpdate(u, strict = true, minor = null) {
+// `embedded`: {exact} for a type the file defines (§7.8: it reads the base; `sha256` iff exact)
+export function checkUpdate(u, strict = true, minor = null, embedded = null) {
   const errs = [];
-  const t = TYPE_MEMBERS[u.type];
+  const t = embedded ? { required: ["shape", "dtype", ...(embedded.exact ? ["sha256"] : [])], optional: ["lossy", "stats"] } : TYPE_MEMBERS[u.type];
   const inVersion = minor === null || minor >= BASE_SHA256_SINCE_MINOR;
-  const hasBaseSha = READS_BASE_VALUE.has(u.type) && inVersion;
+  const hasBaseSha = (embedded !== null || READS_BASE_VALUE.has(u.type)) && inVersion;
   const optional = hasBaseSha ? [...t.optional, "base_sha256"] : t.optional;
   const given = strict && "base_sha256" in u && !hasBaseSha;
   members(errs, "(root)", given ? withoutMember(u, "base_sha256") : u, ["type", "version", ...t.required], optional, strict);

@@ -13,6 +13,7 @@ import { decodeName, compareUtf8 } from "./names.js";
 import { pathProblem, pathCollisions } from "./paths.js";
 import { layoutProblems } from "./layout.js";
 import { positionsFromGaps } from "./deltas.js";
+import { TYPE_NAME, FUNCTION_PREFIX, definitionProblem, checkFunction, checkShapes } from "./embedded.js";
 
 // §8.3 limits; these are this reader's defaults (the reference defaults).
 export const DEFAULT_LIMITS = {
@@ -23,6 +24,9 @@ export const DEFAULT_LIMITS = {
   maxObjects: 1_000_000,
   maxDepth: 32,
   maxTotalBytes: 2n ** 40n,
+  maxFunctionBytes: 2 ** 20, // §7.8 check 1
+  maxFunctionNodes: 256, // §7.8 check 6
+  maxFunctionConstantBytes: 2 ** 20, // §7.8 check 6
 };
 
 const READER_MAJOR = 1;
@@ -80,6 +84,7 @@ export class Validation {
     this.dataCache = new Map();
     this.strict = true;
     this.notHdf5 = false;
+    this.embedded = new Map(); // §7.8: type name -> {definition, functions: Map dtype -> {model, key}}
   }
 
   add(code, path, message) {
@@ -357,7 +362,7 @@ export class Validation {
     if (meta.type !== 0 && meta.type !== 1) typeProblem = `datatype class ${meta.type}`;
     else if (meta.type === 0 && ![1, 2, 4, 8].includes(meta.size)) typeProblem = `an integer of ${meta.size} bytes`;
     else if (meta.type === 1 && ![4, 8].includes(meta.size)) typeProblem = `a float of ${meta.size} bytes`;
-    else if (!meta.littleEndian && meta.size > 1) typeProblem = "a big-endian datatype";
+    else if (!meta.littleEndian) typeProblem = "a big-endian datatype"; // §8.2: one byte too (HDF5 records an order)
     else if (raw && raw.datatype) typeProblem = datatypeProblem(raw.datatype);
     if (typeProblem) return ["MD505", `datatype is not a little-endian IEEE float or two's-complement integer: ${typeProblem}`];
     if (meta.shape === null || meta.shape === undefined) return ["MD505", "null dataspace"];
@@ -526,7 +531,7 @@ export class Validation {
         continue; // checked by checkFiles() and checkWeightsLayout()
       }
       if (ch.name === "update_types") {
-        this.add("MD303", ch.path, "embedded update types (§7.8) are not implemented by mdiff-js; the group is ignored and updates of these types are refused (MD402)");
+        this.checkUpdateTypes(ch);
         continue;
       }
       this.add("MD303", ch.path, "unknown root member");
@@ -622,6 +627,90 @@ export class Validation {
     this.layout = { path: g.path, group: g, update: u ? u.update : null, ok: !!(u && u.ok), doc: null };
   }
 
+  // §7.8: /update_types, the update types the file defines; each one that breaks no rule is kept
+  // in this.embedded (MD420 for the group, its name, definition and datasets' kind; MD421-MD427 for
+  // a function's bytes, by embedded.js).
+  checkUpdateTypes(ch) {
+    if (ch.kind !== "group") {
+      if (ch.kind === "dataset") this.add("MD420", ch.path, "`/update_types` must be a group");
+      return;
+    }
+    for (const a of [...ch.attrs.keys()].sort()) this.add("MD303", ch.path, `unknown attribute '${a}'`);
+    for (const g of ch.children || []) {
+      let name;
+      try {
+        name = decodeName(g.name);
+      } catch (e) {
+        this.add("MD302", g.path, `link name ${describe(g.name)}: ${e.message}`);
+        continue;
+      }
+      if (!(g.kind === "group" || g.kind === "dataset")) continue; // refused by walk()
+      if (g.kind !== "group" || !TYPE_NAME.test(name) || UPDATE_TYPES.includes(name)) {
+        this.add("MD420", g.path, `an update type is a group named x-... (lower case), not ${describe(name)}`);
+        continue;
+      }
+      for (const a of [...g.attrs.keys()].sort()) if (a !== "definition") this.add("MD303", g.path, `unknown attribute '${a}'`);
+      const raw = g.attrs.get("definition");
+      let def;
+      try {
+        if (raw === undefined) throw new Error("missing");
+        def = parseStrict(raw);
+      } catch (e) {
+        this.add("MD420", g.path, `attribute \`definition\` is missing or not JSON: ${e.message}`);
+        continue;
+      }
+      const why = definitionProblem(def);
+      if (why) {
+        this.add("MD420", g.path, `\`definition\` breaks its schema: it ${why}`);
+        continue;
+      }
+      const functions = new Map();
+      let broken = false;
+      for (const m of g.children || []) {
+        const dtype = m.name.startsWith(FUNCTION_PREFIX) ? m.name.slice(FUNCTION_PREFIX.length) : null;
+        if (dtype === null || !(dtype in DTYPES)) {
+          this.add("MD303", m.path, "unknown member of an update type");
+          continue;
+        }
+        const info = m.kind === "dataset" ? this.dsInfo.get(m.path) : null;
+        if (m.kind === "group") {
+          this.add("MD420", m.path, "a function is a 1-D uint8 dataset of ONNX model bytes, not a group");
+          broken = true;
+          continue;
+        }
+        if (!info || !info.ok || !info.meta || !info.meta.shape) {
+          broken = true; // refused by walk() or checkDatasets() (§8.2, §8.3), which said why
+          continue;
+        }
+        const meta = info.meta;
+        if (meta.type !== 0 || meta.size !== 1 || meta.signed || meta.shape.length !== 1) {
+          this.add("MD420", m.path, "a function is a 1-D uint8 dataset of ONNX model bytes");
+          broken = true;
+          continue;
+        }
+        if (BigInt(meta.shape[0]) > BigInt(this.limits.maxFunctionBytes)) {
+          this.add("MD421", m.path, `${meta.shape[0]} bytes (limit ${this.limits.maxFunctionBytes})`);
+          broken = true;
+          continue;
+        }
+        let bytes;
+        try {
+          bytes = this.data(m.path);
+        } catch (e) {
+          this.add("MD513", m.path, `the function cannot be read: ${e.message}`);
+          broken = true;
+          continue;
+        }
+        const { model, problems } = checkFunction(bytes, dtype, def.inputs, this.limits);
+        for (const [code, message] of problems) this.add(code, m.path, message);
+        if (model === null) broken = true;
+        else functions.set(dtype, { model, key: sha256hex(bytes) });
+      }
+      if (!functions.size && !broken) this.add("MD420", g.path, "an update type needs at least one function.<dtype> dataset");
+      if (!broken && functions.size) this.embedded.set(name, { definition: def, functions });
+    }
+  }
+
   // `kind` is "parameter", or "file" / "layout" for the updates of §5.5-§5.6: a `replace` or
   // `delete` of a uint8 vector (MD305), otherwise subject to every rule of §7 and §8.
   checkUpdate(g, kind = "parameter") {
@@ -662,20 +751,27 @@ export class Validation {
       this.add("MD305", p, `the ${kind} update has type ${describe(u.type)}; ${kind === "file" ? "a file" : "the layout"} is set (replace) or removed (delete), never patched`);
       return null;
     }
-    if (!UPDATE_TYPES.includes(u.type)) {
-      const embedded = u.type.startsWith("x-") ? " (embedded update types, §7.8, are not implemented by mdiff-js)" : "";
-      this.add("MD402", p, `unknown update type ${describe(u.type)}; known: ${UPDATE_TYPES.join(", ")}${embedded}`);
+    // §7.8: a type the file defines (and that passed its checks) is known too, for parameters
+    const emb = kind === "parameter" && Object.hasOwn(u, "type") ? this.embedded.get(u.type) : undefined;
+    if (!UPDATE_TYPES.includes(u.type) && !emb) {
+      const refused = u.type.startsWith("x-") ? " (a type /update_types does not define, or defines with errors, §7.8)" : "";
+      this.add("MD402", p, `unknown update type ${describe(u.type)}; known: ${[...UPDATE_TYPES, ...this.embedded.keys()].join(", ")}${refused}`);
+      return null;
+    }
+    const versions = emb ? [emb.definition.version] : UPDATE_VERSIONS[u.type];
+    if (emb && isInteger(u.version) && typeof u.version !== "boolean" && !versions.some((v) => BigInt(v) === BigInt(u.version))) {
+      this.add("MD403", p, `${u.type} version ${describe(u.version)} is not supported (the file defines ${versions[0]})`);
       return null;
     }
     if (!("version" in u) || !isInteger(u.version)) {
       this.add("MD404", p, `\`update\` breaks the ${u.type} schema: \`version\` is ${"version" in u ? describe(u.version) : "missing"}, not an integer`);
       return null;
     }
-    if (!UPDATE_VERSIONS[u.type].some((v) => BigInt(v) === BigInt(u.version))) {
-      this.add("MD403", p, `${u.type} version ${describe(u.version)} is not supported (this reader knows ${UPDATE_VERSIONS[u.type].join(", ")})`);
+    if (!versions.some((v) => BigInt(v) === BigInt(u.version))) {
+      this.add("MD403", p, `${u.type} version ${describe(u.version)} is not supported (this reader knows ${versions.join(", ")})`);
       return null;
     }
-    const errs = checkUpdate(u, this.strict, this.version ? this.version.minor : null);
+    const errs = checkUpdate(u, this.strict, this.version ? this.version.minor : null, emb ? { exact: emb.definition.exact } : null);
     if (Number(u.version) === 2 && (u.type === "dense" || u.type === "sparse")) {
       u.version = 2; // 2.0 is 2 (§4.1); the datasets below are chosen by it
       if (this.version && this.version.minor < SUB_SINCE_MINOR) {
@@ -707,6 +803,7 @@ export class Validation {
       this.add("MD508", p, `the update declares shape [${u.shape.join(", ")}]: ${declared} elements exceed the limits (${this.limits.maxElements} elements, ${this.limits.maxDatasetBytes} bytes)`);
       return null;
     }
+    if (emb) return this.checkEmbeddedUpdate(g, u, emb, members);
     if (u.type === "low_rank" && (!DTYPES[u.dtype].float || u.shape.length === 0)) {
       this.add("MD411", p, `low_rank needs a floating-point parameter of rank >= 1, not ${u.dtype}[${u.shape.join(", ")}]`);
       return null;
@@ -789,6 +886,48 @@ export class Validation {
     for (const [name, value] of obj.attrs) {
       if (value !== undefined && !known.includes(name)) this.add("MD303", obj.path, `unknown attribute '${name}'`);
     }
+  }
+
+  // §7.8: a parameter whose update is of a type the file defines: the definition's `inputs` as
+  // datasets of any storage datatype of §8.2 (MD405), a function for its dtype (MD427), and checks
+  // 7-8 of §7.8 with this parameter's shapes (MD427, MD428).
+  checkEmbeddedUpdate(g, u, emb, members) {
+    const p = g.path;
+    if (u.shape.length > this.limits.maxRank || this.findings.some((f) => f.path === p && (f.code === "MD507" || f.code === "MD508"))) return null;
+    let ok = true;
+    const fn = emb.functions.get(u.dtype);
+    if (!fn) {
+      this.add("MD427", p, `type ${describe(u.type)} has no function for dtype ${u.dtype} (it has ${[...emb.functions.keys()].sort().join(", ")})`);
+      ok = false;
+    }
+    const datasets = new Map();
+    let complete = true;
+    for (const dn of emb.definition.inputs) {
+      const c = members.get(dn);
+      members.delete(dn);
+      if (!c || c.kind !== "dataset") {
+        if (!c || c.kind === "group") this.add("MD405", join(p, dn), `the ${u.type} update needs a dataset '${dn}'${c ? ", not a group" : ""}`);
+        ok = false;
+        complete = false;
+        continue;
+      }
+      for (const an of c.attrs.keys()) this.add("MD303", c.path, `unknown attribute '${an}'`);
+      const info = this.dsInfo.get(c.path);
+      if (!info || !info.ok || !info.meta || !info.meta.shape) {
+        ok = false; // refused under §8.2 / §8.3, which said why: check 8 has no shape to work with
+        complete = false;
+        continue;
+      }
+      const m = info.meta;
+      datasets.set(dn, { shape: m.shape.map((d) => BigInt(d)), storage: { cls: m.type === 1 ? "float" : "int", size: m.size, signed: !!m.signed } });
+    }
+    for (const c of members.values()) if (c.kind === "group" || c.kind === "dataset") this.add("MD303", c.path, "unknown member");
+    if (fn && complete) {
+      const problems = checkShapes(fn.model, u.shape.map((d) => BigInt(d)), Object.fromEntries(datasets), this.limits);
+      for (const [code, message] of problems) this.add(code, p, message);
+      if (problems.length) ok = false;
+    }
+    return { update: u, ok };
   }
 
   // A dataset's bytes; kept for apply unless `cache` is false (files and the layout, which apply
