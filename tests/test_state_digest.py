@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import mdiff
+from mdiff.format.attributes import overwrite_string
 from mdiff.errors import InvalidFileError, RepositoryError
 from mdiff.format.commit import Commit
 from mdiff.format.dtypes import DTYPES
@@ -165,8 +166,9 @@ def test_a_python_made_history_checks_out_the_same_in_mdiff_js(repo, tmp_path):
 
 def test_state_sha256_exists_from_format_1_3(tmp_path):
     path = tmp_path / "old.mdiff"
-    # a writer outside a repository does not know the member: this file says 1.0
     mdiff.write(path, {"w": mdiff.replace(np.zeros(2, np.float32))}, Commit("x", date=DATE, state_sha256="a" * 64))
+    with h5py.File(path, "r+") as f:  # a file older than its member: no writer makes one
+        overwrite_string(f, "format_version", "1.2")
     with pytest.raises(InvalidFileError) as err:
         mdiff.open(path)
     assert err.value.code == "MD202" and "state_sha256" in err.value.message
@@ -186,3 +188,21 @@ def test_a_malformed_state_sha256_is_md202(repo, tmp_path):
     with pytest.raises(InvalidFileError) as err:
         mdiff.open(path)
     assert err.value.code == "MD202"
+
+
+def test_mdiff_write_says_the_version_its_commit_metadata_needs(tmp_path):
+    """§3.3: a commit with `state_sha256` is a 1.3 file, whoever writes it."""
+    import dataclasses
+    import hashlib
+
+    import numpy as np
+
+    import mdiff
+    from mdiff.validation import validate
+
+    path = tmp_path / "d.mdiff"
+    meta = dataclasses.replace(mdiff.Commit("m"), state_sha256=hashlib.sha256(b"a state").hexdigest())
+    mdiff.write(path, {"w": mdiff.replace(np.zeros(3, np.float32))}, meta)
+    with mdiff.open(path) as diff:
+        assert diff.version == "1.3"
+    assert validate(path) == []

@@ -46,7 +46,7 @@ import numpy as np  # noqa: E402
 
 import mdiff  # noqa: E402
 from mdiff.checkpoints import load_checkpoint, save_checkpoint  # noqa: E402
-from mdiff.format.attributes import write_string  # noqa: E402
+from mdiff.format.attributes import overwrite_string, write_string  # noqa: E402
 from mdiff.format.dtypes import DTYPES  # noqa: E402
 from mdiff.format.rules import RULES  # noqa: E402
 from mdiff.repo import Repository  # noqa: E402
@@ -554,7 +554,7 @@ class Corpus:
         return {
             "format": "mdiff-conformance",
             "manifest_version": 1,
-            "spec_version": "1.1",
+            "spec_version": "1.3",
             "generator": "tools/gen_conformance.py",
             "contract": "README.md",
             "paths": "relative to the directory of this manifest",
@@ -922,6 +922,13 @@ def build_valid(c: Corpus) -> None:
             inv.build_MD511_objects_over_limit_root_counted, {"w": inv.W.copy()}, limits={"max_objects": 7})
 
 
+def _older_than_its_members(path, updates, meta, version: str) -> None:
+    """A file whose `format_version` says ``version``, older than members it has (a writer never makes one)."""
+    mdiff.write(path, updates, meta)
+    with h5py.File(path, "r+") as f:
+        overwrite_string(f, "format_version", version)
+
+
 def build_invalid(c: Corpus) -> None:
     for code, case_id, build in inv.CASES:
         if code in WARNING_CODES:
@@ -990,9 +997,9 @@ def build_invalid(c: Corpus) -> None:
 
     # §3.3, §4.2: `state_sha256` came with format version 1.3
     c.invalid("MD202-state_sha256_before_1_3", "invalid", "MD202", "4.2", "MD202: the commit has a well-formed "
-              "`state_sha256`, a member that came with format version 1.3; the file says 1.0",
-              lambda path: mdiff.write(path, {"w": mdiff.dense(inv.W, inv.W_NEW)}, dataclasses.replace(
-                  commit("a member of a later version"), state_sha256=hashlib.sha256(b"a state").hexdigest())),
+              "`state_sha256`, a member that came with format version 1.3; the file says 1.2",
+              lambda path: _older_than_its_members(path, {"w": mdiff.dense(inv.W, inv.W_NEW)}, dataclasses.replace(
+                  commit("a member of a later version"), state_sha256=hashlib.sha256(b"a state").hexdigest()), "1.2"),
               c.rules_base)
 
     # apply-time rules: a valid file, a base that does not fit (§9.2, §9.3)

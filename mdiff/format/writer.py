@@ -156,7 +156,8 @@ class DiffWriter:
         self._files: h5py.Group | None = None  # §5.5
         self._file_paths: set[str] = set()
         self._has_layout = False  # §5.6
-        self._minor = 0  # the newest minor version whose additions the file uses (§3.3)
+        # the newest minor version whose additions the file uses (§3.3): the commit's own members first
+        self._minor = (commit or Commit()).minor_version
         self._writeback = Writeback(lambda: fsync_path(self._tmp))
         # deflated chunks in flight: the next parameter's work overlaps them
         self._chunks = ChunkQueue(self._writeback.wrote)
