@@ -111,7 +111,7 @@ def test_limits_from_the_command_line_apply(tmp_path):
     mdiff.write(path, {"w": mdiff.replace(np.zeros(1000, np.float32))})
     proc = subprocess.run([sys.executable, "-m", "mdiff.cli.main", "validate", str(path), "--json",
                            "--limit", "max_elements=100"], capture_output=True, text=True)
-    assert proc.returncode == 1 and [f["code"] for f in json.loads(proc.stdout)["findings"]] == ["MD508"]
+    assert proc.returncode == 1 and [f["code"] for f in json.loads(proc.stdout)["findings"]] == ["MD508", "MD508"]  # the dataset and the shape its update declares (§8.3, §12.1)
 
 
 def _apply_one(path, base):
