@@ -1181,6 +1181,11 @@ def build_MD513_chunk_inflates_past_its_size(path) -> None:
     _write_chunk(path, zlib.compress(BIG.tobytes() + bytes(BIG.nbytes), 9), compression="gzip", compression_opts=1)
 
 
+class CannotBuildHere(Exception):
+    """The HDF5 library in use cannot make this case's file (the committed corpus file, made with the
+    suite's versions, still covers it)."""
+
+
 def build_MD514_link_count_two(path) -> None:
     """`xor` is reached through one link, but its object header records two (§8.1: the count must be 1, and
     the dataset is refused, so the dense update's `xor` is not reported missing)."""
@@ -1191,7 +1196,8 @@ def build_MD514_link_count_two(path) -> None:
     with open(path, "r+b") as fh:
         fh.seek(address)
         header = bytearray(fh.read(8))
-        assert header[0] == 1 and header[4:8] == (1).to_bytes(4, "little"), "expected a version 1 object header"
+        if not (header[0] == 1 and header[4:8] == (1).to_bytes(4, "little")):  # older libhdf5 (1.14) wrote v2
+            raise CannotBuildHere(f"libhdf5 {h5py.version.hdf5_version} wrote no version 1 object header for `xor`")
         fh.seek(address + 4)
         fh.write((2).to_bytes(4, "little"))
 

@@ -58,7 +58,10 @@ def built(tmp_path_factory):
     def get(case_id: str, builder) -> Path:
         if case_id not in paths:
             path = directory / f"{case_id}.mdiff"
-            builder(path)
+            try:
+                builder(path)
+            except inv.CannotBuildHere as exc:
+                pytest.skip(str(exc))
             paths[case_id] = path
         return paths[case_id]
 
@@ -452,7 +455,14 @@ def test_writer_refuses_low_rank_on_an_integer_parameter(tmp_path):
     assert not path.exists() and list(tmp_path.iterdir()) == []
 
 
-def test_case_files_are_small(built):
+def test_case_files_are_small(tmp_path):
     """Conformance fixtures stay small: nothing over 64 KiB."""
-    sizes = {case_id: built(case_id, builder).stat().st_size for _, case_id, builder in inv.CASES}
+    sizes = {}
+    for _, case_id, builder in inv.CASES:
+        path = tmp_path / f"{case_id}.mdiff"
+        try:
+            builder(path)
+        except inv.CannotBuildHere:
+            continue
+        sizes[case_id] = path.stat().st_size
     assert max(sizes.values()) < 64 * 1024, max(sizes.items(), key=lambda kv: kv[1])

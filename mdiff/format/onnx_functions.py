@@ -56,12 +56,25 @@ def serialize(model: onnx.ModelProto) -> bytes:
 def unzigzag_nodes(zigzag: str, output: str, elem_type: int) -> list:
     """Nodes making ``output`` = the wrapping difference a zigzag-coded tensor ``zigzag`` of unsigned
     ``elem_type`` means (§7.3 version 2): (z >> 1) XOR (0 − (z AND 1)), every operation modulo 2^w."""
-    from onnx import helper
+    from onnx import TensorProto, helper
 
+    if elem_type == TensorProto.UINT16:
+        # onnxruntime before 1.32 has no 16-bit BitShift: shifted in 32 bits, then cast back (the half of a
+        # 16-bit value fits in 15 bits, so the narrowing cast is exact)
+        shift = [
+            helper.make_node("Cast", [zigzag], [f"{output}_wide"], to=TensorProto.UINT32),
+            helper.make_node("Constant", [], [f"{output}_one_wide"],
+                             value=helper.make_tensor(f"{output}_one_wide", TensorProto.UINT32, [], [1])),
+            helper.make_node("BitShift", [f"{output}_wide", f"{output}_one_wide"], [f"{output}_half_wide"],
+                             direction="RIGHT"),
+            helper.make_node("Cast", [f"{output}_half_wide"], [f"{output}_half"], to=TensorProto.UINT16),
+        ]
+    else:
+        shift = [helper.make_node("BitShift", [zigzag, f"{output}_one"], [f"{output}_half"], direction="RIGHT")]
     return [
         helper.make_node("Constant", [], [f"{output}_one"], value=helper.make_tensor(f"{output}_one", elem_type, [], [1])),
         helper.make_node("Constant", [], [f"{output}_zero"], value=helper.make_tensor(f"{output}_zero", elem_type, [], [0])),
-        helper.make_node("BitShift", [zigzag, f"{output}_one"], [f"{output}_half"], direction="RIGHT"),
+        *shift,
         helper.make_node("BitwiseAnd", [zigzag, f"{output}_one"], [f"{output}_sign"]),
         helper.make_node("Sub", [f"{output}_zero", f"{output}_sign"], [f"{output}_mask"]),
         helper.make_node("BitwiseXor", [f"{output}_half", f"{output}_mask"], [output]),
