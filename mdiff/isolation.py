@@ -61,31 +61,38 @@ def _limit_child(limits: Isolation) -> None:
 def _child(conn, limits: Isolation, fn: Callable, args: tuple) -> None:
     import faulthandler
 
-    from mdiff.errors import MdiffError
-
     faulthandler.disable()  # a crash here is reported as MD515; a Python stack dump on stderr would only be noise
     _limit_child(limits)
-    answer: dict[str, Any]
     try:
-        answer = {"ok": fn(*args)}
-    except MemoryError:
-        answer = {"memory": True}
-    except MdiffError as exc:
-        answer = {"error": exc.to_json()}
-    except OSError as exc:
-        answer = {"oserror": [exc.errno, exc.strerror, None if exc.filename is None else os.fsdecode(exc.filename)]}
-    except BaseException as exc:  # noqa: BLE001 — a bug of mdiff's: said, not carried as an object
-        answer = {"failed": f"{type(exc).__name__}: {exc}"}
-    try:
-        try:
-            message = json.dumps(answer, allow_nan=False).encode()
-        except MemoryError:
-            message = b'{"memory": true}'
-        except (TypeError, ValueError) as exc:  # a result that is not JSON: mdiff's bug
-            message = json.dumps({"failed": f"an answer that is not JSON: {exc}"}).encode()
-        conn.send_bytes(message)
+        conn.send_bytes(_message(_outcome(fn, args)))
     finally:
         conn.close()
+
+
+def _outcome(fn: Callable, args: tuple) -> dict[str, Any]:
+    """What ``fn(*args)`` came to, as the JSON-able answer a child sends: a result, a typed error, an
+    OSError, or a failure in words."""
+    from mdiff.errors import MdiffError
+
+    try:
+        return {"ok": fn(*args)}
+    except MemoryError:
+        return {"memory": True}
+    except MdiffError as exc:
+        return {"error": exc.to_json()}
+    except OSError as exc:
+        return {"oserror": [exc.errno, exc.strerror, None if exc.filename is None else os.fsdecode(exc.filename)]}
+    except BaseException as exc:  # noqa: BLE001 — a bug of mdiff's: said, not carried as an object
+        return {"failed": f"{type(exc).__name__}: {exc}"}
+
+
+def _message(answer: dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(answer, allow_nan=False).encode()
+    except MemoryError:
+        return b'{"memory": true}'
+    except (TypeError, ValueError) as exc:  # a result that is not JSON: mdiff's bug
+        return json.dumps({"failed": f"an answer that is not JSON: {exc}"}).encode()
 
 
 def run_isolated(fn: Callable[..., Any], *args, limits: Isolation = Isolation()) -> Any:
@@ -281,8 +288,6 @@ def _serve(sock: socket.socket, parents_end: socket.socket, limits: Isolation) -
     parents_end.close()
     import faulthandler
 
-    from mdiff.errors import MdiffError
-
     faulthandler.disable()
     _limit_child(limits)
     while True:
@@ -298,39 +303,33 @@ def _serve(sock: socket.socket, parents_end: socket.socket, limits: Isolation) -
             if not more:
                 return
             data += more
-        answer: dict[str, Any]
-        readable = None
         try:
-            module, name, path, args = json.loads(data[4:])
-            if name not in _TASKS and module.startswith("mdiff."):
-                importlib.import_module(module)
-            from mdiff.regular_files import reopenable
-
-            readable = reopenable(fds[0], path)
-            answer = {"ok": _TASKS[name](readable, path, *args)}
-        except MemoryError:
-            answer = {"memory": True}
-        except MdiffError as exc:
-            if exc.path == readable:  # the caller's name for the file, not the child's
-                exc.path = path
-            answer = {"error": exc.to_json()}
-        except OSError as exc:
-            answer = {"oserror": [exc.errno, exc.strerror, None if exc.filename is None else os.fsdecode(exc.filename)]}
-        except BaseException as exc:  # noqa: BLE001
-            answer = {"failed": f"{type(exc).__name__}: {exc}"}
+            message = _message(_outcome(_run_request, (data[4:], fds)))
         finally:
             for fd in fds:
                 os.close(fd)
         try:
-            message = json.dumps(answer, allow_nan=False).encode()
-        except MemoryError:
-            message = b'{"memory": true}'
-        except (TypeError, ValueError) as exc:
-            message = json.dumps({"failed": f"an answer that is not JSON: {exc}"}).encode()
-        try:
             sock.sendall(len(message).to_bytes(8, "big") + message)
         except OSError:
             return
+
+
+def _run_request(request: bytes, fds: list[int]) -> Any:
+    """A Worker's request: its task run on the file sent with it (an error about the child's name for the file
+    told with the caller's)."""
+    from mdiff.errors import MdiffError
+    from mdiff.regular_files import reopenable
+
+    module, name, path, args = json.loads(request)
+    if name not in _TASKS and module.startswith("mdiff."):
+        importlib.import_module(module)
+    readable = reopenable(fds[0], path)
+    try:
+        return _TASKS[name](readable, path, *args)
+    except MdiffError as exc:
+        if exc.path == readable:
+            exc.path = path
+        raise
 
 
 _WORKERS: dict[Isolation, Worker] = {}

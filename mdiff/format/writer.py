@@ -34,9 +34,9 @@ _CHUNK_BYTES = 1 << 20  # 1 MiB chunks: cheap partial reads, good deflate ratio
 _SMALLEST_COMPRESSED = 4096  # below this, a chunk index costs more than deflate saves
 
 
-def chunk_shape(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    """Chunks of about 1 MiB, cut along the leading axes first (C order stays contiguous)."""
-    target = max(1, _CHUNK_BYTES // itemsize)
+def chunk_shape(shape: tuple[int, ...], itemsize: int, target_bytes: int = _CHUNK_BYTES) -> tuple[int, ...]:
+    """Chunks of about ``target_bytes`` (1 MiB), cut along the leading axes first (C order stays contiguous)."""
+    target = max(1, target_bytes // itemsize)
     chunk = list(shape)
     for axis in range(len(chunk)):
         inner = math.prod(chunk[axis + 1:])

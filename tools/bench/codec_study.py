@@ -339,16 +339,9 @@ def entropy_bytes(plane) -> float:
 
 def slab_chunks(shape: tuple, itemsize: int, target: int) -> tuple:
     """mdiff's chunk_shape (mdiff/format/writer.py) for another target size: slabs along the leading axes."""
-    import math
+    from mdiff.format.writer import chunk_shape
 
-    target = max(1, target // itemsize)
-    chunk = list(shape)
-    for axis in range(len(chunk)):
-        inner = math.prod(chunk[axis + 1:])
-        if math.prod(chunk) <= target:
-            break
-        chunk[axis] = max(1, target // max(1, inner))
-    return tuple(chunk)
+    return chunk_shape(tuple(shape), itemsize, target)
 
 
 def chunk_arrays(arr, shape: tuple, chunk_bytes: int | None):
