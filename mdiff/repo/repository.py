@@ -491,31 +491,26 @@ class Repository(Store):
             commit_ids = self.commit_ids()
         except RepositoryError as exc:  # refs/heads or commits/ is not a folder: nothing more to look at
             return findings + [Finding(exc.code, str(self.dir), exc.message)]
-        for name in refs:
-            problem = branch_problem(name)
+        def tag_files() -> list[str]:  # listed after the branches are checked: findings in that order
             try:
-                if problem:
-                    raise RepositoryError("MD801", f"{shown(name)!r} is not a valid branch name ({problem}): no "
-                                                   "revision names it; rename or delete it")
-                self.branch_target(name)
+                return self._names_under(["refs", "tags"])
+            except FileNotFoundError:
+                return []  # a repository made before tags
             except RepositoryError as exc:
-                findings.append(Finding(exc.code, shown(str(self.dir / "refs" / "heads" / name)), exc.message))
-        try:
-            tag_files = self._names_under(["refs", "tags"])
-        except FileNotFoundError:
-            tag_files = []  # a repository made before tags
-        except RepositoryError as exc:
-            findings.append(Finding(exc.code, str(self.dir / "refs" / "tags"), exc.message))
-            tag_files = []
-        for name in tag_files:
-            problem = branch_problem(name)
-            try:
-                if problem:
-                    raise RepositoryError("MD801", f"{shown(name)!r} is not a valid tag name ({problem}): no "
-                                                   "revision names it; rename or delete it")
-                self.tag_target(name)
-            except RepositoryError as exc:
-                findings.append(Finding(exc.code, shown(str(self.dir / "refs" / "tags" / name)), exc.message))
+                findings.append(Finding(exc.code, str(self.dir / "refs" / "tags"), exc.message))
+                return []
+
+        for what, folder, names, target in (("branch", "heads", lambda: refs, self.branch_target),
+                                            ("tag", "tags", tag_files, self.tag_target)):
+            for name in names():
+                malformed = branch_problem(name)
+                try:
+                    if malformed:
+                        raise RepositoryError("MD801", f"{shown(name)!r} is not a valid {what} name ({malformed}): no "
+                                                       "revision names it; rename or delete it")
+                    target(name)
+                except RepositoryError as exc:
+                    findings.append(Finding(exc.code, shown(str(self.dir / "refs" / folder / name)), exc.message))
         try:
             logs = self.reflog_refs()
         except RepositoryError as exc:
