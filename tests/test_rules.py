@@ -416,6 +416,53 @@ def test_MD603_is_checked_before_the_output_is_named(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["apply.mdiff", "other.safetensors"]
 
 
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+@pytest.mark.parametrize("version", [1, 2])
+def test_MD603_of_an_invertible_update_is_decided_from_its_result(kind, version, tmp_path, monkeypatch):
+    """§9.2: a `dense` or `sparse` result determines its base, so the applier hashes the base only when the
+    result does not verify — and still says MD603 for another base, MD602 for a wrong result of the right one."""
+    from mdiff.checkpoints import save_checkpoint
+    from mdiff.updates import base as update_base
+    from mdiff.updates import dense, sparse
+
+    encode = {"dense": dense.encode, "sparse": sparse.encode}[kind]
+    update = encode(W, W_NEW, version=version)
+    assert update.type == kind and update.meta["version"] == version and update.base_sha256 == sha256_hex(W)
+    diff_path = _diff_file(tmp_path, {"w": update})
+    hashed = []
+    real = update_base.check_base_fingerprint
+    monkeypatch.setattr(update_base, "check_base_fingerprint", lambda u, b, n: hashed.append(n) or real(u, b, n))
+    save_checkpoint(tmp_path / "base.safetensors", {"w": W})
+    mdiff.apply_files(tmp_path / "base.safetensors", diff_path, tmp_path / "out.safetensors")
+    assert hashed == []  # the result verified: the base was never hashed
+    other = W.copy()
+    other.view(np.uint32)[1, 3] ^= 1 << 20
+    save_checkpoint(tmp_path / "other.safetensors", {"w": other})
+    with pytest.raises(mdiff.ApplyError) as excinfo:
+        mdiff.apply_files(tmp_path / "other.safetensors", diff_path, tmp_path / "out2.safetensors")
+    assert (excinfo.value.code, excinfo.value.path, hashed) == ("MD603", "w", ["w"])
+    assert sha256_hex(other)[:12] in str(excinfo.value) and not (tmp_path / "out2.safetensors").exists()
+    _refused(diff_path, {"w": other}, "MD603")  # in memory too
+    wrong_result = tmp_path / "wrong"
+    wrong_result.mkdir()
+    wrong = Update({**update.meta, "sha256": sha256_hex(W)}, dict(update.data))  # made from W, but names another result
+    _refused(_diff_file(wrong_result, {"w": wrong}), {"w": W.copy()}, "MD602")
+
+
+def test_MD603_of_a_low_rank_update_is_checked_before_its_result(tmp_path, monkeypatch):
+    """low_rank's float result does not determine its base: the base is hashed before anything is computed."""
+    from mdiff.updates import base as update_base
+
+    hashed = []
+    real = update_base.check_base_fingerprint
+    monkeypatch.setattr(update_base, "check_base_fingerprint", lambda u, b, n: hashed.append(n) or real(u, b, n))
+    path = _diff_file(tmp_path, {"w": mdiff.low_rank(np.ones((2, 1)), np.ones((1, 4)), (2, 4), dtype_named("float32"),
+                                                     base_sha256=sha256_hex(np.zeros((2, 4), np.float32)))})
+    with mdiff.open(path) as diff:
+        assert set(mdiff.apply({"w": np.zeros((2, 4), np.float32)}, diff)) == {"w"}
+    assert hashed == ["w"]
+
+
 def test_base_sha256_in_a_file_older_than_1_2_is_MD404(tmp_path):
     path = _diff_file(tmp_path, {"w": mdiff.dense(W, W_NEW)})
     with h5py.File(path, "r+") as f:

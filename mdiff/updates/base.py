@@ -181,14 +181,16 @@ class Update:
         ``verify=False`` leaves the sha256 check to the caller (:meth:`verify`), who MUST
         make it before the result is used other than as the base of a further XOR update.
         ``check_base_sha256=False`` skips the base's fingerprint (MD603), which a repository's replay
-        may do: its commit ids already tie each commit to its first parent's state (§13.4).
+        may do: its commit ids already tie each commit to its first parent's state (§13.4). Where the
+        result determines the base (``recover_base``), the fingerprint is left to :meth:`verify` (§9.2):
+        a result that verifies proves its base, and only a failed one costs a hash of the base.
         """
         from mdiff.engines import run_update
 
         kind = self.update_type
         if kind.needs_base:
             check_base(self, spec_of(base, name), name)
-            if check_base_sha256 and base is not None:
+            if check_base_sha256 and base is not None and not self._verify_proves_base:
                 check_base_fingerprint(self, base, name)
         result = run_update(kind, self, base, engine, scratch)
         if self.dtype.name == "bool" and result is not None:
@@ -199,13 +201,23 @@ class Update:
             self.verify(result, name)
         return result
 
+    @property
+    def _verify_proves_base(self) -> bool:
+        """True when :meth:`verify` decides MD603 itself (§9.2): the result determines the base. Not for
+        bool, whose result check (MD409) comes before verification and must not see a wrong base first."""
+        return self.update_type.recover_base is not None and self.base_sha256 is not None and self.dtype.name != "bool"
+
     def verify(self, result: np.ndarray | None, name: str = "") -> None:
-        """MD602 unless ``result`` is this update's result (for types that carry a sha256)."""
+        """MD602 unless ``result`` is this update's result (for types that carry a sha256); MD603 first
+        when the base it was computed from, recovered from ``result``, is not the one the update names."""
         if self.update_type.carries_sha256:
             if result is None:
                 raise ApplyError("MD602", "the update has no result to check (a removed parameter)", name)
             got = sha256_hex(result)
             if got != self.sha256:
+                recover_base = self.update_type.recover_base
+                if recover_base is not None and self._verify_proves_base:
+                    check_base_fingerprint(self, recover_base(self, result), name)
                 raise ApplyError("MD602", f"result sha256 {got} differs from the update's {self.sha256}", name)
 
 
@@ -372,6 +384,9 @@ class UpdateType:
     # For types that store a delta of bit patterns (`dense`, `sparse`): its arithmetic (bit_deltas.py),
     # by which consecutive updates of one parameter compose.
     delta: Any = None
+    # (update, result) → the base value the result was computed from, for types whose result determines
+    # the base (an invertible delta): their MD603 check may follow the result's (§9.2). None: it cannot.
+    recover_base: Callable[..., np.ndarray] | None = None
 
 
 class Runner(Protocol):

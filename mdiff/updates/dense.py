@@ -81,6 +81,11 @@ def _type(version: int) -> UpdateType:
         delta.apply(bits, update.array(key), out=out)
         return from_bits(out, update.dtype)
 
+    def recover_base(update: Update, result: np.ndarray) -> np.ndarray:
+        bits = as_bits(result).copy()
+        delta.undo(bits, update.array(key), out=bits)
+        return from_bits(bits, update.dtype)
+
     def fold(change: np.ndarray, update: Update, name: str) -> None:
         """§13.4: this update's delta composed into a run's change (refused as its apply would refuse it)."""
         stored = update.array(key).reshape(-1)
@@ -104,7 +109,7 @@ def _type(version: int) -> UpdateType:
         apply_numpy=apply_numpy, apply_onnx=apply_onnx, onnx_models=lambda: _onnx_models(version),
         # onnxruntime 1.32's BitwiseXor kernel is not vectorised: 1.5–1.8× numpy's in-place XOR
         preferred_engine="numpy", since_minor=SUB_MINOR if version > 1 else 0, delta=delta,
-        composition=Composition(key, fold, apply_change(delta)),
+        composition=Composition(key, fold, apply_change(delta)), recover_base=recover_base,
     )
 
 
