@@ -92,8 +92,8 @@ def diff_tensor(old: np.ndarray | None, new: np.ndarray | None, version: int = D
     # §7.1 base_sha256 and the result's sha256, hashed on other cores while the delta and its statistics are made
     base_sha256 = shared_pool().submit(sha256_hex, old)
     new_sha256 = shared_pool().submit(sha256_hex, new)
-    # nonzero exactly where the bits differ: the XOR, or the wrapping difference zigzagged below
-    delta = xor_bits(old, new) if version == 1 else np.asarray(np.subtract(as_bits(new), as_bits(old)))
+    # nonzero exactly where the bits differ: the XOR, or the zigzagged wrapping difference (zigzag keeps zeros)
+    delta = xor_bits(old, new) if version == 1 else SubDelta.between(as_bits(old), as_bits(new))
     changed = int(np.count_nonzero(delta))
     if changed == 0:
         base_sha256.cancel()
@@ -107,10 +107,7 @@ def diff_tensor(old: np.ndarray | None, new: np.ndarray | None, version: int = D
     if changed * (sparse.INDEX_DTYPE.itemsize + width) < new.size * width:
         flat = delta.reshape(-1)
         indices = np.flatnonzero(flat).astype(sparse.INDEX_DTYPE)
-        values = flat[indices] if version == 1 else SubDelta.zigzag(flat[indices], in_place=True)
-        return sparse.from_entries(new, indices, values, stats, base_sha256.result(), version, new_sha256.result())
-    if version == 2:
-        delta = SubDelta.zigzag(delta, in_place=True)
+        return sparse.from_entries(new, indices, flat[indices], stats, base_sha256.result(), version, new_sha256.result())
     return dense.from_delta(delta, new, stats, base_sha256.result(), version, new_sha256.result())
 
 

@@ -117,7 +117,13 @@ class SubDelta(BitDelta):
 
     @classmethod
     def between(cls, old_bits: np.ndarray, new_bits: np.ndarray) -> np.ndarray:
-        return cls.zigzag(np.asarray(np.subtract(new_bits, old_bits)))
+        old_flat, new_flat = np.asarray(old_bits).reshape(-1), np.asarray(new_bits).reshape(-1)
+        out = np.empty_like(new_flat)
+        for start in range(0, out.size, cls._BLOCK):  # each block subtracted and zigzagged while in cache
+            stop = min(start + cls._BLOCK, out.size)
+            np.subtract(new_flat[start:stop], old_flat[start:stop], out=out[start:stop])
+            cls.zigzag(out[start:stop], in_place=True)
+        return out.reshape(np.shape(new_bits))
 
     @classmethod
     def apply(cls, bits: np.ndarray, delta: np.ndarray, out: np.ndarray) -> np.ndarray:
