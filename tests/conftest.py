@@ -1,5 +1,6 @@
 """What every test shares: an environment without a committer, so that no test depends on the machine's
-git configuration or $MDIFF_AUTHOR (tests that need one set it themselves)."""
+git configuration or $MDIFF_AUTHOR (tests that need one set it themselves), and a walk cache of its own
+(mdiff/format/walk_cache.py), so that no test reads or fills the user's."""
 
 from __future__ import annotations
 
@@ -15,3 +16,8 @@ def _no_committer_from_the_machine(monkeypatch):
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("GIT_DIR", os.devnull)  # nor the checkout's own .git/config
+
+
+@pytest.fixture(autouse=True)
+def _walk_cache_of_its_own(monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("MDIFF_CACHE_DIR", str(tmp_path_factory.mktemp("mdiff-cache")))

@@ -403,27 +403,44 @@ class DiffFile(Mapping[str, Update]):
         self.close()
 
 
-def open_diff(path, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None = None, lazy: bool = False) -> DiffFile:
+def open_diff(path, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None = None, lazy: bool = False,
+              commit_id: str | None = None) -> DiffFile:
     """Open a .mdiff file. With ``isolation``, its metadata is read in full (the structure walk, every
     parameter's checks) by a forked child with those time and memory limits, and this process never
     hands the file to libhdf5: a crash or hang of libhdf5 on a crafted file becomes MD515 (§8.5), an
     error of the file is raised as the child found it, and the child's walk — sent back as JSON — is
     what this process reads the file by: data through its chunk map (chunk_reader.py), compact data as
     the child read it. That is the way to open a stranger's file.
-    With ``lazy`` (and no isolation), each parameter is checked when first used (see DiffFile)."""
+    With ``lazy`` (and no isolation), each parameter is checked when first used (see DiffFile).
+    ``commit_id``: the sha256 the caller has just verified the file's bytes to have (MD800), under which
+    an isolated walk is kept and looked up (walk_cache.py, SPEC §13.2)."""
     if isolation is None:
         return DiffFile(path, limits, lazy=lazy)
-    return DiffFile(path, limits, vet(path, limits, isolation))
+    return DiffFile(path, limits, vet(path, limits, isolation, commit_id))
 
 
-def vet(path, limits: Limits, isolation: Isolation) -> Vetted:
+def vet(path, limits: Limits, isolation: Isolation, commit_id: str | None = None) -> Vetted:
     """The structure walk of the file at ``path``, made by an isolated child (the file's first error
     raised as the child found it; MD515 when the child crashed, hung, ran out of memory or answered
-    nonsense)."""
+    nonsense) — or, for a commit file whose bytes the caller verified against ``commit_id``, the walk
+    kept in the walk cache from an earlier child's."""
+    from mdiff.format.walk_cache import WalkCache
+
+    cache = WalkCache.default() if commit_id is not None else None
     fd, _ = _open_regular_file(path)
     try:
+        if cache is not None and commit_id is not None:
+            kept = cache.get(commit_id, limits)
+            if kept is not None:
+                try:
+                    return Vetted.from_json({**kept, "identity": list(_identity(fd))})
+                except ValueError:
+                    pass  # not a walk this code made: walk again (and keep the new one)
         answer = shared_worker(isolation).call("vet", fd, path, asdict(limits))
-        return Vetted.from_json(answer)
+        vetted = Vetted.from_json(answer)
+        if cache is not None and commit_id is not None:
+            cache.put(commit_id, limits, answer)  # from_json accepted it: a dict
+        return vetted
     except IsolationFailure as failure:
         raise InvalidFileError("MD515", f"reading the metadata in an isolated child: {failure.reason}",
                                os.fspath(path)) from None

@@ -864,7 +864,7 @@ class Store:
         try:
             with self.commit_file(commit_id) as readable:
                 try:
-                    diff = open_diff(readable, isolation=self.isolation)
+                    diff = open_diff(readable, isolation=self.isolation, commit_id=commit_id)
                 except InvalidFileError as exc:
                     where = f" [{exc.path}]" if exc.path and exc.path != readable else ""
                     raise RepositoryError("MD802", f"commit {commit_id[:12]} cannot be applied: "
@@ -932,7 +932,8 @@ class Store:
         try:
             commit_id = _sha256_of(fd, before.st_size)
             assert commit_id is not None  # written and synced by this process, under the lock
-            with open_diff(reopenable(fd, path), isolation=self.isolation if untrusted else None) as diff:
+            with open_diff(reopenable(fd, path), isolation=self.isolation if untrusted else None,
+                           commit_id=commit_id) as diff:
                 if remember:
                     self._remember(commit_id, diff)
             return commit_id

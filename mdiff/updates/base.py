@@ -323,8 +323,9 @@ class Composition:
 
 @dataclass
 class Change:
-    """A run of composing updates folded into one (§13.4): the parameter's bits at its storage width,
-    flat in C order; all zero bits, for each composition here, is the change that changes nothing."""
+    """A run of composing updates folded into one (§13.4): flat in C order at the parameter's storage
+    width, in the form its kind's ``fold`` keeps (the XOR of the run, or the sum of its differences
+    modulo 2^w); all zero bits, for each composition here, is the change that changes nothing."""
 
     composition: Composition
     bits: np.ndarray

@@ -41,6 +41,19 @@ class BitDelta:
         """``out`` (which may be ``bits``) ← the patterns that ``delta`` makes into ``bits``: apply's inverse."""
         raise NotImplementedError
 
+    # A run of deltas folded (§13.4) is kept in the form that is cheapest to add to: the XOR itself, or
+    # the wrapping difference before zigzag (all zeros, in either, changes nothing).
+
+    @classmethod
+    def fold(cls, change: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        """``change`` (a folded run, overwritten) followed by the stored ``delta``; returns ``change``."""
+        raise NotImplementedError
+
+    @classmethod
+    def apply_folded(cls, bits: np.ndarray, change: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """``out`` (which may be ``bits``) ← ``bits`` changed by a folded run."""
+        raise NotImplementedError
+
 
 class XorDelta(BitDelta):
     """``delta = old ⊕ new``; ``new = old ⊕ delta``. Its own inverse; composes by XOR."""
@@ -62,6 +75,14 @@ class XorDelta(BitDelta):
     @classmethod
     def undo(cls, bits: np.ndarray, delta: np.ndarray, out: np.ndarray) -> np.ndarray:
         return np.bitwise_xor(bits, delta, out=out)
+
+    @classmethod
+    def fold(cls, change: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        return np.bitwise_xor(change, delta, out=change)
+
+    @classmethod
+    def apply_folded(cls, bits: np.ndarray, change: np.ndarray, out: np.ndarray) -> np.ndarray:
+        return np.bitwise_xor(bits, change, out=out)
 
 
 class SubDelta(BitDelta):
@@ -147,3 +168,22 @@ class SubDelta(BitDelta):
     @classmethod
     def undo(cls, bits: np.ndarray, delta: np.ndarray, out: np.ndarray) -> np.ndarray:
         return np.subtract(bits, cls.unzigzag(delta), out=out)
+
+    @classmethod
+    def fold(cls, change: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        """The differences add modulo 2^w: one unzigzag per stored delta, none of the run's."""
+        if not (change.flags.c_contiguous and change.shape == np.shape(delta)):
+            return np.add(change, cls.unzigzag(delta), out=change)
+        flat_change, flat_delta = change.reshape(-1), np.asarray(delta).reshape(-1)
+        difference = np.empty(min(cls._BLOCK, flat_delta.size), flat_delta.dtype)
+        scratch = np.empty_like(difference)
+        for start in range(0, flat_delta.size, cls._BLOCK):
+            stop = min(start + cls._BLOCK, flat_delta.size)
+            block = difference[:stop - start]
+            cls._unzigzag_block(flat_delta[start:stop], block, scratch)
+            np.add(flat_change[start:stop], block, out=flat_change[start:stop])
+        return change
+
+    @classmethod
+    def apply_folded(cls, bits: np.ndarray, change: np.ndarray, out: np.ndarray) -> np.ndarray:
+        return np.add(bits, change, out=out)

@@ -93,7 +93,7 @@ def _type(version: int) -> UpdateType:
             problem = next(bool_values_problems(stored, key), None)
             if problem:
                 raise InvalidFileError("MD409", "the update makes a bool value other than 0 or 1", name)
-        change[...] = delta.compose(change, stored)
+        delta.fold(change, stored)
 
     def apply_onnx(update: Update, base: np.ndarray, run: Runner, scratch: bool) -> np.ndarray:
         bits = as_bits(base)
@@ -116,7 +116,7 @@ def _type(version: int) -> UpdateType:
 def apply_change(delta: type[BitDelta]) -> Callable[[np.ndarray, np.ndarray], None]:
     """A composed change of ``delta``'s kind applied to a base's bits, in place (§13.4)."""
     def apply(bits: np.ndarray, change: np.ndarray) -> None:
-        delta.apply(bits, change, out=bits)
+        delta.apply_folded(bits, change, out=bits)
     return apply
 
 

@@ -78,7 +78,7 @@ def indices_of(gaps: np.ndarray) -> np.ndarray:
     indices = np.asarray(gaps, INDEX_DTYPE).copy()
     if indices.size > 1:
         indices[1:] += np.uint64(1)
-    return np.cumsum(indices, dtype=INDEX_DTYPE)
+    return np.cumsum(indices, dtype=INDEX_DTYPE, out=indices)
 
 
 def positions_of(update: Update) -> np.ndarray:
@@ -153,7 +153,7 @@ def _type(version: int) -> UpdateType:
             problem = next(bool_values_problems(values, key), None)
             if problem:
                 raise InvalidFileError("MD409", "the update makes a bool value other than 0 or 1", name)
-        change[at] = delta.compose(change[at], values)
+        change[at] = delta.fold(change[at], values)
 
     def apply_onnx(update: Update, base: np.ndarray, run: Runner, scratch: bool) -> np.ndarray:
         stored = update.array(position_key)

@@ -1,0 +1,142 @@
+"""The walk cache (mdiff/format/walk_cache.py, SPEC.md §13.2): a commit file's isolated structure walk is
+kept outside the repository under the commit id, and used for a file whose bytes hash to that id."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mdiff
+from mdiff.errors import RepositoryError
+from mdiff.format import reader
+from mdiff.format.limits import DEFAULT_LIMITS, Limits
+from mdiff.format.walk_cache import ENV, WalkCache
+from mdiff.isolation import isolation_supported
+
+pytestmark = pytest.mark.skipif(not isolation_supported(), reason="walks are made by isolated children (POSIX fork)")
+
+DATE = "2026-05-01T00:00:00Z"
+
+
+def _repository(tmp_path: Path) -> tuple[Path, list[str]]:
+    root = tmp_path / "repo"
+    repo = mdiff.Repository.init(root)
+    w = np.arange(64, dtype=np.float32).reshape(8, 8)
+    ids = [repo.commit({"w": w, "b": np.ones(8, np.float32)}, "root", date=DATE)]
+    w = w.copy()
+    w[0, :3] += 1
+    ids.append(repo.commit({"w": w, "b": np.ones(8, np.float32)}, "second", date=DATE))
+    return root, ids
+
+
+def _entries(folder: Path) -> dict[str, Path]:
+    return {p.stem: p for p in folder.glob("walks/*/*/*.json")}
+
+
+@pytest.fixture
+def children(monkeypatch):
+    """Counts the walks asked of an isolated child."""
+    calls: list[str] = []
+    real = reader.shared_worker
+
+    class Counting:
+        def __init__(self, worker):
+            self._worker = worker
+
+        def call(self, task, fd, path, *args):
+            calls.append(task)
+            return self._worker.call(task, fd, path, *args)
+
+    monkeypatch.setattr(reader, "shared_worker", lambda isolation: Counting(real(isolation)))
+    return calls
+
+
+def test_a_checkout_walks_each_commit_once_and_then_reads_by_the_kept_walks(tmp_path, monkeypatch, children):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(ENV, str(cache))
+    root, ids = _repository(tmp_path)
+    first = mdiff.Repository(root).checkout("HEAD")
+    assert children == ["vet", "vet"] and set(_entries(cache)) == set(ids)
+    entry = json.loads(_entries(cache)[ids[1]].read_text())
+    assert entry["id"] == ids[1] and "identity" not in entry and entry["findings"] == []
+    again = mdiff.Repository(root).checkout("HEAD")  # a new process's repository would do the same
+    assert children == ["vet", "vet"]
+    assert set(first) == set(again) == {"w", "b"} and all(np.array_equal(first[k], again[k]) for k in first)
+
+
+def test_the_commit_is_hashed_before_a_kept_walk_is_used(tmp_path, monkeypatch, children):
+    """A file under a commit's name whose bytes are another's is MD800, kept walk or not."""
+    monkeypatch.setenv(ENV, str(tmp_path / "cache"))
+    root, ids = _repository(tmp_path)
+    mdiff.Repository(root).checkout("HEAD")
+    commits = root / ".mdiff" / "commits"
+    (commits / f"{ids[1]}.mdiff").write_bytes((commits / f"{ids[0]}.mdiff").read_bytes())
+    with pytest.raises(RepositoryError) as excinfo:
+        mdiff.Repository(root).checkout("HEAD")
+    assert excinfo.value.code == "MD800"
+
+
+@pytest.mark.parametrize("damage", [
+    pytest.param(lambda p: p.write_text("{not json"), id="not-json"),
+    pytest.param(lambda p: p.write_text(json.dumps({"id": p.stem, "inventory": 7, "findings": []})), id="not-a-walk"),
+    pytest.param(lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "id": "0" * 64})), id="another-id"),
+    pytest.param(lambda p: p.unlink(), id="missing"),
+])
+def test_a_damaged_or_missing_entry_is_walked_again_and_kept_anew(tmp_path, monkeypatch, children, damage):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(ENV, str(cache))
+    root, ids = _repository(tmp_path)
+    mdiff.Repository(root).checkout("HEAD")
+    kept = _entries(cache)[ids[1]]
+    good = json.loads(kept.read_text())
+    damage(kept)
+    mdiff.Repository(root).checkout("HEAD")
+    assert children == ["vet", "vet", "vet"]
+    assert json.loads(kept.read_text()) == good
+
+
+def test_other_limits_are_another_key(tmp_path):
+    cache = WalkCache(tmp_path)
+    walk = {"identity": [1, 2, 3, 4], "inventory": [], "findings": []}
+    cache.put("a" * 64, DEFAULT_LIMITS, walk)
+    assert cache.get("a" * 64, DEFAULT_LIMITS) == {"inventory": [], "findings": [], "id": "a" * 64}
+    assert cache.get("a" * 64, Limits(max_objects=DEFAULT_LIMITS.max_objects + 1)) is None
+    assert cache.get("b" * 64, DEFAULT_LIMITS) is None
+    assert cache.get("../" + "a" * 61, DEFAULT_LIMITS) is None  # only a commit id names an entry
+
+
+@pytest.mark.parametrize("setting", ["off", ""])
+def test_the_cache_can_be_turned_off(tmp_path, monkeypatch, children, setting):
+    monkeypatch.setenv(ENV, setting)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    root, _ = _repository(tmp_path)
+    children.clear()  # the second commit read its parent's state
+    mdiff.Repository(root).checkout("HEAD")
+    walked = len(children)
+    mdiff.Repository(root).checkout("HEAD")
+    # every commit walked by a child each time (a checkout reopens, verified again, the files it reads)
+    assert walked >= 2 and children == ["vet"] * (2 * walked) and not (tmp_path / "xdg").exists()
+
+
+def test_the_default_folder_is_the_user_s_cache(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert WalkCache.default().folder == tmp_path / "xdg" / "mdiff"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert WalkCache.default().folder == tmp_path / "home" / ".cache" / "mdiff"
+
+
+def test_a_folder_that_cannot_be_written_leaves_the_cache_unused(tmp_path, monkeypatch, children):
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("")
+    monkeypatch.setenv(ENV, str(blocked))
+    root, _ = _repository(tmp_path)
+    children.clear()
+    assert set(mdiff.Repository(root).checkout("HEAD")) == {"w", "b"}
+    walked = len(children)
+    assert set(mdiff.Repository(root).checkout("HEAD")) == {"w", "b"}
+    assert walked >= 2 and len(children) == 2 * walked and blocked.read_text() == ""
