@@ -93,18 +93,23 @@ class WalkCache:
                 pass
 
     def _path(self, commit_id: str, limits: Limits) -> Path | None:
-        if self.folder is None or not _ID.fullmatch(commit_id):
+        source = _source_digest()
+        if self.folder is None or source is None or not _ID.fullmatch(commit_id):
             return None
-        key = hashlib.sha256(json.dumps([_source_digest(), asdict(limits)], sort_keys=True).encode()).hexdigest()[:16]
+        key = hashlib.sha256(json.dumps([source, asdict(limits)], sort_keys=True).encode()).hexdigest()[:16]
         return self.folder / "walks" / key / commit_id[:2] / f"{commit_id}.json"
 
 
 @lru_cache(maxsize=1)
-def _source_digest() -> str:
-    """sha256 over this package's Python sources: any change of what the walk checks is another key."""
+def _source_digest() -> str | None:
+    """sha256 over this package's Python sources: any change of what the walk checks is another key.
+    None (no cache) where the sources cannot be read, as in a frozen or zipped install."""
     package = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
+    try:
+        for path in sorted(package.rglob("*.py")):
+            digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes())
+    except OSError:
+        return None
+    return digest.hexdigest() if digest.digest() != hashlib.sha256().digest() else None
