@@ -164,3 +164,24 @@ def test_apply_error_of_a_run_names_the_commit(tmp_path):
     with pytest.raises(RepositoryError) as err:
         repo.state(ids[-1])
     assert ids[-1] in err.value.message and not isinstance(err.value, ApplyError)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("held_bytes", [1, 1 << 20])  # folded after every sparse update, or all at the end
+def test_sparse_entries_are_folded_block_by_block_to_the_same_change(version, held_bytes, monkeypatch):
+    """Change holds sparse entries and folds them a block of positions at a time: the same bits as
+    applying each update in turn, across block edges, with dense updates in between."""
+    monkeypatch.setattr(Change, "_BLOCK", 7)
+    monkeypatch.setattr(Change, "_HELD_BYTES", held_bytes)
+    rng = np.random.default_rng(version)
+    states = [random_tensor("float32", (5, 9), 11)]
+    for step in range(6):
+        states.append(_changed(states[-1], 1 if step == 3 else int(rng.integers(2, 9)), 20 + step))
+    run = [(dense if step == 3 else sparse).encode(old, new, version=version)
+           for step, (old, new) in enumerate(zip(states, states[1:]))]
+    assert [u.type for u in run] == ["sparse"] * 3 + ["dense"] + ["sparse"] * 2
+    change = Change.fold_first(run[0], "w")
+    for update in run[1:]:
+        change.fold(update, "w")
+    result = change.applied_to(states[0].copy())
+    assert bits_equal(result, states[-1]) and sha256_hex(result) == run[-1].sha256

@@ -314,21 +314,41 @@ class Composition:
 
     XOR updates (dense and sparse, version 1) compose by XOR: ``base ⊕ d1 ⊕ d2 = base ⊕ (d1 ⊕ d2)``. A
     type whose change is an integer difference modulo 2^w composes by addition in the same way, under
-    a name of its own."""
+    a name of its own. Both are commutative, which lets a run's sparse updates be folded position
+    block by position block rather than update by update (:meth:`Change.fold`)."""
 
     name: str
-    fold: Callable[[np.ndarray, "Update", str], None]  # (change bits, update, parameter name): folded in place
-    apply: Callable[[np.ndarray, np.ndarray], None]  # (base bits, change bits): the result, into the base's bits
+    delta: Any  # the BitDelta whose fold and apply_folded do the arithmetic (bit_deltas.py)
+    # A type that changes every element: (change, update, parameter name), folded into the change in place.
+    fold: Callable[[np.ndarray, "Update", str], None] | None = None
+    # A type that changes some elements: (update, parameter name, size) → (positions as int64, stored
+    # deltas there), each checked as its apply checks it (InvalidFileError otherwise).
+    entries: Callable[["Update", str, int], tuple[np.ndarray, np.ndarray]] | None = None
 
 
-@dataclass
 class Change:
     """A run of composing updates folded into one (§13.4): flat in C order at the parameter's storage
     width, in the form its kind's ``fold`` keeps (the XOR of the run, or the sum of its differences
-    modulo 2^w); all zero bits, for each composition here, is the change that changes nothing."""
+    modulo 2^w); all zero bits, for each composition here, is the change that changes nothing.
 
-    composition: Composition
-    bits: np.ndarray
+    A sparse update's entries are held until a dense update, the end of the run or a bound on their
+    bytes, then folded a cache-sized block of positions at a time, every held update's entries in that
+    block in turn: folding each update across the whole change instead touches memory at random
+    (100 updates of 1 % of a 4096×1024 float32 tensor: 61 ms update by update, 31 ms by blocks, measured alone)."""
+
+    _BLOCK = 1 << 20  # elements of the change a block of the fold works in (4 MiB of float32: 31 ms there, 40 ms with 1 MiB)
+    _HELD_BYTES = 64 << 20  # of sparse entries held before they are folded
+
+    def __init__(self, composition: Composition, bits: np.ndarray):
+        self.composition = composition
+        self._bits = bits
+        self._held: list[tuple[np.ndarray, np.ndarray]] = []
+        self._held_bytes = 0
+
+    @property
+    def bits(self) -> np.ndarray:
+        self._fold_held()
+        return self._bits
 
     @classmethod
     def fold_first(cls, update: "Update", name: str) -> "Change":
@@ -345,16 +365,38 @@ class Change:
         composition = update.update_type.composition
         if composition is None or composition.name != self.composition.name:
             raise ValueError(f"a {update.type} update does not compose with {self.composition.name} updates")
-        composition.fold(self.bits, update, name)
+        if composition.entries is not None:
+            at, values = composition.entries(update, name, self._bits.size)
+            self._held.append((at, values))
+            self._held_bytes += at.nbytes + values.nbytes
+            if self._held_bytes >= self._HELD_BYTES:
+                self._fold_held()
+        else:
+            assert composition.fold is not None
+            self._fold_held()
+            composition.fold(self._bits, update, name)
+
+    def _fold_held(self) -> None:
+        if not self._held:
+            return
+        delta, size = self.composition.delta, self._bits.size
+        starts = np.arange(self._BLOCK, size, self._BLOCK)
+        cuts = [(at, values, [0, *np.searchsorted(at, starts).tolist(), at.size]) for at, values in self._held]
+        for block, start in enumerate(range(0, size, self._BLOCK)):
+            window = self._bits[start:start + self._BLOCK]
+            for at, values, cut in cuts:
+                low, high = cut[block], cut[block + 1]
+                if low < high:
+                    where = at[low:high] - start
+                    window[where] = delta.fold(window[where], values[low:high])
+        self._held, self._held_bytes = [], 0
 
     def applied_to(self, base: np.ndarray) -> np.ndarray:
         """``base`` with the change applied, in its own buffer (the caller owns it)."""
-        self.composition.apply(base.view(self.bits.dtype).reshape(-1), self.bits)
+        bits = self.bits
+        flat = base.view(bits.dtype).reshape(-1)
+        self.composition.delta.apply_folded(flat, bits, out=flat)
         return base
-
-
-def xor_into(bits: np.ndarray, change: np.ndarray) -> None:
-    np.bitwise_xor(bits, change, out=bits)
 
 
 @dataclass(frozen=True)

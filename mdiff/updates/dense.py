@@ -8,7 +8,7 @@ rounding on a fraction of a real fine-tune's values. ``bool`` has version 1 only
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Mapping
+from typing import Iterator, Mapping
 
 import numpy as np
 
@@ -109,15 +109,8 @@ def _type(version: int) -> UpdateType:
         apply_numpy=apply_numpy, apply_onnx=apply_onnx, onnx_models=lambda: _onnx_models(version),
         # onnxruntime 1.32's BitwiseXor kernel is not vectorised: 1.5–1.8× numpy's in-place XOR
         preferred_engine="numpy", since_minor=SUB_MINOR if version > 1 else 0, delta=delta,
-        composition=Composition(key, fold, apply_change(delta)), recover_base=recover_base,
+        composition=Composition(key, delta, fold=fold), recover_base=recover_base,
     )
-
-
-def apply_change(delta: type[BitDelta]) -> Callable[[np.ndarray, np.ndarray], None]:
-    """A composed change of ``delta``'s kind applied to a base's bits, in place (§13.4)."""
-    def apply(bits: np.ndarray, change: np.ndarray) -> None:
-        delta.apply_folded(bits, change, out=bits)
-    return apply
 
 
 def _model_name(version: int, itemsize: int) -> str:

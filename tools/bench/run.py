@@ -62,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mdiff  # noqa: E402
 from mdiff.format.dtypes import DTYPES  # noqa: E402
 from mdiff.repo import snapshots as repo_snapshots  # noqa: E402
+from mdiff.updates.bit_deltas import SubDelta  # noqa: E402
 from mdiff.updates.sparse import from_entries as sparse_from_entries  # noqa: E402
 
 import minilm  # noqa: E402  (tools/bench/minilm.py)
@@ -457,9 +458,11 @@ class Bench:
                 idx = sparse_positions(flat.size, rng)
                 old_bits = flat.view(np.uint32)[idx]
                 flat[idx] += rng.standard_normal(idx.size, dtype=np.float32) * np.float32(WEIGHT_STD * CHANGE * 10)
-                xor = old_bits ^ flat.view(np.uint32)[idx]
-                keep = xor != 0
-                updates[k] = sparse_from_entries(state[k], idx[keep], xor[keep])
+                new_bits = flat.view(np.uint32)[idx]
+                keep = old_bits != new_bits
+                # what `mdiff commit` writes by default: sparse version 2 (gaps, SUB deltas; SPEC §7.4)
+                updates[k] = sparse_from_entries(state[k], idx[keep], SubDelta.between(old_bits[keep], new_bits[keep]),
+                                                 version=2)
             head = repo.commit(state, f"sparse step {i + 1}", author=author, date=DATE, explicit=updates)
         repo.set_branch("main", head)
         self.r["chain"]["commits"] = self.args.chain
