@@ -48,6 +48,7 @@ from mdiff.updates.base import Change, Update, check_base, read_ahead, spec_of
 if TYPE_CHECKING:
     from mdiff.repo.repository import Repository
 
+_FOLD_AHEAD_BYTES = 32 << 20  # of a run's updates read ahead while it is folded (small sparse ones keep every core busy)
 _KEEP_OPEN = 128  # commit files a walk keeps open (the newest): the others are read, closed, reopened if needed
 
 logger = logging.getLogger(__name__)
@@ -445,7 +446,7 @@ class StateView(CheckpointReader):
         if not run:
             return None
         change: Change | None = None
-        ahead = read_ahead((step.source, step.update) for step in run)
+        ahead = read_ahead(((step.source, step.update) for step in run), ahead_bytes=_FOLD_AHEAD_BYTES)
         try:
             for step in run:
                 with self._failure(step, name):

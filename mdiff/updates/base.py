@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Generator, Iterable, Iterator, Mapping, Protocol, Sequence
@@ -229,12 +230,13 @@ def with_data_read(update: Update) -> Update:
 _READ_INLINE_BYTES = 64 << 10
 
 
-def read_ahead(items: Iterable[tuple[str, Update]]) -> Generator[tuple[str, Update], None, None]:
-    """``items`` with each update's data read into memory, the next one's read on another core
-    meanwhile (inflating releases the GIL): at most two updates' data are held at once."""
+def read_ahead(items: Iterable[tuple[str, Update]], ahead_bytes: int = 0) -> Generator[tuple[str, Update], None, None]:
+    """``items`` with each update's data read into memory, the next ones read on other cores meanwhile
+    (inflating releases the GIL): the next one, and more while the declared bytes of those being read
+    stay within ``ahead_bytes`` — many small updates (a run of sparse ones) keep every core inflating."""
     from mdiff.threads import shared_pool
 
-    pending = None
+    pending: deque[tuple[str, Future, int]] = deque()
     try:
         for name, update in items:
             if update.stored_bytes < _READ_INLINE_BYTES:  # a thread's hand-off costs more than such a read
@@ -245,16 +247,17 @@ def read_ahead(items: Iterable[tuple[str, Update]]) -> Generator[tuple[str, Upda
                     future.set_exception(exc)
             else:
                 future = shared_pool().submit(with_data_read, update)
-            if pending is not None:
-                yield pending[0], pending[1].result()
-            pending = (name, future)
-        if pending is not None:
-            name, future = pending
-            pending = None
-            yield name, future.result()
-    finally:  # closed early (an error): let a read in flight finish before its file is closed
-        if pending is not None and not pending[1].cancel():
-            pending[1].exception()
+            pending.append((name, future, update.stored_bytes))
+            while len(pending) > 1 and sum(nbytes for _, _, nbytes in pending) - pending[0][2] > ahead_bytes:
+                done_name, done, _ = pending.popleft()
+                yield done_name, done.result()
+        while pending:
+            done_name, done, _ = pending.popleft()
+            yield done_name, done.result()
+    finally:  # closed early (an error): let the reads in flight finish before their files are closed
+        for _, future, _ in pending:
+            if not future.cancel():
+                future.exception()
 
 
 def verify_all(checks: Iterable[tuple[Update, np.ndarray | None, str]]) -> None:
