@@ -1309,7 +1309,28 @@ def write_report(path: Path, text: str) -> None:
 
     kept = scale.kept_section(path)
     kept_codec = codec_targets.kept_section(path)
-    path.write_text(text + ("\n" + kept if kept else "") + ("\n" + kept_codec if kept_codec else ""), encoding="utf-8")
+    by_hand = _sections_by_hand(path)
+    path.write_text(text + ("\n" + kept if kept else "") + ("\n" + by_hand if by_hand else "")
+                    + ("\n" + kept_codec if kept_codec else ""), encoding="utf-8")
+
+
+BY_HAND = ("<!-- written by hand: begin -->", "<!-- written by hand: end -->")
+
+
+def _sections_by_hand(path: Path) -> str:
+    """The old report's sections between BY_HAND's markers (figures measured outside this script), kept."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
+    kept, start = [], text.find(BY_HAND[0])
+    while start >= 0:
+        end = text.find(BY_HAND[1], start)
+        if end < 0:
+            break
+        kept.append(text[start:end + len(BY_HAND[1])] + "\n")
+        start = text.find(BY_HAND[0], end)
+    return "\n".join(kept)
 
 
 def main(argv=None) -> int:
