@@ -382,3 +382,12 @@ def test_a_file_size_limit_is_reported_as_the_operating_system_s_error(tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     if command == "commit":
         assert os.listdir(tmp_path / ".mdiff/commits") == []
+
+
+def test_the_command_line_starts_without_the_heavy_libraries():
+    """`mdiff --help`, `--version` and argument errors need none of h5py, numpy or onnx (0.3 s of start-up):
+    each command imports what it uses when it runs."""
+    code = ("import sys, mdiff.cli.main; "
+            "print(sorted(m for m in ('h5py', 'numpy', 'onnx', 'onnxruntime', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

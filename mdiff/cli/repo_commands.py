@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from mdiff.cli.progress import ProgressBar
 from mdiff.cli.usage import UsageError
 from mdiff.errors import InvalidFileError, RepositoryError
-from mdiff.repo.history import graph_lines, resolve, topological
 
 if TYPE_CHECKING:
     from mdiff.repo.repository import Repository
@@ -153,6 +152,8 @@ def _tracking(repo) -> dict[str, str]:
 
 
 def run_log(args) -> int:
+    from mdiff.repo.history import graph_lines, resolve, topological  # on use: it brings h5py and numpy
+
     repo = _repo(args)
     targets = {name: target for name, target in repo.branches().items() if target is not None}
     targets.update(_tracking(repo))  # shown, and with --all walked, as git shows origin/main
@@ -261,6 +262,7 @@ def add_show(sub) -> None:
 def run_show(args) -> int:
     from mdiff.cli.commands import print_description
     from mdiff.describe import describe
+    from mdiff.repo.history import resolve  # on use: it brings h5py and numpy
 
     repo = _repo(args)
     commit_id = resolve(repo, args.rev)
@@ -319,6 +321,8 @@ def add_checkout(sub) -> None:
 def run_checkout(args) -> int:
     import contextlib
     import tempfile
+
+    from mdiff.repo.history import resolve  # on use: it brings h5py and numpy
 
     bar = ProgressBar("checkout", enabled=False if args.quiet else None)
     with contextlib.ExitStack() as stack:
@@ -394,6 +398,8 @@ def add_branch(sub) -> None:
 
 
 def run_branch(args) -> int:
+    from mdiff.repo.history import resolve  # on use: it brings h5py and numpy
+
     repo = _repo(args)
     if args.name is None:
         current = repo.head()[0]
@@ -467,6 +473,8 @@ def add_merge(sub) -> None:
 
 
 def run_merge(args) -> int:
+    from mdiff.repo.history import resolve  # on use: it brings h5py and numpy
+
     repo = _repo(args)
     bar = ProgressBar("merge", enabled=False if args.quiet else None)
     try:
