@@ -32,11 +32,6 @@ class BitDelta:
         raise NotImplementedError
 
     @classmethod
-    def compose(cls, first: np.ndarray, second: np.ndarray) -> np.ndarray:
-        """The one delta equal to applying ``first`` and then ``second``."""
-        raise NotImplementedError
-
-    @classmethod
     def undo(cls, bits: np.ndarray, delta: np.ndarray, out: np.ndarray) -> np.ndarray:
         """``out`` (which may be ``bits``) ← the patterns that ``delta`` makes into ``bits``: apply's inverse."""
         raise NotImplementedError
@@ -67,10 +62,6 @@ class XorDelta(BitDelta):
     @classmethod
     def apply(cls, bits: np.ndarray, delta: np.ndarray, out: np.ndarray) -> np.ndarray:
         return np.bitwise_xor(bits, delta, out=out)
-
-    @classmethod
-    def compose(cls, first: np.ndarray, second: np.ndarray) -> np.ndarray:
-        return np.asarray(np.bitwise_xor(first, second))
 
     @classmethod
     def undo(cls, bits: np.ndarray, delta: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -159,11 +150,6 @@ class SubDelta(BitDelta):
             cls._unzigzag_block(flat_delta[start:stop], block, scratch)
             np.add(flat_bits[start:stop], block, out=flat_out[start:stop])
         return out
-
-    @classmethod
-    def compose(cls, first: np.ndarray, second: np.ndarray) -> np.ndarray:
-        """The one delta equal to applying ``first`` and then ``second``: the differences add mod 2^w."""
-        return cls.zigzag(np.asarray(np.add(cls.unzigzag(first), cls.unzigzag(second))))
 
     @classmethod
     def undo(cls, bits: np.ndarray, delta: np.ndarray, out: np.ndarray) -> np.ndarray:
