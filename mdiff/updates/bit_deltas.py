@@ -157,18 +157,8 @@ class SubDelta(BitDelta):
 
     @classmethod
     def fold(cls, change: np.ndarray, delta: np.ndarray) -> np.ndarray:
-        """The differences add modulo 2^w: one unzigzag per stored delta, none of the run's."""
-        if not (change.flags.c_contiguous and change.shape == np.shape(delta)):
-            return np.add(change, cls.unzigzag(delta), out=change)
-        flat_change, flat_delta = change.reshape(-1), np.asarray(delta).reshape(-1)
-        difference = np.empty(min(cls._BLOCK, flat_delta.size), flat_delta.dtype)
-        scratch = np.empty_like(difference)
-        for start in range(0, flat_delta.size, cls._BLOCK):
-            stop = min(start + cls._BLOCK, flat_delta.size)
-            block = difference[:stop - start]
-            cls._unzigzag_block(flat_delta[start:stop], block, scratch)
-            np.add(flat_change[start:stop], block, out=flat_change[start:stop])
-        return change
+        """The differences add modulo 2^w: the stored delta applied to the run's difference, as to bits."""
+        return cls.apply(change, delta, out=change)
 
     @classmethod
     def apply_folded(cls, bits: np.ndarray, change: np.ndarray, out: np.ndarray) -> np.ndarray:
