@@ -41,8 +41,9 @@ class BitDelta:
 
     @classmethod
     def fold(cls, change: np.ndarray, delta: np.ndarray) -> np.ndarray:
-        """``change`` (a folded run, overwritten) followed by the stored ``delta``; returns ``change``."""
-        raise NotImplementedError
+        """``change`` (a folded run, overwritten) followed by the stored ``delta``; returns ``change``. For
+        both kinds that is the delta applied to the run's form as to bits: XOR, or the difference added."""
+        return cls.apply(change, delta, out=change)
 
     @classmethod
     def apply_folded(cls, bits: np.ndarray, change: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -66,10 +67,6 @@ class XorDelta(BitDelta):
     @classmethod
     def undo(cls, bits: np.ndarray, delta: np.ndarray, out: np.ndarray) -> np.ndarray:
         return np.bitwise_xor(bits, delta, out=out)
-
-    @classmethod
-    def fold(cls, change: np.ndarray, delta: np.ndarray) -> np.ndarray:
-        return np.bitwise_xor(change, delta, out=change)
 
     @classmethod
     def apply_folded(cls, bits: np.ndarray, change: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -154,11 +151,6 @@ class SubDelta(BitDelta):
     @classmethod
     def undo(cls, bits: np.ndarray, delta: np.ndarray, out: np.ndarray) -> np.ndarray:
         return np.subtract(bits, cls.unzigzag(delta), out=out)
-
-    @classmethod
-    def fold(cls, change: np.ndarray, delta: np.ndarray) -> np.ndarray:
-        """The differences add modulo 2^w: the stored delta applied to the run's difference, as to bits."""
-        return cls.apply(change, delta, out=change)
 
     @classmethod
     def apply_folded(cls, bits: np.ndarray, change: np.ndarray, out: np.ndarray) -> np.ndarray:
