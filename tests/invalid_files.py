@@ -1141,6 +1141,36 @@ def build_MD513_corrupt_object_header(path) -> None:
         fh.write(b"XXXX")
 
 
+def _corrupt_message(path, obj: str, message_type: int, at: int, value: int) -> None:
+    """Byte ``at`` of the body of the first message of type ``message_type`` in the (version 2) object header
+    of ``obj`` set to ``value``, its checksum made valid again: the library decodes the message and fails."""
+    from tests.fuzz import hdf5bytes
+
+    with h5py.File(path, "r") as f:
+        address = h5py.h5o.get_info(f[obj].id).addr
+    data = bytearray(open(path, "rb").read())
+    layout = hdf5bytes.scan(data)
+    block = next(b for b in layout.blocks if b.start == address)
+    message = next(m for m in block.messages if m.type == message_type)
+    data[message.body + at] = value
+    hdf5bytes.fix_checksums(data, layout)
+    open(path, "wb").write(bytes(data))
+
+
+def build_MD513_group_info_unreadable(path) -> None:
+    """`/parameters/w`'s group info message (0x0A) has version 0x80: the group cannot be read (listing its links
+    decodes it), so it is refused whole — neither its attributes nor its members are looked at (§12.1)."""
+    _write(path)
+    _corrupt_message(path, "parameters/w", 0x0A, 0, 0x80)
+
+
+def build_MD513_root_group_info_unreadable(path) -> None:
+    """The root group's group info message has version 0x80: the root is refused, so nothing of the file is read
+    as mdiff — not MD101, MD200 or MD300 (§12.1)."""
+    _write(path)
+    _corrupt_message(path, "/", 0x0A, 0, 0x80)
+
+
 def _write_chunk(path, data: bytes, **dataset_kwargs) -> None:
     """`big` replaced, its one chunk written raw (bypassing the filters)."""
     with _edit(path, {"big": mdiff.replace(BIG)}) as f:

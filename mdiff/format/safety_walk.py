@@ -306,10 +306,12 @@ class _Walk:
         the current path are held open (at most the depth limit): a group of many members costs a list of
         names, not an open HDF5 object each."""
         root = self.inventory.root
-        if not self._read_attributes(root, self.file.id):
+        links = self._open_group(root, self.file.id, None, h5py.h5g.open(self.file.id, b"/"))
+        if links is _STOP:
             self.stopped = True
             return
-        self._descend([(root, self.file.id, iter(self._links(root, self.file.id)))])
+        if links is not None:
+            self._descend([(root, self.file.id, iter(links))])
 
     def _descend(self, stack: list) -> None:
         while stack:
@@ -331,12 +333,15 @@ class _Walk:
                 return
             if child is not None:
                 info, oid, attributes = child
-                if not self._read_attributes(info, oid, attributes):
+                links = self._open_group(info, oid, attributes)
+                if links is _STOP:
                     self.stopped = True
                     return
+                if links is None:
+                    continue
                 if self.deferred and info.path in self.deferred:
                     self.deferred_gids[id(info)] = oid
-                stack.append((info, oid, iter(self._links(info, oid))))
+                stack.append((info, oid, iter(links)))
         self._check_total()
 
     def _defer(self, parent: ObjectInfo, raw: bytes, link_type: int) -> None:
@@ -370,16 +375,31 @@ class _Walk:
             self.stopped = True
         elif child is not None:
             info, oid, attributes = child
-            if self._read_attributes(info, oid, attributes):
-                self._descend([(info, oid, iter(self._links(info, oid)))])
-            else:
+            links = self._open_group(info, oid, attributes)
+            if links is _STOP:
                 self.stopped = True
+            elif links is not None:
+                self._descend([(info, oid, iter(links))])
         else:
             self._check_total()
         return self.findings[first:]
 
-    def _links(self, node: ObjectInfo, gid) -> list[tuple[bytes, int]]:
-        """(link name, link type) of each member, in name order; one libhdf5 iteration per group."""
+    def _open_group(self, info: ObjectInfo, gid, attributes: int | None, group=None):
+        """A group's links, read before its attributes: a group whose links cannot be read is an object
+        that cannot be read (§8.1, MD513), refused whole — its attributes and members unused (§12.1)
+        — and None; _STOP once its attributes are over a limit of the whole file (MD511)."""
+        links = self._links(info, gid, gid if group is None else group)
+        if links is None:
+            info.kind = "refused"
+            return None
+        if not self._read_attributes(info, gid, attributes):
+            return _STOP
+        return links
+
+    def _links(self, node: ObjectInfo, gid, group) -> list[tuple[bytes, int]] | None:
+        """(link name, link type) of each member, in name order; one libhdf5 iteration per group. None
+        when they cannot be read (reported: MD513) — the group's creation properties (its link info and
+        group info messages, which every HDF5 library decodes to list a group) included."""
         links: list[tuple[bytes, int]] = []
         cap = self.limits.max_objects
 
@@ -388,6 +408,7 @@ class _Walk:
             return 1 if len(links) > cap else None  # past the object limit: reported by the caller
 
         try:
+            group.get_create_plist()
             # in the index's own order, sorted below: ITER_INC has libhdf5 build and sort a table of every
             # link first (0.8 s for 10^5 members, against 0.14 s)
             if gid.get_num_objs() > _MANY_LINKS:
@@ -397,7 +418,7 @@ class _Walk:
                 gid.links.iterate(collect, info=True, order=h5py.h5.ITER_NATIVE)
         except Exception as exc:  # a corrupt group B-tree or heap
             self.finding("MD513", node, f"the group's links cannot be read: {exc}")
-            return []
+            return None
         links.sort()
         return links
 

@@ -155,7 +155,10 @@ export class Validation {
       try {
         names = this.h5.keys(g.path);
       } catch (e) {
+        // SPEC §12.1: a group whose links cannot be read is an object that cannot be read, refused whole:
+        // its attributes and members are not looked at
         this.add("MD513", g.path, `the group's links cannot be read: ${e.message}`);
+        g.refused = true;
         continue;
       }
       g.children = [];
@@ -243,6 +246,7 @@ export class Validation {
   checkAttributes() {
     let count = this.count || 0;
     for (const obj of this.objects) {
+      if (obj.refused) continue; // its links cannot be read (MD513): refused whole
       let names;
       try {
         names = this.h5.attrNames(obj.path);
@@ -631,6 +635,7 @@ export class Validation {
   // in this.embedded (MD420 for the group, its name, definition and datasets' kind; MD421-MD427 for
   // a function's bytes, by embedded.js).
   checkUpdateTypes(ch) {
+    if (ch.refused) return; // it cannot be read (MD513): reported once, under §8 (SPEC §12.1)
     if (ch.kind !== "group") {
       if (ch.kind === "dataset") this.add("MD420", ch.path, "`/update_types` must be a group");
       return;
@@ -644,7 +649,7 @@ export class Validation {
         this.add("MD302", g.path, `link name ${describe(g.name)}: ${e.message}`);
         continue;
       }
-      if (!(g.kind === "group" || g.kind === "dataset")) continue; // refused by walk()
+      if (!(g.kind === "group" || g.kind === "dataset") || g.refused) continue; // refused by walk(), reported
       if (g.kind !== "group" || !TYPE_NAME.test(name) || UPDATE_TYPES.includes(name)) {
         this.add("MD420", g.path, `an update type is a group named x-... (lower case), not ${describe(name)}`);
         continue;
