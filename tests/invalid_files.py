@@ -426,6 +426,16 @@ def build_MD302_link_not_utf8(path) -> None:
     _rename(path, b"\xffab")
 
 
+def build_MD302_link_truncated_utf8(path) -> None:
+    """A name whose last byte opens a 2-byte UTF-8 sequence (0xC3) that never ends."""
+    _rename(path, b"w\xc3")
+
+
+def build_MD302_link_stray_continuation_byte(path) -> None:
+    """A name that starts with a continuation byte (0x80): a lenient UTF-8 decoder makes another name of it."""
+    _rename(path, b"\x80w")
+
+
 def build_MD303_root_attribute(path) -> None:
     with _edit(path) as f:
         write_string(f, "comment", "hello")
@@ -1392,6 +1402,16 @@ def build_MD506_attribute_not_utf8(path) -> None:
 def build_MD506_dataset_attribute_numeric(path) -> None:
     with _edit(path) as f:
         f["parameters/w/xor"].attrs["scale"] = np.float32(1.0)
+
+
+def build_MD506_attribute_name_stray_continuation_byte(path) -> None:
+    """An attribute of `/parameters/w` named by the bytes 80 78: a lenient UTF-8 decoder makes another name of
+    them, which then names no attribute — still MD506 (§8.2), not MD513."""
+    with _edit(path) as f:
+        data = np.array(b"x", dtype=h5py.string_dtype("utf-8", 1))
+        tid = h5py.h5t.py_create(data.dtype, logical=True)
+        aid = h5py.h5a.create(f["parameters/w"].id, b"\x80x", tid, h5py.h5s.create(h5py.h5s.SCALAR))
+        aid.write(data)
 
 
 def build_MD506_attribute_name_not_utf8(path) -> None:

@@ -67,6 +67,14 @@ function requiredDatasets(u) {
   }
 }
 
+// Whether a link name just listed, that then names no link (`e`), was not UTF-8: emscripten decodes the
+// bytes of a name that is not UTF-8 leniently, without U+FFFD (a stray 0x80-0xBF byte opens a 4-byte
+// sequence), into a string whose UTF-8 encoding is other bytes — so the listed name is not found. A name
+// that is not found for another reason (a "/" or "." in it, or empty) is an object that cannot be read.
+function notUtf8Name(name, e) {
+  return /not found|doesn.t exist|does not exist|not defined/i.test(String(e && e.message)) && name !== "" && name !== "." && !name.includes("/");
+}
+
 export class Validation {
   constructor(path, limits = DEFAULT_LIMITS) {
     this.path = path;
@@ -168,7 +176,7 @@ export class Validation {
         try {
           kind = this.h5.linkKind(p);
         } catch (e) {
-          if (name.includes("\uFFFD") || !name.isWellFormed()) {
+          if (name.includes("\uFFFD") || !name.isWellFormed() || notUtf8Name(name, e)) {
             // h5wasm decodes link names as UTF-8, replacing bad bytes; the name then names nothing.
             this.add("MD302", p, "the link name is not valid UTF-8");
           } else {
@@ -278,7 +286,8 @@ export class Validation {
         try {
           meta = this.h5.attrMeta(obj.path, name);
         } catch (e) {
-          this.add("MD513", obj.path, `attribute '${name}' cannot be read: ${e.message}`);
+          if (notUtf8Name(name, e)) this.add("MD506", obj.path, `an attribute name ${describe(name)} is not UTF-8`);
+          else this.add("MD513", obj.path, `attribute '${name}' cannot be read: ${e.message}`);
           obj.attrs.set(name, undefined);
           continue;
         }
