@@ -1206,6 +1206,12 @@ def build_MD513_sparse_xor_corrupt_chunk(path) -> None:
         ds.id.write_direct_chunk((0,), bytes(range(256)) * 4)
 
 
+def build_MD513_unfiltered_chunk_too_long(path) -> None:
+    """A chunk of a dataset without filters that stores 4 bytes more than the chunk holds: it does not decode to
+    exactly its size (§8.3), though its storage is large enough (so not MD509)."""
+    _write_chunk(path, BIG.tobytes() + b"\0\0\0\0")
+
+
 def build_MD513_fletcher32_mismatch(path) -> None:
     """A chunk whose fletcher32 checksum does not match its data."""
     _write_chunk(path, BIG.tobytes() + b"\0\0\0\0", fletcher32=True)
@@ -1696,6 +1702,7 @@ DATA_LEVEL: frozenset[str] = frozenset({
     "replace_bool_2", "dense_bool_xor_2", "sparse_bool_xor_2",
     "replace_wrong_sha256", "replace_value_changed", "low_rank_A_sha256_wrong", "low_rank_B_changed",
     "corrupt_chunk", "sparse_xor_corrupt_chunk", "fletcher32_mismatch", "chunk_inflates_past_its_size",
+    "unfiltered_chunk_too_long",
     "layout_not_json", "layout_without_files", "layout_unsafe_path", "layout_tensor_twice", "layout_not_safetensors",
     "layout_path_inside_another",
 })

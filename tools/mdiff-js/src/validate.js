@@ -417,11 +417,11 @@ export class Validation {
       }
       if (layout.cls === 2) {
         const deflate = filters.some((f) => f.id === 1);
-        const found = deflate ? [] : null;
+        const found = []; // every chunk is decoded here first (checkInflation): filtered or not, to exactly its size
         const problems = this.raw.checkChunks(layout, meta.shape, meta.maxshape, meta.size, deflate, filters.length > 0, p, found);
         if (found && !problems.length) {
           const chunkBytes = layout.chunk.reduce((a, b) => a * b, 1) * meta.size;
-          this.dsInfo.get(p).deflated = { chunks: found, filters, chunkBytes };
+          this.dsInfo.get(p).chunked = { chunks: found, filters, chunkBytes };
         }
         return problems;
       }
@@ -949,7 +949,7 @@ export class Validation {
   data(path, cache = true) {
     if (this.dataCache.has(path)) return this.dataCache.get(path);
     const info = this.dsInfo.get(path);
-    if (info.deflated) this.checkInflation(path, info.deflated);
+    if (info.chunked) this.checkInflation(path, info.chunked);
     const b = this.h5.datasetBytes(path, info.meta);
     if (cache) this.dataCache.set(path, b);
     return b;
@@ -957,7 +957,7 @@ export class Validation {
 
   // §8.3: every chunk decodes to exactly its size, and no deflate step may make more than its input
   // had when written. h5wasm's libhdf5 inflates a chunk until its stream ends — a stream of a few
-  // megabytes can ask for gigabytes — so each deflated chunk is first decoded here, bounded, and
+  // megabytes can ask for gigabytes — so each chunk (filtered or not) is first decoded here, bounded, and
   // a chunk that breaks the rule is MD513 (a RangeError, as the callers report it).
   checkInflation(path, { chunks, filters, chunkBytes }) {
     const bounds = []; // [bytes, exact] entering each filter when written
