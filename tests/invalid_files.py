@@ -1325,6 +1325,26 @@ def build_MD505_uint8_big_endian(path) -> None:
         dsid.close()
 
 
+def build_MD505_low_rank_A_refused(path) -> None:
+    """`A` stored big-endian (refused, §8.2) and `B` of shape [3, 4]: without `A` the rank r is unknown, so `B`'s
+    shape is not checked (§12.1 rule 5: the pair's shapes are checked together) — MD505 alone, not MD407."""
+    with _edit(path, {"w": _low_rank_update(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32))}) as f:
+        _replace_dataset(f["parameters/w"], "A", data=np.ones((2, 3), ">f4"))
+        _replace_dataset(f["parameters/w"], "B", data=np.ones((3, 4), "<f4"))
+
+
+def build_MD505_sparse_indices_refused(path) -> None:
+    """`indices` stored big-endian (refused, §8.2) next to a 2-D `xor`: the pair's shapes are checked together
+    (§12.1 rule 5), so `xor` is not MD407 — MD505 alone."""
+    new = W_NEW.copy()
+    new[0, 0] += 1
+    with _edit(path, {"w": mdiff.sparse(W, new)}) as f:
+        group = f["parameters/w"]
+        k = group["xor"].shape[0]
+        _replace_dataset(group, "indices", data=np.arange(k, dtype=">u8"))
+        _replace_dataset(group, "xor", data=np.zeros((k, 1), "<u4"))
+
+
 def build_MD505_float16_dataset(path) -> None:
     value = np.array([1.0, -2.0, 0.5, 0.0], dtype=np.float16)
     with _edit(path, {"h": mdiff.replace(value)}) as f:
