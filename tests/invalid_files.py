@@ -709,6 +709,16 @@ def build_MD403_sparse_version_2_in_format_1_2(path) -> None:
         write_string(f, "format_version", "1.2")
 
 
+def build_MD403_dense_version_2_in_format_1_2_without_sub(path) -> None:
+    """A version-2 dense update in a 1.2 file that lacks its `sub` dataset and has an unknown member: the
+    version comes before the datasets (§12.1 rule 5), so its members are not looked at — MD403 alone, not
+    MD405 or MD303."""
+    with _edit(path, {"w": mdiff.dense(W, W_NEW, version=2)}) as f:
+        write_string(f, "format_version", "1.2")
+        del f["parameters/w/sub"]
+        f["parameters/w/extra"] = np.zeros(2, np.float32)
+
+
 def build_MD403_dense_bool_version_2(path) -> None:
     """A bool parameter's dense update is version 1 (XOR) only (§7.3): a version-2 one is refused."""
     sub = np.zeros(8, dtype=np.uint8)
