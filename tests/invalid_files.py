@@ -436,6 +436,13 @@ def build_MD302_link_stray_continuation_byte(path) -> None:
     _rename(path, b"\x80w")
 
 
+def build_MD302_dataset_member_bad_name(path) -> None:
+    """A dataset in `/parameters` whose link name is not a canonical encoding (a needless escape): the name is
+    checked first and nothing else of the member is looked at (§12.1 rule 4) — MD302, not MD301 too."""
+    with _edit(path) as f:
+        f["parameters/%61"] = np.zeros(2, np.float32)
+
+
 def build_MD303_root_attribute(path) -> None:
     with _edit(path) as f:
         write_string(f, "comment", "hello")
@@ -493,6 +500,23 @@ def _write_files(path, files: dict, layout: mdiff.Update | None = None, updates=
             writer.add_file(file_path, files[file_path])
         if layout is not None:
             writer.set_layout(layout)
+
+
+def build_MD304_file_path_unsafe_update_not_json(path) -> None:
+    """An unsafe path (a device name) whose `update` is not JSON: MD304 is about the group's name, so its update
+    is still checked (§12.1 rule 4) — MD304 and MD401."""
+    _write_files(path, {"con.json": _file(b"{}")})
+    with h5py.File(path, "r+") as f:
+        write_string(f["files/con.json"], "update", "[1]")
+
+
+def build_MD404_file_collides_with_broken_update(path) -> None:
+    """`tokenizer` and `tokenizer/vocab.txt` collide (a file and a folder of one name) though the second's update
+    breaks its schema: collisions are among all safe paths, whatever their updates (§5.5) — MD304 and MD404."""
+    _write_files(path, {"tokenizer": _file(b"x"), "tokenizer/vocab.txt": _file(VOCAB)})
+    with h5py.File(path, "r+") as f:
+        group = f["files/tokenizer%2Fvocab.txt"]
+        _set_json(group, "update", {k: v for k, v in _get_json(group, "update").items() if k != "shape"})
 
 
 def build_MD304_file_path_dotdot(path) -> None:
@@ -1711,6 +1735,8 @@ LIMITS: dict[str, dict[str, int]] = {
 # Every other code a case's file makes a validator report besides its own (SPEC.md §12.1), by case id;
 # a case breaks one rule unless it is listed here.
 ALSO_REPORTED: dict[str, tuple[str, ...]] = {
+    # §12.1 rule 4: MD304 is about a file group's name; its update is checked all the same
+    "file_path_unsafe_update_not_json": ("MD401",), "file_collides_with_broken_update": ("MD304",),
     # §7.8: a parameter whose embedded update type was refused has a type this reader does not implement
     **{case_id: ("MD402",) for case_id in (
         "definition_without_version", "function_not_onnx", "function_old_opset", "function_random_op",

@@ -65,9 +65,6 @@ def parse_files(
     if container.kind != "group":
         return {}, [Finding("MD305", FILES_PATH, "`/files` must be a group of file groups")]
     files, findings = _parse_members(container, datasets, FILE_TYPES, minor, limits, is_file=True)
-    for path, other, why in collisions(files):
-        findings.append(Finding("MD304", f"{FILES_PATH}/{encode_name(path)}", f"path {path!r} and path {other!r}: {why}"))
-        files.pop(path, None)
     return files, findings
 
 
@@ -91,15 +88,24 @@ def _parse_members(container: ObjectInfo, datasets: Datasets, types: Mapping[str
     findings = _container_findings(container)
     entries: dict[str, Parameter] = {}
     prefix = container.path
+    safe_paths: list[str] = []  # §5.5: the paths compared for collisions, whatever their groups' updates
     for link, info in container.children.items():
         if info.kind == "refused":  # reported once, under §8: not decoded, not checked (SPEC §12.1)
             continue
-        name = _member_name(prefix, link, findings, is_file)
+        name = _member_name(prefix, link, findings)
         if name is None:
             continue
+        if is_file and info.kind == "group":
+            problem = path_problem(name)
+            if problem:  # a finding about the name: the group's update is still checked (§12.1 rule 4)
+                findings.append(Finding("MD304", f"{prefix}/{link}", f"file path {name!r}: {problem}"))
+            else:
+                safe_paths.append(name)
         entry = _parse_member(name, f"{prefix}/{link}", info, datasets, findings, types, minor, limits, is_file)
         if entry is not None:
             entries[name] = entry
+    for path, other, why in collisions(safe_paths):
+        findings.append(Finding("MD304", f"{prefix}/{encode_name(path)}", f"path {path!r} and path {other!r}: {why}"))
     if not _in_utf8_order(entries):
         entries = dict(sorted(entries.items(), key=lambda kv: kv[0].encode("utf-8")))
     return entries, findings
@@ -109,19 +115,14 @@ def _container_findings(container: ObjectInfo) -> list[Finding]:
     return [Finding("MD303", container.path, f"unknown attribute {attr!r}") for attr in sorted(container.attrs)]
 
 
-def _member_name(prefix: str, link: str, findings: list[Finding], is_file: bool) -> str | None:
-    """The parameter name (or file path) a member's link name encodes, or None (reported)."""
+def _member_name(prefix: str, link: str, findings: list[Finding]) -> str | None:
+    """The parameter name (or file path) a member's link name encodes, or None (reported: MD302, and then
+    nothing else of the member is looked at, §12.1 rule 4)."""
     try:
-        name = decode_name(link)
+        return decode_name(link)
     except InvalidFileError as exc:
         findings.append(Finding("MD302", f"{prefix}/{link}", exc.message))
         return None
-    if is_file:
-        problem = path_problem(name)
-        if problem:
-            findings.append(Finding("MD304", f"{prefix}/{link}", f"file path {name!r}: {problem}"))
-            return None
-    return name
 
 
 def _parse_member(name: str, path: str, info: ObjectInfo, datasets: "Datasets", findings: list[Finding],
@@ -157,7 +158,7 @@ class LazyParameters:
         for link, member in container.children.items():
             if member.kind == "refused":  # reported once, under §8 (SPEC §12.1)
                 continue
-            name = _member_name(PARAMETERS_PATH, link, self.findings, is_file=False)
+            name = _member_name(PARAMETERS_PATH, link, self.findings)
             if name is not None:
                 self.links[name] = link
         if not _in_utf8_order(self.links):

@@ -563,16 +563,17 @@ export class Validation {
     const entries = [];
     for (const ch of params.children || []) {
       if (ch.refused) continue; // reported once, under §8
-      if (ch.kind === "dataset") {
-        this.add("MD301", ch.path, "a dataset; every member of /parameters must be a group");
-        continue;
-      }
-      if (ch.kind !== "group") continue; // reported already (MD500, MD501, MD514)
+      if (ch.kind !== "group" && ch.kind !== "dataset") continue; // reported already (MD500, MD501, MD514)
+      // SPEC §12.1 rule 4: a member's name first (MD302: nothing else of it is looked at), then its kind
       let pname;
       try {
         pname = decodeName(ch.name);
       } catch (e) {
         this.add("MD302", ch.path, `link name ${describe(ch.name)}: ${e.message}`);
+        continue;
+      }
+      if (ch.kind === "dataset") {
+        this.add("MD301", ch.path, "a dataset; every member of /parameters must be a group");
         continue;
       }
       entries.push({ name: pname, group: ch });
@@ -599,16 +600,17 @@ export class Validation {
     const entries = [];
     for (const ch of files.children || []) {
       if (ch.refused) continue; // reported once, under §8
-      if (ch.kind === "dataset") {
-        this.add("MD301", ch.path, "a dataset; every member of /files must be a group");
-        continue;
-      }
-      if (ch.kind !== "group") continue; // reported already (MD500, MD501, MD514)
+      if (ch.kind !== "group" && ch.kind !== "dataset") continue; // reported already (MD500, MD501, MD514)
+      // SPEC §12.1 rule 4: a member's name first (MD302: nothing else of it is looked at), then its kind
       let fpath;
       try {
         fpath = decodeName(ch.name);
       } catch (e) {
         this.add("MD302", ch.path, `link name ${describe(ch.name)}: ${e.message}`);
+        continue;
+      }
+      if (ch.kind === "dataset") {
+        this.add("MD301", ch.path, "a dataset; every member of /files must be a group");
         continue;
       }
       const why = pathProblem(fpath);
