@@ -1359,6 +1359,36 @@ def build_MD505_uint8_big_endian(path) -> None:
         dsid.close()
 
 
+def _padded_value(path, base, pads) -> None:
+    """A float32 replace whose `value` datatype is ``base`` (32-bit) with the padding types ``pads`` (lsb, msb)."""
+    with _edit(path, {"w": mdiff.replace(W_NEW)}) as f:
+        group = f["parameters/w"]
+        del group["value"]
+        tid = base.copy()
+        tid.set_pad(*pads)
+        dsid = h5py.h5d.create(group.id, b"value", tid, h5py.h5s.create_simple(W_NEW.shape), dcpl=_untimed_dcpl())
+        dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, W_NEW, mtype=h5py.h5t.IEEE_F32LE)
+        dsid.close()
+
+
+def build_MD505_float_padding_ones(path) -> None:
+    """A float32 datatype whose most significant padding is "ones" (the bit field's bit 2): not the standard
+    binary32, whose padding types are all zero (§8.2: every field of the datatype is the standard one's)."""
+    _padded_value(path, h5py.h5t.IEEE_F32LE, (h5py.h5t.PAD_ZERO, h5py.h5t.PAD_ONE))
+
+
+def build_MD505_integer_padding_ones(path) -> None:
+    """A uint8 `value` (a bool replace) whose datatype records "ones" as its least significant padding."""
+    with _edit(path, {"flags": mdiff.replace(FLAGS_NEW)}) as f:
+        group = f["parameters/flags"]
+        del group["value"]
+        tid = h5py.h5t.STD_U8LE.copy()
+        tid.set_pad(h5py.h5t.PAD_ONE, h5py.h5t.PAD_ZERO)
+        dsid = h5py.h5d.create(group.id, b"value", tid, h5py.h5s.create_simple((8,)), dcpl=_untimed_dcpl())
+        dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, FLAGS_NEW.view(np.uint8), mtype=h5py.h5t.STD_U8LE)
+        dsid.close()
+
+
 def build_MD505_low_rank_A_refused(path) -> None:
     """`A` stored big-endian (refused, §8.2) and `B` of shape [3, 4]: without `A` the rank r is unknown, so `B`'s
     shape is not checked (§12.1 rule 5: the pair's shapes are checked together) — MD505 alone, not MD407."""

@@ -148,6 +148,7 @@ HOSTILE_CASES = {
     "dataset_of_committed_datatype",
     "external_storage", "virtual_dataset", "lzf", "scaleoffset",
     "string_dataset", "compound", "vlen_sequence", "opaque", "array_type", "dataset_null_dataspace",
+    "float_padding_ones", "integer_padding_ones",
     "vlen_string", "attribute_null_dataspace", "attribute_not_utf8", "attribute_name_not_utf8", "attribute_name_stray_continuation_byte",
     "rank_over_limit", "elements_over_default_limit", "elements_over_limit", "bytes_over_limit",
     "extendible_dataset", "chunked_never_written", "chunked_half_written", "contiguous_unallocated",

@@ -567,6 +567,7 @@ export function datatypeProblem(t) {
     if (![1, 2, 4, 8].includes(t.size)) return `an integer of ${t.size} bytes`;
     if (!t.littleEndian && t.size > 1) return "a big-endian integer";
     if (t.offset !== 0 || t.precision !== 8 * t.size) return `an integer with bit offset ${t.offset} and precision ${t.precision}`;
+    if (t.bits & 0x06) return "an integer whose padding is not zeros"; // bits 1-2: the lsb and msb padding types
     return null;
   }
   if (t.cls === 1) {
@@ -578,6 +579,7 @@ export function datatypeProblem(t) {
     if (!t.littleEndian) return "a float that is not little-endian";
     for (const [k, v] of Object.entries(std)) if (t[k] !== v) return `a float with non-standard ${k} ${t[k]}`;
     if (t.offset !== 0 || t.norm !== 2) return "a float with a non-standard bit offset or mantissa normalisation";
+    if (t.bits & 0x0e) return "a float whose padding is not zeros"; // bits 1-3: the lsb, msb and internal padding types
     return null;
   }
   return `datatype class ${t.cls}`;
