@@ -1297,6 +1297,13 @@ def build_MD514_link_to_root(path) -> None:
         f["parameters/w/up"] = f["/"]
 
 
+def build_MD514_link_to_root_at_object_limit(path) -> None:
+    """Limits(max_objects=8): the root, its 3 attributes, /parameters, /parameters/w, its `update` and `xor` make
+    8; the link `up` back to the root is refused (MD514) and counts for nothing — the root is one object, counted
+    once (§12.1 rule 2) — so the file is at the limit, not over it."""
+    build_MD514_link_to_root(path)
+
+
 def build_MD514_link_to_root_not_canonical(path) -> None:
     """A member `%2fx` of `/files` (lower-case hex: not a canonical encoding, §5.2) that links to the root
     group: refused at its link (MD514), it is not decoded as a path too (§12.1: no MD302)."""
@@ -1750,6 +1757,7 @@ def build_valid_files_and_layout(path) -> None:
 
 # Limits a reader must use for a case (Limits field -> value); all other cases use the defaults.
 LIMITS: dict[str, dict[str, int]] = {
+    "link_to_root_at_object_limit": {"max_objects": 8},
     "rank_over_limit": {"max_rank": 1},
     "elements_over_limit": {"max_elements": 4},
     "bytes_over_limit": {"max_dataset_bytes": 16},

@@ -320,12 +320,10 @@ class _Walk:
             if entry is None:
                 stack.pop()
                 continue
-            if self.count >= self.limits.max_objects:
-                self.finding("MD511", node, f"more than {self.limits.max_objects} objects")
-                self.stopped = True
-                return
             if id(node) in self.deferred_gids:
-                self._defer(node, *entry)
+                if self._defer(node, *entry) is _STOP:
+                    self.stopped = True
+                    return
                 continue
             child = self._visit(node, gid, *entry)
             if child is _STOP:
@@ -344,19 +342,30 @@ class _Walk:
                 stack.append((info, oid, iter(links)))
         self._check_total()
 
-    def _defer(self, parent: ObjectInfo, raw: bytes, link_type: int) -> None:
+    def _defer(self, parent: ObjectInfo, raw: bytes, link_type: int):
         """A member of a deferred group: its link checked (§8.1) and counted; the object left for expand()."""
         try:
             name = raw.decode("utf-8")
         except UnicodeDecodeError:
             self.finding("MD302", parent, f"link name {raw[:200]!r} is not UTF-8")
-            return
+            return None
         if link_type != h5py.h5l.TYPE_HARD:
             kind = {h5py.h5l.TYPE_SOFT: "soft", h5py.h5l.TYPE_EXTERNAL: "external"}.get(link_type, "user-defined")
             self.finding("MD500", parent, f"{kind} link; only hard links are allowed", name)
-            return
-        self.count += 1
+            return None
+        if not self._count_object(parent, name):
+            return _STOP
         parent.adopt(ObjectInfo(name, parent, "deferred"))
+        return None
+
+    def _count_object(self, parent: ObjectInfo, name: str) -> bool:
+        """Count an object the walk accepts (§8.3: the root, each group and dataset reached through a link that
+        passed §8.1 — once, however many links lead to it — and every attribute); False past the limit (MD511)."""
+        self.count += 1
+        if self.count > self.limits.max_objects:
+            self.finding("MD511", parent, f"more than {self.limits.max_objects} objects and attributes", name)
+            return False
+        return True
 
     def expand(self, node: ObjectInfo) -> list[Finding]:
         """Walk a deferred member and everything below it, with every check and limit of the full walk
@@ -443,13 +452,14 @@ class _Walk:
             self.finding("MD513", parent, f"the object cannot be opened: {exc}", name)
             parent.adopt(ObjectInfo(name, parent, "refused"))
             return None
-        self.count += 1
         if oinfo.addr in self.seen_addresses or oinfo.rc != 1:  # §8.1: refused at every link (its count is 2)
             self.finding("MD514", parent, "the object has more than one link to it", name)
             parent.adopt(ObjectInfo(name, parent, "refused"))
             return None
         self.seen_addresses.add(oinfo.addr)
         kind = oinfo.type
+        if kind in (h5py.h5o.TYPE_GROUP, h5py.h5o.TYPE_DATASET) and not self._count_object(parent, name):
+            return _STOP
         if kind == h5py.h5o.TYPE_GROUP:
             info = parent.adopt(ObjectInfo(name, parent, "group"))
             return (info, oid, oinfo.num_attrs)
