@@ -1185,9 +1185,10 @@ def build_MD513_corrupt_object_header(path) -> None:
         fh.write(b"XXXX")
 
 
-def _corrupt_message(path, obj: str, message_type: int, at: int, value: int) -> None:
+def _corrupt_message(path, obj: str, message_type: int, at: int, value: int | bytes) -> None:
     """Byte ``at`` of the body of the first message of type ``message_type`` in the (version 2) object header
-    of ``obj`` set to ``value``, its checksum made valid again: the library decodes the message and fails."""
+    of ``obj`` set to ``value`` (or the bytes from ``at`` to ``value``), its checksum made valid again: the
+    library decodes the message as changed."""
     from tests.fuzz import hdf5bytes
 
     with h5py.File(path, "r") as f:
@@ -1196,9 +1197,20 @@ def _corrupt_message(path, obj: str, message_type: int, at: int, value: int) -> 
     layout = hdf5bytes.scan(data)
     block = next(b for b in layout.blocks if b.start == address)
     message = next(m for m in block.messages if m.type == message_type)
-    data[message.body + at] = value
+    if isinstance(value, bytes):
+        data[message.body + at:message.body + at + len(value)] = value
+    else:
+        data[message.body + at] = value
     hdf5bytes.fix_checksums(data, layout)
     open(path, "wb").write(bytes(data))
+
+
+def build_MD509_contiguous_storage_past_the_end(path) -> None:
+    """`xor` is contiguous and its layout message records a storage size of 2^40 bytes, more than it declares
+    (32) and past the end of the file: the storage must end within the file (§8.3), not only its declared
+    bytes."""
+    _write(path)  # a dataset this small is stored contiguously
+    _corrupt_message(path, "parameters/w/xor", 0x08, 2 + 8, (1 << 40).to_bytes(8, "little"))
 
 
 def build_MD513_group_info_unreadable(path) -> None:

@@ -600,8 +600,11 @@ class _Walk:
         if layout == h5py.h5d.CONTIGUOUS:
             offset = did.get_offset()
             stored = did.get_storage_size()
-            if offset is None or stored < nbytes or offset + nbytes > self.file_size:
-                self.finding("MD509", info, f"declares {nbytes} bytes; {stored} are stored within the file")
+            if offset is None or stored < nbytes:
+                self.finding("MD509", info, f"declares {nbytes} bytes; {stored if offset is not None else 0} are stored")
+                return False
+            if offset + stored > self.file_size:  # all the storage, as allocated, not only the declared bytes
+                self.finding("MD509", info, f"its storage ({stored} bytes at {offset}) does not end within the file")
                 return False
             return plan_for(shape, dtype.itemsize, contiguous_offset=offset), int(stored)
         chunk = dcpl.get_chunk()
