@@ -167,6 +167,27 @@ def _js_or_skip():
     return differential
 
 
+DIFFERENTIAL_FINDINGS = Path(__file__).resolve().parent / "differential-findings"
+
+
+def _differential_findings() -> list:
+    expected = json.loads((DIFFERENTIAL_FINDINGS / "expected.json").read_text())
+    assert sorted(expected) == sorted(p.name for p in DIFFERENTIAL_FINDINGS.glob("*.mdiff"))
+    return [pytest.param(name, case, id=name, marks=[pytest.mark.xfail(reason=case["open"], strict=True)] if "open" in case else [])
+            for name, case in sorted(expected.items())]
+
+
+@pytest.mark.parametrize("name,case", _differential_findings())
+def test_differential_finding(name, case):
+    """Every file on which the two implementations once disagreed (tests/fuzz/differential-findings/, kept
+    where the corpus cannot express the damage): both now report exactly the code set SPEC.md gives it."""
+    differential = _js_or_skip()
+    path = str(DIFFERENTIAL_FINDINGS / name)
+    ref = differential.reference([path], case["limits"])[path]
+    js = differential.mdiff_js([path], case["limits"])[path]
+    assert (sorted(ref.codes), sorted(js.codes)) == (case["codes"], case["codes"])
+
+
 def test_differential_functions_ci(tmp_path):
     """Random embedded functions (SPEC.md §7.8): the two implementations agree on every file,
     verdict and code set (both compute check 8 by §7.9's written shape rules), and on the outcome of

@@ -172,6 +172,12 @@ export class Validation {
       g.children = [];
       for (const name of names) {
         const p = join(g.path, name);
+        if (name === "") {
+          // a corrupt link with an empty name: it names no object (as a path it would name the group itself)
+          this.add("MD513", p, "the link cannot be read: its name is empty");
+          g.children.push({ name, path: p, kind: "refused" });
+          continue;
+        }
         let kind;
         try {
           kind = this.h5.linkKind(p);
