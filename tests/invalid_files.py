@@ -1213,6 +1213,14 @@ def build_MD509_contiguous_storage_past_the_end(path) -> None:
     _corrupt_message(path, "parameters/w/xor", 0x08, 2 + 8, (1 << 40).to_bytes(8, "little"))
 
 
+def build_MD513_attribute_name_length_wrong(path) -> None:
+    """The attribute message of `/parameters/w`'s `update` records a name of 8 bytes for "update" and its NUL (7):
+    the attribute cannot be read (MD513) — not even its name, so the group has no `update` it knows of (MD400);
+    the object still counts one attribute, which a reader that lists only what it can read must notice."""
+    _write(path)
+    _corrupt_message(path, "parameters/w", 0x0C, 2, 8)
+
+
 def build_MD513_group_info_unreadable(path) -> None:
     """`/parameters/w`'s group info message (0x0A) has version 0x80: the group cannot be read (listing its links
     decodes it), so it is refused whole — neither its attributes nor its members are looked at (§12.1)."""
@@ -1785,6 +1793,8 @@ LIMITS: dict[str, dict[str, int]] = {
 # Every other code a case's file makes a validator report besides its own (SPEC.md §12.1), by case id;
 # a case breaks one rule unless it is listed here.
 ALSO_REPORTED: dict[str, tuple[str, ...]] = {
+    # §12.1 rule 3: an attribute whose name cannot be read is not known by it
+    "attribute_name_length_wrong": ("MD400",),
     # §12.1 rule 4: MD304 is about a file group's name; its update is checked all the same
     "file_path_unsafe_update_not_json": ("MD401",), "file_collides_with_broken_update": ("MD304",),
     # §7.8: a parameter whose embedded update type was refused has a type this reader does not implement

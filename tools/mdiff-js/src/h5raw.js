@@ -263,6 +263,32 @@ export class RawFile {
     return c.u32();
   }
 
+  // How many attributes the object whose header is at `addr` has, as an HDF5 library counts them: its
+  // attribute messages (compact storage) and the records of its dense storage's name index (a v2 B-tree
+  // whose header holds the total). A library that then lists fewer could not read some (SPEC §8.1).
+  attributeCount(addr, where) {
+    let count = 0;
+    for (const m of this.readObjectHeader(addr, where)) {
+      if (m.type === 0x0c) count++;
+      else if (m.type === 0x15) {
+        const c = new Cursor(this, m.data, 0, where);
+        c.u8(); // version
+        const flags = c.u8();
+        if (flags & 1) c.u16(); // maximum creation index
+        const heap = c.addr();
+        const names = c.addr();
+        if (heap === UNDEF || names === UNDEF) continue;
+        const h = new Cursor(this, this.read(names, 16 + this.O + this.L, where), 0, where);
+        if (h.bytes(4).toString("latin1") !== "BTHD") throw new RawError(`${where}: the attribute name index is not a v2 B-tree`);
+        h.skip(1 + 1 + 4 + 2 + 2 + 1 + 1); // version, type, node size, record size, depth, split and merge percents
+        h.addr(); // root node
+        h.u16(); // records in the root node
+        count += h.len();
+      }
+    }
+    return count;
+  }
+
   // Facts about the dataset whose object header is at `addr`.
   datasetInfo(addr, where) {
     const msgs = this.readObjectHeader(addr, where);

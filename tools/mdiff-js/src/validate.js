@@ -149,7 +149,8 @@ export class Validation {
     let count = 0;
     const root = { path: "/", kind: "group", parent: null, name: "", depth: 0, attrs: new Map() };
     try {
-      seen.set(this.h5.address("/"), "/");
+      root.addr = this.h5.address("/");
+      seen.set(root.addr, "/");
     } catch {
       /* the root's address is only for MD514 */
     }
@@ -269,10 +270,19 @@ export class Validation {
         obj.refused = true; // an object that cannot be read (SPEC §12.1): nothing else looks at it
         continue;
       }
-      count += names.length;
-      if (names.length > 64) {
+      // h5wasm lists the attributes it could read and drops the rest without an error: a count from the
+      // object header that is larger says some cannot be read (§8.1, MD513; the others are still used)
+      let stored = names.length;
+      try {
+        if (this.raw && obj.addr !== undefined) stored = this.raw.attributeCount(obj.addr, obj.path);
+      } catch {
+        /* the header's own problems are reported where it is read (walk, datasets) */
+      }
+      if (stored > names.length) this.add("MD513", obj.path, `${stored - names.length} of ${stored} attributes cannot be read`);
+      count += Math.max(stored, names.length);
+      if (Math.max(stored, names.length) > 64) {
         // §8.3: at most 64 attributes on one object (a fixed limit)
-        this.add("MD511", obj.path, `${names.length} attributes on one object (at most 64)`);
+        this.add("MD511", obj.path, `${Math.max(stored, names.length)} attributes on one object (at most 64)`);
         this.stopped = true;
         return;
       }
