@@ -306,7 +306,13 @@ class _Walk:
         the current path are held open (at most the depth limit): a group of many members costs a list of
         names, not an open HDF5 object each."""
         root = self.inventory.root
-        links = self._open_group(root, self.file.id, None, h5py.h5g.open(self.file.id, b"/"))
+        try:
+            group = h5py.h5g.open(self.file.id, b"/")
+        except Exception as exc:  # a corrupt root object header: nothing of the file can be read (§12.1)
+            self.finding("MD513", root, f"the root group cannot be opened: {exc}")
+            root.kind = "refused"
+            return
+        links = self._open_group(root, self.file.id, None, group)
         if links is _STOP:
             self.stopped = True
             return
