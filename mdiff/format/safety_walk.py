@@ -23,6 +23,7 @@ import numpy as np
 from mdiff.format.attributes import read_string, string_attribute_size
 from mdiff.format.findings import Finding
 from mdiff.format.limits import MAX_DEFLATE_RATIO, Limits, shape_problem
+from mdiff.format.object_header import HeaderReader
 from mdiff.format.chunk_reader import Chunk, StoragePlan, coverage_problem, plan_for
 
 FILTER_DEFLATE, FILTER_SHUFFLE, FILTER_FLETCHER32 = 1, 2, 3
@@ -285,6 +286,14 @@ def metadata_cache(f: h5py.File, nbytes: int) -> Iterator[None]:
         set_metadata_cache(f, WALK_CACHE_BYTES)
 
 
+def _header_reader(f: h5py.File, file_size: int) -> HeaderReader | None:
+    try:
+        offset_size, length_size = f.id.get_create_plist().get_sizes()
+        return HeaderReader(f.id.get_vfd_handle(), file_size, f.id.get_create_plist().get_userblock(), offset_size, length_size)
+    except Exception:
+        return None
+
+
 class _Walk:
     def __init__(self, f: h5py.File, file_size: int, limits: Limits, deferred: frozenset[str] = frozenset()):
         self.file = f
@@ -295,6 +304,7 @@ class _Walk:
         self.findings: list[Finding] = []
         self.inventory = Inventory()
         self.seen_addresses: set[int] = set()
+        self.headers = _header_reader(f, file_size)
         self.count = 1  # the root group: §8.3 counts every object of the file and every attribute, in one total
         self.stopped = False  # a global limit was reached: nothing more is walked
 
@@ -348,7 +358,7 @@ class _Walk:
                 stack.append((info, oid, iter(links)))
         self._check_total()
 
-    def _defer(self, parent: ObjectInfo, raw: bytes, link_type: int):
+    def _defer(self, parent: ObjectInfo, raw: bytes, link_type: int, address: int):
         """A member of a deferred group: its link checked (§8.1) and counted; the object left for expand()."""
         try:
             name = raw.decode("utf-8")
@@ -411,15 +421,15 @@ class _Walk:
             return _STOP
         return links
 
-    def _links(self, node: ObjectInfo, gid, group) -> list[tuple[bytes, int]] | None:
-        """(link name, link type) of each member, in name order; one libhdf5 iteration per group. None
+    def _links(self, node: ObjectInfo, gid, group) -> list[tuple[bytes, int, int]] | None:
+        """(link name, link type, address) of each member, in name order; one libhdf5 iteration per group. None
         when they cannot be read (reported: MD513) — the group's creation properties (its link info and
         group info messages, which every HDF5 library decodes to list a group) included."""
         links: list[tuple[bytes, int]] = []
         cap = self.limits.max_objects
 
         def collect(raw: bytes, info) -> int | None:
-            links.append((raw, info.type))
+            links.append((raw, info.type, info.u))  # u: a hard link's object header address
             return 1 if len(links) > cap else None  # past the object limit: reported by the caller
 
         try:
@@ -437,7 +447,7 @@ class _Walk:
         links.sort()
         return links
 
-    def _visit(self, parent: ObjectInfo, gid, raw: bytes, link_type: int):
+    def _visit(self, parent: ObjectInfo, gid, raw: bytes, link_type: int, address: int | None = None):
         try:
             name = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -453,25 +463,34 @@ class _Walk:
             return _STOP
         try:
             oid = h5py.h5o.open(gid, raw)
-            oinfo = h5py.h5o.get_info(oid)
+            kind = h5py.h5i.get_type(oid)
+            if address is None:
+                address = gid.links.get_info(raw).u
         except Exception as exc:
             self.finding("MD513", parent, f"the object cannot be opened: {exc}", name)
             parent.adopt(ObjectInfo(name, parent, "refused"))
             return None
-        if oinfo.addr in self.seen_addresses or oinfo.rc != 1:  # §8.1: refused at every link (its count is 2)
+        count = 1
+        if address not in self.seen_addresses:
+            try:
+                count = self._link_count(oid, address)
+            except Exception as exc:
+                self.finding("MD513", parent, f"the object header cannot be read: {exc}", name)
+                parent.adopt(ObjectInfo(name, parent, "refused"))
+                return None
+        if address in self.seen_addresses or count != 1:  # §8.1: refused at every link (its count is 2)
             self.finding("MD514", parent, "the object has more than one link to it", name)
             parent.adopt(ObjectInfo(name, parent, "refused"))
             return None
-        self.seen_addresses.add(oinfo.addr)
-        kind = oinfo.type
-        if kind in (h5py.h5o.TYPE_GROUP, h5py.h5o.TYPE_DATASET) and not self._count_object(parent, name):
+        self.seen_addresses.add(address)
+        if kind in (h5py.h5i.GROUP, h5py.h5i.DATASET) and not self._count_object(parent, name):
             return _STOP
-        if kind == h5py.h5o.TYPE_GROUP:
+        if kind == h5py.h5i.GROUP:
             info = parent.adopt(ObjectInfo(name, parent, "group"))
-            return (info, oid, oinfo.num_attrs)
-        if kind == h5py.h5o.TYPE_DATASET:
+            return (info, oid, None)
+        if kind == h5py.h5i.DATASET:
             info = parent.adopt(ObjectInfo(name, parent, "dataset"))
-            if self._read_attributes(info, oid, oinfo.num_attrs):
+            if self._read_attributes(info, oid):
                 info.dataset = self._check_dataset(info, oid)
                 if info.dataset is None:  # refused (reported): present, but no other rule looks at it
                     info.kind = "refused"
@@ -479,6 +498,12 @@ class _Walk:
         parent.adopt(ObjectInfo(name, parent, "refused"))
         self.finding("MD501", parent, "a committed datatype; only groups and datasets are allowed", name)
         return None
+
+    def _link_count(self, oid, address: int) -> int:
+        """The object header's link count (§8.1), read from its bytes (object_header.py says why)."""
+        if self.headers is None:  # a file driver without a descriptor: libhdf5's count
+            return h5py.h5o.get_info(oid).rc
+        return self.headers.link_count(address)
 
     def _read_attributes(self, info: ObjectInfo, oid, n: int | None = None) -> bool:
         """Record well-formed attributes (``n`` of them: the object header's count, when the caller has it);
