@@ -703,6 +703,25 @@ def build_MD401_update_not_object(path) -> None:
         write_string(f["parameters/w"], "update", "[1]")
 
 
+def build_MD401_update_nested_513_levels(path) -> None:
+    """`shape` holds a number inside 512 arrays, inside the update's object: 513 levels (§4.1: a value inside
+    more than 512 arrays and objects is an error, whatever a reader's parser could take) — MD401, not a schema
+    error (MD404)."""
+    nested: object = 1
+    for _ in range(512):
+        nested = [nested]
+    _edit_update(path, "w", lambda m: m.update(shape=nested))
+
+
+def build_MD404_update_nested_512_levels(path) -> None:
+    """The same number inside 511 arrays and the object (512 levels): JSON every reader parses, then a `shape`
+    that breaks the schema."""
+    nested: object = 1
+    for _ in range(511):
+        nested = [nested]
+    _edit_update(path, "w", lambda m: m.update(shape=nested))
+
+
 def build_MD401_update_deeply_nested(path) -> None:
     with _edit(path) as f:
         write_string(f["parameters/w"], "update", "[" * 10_000)
