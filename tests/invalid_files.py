@@ -1240,6 +1240,24 @@ def build_MD513_attribute_name_length_wrong(path) -> None:
     _corrupt_message(path, "parameters/w", 0x0C, 2, 8)
 
 
+def build_MD513_dense_attribute_index_of_another_type(path) -> None:
+    """The root's 12 attributes are stored densely; the type byte of their name index (a v2 B-tree header) says 0,
+    not 8 (attribute names): libhdf5 2.0 then runs another tree class's callbacks and crashes, so a reader checks
+    the header first (§8.1) — the root's attributes cannot be read, the root is refused: MD513 alone."""
+    from tests.fuzz import hdf5bytes
+
+    with _edit(path) as f:
+        for i in range(9):
+            write_string(f, f"note{i}", "x")
+    data = bytearray(open(path, "rb").read())
+    layout = hdf5bytes.scan(data)
+    headers = [b for b in layout.blocks if data[b.start:b.start + 4] == b"BTHD" and data[b.start + 5] == 8]
+    assert len(headers) == 1, "expected one dense attribute storage"
+    data[headers[0].start + 5] = 0
+    hdf5bytes.fix_checksums(data, layout)
+    open(path, "wb").write(bytes(data))
+
+
 def build_MD513_group_info_unreadable(path) -> None:
     """`/parameters/w`'s group info message (0x0A) has version 0x80: the group cannot be read (listing its links
     decodes it), so it is refused whole — neither its attributes nor its members are looked at (§12.1)."""

@@ -322,7 +322,11 @@ class _Walk:
             self.finding("MD513", root, f"the root group cannot be opened: {exc}")
             root.kind = "refused"
             return
-        links = self._open_group(root, self.file.id, None, group)
+        try:
+            root_address = None if self.headers is None else self.headers.root_address()
+        except Exception:
+            root_address = None
+        links = self._open_group(root, self.file.id, None, group, root_address)
         if links is _STOP:
             self.stopped = True
             return
@@ -346,8 +350,8 @@ class _Walk:
                 self.stopped = True
                 return
             if child is not None:
-                info, oid, attributes = child
-                links = self._open_group(info, oid, attributes)
+                info, oid, address = child
+                links = self._open_group(info, oid, None, address=address)
                 if links is _STOP:
                     self.stopped = True
                     return
@@ -399,8 +403,8 @@ class _Walk:
         if child is _STOP:
             self.stopped = True
         elif child is not None:
-            info, oid, attributes = child
-            links = self._open_group(info, oid, attributes)
+            info, oid, address = child
+            links = self._open_group(info, oid, None, address=address)
             if links is _STOP:
                 self.stopped = True
             elif links is not None:
@@ -409,7 +413,7 @@ class _Walk:
             self._check_total()
         return self.findings[first:]
 
-    def _open_group(self, info: ObjectInfo, gid, attributes: int | None, group=None):
+    def _open_group(self, info: ObjectInfo, gid, attributes: int | None, group=None, address: int | None = None):
         """A group's links, read before its attributes: a group whose links cannot be read is an object
         that cannot be read (§8.1, MD513), refused whole — its attributes and members unused (§12.1)
         — and None; _STOP once its attributes are over a limit of the whole file (MD511)."""
@@ -417,7 +421,7 @@ class _Walk:
         if links is None:
             info.kind = "refused"
             return None
-        if not self._read_attributes(info, gid, attributes):
+        if not self._read_attributes(info, gid, attributes, address):
             return _STOP
         return links
 
@@ -425,7 +429,7 @@ class _Walk:
         """(link name, link type, address) of each member, in name order; one libhdf5 iteration per group. None
         when they cannot be read (reported: MD513) — the group's creation properties (its link info and
         group info messages, which every HDF5 library decodes to list a group) included."""
-        links: list[tuple[bytes, int]] = []
+        links: list[tuple[bytes, int, int]] = []
         cap = self.limits.max_objects
 
         def collect(raw: bytes, info) -> int | None:
@@ -487,10 +491,10 @@ class _Walk:
             return _STOP
         if kind == h5py.h5i.GROUP:
             info = parent.adopt(ObjectInfo(name, parent, "group"))
-            return (info, oid, None)
+            return (info, oid, address)
         if kind == h5py.h5i.DATASET:
             info = parent.adopt(ObjectInfo(name, parent, "dataset"))
-            if self._read_attributes(info, oid):
+            if self._read_attributes(info, oid, None, address):
                 info.dataset = self._check_dataset(info, oid)
                 if info.dataset is None:  # refused (reported): present, but no other rule looks at it
                     info.kind = "refused"
@@ -505,10 +509,13 @@ class _Walk:
             return h5py.h5o.get_info(oid).rc
         return self.headers.link_count(address)
 
-    def _read_attributes(self, info: ObjectInfo, oid, n: int | None = None) -> bool:
+    def _read_attributes(self, info: ObjectInfo, oid, n: int | None = None, address: int | None = None) -> bool:
         """Record well-formed attributes (``n`` of them: the object header's count, when the caller has it);
-        False once the attribute count is over the object limit."""
+        False once the attribute count is over the object limit. The header at ``address`` is read first
+        (object_header.py): a dense storage libhdf5 would crash on cannot be read (§8.1)."""
         try:
+            if address is not None and self.headers is not None:
+                self.headers.attribute_count(address)
             if n is None:
                 n = h5py.h5a.get_num_attrs(oid)
         except Exception as exc:

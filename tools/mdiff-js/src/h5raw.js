@@ -278,9 +278,17 @@ export class RawFile {
         const heap = c.addr();
         const names = c.addr();
         if (heap === UNDEF || names === UNDEF) continue;
-        const h = new Cursor(this, this.read(names, 16 + this.O + this.L, where), 0, where);
-        if (h.bytes(4).toString("latin1") !== "BTHD") throw new RawError(`${where}: the attribute name index is not a v2 B-tree`);
-        h.skip(1 + 1 + 4 + 2 + 2 + 1 + 1); // version, type, node size, record size, depth, split and merge percents
+        // SPEC §8.1: a version 2 B-tree of attribute names (type 8), records above 0 bytes, nodes of 64 B to 64 KiB
+        const h = new Cursor(this, this.read(names, 18 + this.O + this.L, where), 0, where);
+        if (h.bytes(4).toString("latin1") !== "BTHD" || h.u8() !== 0 || h.u8() !== 8) {
+          throw new RawError(`${where}: the dense attribute storage's name index is not a version 2 B-tree of attribute names`);
+        }
+        const nodeSize = h.u32();
+        const recordSize = h.u16();
+        if (recordSize === 0 || nodeSize < 64 || nodeSize > 65536) {
+          throw new RawError(`${where}: the attribute name index has records of ${recordSize} bytes in nodes of ${nodeSize}`);
+        }
+        h.skip(2 + 1 + 1); // depth, split and merge percents
         h.addr(); // root node
         h.u16(); // records in the root node
         count += h.len();

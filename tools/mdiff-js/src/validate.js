@@ -273,10 +273,15 @@ export class Validation {
       // h5wasm lists the attributes it could read and drops the rest without an error: a count from the
       // object header that is larger says some cannot be read (§8.1, MD513; the others are still used)
       let stored = names.length;
-      try {
-        if (this.raw && obj.addr !== undefined) stored = this.raw.attributeCount(obj.addr, obj.path);
-      } catch {
-        /* the header's own problems are reported where it is read (walk, datasets) */
+      if (this.raw && obj.addr !== undefined) {
+        try {
+          stored = this.raw.attributeCount(obj.addr, obj.path);
+        } catch (e) {
+          // §8.1: attribute storage that does not decode (libhdf5 trusts a dense storage's B-tree header)
+          this.add("MD513", obj.path, `the attributes cannot be read: ${e.message}`);
+          obj.refused = true;
+          continue;
+        }
       }
       if (stored > names.length) this.add("MD513", obj.path, `${stored - names.length} of ${stored} attributes cannot be read`);
       count += Math.max(stored, names.length);
