@@ -169,10 +169,23 @@ def make_file(manifest: dict[str, dict], donors: list[Path], task: dict, out: Pa
         return [f"mutation failed: {type(exc).__name__}: {exc}"[:200]]
 
 
+def _both(paths: list[str], limits: dict | None) -> tuple[dict[str, Verdict], dict[str, Verdict]]:
+    """The reference's and mdiff-js's verdicts, the two command lines run side by side (one core each)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        js = pool.submit(mdiff_js, paths, limits)
+        return reference(paths, limits), js.result()
+
+
 def run(workdir: Path, count: int, seed: int, start: int = 0, keep: Path | None = None,
-        progress: Callable[[Tally], None] | None = None, embedded_only: bool = False) -> Tally:
+        progress: Callable[[Tally], None] | None = None, embedded_only: bool = False,
+        deadline: float | None = None) -> Tally:
     """Make ``count`` files (tasks start … start + count of master seed ``seed``) and compare.
-    ``embedded_only``: only the tasks whose seed defines an embedded update type (§7.8)."""
+    ``embedded_only``: only the tasks whose seed defines an embedded update type (§7.8); ``deadline``
+    (time.monotonic()): stop after the batch that passes it."""
+    import time
+
     manifest_path = harness.prepare(workdir)
     seeds = json.loads(manifest_path.read_text())
     manifest = {s["name"]: s for s in seeds}
@@ -184,6 +197,8 @@ def run(workdir: Path, count: int, seed: int, start: int = 0, keep: Path | None 
         seeds = [s for s in seeds if harness.onnx_seed(s["name"])]
     tasks = list(harness.make_tasks(seeds, seed, count, start))
     for i in range(0, len(tasks), BATCH):
+        if deadline is not None and time.monotonic() > deadline:
+            break
         batch = tasks[i:i + BATCH]
         groups: dict[str, list[tuple[str, dict]]] = {}
         for task in batch:
@@ -193,7 +208,7 @@ def run(workdir: Path, count: int, seed: int, start: int = 0, keep: Path | None 
         for key, members in groups.items():
             limits = json.loads(key)
             paths = [p for p, _ in members]
-            ref, js = reference(paths, limits), mdiff_js(paths, limits)
+            ref, js = _both(paths, limits)
             for path, task in members:
                 cls = tally.add(path, ref[path], js[path], task)
                 if cls and keep is not None:
