@@ -1036,6 +1036,23 @@ def build_MD420_definition_without_version(path) -> None:
     ia3.write_with_function(path, ia3.function("float32"), definition={"inputs": ["s"], "exact": True})
 
 
+def build_MD500_update_type_soft_link_needing_escape(path) -> None:
+    """A member of `/update_types` named by the control character U+0010 (which §5.2 would escape) that is a soft
+    link: refused at its link (MD500), so its name is not looked at (§12.1 rule 3: no MD302)."""
+    ia3.write_with_function(path, ia3.function("float32"))
+    with h5py.File(path, "r+") as f:
+        f["update_types"]["\x10"] = h5py.SoftLink("/parameters")
+
+
+def build_MD509_embedded_member_refused(path) -> None:
+    """A parameter of an embedded type holds, besides its input `s`, an extendible dataset `t` with an attribute:
+    refused (MD509), so neither it nor its attribute is unknown (no MD303, §12.1 rule 3)."""
+    ia3.write_with_function(path, ia3.function("float32"))
+    with h5py.File(path, "r+") as f:
+        t = f["parameters/w32"].create_dataset("t", data=np.ones(2, "<f4"), maxshape=(None,), chunks=(2,))
+        write_string(t, "note", "x")
+
+
 def build_MD420_type_name_without_x_prefix(path) -> None:
     with _edit(path) as f:
         group = f.create_group("update_types/ia3")

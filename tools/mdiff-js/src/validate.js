@@ -674,6 +674,7 @@ export class Validation {
     }
     for (const a of [...ch.attrs.keys()].sort()) this.add("MD303", ch.path, `unknown attribute '${a}'`);
     for (const g of ch.children || []) {
+      if (!(g.kind === "group" || g.kind === "dataset") || g.refused) continue; // refused, reported once (§12.1)
       let name;
       try {
         name = decodeName(g.name);
@@ -681,7 +682,6 @@ export class Validation {
         this.add("MD302", g.path, `link name ${describe(g.name)}: ${e.message}`);
         continue;
       }
-      if (!(g.kind === "group" || g.kind === "dataset") || g.refused) continue; // refused by walk(), reported
       if (g.kind !== "group" || !TYPE_NAME.test(name) || UPDATE_TYPES.includes(name)) {
         this.add("MD420", g.path, `an update type is a group named x-... (lower case), not ${describe(name)}`);
         continue;
@@ -942,23 +942,28 @@ export class Validation {
     for (const dn of emb.definition.inputs) {
       const c = members.get(dn);
       members.delete(dn);
-      if (!c || c.kind !== "dataset") {
-        if (!c || c.kind === "group") this.add("MD405", join(p, dn), `the ${u.type} update needs a dataset '${dn}'${c ? ", not a group" : ""}`);
-        ok = false;
+      if (!c || c.kind !== "dataset" || c.refused) {
+        if (!c || (c.kind === "group" && !c.refused)) this.add("MD405", join(p, dn), `the ${u.type} update needs a dataset '${dn}'${c ? ", not a group" : ""}`);
+        ok = false; // a refused member was reported once, under §8 (SPEC §12.1): not missing, nor unknown
         complete = false;
         continue;
       }
-      for (const an of c.attrs.keys()) this.add("MD303", c.path, `unknown attribute '${an}'`);
       const info = this.dsInfo.get(c.path);
       if (!info || !info.ok || !info.meta || !info.meta.shape) {
         ok = false; // refused under §8.2 / §8.3, which said why: check 8 has no shape to work with
         complete = false;
         continue;
       }
+      for (const an of c.attrs.keys()) this.add("MD303", c.path, `unknown attribute '${an}'`);
       const m = info.meta;
       datasets.set(dn, { shape: m.shape.map((d) => BigInt(d)), storage: { cls: m.type === 1 ? "float" : "int", size: m.size, signed: !!m.signed } });
     }
-    for (const c of members.values()) if (c.kind === "group" || c.kind === "dataset") this.add("MD303", c.path, "unknown member");
+    for (const c of members.values()) {
+      if ((c.kind === "group" || c.kind === "dataset") && !c.refused) {
+        this.add("MD303", c.path, "unknown member");
+        if (c.kind === "dataset") this.unknownAttributes(c);
+      }
+    }
     if (fn && complete) {
       const problems = checkShapes(fn.model, u.shape.map((d) => BigInt(d)), Object.fromEntries(datasets), this.limits);
       for (const [code, message] of problems) this.add(code, p, message);
