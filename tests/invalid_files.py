@@ -1036,6 +1036,13 @@ def build_MD420_definition_without_version(path) -> None:
     ia3.write_with_function(path, ia3.function("float32"), definition={"inputs": ["s"], "exact": True})
 
 
+def build_MD500_dangling_soft_link_dot_dot(path) -> None:
+    """A soft link `xor2` in `/parameters/w` to `/parameters/../x`, which names nothing: a soft link all the same
+    (MD500), whose name is valid UTF-8 (not MD302 because looking it up as an object fails)."""
+    with _edit(path) as f:
+        f["parameters/w"]["xor2"] = h5py.SoftLink("/parameters/../x")
+
+
 def build_MD500_update_type_soft_link_needing_escape(path) -> None:
     """A member of `/update_types` named by the control character U+0010 (which §5.2 would escape) that is a soft
     link: refused at its link (MD500), so its name is not looked at (§12.1 rule 3: no MD302)."""
