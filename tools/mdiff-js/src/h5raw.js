@@ -441,7 +441,11 @@ export class RawFile {
       const grid = (maxshape && maxshape.every((d) => d !== null && d >= 0) ? maxshape : shape).map((d, i) => Math.ceil(d / chunk[i]));
       stored = this.walkFixedArray(L, grid, need, chunkBytes, checkOne, problems, where);
     } else if (L.index === "btree1") {
+      this.indexed = 0;
       stored = this.walkBtree1(L, shape, chunk, need, checkOne, problems, where);
+      // SPEC §12.1 rule 3: an index that holds another number of chunks than the grid has places is MD509
+      // before any chunk's filter mask is looked at (MD504)
+      if (this.indexed !== nNeeded) problems.unshift(`COUNT:${this.indexed} chunks are stored for ${nNeeded} places of the chunk grid`);
     } else {
       return [`chunk index type '${L.index}' (a dataset with unlimited dimensions) cannot be verified by this reader`];
     }
@@ -554,7 +558,11 @@ export class RawFile {
           if (offs[d] % chunk[d] !== 0 || offs[d] >= shape[d]) ok = false;
           lin = lin * need[d] + Math.floor(offs[d] / chunk[d]);
         }
-        if (!ok) continue; // a chunk outside the dataset's extent holds nothing we need
+        if (child !== UNDEF) this.indexed++; // every chunk of the index, as libhdf5 counts them (H5Dget_num_chunks)
+        if (!ok) {
+          problems.push(`a chunk at [${offs.slice(0, rank).join(", ")}] lies off the chunk grid or outside the dataset`);
+          continue;
+        }
         if (seenChunks.has(lin)) {
           problems.push(`chunk ${lin} is listed twice`);
           continue;

@@ -419,8 +419,9 @@ export class Validation {
       if (problems.length) {
         // as SPEC §12.1 orders them: too few chunks (MD509), else a chunk that skips a filter (MD504)
         const skips = problems.filter((x) => x.startsWith("MD504:"));
-        if (skips.length && !problems.some((x) => x.includes("chunks are stored"))) return ["MD504", skips[0].slice(6)];
-        return ["MD509", `declares ${bytes} bytes; ${problems.filter((x) => !x.startsWith("MD504:")).join("; ")}`];
+        const counted = problems.some((x) => x.startsWith("COUNT:") || x.includes("chunks are stored"));
+        if (skips.length && !counted) return ["MD504", skips[0].slice(6)];
+        return ["MD509", `declares ${bytes} bytes; ${problems.filter((x) => !x.startsWith("MD504:")).map((x) => x.replace(/^COUNT:/, "")).join("; ")}`];
       }
     }
     return null;
