@@ -627,6 +627,25 @@ def build_MD306_layout_in_version_1_0(path) -> None:
         write_string(f, "format_version", "1.0")
 
 
+def build_MD306_files_in_version_1_0_not_looked_into(path) -> None:
+    """`/files` in a 1.0 file holds a file with an unknown attribute and an update that is not JSON: the group is
+    MD306 and not looked into (§12.1 rule 4) — no MD303, no MD401."""
+    build_MD306_files_in_version_1_0(path)
+    with h5py.File(path, "r+") as f:
+        group = f["files/config.json"]
+        write_string(group, "note", "x")
+        write_string(group, "update", "not json")
+
+
+def build_MD500_update_type_soft_link_member(path) -> None:
+    """An embedded type's group holds, besides its function, a soft link `B` (MD500) and an unknown dataset
+    `notes` (MD303): the soft link is refused at its link, so it is not an unknown member too (§12.1 rule 3)."""
+    ia3.write_with_function(path, ia3.function("float32"))
+    with h5py.File(path, "r+") as f:
+        f["update_types/x-ia3"]["B"] = h5py.SoftLink("/parameters/w32/s")
+        f["update_types/x-ia3"]["notes"] = np.zeros(2, np.uint8)
+
+
 def build_MD307_layout_not_json(path) -> None:
     _write_files(path, {}, _layout('{"format": "safetensors", "files": ['))
 
@@ -1854,6 +1873,7 @@ LIMITS: dict[str, dict[str, int]] = {
 # Every other code a case's file makes a validator report besides its own (SPEC.md §12.1), by case id;
 # a case breaks one rule unless it is listed here.
 ALSO_REPORTED: dict[str, tuple[str, ...]] = {
+    "update_type_soft_link_member": ("MD303",),
     # §12.1 rule 3: an attribute whose name cannot be read is not known by it
     "attribute_name_length_wrong": ("MD400",),
     # §12.1 rule 4: MD304 is about a file group's name; its update is checked all the same

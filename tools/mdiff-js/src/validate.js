@@ -607,12 +607,16 @@ export class Validation {
     }
   }
 
+  isVersion1_0() {
+    return !!this.version && this.version.major === 1n && this.version.minor === 0n;
+  }
+
   // §5.5: /files, a group of file groups, each named by its path (encoded as §5.2) and holding an
   // update of the file's bytes. Paths must be safe, and not collide with each other (MD304).
   checkFiles() {
     const root = this.byPath.get("/");
     const files = (root.children || []).find((c) => c.name === "files");
-    if (!files || files.refused) return;
+    if (!files || files.refused || this.isVersion1_0()) return; // a 1.0 file's `/files` is MD306, not looked into
     if (files.kind === "dataset") {
       if (!files.refused) this.add("MD305", files.path, "`/files` is a dataset; it must be a group of file groups (§5.5)");
       return;
@@ -654,7 +658,7 @@ export class Validation {
   checkWeightsLayout() {
     const root = this.byPath.get("/");
     const g = (root.children || []).find((c) => c.name === "layout");
-    if (!g || g.refused) return;
+    if (!g || g.refused || this.isVersion1_0()) return; // a 1.0 file's `/layout` is MD306, not looked into
     if (g.kind === "dataset") {
       if (!g.refused) this.add("MD305", g.path, "`/layout` is a dataset; it must be a group holding a replace or delete update (§5.6)");
       return;
@@ -705,6 +709,7 @@ export class Validation {
       const functions = new Map();
       let broken = false;
       for (const m of g.children || []) {
+        if (!(m.kind === "group" || m.kind === "dataset") || m.refused) continue; // refused, reported once (§12.1)
         const dtype = m.name.startsWith(FUNCTION_PREFIX) ? m.name.slice(FUNCTION_PREFIX.length) : null;
         if (dtype === null || !(dtype in DTYPES)) {
           this.add("MD303", m.path, "unknown member of an update type");
