@@ -1070,6 +1070,17 @@ def build_MD500_update_type_soft_link_needing_escape(path) -> None:
         f["update_types"]["\x10"] = h5py.SoftLink("/parameters")
 
 
+def build_MD500_function_soft_link(path) -> None:
+    """The embedded type's only function is a soft link (refused at its link, MD500): the type has a refused
+    function, so it is not defined (its parameter: MD402) — not a type without functions (no MD420, §12.1)."""
+    ia3.write_with_function(path, ia3.function("float32"))
+    with h5py.File(path, "r+") as f:
+        group = f["update_types/x-ia3"]
+        group.move("function.float32", "kept")
+        group["function.float32"] = h5py.SoftLink("/update_types/x-ia3/kept")
+        del group["kept"]
+
+
 def build_MD509_embedded_member_refused(path) -> None:
     """A parameter of an embedded type holds, besides its input `s`, an extendible dataset `t` with an attribute:
     refused (MD509), so neither it nor its attribute is unknown (no MD303, §12.1 rule 3)."""
@@ -1873,6 +1884,7 @@ LIMITS: dict[str, dict[str, int]] = {
 # Every other code a case's file makes a validator report besides its own (SPEC.md §12.1), by case id;
 # a case breaks one rule unless it is listed here.
 ALSO_REPORTED: dict[str, tuple[str, ...]] = {
+    "function_soft_link": ("MD402",),
     "update_type_soft_link_member": ("MD303",),
     # §12.1 rule 3: an attribute whose name cannot be read is not known by it
     "attribute_name_length_wrong": ("MD400",),

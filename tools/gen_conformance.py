@@ -163,7 +163,7 @@ IA3_BASE_CASES = {
     "definition_without_version", "function_not_onnx", "function_old_opset", "function_random_op",
     "function_external_data", "function_subgraph", "function_too_many_nodes", "function_of_another_dtype",
     "function_with_huge_intermediate", "function_shape_from_data", "embedded_inexact_with_sha256",
-    "update_type_soft_link_needing_escape", "embedded_member_refused", "update_type_soft_link_member",
+    "update_type_soft_link_needing_escape", "embedded_member_refused", "update_type_soft_link_member", "function_soft_link",
 }
 
 # A type refused for one of these is not defined: the parameters naming it are MD402 too (§7.8)

@@ -408,6 +408,7 @@ export class RawFile {
     const nNeeded = need.reduce((a, b) => a * b, 1);
     const problems = [];
     let stored = 0;
+    this.indexed = 0; // every chunk of the index, as libhdf5 counts them (H5Dget_num_chunks)
     const sizeOk = (s) => (deflate ? chunkBytes <= 1100 * s : chunkBytes <= s);
     // §8.2: a chunk whose filter mask skips a filter is MD504 (reported with an "MD504:" prefix); it
     // counts as stored, as libhdf5's chunk count does
@@ -431,24 +432,25 @@ export class RawFile {
     if (L.index === "single") {
       if (nNeeded > 1) return [`a single-chunk index for ${nNeeded} chunks`];
       const s = L.flags & 0x02 ? L.filteredSize : chunkBytes;
+      if (L.address !== UNDEF) this.indexed = 1;
       if (checkOne(L.address, s, "the chunk", L.flags & 0x02 ? L.filterMask : 0)) stored = 1;
     } else if (L.index === "implicit") {
       const grid = (maxshape || shape).map((d, i) => Math.ceil(d / chunk[i]));
       const n = grid.reduce((a, b) => a * b, 1);
+      if (L.address !== UNDEF) this.indexed = nNeeded;
       if (L.address !== UNDEF && this.within(L.address, n * chunkBytes)) stored = nNeeded;
       else problems.push("the implicit chunk storage is not allocated within the file");
     } else if (L.index === "farray") {
       const grid = (maxshape && maxshape.every((d) => d !== null && d >= 0) ? maxshape : shape).map((d, i) => Math.ceil(d / chunk[i]));
       stored = this.walkFixedArray(L, grid, need, chunkBytes, checkOne, problems, where);
     } else if (L.index === "btree1") {
-      this.indexed = 0;
       stored = this.walkBtree1(L, shape, chunk, need, checkOne, problems, where);
-      // SPEC §12.1 rule 3: an index that holds another number of chunks than the grid has places is MD509
-      // before any chunk's filter mask is looked at (MD504)
-      if (this.indexed !== nNeeded) problems.unshift(`COUNT:${this.indexed} chunks are stored for ${nNeeded} places of the chunk grid`);
     } else {
       return [`chunk index type '${L.index}' (a dataset with unlimited dimensions) cannot be verified by this reader`];
     }
+    // SPEC §12.1 rule 3: an index that holds another number of chunks than the grid has places is MD509
+    // before any chunk's filter mask is looked at (MD504)
+    if (this.indexed !== nNeeded) problems.unshift(`COUNT:${this.indexed} chunks are stored for ${nNeeded} places of the chunk grid`);
     if (stored < nNeeded && problems.length === 0) problems.push(`${stored} of ${nNeeded} chunks are stored`);
     else if (stored < nNeeded) problems.push(`${stored} of ${nNeeded} chunks are stored within the file`);
     return problems;
@@ -498,6 +500,7 @@ export class RawFile {
         coord[d] = r % grid[d];
         r = Math.floor(r / grid[d]);
       }
+      if (addr !== UNDEF) this.indexed++;
       const needed = coord.every((x, d) => x < need[d]);
       if (!needed) return;
       if (checkOne(addr, clientId === 1 ? s : chunkBytes, `chunk ${i}`, mask)) stored++;
@@ -560,6 +563,8 @@ export class RawFile {
         }
         if (child !== UNDEF) this.indexed++; // every chunk of the index, as libhdf5 counts them (H5Dget_num_chunks)
         if (!ok) {
+          // its filter mask is looked at as every chunk's is (MD504 before the rest of §8.3, SPEC §12.1 rule 3)
+          if (mask) problems.push(`MD504:a chunk at [${offs.slice(0, rank).join(", ")}] skips some of the dataset's filters (mask ${mask})`);
           problems.push(`a chunk at [${offs.slice(0, rank).join(", ")}] lies off the chunk grid or outside the dataset`);
           continue;
         }

@@ -70,9 +70,10 @@ function requiredDatasets(u) {
 // Whether a link name just listed, that then names no link (`e`), was not UTF-8: emscripten decodes the
 // bytes of a name that is not UTF-8 leniently, without U+FFFD (a stray 0x80-0xBF byte opens a 4-byte
 // sequence), into a string whose UTF-8 encoding is other bytes — so the listed name is not found. A name
-// that is not found for another reason (a "/" or "." in it, or empty) is an object that cannot be read.
+// that is not found for another reason (an ASCII name, or a "/" in it) is an object that cannot be read.
 function notUtf8Name(name, e) {
-  return /not found|doesn.t exist|does not exist|not defined/i.test(String(e && e.message)) && name !== "" && name !== "." && !name.includes("/");
+  // an ASCII name always decodes to itself: one that is not found has another cause (a damaged link index)
+  return /not found|doesn.t exist|does not exist|not defined/i.test(String(e && e.message)) && /[^\x00-\x7f]/.test(name) && !name.includes("/");
 }
 
 export class Validation {
@@ -419,7 +420,7 @@ export class Validation {
       if (problems.length) {
         // as SPEC §12.1 orders them: too few chunks (MD509), else a chunk that skips a filter (MD504)
         const skips = problems.filter((x) => x.startsWith("MD504:"));
-        const counted = problems.some((x) => x.startsWith("COUNT:") || x.includes("chunks are stored"));
+        const counted = problems.some((x) => x.startsWith("COUNT:"));
         if (skips.length && !counted) return ["MD504", skips[0].slice(6)];
         return ["MD509", `declares ${bytes} bytes; ${problems.filter((x) => !x.startsWith("MD504:")).map((x) => x.replace(/^COUNT:/, "")).join("; ")}`];
       }
@@ -709,7 +710,11 @@ export class Validation {
       const functions = new Map();
       let broken = false;
       for (const m of g.children || []) {
-        if (!(m.kind === "group" || m.kind === "dataset") || m.refused) continue; // refused, reported once (§12.1)
+        if (!(m.kind === "group" || m.kind === "dataset") || m.refused) {
+          // refused, reported once (§12.1): not unknown; a refused function leaves the type without it
+          if (m.name.startsWith(FUNCTION_PREFIX)) broken = true;
+          continue;
+        }
         const dtype = m.name.startsWith(FUNCTION_PREFIX) ? m.name.slice(FUNCTION_PREFIX.length) : null;
         if (dtype === null || !(dtype in DTYPES)) {
           this.add("MD303", m.path, "unknown member of an update type");
