@@ -431,6 +431,12 @@ def build_MD302_link_truncated_utf8(path) -> None:
     _rename(path, b"w\xc3")
 
 
+def build_MD302_link_ends_with_continuation_byte(path) -> None:
+    """A name whose last byte is a lone continuation byte (0x80): a lenient decoder reads past it into the name's
+    terminating NUL, making a name of ASCII letters and a NUL."""
+    _rename(path, b"w\x80")
+
+
 def build_MD302_link_stray_continuation_byte(path) -> None:
     """A name that starts with a continuation byte (0x80): a lenient UTF-8 decoder makes another name of it."""
     _rename(path, b"\x80w")

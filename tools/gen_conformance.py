@@ -132,7 +132,7 @@ HOSTILE_CASES = {
     "extensions_deeply_nested", "commit_deeply_nested", "update_deeply_nested",
     "commit_nan", "update_nan", "commit_duplicate_member", "update_duplicate_member",
     "commit_truncated", "update_truncated", "commit_trailing_text", "update_trailing_text",
-    "link_not_utf8", "link_truncated_utf8", "link_stray_continuation_byte",
+    "link_not_utf8", "link_truncated_utf8", "link_stray_continuation_byte", "link_ends_with_continuation_byte",
     "shape_rank_33", "shape_negative",
     "dense_xor_flat", "sparse_length_mismatch", "sparse_more_entries_than_elements", "sparse_indices_2d",
     "low_rank_rank_too_big", "low_rank_B_wrong_shape", "replace_scalar_for_vector",

@@ -72,8 +72,9 @@ function requiredDatasets(u) {
 // sequence), into a string whose UTF-8 encoding is other bytes — so the listed name is not found. A name
 // that is not found for another reason (an ASCII name, or a "/" in it) is an object that cannot be read.
 function notUtf8Name(name, e) {
-  // an ASCII name always decodes to itself: one that is not found has another cause (a damaged link index)
-  return /not found|doesn.t exist|does not exist|not defined/i.test(String(e && e.message)) && /[^\x00-\x7f]/.test(name) && !name.includes("/");
+  // an ASCII name always decodes to itself: one that is not found has another cause (a damaged link index);
+  // a NUL cannot be in a name (HDF5 ends names with it): emscripten makes one of a cut-short sequence
+  return /not found|doesn.t exist|does not exist|not defined/i.test(String(e && e.message)) && /[^\x01-\x7f]/.test(name) && !name.includes("/");
 }
 
 export class Validation {
