@@ -130,6 +130,8 @@ def _verdicts(cmd: list[str], paths: list[str], timeout: float) -> dict[str, Ver
     try:
         p = subprocess.run(cmd + paths, capture_output=True, text=True, timeout=timeout)
         reports = {r["file"]: r for r in _parse_many(p.stdout)}
+        if len(paths) > 1 and any(path not in reports for path in paths):
+            raise ValueError("reports missing")  # the process died mid-batch (the reference prints at the end)
     except (subprocess.TimeoutExpired, ValueError, KeyError, IndexError):
         if len(paths) == 1:
             return {paths[0]: Verdict(None, frozenset(), " (no report)")}
