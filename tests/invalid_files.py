@@ -795,6 +795,23 @@ def build_MD403_dense_bool_version_2(path) -> None:
     _write(path, {"flags": mdiff.Update(meta, {"sub": sub})})
 
 
+def build_MD403_dense_bool_version_2_shape_not_integers(path) -> None:
+    """A bool parameter's version-2 dense update whose `shape` breaks the schema too: the version is checked
+    first (§12.1 rule 5), so MD403 alone, not MD404."""
+    sub = np.zeros(8, dtype=np.uint8)
+    meta = {"type": "dense", "version": 2, "shape": [[8]], "dtype": "bool", "sha256": sha256_hex(FLAGS_NEW)}
+    _write(path, {"flags": mdiff.Update(meta, {"sub": sub})})
+
+
+def build_MD401_update_number_4097_characters(path) -> None:
+    """An extra member `n` whose value is a number of 4097 characters (0.000…0): §4.1 refuses numbers of more than
+    4096 characters, whatever a parser could take — MD401, not a schema error (MD404) for the extra member."""
+    with _edit(path) as f:
+        text = f["parameters/w"].attrs["update"]
+        text = text.decode() if isinstance(text, bytes) else text
+        write_string(f["parameters/w"], "update", text.replace('"type"', '"n":0.' + "0" * 4095 + ',"type"', 1))
+
+
 def build_MD403_replace_version_0(path) -> None:
     _edit_update(path, "w", lambda m: m.update(version=0), {"w": mdiff.replace(W_NEW)})
 

@@ -46,11 +46,17 @@ def _check_depth(text: str) -> None:
             depth -= 1
 
 
+MAX_NUMBER = 4096  # §4.1: characters of one number token
+_LONG_NUMBER = re.compile(r"-?[0-9][0-9.eE+-]{%d,}" % MAX_NUMBER)
+
+
 def loads(text: str) -> Any:
-    """Strict JSON: NaN/Infinity, duplicate keys and a value inside more than 512 arrays and objects are
-    refused with ValueError."""
+    """Strict JSON: NaN/Infinity, duplicate keys, a value inside more than 512 arrays and objects and a number of
+    more than 4096 characters are refused with ValueError."""
     if text.count("[") + text.count("{") > MAX_DEPTH:  # only then can a value lie that deep
         _check_depth(text)
+    if len(text) > MAX_NUMBER and _LONG_NUMBER.search(_STRING.sub('"', text)):
+        raise ValueError(f"a number of more than {MAX_NUMBER} characters")
 
     def no_duplicates(pairs):
         obj = {}

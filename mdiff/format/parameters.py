@@ -227,6 +227,9 @@ def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Map
         findings.append(Finding("MD403", path, f"{kind.name} version {kind.version} exists from format version "
                                                f"1.{kind.since_minor}; this file says it is 1.{minor}"))
         return None, None
+    if meta.get("dtype") == "bool" and kind.version == 2 and kind.name in ("dense", "sparse"):  # §7.3, §7.4
+        findings.append(Finding("MD403", path, f"a bool parameter's {kind.name} update is version 1 (XOR), not 2"))
+        return None, None  # a version, so checked before the schema (§12.1 rule 5)
     if minor > FORMAT_MINOR:
         meta = {k: v for k, v in meta.items() if k in kind.schema["properties"]}
     errors = first_errors(kind.schema, meta)
