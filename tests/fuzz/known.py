@@ -25,6 +25,14 @@ class KnownBug:
 
 KNOWN: list[KnownBug] = [
     KnownBug(
+        "hdf5-dense-links-iterate",
+        ("crash-hdf5-dense-links-iterate-seed9-task1462.mdiff",),
+        "a group of 60 densely stored links with two flipped bits in its link storage: libhdf5 2.0.0 crashes "
+        "(SIGSEGV) while the walk lists the group's links (H5Literate2 in the index's own order); h5wasm, the "
+        "same library in WebAssembly, reads garbage there and reports MD513. Found by the differential run, seed 9",
+        r"^CRASH \S+ SIG(SEGV|BUS) at mdiff/format/safety_walk\.py:_links",
+    ),
+    KnownBug(
         "hdf5-btree2-header-fields",
         ("fuzz-hdf5-btree2-2gib-node-sigfpe-8gib.mdiff",),
         "libhdf5 2.0.0 trusts a v2 B-tree header's fields: it divides by the record size without checking "
