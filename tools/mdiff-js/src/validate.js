@@ -264,6 +264,23 @@ export class Validation {
     let count = this.count || 0;
     for (const obj of this.objects) {
       if (obj.refused) continue; // its links cannot be read (MD513): refused whole
+      // the object header's own count first (§8.1: its dense storage's B-tree header is checked before
+      // libhdf5 reads it), and the limit of 64 on it (§8.3) before h5wasm lists them
+      let stored = null;
+      if (this.raw && obj.addr !== undefined) {
+        try {
+          stored = this.raw.attributeCount(obj.addr, obj.path);
+        } catch (e) {
+          this.add("MD513", obj.path, `the attributes cannot be read: ${e.message}`);
+          obj.refused = true;
+          continue;
+        }
+        if (stored > 64) {
+          this.add("MD511", obj.path, `${stored} attributes on one object (at most 64)`);
+          this.stopped = true;
+          return;
+        }
+      }
       let names;
       try {
         names = this.h5.attrNames(obj.path);
@@ -274,17 +291,7 @@ export class Validation {
       }
       // h5wasm lists the attributes it could read and drops the rest without an error: a count from the
       // object header that is larger says some cannot be read (§8.1, MD513; the others are still used)
-      let stored = names.length;
-      if (this.raw && obj.addr !== undefined) {
-        try {
-          stored = this.raw.attributeCount(obj.addr, obj.path);
-        } catch (e) {
-          // §8.1: attribute storage that does not decode (libhdf5 trusts a dense storage's B-tree header)
-          this.add("MD513", obj.path, `the attributes cannot be read: ${e.message}`);
-          obj.refused = true;
-          continue;
-        }
-      }
+      if (stored === null) stored = names.length;
       if (stored > names.length) this.add("MD513", obj.path, `${stored - names.length} of ${stored} attributes cannot be read`);
       count += Math.max(stored, names.length);
       if (Math.max(stored, names.length) > 64) {
