@@ -426,6 +426,29 @@ def build_MD302_link_not_utf8(path) -> None:
     _rename(path, b"\xffab")
 
 
+def build_MD302_link_truncated_utf8(path) -> None:
+    """A name whose last byte opens a 2-byte UTF-8 sequence (0xC3) that never ends."""
+    _rename(path, b"w\xc3")
+
+
+def build_MD302_link_ends_with_continuation_byte(path) -> None:
+    """A name whose last byte is a lone continuation byte (0x80): a lenient decoder reads past it into the name's
+    terminating NUL, making a name of ASCII letters and a NUL."""
+    _rename(path, b"w\x80")
+
+
+def build_MD302_link_stray_continuation_byte(path) -> None:
+    """A name that starts with a continuation byte (0x80): a lenient UTF-8 decoder makes another name of it."""
+    _rename(path, b"\x80w")
+
+
+def build_MD302_dataset_member_bad_name(path) -> None:
+    """A dataset in `/parameters` whose link name is not a canonical encoding (a needless escape): the name is
+    checked first and nothing else of the member is looked at (§12.1 rule 4) — MD302, not MD301 too."""
+    with _edit(path) as f:
+        f["parameters/%61"] = np.zeros(2, np.float32)
+
+
 def build_MD303_root_attribute(path) -> None:
     with _edit(path) as f:
         write_string(f, "comment", "hello")
@@ -483,6 +506,23 @@ def _write_files(path, files: dict, layout: mdiff.Update | None = None, updates=
             writer.add_file(file_path, files[file_path])
         if layout is not None:
             writer.set_layout(layout)
+
+
+def build_MD304_file_path_unsafe_update_not_json(path) -> None:
+    """An unsafe path (a device name) whose `update` is not JSON: MD304 is about the group's name, so its update
+    is still checked (§12.1 rule 4) — MD304 and MD401."""
+    _write_files(path, {"con.json": _file(b"{}")})
+    with h5py.File(path, "r+") as f:
+        write_string(f["files/con.json"], "update", "[1]")
+
+
+def build_MD404_file_collides_with_broken_update(path) -> None:
+    """`tokenizer` and `tokenizer/vocab.txt` collide (a file and a folder of one name) though the second's update
+    breaks its schema: collisions are among all safe paths, whatever their updates (§5.5) — MD304 and MD404."""
+    _write_files(path, {"tokenizer": _file(b"x"), "tokenizer/vocab.txt": _file(VOCAB)})
+    with h5py.File(path, "r+") as f:
+        group = f["files/tokenizer%2Fvocab.txt"]
+        _set_json(group, "update", {k: v for k, v in _get_json(group, "update").items() if k != "shape"})
 
 
 def build_MD304_file_path_dotdot(path) -> None:
@@ -593,6 +633,25 @@ def build_MD306_layout_in_version_1_0(path) -> None:
         write_string(f, "format_version", "1.0")
 
 
+def build_MD306_files_in_version_1_0_not_looked_into(path) -> None:
+    """`/files` in a 1.0 file holds a file with an unknown attribute and an update that is not JSON: the group is
+    MD306 and not looked into (§12.1 rule 4) — no MD303, no MD401."""
+    build_MD306_files_in_version_1_0(path)
+    with h5py.File(path, "r+") as f:
+        group = f["files/config.json"]
+        write_string(group, "note", "x")
+        write_string(group, "update", "not json")
+
+
+def build_MD500_update_type_soft_link_member(path) -> None:
+    """An embedded type's group holds, besides its function, a soft link `B` (MD500) and an unknown dataset
+    `notes` (MD303): the soft link is refused at its link, so it is not an unknown member too (§12.1 rule 3)."""
+    ia3.write_with_function(path, ia3.function("float32"))
+    with h5py.File(path, "r+") as f:
+        f["update_types/x-ia3"]["B"] = h5py.SoftLink("/parameters/w32/s")
+        f["update_types/x-ia3"]["notes"] = np.zeros(2, np.uint8)
+
+
 def build_MD307_layout_not_json(path) -> None:
     _write_files(path, {}, _layout('{"format": "safetensors", "files": ['))
 
@@ -669,6 +728,25 @@ def build_MD401_update_not_object(path) -> None:
         write_string(f["parameters/w"], "update", "[1]")
 
 
+def build_MD401_update_nested_513_levels(path) -> None:
+    """`shape` holds a number inside 512 arrays, inside the update's object: 513 levels (§4.1: a value inside
+    more than 512 arrays and objects is an error, whatever a reader's parser could take) — MD401, not a schema
+    error (MD404)."""
+    nested: object = 1
+    for _ in range(512):
+        nested = [nested]
+    _edit_update(path, "w", lambda m: m.update(shape=nested))
+
+
+def build_MD404_update_nested_512_levels(path) -> None:
+    """The same number inside 511 arrays and the object (512 levels): JSON every reader parses, then a `shape`
+    that breaks the schema."""
+    nested: object = 1
+    for _ in range(511):
+        nested = [nested]
+    _edit_update(path, "w", lambda m: m.update(shape=nested))
+
+
 def build_MD401_update_deeply_nested(path) -> None:
     with _edit(path) as f:
         write_string(f["parameters/w"], "update", "[" * 10_000)
@@ -699,12 +777,39 @@ def build_MD403_sparse_version_2_in_format_1_2(path) -> None:
         write_string(f, "format_version", "1.2")
 
 
+def build_MD403_dense_version_2_in_format_1_2_without_sub(path) -> None:
+    """A version-2 dense update in a 1.2 file that lacks its `sub` dataset and has an unknown member: the
+    version comes before the datasets (§12.1 rule 5), so its members are not looked at — MD403 alone, not
+    MD405 or MD303."""
+    with _edit(path, {"w": mdiff.dense(W, W_NEW, version=2)}) as f:
+        write_string(f, "format_version", "1.2")
+        del f["parameters/w/sub"]
+        f["parameters/w/extra"] = np.zeros(2, np.float32)
+
+
 def build_MD403_dense_bool_version_2(path) -> None:
     """A bool parameter's dense update is version 1 (XOR) only (§7.3): a version-2 one is refused."""
     sub = np.zeros(8, dtype=np.uint8)
     sub[1] = 2  # zigzag(+1): false → true
     meta = {"type": "dense", "version": 2, "shape": [8], "dtype": "bool", "sha256": sha256_hex(FLAGS_NEW)}
     _write(path, {"flags": mdiff.Update(meta, {"sub": sub})})
+
+
+def build_MD403_dense_bool_version_2_shape_not_integers(path) -> None:
+    """A bool parameter's version-2 dense update whose `shape` breaks the schema too: the version is checked
+    first (§12.1 rule 5), so MD403 alone, not MD404."""
+    sub = np.zeros(8, dtype=np.uint8)
+    meta = {"type": "dense", "version": 2, "shape": [[8]], "dtype": "bool", "sha256": sha256_hex(FLAGS_NEW)}
+    _write(path, {"flags": mdiff.Update(meta, {"sub": sub})})
+
+
+def build_MD401_update_number_4097_characters(path) -> None:
+    """An extra member `n` whose value is a number of 4097 characters (0.000…0): §4.1 refuses numbers of more than
+    4096 characters, whatever a parser could take — MD401, not a schema error (MD404) for the extra member."""
+    with _edit(path) as f:
+        text = f["parameters/w"].attrs["update"]
+        text = text.decode() if isinstance(text, bytes) else text
+        write_string(f["parameters/w"], "update", text.replace('"type"', '"n":0.' + "0" * 4095 + ',"type"', 1))
 
 
 def build_MD403_replace_version_0(path) -> None:
@@ -973,6 +1078,41 @@ def build_MD420_definition_without_version(path) -> None:
     ia3.write_with_function(path, ia3.function("float32"), definition={"inputs": ["s"], "exact": True})
 
 
+def build_MD500_dangling_soft_link_dot_dot(path) -> None:
+    """A soft link `xor2` in `/parameters/w` to `/parameters/../x`, which names nothing: a soft link all the same
+    (MD500), whose name is valid UTF-8 (not MD302 because looking it up as an object fails)."""
+    with _edit(path) as f:
+        f["parameters/w"]["xor2"] = h5py.SoftLink("/parameters/../x")
+
+
+def build_MD500_update_type_soft_link_needing_escape(path) -> None:
+    """A member of `/update_types` named by the control character U+0010 (which §5.2 would escape) that is a soft
+    link: refused at its link (MD500), so its name is not looked at (§12.1 rule 3: no MD302)."""
+    ia3.write_with_function(path, ia3.function("float32"))
+    with h5py.File(path, "r+") as f:
+        f["update_types"]["\x10"] = h5py.SoftLink("/parameters")
+
+
+def build_MD500_function_soft_link(path) -> None:
+    """The embedded type's only function is a soft link (refused at its link, MD500): the type has a refused
+    function, so it is not defined (its parameter: MD402) — not a type without functions (no MD420, §12.1)."""
+    ia3.write_with_function(path, ia3.function("float32"))
+    with h5py.File(path, "r+") as f:
+        group = f["update_types/x-ia3"]
+        group.move("function.float32", "kept")
+        group["function.float32"] = h5py.SoftLink("/update_types/x-ia3/kept")
+        del group["kept"]
+
+
+def build_MD509_embedded_member_refused(path) -> None:
+    """A parameter of an embedded type holds, besides its input `s`, an extendible dataset `t` with an attribute:
+    refused (MD509), so neither it nor its attribute is unknown (no MD303, §12.1 rule 3)."""
+    ia3.write_with_function(path, ia3.function("float32"))
+    with h5py.File(path, "r+") as f:
+        t = f["parameters/w32"].create_dataset("t", data=np.ones(2, "<f4"), maxshape=(None,), chunks=(2,))
+        write_string(t, "note", "x")
+
+
 def build_MD420_type_name_without_x_prefix(path) -> None:
     with _edit(path) as f:
         group = f.create_group("update_types/ia3")
@@ -1141,6 +1281,74 @@ def build_MD513_corrupt_object_header(path) -> None:
         fh.write(b"XXXX")
 
 
+def _corrupt_message(path, obj: str, message_type: int, at: int, value: int | bytes) -> None:
+    """Byte ``at`` of the body of the first message of type ``message_type`` in the (version 2) object header
+    of ``obj`` set to ``value`` (or the bytes from ``at`` to ``value``), its checksum made valid again: the
+    library decodes the message as changed."""
+    from tests.fuzz import hdf5bytes
+
+    with h5py.File(path, "r") as f:
+        address = h5py.h5o.get_info(f[obj].id).addr
+    data = bytearray(open(path, "rb").read())
+    layout = hdf5bytes.scan(data)
+    block = next(b for b in layout.blocks if b.start == address)
+    message = next(m for m in block.messages if m.type == message_type)
+    if isinstance(value, bytes):
+        data[message.body + at:message.body + at + len(value)] = value
+    else:
+        data[message.body + at] = value
+    hdf5bytes.fix_checksums(data, layout)
+    open(path, "wb").write(bytes(data))
+
+
+def build_MD509_contiguous_storage_past_the_end(path) -> None:
+    """`xor` is contiguous and its layout message records a storage size of 2^40 bytes, more than it declares
+    (32) and past the end of the file: the storage must end within the file (§8.3), not only its declared
+    bytes."""
+    _write(path)  # a dataset this small is stored contiguously
+    _corrupt_message(path, "parameters/w/xor", 0x08, 2 + 8, (1 << 40).to_bytes(8, "little"))
+
+
+def build_MD513_attribute_name_length_wrong(path) -> None:
+    """The attribute message of `/parameters/w`'s `update` records a name of 8 bytes for "update" and its NUL (7):
+    the attribute cannot be read (MD513) — not even its name, so the group has no `update` it knows of (MD400);
+    the object still counts one attribute, which a reader that lists only what it can read must notice."""
+    _write(path)
+    _corrupt_message(path, "parameters/w", 0x0C, 2, 8)
+
+
+def build_MD513_dense_attribute_index_of_another_type(path) -> None:
+    """The root's 12 attributes are stored densely; the type byte of their name index (a v2 B-tree header) says 0,
+    not 8 (attribute names): libhdf5 2.0 then runs another tree class's callbacks and crashes, so a reader checks
+    the header first (§8.1) — the root's attributes cannot be read, the root is refused: MD513 alone."""
+    from tests.fuzz import hdf5bytes
+
+    with _edit(path) as f:
+        for i in range(9):
+            write_string(f, f"note{i}", "x")
+    data = bytearray(open(path, "rb").read())
+    layout = hdf5bytes.scan(data)
+    headers = [b for b in layout.blocks if data[b.start:b.start + 4] == b"BTHD" and data[b.start + 5] == 8]
+    assert len(headers) == 1, "expected one dense attribute storage"
+    data[headers[0].start + 5] = 0
+    hdf5bytes.fix_checksums(data, layout)
+    open(path, "wb").write(bytes(data))
+
+
+def build_MD513_group_info_unreadable(path) -> None:
+    """`/parameters/w`'s group info message (0x0A) has version 0x80: the group cannot be read (listing its links
+    decodes it), so it is refused whole — neither its attributes nor its members are looked at (§12.1)."""
+    _write(path)
+    _corrupt_message(path, "parameters/w", 0x0A, 0, 0x80)
+
+
+def build_MD513_root_group_info_unreadable(path) -> None:
+    """The root group's group info message has version 0x80: the root is refused, so nothing of the file is read
+    as mdiff — not MD101, MD200 or MD300 (§12.1)."""
+    _write(path)
+    _corrupt_message(path, "/", 0x0A, 0, 0x80)
+
+
 def _write_chunk(path, data: bytes, **dataset_kwargs) -> None:
     """`big` replaced, its one chunk written raw (bypassing the filters)."""
     with _edit(path, {"big": mdiff.replace(BIG)}) as f:
@@ -1164,6 +1372,12 @@ def build_MD513_sparse_xor_corrupt_chunk(path) -> None:
         k = group["xor"].shape[0]
         ds = _replace_dataset(group, "xor", shape=(k,), dtype="<u4", chunks=(k,), compression="gzip", compression_opts=1)
         ds.id.write_direct_chunk((0,), bytes(range(256)) * 4)
+
+
+def build_MD513_unfiltered_chunk_too_long(path) -> None:
+    """A chunk of a dataset without filters that stores 4 bytes more than the chunk holds: it does not decode to
+    exactly its size (§8.3), though its storage is large enough (so not MD509)."""
+    _write_chunk(path, BIG.tobytes() + b"\0\0\0\0")
 
 
 def build_MD513_fletcher32_mismatch(path) -> None:
@@ -1215,6 +1429,13 @@ def build_MD514_dataset_alias(path) -> None:
 def build_MD514_link_to_root(path) -> None:
     with _edit(path) as f:
         f["parameters/w/up"] = f["/"]
+
+
+def build_MD514_link_to_root_at_object_limit(path) -> None:
+    """Limits(max_objects=8): the root, its 3 attributes, /parameters, /parameters/w, its `update` and `xor` make
+    8; the link `up` back to the root is refused (MD514) and counts for nothing — the root is one object, counted
+    once (§12.1 rule 2) — so the file is at the limit, not over it."""
+    build_MD514_link_to_root(path)
 
 
 def build_MD514_link_to_root_not_canonical(path) -> None:
@@ -1277,6 +1498,56 @@ def build_MD505_uint8_big_endian(path) -> None:
         dsid = h5py.h5d.create(group.id, b"value", h5py.h5t.STD_U8BE, h5py.h5s.create_simple((8,)), dcpl=_untimed_dcpl())
         dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, FLAGS_NEW.view(np.uint8), mtype=h5py.h5t.STD_U8LE)
         dsid.close()
+
+
+def _padded_value(path, base, pads) -> None:
+    """A float32 replace whose `value` datatype is ``base`` (32-bit) with the padding types ``pads`` (lsb, msb)."""
+    with _edit(path, {"w": mdiff.replace(W_NEW)}) as f:
+        group = f["parameters/w"]
+        del group["value"]
+        tid = base.copy()
+        tid.set_pad(*pads)
+        dsid = h5py.h5d.create(group.id, b"value", tid, h5py.h5s.create_simple(W_NEW.shape), dcpl=_untimed_dcpl())
+        dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, W_NEW, mtype=h5py.h5t.IEEE_F32LE)
+        dsid.close()
+
+
+def build_MD505_float_padding_ones(path) -> None:
+    """A float32 datatype whose most significant padding is "ones" (the bit field's bit 2): not the standard
+    binary32, whose padding types are all zero (§8.2: every field of the datatype is the standard one's)."""
+    _padded_value(path, h5py.h5t.IEEE_F32LE, (h5py.h5t.PAD_ZERO, h5py.h5t.PAD_ONE))
+
+
+def build_MD505_integer_padding_ones(path) -> None:
+    """A uint8 `value` (a bool replace) whose datatype records "ones" as its least significant padding."""
+    with _edit(path, {"flags": mdiff.replace(FLAGS_NEW)}) as f:
+        group = f["parameters/flags"]
+        del group["value"]
+        tid = h5py.h5t.STD_U8LE.copy()
+        tid.set_pad(h5py.h5t.PAD_ONE, h5py.h5t.PAD_ZERO)
+        dsid = h5py.h5d.create(group.id, b"value", tid, h5py.h5s.create_simple((8,)), dcpl=_untimed_dcpl())
+        dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, FLAGS_NEW.view(np.uint8), mtype=h5py.h5t.STD_U8LE)
+        dsid.close()
+
+
+def build_MD505_low_rank_A_refused(path) -> None:
+    """`A` stored big-endian (refused, §8.2) and `B` of shape [3, 4]: without `A` the rank r is unknown, so `B`'s
+    shape is not checked (§12.1 rule 5: the pair's shapes are checked together) — MD505 alone, not MD407."""
+    with _edit(path, {"w": _low_rank_update(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32))}) as f:
+        _replace_dataset(f["parameters/w"], "A", data=np.ones((2, 3), ">f4"))
+        _replace_dataset(f["parameters/w"], "B", data=np.ones((3, 4), "<f4"))
+
+
+def build_MD505_sparse_indices_refused(path) -> None:
+    """`indices` stored big-endian (refused, §8.2) next to a 2-D `xor`: the pair's shapes are checked together
+    (§12.1 rule 5), so `xor` is not MD407 — MD505 alone."""
+    new = W_NEW.copy()
+    new[0, 0] += 1
+    with _edit(path, {"w": mdiff.sparse(W, new)}) as f:
+        group = f["parameters/w"]
+        k = group["xor"].shape[0]
+        _replace_dataset(group, "indices", data=np.arange(k, dtype=">u8"))
+        _replace_dataset(group, "xor", data=np.zeros((k, 1), "<u4"))
 
 
 def build_MD505_float16_dataset(path) -> None:
@@ -1362,6 +1633,16 @@ def build_MD506_attribute_not_utf8(path) -> None:
 def build_MD506_dataset_attribute_numeric(path) -> None:
     with _edit(path) as f:
         f["parameters/w/xor"].attrs["scale"] = np.float32(1.0)
+
+
+def build_MD506_attribute_name_stray_continuation_byte(path) -> None:
+    """An attribute of `/parameters/w` named by the bytes 80 78: a lenient UTF-8 decoder makes another name of
+    them, which then names no attribute — still MD506 (§8.2), not MD513."""
+    with _edit(path) as f:
+        data = np.array(b"x", dtype=h5py.string_dtype("utf-8", 1))
+        tid = h5py.h5t.py_create(data.dtype, logical=True)
+        aid = h5py.h5a.create(f["parameters/w"].id, b"\x80x", tid, h5py.h5s.create(h5py.h5s.SCALAR))
+        aid.write(data)
 
 
 def build_MD506_attribute_name_not_utf8(path) -> None:
@@ -1610,6 +1891,7 @@ def build_valid_files_and_layout(path) -> None:
 
 # Limits a reader must use for a case (Limits field -> value); all other cases use the defaults.
 LIMITS: dict[str, dict[str, int]] = {
+    "link_to_root_at_object_limit": {"max_objects": 8},
     "rank_over_limit": {"max_rank": 1},
     "elements_over_limit": {"max_elements": 4},
     "bytes_over_limit": {"max_dataset_bytes": 16},
@@ -1625,6 +1907,12 @@ LIMITS: dict[str, dict[str, int]] = {
 # Every other code a case's file makes a validator report besides its own (SPEC.md §12.1), by case id;
 # a case breaks one rule unless it is listed here.
 ALSO_REPORTED: dict[str, tuple[str, ...]] = {
+    "function_soft_link": ("MD402",),
+    "update_type_soft_link_member": ("MD303",),
+    # §12.1 rule 3: an attribute whose name cannot be read is not known by it
+    "attribute_name_length_wrong": ("MD400",),
+    # §12.1 rule 4: MD304 is about a file group's name; its update is checked all the same
+    "file_path_unsafe_update_not_json": ("MD401",), "file_collides_with_broken_update": ("MD304",),
     # §7.8: a parameter whose embedded update type was refused has a type this reader does not implement
     **{case_id: ("MD402",) for case_id in (
         "definition_without_version", "function_not_onnx", "function_old_opset", "function_random_op",
@@ -1646,6 +1934,7 @@ DATA_LEVEL: frozenset[str] = frozenset({
     "replace_bool_2", "dense_bool_xor_2", "sparse_bool_xor_2",
     "replace_wrong_sha256", "replace_value_changed", "low_rank_A_sha256_wrong", "low_rank_B_changed",
     "corrupt_chunk", "sparse_xor_corrupt_chunk", "fletcher32_mismatch", "chunk_inflates_past_its_size",
+    "unfiltered_chunk_too_long",
     "layout_not_json", "layout_without_files", "layout_unsafe_path", "layout_tensor_twice", "layout_not_safetensors",
     "layout_path_inside_another",
 })

@@ -135,7 +135,7 @@ def test_an_isolated_child_reads_in_parallel_after_its_parent_did(tmp_path):
 
 
 REGRESSIONS = Path(__file__).parent / "fuzz" / "regressions"
-LIBHDF5_CRASH = REGRESSIONS / "crash-hdf5-btree2-header-type-0-null-deref.mdiff"  # an open libhdf5 2.0.0 bug
+LIBHDF5_CRASH = REGRESSIONS / "crash-hdf5-dense-links-iterate-seed9-task1462.mdiff"  # an open libhdf5 2.0.0 bug
 
 
 def test_open_with_isolation_turns_a_libhdf5_crash_into_md515():

@@ -547,7 +547,7 @@ def test_a_remote_commit_that_crashes_libhdf5_is_a_typed_error_and_changes_nothi
     push(alice, "origin", "main")
     bob, _ = clone(str(origin), tmp_path / "bob")
     before = snapshot_of(bob)
-    crasher = (Path(__file__).parent / "fuzz" / "regressions" / "crash-hdf5-btree2-header-type-0-null-deref.mdiff").read_bytes()
+    crasher = (Path(__file__).parent / "fuzz" / "regressions" / "crash-hdf5-dense-links-iterate-seed9-task1462.mdiff").read_bytes()
     crasher_id = hashlib.sha256(crasher).hexdigest()
     remote = Repository(origin)
     remote.commit_path(crasher_id).write_bytes(crasher)

@@ -128,7 +128,8 @@ def _differential(args) -> int:
             tally = differential.run_functions(scratch, args.differential, args.seed, args.start, keep, progress)
         else:
             tally = differential.run(scratch, args.differential, args.seed, args.start, keep, progress,
-                                     embedded_only=args.embedded_only)
+                                     embedded_only=args.embedded_only,
+                                     deadline=started + 60 * args.minutes if args.minutes else None)
     except KeyboardInterrupt:  # stopped (Ctrl-C, kill): the files compared so far
         tally = latest
         print("stopped", flush=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from sys import intern
 from typing import Any
 
@@ -28,9 +29,34 @@ def _finite_float(token: str) -> float:
     return value
 
 
+MAX_DEPTH = 512  # §4.1: no value lies inside more than this many arrays and objects
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_VALUE_START = frozenset('[{"-0123456789tfnNI')
+
+
+def _check_depth(text: str) -> None:
+    """ValueError when a value lies inside more than MAX_DEPTH arrays and objects (§4.1)."""
+    depth = 0
+    for c in _STRING.sub('"', text):  # a string is one value; brackets inside it do not nest
+        if c in _VALUE_START and depth > MAX_DEPTH:
+            raise ValueError(f"JSON nested more than {MAX_DEPTH} levels deep")
+        if c == "[" or c == "{":
+            depth += 1
+        elif c == "]" or c == "}":
+            depth -= 1
+
+
+MAX_NUMBER = 4096  # §4.1: characters of one number token
+_LONG_NUMBER = re.compile(r"-?[0-9][0-9.eE+-]{%d,}" % MAX_NUMBER)
+
+
 def loads(text: str) -> Any:
-    """Strict JSON: NaN/Infinity, duplicate keys and nesting deeper than Python can parse are refused
-    with ValueError."""
+    """Strict JSON: NaN/Infinity, duplicate keys, a value inside more than 512 arrays and objects and a number of
+    more than 4096 characters are refused with ValueError."""
+    if text.count("[") + text.count("{") > MAX_DEPTH:  # only then can a value lie that deep
+        _check_depth(text)
+    if len(text) > MAX_NUMBER and _LONG_NUMBER.search(_STRING.sub('"', text)):
+        raise ValueError(f"a number of more than {MAX_NUMBER} characters")
 
     def no_duplicates(pairs):
         obj = {}

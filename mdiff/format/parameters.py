@@ -39,22 +39,23 @@ class Parameter:
 
 
 def parse_parameters(
-    inventory: Inventory, datasets: Datasets, types: Mapping[str, UpdateType] = REGISTRY, newer_minor: bool = False,
+    inventory: Inventory, datasets: Datasets, types: Mapping[str, UpdateType] = REGISTRY, minor: int = FORMAT_MINOR,
     limits: Limits = DEFAULT_LIMITS,
 ) -> tuple[dict[str, Parameter], list[Finding]]:
     """Every parameter group, its update checked against ``types`` (the registry and the file's own)
-    and its declared shape against ``limits`` (§8.3); with ``newer_minor``, unknown `update` members
-    are dropped (§3.3)."""
+    and its declared shape against ``limits`` (§8.3), for a file of version 1.``minor``: of a newer minor
+    version than this reader's, unknown `update` members are dropped; of an older one, members it did not
+    define yet are errors (§3.3)."""
     container = inventory.objects.get(PARAMETERS_PATH)
     if inventory.objects.refused(PARAMETERS_PATH):
         return {}, []  # present, refused under §8 (reported): not missing
     if container is None or container.kind != "group":
         return {}, [Finding("MD300", PARAMETERS_PATH, "the file has no `/parameters` group")]
-    return _parse_members(container, datasets, types, newer_minor, limits)
+    return _parse_members(container, datasets, types, minor, limits)
 
 
 def parse_files(
-    inventory: Inventory, datasets: Datasets, newer_minor: bool = False, limits: Limits = DEFAULT_LIMITS,
+    inventory: Inventory, datasets: Datasets, minor: int = FORMAT_MINOR, limits: Limits = DEFAULT_LIMITS,
 ) -> tuple[dict[str, Parameter], list[Finding]]:
     """Every file group of ``/files`` (§5.5), by path: paths checked (MD304), updates restricted to
     `replace`/`delete` of a `uint8` vector (MD305). Empty when the file has no `/files`."""
@@ -63,15 +64,12 @@ def parse_files(
         return {}, []
     if container.kind != "group":
         return {}, [Finding("MD305", FILES_PATH, "`/files` must be a group of file groups")]
-    files, findings = _parse_members(container, datasets, FILE_TYPES, newer_minor, limits, is_file=True)
-    for path, other, why in collisions(files):
-        findings.append(Finding("MD304", f"{FILES_PATH}/{encode_name(path)}", f"path {path!r} and path {other!r}: {why}"))
-        files.pop(path, None)
+    files, findings = _parse_members(container, datasets, FILE_TYPES, minor, limits, is_file=True)
     return files, findings
 
 
 def parse_layout(
-    inventory: Inventory, datasets: Datasets, newer_minor: bool = False, limits: Limits = DEFAULT_LIMITS,
+    inventory: Inventory, datasets: Datasets, minor: int = FORMAT_MINOR, limits: Limits = DEFAULT_LIMITS,
 ) -> tuple[Parameter | None, list[Finding]]:
     """The ``/layout`` update (§5.6), or None when the file has none (or it is refused). Its JSON is
     data, checked when read (layout.parse, MD307)."""
@@ -81,24 +79,33 @@ def parse_layout(
     if info.kind != "group":
         return None, [Finding("MD305", LAYOUT_PATH, "`/layout` must be a group holding an update")]
     findings: list[Finding] = []
-    entry = _parse_one(LAYOUT_GROUP, LAYOUT_PATH, info, datasets, findings, FILE_TYPES, newer_minor, limits, is_file=True)
+    entry = _parse_one(LAYOUT_GROUP, LAYOUT_PATH, info, datasets, findings, FILE_TYPES, minor, limits, is_file=True)
     return entry, findings
 
 
-def _parse_members(container: ObjectInfo, datasets: Datasets, types: Mapping[str, UpdateType], newer_minor: bool,
+def _parse_members(container: ObjectInfo, datasets: Datasets, types: Mapping[str, UpdateType], minor: int,
                    limits: Limits, is_file: bool = False) -> tuple[dict[str, Parameter], list[Finding]]:
     findings = _container_findings(container)
     entries: dict[str, Parameter] = {}
     prefix = container.path
+    safe_paths: list[str] = []  # §5.5: the paths compared for collisions, whatever their groups' updates
     for link, info in container.children.items():
         if info.kind == "refused":  # reported once, under §8: not decoded, not checked (SPEC §12.1)
             continue
-        name = _member_name(prefix, link, findings, is_file)
+        name = _member_name(prefix, link, findings)
         if name is None:
             continue
-        entry = _parse_member(name, f"{prefix}/{link}", info, datasets, findings, types, newer_minor, limits, is_file)
+        if is_file and info.kind == "group":
+            problem = path_problem(name)
+            if problem:  # a finding about the name: the group's update is still checked (§12.1 rule 4)
+                findings.append(Finding("MD304", f"{prefix}/{link}", f"file path {name!r}: {problem}"))
+            else:
+                safe_paths.append(name)
+        entry = _parse_member(name, f"{prefix}/{link}", info, datasets, findings, types, minor, limits, is_file)
         if entry is not None:
             entries[name] = entry
+    for path, other, why in collisions(safe_paths):
+        findings.append(Finding("MD304", f"{prefix}/{encode_name(path)}", f"path {path!r} and path {other!r}: {why}"))
     if not _in_utf8_order(entries):
         entries = dict(sorted(entries.items(), key=lambda kv: kv[0].encode("utf-8")))
     return entries, findings
@@ -108,29 +115,24 @@ def _container_findings(container: ObjectInfo) -> list[Finding]:
     return [Finding("MD303", container.path, f"unknown attribute {attr!r}") for attr in sorted(container.attrs)]
 
 
-def _member_name(prefix: str, link: str, findings: list[Finding], is_file: bool) -> str | None:
-    """The parameter name (or file path) a member's link name encodes, or None (reported)."""
+def _member_name(prefix: str, link: str, findings: list[Finding]) -> str | None:
+    """The parameter name (or file path) a member's link name encodes, or None (reported: MD302, and then
+    nothing else of the member is looked at, §12.1 rule 4)."""
     try:
-        name = decode_name(link)
+        return decode_name(link)
     except InvalidFileError as exc:
         findings.append(Finding("MD302", f"{prefix}/{link}", exc.message))
         return None
-    if is_file:
-        problem = path_problem(name)
-        if problem:
-            findings.append(Finding("MD304", f"{prefix}/{link}", f"file path {name!r}: {problem}"))
-            return None
-    return name
 
 
 def _parse_member(name: str, path: str, info: ObjectInfo, datasets: "Datasets", findings: list[Finding],
-                  types: Mapping[str, UpdateType], newer_minor: bool, limits: Limits, is_file: bool) -> Parameter | None:
+                  types: Mapping[str, UpdateType], minor: int, limits: Limits, is_file: bool) -> Parameter | None:
     if info.kind == "refused":  # refused by the structure walk, already reported
         return None
     if info.kind != "group":
         findings.append(Finding("MD301", path, f"a {'file' if is_file else 'parameter'} must be a group"))
         return None
-    return _parse_one(name, path, info, datasets, findings, types, newer_minor, limits, is_file)
+    return _parse_one(name, path, info, datasets, findings, types, minor, limits, is_file)
 
 
 class LazyParameters:
@@ -138,9 +140,9 @@ class LazyParameters:
     (structure.LazyWalk): their names at once, each parameter walked and checked when first asked for."""
 
     def __init__(self, inventory: Inventory, datasets: Datasets, walk, types: Mapping[str, UpdateType],
-                 newer_minor: bool, limits: Limits, minor: int = FORMAT_MINOR):
-        self._walk, self._types, self._newer_minor, self._limits = walk, types, newer_minor, limits
-        self._minor = minor  # the file's minor version: members a later one added are errors (§3.3)
+                 limits: Limits, minor: int = FORMAT_MINOR):
+        self._walk, self._types, self._limits = walk, types, limits
+        self._minor = minor  # the file's minor version (§3.3)
         self._datasets = datasets
         self.findings: list[Finding] = []  # of the container and the names; then of each member read
         self.links: dict[str, str] = {}  # parameter name -> link name, in UTF-8 order of the names
@@ -156,7 +158,7 @@ class LazyParameters:
         for link, member in container.children.items():
             if member.kind == "refused":  # reported once, under §8 (SPEC §12.1)
                 continue
-            name = _member_name(PARAMETERS_PATH, link, self.findings, is_file=False)
+            name = _member_name(PARAMETERS_PATH, link, self.findings)
             if name is not None:
                 self.links[name] = link
         if not _in_utf8_order(self.links):
@@ -175,25 +177,8 @@ class LazyParameters:
         if info is None:  # refused at its link when walked (reported)
             return None, findings
         entry = _parse_member(name, f"{PARAMETERS_PATH}/{link}", info, self._datasets, findings, self._types,
-                              self._newer_minor, self._limits, False)
-        if entry is not None and self._minor < FORMAT_MINOR:
-            problem = too_new_member(entry, self._minor)
-            if problem is not None:
-                return None, findings + [problem]
+                              self._minor, self._limits, False)
         return entry, findings
-
-
-def too_new_member(entry: Parameter, minor: int) -> Finding | None:
-    """For a file of version 1.``minor``: MD403 when the update is of a type's version a later minor
-    version defined (§3.3: version 2 of `dense` and `sparse` exists from 1.3); MD404 when it has
-    `base_sha256`, which exists from format version 1.2 (§7.1)."""
-    kind = entry.update.update_type
-    if kind.since_minor > minor:
-        return Finding("MD403", entry.path, f"{kind.name} version {kind.version} exists from format version "
-                                            f"1.{kind.since_minor}; this file says it is 1.{minor}")
-    if "base_sha256" not in entry.update.meta or minor >= BASE_SHA256_MINOR:
-        return None
-    return Finding("MD404", entry.path, f"`update` has `base_sha256`, which exists from format version 1.{BASE_SHA256_MINOR}")
 
 
 def _in_utf8_order(entries: Mapping[str, object]) -> bool:
@@ -208,7 +193,7 @@ def _in_utf8_order(entries: Mapping[str, object]) -> bool:
     return True
 
 
-def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Mapping[str, UpdateType], newer_minor: bool,
+def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Mapping[str, UpdateType], minor: int,
                 limits: Limits, is_file: bool = False):
     """The ``update`` attribute's JSON and its registered type, or (None, None)."""
     if text is None:
@@ -238,11 +223,21 @@ def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Map
     if isinstance(version, int) and not isinstance(version, bool) and version != kind.version:
         findings.append(Finding("MD403", path, f"{kind.name} version {meta.get('version')!r} is not supported (this reader knows {kind.version})"))
         return None, None
-    if newer_minor:
+    if kind.since_minor > minor:  # §3.3: version 2 of `dense` and `sparse` exists from 1.3
+        findings.append(Finding("MD403", path, f"{kind.name} version {kind.version} exists from format version "
+                                               f"1.{kind.since_minor}; this file says it is 1.{minor}"))
+        return None, None
+    if meta.get("dtype") == "bool" and kind.version == 2 and kind.name in ("dense", "sparse"):  # §7.3, §7.4
+        findings.append(Finding("MD403", path, f"a bool parameter's {kind.name} update is version 1 (XOR), not 2"))
+        return None, None  # a version, so checked before the schema (§12.1 rule 5)
+    if minor > FORMAT_MINOR:
         meta = {k: v for k, v in meta.items() if k in kind.schema["properties"]}
     errors = first_errors(kind.schema, meta)
     if errors:
         findings.append(Finding("MD404", path, f"`update` breaks the {kind.name} schema at {errors[0]}"))
+        return None, None
+    if "base_sha256" in meta and minor < BASE_SHA256_MINOR:  # §3.3: the member's schema is that of the file's version
+        findings.append(Finding("MD404", path, f"`update` has `base_sha256`, which exists from format version 1.{BASE_SHA256_MINOR}"))
         return None, None
     meta["shape"] = [int(d) for d in meta["shape"]]  # JSON Schema counts 2.0 as an integer
     if is_file and (meta["dtype"] != "uint8" or len(meta["shape"]) != 1):
@@ -251,22 +246,22 @@ def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Map
     return meta, kind
 
 
-def _parse_one(name, path, info: ObjectInfo, datasets: "Datasets", all_findings: list[Finding], types, newer_minor: bool,
+def _parse_one(name, path, info: ObjectInfo, datasets: "Datasets", all_findings: list[Finding], types, minor: int,
                limits: Limits, is_file: bool = False) -> Parameter | None:
     findings: list[Finding] = []  # this group's alone: whether it is sound is counted here
     try:
-        return _parse_group(name, path, info, datasets, findings, types, newer_minor, limits, is_file)
+        return _parse_group(name, path, info, datasets, findings, types, minor, limits, is_file)
     finally:
         all_findings += findings
 
 
-def _parse_group(name, path, info: ObjectInfo, datasets_of: "Datasets", findings: list[Finding], types, newer_minor: bool,
+def _parse_group(name, path, info: ObjectInfo, datasets_of: "Datasets", findings: list[Finding], types, minor: int,
                  limits: Limits, is_file: bool) -> Parameter | None:
     for attr in sorted(set(info.attrs) - {ATTR_UPDATE}):
         findings.append(Finding("MD303", path, f"unknown attribute {attr!r}"))
     if ATTR_UPDATE in info.refused_attrs:
         return None  # present but unusable: reported under §8.2
-    meta, kind = _parse_meta(path, info.attrs.get(ATTR_UPDATE), findings, types, newer_minor, limits, is_file)
+    meta, kind = _parse_meta(path, info.attrs.get(ATTR_UPDATE), findings, types, minor, limits, is_file)
     if meta is None:
         return None
     datasets: dict[str, ObjectInfo] = {}

@@ -15,11 +15,10 @@ import numpy as np
 
 from mdiff.errors import InvalidFileError
 from mdiff.format.commit import Commit
-from mdiff.format.constants import FORMAT_MINOR
 from mdiff.format.findings import Finding
 from mdiff.format.header import Header, parse_header
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
-from mdiff.format.parameters import too_new_member, PARAMETERS_PATH, Datasets, LazyParameters, Parameter, parse_files, parse_layout, parse_parameters
+from mdiff.format.parameters import PARAMETERS_PATH, Datasets, LazyParameters, Parameter, parse_files, parse_layout, parse_parameters
 from mdiff.format.safety_walk import WALK_CACHE_BYTES, Inventory, LazyWalk, inspect_structure, set_metadata_cache
 from mdiff.format.update_types import parse_update_types
 from mdiff.isolation import Isolation, IsolationFailure, shared_worker, task
@@ -196,40 +195,24 @@ def read_contents(f: h5py.File | None, file_size: int, limits: Limits, vetted: V
     if header is None:
         return Contents(None, {}, findings)
     embedded, type_findings = parse_update_types(inventory, datasets, limits)
-    newer_minor = header.version[1] > FORMAT_MINOR
     lazy_parameters = None
     parameters: dict[str, Parameter]
     if walk is not None:
-        lazy_parameters = LazyParameters(inventory, datasets, walk, {**REGISTRY, **embedded}, newer_minor, limits,
+        lazy_parameters = LazyParameters(inventory, datasets, walk, {**REGISTRY, **embedded}, limits,
                                          header.version[1])
         parameters, parameter_findings = {}, list(lazy_parameters.findings)
     else:
         parameters, parameter_findings = parse_parameters(
-            inventory, datasets, {**REGISTRY, **embedded}, newer_minor=newer_minor, limits=limits
+            inventory, datasets, {**REGISTRY, **embedded}, minor=header.version[1], limits=limits
         )
-        if header.version < (1, FORMAT_MINOR):
-            parameter_findings += _members_too_new(parameters, header.version[1])
     files: dict[str, Parameter] = {}
     layout: Parameter | None = None
     if header.version >= (1, 1):  # in a 1.0 file these groups are MD306 (header.py)
-        files, file_findings = parse_files(inventory, datasets, newer_minor, limits)
-        layout, layout_findings = parse_layout(inventory, datasets, newer_minor, limits)
+        files, file_findings = parse_files(inventory, datasets, header.version[1], limits)
+        layout, layout_findings = parse_layout(inventory, datasets, header.version[1], limits)
         parameter_findings += file_findings + layout_findings
     return Contents(header, parameters, findings + type_findings + parameter_findings, files, layout,
                     inventory if keep_inventory else None, walk_findings, lazy_parameters)
-
-
-def _members_too_new(parameters: dict[str, Parameter], minor: int) -> list[Finding]:
-    """MD404 for, and without, each parameter whose update has `base_sha256` in a file older than 1.2
-    (§3.3: the member's schema is that of the file's version); MD403 for each whose update is of a type's
-    version that a later minor version than the file's defined (version 2 of `dense`, `sparse`: 1.3)."""
-    findings = []
-    for name, parameter in list(parameters.items()):
-        problem = too_new_member(parameter, minor)
-        if problem is not None:
-            findings.append(problem)
-            del parameters[name]
-    return findings
 
 
 class DiffFile(Mapping[str, Update]):

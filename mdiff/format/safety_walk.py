@@ -23,6 +23,7 @@ import numpy as np
 from mdiff.format.attributes import read_string, string_attribute_size
 from mdiff.format.findings import Finding
 from mdiff.format.limits import MAX_DEFLATE_RATIO, Limits, shape_problem
+from mdiff.format.object_header import HeaderReader
 from mdiff.format.chunk_reader import Chunk, StoragePlan, coverage_problem, plan_for
 
 FILTER_DEFLATE, FILTER_SHUFFLE, FILTER_FLETCHER32 = 1, 2, 3
@@ -285,6 +286,14 @@ def metadata_cache(f: h5py.File, nbytes: int) -> Iterator[None]:
         set_metadata_cache(f, WALK_CACHE_BYTES)
 
 
+def _header_reader(f: h5py.File, file_size: int) -> HeaderReader | None:
+    try:
+        offset_size, length_size = f.id.get_create_plist().get_sizes()
+        return HeaderReader(f.id.get_vfd_handle(), file_size, f.id.get_create_plist().get_userblock(), offset_size, length_size)
+    except Exception:
+        return None
+
+
 class _Walk:
     def __init__(self, f: h5py.File, file_size: int, limits: Limits, deferred: frozenset[str] = frozenset()):
         self.file = f
@@ -295,6 +304,7 @@ class _Walk:
         self.findings: list[Finding] = []
         self.inventory = Inventory()
         self.seen_addresses: set[int] = set()
+        self.headers = _header_reader(f, file_size)
         self.count = 1  # the root group: §8.3 counts every object of the file and every attribute, in one total
         self.stopped = False  # a global limit was reached: nothing more is walked
 
@@ -306,10 +316,22 @@ class _Walk:
         the current path are held open (at most the depth limit): a group of many members costs a list of
         names, not an open HDF5 object each."""
         root = self.inventory.root
-        if not self._read_attributes(root, self.file.id):
+        try:
+            group = h5py.h5g.open(self.file.id, b"/")
+        except Exception as exc:  # a corrupt root object header: nothing of the file can be read (§12.1)
+            self.finding("MD513", root, f"the root group cannot be opened: {exc}")
+            root.kind = "refused"
+            return
+        try:
+            root_address = None if self.headers is None else self.headers.root_address()
+        except Exception:
+            root_address = None
+        links = self._open_group(root, self.file.id, None, group, root_address)
+        if links is _STOP:
             self.stopped = True
             return
-        self._descend([(root, self.file.id, iter(self._links(root, self.file.id)))])
+        if links is not None:
+            self._descend([(root, self.file.id, iter(links))])
 
     def _descend(self, stack: list) -> None:
         while stack:
@@ -318,40 +340,52 @@ class _Walk:
             if entry is None:
                 stack.pop()
                 continue
-            if self.count >= self.limits.max_objects:
-                self.finding("MD511", node, f"more than {self.limits.max_objects} objects")
-                self.stopped = True
-                return
             if id(node) in self.deferred_gids:
-                self._defer(node, *entry)
+                if self._defer(node, *entry) is _STOP:
+                    self.stopped = True
+                    return
                 continue
             child = self._visit(node, gid, *entry)
             if child is _STOP:
                 self.stopped = True
                 return
             if child is not None:
-                info, oid, attributes = child
-                if not self._read_attributes(info, oid, attributes):
+                info, oid, address = child
+                links = self._open_group(info, oid, None, address=address)
+                if links is _STOP:
                     self.stopped = True
                     return
+                if links is None:
+                    continue
                 if self.deferred and info.path in self.deferred:
                     self.deferred_gids[id(info)] = oid
-                stack.append((info, oid, iter(self._links(info, oid))))
+                stack.append((info, oid, iter(links)))
         self._check_total()
 
-    def _defer(self, parent: ObjectInfo, raw: bytes, link_type: int) -> None:
+    def _defer(self, parent: ObjectInfo, raw: bytes, link_type: int, address: int):
         """A member of a deferred group: its link checked (§8.1) and counted; the object left for expand()."""
         try:
             name = raw.decode("utf-8")
         except UnicodeDecodeError:
             self.finding("MD302", parent, f"link name {raw[:200]!r} is not UTF-8")
-            return
+            return None
         if link_type != h5py.h5l.TYPE_HARD:
             kind = {h5py.h5l.TYPE_SOFT: "soft", h5py.h5l.TYPE_EXTERNAL: "external"}.get(link_type, "user-defined")
             self.finding("MD500", parent, f"{kind} link; only hard links are allowed", name)
-            return
-        self.count += 1
+            return None
+        if not self._count_object(parent, name):
+            return _STOP
         parent.adopt(ObjectInfo(name, parent, "deferred"))
+        return None
+
+    def _count_object(self, parent: ObjectInfo, name: str) -> bool:
+        """Count an object the walk accepts (§8.3: the root, each group and dataset reached through a link that
+        passed §8.1 — once, however many links lead to it — and every attribute); False past the limit (MD511)."""
+        self.count += 1
+        if self.count > self.limits.max_objects:
+            self.finding("MD511", parent, f"more than {self.limits.max_objects} objects and attributes", name)
+            return False
+        return True
 
     def expand(self, node: ObjectInfo) -> list[Finding]:
         """Walk a deferred member and everything below it, with every check and limit of the full walk
@@ -369,25 +403,41 @@ class _Walk:
         if child is _STOP:
             self.stopped = True
         elif child is not None:
-            info, oid, attributes = child
-            if self._read_attributes(info, oid, attributes):
-                self._descend([(info, oid, iter(self._links(info, oid)))])
-            else:
+            info, oid, address = child
+            links = self._open_group(info, oid, None, address=address)
+            if links is _STOP:
                 self.stopped = True
+            elif links is not None:
+                self._descend([(info, oid, iter(links))])
         else:
             self._check_total()
         return self.findings[first:]
 
-    def _links(self, node: ObjectInfo, gid) -> list[tuple[bytes, int]]:
-        """(link name, link type) of each member, in name order; one libhdf5 iteration per group."""
-        links: list[tuple[bytes, int]] = []
+    def _open_group(self, info: ObjectInfo, gid, attributes: int | None, group=None, address: int | None = None):
+        """A group's links, read before its attributes: a group whose links cannot be read is an object
+        that cannot be read (§8.1, MD513), refused whole — its attributes and members unused (§12.1)
+        — and None; _STOP once its attributes are over a limit of the whole file (MD511)."""
+        links = self._links(info, gid, gid if group is None else group)
+        if links is None:
+            info.kind = "refused"
+            return None
+        if not self._read_attributes(info, gid, attributes, address):
+            return _STOP
+        return links
+
+    def _links(self, node: ObjectInfo, gid, group) -> list[tuple[bytes, int, int]] | None:
+        """(link name, link type, address) of each member, in name order; one libhdf5 iteration per group. None
+        when they cannot be read (reported: MD513) — the group's creation properties (its link info and
+        group info messages, which every HDF5 library decodes to list a group) included."""
+        links: list[tuple[bytes, int, int]] = []
         cap = self.limits.max_objects
 
         def collect(raw: bytes, info) -> int | None:
-            links.append((raw, info.type))
+            links.append((raw, info.type, info.u))  # u: a hard link's object header address
             return 1 if len(links) > cap else None  # past the object limit: reported by the caller
 
         try:
+            group.get_create_plist()
             # in the index's own order, sorted below: ITER_INC has libhdf5 build and sort a table of every
             # link first (0.8 s for 10^5 members, against 0.14 s)
             if gid.get_num_objs() > _MANY_LINKS:
@@ -397,11 +447,11 @@ class _Walk:
                 gid.links.iterate(collect, info=True, order=h5py.h5.ITER_NATIVE)
         except Exception as exc:  # a corrupt group B-tree or heap
             self.finding("MD513", node, f"the group's links cannot be read: {exc}")
-            return []
+            return None
         links.sort()
         return links
 
-    def _visit(self, parent: ObjectInfo, gid, raw: bytes, link_type: int):
+    def _visit(self, parent: ObjectInfo, gid, raw: bytes, link_type: int, address: int | None = None):
         try:
             name = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -417,24 +467,34 @@ class _Walk:
             return _STOP
         try:
             oid = h5py.h5o.open(gid, raw)
-            oinfo = h5py.h5o.get_info(oid)
+            kind = h5py.h5i.get_type(oid)
+            if address is None:
+                address = gid.links.get_info(raw).u
         except Exception as exc:
             self.finding("MD513", parent, f"the object cannot be opened: {exc}", name)
             parent.adopt(ObjectInfo(name, parent, "refused"))
             return None
-        self.count += 1
-        if oinfo.addr in self.seen_addresses or oinfo.rc != 1:  # §8.1: refused at every link (its count is 2)
+        count = 1
+        if address not in self.seen_addresses:
+            try:
+                count = self._link_count(oid, address)
+            except Exception as exc:
+                self.finding("MD513", parent, f"the object header cannot be read: {exc}", name)
+                parent.adopt(ObjectInfo(name, parent, "refused"))
+                return None
+        if address in self.seen_addresses or count != 1:  # §8.1: refused at every link (its count is 2)
             self.finding("MD514", parent, "the object has more than one link to it", name)
             parent.adopt(ObjectInfo(name, parent, "refused"))
             return None
-        self.seen_addresses.add(oinfo.addr)
-        kind = oinfo.type
-        if kind == h5py.h5o.TYPE_GROUP:
+        self.seen_addresses.add(address)
+        if kind in (h5py.h5i.GROUP, h5py.h5i.DATASET) and not self._count_object(parent, name):
+            return _STOP
+        if kind == h5py.h5i.GROUP:
             info = parent.adopt(ObjectInfo(name, parent, "group"))
-            return (info, oid, oinfo.num_attrs)
-        if kind == h5py.h5o.TYPE_DATASET:
+            return (info, oid, address)
+        if kind == h5py.h5i.DATASET:
             info = parent.adopt(ObjectInfo(name, parent, "dataset"))
-            if self._read_attributes(info, oid, oinfo.num_attrs):
+            if self._read_attributes(info, oid, None, address):
                 info.dataset = self._check_dataset(info, oid)
                 if info.dataset is None:  # refused (reported): present, but no other rule looks at it
                     info.kind = "refused"
@@ -443,10 +503,19 @@ class _Walk:
         self.finding("MD501", parent, "a committed datatype; only groups and datasets are allowed", name)
         return None
 
-    def _read_attributes(self, info: ObjectInfo, oid, n: int | None = None) -> bool:
+    def _link_count(self, oid, address: int) -> int:
+        """The object header's link count (§8.1), read from its bytes (object_header.py says why)."""
+        if self.headers is None:  # a file driver without a descriptor: libhdf5's count
+            return h5py.h5o.get_info(oid).rc
+        return self.headers.link_count(address)
+
+    def _read_attributes(self, info: ObjectInfo, oid, n: int | None = None, address: int | None = None) -> bool:
         """Record well-formed attributes (``n`` of them: the object header's count, when the caller has it);
-        False once the attribute count is over the object limit."""
+        False once the attribute count is over the object limit. The header at ``address`` is read first
+        (object_header.py): a dense storage libhdf5 would crash on cannot be read (§8.1)."""
         try:
+            if address is not None and self.headers is not None:
+                self.headers.attribute_count(address)
             if n is None:
                 n = h5py.h5a.get_num_attrs(oid)
         except Exception as exc:
@@ -569,8 +638,11 @@ class _Walk:
         if layout == h5py.h5d.CONTIGUOUS:
             offset = did.get_offset()
             stored = did.get_storage_size()
-            if offset is None or stored < nbytes or offset + nbytes > self.file_size:
-                self.finding("MD509", info, f"declares {nbytes} bytes; {stored} are stored within the file")
+            if offset is None or stored < nbytes:
+                self.finding("MD509", info, f"declares {nbytes} bytes; {stored if offset is not None else 0} are stored")
+                return False
+            if offset + stored > self.file_size:  # all the storage, as allocated, not only the declared bytes
+                self.finding("MD509", info, f"its storage ({stored} bytes at {offset}) does not end within the file")
                 return False
             return plan_for(shape, dtype.itemsize, contiguous_offset=offset), int(stored)
         chunk = dcpl.get_chunk()

@@ -60,11 +60,14 @@ def _check_layout(meta, actual) -> Iterator[Problem]:
     dt = Update(meta, {}).dtype
     if not dt.is_float or len(meta["shape"]) == 0:
         return
+    c = compute_dtype(dt)
+    if not ("A" in actual and "B" in actual):  # §7.5: their shapes are checked together, or not at all
+        yield from expect_datasets({"A": ((), c), "B": ((), c)}, actual, shapes=False)
+        return
     m, n = matrix_shape(meta["shape"])
-    r = actual["A"][0][1] if "A" in actual and len(actual["A"][0]) == 2 else 1
+    r = actual["A"][0][1] if len(actual["A"][0]) == 2 else 1
     if not 1 <= r <= max(1, min(m, n)):
         yield ("MD407", "A", f"rank {r} is not between 1 and min(m, n) = {min(m, n)}")
-    c = compute_dtype(dt)
     yield from expect_datasets({"A": ((m, r), c), "B": ((r, n), c)}, actual)
 
 

@@ -104,8 +104,9 @@ def _type(version: int) -> UpdateType:
 
     def check_layout(meta, actual) -> Iterator[Problem]:
         dt = Update(meta, {}).dtype
-        yield from expect_datasets({position_key: (None, INDEX_DTYPE), key: (None, dt.bits)}, actual)
-        if position_key in actual and key in actual:
+        both = position_key in actual and key in actual  # §7.4: their shapes are checked together, or not at all
+        yield from expect_datasets({position_key: (None, INDEX_DTYPE), key: (None, dt.bits)}, actual, shapes=both)
+        if both:
             n_idx, n_values = actual[position_key][0], actual[key][0]
             if n_idx != n_values:
                 yield ("MD407", key, f"{list(n_values)} values for {list(n_idx)} {position_key}")

@@ -154,6 +154,11 @@ def _embedded(path: Path) -> None:
     ia3.write(path, base, scales, COMMIT)
 
 
+# Rule cases that crash libhdf5 itself when it reads them (the mutator reads its seeds and donors with
+# h5py in the fuzzing process): the reference's walk refuses them before libhdf5 reads the damage (§8.1)
+NOT_SEEDS = frozenset({"dense_attribute_index_of_another_type"})
+
+
 def build_seeds(directory) -> list[dict]:
     """Write every seed into ``directory``; returns the manifest: [{name, path, limits}]."""
     directory = Path(directory)
@@ -161,6 +166,8 @@ def build_seeds(directory) -> list[dict]:
     inv = _invalid_files()
     manifest = []
     for code, case_id, builder in inv.CASES:
+        if case_id in NOT_SEEDS:
+            continue
         name = f"inv_{code}_{case_id}"
         path = directory / f"{name}.mdiff"
         builder(path)

@@ -130,6 +130,8 @@ def _verdicts(cmd: list[str], paths: list[str], timeout: float) -> dict[str, Ver
     try:
         p = subprocess.run(cmd + paths, capture_output=True, text=True, timeout=timeout)
         reports = {r["file"]: r for r in _parse_many(p.stdout)}
+        if len(paths) > 1 and any(path not in reports for path in paths):
+            raise ValueError("reports missing")  # the process died mid-batch (the reference prints at the end)
     except (subprocess.TimeoutExpired, ValueError, KeyError, IndexError):
         if len(paths) == 1:
             return {paths[0]: Verdict(None, frozenset(), " (no report)")}
@@ -169,10 +171,47 @@ def make_file(manifest: dict[str, dict], donors: list[Path], task: dict, out: Pa
         return [f"mutation failed: {type(exc).__name__}: {exc}"[:200]]
 
 
+class _Maker:
+    """make_file in a child process: the mutator reads mutated files with libhdf5, which a file can crash; the
+    child is replaced then, and the task's seed is compared unmutated (its ops say so)."""
+
+    def __init__(self):
+        self.pool = None
+
+    def make(self, manifest: dict[str, dict], donors: list[Path], task: dict, out: Path) -> list[str]:
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
+        if self.pool is None:
+            self.pool = ProcessPoolExecutor(1)
+        try:
+            return self.pool.submit(make_file, manifest, donors, task, out).result(timeout=300)
+        except (BrokenProcessPool, TimeoutError) as exc:
+            self.close()
+            out.write_bytes(Path(manifest[task["seed"]]["path"]).read_bytes())
+            return [f"mutation died ({type(exc).__name__}): the seed unmutated"]
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool = None
+
+
+def _both(paths: list[str], limits: dict | None) -> tuple[dict[str, Verdict], dict[str, Verdict]]:
+    """The reference's and mdiff-js's verdicts, the two command lines run side by side (one core each)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        js = pool.submit(mdiff_js, paths, limits)
+        return reference(paths, limits), js.result()
+
+
 def run(workdir: Path, count: int, seed: int, start: int = 0, keep: Path | None = None,
-        progress: Callable[[Tally], None] | None = None, embedded_only: bool = False) -> Tally:
+        progress: Callable[[Tally], None] | None = None, embedded_only: bool = False,
+        deadline: float | None = None) -> Tally:
     """Make ``count`` files (tasks start … start + count of master seed ``seed``) and compare.
-    ``embedded_only``: only the tasks whose seed defines an embedded update type (§7.8)."""
+    ``embedded_only``: only the tasks whose seed defines an embedded update type (§7.8); ``deadline``
+    (time.monotonic()): stop after the batch that passes it."""
     manifest_path = harness.prepare(workdir)
     seeds = json.loads(manifest_path.read_text())
     manifest = {s["name"]: s for s in seeds}
@@ -183,17 +222,30 @@ def run(workdir: Path, count: int, seed: int, start: int = 0, keep: Path | None 
     if embedded_only:
         seeds = [s for s in seeds if harness.onnx_seed(s["name"])]
     tasks = list(harness.make_tasks(seeds, seed, count, start))
+    maker = _Maker()
+    try:
+        _compare_batches(tasks, manifest, donors, files, tally, keep, progress, deadline, maker)
+    finally:
+        maker.close()
+    return tally
+
+
+def _compare_batches(tasks, manifest, donors, files, tally, keep, progress, deadline, maker) -> None:
+    import time
+
     for i in range(0, len(tasks), BATCH):
+        if deadline is not None and time.monotonic() > deadline:
+            break
         batch = tasks[i:i + BATCH]
         groups: dict[str, list[tuple[str, dict]]] = {}
         for task in batch:
             path = files / f"{task['id']}.mdiff"
-            task = dict(task, ops=make_file(manifest, donors, task, path))
+            task = dict(task, ops=maker.make(manifest, donors, task, path))
             groups.setdefault(json.dumps(task["limits"], sort_keys=True), []).append((str(path), task))
         for key, members in groups.items():
             limits = json.loads(key)
             paths = [p for p, _ in members]
-            ref, js = reference(paths, limits), mdiff_js(paths, limits)
+            ref, js = _both(paths, limits)
             for path, task in members:
                 cls = tally.add(path, ref[path], js[path], task)
                 if cls and keep is not None:
@@ -205,7 +257,6 @@ def run(workdir: Path, count: int, seed: int, start: int = 0, keep: Path | None 
                 Path(path).unlink()
         if progress:
             progress(tally)
-    return tally
 
 
 def harness_slug(text: str) -> str:

@@ -25,18 +25,16 @@ class KnownBug:
 
 KNOWN: list[KnownBug] = [
     KnownBug(
-        "hdf5-btree2-type-confusion",
-        ("crash-hdf5-btree2-header-type-0-null-deref.mdiff", "fuzz-hdf5-btree2-type-dense-attributes.mdiff"),
-        "libhdf5 2.0.0 builds a v2 B-tree header with the callbacks of whatever class its type byte names "
-        "(0-2: the test and fractal-heap classes) before checking that the class is the one the caller "
-        "expects, and passes them the caller's context: H5B2__hdr_init -> H5B2__test_crt_context -> "
-        "H5F_sizeof_size(NULL), SIGSEGV, when mdiff counts the attributes of an object that stores them densely",
-        r"^CRASH \S+ SIG(SEGV|BUS) at mdiff/format/safety_walk\.py:_read_attributes",
+        "hdf5-dense-links-iterate",
+        ("crash-hdf5-dense-links-iterate-seed9-task1462.mdiff",),
+        "a group of 60 densely stored links with two flipped bits in its link storage: libhdf5 2.0.0 crashes "
+        "(SIGSEGV) while the walk lists the group's links (H5Literate2 in the index's own order); h5wasm, the "
+        "same library in WebAssembly, reads garbage there and reports MD513. Found by the differential run, seed 9",
+        r"^CRASH \S+ SIG(SEGV|BUS) at mdiff/format/safety_walk\.py:_links",
     ),
     KnownBug(
         "hdf5-btree2-header-fields",
-        ("crash-hdf5-btree2-record-size-0-sigfpe.mdiff", "fuzz-hdf5-btree2-record-size-0.mdiff",
-         "fuzz-hdf5-btree2-2gib-node-sigfpe-8gib.mdiff", "fuzz-sigsegv-h5o-open-only-after-earlier-files.mdiff"),
+        ("fuzz-hdf5-btree2-2gib-node-sigfpe-8gib.mdiff",),
         "libhdf5 2.0.0 trusts a v2 B-tree header's fields: it divides by the record size without checking "
         "it is not 0, and allocates a node buffer of the header's node size (up to 4 GiB; 2 GiB for a "
         "400 KB file) whose unread contents it then uses (H5B2__hdr_init): SIGFPE/SIGSEGV when mdiff asks "
@@ -51,6 +49,28 @@ KNOWN: list[KnownBug] = [
 # Fixed since they were found (commit 0c759c5, "Fixes from fuzzing"; the last two after e05ab5c): their
 # regression files are now ordinary tests that must end typed; the CI run no longer skips their signatures.
 FIXED: list[KnownBug] = [
+    KnownBug(
+        "hdf5-btree2-type-confusion",
+        ("crash-hdf5-btree2-header-type-0-null-deref.mdiff", "fuzz-hdf5-btree2-type-dense-attributes.mdiff"),
+        "libhdf5 2.0.0 builds a v2 B-tree header with the callbacks of whatever class its type byte names "
+        "(0-2: the test and fractal-heap classes) before checking that the class is the one the caller "
+        "expects, and passes them the caller's context: H5B2__hdr_init -> H5B2__test_crt_context -> "
+        "H5F_sizeof_size(NULL), SIGSEGV, when mdiff counts the attributes of an object that stores them densely. Fixed: the walk reads the "
+        "dense storage's name index header itself first and refuses (MD513) one that is not a B-tree of attribute "
+        "names (type 8) with records above 0 bytes and nodes of 64 B to 64 KiB (format/object_header.py, §8.1)",
+        r"^CRASH \S+ SIG(SEGV|BUS) at mdiff/format/safety_walk\.py:_read_attributes",
+    ),
+    KnownBug(
+        "hdf5-btree2-record-size-0",
+        ("crash-hdf5-btree2-record-size-0-sigfpe.mdiff", "fuzz-hdf5-btree2-record-size-0.mdiff",
+         "fuzz-sigsegv-h5o-open-only-after-earlier-files.mdiff"),
+        "libhdf5 2.0.0 divides by a v2 B-tree header's record size without checking it is not 0, and a node size "
+        "of 0 fails an allocation whose error path corrupts the heap (H5B2__hdr_init): SIGFPE, or a crash later, "
+        "when mdiff counted the attributes of an object that stores them densely. Fixed with the one above: the "
+        "walk reads the name index's header itself first (format/object_header.py, §8.1). The 2 GiB node of "
+        "fuzz-hdf5-btree2-2gib-node-sigfpe-8gib is not in that index and stays open",
+        r"^CRASH \S+ SIGFPE at mdiff/format/safety_walk\.py:_read_attributes",
+    ),
     KnownBug(
         "hdf5-fletcher32-short-chunk",
         ("crash-hdf5-fletcher32-chunk-of-1-byte.mdiff", "fuzz-hdf5-fletcher32-short-chunk-function.mdiff"),
@@ -156,11 +176,6 @@ FIXED: list[KnownBug] = [
 # Inputs of an open bug whose outcome is not deterministic (a small heap overflow crashes or not,
 # depending on the heap's layout): their tests are xfail(strict=False).
 FLAKY: dict[str, str] = {
-    "fuzz-sigsegv-h5o-open-only-after-earlier-files.mdiff":
-        "BUG hdf5-btree2-header-fields, flaky: the attribute-name B-tree of /parameters has node size 0; the "
-        "open ends typed (MD513, an allocation fails under the 2 GiB limit) and libhdf5's error path leaves the "
-        "heap corrupt ('double free or corruption' at exit in 40 of 40 plain runs; a worker crash in 1 of 30 "
-        "replays, 2026-12-03). The CI run of f3dbaed failed on it",
 }
 
 

@@ -263,6 +263,40 @@ export class RawFile {
     return c.u32();
   }
 
+  // How many attributes the object whose header is at `addr` has, as an HDF5 library counts them: its
+  // attribute messages (compact storage) and the records of its dense storage's name index (a v2 B-tree
+  // whose header holds the total). A library that then lists fewer could not read some (SPEC §8.1).
+  attributeCount(addr, where) {
+    let count = 0;
+    for (const m of this.readObjectHeader(addr, where)) {
+      if (m.type === 0x0c) count++;
+      else if (m.type === 0x15) {
+        const c = new Cursor(this, m.data, 0, where);
+        c.u8(); // version
+        const flags = c.u8();
+        if (flags & 1) c.u16(); // maximum creation index
+        const heap = c.addr();
+        const names = c.addr();
+        if (heap === UNDEF || names === UNDEF) continue;
+        // SPEC §8.1: a version 2 B-tree of attribute names (type 8), records above 0 bytes, nodes of 64 B to 64 KiB
+        const h = new Cursor(this, this.read(names, 18 + this.O + this.L, where), 0, where);
+        if (h.bytes(4).toString("latin1") !== "BTHD" || h.u8() !== 0 || h.u8() !== 8) {
+          throw new RawError(`${where}: the dense attribute storage's name index is not a version 2 B-tree of attribute names`);
+        }
+        const nodeSize = h.u32();
+        const recordSize = h.u16();
+        if (recordSize === 0 || nodeSize < 64 || nodeSize > 65536) {
+          throw new RawError(`${where}: the attribute name index has records of ${recordSize} bytes in nodes of ${nodeSize}`);
+        }
+        h.skip(2 + 1 + 1); // depth, split and merge percents
+        h.addr(); // root node
+        h.u16(); // records in the root node
+        count += h.len();
+      }
+    }
+    return count;
+  }
+
   // Facts about the dataset whose object header is at `addr`.
   datasetInfo(addr, where) {
     const msgs = this.readObjectHeader(addr, where);
@@ -374,6 +408,7 @@ export class RawFile {
     const nNeeded = need.reduce((a, b) => a * b, 1);
     const problems = [];
     let stored = 0;
+    this.indexed = 0; // every chunk of the index, as libhdf5 counts them (H5Dget_num_chunks)
     const sizeOk = (s) => (deflate ? chunkBytes <= 1100 * s : chunkBytes <= s);
     // §8.2: a chunk whose filter mask skips a filter is MD504 (reported with an "MD504:" prefix); it
     // counts as stored, as libhdf5's chunk count does
@@ -397,10 +432,12 @@ export class RawFile {
     if (L.index === "single") {
       if (nNeeded > 1) return [`a single-chunk index for ${nNeeded} chunks`];
       const s = L.flags & 0x02 ? L.filteredSize : chunkBytes;
+      if (L.address !== UNDEF) this.indexed = 1;
       if (checkOne(L.address, s, "the chunk", L.flags & 0x02 ? L.filterMask : 0)) stored = 1;
     } else if (L.index === "implicit") {
       const grid = (maxshape || shape).map((d, i) => Math.ceil(d / chunk[i]));
       const n = grid.reduce((a, b) => a * b, 1);
+      if (L.address !== UNDEF) this.indexed = nNeeded;
       if (L.address !== UNDEF && this.within(L.address, n * chunkBytes)) stored = nNeeded;
       else problems.push("the implicit chunk storage is not allocated within the file");
     } else if (L.index === "farray") {
@@ -411,6 +448,9 @@ export class RawFile {
     } else {
       return [`chunk index type '${L.index}' (a dataset with unlimited dimensions) cannot be verified by this reader`];
     }
+    // SPEC §12.1 rule 3: an index that holds another number of chunks than the grid has places is MD509
+    // before any chunk's filter mask is looked at (MD504)
+    if (this.indexed !== nNeeded) problems.unshift(`COUNT:${this.indexed} chunks are stored for ${nNeeded} places of the chunk grid`);
     if (stored < nNeeded && problems.length === 0) problems.push(`${stored} of ${nNeeded} chunks are stored`);
     else if (stored < nNeeded) problems.push(`${stored} of ${nNeeded} chunks are stored within the file`);
     return problems;
@@ -460,6 +500,7 @@ export class RawFile {
         coord[d] = r % grid[d];
         r = Math.floor(r / grid[d]);
       }
+      if (addr !== UNDEF) this.indexed++;
       const needed = coord.every((x, d) => x < need[d]);
       if (!needed) return;
       if (checkOne(addr, clientId === 1 ? s : chunkBytes, `chunk ${i}`, mask)) stored++;
@@ -520,7 +561,13 @@ export class RawFile {
           if (offs[d] % chunk[d] !== 0 || offs[d] >= shape[d]) ok = false;
           lin = lin * need[d] + Math.floor(offs[d] / chunk[d]);
         }
-        if (!ok) continue; // a chunk outside the dataset's extent holds nothing we need
+        if (child !== UNDEF) this.indexed++; // every chunk of the index, as libhdf5 counts them (H5Dget_num_chunks)
+        if (!ok) {
+          // its filter mask is looked at as every chunk's is (MD504 before the rest of §8.3, SPEC §12.1 rule 3)
+          if (mask) problems.push(`MD504:a chunk at [${offs.slice(0, rank).join(", ")}] skips some of the dataset's filters (mask ${mask})`);
+          problems.push(`a chunk at [${offs.slice(0, rank).join(", ")}] lies off the chunk grid or outside the dataset`);
+          continue;
+        }
         if (seenChunks.has(lin)) {
           problems.push(`chunk ${lin} is listed twice`);
           continue;
@@ -567,6 +614,7 @@ export function datatypeProblem(t) {
     if (![1, 2, 4, 8].includes(t.size)) return `an integer of ${t.size} bytes`;
     if (!t.littleEndian && t.size > 1) return "a big-endian integer";
     if (t.offset !== 0 || t.precision !== 8 * t.size) return `an integer with bit offset ${t.offset} and precision ${t.precision}`;
+    if (t.bits & 0x06) return "an integer whose padding is not zeros"; // bits 1-2: the lsb and msb padding types
     return null;
   }
   if (t.cls === 1) {
@@ -578,6 +626,7 @@ export function datatypeProblem(t) {
     if (!t.littleEndian) return "a float that is not little-endian";
     for (const [k, v] of Object.entries(std)) if (t[k] !== v) return `a float with non-standard ${k} ${t[k]}`;
     if (t.offset !== 0 || t.norm !== 2) return "a float with a non-standard bit offset or mantissa normalisation";
+    if (t.bits & 0x0e) return "a float whose padding is not zeros"; // bits 1-3: the lsb, msb and internal padding types
     return null;
   }
   return `datatype class ${t.cls}`;

@@ -56,6 +56,9 @@ export class H5File {
 
   // "hard" | "soft" | "external" | "user"
   linkKind(path) {
+    // the link itself first (it throws when no link has this name): a dangling soft link names no object
+    const soft = wrap(() => Module.get_symbolic_link(this.id, path));
+    if (soft !== null && soft !== undefined) return "soft";
     const t = wrap(() => Module.get_type(this.id, path));
     if (t === Module.H5G_UDLINK) {
       const ext = wrap(() => Module.get_external_link(this.id, path));

@@ -7,6 +7,7 @@
 export class JSONError extends Error {}
 
 const WS = new Set([0x20, 0x09, 0x0a, 0x0d]);
+const MAX_NUMBER = 4096; // characters of one number token (SPEC.md §4.1)
 
 export function parseStrict(text) {
   let i = 0;
@@ -127,8 +128,9 @@ export function parseStrict(text) {
     }
   }
   function number() {
-    const m = /^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/.exec(text.slice(i, i + 4096));
+    const m = /^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/.exec(text.slice(i, i + MAX_NUMBER + 1));
     if (!m || m[0] === "-") fail("invalid number");
+    if (m[0].length > MAX_NUMBER) fail(`a number of more than ${MAX_NUMBER} characters`); // SPEC.md §4.1
     i += m[0].length;
     if (text.startsWith("Infinity", i)) fail("NaN and Infinity are not JSON");
     const lex = m[0];

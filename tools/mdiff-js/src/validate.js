@@ -67,6 +67,16 @@ function requiredDatasets(u) {
   }
 }
 
+// Whether a link name just listed, that then names no link (`e`), was not UTF-8: emscripten decodes the
+// bytes of a name that is not UTF-8 leniently, without U+FFFD (a stray 0x80-0xBF byte opens a 4-byte
+// sequence), into a string whose UTF-8 encoding is other bytes — so the listed name is not found. A name
+// that is not found for another reason (an ASCII name, or a "/" in it) is an object that cannot be read.
+function notUtf8Name(name, e) {
+  // an ASCII name always decodes to itself: one that is not found has another cause (a damaged link index);
+  // a NUL cannot be in a name (HDF5 ends names with it): emscripten makes one of a cut-short sequence
+  return /not found|doesn.t exist|does not exist|not defined/i.test(String(e && e.message)) && /[^\x01-\x7f]/.test(name) && !name.includes("/");
+}
+
 export class Validation {
   constructor(path, limits = DEFAULT_LIMITS) {
     this.path = path;
@@ -141,7 +151,8 @@ export class Validation {
     let count = 0;
     const root = { path: "/", kind: "group", parent: null, name: "", depth: 0, attrs: new Map() };
     try {
-      seen.set(this.h5.address("/"), "/");
+      root.addr = this.h5.address("/");
+      seen.set(root.addr, "/");
     } catch {
       /* the root's address is only for MD514 */
     }
@@ -155,17 +166,26 @@ export class Validation {
       try {
         names = this.h5.keys(g.path);
       } catch (e) {
+        // SPEC §12.1: a group whose links cannot be read is an object that cannot be read, refused whole:
+        // its attributes and members are not looked at
         this.add("MD513", g.path, `the group's links cannot be read: ${e.message}`);
+        g.refused = true;
         continue;
       }
       g.children = [];
       for (const name of names) {
         const p = join(g.path, name);
+        if (name === "") {
+          // a corrupt link with an empty name: it names no object (as a path it would name the group itself)
+          this.add("MD513", p, "the link cannot be read: its name is empty");
+          g.children.push({ name, path: p, kind: "refused" });
+          continue;
+        }
         let kind;
         try {
           kind = this.h5.linkKind(p);
         } catch (e) {
-          if (name.includes("\uFFFD") || !name.isWellFormed()) {
+          if (name.includes("\uFFFD") || !name.isWellFormed() || notUtf8Name(name, e)) {
             // h5wasm decodes link names as UTF-8, replacing bad bytes; the name then names nothing.
             this.add("MD302", p, "the link name is not valid UTF-8");
           } else {
@@ -243,6 +263,24 @@ export class Validation {
   checkAttributes() {
     let count = this.count || 0;
     for (const obj of this.objects) {
+      if (obj.refused) continue; // its links cannot be read (MD513): refused whole
+      // the object header's own count first (§8.1: its dense storage's B-tree header is checked before
+      // libhdf5 reads it), and the limit of 64 on it (§8.3) before h5wasm lists them
+      let stored = null;
+      if (this.raw && obj.addr !== undefined) {
+        try {
+          stored = this.raw.attributeCount(obj.addr, obj.path);
+        } catch (e) {
+          this.add("MD513", obj.path, `the attributes cannot be read: ${e.message}`);
+          obj.refused = true;
+          continue;
+        }
+        if (stored > 64) {
+          this.add("MD511", obj.path, `${stored} attributes on one object (at most 64)`);
+          this.stopped = true;
+          return;
+        }
+      }
       let names;
       try {
         names = this.h5.attrNames(obj.path);
@@ -251,10 +289,14 @@ export class Validation {
         obj.refused = true; // an object that cannot be read (SPEC §12.1): nothing else looks at it
         continue;
       }
-      count += names.length;
-      if (names.length > 64) {
+      // h5wasm lists the attributes it could read and drops the rest without an error: a count from the
+      // object header that is larger says some cannot be read (§8.1, MD513; the others are still used)
+      if (stored === null) stored = names.length;
+      if (stored > names.length) this.add("MD513", obj.path, `${stored - names.length} of ${stored} attributes cannot be read`);
+      count += Math.max(stored, names.length);
+      if (Math.max(stored, names.length) > 64) {
         // §8.3: at most 64 attributes on one object (a fixed limit)
-        this.add("MD511", obj.path, `${names.length} attributes on one object (at most 64)`);
+        this.add("MD511", obj.path, `${Math.max(stored, names.length)} attributes on one object (at most 64)`);
         this.stopped = true;
         return;
       }
@@ -274,7 +316,8 @@ export class Validation {
         try {
           meta = this.h5.attrMeta(obj.path, name);
         } catch (e) {
-          this.add("MD513", obj.path, `attribute '${name}' cannot be read: ${e.message}`);
+          if (notUtf8Name(name, e)) this.add("MD506", obj.path, `an attribute name ${describe(name)} is not UTF-8`);
+          else this.add("MD513", obj.path, `attribute '${name}' cannot be read: ${e.message}`);
           obj.attrs.set(name, undefined);
           continue;
         }
@@ -385,8 +428,9 @@ export class Validation {
       if (problems.length) {
         // as SPEC §12.1 orders them: too few chunks (MD509), else a chunk that skips a filter (MD504)
         const skips = problems.filter((x) => x.startsWith("MD504:"));
-        if (skips.length && !problems.some((x) => x.includes("chunks are stored"))) return ["MD504", skips[0].slice(6)];
-        return ["MD509", `declares ${bytes} bytes; ${problems.filter((x) => !x.startsWith("MD504:")).join("; ")}`];
+        const counted = problems.some((x) => x.startsWith("COUNT:"));
+        if (skips.length && !counted) return ["MD504", skips[0].slice(6)];
+        return ["MD509", `declares ${bytes} bytes; ${problems.filter((x) => !x.startsWith("MD504:")).map((x) => x.replace(/^COUNT:/, "")).join("; ")}`];
       }
     }
     return null;
@@ -404,11 +448,11 @@ export class Validation {
       }
       if (layout.cls === 2) {
         const deflate = filters.some((f) => f.id === 1);
-        const found = deflate ? [] : null;
+        const found = []; // every chunk is decoded here first (checkInflation): filtered or not, to exactly its size
         const problems = this.raw.checkChunks(layout, meta.shape, meta.maxshape, meta.size, deflate, filters.length > 0, p, found);
         if (found && !problems.length) {
           const chunkBytes = layout.chunk.reduce((a, b) => a * b, 1) * meta.size;
-          this.dsInfo.get(p).deflated = { chunks: found, filters, chunkBytes };
+          this.dsInfo.get(p).chunked = { chunks: found, filters, chunkBytes };
         }
         return problems;
       }
@@ -550,16 +594,17 @@ export class Validation {
     const entries = [];
     for (const ch of params.children || []) {
       if (ch.refused) continue; // reported once, under §8
-      if (ch.kind === "dataset") {
-        this.add("MD301", ch.path, "a dataset; every member of /parameters must be a group");
-        continue;
-      }
-      if (ch.kind !== "group") continue; // reported already (MD500, MD501, MD514)
+      if (ch.kind !== "group" && ch.kind !== "dataset") continue; // reported already (MD500, MD501, MD514)
+      // SPEC §12.1 rule 4: a member's name first (MD302: nothing else of it is looked at), then its kind
       let pname;
       try {
         pname = decodeName(ch.name);
       } catch (e) {
         this.add("MD302", ch.path, `link name ${describe(ch.name)}: ${e.message}`);
+        continue;
+      }
+      if (ch.kind === "dataset") {
+        this.add("MD301", ch.path, "a dataset; every member of /parameters must be a group");
         continue;
       }
       entries.push({ name: pname, group: ch });
@@ -571,12 +616,16 @@ export class Validation {
     }
   }
 
+  isVersion1_0() {
+    return !!this.version && this.version.major === 1n && this.version.minor === 0n;
+  }
+
   // §5.5: /files, a group of file groups, each named by its path (encoded as §5.2) and holding an
   // update of the file's bytes. Paths must be safe, and not collide with each other (MD304).
   checkFiles() {
     const root = this.byPath.get("/");
     const files = (root.children || []).find((c) => c.name === "files");
-    if (!files || files.refused) return;
+    if (!files || files.refused || this.isVersion1_0()) return; // a 1.0 file's `/files` is MD306, not looked into
     if (files.kind === "dataset") {
       if (!files.refused) this.add("MD305", files.path, "`/files` is a dataset; it must be a group of file groups (§5.5)");
       return;
@@ -586,16 +635,17 @@ export class Validation {
     const entries = [];
     for (const ch of files.children || []) {
       if (ch.refused) continue; // reported once, under §8
-      if (ch.kind === "dataset") {
-        this.add("MD301", ch.path, "a dataset; every member of /files must be a group");
-        continue;
-      }
-      if (ch.kind !== "group") continue; // reported already (MD500, MD501, MD514)
+      if (ch.kind !== "group" && ch.kind !== "dataset") continue; // reported already (MD500, MD501, MD514)
+      // SPEC §12.1 rule 4: a member's name first (MD302: nothing else of it is looked at), then its kind
       let fpath;
       try {
         fpath = decodeName(ch.name);
       } catch (e) {
         this.add("MD302", ch.path, `link name ${describe(ch.name)}: ${e.message}`);
+        continue;
+      }
+      if (ch.kind === "dataset") {
+        this.add("MD301", ch.path, "a dataset; every member of /files must be a group");
         continue;
       }
       const why = pathProblem(fpath);
@@ -617,7 +667,7 @@ export class Validation {
   checkWeightsLayout() {
     const root = this.byPath.get("/");
     const g = (root.children || []).find((c) => c.name === "layout");
-    if (!g || g.refused) return;
+    if (!g || g.refused || this.isVersion1_0()) return; // a 1.0 file's `/layout` is MD306, not looked into
     if (g.kind === "dataset") {
       if (!g.refused) this.add("MD305", g.path, "`/layout` is a dataset; it must be a group holding a replace or delete update (§5.6)");
       return;
@@ -631,12 +681,14 @@ export class Validation {
   // in this.embedded (MD420 for the group, its name, definition and datasets' kind; MD421-MD427 for
   // a function's bytes, by embedded.js).
   checkUpdateTypes(ch) {
+    if (ch.refused) return; // it cannot be read (MD513): reported once, under §8 (SPEC §12.1)
     if (ch.kind !== "group") {
       if (ch.kind === "dataset") this.add("MD420", ch.path, "`/update_types` must be a group");
       return;
     }
     for (const a of [...ch.attrs.keys()].sort()) this.add("MD303", ch.path, `unknown attribute '${a}'`);
     for (const g of ch.children || []) {
+      if (!(g.kind === "group" || g.kind === "dataset") || g.refused) continue; // refused, reported once (§12.1)
       let name;
       try {
         name = decodeName(g.name);
@@ -644,7 +696,6 @@ export class Validation {
         this.add("MD302", g.path, `link name ${describe(g.name)}: ${e.message}`);
         continue;
       }
-      if (!(g.kind === "group" || g.kind === "dataset")) continue; // refused by walk()
       if (g.kind !== "group" || !TYPE_NAME.test(name) || UPDATE_TYPES.includes(name)) {
         this.add("MD420", g.path, `an update type is a group named x-... (lower case), not ${describe(name)}`);
         continue;
@@ -667,6 +718,11 @@ export class Validation {
       const functions = new Map();
       let broken = false;
       for (const m of g.children || []) {
+        if (!(m.kind === "group" || m.kind === "dataset") || m.refused) {
+          // refused, reported once (§12.1): not unknown; a refused function leaves the type without it
+          if (m.name.startsWith(FUNCTION_PREFIX)) broken = true;
+          continue;
+        }
         const dtype = m.name.startsWith(FUNCTION_PREFIX) ? m.name.slice(FUNCTION_PREFIX.length) : null;
         if (dtype === null || !(dtype in DTYPES)) {
           this.add("MD303", m.path, "unknown member of an update type");
@@ -905,23 +961,28 @@ export class Validation {
     for (const dn of emb.definition.inputs) {
       const c = members.get(dn);
       members.delete(dn);
-      if (!c || c.kind !== "dataset") {
-        if (!c || c.kind === "group") this.add("MD405", join(p, dn), `the ${u.type} update needs a dataset '${dn}'${c ? ", not a group" : ""}`);
-        ok = false;
+      if (!c || c.kind !== "dataset" || c.refused) {
+        if (!c || (c.kind === "group" && !c.refused)) this.add("MD405", join(p, dn), `the ${u.type} update needs a dataset '${dn}'${c ? ", not a group" : ""}`);
+        ok = false; // a refused member was reported once, under §8 (SPEC §12.1): not missing, nor unknown
         complete = false;
         continue;
       }
-      for (const an of c.attrs.keys()) this.add("MD303", c.path, `unknown attribute '${an}'`);
       const info = this.dsInfo.get(c.path);
       if (!info || !info.ok || !info.meta || !info.meta.shape) {
         ok = false; // refused under §8.2 / §8.3, which said why: check 8 has no shape to work with
         complete = false;
         continue;
       }
+      for (const an of c.attrs.keys()) this.add("MD303", c.path, `unknown attribute '${an}'`);
       const m = info.meta;
       datasets.set(dn, { shape: m.shape.map((d) => BigInt(d)), storage: { cls: m.type === 1 ? "float" : "int", size: m.size, signed: !!m.signed } });
     }
-    for (const c of members.values()) if (c.kind === "group" || c.kind === "dataset") this.add("MD303", c.path, "unknown member");
+    for (const c of members.values()) {
+      if ((c.kind === "group" || c.kind === "dataset") && !c.refused) {
+        this.add("MD303", c.path, "unknown member");
+        if (c.kind === "dataset") this.unknownAttributes(c);
+      }
+    }
     if (fn && complete) {
       const problems = checkShapes(fn.model, u.shape.map((d) => BigInt(d)), Object.fromEntries(datasets), this.limits);
       for (const [code, message] of problems) this.add(code, p, message);
@@ -935,7 +996,7 @@ export class Validation {
   data(path, cache = true) {
     if (this.dataCache.has(path)) return this.dataCache.get(path);
     const info = this.dsInfo.get(path);
-    if (info.deflated) this.checkInflation(path, info.deflated);
+    if (info.chunked) this.checkInflation(path, info.chunked);
     const b = this.h5.datasetBytes(path, info.meta);
     if (cache) this.dataCache.set(path, b);
     return b;
@@ -943,7 +1004,7 @@ export class Validation {
 
   // §8.3: every chunk decodes to exactly its size, and no deflate step may make more than its input
   // had when written. h5wasm's libhdf5 inflates a chunk until its stream ends — a stream of a few
-  // megabytes can ask for gigabytes — so each deflated chunk is first decoded here, bounded, and
+  // megabytes can ask for gigabytes — so each chunk (filtered or not) is first decoded here, bounded, and
   // a chunk that breaks the rule is MD513 (a RangeError, as the callers report it).
   checkInflation(path, { chunks, filters, chunkBytes }) {
     const bounds = []; // [bytes, exact] entering each filter when written

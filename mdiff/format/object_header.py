@@ -1,0 +1,149 @@
+"""SPEC.md §8.1: an object's link count and attribute count, read from its object header's bytes.
+
+libhdf5 reports the count only through ``H5Oget_info``, whose deprecated form (all h5py offers) also
+sizes the header and the object's attribute and link storage: a damaged B-tree or heap there fails the
+call for an object every other reader opens. So the walk reads the count itself, as an independent
+reader does (mdiff-js's h5raw.js): the prefix of a version 1 header, or the refcount message (0x16)
+of a version 2 header and its continuation chunks (1 when there is none). Every read is bounded by
+the file; anything that does not decode is :class:`HeaderError` (MD513).
+"""
+
+from __future__ import annotations
+
+import os
+
+_V2_SIGNATURE = b"OHDR"
+_CONTINUATION_SIGNATURE = b"OCHK"
+_REFCOUNT = 0x16
+_CONTINUATION = 0x10
+_ATTRIBUTE = 0x0C
+_ATTRIBUTE_INFO = 0x15
+_BTREE_SIGNATURE = b"BTHD"
+_ATTRIBUTE_NAME_INDEX = 8  # a v2 B-tree's type: attribute names of dense storage
+MIN_NODE, MAX_NODE = 64, 1 << 16  # bytes in a node of that B-tree (libhdf5 writes 512)
+_MAX_BLOCK = 1 << 30
+_MAX_BLOCKS = 100_000
+
+
+class HeaderError(ValueError):
+    """An object header that does not decode."""
+
+
+class HeaderReader:
+    """Reads object headers of the open file ``fd`` (``size`` bytes; HDF5 addresses start at ``base``)."""
+
+    def __init__(self, fd: int, size: int, base: int, offset_size: int, length_size: int):
+        self.fd, self.size, self.base = fd, size, base
+        self.offset_size, self.length_size = offset_size, length_size
+
+    def _read(self, address: int, n: int, up_to: bool = False) -> bytes:
+        start = self.base + address
+        if address < 0 or start >= self.size or (not up_to and start + n > self.size):
+            raise HeaderError(f"bytes {address}..{address + n} lie outside the file")
+        n = min(n, self.size - start)
+        data = os.pread(self.fd, n, start)
+        if len(data) != n:
+            raise HeaderError("unexpected end of file")
+        return data
+
+    def _int(self, data: bytes, at: int, width: int) -> int:
+        if at + width > len(data):
+            raise HeaderError("truncated structure")
+        return int.from_bytes(data[at:at + width], "little")
+
+    def root_address(self) -> int:
+        """The root group's object header address, from the superblock at ``base``."""
+        o = self.offset_size
+        head = self._read(0, 128, up_to=True)
+        if head[8] in (2, 3):  # signature, version, sizes, flags; base, extension, end-of-file, root
+            return self._int(head, 12 + 3 * o, o)
+        fields = 24 + (4 if head[8] == 1 else 0)  # base, free space, end-of-file, driver; the root's entry
+        return self._int(head, fields + 5 * o, o)
+
+    def link_count(self, address: int) -> int:
+        """The reference count of the object whose header is at ``address``."""
+        first = self._read(address, 16, up_to=True)
+        if first[:4] != _V2_SIGNATURE:
+            return self._int(first, 4, 4)  # version 1: version, reserved, messages (2), reference count (4)
+        for mtype, body in self._v2_messages(address, first):
+            if mtype == _REFCOUNT:
+                return self._int(body, 1, 4)  # version (1), count (4)
+        return 1
+
+    def attribute_count(self, address: int) -> int:
+        """How many attributes the object at ``address`` has: its attribute messages, and the records of its
+        dense storage's name index — which must be a version 2 B-tree of attribute names (type 8) with a
+        record size above 0 and a node size of MIN_NODE to MAX_NODE bytes (§8.1): libhdf5 trusts those fields
+        (it builds the tree with the callbacks its type byte names, divides by the record size, allocates a
+        node of the node size) and crashes on them (tests/fuzz/known.py)."""
+        first = self._read(address, 16, up_to=True)
+        messages = self._v2_messages(address, first) if first[:4] == _V2_SIGNATURE else self._v1_messages(address, first)
+        count = 0
+        for mtype, body in messages:
+            if mtype == _ATTRIBUTE:
+                count += 1
+            elif mtype == _ATTRIBUTE_INFO:
+                count += self._dense_attributes(body)
+        return count
+
+    def _dense_attributes(self, body: bytes) -> int:
+        o, n = self.offset_size, self.length_size
+        at = 2 + (2 if self._int(body, 1, 1) & 1 else 0)  # version, flags, (maximum creation index)
+        heap, names = self._int(body, at, o), self._int(body, at + o, o)
+        undefined = (1 << 8 * o) - 1
+        if heap == undefined or names == undefined:
+            return 0
+        head = self._read(names, 18 + o + n)
+        if head[:4] != _BTREE_SIGNATURE or head[4] != 0 or head[5] != _ATTRIBUTE_NAME_INDEX:
+            raise HeaderError("the dense attribute storage's name index is not a version 2 B-tree of attribute names")
+        node_size, record_size = self._int(head, 6, 4), self._int(head, 10, 2)
+        if record_size == 0 or not MIN_NODE <= node_size <= MAX_NODE:
+            raise HeaderError(f"the attribute name index has records of {record_size} bytes in nodes of {node_size}")
+        return self._int(head, 16 + o + 2, n)  # after depth, split and merge percents, root address, root's records
+
+    def _v1_messages(self, address: int, first: bytes):
+        if len(first) < 16 or first[0] != 1:
+            raise HeaderError("not an object header")
+        yield from self._blocks([(address + 16, self._int(first, 8, 4), False)], 8, version=1)
+
+    def _v2_messages(self, address: int, first: bytes):
+        if len(first) < 6 or first[4] != 2:
+            raise HeaderError("object header version is not 2")
+        flags = first[5]
+        prefix = 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
+        width = 1 << (flags & 3)
+        head = self._read(address, prefix + width)
+        blocks = [(address + prefix + width, self._int(head, prefix, width), False)]
+        yield from self._blocks(blocks, 6 if flags & 0x04 else 4, version=2)  # type, size, flags (creation order)
+
+    def _blocks(self, blocks: list, header: int, version: int):
+        seen: set[int] = set()
+        while blocks:
+            if len(seen) >= _MAX_BLOCKS:
+                raise HeaderError("too many object header blocks")
+            start, length, continued = blocks.pop(0)
+            if start in seen:
+                raise HeaderError("object header continuation cycle")
+            seen.add(start)
+            if length > _MAX_BLOCK:
+                raise HeaderError("object header block too large")
+            block = self._read(start, length)
+            pos, end = 0, len(block)
+            if continued and version == 2:
+                if block[:4] != _CONTINUATION_SIGNATURE:
+                    raise HeaderError("bad continuation block signature")
+                pos, end = 4, len(block) - 4  # a continuation chunk's length includes its checksum
+            while end - pos >= header:
+                if version == 2:
+                    mtype, size = block[pos], self._int(block, pos + 1, 2)
+                else:  # type (2), size (2), flags (1), reserved (3)
+                    mtype, size = self._int(block, pos, 2), self._int(block, pos + 2, 2)
+                pos += header
+                if pos + size > len(block):
+                    raise HeaderError("truncated structure")
+                body = block[pos:pos + size]
+                pos += size
+                if mtype == _CONTINUATION:
+                    o, n = self.offset_size, self.length_size
+                    blocks.append((self._int(body, 0, o), self._int(body, o, n), True))
+                yield mtype, body
