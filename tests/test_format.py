@@ -219,3 +219,26 @@ def test_a_fifo_a_device_or_a_folder_is_md100_at_once(tmp_path, kind):
             pytest.fail(f"mdiff {argv} on {kind} still ran after 60 s")
         assert proc.returncode == 2 and "MD100" in proc.stdout + proc.stderr, (argv, proc.stdout, proc.stderr)
         assert "not a regular file" in proc.stdout + proc.stderr or kind == "folder"
+
+
+def test_an_object_header_s_blocks_together_fit_in_the_file(tmp_path):
+    """§8.1: continuation messages that point into each other's blocks would make the header walk read
+    the same bytes once per message (up to 100,000 blocks of up to the file's size); the blocks of one
+    header do not overlap, so more bytes than the file holds is an error (MD513), not a long read."""
+    from mdiff.format.object_header import HeaderError, HeaderReader
+
+    messages = 40
+    step = 8 + 16  # a version-1 message: type, size, flags, reserved; a continuation's offset and length
+    size = messages * step
+    blob = b"".join((0x10).to_bytes(2, "little") + (16).to_bytes(2, "little") + bytes(4)
+                    + (k * step).to_bytes(8, "little") + (size - k * step).to_bytes(8, "little")
+                    for k in range(1, messages + 1))
+    path = tmp_path / "headers.bin"
+    path.write_bytes(blob)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        reader = HeaderReader(fd, size, 0, 8, 8)
+        with pytest.raises(HeaderError, match="too large"):
+            list(reader._blocks([(0, size, False)], 8, version=1))
+    finally:
+        os.close(fd)

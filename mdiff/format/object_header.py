@@ -118,6 +118,7 @@ class HeaderReader:
 
     def _blocks(self, blocks: list, header: int, version: int):
         seen: set[int] = set()
+        total = 0  # the blocks of one header do not overlap: together they fit in the file
         while blocks:
             if len(seen) >= _MAX_BLOCKS:
                 raise HeaderError("too many object header blocks")
@@ -125,7 +126,8 @@ class HeaderReader:
             if start in seen:
                 raise HeaderError("object header continuation cycle")
             seen.add(start)
-            if length > _MAX_BLOCK:
+            total += length
+            if length > _MAX_BLOCK or total > self.size:
                 raise HeaderError("object header block too large")
             block = self._read(start, length)
             pos, end = 0, len(block)
