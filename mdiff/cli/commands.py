@@ -200,8 +200,8 @@ def add_diff(sub) -> None:
                                    "too) or files (.safetensors, .npz, .pt/.pth/.bin, .onnx) — or, inside a "
                                    "repository, revisions (a branch, a commit id, HEAD~2, ...): `mdiff diff HEAD "
                                    "model/` shows what a folder changes against HEAD. Unchanged parameters are "
-                                   "omitted; each changed one is stored exactly (sparse or dense XOR, whichever is "
-                                   "smaller; replace for new shapes).")
+                                   "omitted; each changed one is stored exactly (sparse or dense integer deltas, "
+                                   "whichever is smaller; replace for new shapes; --update-version 1 for XOR).")
     p.add_argument("old", metavar="OLD", help="a checkpoint (file or model folder), or a revision")
     p.add_argument("new", metavar="NEW", help="a checkpoint (file or model folder), or a revision")
     p.add_argument("-o", "--output", metavar="OUT.mdiff", help="the diff file to write (default: only list the changes); "

@@ -83,7 +83,7 @@ def add_commit(sub) -> None:
     p = sub.add_parser("commit", help="commit a checkpoint or model folder on the current branch",
                        description="Diff CHECKPOINT against HEAD's state and record the changes as a new commit. "
                                    "Unchanged parameters are omitted; changed ones are stored exactly (sparse or "
-                                   "dense XOR, whichever is smaller), unless given explicitly with --low-rank. "
+                                   "dense integer deltas, whichever is smaller), unless given explicitly with --low-rank. "
                                    "Prints what it recorded, like git: parameters changed, added and deleted, and "
                                    "the bytes stored for the model's weights.")
     p.add_argument("checkpoint", metavar="CHECKPOINT", help=CHECKPOINT_HELP)
