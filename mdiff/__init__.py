@@ -3,7 +3,8 @@
 The public surface is small; everything else is private to the package::
 
     mdiff.write(path, updates, commit)      # {name: Update} → .mdiff
-    mdiff.open(path)                        # → DiffFile: .commit, keys(), [name] → Update (checked when used)
+    mdiff.open(path)                        # → DiffFile: .commit, keys(), [name] → Update (checked when used);
+                                            #   an fsspec URL (s3://…) is read in place, by byte ranges
     mdiff.validate(path)                    # → [Finding]
     mdiff.diff(old, new)                    # state dicts (numpy or torch) × 2 → {name: Update}
     mdiff.apply(base, diff)                 # state dict × DiffFile → state dict (numpy or torch, as given)
@@ -14,7 +15,8 @@ Updates by hand: ``mdiff.dense``, ``mdiff.sparse``, ``mdiff.low_rank``,
 ``mdiff.replace``, ``mdiff.delete``.
 
 Version control: ``mdiff.Repository.init(dir)`` / ``.find(dir)``, then ``commit``, ``checkout``,
-``merge``, ``squash``, ``snapshot``, ``status``, ``diff`` (SPEC.md §13).
+``merge``, ``squash``, ``snapshot``, ``status``, ``diff`` (SPEC.md §13); ``mdiff.Repository.open(URL)``
+reads a remote in place, without cloning it (§13.9).
 
 Names are imported on first use (PEP 562): ``import mdiff`` costs nothing until they are, so
 that the command line starts at once.

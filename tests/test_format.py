@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -237,7 +238,7 @@ def test_an_object_header_s_blocks_together_fit_in_the_file(tmp_path):
     path.write_bytes(blob)
     fd = os.open(path, os.O_RDONLY)
     try:
-        reader = HeaderReader(fd, size, 0, 8, 8)
+        reader = HeaderReader(functools.partial(os.pread, fd), size, 0, 8, 8)
         with pytest.raises(HeaderError, match="too large"):
             list(reader._blocks([(0, size, False)], 8, version=1))
     finally:

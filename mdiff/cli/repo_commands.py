@@ -314,6 +314,10 @@ def add_checkout(sub) -> None:
                         "first-parent line move, each verified, into a temporary folder (SPEC.md §13.8)")
     p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
                    help="with --remote: an fsspec option for its store (as for `mdiff fetch`); never stored")
+    p.add_argument("--lazy", action="store_true",
+                   help="with --remote: read the commits in place, by byte ranges — their metadata and the data "
+                        "the state needs — instead of fetching each whole; every value is still verified by its "
+                        "sha256, but commit ids are not (they vouch only for whole files: SPEC.md §13.9)")
     _common(p)
     p.set_defaults(run=run_checkout)
 
@@ -324,10 +328,22 @@ def run_checkout(args) -> int:
 
     from mdiff.repo.history import resolve  # on use: it brings h5py and numpy
 
+    if args.lazy and not args.remote:
+        raise UsageError("--lazy reads a remote in place: give it with --remote URL")
     bar = ProgressBar("checkout", enabled=False if args.quiet else None)
+    moved: dict = {}
     with contextlib.ExitStack() as stack:
         stack.callback(bar.close)
-        if args.remote:
+        if args.lazy:
+            from mdiff.repo.remote_repository import RemoteRepository
+            from mdiff.repo.remotes import storage_options
+
+            remote = RemoteRepository(args.remote, storage_options(args.storage_option))
+            commit_id = remote.resolve(args.rev)
+            written = remote.checkout(commit_id, args.output, template=args.template, progress=bar,
+                                      engine=args.engine, max_shard_size=args.max_shard_size)
+            moved = {"requests": remote.requests, "bytes_read": remote.bytes_read}
+        elif args.remote:
             from mdiff.repo.remotes import storage_options
             from mdiff.repo.transfer import fetch_revision
 
@@ -336,11 +352,14 @@ def run_checkout(args) -> int:
         else:
             repo = _repo(args)
             commit_id = resolve(repo, args.rev)
-        written = repo.checkout(commit_id, args.output, template=args.template, progress=bar, engine=args.engine,
-                                max_shard_size=args.max_shard_size)
+        if not args.lazy:
+            written = repo.checkout(commit_id, args.output, template=args.template, progress=bar,
+                                    engine=args.engine, max_shard_size=args.max_shard_size)
     what = f"{len(written)} files" if len(written) > 1 or written != [args.output] else ""
-    _print(args, {"commit": commit_id, "output": args.output, "written": written},
-           f"wrote {args.output}{f' ({what})' if what else ''}: the state at {commit_id[:12]}, verified")
+    how = (f"; read in place: {moved['bytes_read']:,} bytes in {moved['requests']} requests, every value verified, "
+           "commit ids not" if moved else ", verified")
+    _print(args, {"commit": commit_id, "output": args.output, "written": written, **moved},
+           f"wrote {args.output}{f' ({what})' if what else ''}: the state at {commit_id[:12]}{how}")
     return 0
 
 

@@ -22,11 +22,26 @@ import os
 import zlib as _zlib
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Protocol, Union
 
 import numpy as np
 
 from mdiff.errors import InvalidFileError
 from mdiff.threads import THREADS, in_pool, shared_pool
+
+
+class RangeSource(Protocol):
+    """A file read by ranges that has no descriptor (ranged_file.RangedFile: a remote file read in place)."""
+
+    def pread(self, n: int, offset: int) -> bytes: ...
+
+
+# where a dataset's stored bytes are read from: a file descriptor (os.pread), or a RangeSource
+Source = Union[int, RangeSource]
+
+
+def _pread(source: Source, n: int, offset: int) -> bytes:
+    return os.pread(source, n, offset) if isinstance(source, int) else source.pread(n, offset)
 
 _inflate_lib: ModuleType
 try:  # ISA-L inflates the same streams ~1.5× faster than zlib; zlib is the fallback
@@ -141,10 +156,10 @@ class _ChunkDecoder:
                 size, exact = _max_deflated(size), False
         self.steps = [(code, values, *bound) for (code, values), bound in zip(reversed(plan.filters), reversed(sizes))]
 
-    def read(self, fd: int, chunk: Chunk, defer_unshuffle: bool = False) -> np.ndarray:
+    def read(self, fd: Source, chunk: Chunk, defer_unshuffle: bool = False) -> np.ndarray:
         """The chunk's decoded bytes; with ``defer_unshuffle`` the last step, when it is a shuffle by the
         element size, is left undone (the caller unshuffles while it copies)."""
-        data = os.pread(fd, chunk.size, chunk.byte_offset)
+        data = _pread(fd, chunk.size, chunk.byte_offset)
         if len(data) != chunk.size:
             raise InvalidFileError("MD513", f"chunk {chunk.offset} is cut short", self.name)
         array = np.frombuffer(data, np.uint8)
@@ -176,7 +191,7 @@ class PlannedDataset:
     """An h5py dataset read through its StoragePlan: whole (``read_direct``, ``[()]``, ``[...]``,
     ``np.asarray``) or by rows (``[start:stop]``); other selections read the whole and index it."""
 
-    def __init__(self, dataset, plan: StoragePlan, fd: int):
+    def __init__(self, dataset, plan: StoragePlan, fd: Source):
         self._dataset, self._plan, self._fd = dataset, plan, fd
 
     def __getattr__(self, attribute):
@@ -220,7 +235,7 @@ class DetachedDataset:
     its name, shape, dtype and stored size as the child's structure walk found them."""
 
     def __init__(self, name: str, shape: tuple[int, ...], dtype: np.dtype, storage_size: int,
-                 plan: StoragePlan | None, fd: int, inline: bytes | None):
+                 plan: StoragePlan | None, fd: Source, inline: bytes | None):
         self.name, self.shape, self.dtype, self.storage_size = name, shape, dtype, storage_size
         self._plan, self._fd, self._inline = plan, fd, inline
 
@@ -278,12 +293,12 @@ def _row_range(selection, shape: tuple[int, ...]) -> tuple[int, int] | None:
     return start, max(start, stop)
 
 
-def read_planned(fd: int, plan: StoragePlan, shape: tuple[int, ...], out: np.ndarray, name: str) -> None:
+def read_planned(fd: Source, plan: StoragePlan, shape: tuple[int, ...], out: np.ndarray, name: str) -> None:
     """Fill ``out`` (C-contiguous, the dataset's shape) with the dataset's elements."""
     read_rows(fd, plan, shape, out.reshape(shape), 0, name)
 
 
-def read_rows(fd: int, plan: StoragePlan, shape: tuple[int, ...], out: np.ndarray, start: int, name: str) -> None:
+def read_rows(fd: Source, plan: StoragePlan, shape: tuple[int, ...], out: np.ndarray, start: int, name: str) -> None:
     """Fill ``out`` (C-contiguous, shape ``(rows, *shape[1:])``) with the rows from ``start`` on, decoding
     only the chunks that hold some of them."""
     row_bytes = math.prod(shape[1:]) * out.itemsize
@@ -298,7 +313,7 @@ def read_rows(fd: int, plan: StoragePlan, shape: tuple[int, ...], out: np.ndarra
         _read_blocks(fd, plan, shape, out, start, name)
 
 
-def _read_slabs(fd: int, plan: StoragePlan, shape: tuple[int, ...], flat: np.ndarray, first: int, itemsize: int,
+def _read_slabs(fd: Source, plan: StoragePlan, shape: tuple[int, ...], flat: np.ndarray, first: int, itemsize: int,
                 name: str) -> None:
     """A slab chunking (each chunk one run of the array's C-order bytes): the bytes ``[first, first + flat.size)``."""
     assert plan.chunk_shape is not None
@@ -329,7 +344,7 @@ def _read_slabs(fd: int, plan: StoragePlan, shape: tuple[int, ...], flat: np.nda
     _each(decode, wanted, flat.size)
 
 
-def _read_blocks(fd: int, plan: StoragePlan, shape: tuple[int, ...], out: np.ndarray, start: int, name: str) -> None:
+def _read_blocks(fd: Source, plan: StoragePlan, shape: tuple[int, ...], out: np.ndarray, start: int, name: str) -> None:
     """Any other chunking: each chunk's block, clipped to the dataset and to the rows asked for."""
     assert plan.chunk_shape is not None
     stop = start + out.shape[0]
@@ -360,11 +375,15 @@ def _each(decode, chunks, nbytes: int) -> None:
             decode(chunk)
 
 
-def _pread_into(fd: int, flat: np.ndarray, offset: int, name: str) -> None:
+def _pread_into(fd: Source, flat: np.ndarray, offset: int, name: str) -> None:
     done = 0
     view = flat.data
+    if not isinstance(fd, int):
+        data = fd.pread(flat.size, offset)
+        flat[:len(data)] = np.frombuffer(data, np.uint8)
+        done = len(data)
     while done < flat.size:
-        n = os.preadv(fd, [view[done:]], offset + done)
+        n = os.preadv(fd, [view[done:]], offset + done) if isinstance(fd, int) else 0
         if n <= 0:
             raise InvalidFileError("MD513", f"the dataset's data ends {flat.size - done} bytes early", name)
         done += n

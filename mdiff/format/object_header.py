@@ -10,7 +10,7 @@ the file; anything that does not decode is :class:`HeaderError` (MD513).
 
 from __future__ import annotations
 
-import os
+from collections.abc import Callable
 
 _V2_SIGNATURE = b"OHDR"
 _CONTINUATION_SIGNATURE = b"OCHK"
@@ -25,15 +25,19 @@ _MAX_BLOCK = 1 << 30
 _MAX_BLOCKS = 100_000
 
 
+ReadAt = Callable[[int, int], bytes]  # (n, offset) -> up to n bytes of the file at offset, as os.pread
+
+
 class HeaderError(ValueError):
     """An object header that does not decode."""
 
 
 class HeaderReader:
-    """Reads object headers of the open file ``fd`` (``size`` bytes; HDF5 addresses start at ``base``)."""
+    """Reads object headers of a file of ``size`` bytes through ``read_at(n, offset)`` (``os.pread`` of its
+    descriptor, or a remote file's ranged read); HDF5 addresses start at ``base``."""
 
-    def __init__(self, fd: int, size: int, base: int, offset_size: int, length_size: int):
-        self.fd, self.size, self.base = fd, size, base
+    def __init__(self, read_at: ReadAt, size: int, base: int, offset_size: int, length_size: int):
+        self.read_at, self.size, self.base = read_at, size, base
         self.offset_size, self.length_size = offset_size, length_size
 
     def _read(self, address: int, n: int, up_to: bool = False) -> bytes:
@@ -41,7 +45,7 @@ class HeaderReader:
         if address < 0 or start >= self.size or (not up_to and start + n > self.size):
             raise HeaderError(f"bytes {address}..{address + n} lie outside the file")
         n = min(n, self.size - start)
-        data = os.pread(self.fd, n, start)
+        data = self.read_at(n, start)
         if len(data) != n:
             raise HeaderError("unexpected end of file")
         return data

@@ -18,7 +18,7 @@ from mdiff.format.findings import Finding
 from mdiff.format.names import decode_name, encode_name
 from mdiff.format.paths import collisions, path_problem
 from mdiff.format.schemas import first_errors
-from mdiff.format.chunk_reader import DetachedDataset, PlannedDataset
+from mdiff.format.chunk_reader import DetachedDataset, PlannedDataset, RangeSource, Source
 from mdiff.format.safety_walk import DatasetInfo, Inventory, ObjectInfo
 from mdiff.updates import REGISTRY, VERSIONS
 from mdiff.updates.base import Update, UpdateType
@@ -305,15 +305,20 @@ class Datasets:
     libhdf5's memory; a file may hold 10^5): chunk_reader.py's where the walk planned it, else libhdf5's
     (:meth:`of_file`) — or never libhdf5's, for a file an isolated child walked (:meth:`detached`)."""
 
-    def __init__(self, f: h5py.File | None, fd: int | None):
+    def __init__(self, f: h5py.File | None, fd: Source | None):
         self._file, self._fd = f, fd
 
     @classmethod
-    def of_file(cls, f: h5py.File) -> "Datasets":
-        try:
-            fd: int | None = f.id.get_vfd_handle()
-        except Exception:  # a driver without a file descriptor
-            fd = None
+    def of_file(cls, f: h5py.File, source: RangeSource | None = None) -> "Datasets":
+        """``source``: how to read the stored bytes of a file libhdf5 reads without a descriptor (a remote
+        file read in place): the planned datasets are then read through it, not through libhdf5 — which
+        holds its lock while it reads, and a remote read must not wait under that lock."""
+        fd: Source | None = source
+        if fd is None:
+            try:
+                fd = f.id.get_vfd_handle()
+            except Exception:  # a driver without a file descriptor
+                fd = None
         return cls(f, fd)
 
     @classmethod

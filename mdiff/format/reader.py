@@ -18,10 +18,12 @@ from mdiff.format.commit import Commit
 from mdiff.format.findings import Finding
 from mdiff.format.header import Header, parse_header
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
+from mdiff.format.chunk_reader import RangeSource
 from mdiff.format.parameters import PARAMETERS_PATH, Datasets, LazyParameters, Parameter, parse_files, parse_layout, parse_parameters
 from mdiff.format.safety_walk import WALK_CACHE_BYTES, Inventory, LazyWalk, inspect_structure, set_metadata_cache
 from mdiff.format.update_types import parse_update_types
 from mdiff.isolation import Isolation, IsolationFailure, shared_worker, task
+from mdiff.ranged_file import RangedFile, no_collection
 from mdiff.regular_files import NotRegularFile, open_regular, reopenable
 from mdiff.updates import REGISTRY
 from mdiff.updates.base import Update
@@ -85,7 +87,18 @@ def open_hdf5(path) -> tuple[h5py.File, int]:
     """The file, opened read-only, and its size. A missing file or one without permission stays an
     OSError (the operating system's word); anything HDF5 cannot open is MD100, said plainly — a
     FIFO or a device too, found without blocking on it or reading it (libhdf5 then opens the very
-    file that was checked: regular_files.reopenable)."""
+    file that was checked: regular_files.reopenable). A :class:`RangedFile` is read through it."""
+    if isinstance(path, RangedFile):
+        try:
+            with no_collection():
+                f = h5py.File(path, "r")
+        except (OSError, ValueError) as exc:
+            if path.failure is not None:
+                raise path.failure from None
+            raise InvalidFileError("MD100", f"not an .mdiff file: HDF5 cannot open it ({_hdf5_reason(exc)})",
+                                   path.name) from None
+        set_metadata_cache(f, WALK_CACHE_BYTES)
+        return f, path.size
     fd, found = _open_regular_file(path)
     try:
         f = h5py.File(reopenable(fd, path), "r", locking=False)
@@ -167,25 +180,29 @@ def _with_compact_data(f: h5py.File, inventory: Inventory) -> None:
 
 
 def read_contents(f: h5py.File | None, file_size: int, limits: Limits, vetted: Vetted | None = None,
-                  lazy: bool = False, keep_inventory: bool = False, datasets: Datasets | None = None) -> Contents:
+                  lazy: bool = False, keep_inventory: bool = False, datasets: Datasets | None = None,
+                  source: RangeSource | None = None) -> Contents:
     """Everything a file's metadata says, with every finding. With ``lazy``, the members of
     ``/parameters`` are only named (their links checked): ``Contents.lazy`` walks and checks each one
     when asked (a reader that uses a few parameters of many). The walk's inventory is returned with
     ``keep_inventory`` only (~1 KB a parameter that nothing else needs). Without ``f``, the file is read by
-    ``vetted`` (the walk of an isolated child) through ``datasets`` (Datasets.detached)."""
+    ``vetted`` (the walk of an isolated child) through ``datasets`` (Datasets.detached). ``source``: how a
+    file that has no descriptor (a RangedFile) is read where libhdf5 is not needed — object headers'
+    bytes, and planned datasets' stored bytes."""
+    read_at = source.pread if source is not None else None
     walk = None
     if datasets is None:
         assert f is not None
-        datasets = Datasets.of_file(f)
+        datasets = Datasets.of_file(f, source)
     if vetted is not None:
         inventory, findings = vetted.inventory, list(vetted.findings)
     elif lazy:
         assert f is not None
-        walk = LazyWalk(f, file_size, limits, frozenset({PARAMETERS_PATH}))
+        walk = LazyWalk(f, file_size, limits, frozenset({PARAMETERS_PATH}), read_at)
         inventory, findings = walk.inventory, list(walk.findings)
     else:
         assert f is not None
-        inventory, findings = inspect_structure(f, file_size, limits)
+        inventory, findings = inspect_structure(f, file_size, limits, read_at)
     for code in ("MD511", "MD512"):  # past a limit of the whole file nothing more is looked at or reported (§12.1)
         if any(x.code == code for x in findings):
             return Contents(None, {}, [x for x in findings if x.code == code])
@@ -224,11 +241,15 @@ class DiffFile(Mapping[str, Update]):
     metadata when it is first asked for, before anything of it is read: ``diff[name]`` then raises
     that parameter's first error. Reading one parameter of many then costs that parameter, not the
     file. :meth:`check` checks the rest.
+
+    ``path`` may be a :class:`RangedFile` (a remote file read in place, §13.9): the DiffFile then reads
+    it through libhdf5 in this process, owns it and closes it.
     """
 
     def __init__(self, path, limits: Limits = DEFAULT_LIMITS, vetted: Vetted | None = None, keep_structure: bool = False,
                  lazy: bool = False):
-        self.path = os.fspath(path)
+        self._remote = path if isinstance(path, RangedFile) else None
+        self.path = path.name if isinstance(path, RangedFile) else os.fspath(path)
         self._file: h5py.File | None = None
         self._fd: int | None = None  # a file read by an isolated child's walk: never handed to libhdf5 here
         FILTER_PLUGINS.enter()
@@ -239,6 +260,8 @@ class DiffFile(Mapping[str, Update]):
                 self._fd, found = _open_regular_file(path)
                 size = found.st_size
         except BaseException:
+            if self._remote is not None:
+                self._remote.close()
             FILTER_PLUGINS.leave()
             raise
         try:
@@ -248,13 +271,17 @@ class DiffFile(Mapping[str, Update]):
                 assert self._fd is not None and vetted is not None
                 contents = read_contents(None, size, limits, vetted, datasets=Datasets.detached(self._fd))
             else:
-                contents = read_contents(self._file, size, limits, lazy=lazy, keep_inventory=keep_structure)
+                with self._reading():
+                    contents = read_contents(self._file, size, limits, lazy=lazy, keep_inventory=keep_structure,
+                                             source=self._remote)
             # what an isolated child hands its parent (open_diff); otherwise not kept: it is ~1 KB a parameter
             self.structure = None
             if keep_structure and contents.inventory is not None and self._file is not None:
                 _with_compact_data(self._file, contents.inventory)
                 self.structure = Vetted(self._identity(), contents.inventory, contents.structure_findings)
             errors = [x for x in contents.findings if x.is_error]
+            if self._remote is not None and self._remote.failure is not None:
+                raise self._remote.failure  # the store failed, not the file: not a finding of the file
             if errors:
                 raise errors[0].to_error()
         except BaseException:
@@ -273,6 +300,10 @@ class DiffFile(Mapping[str, Update]):
         self._files = contents.files
         self._layout = contents.layout
 
+    def _reading(self) -> contextlib.AbstractContextManager:
+        """Around libhdf5's reads of metadata: of a remote file, with no garbage collected meanwhile."""
+        return no_collection() if self._remote is not None else contextlib.nullcontext()
+
     def _identity(self) -> tuple[int, int, int, int]:
         try:
             fd = self._fd if self._file is None else self._file.id.get_vfd_handle()
@@ -284,6 +315,8 @@ class DiffFile(Mapping[str, Update]):
     def _close_file(self) -> None:
         if self._file is not None:
             self._file.close()
+        if self._remote is not None:
+            self._remote.close()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -317,7 +350,8 @@ class DiffFile(Mapping[str, Update]):
                 raise self._refused[name]
             entry = self._parameters.get(name)
             if entry is None:
-                entry, findings = self._lazy.parse(name)
+                with self._reading():
+                    entry, findings = self._lazy.parse(name)
                 self._warnings += [x for x in findings if not x.is_error]
                 errors = [x for x in findings if x.is_error]
                 if errors or entry is None:
@@ -399,6 +433,8 @@ def open_diff(path, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None
     an isolated walk is kept and looked up (walk_cache.py, SPEC §13.2)."""
     if isolation is None:
         return DiffFile(path, limits, lazy=lazy)
+    if isinstance(path, RangedFile):
+        raise ValueError("an isolated child reads local files only: a remote file is read in this process")
     return DiffFile(path, limits, vet(path, limits, isolation, commit_id))
 
 
@@ -434,11 +470,29 @@ def vet(path, limits: Limits, isolation: Isolation, commit_id: str | None = None
         os.close(fd)
 
 
-def open_file(path, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None = None, lazy: bool = True) -> DiffFile:
+def open_file(path, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None = None, lazy: bool = True,
+              storage_options: dict | None = None) -> DiffFile:
     """``mdiff.open``: :func:`open_diff`, lazy unless told otherwise — a reader that uses some parameters
     pays for those (SPEC §8: each is checked in full before anything of it is read); ``lazy=False``
-    checks every parameter on open, as appliers and the repository do."""
+    checks every parameter on open, as appliers and the repository do. ``path`` may be an fsspec URL
+    (``s3://bucket/key.mdiff``, with ``storage_options`` for its filesystem): the file is then read in
+    place, by byte ranges — the metadata and the parameters used — in this process (§13.9)."""
+    if isinstance(path, str) and path.startswith("file://"):
+        path = path[len("file://"):]
+    elif isinstance(path, str) and "://" in path:
+        path = open_url(path, storage_options)
     return open_diff(path, limits, isolation, lazy)
+
+
+def open_url(url: str, storage_options: dict | None = None) -> RangedFile:
+    """The file at an fsspec URL, to be read by byte ranges (OSError when the store cannot say its size)."""
+    import fsspec
+
+    fs, where = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    info = fs.info(where)
+    if info.get("type") != "file" or not isinstance(info.get("size"), int):
+        raise InvalidFileError("MD100", "this is not a file with a listed size, not an .mdiff file", url)
+    return RangedFile(lambda start, end: fs.cat_file(where, start=start, end=end), info["size"], url)
 
 
 @task("vet")

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -23,7 +25,7 @@ import numpy as np
 from mdiff.format.attributes import read_string, string_attribute_size
 from mdiff.format.findings import Finding
 from mdiff.format.limits import MAX_DEFLATE_RATIO, Limits, shape_problem
-from mdiff.format.object_header import HeaderReader
+from mdiff.format.object_header import HeaderReader, ReadAt
 from mdiff.format.chunk_reader import Chunk, StoragePlan, coverage_problem, plan_for
 
 FILTER_DEFLATE, FILTER_SHUFFLE, FILTER_FLETCHER32 = 1, 2, 3
@@ -286,16 +288,22 @@ def metadata_cache(f: h5py.File, nbytes: int) -> Iterator[None]:
         set_metadata_cache(f, WALK_CACHE_BYTES)
 
 
-def _header_reader(f: h5py.File, file_size: int) -> HeaderReader | None:
+def _header_reader(f: h5py.File, file_size: int, read_at: ReadAt | None) -> HeaderReader | None:
+    """The reader of the file's object headers: through ``read_at`` (a file libhdf5 reads as a Python
+    file object has no descriptor), else through the file's descriptor."""
     try:
         offset_size, length_size = f.id.get_create_plist().get_sizes()
-        return HeaderReader(f.id.get_vfd_handle(), file_size, f.id.get_create_plist().get_userblock(), offset_size, length_size)
+        if read_at is None:
+            fd = f.id.get_vfd_handle()
+            read_at = functools.partial(os.pread, fd)
+        return HeaderReader(read_at, file_size, f.id.get_create_plist().get_userblock(), offset_size, length_size)
     except Exception:
         return None
 
 
 class _Walk:
-    def __init__(self, f: h5py.File, file_size: int, limits: Limits, deferred: frozenset[str] = frozenset()):
+    def __init__(self, f: h5py.File, file_size: int, limits: Limits, deferred: frozenset[str] = frozenset(),
+                 read_at: ReadAt | None = None):
         self.file = f
         self.file_size = file_size
         self.limits = limits
@@ -304,7 +312,7 @@ class _Walk:
         self.findings: list[Finding] = []
         self.inventory = Inventory()
         self.seen_addresses: set[int] = set()
-        self.headers = _header_reader(f, file_size)
+        self.headers = _header_reader(f, file_size, read_at)
         self.count = 1  # the root group: §8.3 counts every object of the file and every attribute, in one total
         self.stopped = False  # a global limit was reached: nothing more is walked
 
@@ -690,8 +698,9 @@ class _Walk:
             )
 
 
-def inspect_structure(f: h5py.File, file_size: int, limits: Limits) -> tuple[Inventory, list[Finding]]:
-    walk = _Walk(f, file_size, limits)
+def inspect_structure(f: h5py.File, file_size: int, limits: Limits,
+                      read_at: ReadAt | None = None) -> tuple[Inventory, list[Finding]]:
+    walk = _Walk(f, file_size, limits, read_at=read_at)
     walk.run()
     return walk.inventory, walk.findings
 
@@ -701,8 +710,9 @@ class LazyWalk:
     once except the members of ``deferred`` groups, whose links alone are checked and counted; each
     member is walked — with every check of §8.1–§8.3 — by :meth:`expand`, before anything of it is read."""
 
-    def __init__(self, f: h5py.File, file_size: int, limits: Limits, deferred: frozenset[str]):
-        self._walk = _Walk(f, file_size, limits, deferred)
+    def __init__(self, f: h5py.File, file_size: int, limits: Limits, deferred: frozenset[str],
+                 read_at: ReadAt | None = None):
+        self._walk = _Walk(f, file_size, limits, deferred, read_at)
         self._walk.run()
         self.inventory = self._walk.inventory
         self.findings = list(self._walk.findings)

@@ -25,6 +25,7 @@ from typing import Any
 
 from mdiff.errors import RepositoryError
 from mdiff.format.limits import DEFAULT_LIMITS
+from mdiff.ranged_file import RangedFile
 from mdiff.repo.store import FORMAT_LINE, HEAD_PREFIX, MAX_SMALL_FILE_BYTES, Store, valid_branch
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,11 @@ class RemoteEnd(abc.ABC):
         """The bytes the remote serves for the commit (or snapshot): checked by the receiver, never trusted."""
 
     @abc.abstractmethod
+    def ranged(self, commit_id: str, size: int, directory: str = "commits") -> RangedFile:
+        """The commit (or snapshot) file as the remote lists it (``size`` bytes), read in place by byte
+        ranges (§13.9): what it serves is never checked against the commit's id."""
+
+    @abc.abstractmethod
     def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int, directory: str = "commits") -> None:
         """The commit (or snapshot) file, made visible under its name only once whole."""
 
@@ -150,6 +156,15 @@ class LocalEnd(RemoteEnd):
         if directory == "commits":
             return self.store.commit_chunks(commit_id, BLOCK)
         return self.store.snapshot_chunks(commit_id, BLOCK)
+
+    def ranged(self, commit_id: str, size: int, directory: str = "commits") -> RangedFile:
+        try:
+            fd, _ = self.store._open_file(f"{directory}/{commit_id}.mdiff")
+        except FileNotFoundError:
+            raise RepositoryError("MD801", f"{self.url} lists or names commit {commit_id[:12]} but does not "
+                                           "serve it") from None
+        return RangedFile(lambda start, end: os.pread(fd, end - start, start), size,
+                          f"{self.url} {directory}/{commit_id[:12]}", lambda: os.close(fd))
 
     def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int, directory: str = "commits") -> None:
         temp = self.store.receive_commit(commit_id, chunks, MAX_COMMIT_FILE_BYTES, directory)
@@ -283,6 +298,11 @@ class FsspecEnd(RemoteEnd):
                     return
                 read += len(chunk)
                 yield chunk
+
+    def ranged(self, commit_id: str, size: int, directory: str = "commits") -> RangedFile:
+        path = self._path(f"{directory}/{commit_id}.mdiff")
+        return RangedFile(lambda start, end: self.fs.cat_file(path, start=start, end=end), size,
+                          f"{self.url} {directory}/{commit_id[:12]}")
 
     def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int, directory: str = "commits") -> None:
         """An object appears whole or not at all (a multipart upload is invisible until completed): the

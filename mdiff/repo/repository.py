@@ -12,7 +12,7 @@ import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from mdiff.format.commit import Commit, default_date, resolve_author
 from mdiff.format.dtypes import dtype_of, xor_bits
 from mdiff.format.layout import Layout
 from mdiff.format.writer import DiffWriter
-from mdiff.frameworks import check_framework, numpy_state, to_framework
+from mdiff.frameworks import check_framework, numpy_state
 from mdiff.progress import ByteCounter, Progress, tensor_bytes
 from mdiff.repo import snapshots
 from mdiff.repo.cleanup import DEFAULT_PRUNE_SECONDS, DEFAULT_REFLOG_EXPIRE_SECONDS, GcReport
@@ -32,6 +32,9 @@ from mdiff.repo.store import Store, branch_problem, shown
 from mdiff.diffing import file_updates
 from mdiff.updates import replace
 from mdiff.updates.base import Update, sha256_hex
+
+if TYPE_CHECKING:
+    from mdiff.repo.remote_repository import RemoteRepository
 
 
 
@@ -90,6 +93,14 @@ class Repository(Store):
     def init(cls, root=".", branch: str = "main", isolation: Isolation | None | str = "auto") -> Repository:
         Store.create(Path(root), branch)
         return cls(Path(root), isolation)
+
+    @staticmethod
+    def open(url: str, storage_options: dict | None = None) -> RemoteRepository:
+        """The repository at ``url`` (an fsspec URL or a local folder), read in place without cloning it:
+        only the byte ranges a read needs move (SPEC.md §13.9; see RemoteRepository)."""
+        from mdiff.repo.remote_repository import RemoteRepository
+
+        return RemoteRepository(url, storage_options)
 
     @classmethod
     def find(cls, start=".", isolation: Isolation | None | str = "auto") -> Repository:
@@ -236,28 +247,11 @@ class Repository(Store):
         to a checkpoint file (.safetensors, .npz, .pt, .onnx with the base model as ``template``) or, for
         a path without such an extension, a model folder with the state's files (SPEC.md §10.2); returns
         the paths written."""
-        from mdiff.checkpoints import save_state
         from mdiff.repo.history import resolve
 
         check_framework(framework)
         with self.open_state(resolve(self, rev), engine) as view:
-            names = view.keys()
-            done = ByteCounter(progress, ((name, tensor_bytes(view, name)) for name in names) if progress else ())
-            if output is None:
-                result = {}
-                for name in names:
-                    result[name] = to_framework(view.read(name), framework)
-                    done(name)
-                return result
-
-            def fetch(name: str) -> np.ndarray:
-                value = view.read(name)
-                done(name)
-                return value
-
-            entries = [(name, *view.spec(name)) for name in names]
-            return save_state(output, entries, fetch, files=view.files, layout=view.layout, template=template,
-                              max_shard_size=max_shard_size)
+            return view.write(output, template, progress, framework=framework, max_shard_size=max_shard_size)
 
     def status(self, checkpoint, exclude: Iterable[str] = (), progress: Progress | None = None) -> Changes:
         """What a checkpoint (a file or a model folder) changes against HEAD."""

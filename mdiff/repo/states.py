@@ -31,7 +31,7 @@ import logging
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -46,7 +46,21 @@ from mdiff.threads import in_pool, shared_pool
 from mdiff.updates.base import Change, Update, check_base, read_ahead, spec_of
 
 if TYPE_CHECKING:
+    from mdiff.progress import Progress
     from mdiff.repo.repository import Repository
+
+
+class CommitSource(Protocol):
+    """What a StateView reads commits through: a repository (its verified files), or a remote read in
+    place (remote_repository.py)."""
+
+    def open_commit(self, commit_id: str) -> DiffFile: ...
+
+    def open_snapshot(self, commit_id: str) -> DiffFile: ...
+
+    def has_snapshot(self, commit_id: str) -> bool: ...
+
+    def remember_inexact(self, commit_id: str, names: frozenset[str]) -> None: ...
 
 _FOLD_AHEAD_BYTES = 32 << 20  # of a run's updates read ahead while it is folded (small sparse ones keep every core busy)
 _KEEP_OPEN = 128  # commit files a walk keeps open (the newest): the others are read, closed, reopened if needed
@@ -162,7 +176,7 @@ class StateView(CheckpointReader):
     """state(commit) (SPEC.md §13.4) as a lazy, read-only mapping of name → numpy array, with the
     state's ``files`` and ``layout``; use as a context manager (it keeps the commit files open)."""
 
-    def __init__(self, repo: Repository, commit_id: str | None, engine: str | None = None):
+    def __init__(self, repo: CommitSource, commit_id: str | None, engine: str | None = None):
         self.repo = repo
         self.commit_id = commit_id
         self.path = f"commit {commit_id[:12]}" if commit_id else "the empty state"
@@ -197,7 +211,7 @@ class StateView(CheckpointReader):
                 chain.append((cursor, diff))
             digest = diff.commit.state_sha256
             if short and digest is not None and chain[0][1].commit.state_sha256 is not None \
-                    and self.repo.snapshot_path(cursor).exists() and self._start_by_digest(cursor, digest):
+                    and self.repo.has_snapshot(cursor) and self._start_by_digest(cursor, digest):
                 break
             parents = diff.commit.parents
             cursor = parents[0] if parents else None
@@ -318,7 +332,7 @@ class StateView(CheckpointReader):
         plan = _Plan(commits_after_start=len(self._chain))
         claims: dict[int, StateClaims] = {}  # at each commit that has a snapshot file
         with_snapshot = {i for i, (commit_id, _) in enumerate(self._chain)
-                         if snapshots and self.repo.snapshot_path(commit_id).exists()}
+                         if snapshots and self.repo.has_snapshot(commit_id)}
         for order, (commit_id, diff) in enumerate(self._chain):
             try:
                 _plan_commit(plan, commit_id, diff, order)
@@ -360,6 +374,34 @@ class StateView(CheckpointReader):
         plan.start = commit_id
         plan.commits_after_start = len(self._chain) - 1 - order
         return True
+
+    def write(self, output=None, template=None, progress: Progress | None = None, *, framework: str = "np",
+              max_shard_size: int | None = None):
+        """Every tensor, each read and verified once: without ``output`` a dict (of numpy arrays, or of
+        ``framework``'s tensors); with it, written as a checkpoint file or a model folder (SPEC.md §10.2)
+        and the paths written returned (see Repository.checkout)."""
+        from mdiff.checkpoints import save_state
+        from mdiff.frameworks import check_framework, to_framework
+        from mdiff.progress import ByteCounter, tensor_bytes
+
+        check_framework(framework)
+        names = self.keys()
+        done = ByteCounter(progress, ((name, tensor_bytes(self, name)) for name in names) if progress else ())
+        if output is None:
+            result = {}
+            for name in names:
+                result[name] = to_framework(self.read(name), framework)
+                done(name)
+            return result
+
+        def fetch(name: str) -> np.ndarray:
+            value = self.read(name)
+            done(name)
+            return value
+
+        entries = [(name, *self.spec(name)) for name in names]
+        return save_state(output, entries, fetch, files=self.files, layout=self.layout, template=template,
+                          max_shard_size=max_shard_size)
 
     # ------------------------------------------------------------ tensors
     def _index(self) -> dict[str, tuple[tuple[int, ...], DType]]:

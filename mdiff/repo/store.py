@@ -793,6 +793,9 @@ class Store:
     def snapshot_path(self, commit_id: str) -> Path:
         return self.dir / "snapshots" / f"{commit_id}.mdiff"
 
+    def has_snapshot(self, commit_id: str) -> bool:
+        return self.snapshot_path(commit_id).exists()
+
     def commit_ids(self) -> list[str]:
         """The id of every entry of commits/ named ``<id>.mdiff`` (whatever it is: reading it says)."""
         names = [name[:-len(".mdiff")] for name, _ in self._names_in(["commits"]) if name.endswith(".mdiff")]

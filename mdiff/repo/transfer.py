@@ -360,26 +360,11 @@ def fetch_revision(url: str, rev: str, cache: str | Path, options: dict | None =
     back to the root, each verified as a fetch verifies it (MD800). Only that line of history moves,
     never the others; each commit moves whole, since its id can be checked only against all its bytes
     (§13.2). ``cache`` is a folder this call may create a repository in, and reuses."""
-    from mdiff.repo.history import _PREFIX, _REV
     from mdiff.repo.repository import Repository
-    from mdiff.repo.store import COMMIT_ID
 
     end = open_end(url, options)
     end.check_format()
-    m = _REV.fullmatch(rev.strip())
-    if not m:
-        raise RepositoryError("MD801", f"{rev[:80]!r} is not a revision")
-    base, refs = m.group("base"), end.refs()
     sizes = end.commit_sizes()
-    head = end.head_branch()
-    candidates = [] if COMMIT_ID.fullmatch(base) else [f"refs/heads/{head}"] if base == "HEAD" and head else \
-        [f"refs/heads/{base}", f"refs/tags/{base}"]
-    commit_id = base if COMMIT_ID.fullmatch(base) else next((refs[r] for r in candidates if r in refs), None)
-    if commit_id is None and _PREFIX.fullmatch(base):
-        matches = [c for c in sizes if c.startswith(base)]
-        commit_id = matches[0] if len(matches) == 1 else None
-    if commit_id is None:
-        raise RepositoryError("MD801", f"{url}: {base[:80]!r} names no commit there")
     cache = Path(cache)
     repo = Repository(cache) if (cache / ".mdiff" / "format").exists() else Repository.init(cache)
     repo.check_format()
@@ -395,15 +380,39 @@ def fetch_revision(url: str, rev: str, cache: str | Path, options: dict | None =
             counter(c)
         return c
 
-    for move in re.findall(r"~\d*|\^", m.group("moves")):
-        digits = move[1:]
-        for _ in range(1 if not digits else int(digits) if len(digits) <= 18 else 10**18):
-            parents = repo.parents(have(commit_id))
-            if not parents:
-                raise RepositoryError("MD801", f"{rev[:80]!r} goes back past a root commit")
-            commit_id = parents[0]
-    line = commit_id
+    commit_id = resolve_on_remote(end, rev, sizes, lambda c: repo.parents(have(c)))
+    line: str | None = commit_id
     while line is not None:  # the first-parent line back to the root: what a checkout replays (§13.4)
         parents = repo.parents(have(line))
         line = parents[0] if parents else None
     return repo, commit_id
+
+
+def resolve_on_remote(end: RemoteEnd, rev: str, sizes: dict[str, int], parents: Callable[[str], tuple[str, ...]]) -> str:
+    """The commit ``rev`` names on the remote ``end`` (§13.3: HEAD, a full id, a branch, a tag, a unique
+    prefix of its commit files — ``sizes``, as ``end.commit_sizes()`` lists them; ``~N`` / ``^`` through
+    ``parents``), MD801 when it names none."""
+    from mdiff.repo.history import _PREFIX, _REV
+    from mdiff.repo.store import COMMIT_ID
+
+    m = _REV.fullmatch(rev.strip())
+    if not m:
+        raise RepositoryError("MD801", f"{rev[:80]!r} is not a revision")
+    base, refs = m.group("base"), end.refs()
+    head = end.head_branch()
+    candidates = [] if COMMIT_ID.fullmatch(base) else [f"refs/heads/{head}"] if base == "HEAD" and head else \
+        [f"refs/heads/{base}", f"refs/tags/{base}"]
+    commit_id = base if COMMIT_ID.fullmatch(base) else next((refs[r] for r in candidates if r in refs), None)
+    if commit_id is None and _PREFIX.fullmatch(base):
+        matches = [c for c in sizes if c.startswith(base)]
+        commit_id = matches[0] if len(matches) == 1 else None
+    if commit_id is None:
+        raise RepositoryError("MD801", f"{end.url}: {base[:80]!r} names no commit there")
+    for move in re.findall(r"~\d*|\^", m.group("moves")):
+        digits = move[1:]
+        for _ in range(1 if not digits else int(digits) if len(digits) <= 18 else 10**18):
+            found = parents(commit_id)
+            if not found:
+                raise RepositoryError("MD801", f"{rev[:80]!r} goes back past a root commit")
+            commit_id = found[0]
+    return commit_id

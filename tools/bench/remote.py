@@ -8,8 +8,11 @@ values a little (a sparse or dense update, as the writer chooses) is made, and i
 of it by a clone, are measured. The report gives each one's bytes sent and received, the commit
 file's size and the ratio (wire bytes / file bytes), and the time; then what `checkout --remote`
 moves: the whole first-parent line, since a commit's id is checked against all its bytes (§13.2).
+Last, the remote read in place (§13.9, `Repository.open(URL)`, `checkout --remote --lazy`): one
+parameter of the root commit — wire bytes against that parameter's stored bytes, and requests —, and a
+full checkout of the root commit in place, timed against s3fs downloading the same file.
 
-    python tools/bench/remote.py [--mib 64] [--changed 0.1]
+    python tools/bench/remote.py [--mib 64] [--tensors 16] [--changed 0.1]
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ class Relay:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mib", type=int, default=64, help="the model's size (default 64)")
+    parser.add_argument("--tensors", type=int, default=16, help="the model's tensors, of equal size (default 16)")
     parser.add_argument("--changed", type=float, default=0.1, help="the share of values the second commit changes")
     args = parser.parse_args()
 
@@ -96,17 +100,18 @@ def main() -> None:
     s3fs.S3FileSystem(**options).mkdir("bench")
     url = "s3://bench/repo"
     rng = np.random.default_rng(0)
-    n = args.mib * (1 << 20) // 4
-    weights = (rng.standard_normal(n) * 0.02).astype(np.float32)
+    n = args.mib * (1 << 20) // 4 // args.tensors
+    weights = {f"layer{i:03d}.weight": (rng.standard_normal(n) * 0.02).astype(np.float32) for i in range(args.tensors)}
     with tempfile.TemporaryDirectory() as work:
         repo = Repository.init(Path(work) / "local")
         add_remote(repo, "origin", url)
-        repo.commit({"w": weights}, "root", author="bench", date="2026-01-01T00:00:00Z")
+        root = repo.commit(weights, "root", author="bench", date="2026-01-01T00:00:00Z")
+        assert root is not None
         push(repo, "origin", "main", options=options)
         other, _ = clone(url, Path(work) / "other", options)
-        changed = rng.choice(n, int(n * args.changed), replace=False)
-        weights[changed] += np.float32(1e-3)
-        tip = repo.commit({"w": weights}, "step", author="bench", date="2026-01-02T00:00:00Z")
+        for values in weights.values():
+            values[rng.choice(n, int(n * args.changed), replace=False)] += np.float32(1e-3)
+        tip = repo.commit(weights, "step", author="bench", date="2026-01-02T00:00:00Z")
         assert tip is not None
         size = repo.commit_path(tip).stat().st_size
         print(f"model {args.mib} MiB; new commit {size} bytes ({args.changed:.0%} of values changed)")
@@ -130,7 +135,51 @@ def main() -> None:
         seconds = time.perf_counter() - began
         print(f"checkout --remote main (the line's {line} bytes): {relay.up + relay.down} bytes moved, "
               f"{relay.connections} connections, {(relay.up + relay.down) / line:.4f}x, {seconds:.2f} s")
+        in_place(repo, root, url, options, relay, Path(work))
     server.stop()
+
+
+def in_place(repo: Repository, root: str, url: str, options: dict, relay: Relay, work: Path) -> None:
+    """§13.9: one parameter of the root commit, then all of it, read in place (a fresh session each)."""
+    import h5py
+    import s3fs
+
+    name = "layer001.weight"
+    with repo.open_commit(root) as diff:
+        where = diff.hdf5_path(name)
+    with h5py.File(repo.commit_path(root), "r") as f:
+        stored = sum(f[where][key].id.get_storage_size() for key in f[where])
+    size = repo.commit_path(root).stat().st_size
+    s3fs.S3FileSystem.clear_instance_cache()
+    relay.reset()
+    began = time.perf_counter()
+    remote = Repository.open(url, options)
+    with remote.open_state(remote.resolve("main~1")) as state:
+        state.read(name)
+    seconds = time.perf_counter() - began
+    wire = relay.up + relay.down
+    print(f"in place, one parameter of the root commit ({size} bytes; the parameter stores {stored}): "
+          f"{wire} bytes on the wire ({remote.bytes_read} of the file) in {remote.requests} range requests, "
+          f"{relay.connections} connections; {wire / stored:.4f}x its stored bytes, "
+          f"{(wire - stored) / (1 << 20):.3f} MiB over them; {seconds:.2f} s (target: <= 1.1x + 1 MiB)")
+    for turn in range(3):  # interleaved: the store's download of the file, then the checkout in place
+        s3fs.S3FileSystem.clear_instance_cache()
+        fs = s3fs.S3FileSystem(**options)
+        relay.reset()
+        began = time.perf_counter()
+        fs.get_file(f"bench/repo/.mdiff/commits/{root}.mdiff", str(work / "download.mdiff"))
+        download, download_wire = time.perf_counter() - began, relay.up + relay.down
+        (work / "download.mdiff").unlink()
+        s3fs.S3FileSystem.clear_instance_cache()
+        relay.reset()
+        began = time.perf_counter()
+        remote = Repository.open(url, options)
+        remote.checkout(root, work / "out.safetensors")
+        lazy = time.perf_counter() - began
+        (work / "out.safetensors").unlink()
+        print(f"in place, full checkout of the root commit, turn {turn + 1}: {lazy:.2f} s, {relay.up + relay.down} "
+              f"bytes, {remote.requests} requests; s3fs get_file of the same file {download:.2f} s, {download_wire} "
+              f"bytes: {lazy / download:.2f}x (target: <= 1.5x)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,213 @@
+"""A remote read in place (SPEC.md §13.9): `Repository.open(URL)`, `mdiff.open(URL)` and `checkout --remote
+--lazy` move the byte ranges a read needs — the metadata and the data of the parameters read —, never a
+whole commit; every value is verified by its sha256; a remote that serves wrong or short bytes gets a typed
+error and nothing is written or kept. On a local folder and on a real S3 API (moto's server, via s3fs)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import mdiff
+from mdiff.checkpoints import load_checkpoint
+from mdiff.errors import InvalidFileError, RepositoryError
+from mdiff.ranged_file import PAGE
+from mdiff.repo import Repository
+from mdiff.repo.remote_repository import RemoteRepository
+from mdiff.repo.remotes import add_remote
+from mdiff.repo.transfer import push
+from tests.test_remote import bucket_url, run, s3, s3_files  # noqa: F401  (fixtures)
+
+NAMES = [f"layer{i}.weight" for i in range(12)]
+
+
+def model(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {name: (rng.standard_normal((64, 1024)) * 0.02).astype(np.float32) for name in NAMES}
+
+
+def history(root: Path) -> tuple[Repository, list[str], dict[str, np.ndarray]]:
+    """A root commit of 12 × 256 KiB, then one changing a quarter of the values of every third tensor."""
+    repo = Repository.init(root)
+    values = model(0)
+    first = repo.commit(values, "root", author="T <t@example.com>", date="2026-05-01T00:00:00Z")
+    rng = np.random.default_rng(1)
+    for name in NAMES[::3]:
+        values[name] = values[name] + np.float32(1e-3) * (rng.random(values[name].shape) < 0.25)
+    second = repo.commit(values, "tune", author="T <t@example.com>", date="2026-05-01T00:01:00Z")
+    return repo, [first, second], values
+
+
+@pytest.fixture(params=["folder", "s3"])
+def remote(request, tmp_path):
+    """(url, storage options, local repository, its commits, the tip's values), pushed to the remote."""
+    repo, ids, values = history(tmp_path / "alice")
+    options = None
+    if request.param == "s3":
+        _, options, _ = request.getfixturevalue("s3")
+        url = request.getfixturevalue("bucket_url")
+    else:
+        url = str(tmp_path / "origin")
+    add_remote(repo, "origin", url)
+    push(repo, "origin", "main", options=options)
+    return url, options, repo, ids, values
+
+
+def stored(repo: Repository, commit_id: str, name: str) -> int:
+    """The bytes the parameter's datasets occupy in the commit file (compressed)."""
+    with repo.open_commit(commit_id) as diff:
+        if name not in diff:
+            return 0
+        where = diff.hdf5_path(name)
+    with h5py.File(repo.commit_path(commit_id), "r") as f:
+        return sum(f[where][key].id.get_storage_size() for key in f[where])
+
+
+def test_reading_one_parameter_moves_its_stored_bytes_and_a_few_pages(remote):
+    url, options, repo, ids, values = remote
+    far = RemoteRepository(url, options)
+    assert far.resolve("main") == ids[1] and far.resolve("main~1") == ids[0]
+    assert far.requests == 2 and far.bytes_read == 2 * PAGE  # the tip's metadata, to learn its parent
+    with far.open_state(ids[1]) as state:
+        before = far.bytes_read
+        got = state.read("layer3.weight")  # changed by the second commit: both commits' data
+    assert np.array_equal(got, values["layer3.weight"])
+    data = stored(repo, ids[0], "layer3.weight") + stored(repo, ids[1], "layer3.weight")
+    assert data <= far.bytes_read - before <= data + 4 * PAGE  # its chunks, and their index pages
+    whole = sum(repo.commit_path(c).stat().st_size for c in ids)
+    assert far.bytes_read < whole / 5
+
+
+def test_a_full_checkout_in_place_gives_the_bytes_of_a_local_one(remote, tmp_path, capsys):
+    url, options, repo, ids, values = remote
+    cache = Path(os.environ["MDIFF_CACHE_DIR"])
+    kept = sorted(cache.rglob("*"))
+    if options:  # the command line takes the store's options as `fetch` does
+        os.environ["MDIFF_STORAGE_OPTIONS"] = json.dumps(options)
+    try:
+        code, out, err = run(capsys, "checkout", "main", "-o", tmp_path / "far.safetensors", "--remote", url,
+                             "--lazy", "--json")
+    finally:
+        os.environ.pop("MDIFF_STORAGE_OPTIONS", None)
+    assert code == 0, err
+    report = json.loads(out)
+    assert sorted(cache.rglob("*")) == kept  # no walk kept for bytes never verified against their id
+    repo.checkout(ids[1], tmp_path / "near.safetensors")
+    assert (tmp_path / "far.safetensors").read_bytes() == (tmp_path / "near.safetensors").read_bytes()
+    whole = sum(repo.commit_path(c).stat().st_size for c in ids)
+    assert report["commit"] == ids[1] and whole * 0.9 < report["bytes_read"] <= whole * 1.02
+    assert 0 < report["requests"] < 200
+
+
+def _remote_file(url: str, options, commit_id: str) -> tuple[bytes, callable]:
+    """The bytes the remote holds for a commit, and a way to replace them there."""
+    if options is None:
+        path = Path(url) / ".mdiff" / "commits" / f"{commit_id}.mdiff"
+        return path.read_bytes(), path.write_bytes
+    fs, key = s3_files(options), f"{url[len('s3://'):]}/.mdiff/commits/{commit_id}.mdiff"
+    return fs.cat_file(key), lambda data: fs.pipe_file(key, data)
+
+
+def test_a_remote_serving_wrong_data_is_a_typed_error_and_writes_nothing(remote, tmp_path):
+    url, options, repo, ids, _ = remote
+    data, replace = _remote_file(url, options, ids[0])
+    with repo.open_commit(ids[0]) as diff:
+        where = diff.hdf5_path("layer5.weight")
+    with h5py.File(repo.commit_path(ids[0]), "r") as f:
+        offset = f[where]["value"].id.get_chunk_info(0).byte_offset + 100  # inside its first chunk
+    replace(data[:offset] + bytes([data[offset] ^ 0xFF]) + data[offset + 1:])  # same size: the listing agrees
+    far = RemoteRepository(url, options)
+    with far.open_state(ids[1]) as state:
+        assert np.array_equal(state.read("layer0.weight"), repo.checkout(ids[1])["layer0.weight"])
+        with pytest.raises(mdiff.MdiffError) as caught:
+            state.read("layer5.weight")
+    assert caught.value.code == "MD802" and "MD513" in str(caught.value)  # its chunk no longer inflates
+    with pytest.raises(mdiff.MdiffError):
+        far.checkout("main", tmp_path / "out.safetensors")
+    assert not (tmp_path / "out.safetensors").exists()
+
+
+def _last_written(repo: Repository, commit_id: str) -> str:
+    """The parameter whose data lies last in the commit file."""
+    with repo.open_commit(commit_id) as diff:
+        where = {name: diff.hdf5_path(name) for name in diff}
+    with h5py.File(repo.commit_path(commit_id), "r") as f:
+        return max(where, key=lambda name: f[where[name]]["value"].id.get_chunk_info(0).byte_offset)
+
+
+def test_a_remote_serving_fewer_bytes_than_it_listed_is_md801(remote, tmp_path):
+    url, options, repo, ids, _ = remote
+    far = RemoteRepository(url, options)  # lists the commits' sizes now
+    opened = RemoteRepository(url, options)
+    with opened.open_state(ids[1]) as state:  # its metadata read before the remote changes
+        data, replace = _remote_file(url, options, ids[0])
+        replace(data[:len(data) // 2])
+        with pytest.raises(RepositoryError) as caught:
+            state.read(_last_written(repo, ids[0]))  # its chunks lie in the half no longer served
+        assert caught.value.code == "MD801" and f"commits/{ids[0][:12]}: " in caught.value.message
+    with pytest.raises(RepositoryError) as caught:
+        far.checkout("main", tmp_path / "out.safetensors")
+    assert caught.value.code == "MD801" and "served" in caught.value.message
+    assert not (tmp_path / "out.safetensors").exists()
+
+
+def test_broken_metadata_in_place_is_md802(remote):
+    url, options, repo, ids, _ = remote
+    data, replace = _remote_file(url, options, ids[1])
+    replace(data[:8] + b"\0" * 64 + data[72:])  # the superblock
+    far = RemoteRepository(url, options)
+    with pytest.raises(RepositoryError) as caught:
+        far.open_state(ids[1])
+    assert caught.value.code == "MD802"
+
+
+def test_mdiff_open_of_a_url_reads_the_parameters_used(s3, bucket_url, tmp_path):
+    _, options, _ = s3
+    repo, ids, values = history(tmp_path / "alice")
+    url = f"{bucket_url}/root.mdiff"
+    s3_files(options).put_file(str(repo.commit_path(ids[0])), url[len("s3://"):])
+    with mdiff.open(url, storage_options=options) as diff:
+        assert diff.commit.message == "root" and sorted(diff) == sorted(NAMES)
+        got = diff["layer7.weight"].apply(None, "layer7.weight")
+        assert np.array_equal(got, model(0)["layer7.weight"])
+        assert diff._remote is not None and diff._remote.bytes_fetched < diff["layer7.weight"].stored_bytes + 12 * PAGE
+    with pytest.raises(InvalidFileError) as caught:
+        mdiff.open(f"{bucket_url}/", storage_options=options)
+    assert caught.value.code == "MD100"
+
+
+def test_lazy_needs_a_remote(capsys, tmp_path):
+    code, _, err = run(capsys, "checkout", "HEAD", "-o", tmp_path / "x.safetensors", "--lazy", "-C", tmp_path)
+    assert code == 2 and "--remote" in err
+
+
+def test_values_read_in_place_are_verified_by_their_sha256(tmp_path):
+    """An uncompressed commit whose data the remote alters (same size, same name): the values still
+    decode, and their sha256 refuses them."""
+    import hashlib
+
+    values = model(3)
+    plain = tmp_path / "plain.mdiff"
+    mdiff.write(plain, {name: mdiff.replace(v) for name, v in values.items()}, mdiff.Commit("root"), compression="none")
+    data = plain.read_bytes()
+    commit_id = hashlib.sha256(data).hexdigest()
+    origin = Repository.init(tmp_path / "origin")
+    (origin.dir / "commits" / f"{commit_id}.mdiff").write_bytes(data)
+    origin.write_ref("refs/heads/main", commit_id)
+    assert np.array_equal(RemoteRepository(str(tmp_path / "origin")).checkout("main")["layer2.weight"],
+                          values["layer2.weight"])
+    with h5py.File(plain, "r") as f:
+        offset = f["parameters/layer2.weight/value"].id.get_offset() + 4096
+    (origin.dir / "commits" / f"{commit_id}.mdiff").write_bytes(
+        data[:offset] + bytes([data[offset] ^ 0x40]) + data[offset + 1:])
+    far = RemoteRepository(str(tmp_path / "origin"))
+    with far.open_state(far.resolve("main")) as state:
+        assert np.array_equal(state.read("layer1.weight"), values["layer1.weight"])
+        with pytest.raises(mdiff.MdiffError) as caught:
+            state.read("layer2.weight")
+    assert caught.value.code == "MD802" and "MD602" in str(caught.value)
