@@ -4,9 +4,9 @@ libhdf5 reads a file's metadata in many small pieces that lie close together (it
 few blocks), and a dataset's chunks in one read each. So small reads go through a cache of aligned pages,
 one ranged request per page missed, and a large read is one ranged request of exactly its bytes: reading
 one parameter of a large file moves that parameter's stored bytes and a few pages of metadata. A reader
-that will read the whole file (a full checkout) gives it :class:`Windows`: a large read then fetches a
-window of that many bytes from where it starts, and the reads that follow are served from it — fewer,
-larger requests. The windows of all the files a reader holds open are bounded together.
+that will read every byte anyway (a full checkout) calls :meth:`RangedFile.spool`: the file is then
+downloaded in order, in large requests, into an unnamed local file while it is read, and large reads wait
+for their bytes there — each byte moves once, and the download overlaps the decoding.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
+import os
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -53,33 +55,47 @@ class RangeReadError(OSError):
     """The store failed to serve a range, or served fewer bytes than the file's listed size promises."""
 
 
-class Windows:
-    """The windows read ahead (``size`` bytes each) of the files that share this object: at most ``kept``
-    of them held at once, the least recently used dropped first."""
+class _Spool:
+    """The whole of ``file``, downloaded in order, ``block`` bytes a request, by a thread of its own into an
+    unnamed temporary file; :meth:`read` waits until its bytes are there."""
 
-    def __init__(self, size: int, kept: int = 4):
-        self.size, self.kept = size, kept
-        self._held: OrderedDict[int, tuple[int, bytes]] = OrderedDict()  # id(file) -> (start, bytes)
-        self._lock = threading.Lock()
+    def __init__(self, file: RangedFile, block: int):
+        self._file, self._block = file, block
+        self._disk = tempfile.TemporaryFile(prefix="mdiff-remote-")
+        self._done = 0
+        self._failure: BaseException | None = None
+        self._stopped = False
+        self._ready = threading.Condition()
+        self._thread = threading.Thread(target=self._download, name="mdiff-spool", daemon=True)
+        self._thread.start()
 
-    def get(self, file: RangedFile, offset: int, end: int) -> bytes | None:
-        with self._lock:
-            start, data = self._held.get(id(file), (0, b""))
-            if not start <= offset or not end <= start + len(data):
-                return None
-            self._held.move_to_end(id(file))
-            return data[offset - start:end - start]
+    def _download(self) -> None:
+        try:
+            while self._done < self._file.size and not self._stopped:
+                end = min(self._done + self._block, self._file.size)
+                os.pwrite(self._disk.fileno(), self._file._get(self._done, end), self._done)
+                with self._ready:
+                    self._done = end
+                    self._ready.notify_all()
+        except BaseException as exc:  # kept for the reader waiting on these bytes
+            with self._ready:
+                self._failure = exc
+                self._ready.notify_all()
 
-    def put(self, file: RangedFile, start: int, data: bytes) -> None:
-        with self._lock:
-            self._held[id(file)] = (start, data)
-            self._held.move_to_end(id(file))
-            while len(self._held) > self.kept:
-                self._held.popitem(last=False)
+    def read(self, offset: int, end: int) -> bytes:
+        with self._ready:
+            while self._done < end and self._failure is None and not self._stopped:
+                self._ready.wait()
+            if self._done < end:
+                raise self._failure or RangeReadError(f"{self._file.name}: closed while read")
+        return os.pread(self._disk.fileno(), end - offset, offset)
 
-    def drop(self, file: RangedFile) -> None:
-        with self._lock:
-            self._held.pop(id(file), None)
+    def close(self) -> None:
+        with self._ready:
+            self._stopped = True
+            self._ready.notify_all()
+        self._thread.join()
+        self._disk.close()
 
 
 class RangedFile(io.RawIOBase):
@@ -91,7 +107,7 @@ class RangedFile(io.RawIOBase):
                  release: Callable[[], None] | None = None):
         super().__init__()
         self._fetch, self.size, self.name, self._release = fetch, size, name, release
-        self.windows: Windows | None = None  # where large reads fetch ahead (None: exactly what is asked)
+        self._spool: _Spool | None = None
         self._position = 0
         self._pages: OrderedDict[int, bytes] = OrderedDict()
         self._lock = threading.Lock()
@@ -100,8 +116,8 @@ class RangedFile(io.RawIOBase):
 
     def close(self) -> None:
         if not self.closed:
-            if self.windows is not None:
-                self.windows.drop(self)
+            if self._spool is not None:
+                self._spool.close()
             if self._release is not None:
                 self._release()  # what serves the ranges (a local file's descriptor)
         super().close()
@@ -142,16 +158,15 @@ class RangedFile(io.RawIOBase):
         data = b"".join(self._page(index) for index in range(first, last + 1))
         return data[offset - first * PAGE:end - first * PAGE]
 
+    def spool(self, block: int) -> None:
+        """Download the whole file from now on, in order, ``block`` bytes a request (see the module)."""
+        if self._spool is None:
+            self._spool = _Spool(self, block)
+
     def _large(self, offset: int, end: int) -> bytes:
-        windows = self.windows
-        if windows is None or windows.size <= end - offset:
-            return self._get(offset, end)
-        held = windows.get(self, offset, end)
-        if held is not None:
-            return held
-        data = self._get(offset, min(offset + windows.size, self.size))
-        windows.put(self, offset, data)
-        return data[:end - offset]
+        if self._spool is not None:
+            return self._spool.read(offset, end)
+        return self._get(offset, end)
 
     def _page(self, index: int) -> bytes:
         with self._lock:

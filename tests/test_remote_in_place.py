@@ -100,7 +100,7 @@ def test_a_full_checkout_in_place_gives_the_bytes_of_a_local_one(remote, tmp_pat
     repo.checkout(ids[1], tmp_path / "near.safetensors")
     assert (tmp_path / "far.safetensors").read_bytes() == (tmp_path / "near.safetensors").read_bytes()
     whole = sum(repo.commit_path(c).stat().st_size for c in ids)
-    assert report["commit"] == ids[1] and whole * 0.9 < report["bytes_read"] <= whole * 1.02
+    assert report["commit"] == ids[1] and whole <= report["bytes_read"] <= whole + 40 * PAGE  # + metadata pages
     assert 0 < report["requests"] < 200
 
 

@@ -19,13 +19,13 @@ from mdiff.errors import InvalidFileError, RepositoryError
 from mdiff.format.commit import Commit
 from mdiff.format.reader import DiffFile
 from mdiff.progress import Progress
-from mdiff.ranged_file import RangedFile, RangeReadError, Windows, no_collection
+from mdiff.ranged_file import RangedFile, RangeReadError, no_collection
 from mdiff.repo.remote_ends import MAX_COMMIT_FILE_BYTES
 from mdiff.repo.remotes import open_end
 from mdiff.repo.states import StateView
 from mdiff.repo.transfer import resolve_on_remote
 
-CHECKOUT_WINDOW = 16 << 20  # a request per 16 MiB of data, not per chunk: requests cost far more than bytes
+CHECKOUT_BLOCK = 16 << 20  # a full checkout downloads each file in requests of 16 MiB: requests cost more than bytes
 
 
 class RemoteRepository:
@@ -46,7 +46,7 @@ class RemoteRepository:
         self._snapshot_sizes: dict[str, int] | None = None
         self._commits: dict[str, Commit] = {}
         self._opened: list[RangedFile] = []
-        self._windows: Windows | None = None  # of the files opened while a full checkout reads them whole
+        self._spool_block = 0  # while a full checkout reads the files it opens whole: they are spooled
 
     @property
     def requests(self) -> int:
@@ -103,7 +103,8 @@ class RemoteRepository:
 
     def _open(self, commit_id: str, size: int, directory: str) -> DiffFile:
         ranged = self._end.ranged(commit_id, size, directory)
-        ranged.windows = self._windows
+        if self._spool_block:
+            ranged.spool(self._spool_block)
         self._opened.append(ranged)
         try:
             with no_collection():
@@ -123,15 +124,15 @@ class RemoteRepository:
     def checkout(self, rev: str = "HEAD", output=None, template=None, progress: Progress | None = None,
                  engine: str | None = None, *, framework: str = "np", max_shard_size: int | None = None):
         """As :meth:`Repository.checkout`, read in place: MD801 when the remote fails to serve a range. It
-        reads about every byte of the files it opens, so each large read fetches CHECKOUT_WINDOW bytes (four
-        such windows held at most, whatever the number of files open)."""
+        reads about every byte of the files it opens, so each is downloaded whole, in order, while it is read
+        (RangedFile.spool: into an unnamed temporary file, removed when the file is closed)."""
         commit_id = self.resolve(rev)
-        self._windows = Windows(CHECKOUT_WINDOW)
+        self._spool_block = CHECKOUT_BLOCK
         try:
             with self.served(), self.open_state(commit_id, engine) as view:
                 return view.write(output, template, progress, framework=framework, max_shard_size=max_shard_size)
         finally:
-            self._windows = None
+            self._spool_block = 0
 
     @contextlib.contextmanager
     def served(self) -> Iterator[None]:

@@ -18,8 +18,10 @@ full checkout of the root commit in place, timed against s3fs downloading the sa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -85,7 +87,6 @@ def main() -> None:
     import logging
 
     import s3fs
-    from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
@@ -93,8 +94,13 @@ def main() -> None:
     probe.bind(("127.0.0.1", 0))
     port = probe.getsockname()[1]
     probe.close()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    # a process of its own, as a store is: in this one it would compete for the interpreter with the reader
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            break
+        time.sleep(0.05)
     relay = Relay(port)
     options = {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{relay.port}"}}
     s3fs.S3FileSystem(**options).mkdir("bench")
@@ -136,7 +142,8 @@ def main() -> None:
         print(f"checkout --remote main (the line's {line} bytes): {relay.up + relay.down} bytes moved, "
               f"{relay.connections} connections, {(relay.up + relay.down) / line:.4f}x, {seconds:.2f} s")
         in_place(repo, root, url, options, relay, Path(work))
-    server.stop()
+    server.terminate()
+    server.wait()
 
 
 def in_place(repo: Repository, root: str, url: str, options: dict, relay: Relay, work: Path) -> None:
