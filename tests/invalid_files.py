@@ -1664,6 +1664,26 @@ def build_MD506_attribute_null_dataspace(path) -> None:
         f["parameters/w"].attrs.create("comment", h5py.Empty(h5py.string_dtype("utf-8", 4)))
 
 
+def build_MD506_attribute_dataspace_class_4(path) -> None:
+    """The dataspace message of `/parameters/w`'s `update` attribute records class 4 (none of scalar 0, simple 1,
+    null 2): libhdf5 decodes it without an error and h5wasm shows it as a scalar, but it is not a scalar (§8.2):
+    MD506, and the refused `update` is not MD400 (§12.1)."""
+    from tests.fuzz import hdf5bytes
+
+    _write(path)
+    with h5py.File(path, "r") as f:
+        address = h5py.h5o.get_info(f["parameters/w"].id).addr
+    data = bytes(open(path, "rb").read())
+    block = next(b for b in hdf5bytes.scan(bytearray(data)).blocks if b.start == address)
+    body = next(m for m in block.messages if m.type == 0x0C).body
+    version, name_size, type_size = data[body], int.from_bytes(data[body + 2:body + 4], "little"), \
+        int.from_bytes(data[body + 4:body + 6], "little")
+    assert version == 3, version
+    space = 9 + name_size + type_size
+    assert data[body + space] == 2, "expected a version 2 dataspace message"
+    _corrupt_message(path, "parameters/w", 0x0C, space + 3, 4)
+
+
 def build_MD506_update_vlen(path) -> None:
     with _edit(path) as f:
         text = bytes(f["parameters/w"].attrs["update"]).rstrip(b"\0").decode("utf-8")

@@ -297,6 +297,43 @@ export class RawFile {
     return count;
   }
 
+  // The dataspace class of each attribute stored in the object header at `addr` (compact storage: its
+  // attribute messages), by name: 0 scalar, 1 simple, 2 null, or whatever a version 2 dataspace message
+  // records there. HDF5 libraries decode other values without an error and differ on what they make of
+  // them (h5wasm shows a scalar), so SPEC §8.2's "scalar" is checked on the message's own byte. A message
+  // this cannot decode (or whose dataspace is shared) is left out: the library's reading decides it.
+  attributeSpaces(addr, where) {
+    const spaces = new Map();
+    for (const m of this.readObjectHeader(addr, where)) {
+      if (m.type !== 0x0c) continue;
+      try {
+        const c = new Cursor(this, m.data, 0, where);
+        const version = c.u8();
+        const flags = c.u8();
+        const nameSize = c.u16();
+        const typeSize = c.u16();
+        const spaceSize = c.u16();
+        if (version === 3) c.u8(); // the name's character set
+        const pad = (n) => (version === 1 ? (n + 7) & ~7 : n);
+        if (version < 1 || version > 3 || flags & 0x02 || nameSize === 0) continue;
+        const raw = c.bytes(nameSize);
+        c.skip(pad(nameSize) - nameSize);
+        c.skip(pad(typeSize));
+        const s = new Cursor(this, c.bytes(spaceSize), 0, where);
+        const sversion = s.u8();
+        const rank = s.u8();
+        s.u8(); // flags
+        const cls = sversion === 2 ? s.u8() : sversion === 1 ? (rank > 0 ? 1 : 0) : null;
+        if (cls === null) continue;
+        const end = raw.indexOf(0);
+        spaces.set(raw.subarray(0, end < 0 ? raw.length : end).toString("utf8"), cls);
+      } catch (e) {
+        if (!(e instanceof RawError)) throw e;
+      }
+    }
+    return spaces;
+  }
+
   // Facts about the dataset whose object header is at `addr`.
   datasetInfo(addr, where) {
     const msgs = this.readObjectHeader(addr, where);

@@ -305,6 +305,14 @@ export class Validation {
         this.stopped = true;
         return;
       }
+      let spaces = new Map();
+      if (this.raw && obj.addr !== undefined) {
+        try {
+          spaces = this.raw.attributeSpaces(obj.addr, obj.path);
+        } catch {
+          /* read once already by attributeCount: the library's reading decides */
+        }
+      }
       for (const name of names) {
         // §8.2: an attribute's name is UTF-8 (h5wasm decodes a name that is not with replacement characters)
         if (name.includes("\uFFFD") || !name.isWellFormed()) {
@@ -322,7 +330,8 @@ export class Validation {
           continue;
         }
         const isString = meta.type === 3 && !meta.vlen && (meta.cset === 0 || meta.cset === 1);
-        const scalar = Array.isArray(meta.shape) && meta.shape.length === 0;
+        // §8.2: scalar by the dataspace message's class (h5wasm shows a class it does not know as a scalar)
+        const scalar = Array.isArray(meta.shape) && meta.shape.length === 0 && (spaces.get(name) ?? 0) === 0;
         if (!isString || !scalar) {
           this.add("MD506", obj.path, `attribute '${name}' is not a scalar fixed-length UTF-8 string`);
           obj.attrs.set(name, undefined);
