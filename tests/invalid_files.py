@@ -1335,6 +1335,24 @@ def build_MD513_dense_attribute_index_of_another_type(path) -> None:
     open(path, "wb").write(bytes(data))
 
 
+def build_MD511_attributes_over_64_uncountable(path) -> None:
+    """The root holds 70 attributes, stored densely, and the checksum of their name index's B-tree header is wrong:
+    libhdf5 cannot count them, but the header records 70, over the limit of 64 on one object — checked on that count
+    before any attribute is read (§12.1 rule 2): MD511 alone, not MD513 (found by differential fuzzing, seed 9)."""
+    from tests.fuzz import hdf5bytes
+
+    with _edit(path) as f:
+        for i in range(67):
+            write_string(f, f"note{i}", "x")
+    data = bytearray(open(path, "rb").read())
+    layout = hdf5bytes.scan(data)
+    headers = [b for b in layout.blocks if data[b.start:b.start + 4] == b"BTHD" and data[b.start + 5] == 8]
+    assert len(headers) == 1, "expected one dense attribute storage"
+    checksum = headers[0].start + 18 + 8 + 8  # signature .. records in all (offsets and lengths of 8 bytes)
+    data[checksum] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+
+
 def build_MD513_group_info_unreadable(path) -> None:
     """`/parameters/w`'s group info message (0x0A) has version 0x80: the group cannot be read (listing its links
     decodes it), so it is refused whole — neither its attributes nor its members are looked at (§12.1)."""

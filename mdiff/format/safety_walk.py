@@ -326,6 +326,13 @@ class _Walk:
             root_address = None if self.headers is None else self.headers.root_address()
         except Exception:
             root_address = None
+        if root_address is not None and self.headers is not None:
+            try:  # §8.1: the root's object header is read as every other object's is at its link
+                self.headers.link_count(root_address)
+            except Exception as exc:
+                self.finding("MD513", root, f"the root group's object header cannot be read: {exc}")
+                root.kind = "refused"
+                return
         links = self._open_group(root, self.file.id, None, group, root_address)
         if links is _STOP:
             self.stopped = True
@@ -514,10 +521,18 @@ class _Walk:
         False once the attribute count is over the object limit. The header at ``address`` is read first
         (object_header.py): a dense storage libhdf5 would crash on cannot be read (§8.1)."""
         try:
+            stored = 0
             if address is not None and self.headers is not None:
-                self.headers.attribute_count(address)
+                # the count the object header records (§12.1 rule 3) is held to the limit of 64 (§8.3) before
+                # the HDF5 library is asked: a library that cannot read the storage cannot count it either
+                stored = self.headers.attribute_count(address)
+                if stored > MAX_ATTRIBUTES_PER_OBJECT:
+                    self.finding("MD511", info, f"{stored} attributes on one object (at most {MAX_ATTRIBUTES_PER_OBJECT})")
+                    return False
             if n is None:
-                n = h5py.h5a.get_num_attrs(oid)
+                # libhdf5's own count can be lower than the header's (a damaged header flag makes it 0 while its
+                # attributes can still be opened one by one): each attribute the header records is read
+                n = max(stored, h5py.h5a.get_num_attrs(oid))
         except Exception as exc:
             self.finding("MD513", info, f"attributes cannot be read: {exc}")
             info.kind = "refused"  # an object that cannot be read (§12.1): nothing else looks at it

@@ -160,6 +160,18 @@ export class Validation {
     this.objects.push(root);
     this.byPath.set("/", root);
     count++;
+    if (this.raw && root.addr !== undefined) {
+      try {
+        // SPEC §8.1: the root's object header is read as every other object's is at its link; a root that
+        // cannot be read is refused whole, and nothing else of the file is looked at (§12.1)
+        this.raw.linkCount(root.addr, "/");
+      } catch (e) {
+        this.add("MD513", "/", `the root group's object header cannot be read: ${e.message}`);
+        root.refused = true;
+        this.count = count;
+        return;
+      }
+    }
     while (queue.length) {
       const g = queue.shift();
       let names;
