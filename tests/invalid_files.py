@@ -1353,6 +1353,37 @@ def build_MD511_attributes_over_64_uncountable(path) -> None:
     open(path, "wb").write(bytes(data))
 
 
+def _dense_link_index(path, edit: Callable[[bytearray, int], None]) -> None:
+    """`/parameters/w` holds 9 more groups, so that its links are stored densely; ``edit`` changes the header of
+    their name index (a version 2 B-tree of type 5, at the offset it is given), whose checksum is then made valid."""
+    from tests.fuzz import hdf5bytes
+
+    with _edit(path) as f:
+        for i in range(9):
+            f["parameters/w"].create_group(f"g{i}")
+    data = bytearray(open(path, "rb").read())
+    layout = hdf5bytes.scan(data)
+    headers = [b for b in layout.blocks if data[b.start:b.start + 4] == b"BTHD" and data[b.start + 5] == 5]
+    assert len(headers) == 1, "expected one dense link storage"
+    edit(data, headers[0].start)
+    hdf5bytes.fix_checksums(data, layout)
+    open(path, "wb").write(bytes(data))
+
+
+def build_MD513_dense_link_index_of_another_type(path) -> None:
+    """The name index of `/parameters/w`'s densely stored links says type 7, not 5 (link names): libhdf5 runs
+    another tree class's callbacks on it and crashes, so a reader checks the header first (§8.1) — the group's
+    links cannot be read, and it is refused whole: MD513 alone (found by differential fuzzing, seed 9)."""
+    _dense_link_index(path, lambda data, at: data.__setitem__(at + 5, 7))
+
+
+def build_MD513_dense_link_count_wrong(path) -> None:
+    """The name index of `/parameters/w`'s densely stored links records 4,157 links in all; it holds 10: listed in
+    name order, libhdf5 sizes its table by the record and fails (or crashes); listed in the index's order, all
+    10 are read. The number recorded must be the number listed (§8.1): MD513 alone."""
+    _dense_link_index(path, lambda data, at: data.__setitem__(slice(at + 26, at + 34), (4157).to_bytes(8, "little")))
+
+
 def build_MD513_group_info_unreadable(path) -> None:
     """`/parameters/w`'s group info message (0x0A) has version 0x80: the group cannot be read (listing its links
     decodes it), so it is refused whole — neither its attributes nor its members are looked at (§12.1)."""

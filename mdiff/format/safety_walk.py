@@ -424,7 +424,7 @@ class _Walk:
         """A group's links, read before its attributes: a group whose links cannot be read is an object
         that cannot be read (§8.1, MD513), refused whole — its attributes and members unused (§12.1)
         — and None; _STOP once its attributes are over a limit of the whole file (MD511)."""
-        links = self._links(info, gid, gid if group is None else group)
+        links = self._links(info, gid, gid if group is None else group, address)
         if links is None:
             info.kind = "refused"
             return None
@@ -432,12 +432,21 @@ class _Walk:
             return _STOP
         return links
 
-    def _links(self, node: ObjectInfo, gid, group) -> list[tuple[bytes, int, int]] | None:
+    def _links(self, node: ObjectInfo, gid, group, address: int | None = None) -> list[tuple[bytes, int, int]] | None:
         """(link name, link type, address) of each member, in name order; one libhdf5 iteration per group. None
         when they cannot be read (reported: MD513) — the group's creation properties (its link info and
-        group info messages, which every HDF5 library decodes to list a group) included."""
+        group info messages, which every HDF5 library decodes to list a group) included, and, for links stored
+        densely, the header of their name index (§8.1: checked before libhdf5 reads the index, and the number of
+        links it records must be the number listed — libhdf5 sizes its name-order table by it)."""
         links: list[tuple[bytes, int, int]] = []
         cap = self.limits.max_objects
+        recorded = None
+        if address is not None and self.headers is not None:
+            try:
+                recorded = self.headers.dense_link_count(address)
+            except Exception as exc:
+                self.finding("MD513", node, f"the group's links cannot be read: {exc}")
+                return None
 
         def collect(raw: bytes, info) -> int | None:
             links.append((raw, info.type, info.u))  # u: a hard link's object header address
@@ -454,6 +463,10 @@ class _Walk:
                 gid.links.iterate(collect, info=True, order=h5py.h5.ITER_NATIVE)
         except Exception as exc:  # a corrupt group B-tree or heap
             self.finding("MD513", node, f"the group's links cannot be read: {exc}")
+            return None
+        if recorded is not None and len(links) <= cap and recorded != len(links):
+            self.finding("MD513", node, f"the group's links cannot be read: its name index records {recorded} links, "
+                                        f"it holds {len(links)}")
             return None
         links.sort()
         return links

@@ -278,23 +278,52 @@ export class RawFile {
         const heap = c.addr();
         const names = c.addr();
         if (heap === UNDEF || names === UNDEF) continue;
-        // SPEC §8.1: a version 2 B-tree of attribute names (type 8), records above 0 bytes, nodes of 64 B to 64 KiB
-        const h = new Cursor(this, this.read(names, 18 + this.O + this.L, where), 0, where);
-        if (h.bytes(4).toString("latin1") !== "BTHD" || h.u8() !== 0 || h.u8() !== 8) {
-          throw new RawError(`${where}: the dense attribute storage's name index is not a version 2 B-tree of attribute names`);
-        }
-        const nodeSize = h.u32();
-        const recordSize = h.u16();
-        if (recordSize === 0 || nodeSize < 64 || nodeSize > 65536) {
-          throw new RawError(`${where}: the attribute name index has records of ${recordSize} bytes in nodes of ${nodeSize}`);
-        }
-        h.skip(2 + 1 + 1); // depth, split and merge percents
-        h.addr(); // root node
-        h.u16(); // records in the root node
-        count += h.len();
+        count += this.btreeRecords(names, 8, "attribute name index", where);
       }
     }
     return count;
+  }
+
+  // How many links the group whose header is at `addr` stores densely (SPEC §8.1): the records of its link
+  // name index (a version 2 B-tree of type 5), after its header and that of its creation order index (type 6),
+  // when it has one, are checked as the attribute name index's is; null when its links are not stored densely.
+  denseLinkCount(addr, where) {
+    for (const m of this.readObjectHeader(addr, where)) {
+      if (m.type !== 0x02) continue;
+      const c = new Cursor(this, m.data, 0, where);
+      c.u8(); // version
+      const flags = c.u8();
+      if (flags & 1) c.skip(8); // maximum creation index
+      const heap = c.addr();
+      const names = c.addr();
+      if (heap === UNDEF) return null;
+      const total = this.btreeRecords(names, 5, "link name index", where);
+      if (flags & 2) {
+        const order = c.addr();
+        if (order !== UNDEF) this.btreeRecords(order, 6, "link creation order index", where);
+      }
+      return total;
+    }
+    return null;
+  }
+
+  // SPEC §8.1: the records in all of the version 2 B-tree whose header is at `addr`, once that header
+  // (signature BTHD, version 0) is of type `type`, with records above 0 bytes in nodes of 64 B to 64 KiB —
+  // HDF5 libraries trust those fields, and crash on others.
+  btreeRecords(addr, type, what, where) {
+    const h = new Cursor(this, this.read(addr, 18 + this.O + this.L, where), 0, where);
+    if (h.bytes(4).toString("latin1") !== "BTHD" || h.u8() !== 0 || h.u8() !== type) {
+      throw new RawError(`${where}: the ${what} is not a version 2 B-tree of type ${type}`);
+    }
+    const nodeSize = h.u32();
+    const recordSize = h.u16();
+    if (recordSize === 0 || nodeSize < 64 || nodeSize > 65536) {
+      throw new RawError(`${where}: the ${what} has records of ${recordSize} bytes in nodes of ${nodeSize}`);
+    }
+    h.skip(2 + 1 + 1); // depth, split and merge percents
+    h.addr(); // root node
+    h.u16(); // records in the root node
+    return h.len();
   }
 
   // The dataspace class of each attribute stored in the object header at `addr` (compact storage: its
