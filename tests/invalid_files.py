@@ -676,6 +676,14 @@ def build_MD307_layout_path_inside_another(path) -> None:
                                     "index": {"path": "model.safetensors/model.safetensors.index.json", "metadata": {}}}))
 
 
+def build_MD307_layout_beside_a_soft_link(path) -> None:
+    """A malformed layout whose group also holds a soft link: the link is refused (MD500, §8.1), which is not an
+    error of the layout's update (§12.1 rule 5), so its value is still checked (rule 6): MD500 and MD307."""
+    build_MD307_layout_without_files(path)
+    with h5py.File(path, "r+") as f:
+        f["layout"]["a\tb"] = h5py.SoftLink("/parameters")
+
+
 def build_MD404_file_update_without_type(path) -> None:
     """A file's `update` is read as a parameter's first: a missing `type` is MD404 (§5.5), not MD305."""
     _write_files(path, {"config.json": _file(CONFIG)})
