@@ -1317,6 +1317,26 @@ def build_MD509_contiguous_storage_past_the_end(path) -> None:
     _corrupt_message(path, "parameters/w/xor", 0x08, 2 + 8, (1 << 40).to_bytes(8, "little"))
 
 
+def build_MD509_chunk_past_the_end_of_file_address(path) -> None:
+    """`big`'s one chunk (unfiltered) is the last thing in the file, and the superblock's end-of-file address is 1 byte
+    short of the file's end: an HDF5 library reads nothing past that address, so the chunk does not end within the
+    file (§8.3), though the file's bytes hold it (found by differential fuzzing, seed 9: one reader read the chunk
+    itself, the other failed to; libhdf5 refuses contiguous storage past that address when it opens the dataset)."""
+    from tests.fuzz import hdf5bytes
+
+    _write_chunk(path, BIG.astype("<f4").tobytes())
+    data = bytearray(open(path, "rb").read())
+    assert data[8] in (2, 3) and data[9] == 8, "expected a version 2 or 3 superblock with 8-byte offsets"
+    assert int.from_bytes(data[28:36], "little") == len(data)
+    with h5py.File(path, "r") as f:
+        chunk = f["parameters/big/value"].id.get_chunk_info(0)
+        assert chunk.byte_offset + chunk.size == len(data), "expected the chunk at the end of the file"
+    layout = hdf5bytes.scan(data)
+    data[28:36] = (len(data) - 1).to_bytes(8, "little")
+    hdf5bytes.fix_checksums(data, layout)
+    open(path, "wb").write(bytes(data))
+
+
 def build_MD513_attribute_name_length_wrong(path) -> None:
     """The attribute message of `/parameters/w`'s `update` records a name of 8 bytes for "update" and its NUL (7):
     the attribute cannot be read (MD513) — not even its name, so the group has no `update` it knows of (MD400);

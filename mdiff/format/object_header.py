@@ -62,6 +62,18 @@ class HeaderReader:
         fields = 24 + (4 if head[8] == 1 else 0)  # base, free space, end-of-file, driver; the root's entry
         return self._int(head, fields + 5 * o, o)
 
+    def end_of_file_address(self) -> int:
+        """The end-of-file address the superblock at ``base`` records, relative to ``base``: libhdf5 reads nothing
+        past it (its end of allocation), whatever the file's size. A superblock that records a base address other
+        than its own place has that address moved to its place, and the end-of-file address moved by as much
+        (as libhdf5 does)."""
+        o = self.offset_size
+        head = self._read(0, 128, up_to=True)
+        fields = 12 if head[8] in (2, 3) else 24 + (4 if head[8] == 1 else 0)  # up to the base address
+        stored_base, eof = self._int(head, fields, o), self._int(head, fields + 2 * o, o)  # base, ext/free space, eof
+        undefined = (1 << 8 * o) - 1
+        return eof if stored_base == undefined else eof - (stored_base - self.base)
+
     def link_count(self, address: int) -> int:
         """The reference count of the object whose header is at ``address``."""
         first = self._read(address, 16, up_to=True)

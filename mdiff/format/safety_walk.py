@@ -305,6 +305,14 @@ class _Walk:
         self.inventory = Inventory()
         self.seen_addresses: set[int] = set()
         self.headers = _header_reader(f, file_size)
+        if self.headers is not None:
+            # §8.3: "within the file" is before the end-of-file address the superblock records, where that is
+            # less than the file's size — every HDF5 library refuses to read past it
+            try:
+                self.file_size = min(file_size, self.headers.base + self.headers.end_of_file_address())
+            except Exception:  # the superblock opened in libhdf5: what it holds is checked there
+                pass
+            self.headers.size = self.file_size
         self.count = 1  # the root group: §8.3 counts every object of the file and every attribute, in one total
         self.stopped = False  # a global limit was reached: nothing more is walked
 

@@ -161,6 +161,15 @@ export class RawFile {
     const base = c.addr();
     this.base = base === UNDEF ? at : base;
     if (this.base !== at && this.base !== 0) this.base = at;
+    c.addr(); // superblock extension (2, 3) or free-space info (0, 1)
+    const eof = c.addr();
+    // SPEC §8.3: "within the file" is before the end-of-file address the superblock records, where that is less
+    // than the file's size (an HDF5 library reads nothing past it); a base address other than the superblock's
+    // place moves that address by as much (as libhdf5 does)
+    if (eof !== UNDEF && Number.isFinite(eof)) {
+      const end = at + eof - (base === UNDEF || !Number.isFinite(base) ? 0 : base - at);
+      this.size = Math.min(this.size, Math.max(0, end));
+    }
   }
 
   // Returns the messages of the object header at `addr`: [{type, flags, data: Buffer}].
