@@ -643,6 +643,15 @@ def build_MD306_files_in_version_1_0_not_looked_into(path) -> None:
         write_string(group, "update", "not json")
 
 
+def build_MD500_external_link_named_like_dot_dot(path) -> None:
+    """An external link in `/parameters` named `%2E.` (a valid UTF-8 name): h5wasm cannot query a link of that name
+    (its path lookup finds no object), but the link message says what it is — not a hard link: MD500, refused
+    before anything about the object it names (§12.1 rule 3; found by differential fuzzing, seed 9)."""
+    with _edit(path) as f:
+        group = h5py.h5g.open(f.id, b"/parameters")  # held: the links proxy does not keep it open
+        group.links.create_external(b"%2E.", b"other.h5", b"/parameters/w/xor")
+
+
 def build_MD500_update_type_soft_link_member(path) -> None:
     """An embedded type's group holds, besides its function, a soft link `B` (MD500) and an unknown dataset
     `notes` (MD303): the soft link is refused at its link, so it is not an unknown member too (§12.1 rule 3)."""
@@ -1262,6 +1271,20 @@ def build_MD500_external_link(path) -> None:
 def build_MD501_committed_datatype(path) -> None:
     with _edit(path) as f:
         f["t"] = np.dtype("<f4")
+
+
+def build_MD513_committed_datatype_unreadable(path) -> None:
+    """A committed datatype `/t` whose datatype message records version 0: an HDF5 library cannot open it, so it is
+    an object that cannot be read (MD513), which §12.1 rule 3 puts before "not a group or dataset" (MD501)
+    (found by differential fuzzing, seed 9: a group's link info message had become a datatype message)."""
+    build_MD501_committed_datatype(path)
+    with h5py.File(path, "r") as f:
+        address = h5py.h5o.get_info(f["t"].id).addr
+    data = bytearray(open(path, "rb").read())
+    # a version 1 object header (no checksum) whose first message is the datatype: type 3 at 16, body at 24
+    assert data[address] == 1 and data[address + 16] == 0x03 and data[address + 24] == 0x11, data[address:address + 32].hex()
+    data[address + 24] = 0x01  # version 0, class 1 (floating point)
+    open(path, "wb").write(bytes(data))
 
 
 def build_MD501_committed_datatype_in_parameter(path) -> None:

@@ -316,6 +316,37 @@ export class RawFile {
     return null;
   }
 
+  // The type each link message in the object header at `addr` records (compact link storage), by name:
+  // 0 hard, 1 soft, 64 external, others user-defined. Messages this cannot decode are left out.
+  linkTypes(addr, where) {
+    const types = new Map();
+    for (const m of this.readObjectHeader(addr, where)) {
+      if (m.type !== 0x06) continue;
+      try {
+        const c = new Cursor(this, m.data, 0, where);
+        if (c.u8() !== 1) continue; // version
+        const flags = c.u8();
+        const type = flags & 0x08 ? c.u8() : 0;
+        if (flags & 0x04) c.skip(8); // creation order
+        if (flags & 0x10) c.u8(); // character set of the name
+        const length = c.num(1 << (flags & 3));
+        types.set(c.bytes(length).toString("utf8"), type);
+      } catch (e) {
+        if (!(e instanceof RawError)) throw e;
+      }
+    }
+    return types;
+  }
+
+  // SPEC §8.1: a committed datatype is readable when its datatype message (0x03) decodes — a version from 1 to 5
+  // (HDF5 libraries refuse others when they open the object); throws RawError otherwise.
+  checkCommittedDatatype(addr, where) {
+    const m = this.readObjectHeader(addr, where).find((x) => x.type === 0x03);
+    if (!m || m.data.length < 8) throw new RawError(`${where}: no datatype message`);
+    const version = m.data[0] >> 4;
+    if (version < 1 || version > 5) throw new RawError(`${where}: datatype message version ${version}`);
+  }
+
   // SPEC §8.1: the records in all of the version 2 B-tree whose header is at `addr`, once that header
   // (signature BTHD, version 0) is of type `type`, with records above 0 bytes in nodes of 64 B to 64 KiB —
   // HDF5 libraries trust those fields, and crash on others.

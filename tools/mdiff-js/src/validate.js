@@ -203,6 +203,14 @@ export class Validation {
         try {
           kind = this.h5.linkKind(p);
         } catch (e) {
+          // the link message's own type (compact storage): a link the library cannot query (an external link whose
+          // value it cannot parse) is still not a hard link (SPEC §12.1 rule 3: MD500 comes before MD513)
+          const recorded = this.linkTypes(g).get(name);
+          if (recorded !== undefined && recorded !== 0 && name.isWellFormed() && !name.includes("\uFFFD")) {
+            this.add("MD500", p, `${recorded === 1 ? "soft" : recorded === 64 ? "external" : "user-defined"} link; only hard links are allowed`);
+            g.children.push({ name, path: p, kind: "link" });
+            continue;
+          }
           if (name.includes("\uFFFD") || !name.isWellFormed() || notUtf8Name(name, e)) {
             // h5wasm decodes link names as UTF-8, replacing bad bytes; the name then names nothing.
             this.add("MD302", p, "the link name is not valid UTF-8");
@@ -251,6 +259,15 @@ export class Validation {
           g.children.push({ name, path: p, kind: "duplicate" });
           continue;
         }
+        if (okind === "datatype" && this.raw) {
+          try {
+            this.raw.checkCommittedDatatype(addr, p); // SPEC §12.1 rule 3: an object that cannot be read is MD513 first
+          } catch (e) {
+            this.add("MD513", p, `the object cannot be read: ${e.message}`);
+            g.children.push({ name, path: p, kind: "refused" });
+            continue;
+          }
+        }
         if (okind === "datatype") {
           this.add("MD501", p, "a committed datatype; only groups and datasets are allowed");
           g.children.push({ name, path: p, kind: "datatype" });
@@ -275,6 +292,21 @@ export class Validation {
       }
     }
     this.count = count;
+  }
+
+  // The link types the raw object header of group `g` records (compact storage), read once per group.
+  linkTypes(g) {
+    if (!g.linkTypes) {
+      g.linkTypes = new Map();
+      if (this.raw && g.addr !== undefined) {
+        try {
+          g.linkTypes = this.raw.linkTypes(g.addr, g.path);
+        } catch {
+          /* the group's links were listed: what cannot be read here is the library's to decide */
+        }
+      }
+    }
+    return g.linkTypes;
   }
 
   // §8.2 attributes (MD506), §8.3 (MD510, MD511).
