@@ -1110,6 +1110,18 @@ def build_MD500_update_type_soft_link_needing_escape(path) -> None:
         f["update_types"]["\x10"] = h5py.SoftLink("/parameters")
 
 
+def build_MD506_update_types_attribute_name_not_utf8(path) -> None:
+    """An attribute of `/update_types` and one of its type `x-ia3`, each named by the bytes ff fe 30 (not UTF-8,
+    §8.2): refused, so neither is an unknown attribute (MD303) too (§12.1 rule 3; found by differential fuzzing,
+    seed 9: mdiff-js reported both)."""
+    ia3.write_with_function(path, ia3.function("float32"))
+    with h5py.File(path, "r+") as f:
+        data = np.array(b"x", dtype=h5py.string_dtype("utf-8", 1))
+        tid = h5py.h5t.py_create(data.dtype, logical=True)
+        for group in ("update_types", "update_types/x-ia3"):
+            h5py.h5a.create(f[group].id, b"\xff\xfe0", tid, h5py.h5s.create(h5py.h5s.SCALAR)).write(data)
+
+
 def build_MD500_function_soft_link(path) -> None:
     """The embedded type's only function is a soft link (refused at its link, MD500): the type has a refused
     function, so it is not defined (its parameter: MD402) — not a type without functions (no MD420, §12.1)."""
@@ -1472,6 +1484,17 @@ def build_MD513_sparse_xor_corrupt_chunk(path) -> None:
         k = group["xor"].shape[0]
         ds = _replace_dataset(group, "xor", shape=(k,), dtype="<u4", chunks=(k,), compression="gzip", compression_opts=1)
         ds.id.write_direct_chunk((0,), bytes(range(256)) * 4)
+
+
+def build_MD513_sparse_sub_corrupt_chunk_gaps_reach_numel(path) -> None:
+    """A version 2 sparse update whose gaps reach numel (MD408) and whose `sub` is one deflated chunk that is not a
+    deflate stream: data that does not decode is the group's one data finding (§12.1 rule 6): MD513 alone (found by
+    differential fuzzing, seed 9: mdiff-js decoded `gaps` only)."""
+    with _edit(path, {"w": mdiff.sparse(W, W_NEW, version=2)}) as f:
+        g = f["parameters/w"]
+        _replace_dataset(g, "gaps", data=np.asarray([3, 4], dtype="<u8"))
+        ds = _replace_dataset(g, "sub", shape=(2,), dtype="<u4", chunks=(2,), compression="gzip", compression_opts=1)
+        ds.id.write_direct_chunk((0,), bytes(range(12)))
 
 
 def build_MD513_unfiltered_chunk_too_long(path) -> None:

@@ -745,7 +745,8 @@ export class Validation {
       if (ch.kind === "dataset") this.add("MD420", ch.path, "`/update_types` must be a group");
       return;
     }
-    for (const a of [...ch.attrs.keys()].sort()) this.add("MD303", ch.path, `unknown attribute '${a}'`);
+    // a refused attribute (undefined: MD506, MD510, MD513) is not unknown (SPEC §12.1 rule 3)
+    for (const [a, v] of [...ch.attrs].sort()) if (v !== undefined) this.add("MD303", ch.path, `unknown attribute '${a}'`);
     for (const g of ch.children || []) {
       if (!(g.kind === "group" || g.kind === "dataset") || g.refused) continue; // refused, reported once (§12.1)
       let name;
@@ -759,7 +760,7 @@ export class Validation {
         this.add("MD420", g.path, `an update type is a group named x-... (lower case), not ${describe(name)}`);
         continue;
       }
-      for (const a of [...g.attrs.keys()].sort()) if (a !== "definition") this.add("MD303", g.path, `unknown attribute '${a}'`);
+      for (const [a, v] of [...g.attrs].sort()) if (a !== "definition" && v !== undefined) this.add("MD303", g.path, `unknown attribute '${a}'`);
       const raw = g.attrs.get("definition");
       let def;
       try {
@@ -1032,7 +1033,7 @@ export class Validation {
         complete = false;
         continue;
       }
-      for (const an of c.attrs.keys()) this.add("MD303", c.path, `unknown attribute '${an}'`);
+      for (const [an, v] of c.attrs) if (v !== undefined) this.add("MD303", c.path, `unknown attribute '${an}'`);
       const m = info.meta;
       datasets.set(dn, { shape: m.shape.map((d) => BigInt(d)), storage: { cls: m.type === 1 ? "float" : "int", size: m.size, signed: !!m.signed } });
     }
@@ -1135,6 +1136,9 @@ export class Validation {
             this.add("MD408", join(p, "gaps"), `the gaps make position ${error.position} at ${error.j}, not less than numel = ${numelOf(u.shape)}`);
             prm.ok = false;
           }
+          // every stored byte of `sub` decodes too (MD513 instead of the group's other data findings, SPEC §12.1)
+          if (bool) checkBool("sub");
+          else this.data(join(p, "sub"));
         } else if (u.type === "sparse") {
           const b = this.data(join(p, "indices"));
           const idx = new BigUint64Array(b.buffer, b.byteOffset, b.length / 8);
