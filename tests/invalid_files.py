@@ -1372,6 +1372,20 @@ def build_MD509_chunk_past_the_end_of_file_address(path) -> None:
     open(path, "wb").write(bytes(data))
 
 
+def build_MD513_layout_message_version_5(path) -> None:
+    """`xor` is chunked in one chunk of 2^33 elements: HDF5 2.0 writes such a layout in a data layout message of
+    version 5, which HDF5 1.x libraries (h5wasm's among them) cannot read — §8.2 allows versions 1 to 4, so the
+    dataset is one that cannot be read (MD513), before the limits of §8.3 and its missing storage (MD509) are
+    looked at (found by differential fuzzing, seed 9)."""
+    with _edit(path) as f:
+        group = f["parameters/w"]
+        del group["xor"]
+        try:
+            group.create_dataset("xor", shape=(2**33,), chunks=(2**33,), dtype="<u4")
+        except ValueError as exc:  # HDF5 1.x: chunks of at most 2^32 - 1 elements in a dimension
+            raise CannotBuildHere(f"libhdf5 {h5py.version.hdf5_version} cannot write the chunk: {exc}") from None
+
+
 def build_MD513_attribute_name_length_wrong(path) -> None:
     """The attribute message of `/parameters/w`'s `update` records a name of 8 bytes for "update" and its NUL (7):
     the attribute cannot be read (MD513) — not even its name, so the group has no `update` it knows of (MD400);

@@ -21,6 +21,7 @@ _ATTRIBUTE_INFO = 0x15
 _BTREE_SIGNATURE = b"BTHD"
 _ATTRIBUTE_NAME_INDEX = 8  # a v2 B-tree's type: attribute names of dense storage
 _LINK_INFO = 0x02
+_LAYOUT = 0x08
 _LINK_NAME_INDEX, _LINK_ORDER_INDEX = 5, 6  # v2 B-tree types: a group's dense links by name, by creation order
 MIN_NODE, MAX_NODE = 64, 1 << 16  # bytes in a node of that B-tree (libhdf5 writes 512)
 _MAX_BLOCK = 1 << 30
@@ -73,6 +74,15 @@ class HeaderReader:
         stored_base, eof = self._int(head, fields, o), self._int(head, fields + 2 * o, o)  # base, ext/free space, eof
         undefined = (1 << 8 * o) - 1
         return eof if stored_base == undefined else eof - (stored_base - self.base)
+
+    def layout_version(self, address: int) -> int | None:
+        """The version of the data layout message (0x08) in the object header at ``address``; None without one."""
+        first = self._read(address, 16, up_to=True)
+        messages = self._v2_messages(address, first) if first[:4] == _V2_SIGNATURE else self._v1_messages(address, first)
+        for mtype, body in messages:
+            if mtype == _LAYOUT:
+                return self._int(body, 0, 1)
+        return None
 
     def link_count(self, address: int) -> int:
         """The reference count of the object whose header is at ``address``."""

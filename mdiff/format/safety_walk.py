@@ -523,7 +523,7 @@ class _Walk:
         if kind == h5py.h5i.DATASET:
             info = parent.adopt(ObjectInfo(name, parent, "dataset"))
             if self._read_attributes(info, oid, None, address):
-                info.dataset = self._check_dataset(info, oid)
+                info.dataset = self._check_dataset(info, oid, address)
                 if info.dataset is None:  # refused (reported): present, but no other rule looks at it
                     info.kind = "refused"
             return None
@@ -606,7 +606,15 @@ class _Walk:
             info.refused_attrs = refused
         return True
 
-    def _check_dataset(self, info: ObjectInfo, did) -> DatasetInfo | None:
+    def _check_dataset(self, info: ObjectInfo, did, address: int | None = None) -> DatasetInfo | None:
+        if address is not None and self.headers is not None:
+            try:  # §8.2: a layout message of version 1 to 4 (HDF5 1.x libraries, h5wasm's among them, read no other)
+                version = self.headers.layout_version(address)
+                if version is not None and not 1 <= version <= 4:
+                    raise ValueError(f"its data layout message has version {version}")
+            except Exception as exc:
+                self.finding("MD513", info, f"the dataset's header cannot be read: {exc}")
+                return None
         try:
             dcpl = did.get_create_plist()
             layout = dcpl.get_layout()
