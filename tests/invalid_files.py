@@ -1386,6 +1386,23 @@ def build_MD513_layout_message_version_5(path) -> None:
             raise CannotBuildHere(f"libhdf5 {h5py.version.hdf5_version} cannot write the chunk: {exc}") from None
 
 
+def build_MD513_dataset_unopenable_at_the_object_limit(path) -> None:
+    """Limits(max_objects=7): `xor` is contiguous, the last thing in the file, and the superblock's end-of-file address
+    is 1 byte short of it, so no HDF5 library opens the dataset ("invalid dataset size") — though one names its
+    kind without opening it. Refused at its link (MD513), it counts nothing (§12.1 rule 2): the file holds 7
+    objects and attributes besides, at the limit, so not MD511 (found by differential fuzzing, seed 8)."""
+    from tests.fuzz import hdf5bytes
+
+    _write(path)  # a dataset this small is stored contiguously, after the metadata
+    data = bytearray(open(path, "rb").read())
+    assert data[8] in (2, 3) and data[9] == 8, "expected a version 2 or 3 superblock with 8-byte offsets"
+    assert int.from_bytes(data[28:36], "little") == len(data)
+    layout = hdf5bytes.scan(data)
+    data[28:36] = (len(data) - 1).to_bytes(8, "little")
+    hdf5bytes.fix_checksums(data, layout)
+    open(path, "wb").write(bytes(data))
+
+
 def build_MD513_attribute_name_length_wrong(path) -> None:
     """The attribute message of `/parameters/w`'s `update` records a name of 8 bytes for "update" and its NUL (7):
     the attribute cannot be read (MD513) — not even its name, so the group has no `update` it knows of (MD400);
@@ -2052,6 +2069,7 @@ def build_valid_files_and_layout(path) -> None:
 
 # Limits a reader must use for a case (Limits field -> value); all other cases use the defaults.
 LIMITS: dict[str, dict[str, int]] = {
+    "dataset_unopenable_at_the_object_limit": {"max_objects": 7},
     "link_to_root_at_object_limit": {"max_objects": 8},
     "rank_over_limit": {"max_rank": 1},
     "elements_over_limit": {"max_elements": 4},
