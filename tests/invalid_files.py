@@ -24,6 +24,7 @@ edges the rules allow, for which a validator must report nothing.
 from __future__ import annotations
 
 import json
+import os
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -210,6 +211,14 @@ def build_MD103_version_2_0(path) -> None:
 def build_MD103_version_0_9(path) -> None:
     with _edit(path) as f:
         write_string(f, "format_version", "0.9")
+
+
+def build_MD103_version_0_9_malformed_extensions(path) -> None:
+    """Version 0.9 and an `extensions` that is not JSON: MD103 ends the checks of §3–§7, `extensions` (MD105) among
+    them (§12.1 rule 4; found by differential fuzzing, seed 13: mdiff-js went on to MD105)."""
+    with _edit(path) as f:
+        write_string(f, "format_version", "0.9")
+        write_string(f, "extensions", "mdiff")
 
 
 def build_MD104_version_1_9(path) -> None:
@@ -1914,6 +1923,29 @@ def build_MD509_extendible_dataset(path) -> None:
 
 def build_MD404_update_version_missing(path) -> None:
     _edit_update(path, "w", lambda u: u.pop("version"))
+
+
+def build_MD513_chunk_index_key_off_grid(path) -> None:
+    """`xor` in chunks of (1, 4), indexed by a version 1 B-tree (layout version 3), whose second key records the
+    offset (1, 1): not a multiple of the chunk's dimension, so every HDF5 library refuses the index ("bad
+    coordinate offset") — a part of the header that §8.3's checks need cannot be read: MD513, not MD509 (found by
+    differential fuzzing, seed 13: mdiff-js read the index itself and found a chunk off the grid)."""
+    from mdiff.format.safety_walk import _header_reader
+
+    with _edit(path) as f:
+        _replace_dataset(f["parameters/w"], "xor", data=_dense_xor(), dtype="<u4", chunks=(1, 4))
+    with h5py.File(path, "r") as f:
+        ds = f["parameters/w/xor"]
+        address = h5py.h5o.get_info(ds.id).addr
+        assert _header_reader(f, os.path.getsize(path)).layout_version(address) == 3, "expected a version 1 B-tree index"
+        first = ds.id.get_chunk_info(0).byte_offset
+    data = bytearray(open(path, "rb").read())
+    node = data.rfind(b"TREE\x01\x00", 0, first) if data.count(b"TREE\x01\x00") > 1 else data.find(b"TREE\x01\x00")
+    assert node >= 0 and int.from_bytes(data[node + 6:node + 8], "little") == 2, "expected a leaf of 2 chunks"
+    key = node + 8 + 2 * 8 + (4 + 4 + 8 * 3) + 8  # after the header, key 0 and child 0: key 1
+    assert int.from_bytes(data[key + 8:key + 16], "little") == 1, "expected key 1 at offset (1, 0)"
+    data[key + 16:key + 24] = (1).to_bytes(8, "little")
+    open(path, "wb").write(bytes(data))
 
 
 def build_MD509_chunked_never_written(path) -> None:

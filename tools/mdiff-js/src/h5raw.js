@@ -440,6 +440,7 @@ export class RawFile {
       for (let i = 0; i < ndims; i++) L.dims.push(c.u32());
       if (L.cls === 2) {
         L.chunk = L.dims.slice(0, -1);
+        L.keyDims = L.dims;
         L.index = "btree1";
       }
       if (L.cls === 0) L.compactSize = c.u32();
@@ -459,6 +460,7 @@ export class RawFile {
           const dims = [];
           for (let i = 0; i < ndims; i++) dims.push(c.u32());
           L.chunk = dims.slice(0, -1);
+          L.keyDims = dims;
           L.index = "btree1";
         } else {
           L.flags = c.u8();
@@ -650,6 +652,19 @@ export class RawFile {
       const entries = h.u16();
       if (type !== 1) throw new RawError(`${where}: B-tree node of type ${type} in a chunk index`);
       const body = this.read(addr + 8 + 2 * this.O, entries * (keySize + this.O) + keySize, where);
+      // libhdf5 decodes every key of a node it reads and refuses the node (so the whole index: "bad coordinate
+      // offset") when an offset is not a multiple of its dimension of the chunk — the element size the last
+      // (SPEC §8.3: an index that cannot be read is MD513)
+      const dims = (L.keyDims || []).map((x) => BigInt(x));
+      for (let k = 0; k <= entries; k++) {
+        const kc = new Cursor(this, body, k * (keySize + this.O) + 8, where);
+        for (let d = 0; d <= rank; d++) {
+          const off = kc.big(8);
+          if (d < dims.length && (dims[d] === 0n || off % dims[d] !== 0n)) {
+            throw new RawError(`${where}: a chunk index key's offset ${off} is not a multiple of ${dims[d]} (bad coordinate offset)`);
+          }
+        }
+      }
       const c = new Cursor(this, body, 0, where);
       for (let e = 0; e < entries; e++) {
         const size = c.u32();

@@ -488,6 +488,7 @@ export class Validation {
       const bytes = numel * BigInt(meta.size);
       const problems = this.storageProblems(raw.layout, meta, filters, Number(bytes), p);
       if (problems.length) {
+        if (problems[0].startsWith("MD513:")) return ["MD513", problems[0].slice(6)];
         // as SPEC §12.1 orders them: too few chunks (MD509), else a chunk that skips a filter (MD504)
         const skips = problems.filter((x) => x.startsWith("MD504:"));
         const counted = problems.some((x) => x.startsWith("COUNT:"));
@@ -520,7 +521,9 @@ export class Validation {
       }
       return [];
     } catch (e) {
-      if (e instanceof RawError) return [`the chunk index cannot be read: ${e.message}`];
+      // an index an HDF5 library cannot read either (its nodes or keys do not decode): a part of the header that
+      // a check needs cannot be read (SPEC §12.1 rule 3: MD513)
+      if (e instanceof RawError) return [`MD513:the chunk index cannot be read: ${e.message}`];
       throw e;
     }
   }
@@ -549,7 +552,7 @@ export class Validation {
       this.version = { major, minor };
       if (major !== BigInt(READER_MAJOR)) {
         this.add("MD103", "/", `format version ${v}: this reader reads ${READER_MAJOR}.x`);
-        ok = false;
+        return false; // SPEC §12.1 rule 4: MD103 ends the checks of §3-§7, `extensions` (MD105-MD107) among them
       } else if (minor > BigInt(READER_MINOR)) {
         this.add("MD104", "/", `format version ${v} is newer than ${READER_MAJOR}.${READER_MINOR}; unknown members are ignored`);
         this.strict = false;
