@@ -221,6 +221,16 @@ def build_MD103_version_0_9_malformed_extensions(path) -> None:
         write_string(f, "extensions", "mdiff")
 
 
+def build_MD403_update_version_1e308(path) -> None:
+    """`w`'s update says `"version": 1e308`: a number with a zero fraction is an integer (§4.1), so this is version
+    10^308 of `dense`, which no reader implements — MD403, not a schema error (found by differential fuzzing, seed 12:
+    the reference read a float and said MD404)."""
+    with _edit(path) as f:
+        text = bytes(f["parameters/w"].attrs["update"]).rstrip(b"\0").decode("utf-8")
+        assert text.count('"version":1') == 1
+        write_string(f["parameters/w"], "update", text.replace('"version":1', '"version":1e308'))
+
+
 def build_MD104_version_1_9(path) -> None:
     with _edit(path) as f:
         write_string(f, "format_version", "1.9")
@@ -1948,6 +1958,15 @@ def build_MD513_chunk_index_key_off_grid(path) -> None:
     open(path, "wb").write(bytes(data))
 
 
+def build_MD507_declared_rank_over_limit_xor_a_group(path) -> None:
+    """Limits(max_rank=1): `w`'s update declares rank 2, and its `xor` is a group: the declared shape over the limit
+    is the group's last finding, and its members are not looked at (§12.1 rule 5) — not MD405 for `xor` (found by
+    differential fuzzing, seed 12: the reference reported the group)."""
+    with _edit(path) as f:
+        del f["parameters/w/xor"]
+        f["parameters/w"].create_group("xor")
+
+
 def build_MD509_chunked_never_written(path) -> None:
     with _edit(path) as f:
         _replace_dataset(f["parameters/w"], "xor", shape=(2, 4), dtype="<u4", chunks=(1, 4))
@@ -2103,6 +2122,7 @@ def build_valid_files_and_layout(path) -> None:
 
 # Limits a reader must use for a case (Limits field -> value); all other cases use the defaults.
 LIMITS: dict[str, dict[str, int]] = {
+    "declared_rank_over_limit_xor_a_group": {"max_rank": 1},
     "dataset_unopenable_at_the_object_limit": {"max_objects": 7},
     "link_to_root_at_object_limit": {"max_objects": 8},
     "rank_over_limit": {"max_rank": 1},

@@ -506,7 +506,7 @@ export class RawFile {
   // Checks MD509 for a chunked dataset. `shape`/`maxshape`: dataset dims; `elemSize`;
   // `deflate`: whether deflate is among the filters. Returns a list of problems (strings).
   // `found`, when given, receives {addr, size} of every chunk that passed (to inflate them bounded, §8.3).
-  checkChunks(L, shape, maxshape, elemSize, deflate, filtered, where, found = null) {
+  checkChunks(L, shape, maxshape, elemSize, deflate, filtered, where, found = null, fletcher32 = false) {
     const rank = shape.length;
     const chunk = L.chunk;
     if (chunk.length !== rank) return [`the chunk has rank ${chunk.length}, the dataset ${rank}`];
@@ -528,6 +528,11 @@ export class RawFile {
       }
       if (!this.within(addr, s)) {
         problems.push(`${label} does not end within the file`);
+        return false;
+      }
+      if (fletcher32 && s < 4) {
+        // SPEC §8.3: with fletcher32 among the filters every stored chunk holds at least its 4-byte checksum
+        problems.push(`${label} is too short to hold its fletcher32 checksum`);
         return false;
       }
       if (!sizeOk(s)) {

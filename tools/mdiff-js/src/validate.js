@@ -512,7 +512,8 @@ export class Validation {
       if (layout.cls === 2) {
         const deflate = filters.some((f) => f.id === 1);
         const found = []; // every chunk is decoded here first (checkInflation): filtered or not, to exactly its size
-        const problems = this.raw.checkChunks(layout, meta.shape, meta.maxshape, meta.size, deflate, filters.length > 0, p, found);
+        const fletcher32 = filters.some((f) => f.id === 3);
+        const problems = this.raw.checkChunks(layout, meta.shape, meta.maxshape, meta.size, deflate, filters.length > 0, p, found, fletcher32);
         if (found && !problems.length) {
           const chunkBytes = layout.chunk.reduce((a, b) => a * b, 1) * meta.size;
           this.dsInfo.get(p).chunked = { chunks: found, filters, chunkBytes };
@@ -785,8 +786,9 @@ export class Validation {
       let broken = false;
       for (const m of g.children || []) {
         if (!(m.kind === "group" || m.kind === "dataset") || m.refused) {
-          // refused, reported once (§12.1): not unknown; a refused function leaves the type without it
-          if (m.name.startsWith(FUNCTION_PREFIX)) broken = true;
+          // refused, reported once (§12.1): not unknown; a refused function leaves the type without it — a
+          // function.<dtype> of a dtype of §6.1 only: another name is an unknown member (SPEC §7.8), refused
+          if (m.name.startsWith(FUNCTION_PREFIX) && m.name.slice(FUNCTION_PREFIX.length) in DTYPES) broken = true;
           continue;
         }
         const dtype = m.name.startsWith(FUNCTION_PREFIX) ? m.name.slice(FUNCTION_PREFIX.length) : null;
