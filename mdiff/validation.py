@@ -74,13 +74,17 @@ def _validate_file(path, limits: Limits, check_data: bool) -> list[Finding]:
         contents = read_contents(f, size, limits)
         findings = list(contents.findings)
         if check_data:
-            layout = [contents.layout] if contents.layout is not None else []
-            for entry in [*contents.parameters.values(), *contents.files.values(), *layout]:
+            layout = contents.layout
+            for entry in [*contents.parameters.values(), *contents.files.values()]:
                 if entry.sound:
                     findings += _data_findings(entry)
-            if layout and layout[0].sound and layout[0].update.type == "replace" and not any(
-                    x.is_error and x.path.startswith(layout[0].path) for x in findings):
-                findings += _layout_findings(layout[0])
+            if layout is not None and layout.sound:
+                data = _data_findings(layout)
+                findings += data
+                # §12.1 rule 6: MD307 once the layout's value passed its own data rules (MD410, MD513) — findings
+                # of §8 below /layout (a refused unknown member) do not prevent it
+                if layout.update.type == "replace" and not any(x.is_error for x in data):
+                    findings += _layout_findings(layout)
         return findings
     finally:
         f.close()

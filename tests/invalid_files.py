@@ -24,6 +24,7 @@ edges the rules allow, for which a validator must report nothing.
 from __future__ import annotations
 
 import json
+import os
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -210,6 +211,24 @@ def build_MD103_version_2_0(path) -> None:
 def build_MD103_version_0_9(path) -> None:
     with _edit(path) as f:
         write_string(f, "format_version", "0.9")
+
+
+def build_MD103_version_0_9_malformed_extensions(path) -> None:
+    """Version 0.9 and an `extensions` that is not JSON: MD103 ends the checks of §3–§7, `extensions` (MD105) among
+    them (§12.1 rule 4; found by differential fuzzing, seed 13: mdiff-js went on to MD105)."""
+    with _edit(path) as f:
+        write_string(f, "format_version", "0.9")
+        write_string(f, "extensions", "mdiff")
+
+
+def build_MD403_update_version_1e308(path) -> None:
+    """`w`'s update says `"version": 1e308`: a number with a zero fraction is an integer (§4.1), so this is version
+    10^308 of `dense`, which no reader implements — MD403, not a schema error (found by differential fuzzing, seed 12:
+    the reference read a float and said MD404)."""
+    with _edit(path) as f:
+        text = bytes(f["parameters/w"].attrs["update"]).rstrip(b"\0").decode("utf-8")
+        assert text.count('"version":1') == 1
+        write_string(f["parameters/w"], "update", text.replace('"version":1', '"version":1e308'))
 
 
 def build_MD104_version_1_9(path) -> None:
@@ -643,6 +662,15 @@ def build_MD306_files_in_version_1_0_not_looked_into(path) -> None:
         write_string(group, "update", "not json")
 
 
+def build_MD500_external_link_named_like_dot_dot(path) -> None:
+    """An external link in `/parameters` named `%2E.` (a valid UTF-8 name): h5wasm cannot query a link of that name
+    (its path lookup finds no object), but the link message says what it is — not a hard link: MD500, refused
+    before anything about the object it names (§12.1 rule 3; found by differential fuzzing, seed 9)."""
+    with _edit(path) as f:
+        group = h5py.h5g.open(f.id, b"/parameters")  # held: the links proxy does not keep it open
+        group.links.create_external(b"%2E.", b"other.h5", b"/parameters/w/xor")
+
+
 def build_MD500_update_type_soft_link_member(path) -> None:
     """An embedded type's group holds, besides its function, a soft link `B` (MD500) and an unknown dataset
     `notes` (MD303): the soft link is refused at its link, so it is not an unknown member too (§12.1 rule 3)."""
@@ -674,6 +702,15 @@ def build_MD307_layout_path_inside_another(path) -> None:
     """The index would lie in a folder named like a shard: the layout's paths are taken together (§5.6)."""
     _write_files(path, {}, _layout({"format": "safetensors", "files": [{"path": "model.safetensors", "tensors": ["w"]}],
                                     "index": {"path": "model.safetensors/model.safetensors.index.json", "metadata": {}}}))
+
+
+def build_MD500_layout_soft_link_beside_a_malformed_value(path) -> None:
+    """A soft link in `/layout`, whose value is malformed: the link is refused (MD500, §8.1), which is not an error
+    of the layout's update (§12.1 rule 5), so its value is still checked (rule 6): MD500 and MD307 (found by
+    differential fuzzing, seed 9: the reference skipped MD307)."""
+    build_MD307_layout_without_files(path)
+    with h5py.File(path, "r+") as f:
+        f["layout"]["a\tb"] = h5py.SoftLink("/parameters")
 
 
 def build_MD404_file_update_without_type(path) -> None:
@@ -1093,6 +1130,18 @@ def build_MD500_update_type_soft_link_needing_escape(path) -> None:
         f["update_types"]["\x10"] = h5py.SoftLink("/parameters")
 
 
+def build_MD506_update_types_attribute_name_not_utf8(path) -> None:
+    """An attribute of `/update_types` and one of its type `x-ia3`, each named by the bytes ff fe 30 (not UTF-8,
+    §8.2): refused, so neither is an unknown attribute (MD303) too (§12.1 rule 3; found by differential fuzzing,
+    seed 9: mdiff-js reported both)."""
+    ia3.write_with_function(path, ia3.function("float32"))
+    with h5py.File(path, "r+") as f:
+        data = np.array(b"x", dtype=h5py.string_dtype("utf-8", 1))
+        tid = h5py.h5t.py_create(data.dtype, logical=True)
+        for group in ("update_types", "update_types/x-ia3"):
+            h5py.h5a.create(f[group].id, b"\xff\xfe0", tid, h5py.h5s.create(h5py.h5s.SCALAR)).write(data)
+
+
 def build_MD500_function_soft_link(path) -> None:
     """The embedded type's only function is a soft link (refused at its link, MD500): the type has a refused
     function, so it is not defined (its parameter: MD402) — not a type without functions (no MD420, §12.1)."""
@@ -1256,6 +1305,20 @@ def build_MD501_committed_datatype(path) -> None:
         f["t"] = np.dtype("<f4")
 
 
+def build_MD513_committed_datatype_unreadable(path) -> None:
+    """A committed datatype `/t` whose datatype message records version 0: an HDF5 library cannot open it, so it is
+    an object that cannot be read (MD513), which §12.1 rule 3 puts before "not a group or dataset" (MD501)
+    (found by differential fuzzing, seed 9: a group's link info message had become a datatype message)."""
+    build_MD501_committed_datatype(path)
+    with h5py.File(path, "r") as f:
+        address = h5py.h5o.get_info(f["t"].id).addr
+    data = bytearray(open(path, "rb").read())
+    # a version 1 object header (no checksum) whose first message is the datatype: type 3 at 16, body at 24
+    assert data[address] == 1 and data[address + 16] == 0x03 and data[address + 24] == 0x11, data[address:address + 32].hex()
+    data[address + 24] = 0x01  # version 0, class 1 (floating point)
+    open(path, "wb").write(bytes(data))
+
+
 def build_MD501_committed_datatype_in_parameter(path) -> None:
     with _edit(path) as f:
         f["parameters/w/t"] = np.dtype("<u4")
@@ -1309,6 +1372,57 @@ def build_MD509_contiguous_storage_past_the_end(path) -> None:
     _corrupt_message(path, "parameters/w/xor", 0x08, 2 + 8, (1 << 40).to_bytes(8, "little"))
 
 
+def build_MD509_chunk_past_the_end_of_file_address(path) -> None:
+    """`big`'s one chunk (unfiltered) is the last thing in the file, and the superblock's end-of-file address is 1 byte
+    short of the file's end: an HDF5 library reads nothing past that address, so the chunk does not end within the
+    file (§8.3), though the file's bytes hold it (found by differential fuzzing, seed 9: one reader read the chunk
+    itself, the other failed to; libhdf5 refuses contiguous storage past that address when it opens the dataset)."""
+    from tests.fuzz import hdf5bytes
+
+    _write_chunk(path, BIG.astype("<f4").tobytes())
+    data = bytearray(open(path, "rb").read())
+    assert data[8] in (2, 3) and data[9] == 8, "expected a version 2 or 3 superblock with 8-byte offsets"
+    assert int.from_bytes(data[28:36], "little") == len(data)
+    with h5py.File(path, "r") as f:
+        chunk = f["parameters/big/value"].id.get_chunk_info(0)
+        assert chunk.byte_offset + chunk.size == len(data), "expected the chunk at the end of the file"
+    layout = hdf5bytes.scan(data)
+    data[28:36] = (len(data) - 1).to_bytes(8, "little")
+    hdf5bytes.fix_checksums(data, layout)
+    open(path, "wb").write(bytes(data))
+
+
+def build_MD513_layout_message_version_5(path) -> None:
+    """`xor` is chunked in one chunk of 2^33 elements: HDF5 2.0 writes such a layout in a data layout message of
+    version 5, which HDF5 1.x libraries (h5wasm's among them) cannot read — §8.2 allows versions 1 to 4, so the
+    dataset is one that cannot be read (MD513), before the limits of §8.3 and its missing storage (MD509) are
+    looked at (found by differential fuzzing, seed 9)."""
+    with _edit(path) as f:
+        group = f["parameters/w"]
+        del group["xor"]
+        try:
+            group.create_dataset("xor", shape=(2**33,), chunks=(2**33,), dtype="<u4")
+        except ValueError as exc:  # HDF5 1.x: chunks of at most 2^32 - 1 elements in a dimension
+            raise CannotBuildHere(f"libhdf5 {h5py.version.hdf5_version} cannot write the chunk: {exc}") from None
+
+
+def build_MD513_dataset_unopenable_at_the_object_limit(path) -> None:
+    """Limits(max_objects=7): `xor` is contiguous, the last thing in the file, and the superblock's end-of-file address
+    is 1 byte short of it, so no HDF5 library opens the dataset ("invalid dataset size") — though one names its
+    kind without opening it. Refused at its link (MD513), it counts nothing (§12.1 rule 2): the file holds 7
+    objects and attributes besides, at the limit, so not MD511 (found by differential fuzzing, seed 8)."""
+    from tests.fuzz import hdf5bytes
+
+    _write(path)  # a dataset this small is stored contiguously, after the metadata
+    data = bytearray(open(path, "rb").read())
+    assert data[8] in (2, 3) and data[9] == 8, "expected a version 2 or 3 superblock with 8-byte offsets"
+    assert int.from_bytes(data[28:36], "little") == len(data)
+    layout = hdf5bytes.scan(data)
+    data[28:36] = (len(data) - 1).to_bytes(8, "little")
+    hdf5bytes.fix_checksums(data, layout)
+    open(path, "wb").write(bytes(data))
+
+
 def build_MD513_attribute_name_length_wrong(path) -> None:
     """The attribute message of `/parameters/w`'s `update` records a name of 8 bytes for "update" and its NUL (7):
     the attribute cannot be read (MD513) — not even its name, so the group has no `update` it knows of (MD400);
@@ -1333,6 +1447,55 @@ def build_MD513_dense_attribute_index_of_another_type(path) -> None:
     data[headers[0].start + 5] = 0
     hdf5bytes.fix_checksums(data, layout)
     open(path, "wb").write(bytes(data))
+
+
+def build_MD511_attributes_over_64_uncountable(path) -> None:
+    """The root holds 70 attributes, stored densely, and the checksum of their name index's B-tree header is wrong:
+    libhdf5 cannot count them, but the header records 70, over the limit of 64 on one object — checked on that count
+    before any attribute is read (§12.1 rule 2): MD511 alone, not MD513 (found by differential fuzzing, seed 9)."""
+    from tests.fuzz import hdf5bytes
+
+    with _edit(path) as f:
+        for i in range(67):
+            write_string(f, f"note{i}", "x")
+    data = bytearray(open(path, "rb").read())
+    layout = hdf5bytes.scan(data)
+    headers = [b for b in layout.blocks if data[b.start:b.start + 4] == b"BTHD" and data[b.start + 5] == 8]
+    assert len(headers) == 1, "expected one dense attribute storage"
+    checksum = headers[0].start + 18 + 8 + 8  # signature .. records in all (offsets and lengths of 8 bytes)
+    data[checksum] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+
+
+def _dense_link_index(path, edit: Callable[[bytearray, int], None]) -> None:
+    """`/parameters/w` holds 9 more groups, so that its links are stored densely; ``edit`` changes the header of
+    their name index (a version 2 B-tree of type 5, at the offset it is given), whose checksum is then made valid."""
+    from tests.fuzz import hdf5bytes
+
+    with _edit(path) as f:
+        for i in range(9):
+            f["parameters/w"].create_group(f"g{i}")
+    data = bytearray(open(path, "rb").read())
+    layout = hdf5bytes.scan(data)
+    headers = [b for b in layout.blocks if data[b.start:b.start + 4] == b"BTHD" and data[b.start + 5] == 5]
+    assert len(headers) == 1, "expected one dense link storage"
+    edit(data, headers[0].start)
+    hdf5bytes.fix_checksums(data, layout)
+    open(path, "wb").write(bytes(data))
+
+
+def build_MD513_dense_link_index_of_another_type(path) -> None:
+    """The name index of `/parameters/w`'s densely stored links says type 7, not 5 (link names): libhdf5 runs
+    another tree class's callbacks on it and crashes, so a reader checks the header first (§8.1) — the group's
+    links cannot be read, and it is refused whole: MD513 alone (found by differential fuzzing, seed 9)."""
+    _dense_link_index(path, lambda data, at: data.__setitem__(at + 5, 7))
+
+
+def build_MD513_dense_link_count_wrong(path) -> None:
+    """The name index of `/parameters/w`'s densely stored links records 4,157 links in all; it holds 10: listed in
+    name order, libhdf5 sizes its table by the record and fails (or crashes); listed in the index's order, all
+    10 are read. The number recorded must be the number listed (§8.1): MD513 alone."""
+    _dense_link_index(path, lambda data, at: data.__setitem__(slice(at + 26, at + 34), (4157).to_bytes(8, "little")))
 
 
 def build_MD513_group_info_unreadable(path) -> None:
@@ -1372,6 +1535,18 @@ def build_MD513_sparse_xor_corrupt_chunk(path) -> None:
         k = group["xor"].shape[0]
         ds = _replace_dataset(group, "xor", shape=(k,), dtype="<u4", chunks=(k,), compression="gzip", compression_opts=1)
         ds.id.write_direct_chunk((0,), bytes(range(256)) * 4)
+
+
+def build_MD513_sparse_sub_corrupt_chunk(path) -> None:
+    """A version 2 sparse update whose `sub` is one deflated chunk that is not a deflate stream: a validator decodes
+    every stored byte of the datasets a group's type requires (§12.1 rule 6), `sub` as well as `gaps`: MD513 — and
+    MD513 alone where the gaps break MD408 too (found by differential fuzzing, seed 9: mdiff-js decoded `gaps`
+    only)."""
+    with _edit(path, {"w": mdiff.sparse(W, W_NEW, version=2)}) as f:
+        g = f["parameters/w"]
+        _replace_dataset(g, "gaps", data=np.asarray([3, 2], dtype="<u8"))
+        ds = _replace_dataset(g, "sub", shape=(2,), dtype="<u4", chunks=(2,), compression="gzip", compression_opts=1)
+        ds.id.write_direct_chunk((0,), bytes(range(12)))
 
 
 def build_MD513_unfiltered_chunk_too_long(path) -> None:
@@ -1664,6 +1839,26 @@ def build_MD506_attribute_null_dataspace(path) -> None:
         f["parameters/w"].attrs.create("comment", h5py.Empty(h5py.string_dtype("utf-8", 4)))
 
 
+def build_MD506_attribute_dataspace_class_4(path) -> None:
+    """The dataspace message of `/parameters/w`'s `update` attribute records class 4 (none of scalar 0, simple 1,
+    null 2): libhdf5 decodes it without an error and h5wasm shows it as a scalar, but it is not a scalar (§8.2):
+    MD506, and the refused `update` is not MD400 (§12.1)."""
+    from tests.fuzz import hdf5bytes
+
+    _write(path)
+    with h5py.File(path, "r") as f:
+        address = h5py.h5o.get_info(f["parameters/w"].id).addr
+    data = bytes(open(path, "rb").read())
+    block = next(b for b in hdf5bytes.scan(bytearray(data)).blocks if b.start == address)
+    body = next(m for m in block.messages if m.type == 0x0C).body
+    version, name_size, type_size = data[body], int.from_bytes(data[body + 2:body + 4], "little"), \
+        int.from_bytes(data[body + 4:body + 6], "little")
+    assert version == 3, version
+    space = 9 + name_size + type_size
+    assert data[body + space] == 2, "expected a version 2 dataspace message"
+    _corrupt_message(path, "parameters/w", 0x0C, space + 3, 4)
+
+
 def build_MD506_update_vlen(path) -> None:
     with _edit(path) as f:
         text = bytes(f["parameters/w"].attrs["update"]).rstrip(b"\0").decode("utf-8")
@@ -1738,6 +1933,38 @@ def build_MD509_extendible_dataset(path) -> None:
 
 def build_MD404_update_version_missing(path) -> None:
     _edit_update(path, "w", lambda u: u.pop("version"))
+
+
+def build_MD513_chunk_index_key_off_grid(path) -> None:
+    """`xor` in chunks of (1, 4), indexed by a version 1 B-tree (layout version 3), whose second key records the
+    offset (1, 1): not a multiple of the chunk's dimension, so every HDF5 library refuses the index ("bad
+    coordinate offset") — a part of the header that §8.3's checks need cannot be read: MD513, not MD509 (found by
+    differential fuzzing, seed 13: mdiff-js read the index itself and found a chunk off the grid)."""
+    from mdiff.format.safety_walk import _header_reader
+
+    with _edit(path) as f:
+        _replace_dataset(f["parameters/w"], "xor", data=_dense_xor(), dtype="<u4", chunks=(1, 4))
+    with h5py.File(path, "r") as f:
+        ds = f["parameters/w/xor"]
+        address = h5py.h5o.get_info(ds.id).addr
+        assert _header_reader(f, os.path.getsize(path)).layout_version(address) == 3, "expected a version 1 B-tree index"
+        first = ds.id.get_chunk_info(0).byte_offset
+    data = bytearray(open(path, "rb").read())
+    node = data.rfind(b"TREE\x01\x00", 0, first) if data.count(b"TREE\x01\x00") > 1 else data.find(b"TREE\x01\x00")
+    assert node >= 0 and int.from_bytes(data[node + 6:node + 8], "little") == 2, "expected a leaf of 2 chunks"
+    key = node + 8 + 2 * 8 + (4 + 4 + 8 * 3) + 8  # after the header, key 0 and child 0: key 1
+    assert int.from_bytes(data[key + 8:key + 16], "little") == 1, "expected key 1 at offset (1, 0)"
+    data[key + 16:key + 24] = (1).to_bytes(8, "little")
+    open(path, "wb").write(bytes(data))
+
+
+def build_MD507_declared_rank_over_limit_xor_a_group(path) -> None:
+    """Limits(max_rank=1): `w`'s update declares rank 2, and its `xor` is a group: the declared shape over the limit
+    is the group's last finding, and its members are not looked at (§12.1 rule 5) — not MD405 for `xor` (found by
+    differential fuzzing, seed 12: the reference reported the group)."""
+    with _edit(path) as f:
+        del f["parameters/w/xor"]
+        f["parameters/w"].create_group("xor")
 
 
 def build_MD509_chunked_never_written(path) -> None:
@@ -1895,6 +2122,8 @@ def build_valid_files_and_layout(path) -> None:
 
 # Limits a reader must use for a case (Limits field -> value); all other cases use the defaults.
 LIMITS: dict[str, dict[str, int]] = {
+    "declared_rank_over_limit_xor_a_group": {"max_rank": 1},
+    "dataset_unopenable_at_the_object_limit": {"max_objects": 7},
     "link_to_root_at_object_limit": {"max_objects": 8},
     "rank_over_limit": {"max_rank": 1},
     "elements_over_limit": {"max_elements": 4},
@@ -1911,6 +2140,8 @@ LIMITS: dict[str, dict[str, int]] = {
 # Every other code a case's file makes a validator report besides its own (SPEC.md §12.1), by case id;
 # a case breaks one rule unless it is listed here.
 ALSO_REPORTED: dict[str, tuple[str, ...]] = {
+    # §12.1 rule 6: a refused member of /layout (rule 3) does not keep its value from being checked
+    "layout_soft_link_beside_a_malformed_value": ("MD307",),
     "function_soft_link": ("MD402",),
     "update_type_soft_link_member": ("MD303",),
     # §12.1 rule 3: an attribute whose name cannot be read is not known by it
@@ -1938,7 +2169,7 @@ DATA_LEVEL: frozenset[str] = frozenset({
     "replace_bool_2", "dense_bool_xor_2", "sparse_bool_xor_2",
     "replace_wrong_sha256", "replace_value_changed", "low_rank_A_sha256_wrong", "low_rank_B_changed",
     "corrupt_chunk", "sparse_xor_corrupt_chunk", "fletcher32_mismatch", "chunk_inflates_past_its_size",
-    "unfiltered_chunk_too_long",
+    "unfiltered_chunk_too_long", "sparse_sub_corrupt_chunk",
     "layout_not_json", "layout_without_files", "layout_unsafe_path", "layout_tensor_twice", "layout_not_safetensors",
     "layout_path_inside_another",
 })

@@ -20,6 +20,9 @@ _ATTRIBUTE = 0x0C
 _ATTRIBUTE_INFO = 0x15
 _BTREE_SIGNATURE = b"BTHD"
 _ATTRIBUTE_NAME_INDEX = 8  # a v2 B-tree's type: attribute names of dense storage
+_LINK_INFO = 0x02
+_LAYOUT = 0x08
+_LINK_NAME_INDEX, _LINK_ORDER_INDEX = 5, 6  # v2 B-tree types: a group's dense links by name, by creation order
 MIN_NODE, MAX_NODE = 64, 1 << 16  # bytes in a node of that B-tree (libhdf5 writes 512)
 _MAX_BLOCK = 1 << 30
 _MAX_BLOCKS = 100_000
@@ -64,6 +67,27 @@ class HeaderReader:
         fields = 24 + (4 if head[8] == 1 else 0)  # base, free space, end-of-file, driver; the root's entry
         return self._int(head, fields + 5 * o, o)
 
+    def end_of_file_address(self) -> int:
+        """The end-of-file address the superblock at ``base`` records, relative to ``base``: libhdf5 reads nothing
+        past it (its end of allocation), whatever the file's size. A superblock that records a base address other
+        than its own place has that address moved to its place, and the end-of-file address moved by as much
+        (as libhdf5 does)."""
+        o = self.offset_size
+        head = self._read(0, 128, up_to=True)
+        fields = 12 if head[8] in (2, 3) else 24 + (4 if head[8] == 1 else 0)  # up to the base address
+        stored_base, eof = self._int(head, fields, o), self._int(head, fields + 2 * o, o)  # base, ext/free space, eof
+        undefined = (1 << 8 * o) - 1
+        return eof if stored_base == undefined else eof - (stored_base - self.base)
+
+    def layout_version(self, address: int) -> int | None:
+        """The version of the data layout message (0x08) in the object header at ``address``; None without one."""
+        first = self._read(address, 16, up_to=True)
+        messages = self._v2_messages(address, first) if first[:4] == _V2_SIGNATURE else self._v1_messages(address, first)
+        for mtype, body in messages:
+            if mtype == _LAYOUT:
+                return self._int(body, 0, 1)
+        return None
+
     def link_count(self, address: int) -> int:
         """The reference count of the object whose header is at ``address``."""
         first = self._read(address, 16, up_to=True)
@@ -90,19 +114,49 @@ class HeaderReader:
                 count += self._dense_attributes(body)
         return count
 
+    def dense_link_count(self, address: int) -> int | None:
+        """How many links the group whose header is at ``address`` stores densely (§8.1): the records of its
+        link name index, a version 2 B-tree (type 5) checked as the attribute name index is — and its creation
+        order index (type 6), when it has one; None for a group whose links are not stored densely."""
+        first = self._read(address, 16, up_to=True)
+        messages = self._v2_messages(address, first) if first[:4] == _V2_SIGNATURE else self._v1_messages(address, first)
+        for mtype, body in messages:
+            if mtype != _LINK_INFO:
+                continue
+            o = self.offset_size
+            flags = self._int(body, 1, 1)
+            at = 2 + (8 if flags & 1 else 0)  # version, flags, (maximum creation index)
+            heap, names = self._int(body, at, o), self._int(body, at + o, o)
+            undefined = (1 << 8 * o) - 1
+            if heap == undefined:
+                return None
+            total = self._btree_records(names, _LINK_NAME_INDEX, "link name index")
+            if flags & 2:
+                order = self._int(body, at + 2 * o, o)
+                if order != undefined:
+                    self._btree_records(order, _LINK_ORDER_INDEX, "link creation order index")
+            return total
+        return None
+
     def _dense_attributes(self, body: bytes) -> int:
-        o, n = self.offset_size, self.length_size
+        o = self.offset_size
         at = 2 + (2 if self._int(body, 1, 1) & 1 else 0)  # version, flags, (maximum creation index)
         heap, names = self._int(body, at, o), self._int(body, at + o, o)
         undefined = (1 << 8 * o) - 1
         if heap == undefined or names == undefined:
             return 0
-        head = self._read(names, 18 + o + n)
-        if head[:4] != _BTREE_SIGNATURE or head[4] != 0 or head[5] != _ATTRIBUTE_NAME_INDEX:
-            raise HeaderError("the dense attribute storage's name index is not a version 2 B-tree of attribute names")
+        return self._btree_records(names, _ATTRIBUTE_NAME_INDEX, "attribute name index")
+
+    def _btree_records(self, address: int, btree_type: int, what: str) -> int:
+        """The records in all of the version 2 B-tree whose header is at ``address``, once its header is one of
+        type ``btree_type`` with records of more than 0 bytes in nodes of MIN_NODE to MAX_NODE bytes."""
+        o, n = self.offset_size, self.length_size
+        head = self._read(address, 18 + o + n)
+        if head[:4] != _BTREE_SIGNATURE or head[4] != 0 or head[5] != btree_type:
+            raise HeaderError(f"the {what} is not a version 2 B-tree of type {btree_type}")
         node_size, record_size = self._int(head, 6, 4), self._int(head, 10, 2)
         if record_size == 0 or not MIN_NODE <= node_size <= MAX_NODE:
-            raise HeaderError(f"the attribute name index has records of {record_size} bytes in nodes of {node_size}")
+            raise HeaderError(f"the {what} has records of {record_size} bytes in nodes of {node_size}")
         return self._int(head, 16 + o + 2, n)  # after depth, split and merge percents, root address, root's records
 
     def _v1_messages(self, address: int, first: bytes):

@@ -218,6 +218,8 @@ def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Map
             findings.append(Finding("MD402", path, f"unknown update type {meta['type']!r}; known: {sorted(types)}"))
         return None, None
     version = meta.get("version")
+    if isinstance(version, float) and version.is_integer():  # §4.1: a number with a zero fraction is an integer
+        version = meta["version"] = int(version)
     if isinstance(version, int) and not isinstance(version, bool) and version != kind.version and kind is REGISTRY.get(kind.name):
         kind = VERSIONS.get((kind.name, version), kind)  # a built-in type's other versions (§7.3, §7.4)
     if isinstance(version, int) and not isinstance(version, bool) and version != kind.version:
@@ -264,6 +266,16 @@ def _parse_group(name, path, info: ObjectInfo, datasets_of: "Datasets", findings
     meta, kind = _parse_meta(path, info.attrs.get(ATTR_UPDATE), findings, types, minor, limits, is_file)
     if meta is None:
         return None
+    problem = shape_problem(meta["shape"], dtype_named(meta["dtype"]).itemsize, limits)
+    if problem:  # §8.3 holds the declared shape to a dataset's limits; nothing is compared with it then
+        findings.append(Finding(problem[0], path, f"the declared shape: {problem[1]}"))
+        return None
+    meta_problems = [Finding(code, f"{path}/{dataset}" if dataset else path, message)
+                     for code, dataset, message in kind.check_meta(meta)]
+    if meta_problems:  # e.g. MD411: the type cannot say what its datasets should be; they are not looked at
+        findings += meta_problems
+        return None
+    # §12.1 rule 5: the members are looked at only once the update passed every check above
     datasets: dict[str, ObjectInfo] = {}
     refused = set()
     for member, child in info.children.items():
@@ -275,15 +287,6 @@ def _parse_group(name, path, info: ObjectInfo, datasets_of: "Datasets", findings
                 refused.add(member)
         else:
             refused.add(member)  # reported under §8, so not "missing" (MD405) as well
-    problem = shape_problem(meta["shape"], dtype_named(meta["dtype"]).itemsize, limits)
-    if problem:  # §8.3 holds the declared shape to a dataset's limits; nothing is compared with it then
-        findings.append(Finding(problem[0], path, f"the declared shape: {problem[1]}"))
-        return None
-    meta_problems = [Finding(code, f"{path}/{dataset}" if dataset else path, message)
-                     for code, dataset, message in kind.check_meta(meta)]
-    if meta_problems:  # e.g. MD411: the type cannot say what its datasets should be; they are not looked at
-        findings += meta_problems
-        return None
     actual = {k: (d.dataset.shape, d.dataset.dtype) for k, d in datasets.items()}  # type: ignore[union-attr]
     problems = [p for p in kind.check_layout(meta, actual) if not (p[0] == "MD405" and p[1] in refused)]
     for code, dataset, message in problems:

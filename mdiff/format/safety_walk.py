@@ -313,6 +313,14 @@ class _Walk:
         self.inventory = Inventory()
         self.seen_addresses: set[int] = set()
         self.headers = _header_reader(f, file_size, read_at)
+        if self.headers is not None:
+            # §8.3: "within the file" is before the end-of-file address the superblock records, where that is
+            # less than the file's size — every HDF5 library refuses to read past it
+            try:
+                self.file_size = min(file_size, self.headers.base + self.headers.end_of_file_address())
+            except Exception:  # the superblock opened in libhdf5: what it holds is checked there
+                pass
+            self.headers.size = self.file_size
         self.count = 1  # the root group: §8.3 counts every object of the file and every attribute, in one total
         self.stopped = False  # a global limit was reached: nothing more is walked
 
@@ -334,6 +342,13 @@ class _Walk:
             root_address = None if self.headers is None else self.headers.root_address()
         except Exception:
             root_address = None
+        if root_address is not None and self.headers is not None:
+            try:  # §8.1: the root's object header is read as every other object's is at its link
+                self.headers.link_count(root_address)
+            except Exception as exc:
+                self.finding("MD513", root, f"the root group's object header cannot be read: {exc}")
+                root.kind = "refused"
+                return
         links = self._open_group(root, self.file.id, None, group, root_address)
         if links is _STOP:
             self.stopped = True
@@ -425,7 +440,7 @@ class _Walk:
         """A group's links, read before its attributes: a group whose links cannot be read is an object
         that cannot be read (§8.1, MD513), refused whole — its attributes and members unused (§12.1)
         — and None; _STOP once its attributes are over a limit of the whole file (MD511)."""
-        links = self._links(info, gid, gid if group is None else group)
+        links = self._links(info, gid, gid if group is None else group, address)
         if links is None:
             info.kind = "refused"
             return None
@@ -433,12 +448,21 @@ class _Walk:
             return _STOP
         return links
 
-    def _links(self, node: ObjectInfo, gid, group) -> list[tuple[bytes, int, int]] | None:
+    def _links(self, node: ObjectInfo, gid, group, address: int | None = None) -> list[tuple[bytes, int, int]] | None:
         """(link name, link type, address) of each member, in name order; one libhdf5 iteration per group. None
         when they cannot be read (reported: MD513) — the group's creation properties (its link info and
-        group info messages, which every HDF5 library decodes to list a group) included."""
+        group info messages, which every HDF5 library decodes to list a group) included, and, for links stored
+        densely, the header of their name index (§8.1: checked before libhdf5 reads the index, and the number of
+        links it records must be the number listed — libhdf5 sizes its name-order table by it)."""
         links: list[tuple[bytes, int, int]] = []
         cap = self.limits.max_objects
+        recorded = None
+        if address is not None and self.headers is not None:
+            try:
+                recorded = self.headers.dense_link_count(address)
+            except Exception as exc:
+                self.finding("MD513", node, f"the group's links cannot be read: {exc}")
+                return None
 
         def collect(raw: bytes, info) -> int | None:
             links.append((raw, info.type, info.u))  # u: a hard link's object header address
@@ -455,6 +479,10 @@ class _Walk:
                 gid.links.iterate(collect, info=True, order=h5py.h5.ITER_NATIVE)
         except Exception as exc:  # a corrupt group B-tree or heap
             self.finding("MD513", node, f"the group's links cannot be read: {exc}")
+            return None
+        if recorded is not None and len(links) <= cap and recorded != len(links):
+            self.finding("MD513", node, f"the group's links cannot be read: its name index records {recorded} links, "
+                                        f"it holds {len(links)}")
             return None
         links.sort()
         return links
@@ -503,7 +531,7 @@ class _Walk:
         if kind == h5py.h5i.DATASET:
             info = parent.adopt(ObjectInfo(name, parent, "dataset"))
             if self._read_attributes(info, oid, None, address):
-                info.dataset = self._check_dataset(info, oid)
+                info.dataset = self._check_dataset(info, oid, address)
                 if info.dataset is None:  # refused (reported): present, but no other rule looks at it
                     info.kind = "refused"
             return None
@@ -522,10 +550,18 @@ class _Walk:
         False once the attribute count is over the object limit. The header at ``address`` is read first
         (object_header.py): a dense storage libhdf5 would crash on cannot be read (§8.1)."""
         try:
+            stored = 0
             if address is not None and self.headers is not None:
-                self.headers.attribute_count(address)
+                # the count the object header records (§12.1 rule 3) is held to the limit of 64 (§8.3) before
+                # the HDF5 library is asked: a library that cannot read the storage cannot count it either
+                stored = self.headers.attribute_count(address)
+                if stored > MAX_ATTRIBUTES_PER_OBJECT:
+                    self.finding("MD511", info, f"{stored} attributes on one object (at most {MAX_ATTRIBUTES_PER_OBJECT})")
+                    return False
             if n is None:
-                n = h5py.h5a.get_num_attrs(oid)
+                # libhdf5's own count can be lower than the header's (a damaged header flag makes it 0 while its
+                # attributes can still be opened one by one): each attribute the header records is read
+                n = max(stored, h5py.h5a.get_num_attrs(oid))
         except Exception as exc:
             self.finding("MD513", info, f"attributes cannot be read: {exc}")
             info.kind = "refused"  # an object that cannot be read (§12.1): nothing else looks at it
@@ -578,7 +614,15 @@ class _Walk:
             info.refused_attrs = refused
         return True
 
-    def _check_dataset(self, info: ObjectInfo, did) -> DatasetInfo | None:
+    def _check_dataset(self, info: ObjectInfo, did, address: int | None = None) -> DatasetInfo | None:
+        if address is not None and self.headers is not None:
+            try:  # §8.2: a layout message of version 1 to 4 (HDF5 1.x libraries, h5wasm's among them, read no other)
+                version = self.headers.layout_version(address)
+                if version is not None and not 1 <= version <= 4:
+                    raise ValueError(f"its data layout message has version {version}")
+            except Exception as exc:
+                self.finding("MD513", info, f"the dataset's header cannot be read: {exc}")
+                return None
         try:
             dcpl = did.get_create_plist()
             layout = dcpl.get_layout()

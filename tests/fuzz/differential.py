@@ -171,6 +171,17 @@ def make_file(manifest: dict[str, dict], donors: list[Path], task: dict, out: Pa
         return [f"mutation failed: {type(exc).__name__}: {exc}"[:200]]
 
 
+MAKER_MEMORY = 4 << 30  # address space of the mutator's process
+
+
+def _limit_memory() -> None:
+    """The mutator reads mutated files with libhdf5, and one made it allocate 13 GB (seed 9, near task 1881): past
+    this limit the allocation fails, the mutation with it, and the seed is compared unmutated."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (MAKER_MEMORY, MAKER_MEMORY))
+
+
 class _Maker:
     """make_file in a child process: the mutator reads mutated files with libhdf5, which a file can crash; the
     child is replaced then, and the task's seed is compared unmutated (its ops say so)."""
@@ -183,7 +194,7 @@ class _Maker:
         from concurrent.futures.process import BrokenProcessPool
 
         if self.pool is None:
-            self.pool = ProcessPoolExecutor(1)
+            self.pool = ProcessPoolExecutor(1, initializer=_limit_memory)
         try:
             return self.pool.submit(make_file, manifest, donors, task, out).result(timeout=300)
         except (BrokenProcessPool, TimeoutError) as exc:

@@ -161,6 +161,15 @@ export class RawFile {
     const base = c.addr();
     this.base = base === UNDEF ? at : base;
     if (this.base !== at && this.base !== 0) this.base = at;
+    c.addr(); // superblock extension (2, 3) or free-space info (0, 1)
+    const eof = c.addr();
+    // SPEC §8.3: "within the file" is before the end-of-file address the superblock records, where that is less
+    // than the file's size (an HDF5 library reads nothing past it); a base address other than the superblock's
+    // place moves that address by as much (as libhdf5 does)
+    if (eof !== UNDEF && Number.isFinite(eof)) {
+      const end = at + eof - (base === UNDEF || !Number.isFinite(base) ? 0 : base - at);
+      this.size = Math.min(this.size, Math.max(0, end));
+    }
   }
 
   // Returns the messages of the object header at `addr`: [{type, flags, data: Buffer}].
@@ -278,23 +287,120 @@ export class RawFile {
         const heap = c.addr();
         const names = c.addr();
         if (heap === UNDEF || names === UNDEF) continue;
-        // SPEC §8.1: a version 2 B-tree of attribute names (type 8), records above 0 bytes, nodes of 64 B to 64 KiB
-        const h = new Cursor(this, this.read(names, 18 + this.O + this.L, where), 0, where);
-        if (h.bytes(4).toString("latin1") !== "BTHD" || h.u8() !== 0 || h.u8() !== 8) {
-          throw new RawError(`${where}: the dense attribute storage's name index is not a version 2 B-tree of attribute names`);
-        }
-        const nodeSize = h.u32();
-        const recordSize = h.u16();
-        if (recordSize === 0 || nodeSize < 64 || nodeSize > 65536) {
-          throw new RawError(`${where}: the attribute name index has records of ${recordSize} bytes in nodes of ${nodeSize}`);
-        }
-        h.skip(2 + 1 + 1); // depth, split and merge percents
-        h.addr(); // root node
-        h.u16(); // records in the root node
-        count += h.len();
+        count += this.btreeRecords(names, 8, "attribute name index", where);
       }
     }
     return count;
+  }
+
+  // How many links the group whose header is at `addr` stores densely (SPEC §8.1): the records of its link
+  // name index (a version 2 B-tree of type 5), after its header and that of its creation order index (type 6),
+  // when it has one, are checked as the attribute name index's is; null when its links are not stored densely.
+  denseLinkCount(addr, where) {
+    for (const m of this.readObjectHeader(addr, where)) {
+      if (m.type !== 0x02) continue;
+      const c = new Cursor(this, m.data, 0, where);
+      c.u8(); // version
+      const flags = c.u8();
+      if (flags & 1) c.skip(8); // maximum creation index
+      const heap = c.addr();
+      const names = c.addr();
+      if (heap === UNDEF) return null;
+      const total = this.btreeRecords(names, 5, "link name index", where);
+      if (flags & 2) {
+        const order = c.addr();
+        if (order !== UNDEF) this.btreeRecords(order, 6, "link creation order index", where);
+      }
+      return total;
+    }
+    return null;
+  }
+
+  // The type each link message in the object header at `addr` records (compact link storage), by name:
+  // 0 hard, 1 soft, 64 external, others user-defined. Messages this cannot decode are left out.
+  linkTypes(addr, where) {
+    const types = new Map();
+    for (const m of this.readObjectHeader(addr, where)) {
+      if (m.type !== 0x06) continue;
+      try {
+        const c = new Cursor(this, m.data, 0, where);
+        if (c.u8() !== 1) continue; // version
+        const flags = c.u8();
+        const type = flags & 0x08 ? c.u8() : 0;
+        if (flags & 0x04) c.skip(8); // creation order
+        if (flags & 0x10) c.u8(); // character set of the name
+        const length = c.num(1 << (flags & 3));
+        types.set(c.bytes(length).toString("utf8"), type);
+      } catch (e) {
+        if (!(e instanceof RawError)) throw e;
+      }
+    }
+    return types;
+  }
+
+  // SPEC §8.1: a committed datatype is readable when its datatype message (0x03) decodes — a version from 1 to 5
+  // (HDF5 libraries refuse others when they open the object); throws RawError otherwise.
+  checkCommittedDatatype(addr, where) {
+    const m = this.readObjectHeader(addr, where).find((x) => x.type === 0x03);
+    if (!m || m.data.length < 8) throw new RawError(`${where}: no datatype message`);
+    const version = m.data[0] >> 4;
+    if (version < 1 || version > 5) throw new RawError(`${where}: datatype message version ${version}`);
+  }
+
+  // SPEC §8.1: the records in all of the version 2 B-tree whose header is at `addr`, once that header
+  // (signature BTHD, version 0) is of type `type`, with records above 0 bytes in nodes of 64 B to 64 KiB —
+  // HDF5 libraries trust those fields, and crash on others.
+  btreeRecords(addr, type, what, where) {
+    const h = new Cursor(this, this.read(addr, 18 + this.O + this.L, where), 0, where);
+    if (h.bytes(4).toString("latin1") !== "BTHD" || h.u8() !== 0 || h.u8() !== type) {
+      throw new RawError(`${where}: the ${what} is not a version 2 B-tree of type ${type}`);
+    }
+    const nodeSize = h.u32();
+    const recordSize = h.u16();
+    if (recordSize === 0 || nodeSize < 64 || nodeSize > 65536) {
+      throw new RawError(`${where}: the ${what} has records of ${recordSize} bytes in nodes of ${nodeSize}`);
+    }
+    h.skip(2 + 1 + 1); // depth, split and merge percents
+    h.addr(); // root node
+    h.u16(); // records in the root node
+    return h.len();
+  }
+
+  // The dataspace class of each attribute stored in the object header at `addr` (compact storage: its
+  // attribute messages), by name: 0 scalar, 1 simple, 2 null, or whatever a version 2 dataspace message
+  // records there. HDF5 libraries decode other values without an error and differ on what they make of
+  // them (h5wasm shows a scalar), so SPEC §8.2's "scalar" is checked on the message's own byte. A message
+  // this cannot decode (or whose dataspace is shared) is left out: the library's reading decides it.
+  attributeSpaces(addr, where) {
+    const spaces = new Map();
+    for (const m of this.readObjectHeader(addr, where)) {
+      if (m.type !== 0x0c) continue;
+      try {
+        const c = new Cursor(this, m.data, 0, where);
+        const version = c.u8();
+        const flags = c.u8();
+        const nameSize = c.u16();
+        const typeSize = c.u16();
+        const spaceSize = c.u16();
+        if (version === 3) c.u8(); // the name's character set
+        const pad = (n) => (version === 1 ? (n + 7) & ~7 : n);
+        if (version < 1 || version > 3 || flags & 0x02 || nameSize === 0) continue;
+        const raw = c.bytes(nameSize);
+        c.skip(pad(nameSize) - nameSize);
+        c.skip(pad(typeSize));
+        const s = new Cursor(this, c.bytes(spaceSize), 0, where);
+        const sversion = s.u8();
+        const rank = s.u8();
+        s.u8(); // flags
+        const cls = sversion === 2 ? s.u8() : sversion === 1 ? (rank > 0 ? 1 : 0) : null;
+        if (cls === null) continue;
+        const end = raw.indexOf(0);
+        spaces.set(raw.subarray(0, end < 0 ? raw.length : end).toString("utf8"), cls);
+      } catch (e) {
+        if (!(e instanceof RawError)) throw e;
+      }
+    }
+    return spaces;
   }
 
   // Facts about the dataset whose object header is at `addr`.
@@ -334,6 +440,7 @@ export class RawFile {
       for (let i = 0; i < ndims; i++) L.dims.push(c.u32());
       if (L.cls === 2) {
         L.chunk = L.dims.slice(0, -1);
+        L.keyDims = L.dims;
         L.index = "btree1";
       }
       if (L.cls === 0) L.compactSize = c.u32();
@@ -353,6 +460,7 @@ export class RawFile {
           const dims = [];
           for (let i = 0; i < ndims; i++) dims.push(c.u32());
           L.chunk = dims.slice(0, -1);
+          L.keyDims = dims;
           L.index = "btree1";
         } else {
           L.flags = c.u8();
@@ -398,7 +506,7 @@ export class RawFile {
   // Checks MD509 for a chunked dataset. `shape`/`maxshape`: dataset dims; `elemSize`;
   // `deflate`: whether deflate is among the filters. Returns a list of problems (strings).
   // `found`, when given, receives {addr, size} of every chunk that passed (to inflate them bounded, §8.3).
-  checkChunks(L, shape, maxshape, elemSize, deflate, filtered, where, found = null) {
+  checkChunks(L, shape, maxshape, elemSize, deflate, filtered, where, found = null, fletcher32 = false) {
     const rank = shape.length;
     const chunk = L.chunk;
     if (chunk.length !== rank) return [`the chunk has rank ${chunk.length}, the dataset ${rank}`];
@@ -420,6 +528,11 @@ export class RawFile {
       }
       if (!this.within(addr, s)) {
         problems.push(`${label} does not end within the file`);
+        return false;
+      }
+      if (fletcher32 && s < 4) {
+        // SPEC §8.3: with fletcher32 among the filters every stored chunk holds at least its 4-byte checksum
+        problems.push(`${label} is too short to hold its fletcher32 checksum`);
         return false;
       }
       if (!sizeOk(s)) {
@@ -544,6 +657,19 @@ export class RawFile {
       const entries = h.u16();
       if (type !== 1) throw new RawError(`${where}: B-tree node of type ${type} in a chunk index`);
       const body = this.read(addr + 8 + 2 * this.O, entries * (keySize + this.O) + keySize, where);
+      // libhdf5 decodes every key of a node it reads and refuses the node (so the whole index: "bad coordinate
+      // offset") when an offset is not a multiple of its dimension of the chunk — the element size the last
+      // (SPEC §8.3: an index that cannot be read is MD513)
+      const dims = (L.keyDims || []).map((x) => BigInt(x));
+      for (let k = 0; k <= entries; k++) {
+        const kc = new Cursor(this, body, k * (keySize + this.O) + 8, where);
+        for (let d = 0; d <= rank; d++) {
+          const off = kc.big(8);
+          if (d < dims.length && (dims[d] === 0n || off % dims[d] !== 0n)) {
+            throw new RawError(`${where}: a chunk index key's offset ${off} is not a multiple of ${dims[d]} (bad coordinate offset)`);
+          }
+        }
+      }
       const c = new Cursor(this, body, 0, where);
       for (let e = 0; e < entries; e++) {
         const size = c.u32();

@@ -160,11 +160,29 @@ export class Validation {
     this.objects.push(root);
     this.byPath.set("/", root);
     count++;
+    if (this.raw && root.addr !== undefined) {
+      try {
+        // SPEC §8.1: the root's object header is read as every other object's is at its link; a root that
+        // cannot be read is refused whole, and nothing else of the file is looked at (§12.1)
+        this.raw.linkCount(root.addr, "/");
+      } catch (e) {
+        this.add("MD513", "/", `the root group's object header cannot be read: ${e.message}`);
+        root.refused = true;
+        this.count = count;
+        return;
+      }
+    }
     while (queue.length) {
       const g = queue.shift();
       let names;
       try {
+        // SPEC §8.1: a dense link storage's index headers are checked before the HDF5 library reads them, and
+        // the links the name index records are the links listed (libhdf5 sizes its name-order table by it)
+        const recorded = this.raw && g.addr !== undefined ? this.raw.denseLinkCount(g.addr, g.path) : null;
         names = this.h5.keys(g.path);
+        if (recorded !== null && names.length !== recorded) {
+          throw new Error(`its name index records ${recorded} links, it holds ${names.length}`);
+        }
       } catch (e) {
         // SPEC §12.1: a group whose links cannot be read is an object that cannot be read, refused whole:
         // its attributes and members are not looked at
@@ -185,6 +203,14 @@ export class Validation {
         try {
           kind = this.h5.linkKind(p);
         } catch (e) {
+          // the link message's own type (compact storage): a link the library cannot query (an external link whose
+          // value it cannot parse) is still not a hard link (SPEC §12.1 rule 3: MD500 comes before MD513)
+          const recorded = this.linkTypes(g).get(name);
+          if (recorded !== undefined && recorded !== 0 && name.isWellFormed() && !name.includes("\uFFFD")) {
+            this.add("MD500", p, `${recorded === 1 ? "soft" : recorded === 64 ? "external" : "user-defined"} link; only hard links are allowed`);
+            g.children.push({ name, path: p, kind: "link" });
+            continue;
+          }
           if (name.includes("\uFFFD") || !name.isWellFormed() || notUtf8Name(name, e)) {
             // h5wasm decodes link names as UTF-8, replacing bad bytes; the name then names nothing.
             this.add("MD302", p, "the link name is not valid UTF-8");
@@ -210,6 +236,9 @@ export class Validation {
         try {
           okind = this.h5.objectKind(p);
           addr = this.h5.address(p);
+          // SPEC §12.1 rules 2, 3: an object that cannot be opened is refused at its link (MD513) and counts nothing;
+          // the library names a dataset's kind without opening it, so it is opened here
+          if (okind === "dataset") this.h5.datasetMeta(p);
         } catch (e) {
           this.add("MD513", p, `the object cannot be read: ${e.message}`);
           g.children.push({ name, path: p, kind: "refused" });
@@ -232,6 +261,15 @@ export class Validation {
           this.add("MD514", p, first ? `the object is also linked as ${first}${first === "/" ? " (a cycle)" : ""}` : `the object's header counts ${links} links to it`);
           g.children.push({ name, path: p, kind: "duplicate" });
           continue;
+        }
+        if (okind === "datatype" && this.raw) {
+          try {
+            this.raw.checkCommittedDatatype(addr, p); // SPEC §12.1 rule 3: an object that cannot be read is MD513 first
+          } catch (e) {
+            this.add("MD513", p, `the object cannot be read: ${e.message}`);
+            g.children.push({ name, path: p, kind: "refused" });
+            continue;
+          }
         }
         if (okind === "datatype") {
           this.add("MD501", p, "a committed datatype; only groups and datasets are allowed");
@@ -257,6 +295,21 @@ export class Validation {
       }
     }
     this.count = count;
+  }
+
+  // The link types the raw object header of group `g` records (compact storage), read once per group.
+  linkTypes(g) {
+    if (!g.linkTypes) {
+      g.linkTypes = new Map();
+      if (this.raw && g.addr !== undefined) {
+        try {
+          g.linkTypes = this.raw.linkTypes(g.addr, g.path);
+        } catch {
+          /* the group's links were listed: what cannot be read here is the library's to decide */
+        }
+      }
+    }
+    return g.linkTypes;
   }
 
   // §8.2 attributes (MD506), §8.3 (MD510, MD511).
@@ -305,6 +358,14 @@ export class Validation {
         this.stopped = true;
         return;
       }
+      let spaces = new Map();
+      if (this.raw && obj.addr !== undefined) {
+        try {
+          spaces = this.raw.attributeSpaces(obj.addr, obj.path);
+        } catch {
+          /* read once already by attributeCount: the library's reading decides */
+        }
+      }
       for (const name of names) {
         // §8.2: an attribute's name is UTF-8 (h5wasm decodes a name that is not with replacement characters)
         if (name.includes("\uFFFD") || !name.isWellFormed()) {
@@ -322,7 +383,8 @@ export class Validation {
           continue;
         }
         const isString = meta.type === 3 && !meta.vlen && (meta.cset === 0 || meta.cset === 1);
-        const scalar = Array.isArray(meta.shape) && meta.shape.length === 0;
+        // §8.2: scalar by the dataspace message's class (h5wasm shows a class it does not know as a scalar)
+        const scalar = Array.isArray(meta.shape) && meta.shape.length === 0 && (spaces.get(name) ?? 0) === 0;
         if (!isString || !scalar) {
           this.add("MD506", obj.path, `attribute '${name}' is not a scalar fixed-length UTF-8 string`);
           obj.attrs.set(name, undefined);
@@ -426,6 +488,7 @@ export class Validation {
       const bytes = numel * BigInt(meta.size);
       const problems = this.storageProblems(raw.layout, meta, filters, Number(bytes), p);
       if (problems.length) {
+        if (problems[0].startsWith("MD513:")) return ["MD513", problems[0].slice(6)];
         // as SPEC §12.1 orders them: too few chunks (MD509), else a chunk that skips a filter (MD504)
         const skips = problems.filter((x) => x.startsWith("MD504:"));
         const counted = problems.some((x) => x.startsWith("COUNT:"));
@@ -449,7 +512,8 @@ export class Validation {
       if (layout.cls === 2) {
         const deflate = filters.some((f) => f.id === 1);
         const found = []; // every chunk is decoded here first (checkInflation): filtered or not, to exactly its size
-        const problems = this.raw.checkChunks(layout, meta.shape, meta.maxshape, meta.size, deflate, filters.length > 0, p, found);
+        const fletcher32 = filters.some((f) => f.id === 3);
+        const problems = this.raw.checkChunks(layout, meta.shape, meta.maxshape, meta.size, deflate, filters.length > 0, p, found, fletcher32);
         if (found && !problems.length) {
           const chunkBytes = layout.chunk.reduce((a, b) => a * b, 1) * meta.size;
           this.dsInfo.get(p).chunked = { chunks: found, filters, chunkBytes };
@@ -458,7 +522,9 @@ export class Validation {
       }
       return [];
     } catch (e) {
-      if (e instanceof RawError) return [`the chunk index cannot be read: ${e.message}`];
+      // an index an HDF5 library cannot read either (its nodes or keys do not decode): a part of the header that
+      // a check needs cannot be read (SPEC §12.1 rule 3: MD513)
+      if (e instanceof RawError) return [`MD513:the chunk index cannot be read: ${e.message}`];
       throw e;
     }
   }
@@ -487,7 +553,7 @@ export class Validation {
       this.version = { major, minor };
       if (major !== BigInt(READER_MAJOR)) {
         this.add("MD103", "/", `format version ${v}: this reader reads ${READER_MAJOR}.x`);
-        ok = false;
+        return false; // SPEC §12.1 rule 4: MD103 ends the checks of §3-§7, `extensions` (MD105-MD107) among them
       } else if (minor > BigInt(READER_MINOR)) {
         this.add("MD104", "/", `format version ${v} is newer than ${READER_MAJOR}.${READER_MINOR}; unknown members are ignored`);
         this.strict = false;
@@ -686,7 +752,8 @@ export class Validation {
       if (ch.kind === "dataset") this.add("MD420", ch.path, "`/update_types` must be a group");
       return;
     }
-    for (const a of [...ch.attrs.keys()].sort()) this.add("MD303", ch.path, `unknown attribute '${a}'`);
+    // a refused attribute (undefined: MD506, MD510, MD513) is not unknown (SPEC §12.1 rule 3)
+    for (const [a, v] of [...ch.attrs].sort()) if (v !== undefined) this.add("MD303", ch.path, `unknown attribute '${a}'`);
     for (const g of ch.children || []) {
       if (!(g.kind === "group" || g.kind === "dataset") || g.refused) continue; // refused, reported once (§12.1)
       let name;
@@ -700,7 +767,7 @@ export class Validation {
         this.add("MD420", g.path, `an update type is a group named x-... (lower case), not ${describe(name)}`);
         continue;
       }
-      for (const a of [...g.attrs.keys()].sort()) if (a !== "definition") this.add("MD303", g.path, `unknown attribute '${a}'`);
+      for (const [a, v] of [...g.attrs].sort()) if (a !== "definition" && v !== undefined) this.add("MD303", g.path, `unknown attribute '${a}'`);
       const raw = g.attrs.get("definition");
       let def;
       try {
@@ -719,8 +786,9 @@ export class Validation {
       let broken = false;
       for (const m of g.children || []) {
         if (!(m.kind === "group" || m.kind === "dataset") || m.refused) {
-          // refused, reported once (§12.1): not unknown; a refused function leaves the type without it
-          if (m.name.startsWith(FUNCTION_PREFIX)) broken = true;
+          // refused, reported once (§12.1): not unknown; a refused function leaves the type without it — a
+          // function.<dtype> of a dtype of §6.1 only: another name is an unknown member (SPEC §7.8), refused
+          if (m.name.startsWith(FUNCTION_PREFIX) && m.name.slice(FUNCTION_PREFIX.length) in DTYPES) broken = true;
           continue;
         }
         const dtype = m.name.startsWith(FUNCTION_PREFIX) ? m.name.slice(FUNCTION_PREFIX.length) : null;
@@ -973,7 +1041,7 @@ export class Validation {
         complete = false;
         continue;
       }
-      for (const an of c.attrs.keys()) this.add("MD303", c.path, `unknown attribute '${an}'`);
+      for (const [an, v] of c.attrs) if (v !== undefined) this.add("MD303", c.path, `unknown attribute '${an}'`);
       const m = info.meta;
       datasets.set(dn, { shape: m.shape.map((d) => BigInt(d)), storage: { cls: m.type === 1 ? "float" : "int", size: m.size, signed: !!m.signed } });
     }
@@ -1076,6 +1144,9 @@ export class Validation {
             this.add("MD408", join(p, "gaps"), `the gaps make position ${error.position} at ${error.j}, not less than numel = ${numelOf(u.shape)}`);
             prm.ok = false;
           }
+          // every stored byte of `sub` decodes too (MD513 instead of the group's other data findings, SPEC §12.1)
+          if (bool) checkBool("sub");
+          else this.data(join(p, "sub"));
         } else if (u.type === "sparse") {
           const b = this.data(join(p, "indices"));
           const idx = new BigUint64Array(b.buffer, b.byteOffset, b.length / 8);
