@@ -5,8 +5,8 @@ few blocks), and a dataset's chunks in one read each. So small reads go through 
 one ranged request per page missed, and a large read is one ranged request of exactly its bytes: reading
 one parameter of a large file moves that parameter's stored bytes and a few pages of metadata. A reader
 that will read every byte anyway (a full checkout) calls :meth:`RangedFile.spool`: the file is then
-downloaded in order, in large requests, into an unnamed local file while it is read, and large reads wait
-for their bytes there — each byte moves once, and the download overlaps the decoding.
+downloaded whole, as the store downloads a file (``get_file``: one request, or its parts at once), into a
+private temporary file, and every read waits for it — each byte moves once, in one request.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import contextlib
 import gc
 import io
 import os
+import shutil
 import tempfile
 import threading
 from collections import OrderedDict
@@ -56,46 +57,63 @@ class RangeReadError(OSError):
 
 
 class _Spool:
-    """The whole of ``file``, downloaded in order, ``block`` bytes a request, by a thread of its own into an
-    unnamed temporary file; :meth:`read` waits until its bytes are there."""
+    """The whole of ``file``, downloaded by ``download(local_path)`` on a thread of its own into a private
+    temporary file; :meth:`read` waits until the download is complete (a store may write its parts in any
+    order: the file's size says nothing of what is there). Closing does not wait for the download: the
+    thread removes the file when it ends."""
 
-    def __init__(self, file: RangedFile, block: int):
-        self._file, self._block = file, block
-        self._disk = tempfile.TemporaryFile(prefix="mdiff-remote-")
-        self._done = 0
+    def __init__(self, file: RangedFile, download: Callable[[str], None]):
+        self._file = file
+        self._folder = tempfile.mkdtemp(prefix="mdiff-remote-")
+        self._path = os.path.join(self._folder, "spool")
+        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        self._complete = False
         self._failure: BaseException | None = None
         self._stopped = False
         self._ready = threading.Condition()
-        self._thread = threading.Thread(target=self._download, name="mdiff-spool", daemon=True)
+        self._thread = threading.Thread(target=self._download, args=(download,), name="mdiff-spool", daemon=True)
         self._thread.start()
 
-    def _download(self) -> None:
+    def _download(self, download: Callable[[str], None]) -> None:
         try:
-            while self._done < self._file.size and not self._stopped:
-                end = min(self._done + self._block, self._file.size)
-                os.pwrite(self._disk.fileno(), self._file._get(self._done, end), self._done)
-                with self._ready:
-                    self._done = end
-                    self._ready.notify_all()
+            download(self._path)
+            size = os.stat(self._path).st_size
+            if size != self._file.size:
+                raise RangeReadError(f"{self._file.name}: the store served {size} bytes, not the {self._file.size} "
+                                     "it lists")
+            self._file._count(size)
+            with self._ready:
+                self._complete = True
         except BaseException as exc:  # kept for the reader waiting on these bytes
+            if not isinstance(exc, RangeReadError):
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+                exc = RangeReadError(f"{self._file.name}: cannot be downloaded ({reason})")
+            self._file.failure = self._file.failure or exc
             with self._ready:
                 self._failure = exc
+        finally:
+            with self._ready:
                 self._ready.notify_all()
+                stopped = self._stopped
+            if stopped:
+                shutil.rmtree(self._folder, ignore_errors=True)
 
     def read(self, offset: int, end: int) -> bytes:
         with self._ready:
-            while self._done < end and self._failure is None and not self._stopped:
+            while not self._complete and self._failure is None and not self._stopped:
                 self._ready.wait()
-            if self._done < end:
+            if not self._complete:
                 raise self._failure or RangeReadError(f"{self._file.name}: closed while read")
-        return os.pread(self._disk.fileno(), end - offset, offset)
+        return os.pread(self._fd, end - offset, offset)
 
     def close(self) -> None:
         with self._ready:
             self._stopped = True
+            running = self._thread.is_alive()
             self._ready.notify_all()
-        self._thread.join()
-        self._disk.close()
+        os.close(self._fd)
+        if not running:
+            shutil.rmtree(self._folder, ignore_errors=True)
 
 
 class RangedFile(io.RawIOBase):
@@ -104,9 +122,10 @@ class RangedFile(io.RawIOBase):
     the store, which libhdf5 reports only as a read error. Safe to read from several threads."""
 
     def __init__(self, fetch: Callable[[int, int], bytes], size: int, name: str,
-                 release: Callable[[], None] | None = None):
+                 release: Callable[[], None] | None = None, download: Callable[[str], None] | None = None):
         super().__init__()
         self._fetch, self.size, self.name, self._release = fetch, size, name, release
+        self._download = download  # the whole file to a local path, in one request (None: ranges only)
         self._spool: _Spool | None = None
         self._position = 0
         self._pages: OrderedDict[int, bytes] = OrderedDict()
@@ -158,10 +177,11 @@ class RangedFile(io.RawIOBase):
         data = b"".join(self._page(index) for index in range(first, last + 1))
         return data[offset - first * PAGE:end - first * PAGE]
 
-    def spool(self, block: int) -> None:
-        """Download the whole file from now on, in order, ``block`` bytes a request (see the module)."""
-        if self._spool is None:
-            self._spool = _Spool(self, block)
+    def spool(self) -> None:
+        """Download the whole file now, and read it from there (see the module); a file without a download
+        (a local folder's) is read by ranges still."""
+        if self._download is not None and self._spool is None:
+            self._spool = _Spool(self, self._download)
 
     def _large(self, offset: int, end: int) -> bytes:
         if self._spool is not None:
@@ -174,12 +194,18 @@ class RangedFile(io.RawIOBase):
             if page is not None:
                 self._pages.move_to_end(index)
                 return page
-        page = self._get(index * PAGE, min((index + 1) * PAGE, self.size))
+        start, end = index * PAGE, min((index + 1) * PAGE, self.size)
+        page = self._spool.read(start, end) if self._spool is not None else self._get(start, end)
         with self._lock:
             self._pages[index] = page
             while len(self._pages) > CACHED_PAGES:
                 self._pages.popitem(last=False)
         return page
+
+    def _count(self, nbytes: int) -> None:
+        with self._lock:
+            self.requests += 1
+            self.bytes_fetched += nbytes
 
     def _get(self, start: int, end: int) -> bytes:
         try:
@@ -189,9 +215,7 @@ class RangedFile(io.RawIOBase):
             failure = RangeReadError(f"{self.name}: bytes {start}..{end} cannot be read ({reason})")
             self.failure = self.failure or failure
             raise failure from None
-        with self._lock:
-            self.requests += 1
-            self.bytes_fetched += len(data)
+        self._count(len(data))
         if len(data) != end - start:
             failure = RangeReadError(f"{self.name}: the store served {len(data)} bytes of {start}..{end}, "
                                      f"within the {self.size} it lists")

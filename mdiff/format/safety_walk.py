@@ -288,7 +288,7 @@ def metadata_cache(f: h5py.File, nbytes: int) -> Iterator[None]:
         set_metadata_cache(f, WALK_CACHE_BYTES)
 
 
-def _header_reader(f: h5py.File, file_size: int, read_at: ReadAt | None) -> HeaderReader | None:
+def _header_reader(f: h5py.File, file_size: int, read_at: ReadAt | None = None) -> HeaderReader | None:
     """The reader of the file's object headers: through ``read_at`` (a file libhdf5 reads as a Python
     file object has no descriptor), else through the file's descriptor."""
     try:

@@ -302,7 +302,8 @@ class FsspecEnd(RemoteEnd):
     def ranged(self, commit_id: str, size: int, directory: str = "commits") -> RangedFile:
         path = self._path(f"{directory}/{commit_id}.mdiff")
         return RangedFile(lambda start, end: self.fs.cat_file(path, start=start, end=end), size,
-                          f"{self.url} {directory}/{commit_id[:12]}")
+                          f"{self.url} {directory}/{commit_id[:12]}",
+                          download=lambda local: self.fs.get_file(path, local))
 
     def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int, directory: str = "commits") -> None:
         """An object appears whole or not at all (a multipart upload is invisible until completed): the

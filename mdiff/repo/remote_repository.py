@@ -25,8 +25,6 @@ from mdiff.repo.remotes import open_end
 from mdiff.repo.states import StateView
 from mdiff.repo.transfer import resolve_on_remote
 
-CHECKOUT_BLOCK = 16 << 20  # a full checkout downloads each file in requests of 16 MiB: requests cost more than bytes
-
 
 class RemoteRepository:
     """The repository at ``url`` (an fsspec URL: a local folder, ``file://``, ``s3://bucket/prefix``, …;
@@ -46,7 +44,7 @@ class RemoteRepository:
         self._snapshot_sizes: dict[str, int] | None = None
         self._commits: dict[str, Commit] = {}
         self._opened: list[RangedFile] = []
-        self._spool_block = 0  # while a full checkout reads the files it opens whole: they are spooled
+        self._spooling = False  # while a full checkout reads the files it opens whole: they are spooled
 
     @property
     def requests(self) -> int:
@@ -103,8 +101,8 @@ class RemoteRepository:
 
     def _open(self, commit_id: str, size: int, directory: str) -> DiffFile:
         ranged = self._end.ranged(commit_id, size, directory)
-        if self._spool_block:
-            ranged.spool(self._spool_block)
+        if self._spooling:
+            ranged.spool()
         self._opened.append(ranged)
         try:
             with no_collection():
@@ -124,15 +122,15 @@ class RemoteRepository:
     def checkout(self, rev: str = "HEAD", output=None, template=None, progress: Progress | None = None,
                  engine: str | None = None, *, framework: str = "np", max_shard_size: int | None = None):
         """As :meth:`Repository.checkout`, read in place: MD801 when the remote fails to serve a range. It
-        reads about every byte of the files it opens, so each is downloaded whole, in order, while it is read
-        (RangedFile.spool: into an unnamed temporary file, removed when the file is closed)."""
+        reads about every byte of the files it opens, so each is downloaded whole, in one request, as it is
+        opened (RangedFile.spool: into a private temporary file, removed when done)."""
         commit_id = self.resolve(rev)
-        self._spool_block = CHECKOUT_BLOCK
+        self._spooling = True
         try:
             with self.served(), self.open_state(commit_id, engine) as view:
                 return view.write(output, template, progress, framework=framework, max_shard_size=max_shard_size)
         finally:
-            self._spool_block = 0
+            self._spooling = False
 
     @contextlib.contextmanager
     def served(self) -> Iterator[None]:
