@@ -69,7 +69,7 @@ class _Spool:
         self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         self._complete = False
         self._failure: BaseException | None = None
-        self._stopped = False
+        self._stopped = self._ended = False  # closed by the reader; the download over (each under _ready)
         self._ready = threading.Condition()
         self._thread = threading.Thread(target=self._download, args=(download,), name="mdiff-spool", daemon=True)
         self._thread.start()
@@ -87,15 +87,17 @@ class _Spool:
         except BaseException as exc:  # kept for the reader waiting on these bytes
             if not isinstance(exc, RangeReadError):
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-                exc = RangeReadError(f"{self._file.name}: cannot be downloaded ({reason})")
+                said = getattr(exc, "message", None)  # a download callback's own refusal (an MdiffError)
+                exc = RangeReadError(f"{self._file.name}: cannot be downloaded ({said or reason})")
             self._file.failure = self._file.failure or exc
             with self._ready:
                 self._failure = exc
         finally:
             with self._ready:
+                self._ended = True
                 self._ready.notify_all()
                 stopped = self._stopped
-            if stopped:
+            if stopped:  # closed meanwhile: the file is this thread's to remove
                 shutil.rmtree(self._folder, ignore_errors=True)
 
     def read(self, offset: int, end: int) -> bytes:
@@ -109,10 +111,10 @@ class _Spool:
     def close(self) -> None:
         with self._ready:
             self._stopped = True
-            running = self._thread.is_alive()
+            ended = self._ended
             self._ready.notify_all()
         os.close(self._fd)
-        if not running:
+        if ended:  # else the download's thread removes it when it ends
             shutil.rmtree(self._folder, ignore_errors=True)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import h5py
@@ -211,3 +212,26 @@ def test_values_read_in_place_are_verified_by_their_sha256(tmp_path):
         with pytest.raises(mdiff.MdiffError) as caught:
             state.read("layer2.weight")
     assert caught.value.code == "MD802" and "MD602" in str(caught.value)
+
+
+def test_a_remote_serving_more_bytes_than_it_listed_stops_the_download(s3, bucket_url, tmp_path):
+    """A full checkout downloads each file whole (RangedFile.spool): never more than the size listed, and
+    the private copy is removed."""
+    import tempfile
+
+    _, options, _ = s3
+    repo, ids, _ = history(tmp_path / "alice")
+    add_remote(repo, "origin", bucket_url)
+    push(repo, "origin", "main", options=options)
+    far = RemoteRepository(bucket_url, options)  # lists the commits' sizes now
+    data, replace = _remote_file(bucket_url, options, ids[0])
+    replace(data + bytes(1 << 20))
+    spools = set(Path(tempfile.gettempdir()).glob("mdiff-remote-*"))
+    with pytest.raises(RepositoryError) as caught:
+        far.checkout("main", tmp_path / "out.safetensors")
+    assert caught.value.code == "MD801" and "larger than listed" in caught.value.message
+    assert not (tmp_path / "out.safetensors").exists()
+    deadline = time.monotonic() + 10
+    while set(Path(tempfile.gettempdir()).glob("mdiff-remote-*")) - spools and time.monotonic() < deadline:
+        time.sleep(0.05)  # a download's thread removes its copy when it ends
+    assert set(Path(tempfile.gettempdir()).glob("mdiff-remote-*")) == spools

@@ -177,6 +177,44 @@ class LocalEnd(RemoteEnd):
             self.store.write_ref(ref, new)
 
 
+class _AtMost:
+    """An fsspec download callback that stops a download past ``limit`` bytes (a store serving more than it
+    listed would otherwise fill the disk)."""
+
+    def __init__(self, limit: int):
+        self.limit, self.done = limit, 0
+
+    def set_size(self, size: int) -> None:
+        if size is not None and size > self.limit:
+            raise RepositoryError("MD801", "it is served larger than listed")
+
+    def relative_update(self, inc: int = 1) -> None:
+        self.done += inc
+        if self.done > self.limit:
+            raise RepositoryError("MD801", "it is served larger than listed")
+
+    def absolute_update(self, value: int) -> None:
+        self.relative_update(value - self.done)
+
+    def branched(self, path_1: str, path_2: str, **kwargs) -> _AtMost:
+        return self
+
+    def branch(self, path_1: str, path_2: str, kwargs: dict) -> None:
+        pass
+
+    def call(self, *args, **kwargs) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> _AtMost:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
 class FsspecEnd(RemoteEnd):
     """A repository on any fsspec filesystem (s3://, gs://, memory://, …), every read bounded."""
 
@@ -303,7 +341,7 @@ class FsspecEnd(RemoteEnd):
         path = self._path(f"{directory}/{commit_id}.mdiff")
         return RangedFile(lambda start, end: self.fs.cat_file(path, start=start, end=end), size,
                           f"{self.url} {directory}/{commit_id[:12]}",
-                          download=lambda local: self.fs.get_file(path, local))
+                          download=lambda local: self.fs.get_file(path, local, callback=_AtMost(size)))
 
     def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int, directory: str = "commits") -> None:
         """An object appears whole or not at all (a multipart upload is invisible until completed): the
