@@ -100,6 +100,10 @@ class _Spool:
             if stopped:  # closed meanwhile: the file is this thread's to remove
                 shutil.rmtree(self._folder, ignore_errors=True)
 
+    def wait(self) -> None:
+        """Until the download is complete; its failure raised."""
+        self.read(0, 0)
+
     def read(self, offset: int, end: int) -> bytes:
         with self._ready:
             while not self._complete and self._failure is None and not self._stopped:
@@ -184,6 +188,14 @@ class RangedFile(io.RawIOBase):
         (a local folder's) is read by ranges still."""
         if self._download is not None and self._spool is None:
             self._spool = _Spool(self, self._download)
+
+    def ready(self) -> None:
+        """Raise now what would fail libhdf5's first reads — the download of a spooled file, the first page
+        of another: libhdf5 keeps a file it failed to open half open, and dies with it at exit."""
+        if self._spool is not None:
+            self._spool.wait()
+        else:
+            self.pread(PAGE, 0)
 
     def _large(self, offset: int, end: int) -> bytes:
         if self._spool is not None:

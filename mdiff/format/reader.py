@@ -89,6 +89,7 @@ def open_hdf5(path) -> tuple[h5py.File, int]:
     FIFO or a device too, found without blocking on it or reading it (libhdf5 then opens the very
     file that was checked: regular_files.reopenable). A :class:`RangedFile` is read through it."""
     if isinstance(path, RangedFile):
+        path.ready()  # a store's failure before libhdf5 opens the file, not during
         try:
             with no_collection():
                 f = h5py.File(path, "r")
