@@ -105,8 +105,7 @@ class RemoteRepository:
             ranged.spool()
         self._opened.append(ranged)
         try:
-            with no_collection():
-                return DiffFile(ranged)
+            return DiffFile(ranged)  # which reads a remote file's metadata with no garbage collected meanwhile
         except RangeReadError as exc:
             raise RepositoryError("MD801", str(exc)) from None
 
