@@ -1500,6 +1500,45 @@ def build_MD513_dense_link_count_wrong(path) -> None:
     _dense_link_index(path, lambda data, at: data.__setitem__(slice(at + 26, at + 34), (4157).to_bytes(8, "little")))
 
 
+def _symbol_table_heap(path, edit: Callable[[bytearray, int, int, int], None]) -> None:
+    """`/parameters/w` rebuilt as a group of the earliest format, whose links are a symbol table with a local heap
+    (the file's only one); ``edit(data, heap, segment, free)`` changes the heap, given the addresses of its header
+    and data segment and the offset of the first free block in it."""
+    with _edit(path) as f:  # opened with h5py's default, the earliest format: new groups get a symbol table
+        f.move("parameters/w", "parameters/old")
+        group = f["parameters"].create_group("w")
+        for name, value in f["parameters/old"].attrs.items():
+            group.attrs[name] = value
+        for name in list(f["parameters/old"]):
+            f.move(f"parameters/old/{name}", f"parameters/w/{name}")
+        del f["parameters/old"]
+    data = bytearray(open(path, "rb").read())
+    heap = data.find(b"HEAP")
+    assert heap > 0 and data.find(b"HEAP", heap + 1) < 0, "expected one local heap"
+    size, free, segment = (int.from_bytes(data[heap + at:heap + at + 8], "little") for at in (8, 16, 24))
+    assert free != 1 and free + 16 <= size, "expected a free block in the heap"
+    edit(data, heap, segment, free)
+    open(path, "wb").write(bytes(data))
+
+
+def build_MD513_local_heap_free_list_loops(path) -> None:
+    """`/parameters/w` is a symbol table group whose local heap's free list loops (its one free block names itself
+    as the next): libhdf5 follows the list with no bound, allocating until memory runs out (8 GB in 26 s), so a
+    reader checks the heap before its HDF5 library lists the links (§8.1) — the group is refused whole: MD513
+    alone."""
+    _symbol_table_heap(path, lambda data, heap, segment, free:
+                       data.__setitem__(slice(segment + free, segment + free + 8), free.to_bytes(8, "little")))
+
+
+def build_MD513_local_heap_free_block_past_its_segment(path) -> None:
+    """The one free block of `/parameters/w`'s local heap (a symbol table's) records a size that ends past the
+    heap's data segment: its links cannot be read (§8.1), and the group is refused whole: MD513 alone."""
+    def edit(data, heap, segment, free):
+        size = int.from_bytes(data[heap + 8:heap + 16], "little")
+        data[segment + free + 8:segment + free + 16] = (size - free + 1).to_bytes(8, "little")
+    _symbol_table_heap(path, edit)
+
+
 def build_MD513_group_info_unreadable(path) -> None:
     """`/parameters/w`'s group info message (0x0A) has version 0x80: the group cannot be read (listing its links
     decodes it), so it is refused whole — neither its attributes nor its members are looked at (§12.1)."""

@@ -143,7 +143,7 @@ HOSTILE_CASES = {
     "function_too_many_nodes", "function_with_huge_intermediate",
     "soft_link", "dangling_soft_link", "external_link",
     "committed_datatype", "committed_datatype_in_parameter",
-    "corrupt_object_header", "attribute_name_length_wrong", "dense_attribute_index_of_another_type", "dense_link_index_of_another_type", "dense_link_count_wrong", "attributes_over_64_uncountable", "chunk_past_the_end_of_file_address", "committed_datatype_unreadable", "sparse_sub_corrupt_chunk", "layout_message_version_5", "dataset_unopenable_at_the_object_limit", "chunk_index_key_off_grid", "attribute_dataspace_class_4", "group_info_unreadable", "root_group_info_unreadable", "corrupt_chunk", "sparse_xor_corrupt_chunk", "fletcher32_mismatch", "chunk_inflates_past_its_size", "unfiltered_chunk_too_long",
+    "corrupt_object_header", "attribute_name_length_wrong", "dense_attribute_index_of_another_type", "dense_link_index_of_another_type", "dense_link_count_wrong", "local_heap_free_list_loops", "local_heap_free_block_past_its_segment", "attributes_over_64_uncountable", "chunk_past_the_end_of_file_address", "committed_datatype_unreadable", "sparse_sub_corrupt_chunk", "layout_message_version_5", "dataset_unopenable_at_the_object_limit", "chunk_index_key_off_grid", "attribute_dataspace_class_4", "group_info_unreadable", "root_group_info_unreadable", "corrupt_chunk", "sparse_xor_corrupt_chunk", "fletcher32_mismatch", "chunk_inflates_past_its_size", "unfiltered_chunk_too_long",
     "group_alias", "dataset_alias", "link_to_root", "link_to_root_at_object_limit", "cycle", "link_count_two", "link_to_root_not_canonical",
     "dataset_of_committed_datatype",
     "external_storage", "virtual_dataset", "lzf", "scaleoffset",

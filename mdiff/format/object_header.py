@@ -23,6 +23,9 @@ _ATTRIBUTE_NAME_INDEX = 8  # a v2 B-tree's type: attribute names of dense storag
 _LINK_INFO = 0x02
 _LAYOUT = 0x08
 _LINK_NAME_INDEX, _LINK_ORDER_INDEX = 5, 6  # v2 B-tree types: a group's dense links by name, by creation order
+_SYMBOL_TABLE = 0x11
+_HEAP_SIGNATURE = b"HEAP"
+_NO_FREE_BLOCK = 1  # a local heap's free list offset that ends the list
 MIN_NODE, MAX_NODE = 64, 1 << 16  # bytes in a node of that B-tree (libhdf5 writes 512)
 _MAX_BLOCK = 1 << 30
 _MAX_BLOCKS = 100_000
@@ -114,13 +117,17 @@ class HeaderReader:
                 count += self._dense_attributes(body)
         return count
 
-    def dense_link_count(self, address: int) -> int | None:
-        """How many links the group whose header is at ``address`` stores densely (§8.1): the records of its
-        link name index, a version 2 B-tree (type 5) checked as the attribute name index is — and its creation
-        order index (type 6), when it has one; None for a group whose links are not stored densely."""
+    def checked_link_count(self, address: int) -> int | None:
+        """Checks the link storage of the group whose header is at ``address`` (§8.1) and returns how many links
+        it stores densely — the records of its link name index, a version 2 B-tree (type 5) checked as the
+        attribute name index is, after its creation order index (type 6), when it has one; None for a group
+        whose links are not stored densely. A symbol table's local heap is checked instead (:meth:`_local_heap`)."""
         first = self._read(address, 16, up_to=True)
         messages = self._v2_messages(address, first) if first[:4] == _V2_SIGNATURE else self._v1_messages(address, first)
         for mtype, body in messages:
+            if mtype == _SYMBOL_TABLE:
+                self._local_heap(self._int(body, self.offset_size, self.offset_size))  # B-tree, heap addresses
+                return None
             if mtype != _LINK_INFO:
                 continue
             o = self.offset_size
@@ -137,6 +144,31 @@ class HeaderReader:
                     self._btree_records(order, _LINK_ORDER_INDEX, "link creation order index")
             return total
         return None
+
+    def _local_heap(self, address: int) -> None:
+        """A symbol table's local heap (§8.1): signature ``HEAP``, version 0, its data segment within the file, and
+        a free list, followed from its head to the offset 1, whose blocks lie in that segment, each with a next
+        offset other than 0, and no more of them than the segment holds blocks of two lengths (a list that loops
+        lists more). libhdf5 follows the list with no bound: a list that loops has it allocate until memory runs
+        out."""
+        o, n = self.offset_size, self.length_size
+        head = self._read(address, 8 + 2 * n + o)
+        if head[:4] != _HEAP_SIGNATURE or head[4] != 0:
+            raise HeaderError("the symbol table's local heap has no HEAP signature of version 0")
+        size, at, data = self._int(head, 8, n), self._int(head, 8 + n, n), self._int(head, 8 + 2 * n, o)
+        if at == _NO_FREE_BLOCK:
+            return
+        segment = self._read(data, size) if size else b""  # libhdf5 reads it whole too
+        for _ in range(size // (2 * n)):
+            if at + 2 * n > size:
+                break
+            following, length = self._int(segment, at, n), self._int(segment, at + n, n)
+            if following == 0 or at + length > size:
+                break
+            if following == _NO_FREE_BLOCK:
+                return
+            at = following
+        raise HeaderError(f"the local heap's free list is bad at offset {at}")
 
     def _dense_attributes(self, body: bytes) -> int:
         o = self.offset_size

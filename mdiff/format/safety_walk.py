@@ -459,7 +459,7 @@ class _Walk:
         recorded = None
         if address is not None and self.headers is not None:
             try:
-                recorded = self.headers.dense_link_count(address)
+                recorded = self.headers.checked_link_count(address)
             except Exception as exc:
                 self.finding("MD513", node, f"the group's links cannot be read: {exc}")
                 return None

@@ -293,11 +293,18 @@ export class RawFile {
     return count;
   }
 
-  // How many links the group whose header is at `addr` stores densely (SPEC §8.1): the records of its link
-  // name index (a version 2 B-tree of type 5), after its header and that of its creation order index (type 6),
-  // when it has one, are checked as the attribute name index's is; null when its links are not stored densely.
-  denseLinkCount(addr, where) {
+  // Checks the link storage of the group whose header is at `addr` (SPEC §8.1) and returns how many links it
+  // stores densely: the records of its link name index (a version 2 B-tree of type 5), after its header and that
+  // of its creation order index (type 6), when it has one, are checked as the attribute name index's is; null
+  // when its links are not stored densely. A symbol table's local heap is checked instead (localHeap).
+  checkedLinkCount(addr, where) {
     for (const m of this.readObjectHeader(addr, where)) {
+      if (m.type === 0x11) {
+        const c = new Cursor(this, m.data, 0, where);
+        c.addr(); // the B-tree's
+        this.localHeap(c.addr(), where);
+        return null;
+      }
       if (m.type !== 0x02) continue;
       const c = new Cursor(this, m.data, 0, where);
       c.u8(); // version
@@ -314,6 +321,33 @@ export class RawFile {
       return total;
     }
     return null;
+  }
+
+  // SPEC §8.1: a symbol table's local heap has the signature HEAP and version 0, its data segment lies within the
+  // file, and its free list, followed from its head to the offset 1, lists blocks that lie in that segment, each
+  // with a next offset other than 0, and no more of them than the segment holds blocks of two lengths (a list
+  // that loops lists more): libhdf5 follows the list with no bound, allocating until memory runs out.
+  localHeap(addr, where) {
+    const h = new Cursor(this, this.read(addr, 8 + 2 * this.L + this.O, where), 0, where);
+    if (h.bytes(4).toString("latin1") !== "HEAP" || h.u8() !== 0) {
+      throw new RawError(`${where}: the symbol table's local heap has no HEAP signature of version 0`);
+    }
+    h.skip(3);
+    const size = h.len();
+    let at = h.len();
+    const data = h.addr();
+    if (at === 1) return;
+    const segment = new Cursor(this, size ? this.read(data, size, where) : Buffer.alloc(0), 0, where);
+    const entry = 2 * this.L;
+    for (let i = Math.floor(size / entry); i > 0 && at + entry <= size; i--) {
+      segment.pos = at;
+      const following = segment.len();
+      const length = segment.len();
+      if (following === 0 || at + length > size) break;
+      if (following === 1) return;
+      at = following;
+    }
+    throw new RawError(`${where}: the local heap's free list is bad at offset ${at}`);
   }
 
   // The type each link message in the object header at `addr` records (compact link storage), by name:

@@ -176,9 +176,10 @@ export class Validation {
       const g = queue.shift();
       let names;
       try {
-        // SPEC §8.1: a dense link storage's index headers are checked before the HDF5 library reads them, and
+        // SPEC §8.1: a dense link storage's index headers and a symbol table's local heap are checked before the
+        // HDF5 library reads them, and
         // the links the name index records are the links listed (libhdf5 sizes its name-order table by it)
-        const recorded = this.raw && g.addr !== undefined ? this.raw.denseLinkCount(g.addr, g.path) : null;
+        const recorded = this.raw && g.addr !== undefined ? this.raw.checkedLinkCount(g.addr, g.path) : null;
         names = this.h5.keys(g.path);
         if (recorded !== null && names.length !== recorded) {
           throw new Error(`its name index records ${recorded} links, it holds ${names.length}`);
