@@ -108,3 +108,36 @@ def test_quick_bench_writes_every_row(tmp_path):
     assert (again / "benchmarks.md").read_text(encoding="utf-8") == md
     assert (again / "benchmarks.png").exists()
     assert docs_state() == docs_before  # the smoke test never rewrites the docs
+
+
+def test_speed_scale_reports_each_size_and_the_slopes(tmp_path):
+    """tools/bench/speed_scale.py at two tiny sizes: a row per size, then a slope per contender."""
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "speed_scale.py"), "--sizes", "0.015625,0.03125",
+                           "--repeat", "1", "--json", str(tmp_path / "scale.json")],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = table_rows(done.stdout)
+    assert sorted(r for r in rows if r[:1].isdigit()) == ["0.02", "0.03"]
+    for label in ("write_diff (default settings, fsynced)", "safetensors.torch.save_file + fsync",
+                  "mdiff.apply_files (default)", "baseline: safetensors load ×2, numpy add, save"):
+        assert label in rows, label
+    points = json.loads((tmp_path / "scale.json").read_text(encoding="utf-8"))
+    assert [p["gib"] for p in points] == [0.015625, 0.03125]
+
+
+def test_history_report_judges_both_targets():
+    """tools/bench/history.py's report from figures given: ratios to ZipNN's chain and to loading each file."""
+    sys.path.insert(0, str(ROOT / "tools" / "bench"))
+    try:
+        import history
+    finally:
+        sys.path.pop(0)
+    entry = {"write_s": 10.0, "write_cpu_s": 9.0}
+    result = {"versions": 3, "checkpoint_bytes": 90_000_000, "load": [1.0, 2.0], "load_file_s": [0.1, 0.1, 0.2],
+              "contenders": {"mdiff": dict(entry, bytes=90_000_000, read_s=[0.1, 0.2, 0.2]),
+                             "ZipNN delta chain": dict(entry, bytes=100_000_000, read_s=[0.3, 0.3, 0.3])}}
+    text = history.report(result)
+    assert "| mdiff | 90.0 MB | 0.900× | 10.0 s (CPU 9.0 s) | 0.20 s (0.20 s) | 1.00× (2.00×) |" in text
+    assert "| ZipNN delta chain | 100.0 MB | 1.000× |" in text
+    assert "no larger than ZipNN's chain (16.1) | 0.900× | ≤ 1.0× | met |" in text
+    assert "| worst 2.00× (version 1), median 1.00× | ≤ 1.5× | **missed** |" in text

