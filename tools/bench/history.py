@@ -247,7 +247,7 @@ def report(r: dict) -> str:
     c = r["contenders"]
     m, z = c["mdiff"], c["ZipNN delta chain"]
     loads = r["load_file_s"]
-    ratios = [a / b for a, b in zip(m["read_s"], loads)]
+    ratios = [a / b for a, b in zip(m["read_s"], loads, strict=True)]
     worst = max(range(len(ratios)), key=ratios.__getitem__)
     size_ratio = m["bytes"] / z["bytes"]
     lines = [
@@ -260,7 +260,7 @@ def report(r: dict) -> str:
         "|---|---|---|---|---|---|",
     ]
     for name, e in c.items():
-        rs = [a / b for a, b in zip(e["read_s"], loads)]
+        rs = [a / b for a, b in zip(e["read_s"], loads, strict=True)]
         lines.append(f"| {name} | {e['bytes'] / 1e6:.1f} MB | {e['bytes'] / z['bytes']:.3f}× | {e['write_s']:.1f} s "
                      f"(CPU {e['write_cpu_s']:.1f} s) | {statistics.median(e['read_s']):.2f} s "
                      f"({max(e['read_s']):.2f} s) | {statistics.median(rs):.2f}× ({max(rs):.2f}×) |")
