@@ -255,6 +255,18 @@ def test_fsck_reports_a_commit_that_is_a_folder_a_fifo_or_a_link_and_goes_on(mad
     assert sorted(f["code"] for f in json.loads(out)["findings"]) == ["MD800", "MD801", "MD801", "MD801"]
 
 
+def test_fsck_names_the_commit_and_the_object_in_it(made):
+    """A commit file whose bytes hash to its name but break a rule inside (a conformance case: `xor` a group) is
+    reported at that commit's file, the object in it named first in the message."""
+    repo, ids = made
+    data = (ROOT / "conformance" / "invalid" / "MD405-required_dataset_is_a_group" / "diff.mdiff").read_bytes()
+    filed = repo.commit_path(hashlib.sha256(data).hexdigest())
+    filed.write_bytes(data)
+    code, out = cli("fsck", "-C", repo.root)
+    assert code == 1
+    assert out.splitlines()[0] == f"MD405 error {filed}: /parameters/w/xor: `xor` is a group; a dense update needs a dataset"
+
+
 def test_a_snapshot_that_is_a_fifo_or_a_device_is_walked_past(made, tmp_path):
     repo, ids = made
     repo.snapshot(ids[1])

@@ -526,7 +526,8 @@ class Repository(Store):
             done(str(path))
             try:
                 with self.commit_file(commit_id) as readable:
-                    problems = [Finding(f.code, str(path) if f.path == readable else f.path, f.message)
+                    # reported at the commit's file, the object in it named first
+                    problems = [Finding(f.code, str(path), f.message if f.path == readable else f"{f.path}: {f.message}")
                                 for f in validate(readable, check_data=check_data, isolation=self.isolation)
                                 if f.is_error]
                     if not problems:
