@@ -1366,6 +1366,14 @@ def _corrupt_message(path, obj: str, message_type: int, at: int, value: int | by
     open(path, "wb").write(bytes(data))
 
 
+def build_MD509_contiguous_storage_at_address_0(path) -> None:
+    """`xor` is contiguous and its layout message records its storage at address 0 with a size of 0 bytes, less than
+    the 32 it declares: MD509 (found by differential fuzzing, seed 13: h5py raises on an offset of 0, and the
+    reference took the dataset for unreadable, MD513)."""
+    _write(path)  # a dataset this small is stored contiguously
+    _corrupt_message(path, "parameters/w/xor", 0x08, 2, bytes(16))
+
+
 def build_MD509_contiguous_storage_past_the_end(path) -> None:
     """`xor` is contiguous and its layout message records a storage size of 2^40 bytes, more than it declares
     (32) and past the end of the file: the storage must end within the file (§8.3), not only its declared
