@@ -1510,7 +1510,7 @@ def build_MD513_dense_link_count_wrong(path) -> None:
 
 def _symbol_table_heap(path, edit: Callable[[bytearray, int, int, int], None]) -> None:
     """`/parameters/w` rebuilt as a group of the earliest format, whose links are a symbol table with a local heap
-    (the file's only one); ``edit(data, heap, segment, free)`` changes the heap, given the addresses of its header
+    (the one its symbol table message names); ``edit(data, heap, segment, free)`` changes the heap, given the addresses of its header
     and data segment and the offset of the first free block in it."""
     with _edit(path) as f:  # opened with h5py's default, the earliest format: new groups get a symbol table
         f.move("parameters/w", "parameters/old")
@@ -1520,9 +1520,25 @@ def _symbol_table_heap(path, edit: Callable[[bytearray, int, int, int], None]) -
         for name in list(f["parameters/old"]):
             f.move(f"parameters/old/{name}", f"parameters/w/{name}")
         del f["parameters/old"]
+    with h5py.File(path, "r") as f:
+        address = h5py.h5o.get_info(f["parameters/w"].id).addr
     data = bytearray(open(path, "rb").read())
-    heap = data.find(b"HEAP")
-    assert heap > 0 and data.find(b"HEAP", heap + 1) < 0, "expected one local heap"
+    if data[address] != 1:  # libhdf5 1.14 writes a new group of a file of mdiff's writer in the newer format
+        raise CannotBuildHere(f"libhdf5 {h5py.version.hdf5_version} wrote no version 1 object header for a new group")
+    blocks, heap = [(address + 16, int.from_bytes(data[address + 8:address + 12], "little"))], None
+    while blocks and heap is None:  # its messages (type, size, flags, reserved), through continuation blocks
+        at, length = blocks.pop()
+        end = at + length
+        while at + 8 <= end and heap is None:
+            kind, size = (int.from_bytes(data[at + i:at + i + 2], "little") for i in (0, 2))
+            body = at + 8
+            if kind == 0x10:  # continuation: address, length
+                blocks.append((int.from_bytes(data[body:body + 8], "little"), int.from_bytes(data[body + 8:body + 16], "little")))
+            elif kind == 0x11:  # symbol table: the B-tree's address, then the heap's
+                heap = int.from_bytes(data[body + 8:body + 16], "little")
+            at = body + size
+    assert heap is not None, "expected a symbol table message"
+    assert data[heap:heap + 4] == b"HEAP"
     size, free, segment = (int.from_bytes(data[heap + at:heap + at + 8], "little") for at in (8, 16, 24))
     assert free != 1 and free + 16 <= size, "expected a free block in the heap"
     edit(data, heap, segment, free)
