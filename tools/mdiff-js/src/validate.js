@@ -177,8 +177,8 @@ export class Validation {
       let names;
       try {
         // SPEC §8.1: a dense link storage's index headers and a symbol table's local heap are checked before the
-        // HDF5 library reads them, and
-        // the links the name index records are the links listed (libhdf5 sizes its name-order table by it)
+        // HDF5 library reads them, and the links the name index records are the links listed (libhdf5 sizes its
+        // name-order table by it)
         const recorded = this.raw && g.addr !== undefined ? this.raw.checkedLinkCount(g.addr, g.path) : null;
         names = this.h5.keys(g.path);
         if (recorded !== null && names.length !== recorded) {
