@@ -1554,6 +1554,14 @@ def build_MD513_local_heap_free_list_loops(path) -> None:
                        data.__setitem__(slice(segment + free, segment + free + 8), free.to_bytes(8, "little")))
 
 
+def build_MD513_local_heap_segment_past_the_file(path) -> None:
+    """`/parameters/w`'s local heap (a symbol table's) has no free block and records its data segment at 2^30, past
+    the end of the file: its links cannot be read (§8.1), and the group is refused whole: MD513 alone."""
+    def edit(data, heap, segment, free):
+        data[heap + 16:heap + 32] = (1).to_bytes(8, "little") + (1 << 30).to_bytes(8, "little")
+    _symbol_table_heap(path, edit)
+
+
 def build_MD513_local_heap_free_block_past_its_segment(path) -> None:
     """The one free block of `/parameters/w`'s local heap (a symbol table's) records a size that ends past the
     heap's data segment: its links cannot be read (§8.1), and the group is refused whole: MD513 alone."""

@@ -336,6 +336,7 @@ export class RawFile {
     const size = h.len();
     let at = h.len();
     const data = h.addr();
+    if (size && !this.within(data, size)) throw new RawError(`${where}: the local heap's data segment lies outside the file`);
     if (at === 1) return;
     const segment = new Cursor(this, size ? this.read(data, size, where) : Buffer.alloc(0), 0, where);
     const entry = 2 * this.L;
