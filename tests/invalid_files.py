@@ -1115,6 +1115,13 @@ def build_MD420_definition_without_version(path) -> None:
     ia3.write_with_function(path, ia3.function("float32"), definition={"inputs": ["s"], "exact": True})
 
 
+def build_MD420_definition_input_a_large_integer(path) -> None:
+    """An input given as the integer 2^63 (a JSON number beyond 2^53): not a name, so the type is refused (MD420) and
+    its parameter names an unknown type (MD402). Found by differential fuzzing (seed 13): mdiff-js could not quote
+    the number in its message and refused the whole file (MD513)."""
+    ia3.write_with_function(path, ia3.function("float32"), definition={"version": 1, "inputs": [2**63], "exact": True})
+
+
 def build_MD500_dangling_soft_link_dot_dot(path) -> None:
     """A soft link `xor2` in `/parameters/w` to `/parameters/../x`, which names nothing: a soft link all the same
     (MD500), whose name is valid UTF-8 (not MD302 because looking it up as an object fails)."""
@@ -2224,7 +2231,8 @@ ALSO_REPORTED: dict[str, tuple[str, ...]] = {
     "file_path_unsafe_update_not_json": ("MD401",), "file_collides_with_broken_update": ("MD304",),
     # §7.8: a parameter whose embedded update type was refused has a type this reader does not implement
     **{case_id: ("MD402",) for case_id in (
-        "definition_without_version", "function_not_onnx", "function_old_opset", "function_random_op",
+        "definition_without_version", "definition_input_a_large_integer", "function_not_onnx", "function_old_opset",
+        "function_random_op",
         "function_external_data", "function_subgraph", "function_too_many_nodes", "function_of_another_dtype")},
     # §3.3, §5.4: a newer minor version's unknown attribute is still MD303 (its unknown JSON member is ignored)
     "version_1_99_unknown_attribute": ("MD303",),

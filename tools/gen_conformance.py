@@ -160,7 +160,7 @@ HOSTILE_CASES = {
 
 # Cases written by tests/ia3.py's write_with_function: their parameter is `w32`, float32 [8, 6].
 IA3_BASE_CASES = {
-    "definition_without_version", "function_not_onnx", "function_old_opset", "function_random_op",
+    "definition_without_version", "definition_input_a_large_integer", "function_not_onnx", "function_old_opset", "function_random_op",
     "function_external_data", "function_subgraph", "function_too_many_nodes", "function_of_another_dtype",
     "function_with_huge_intermediate", "function_shape_from_data", "embedded_inexact_with_sha256",
     "update_type_soft_link_needing_escape", "embedded_member_refused", "update_type_soft_link_member", "function_soft_link",

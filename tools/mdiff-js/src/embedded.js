@@ -3,7 +3,7 @@
 // checked function on onnxruntime-node (loaded only when a file holds such a type).
 
 import { decodeModel, encodeMessage, ProtobufError } from "./protobuf.js";
-import { isPlainObject, isInteger } from "./json.js";
+import { isPlainObject, isInteger, describe } from "./json.js";
 
 export const TYPE_NAME = /^x-[a-z0-9][a-z0-9_-]{0,62}$/;
 export const FUNCTION_PREFIX = "function.";
@@ -42,7 +42,7 @@ export function definitionProblem(d) {
   if (d.inputs.length > 16) return "`inputs` has more than 16 items";
   for (const i of d.inputs) {
     if (typeof i !== "string" || !/^[A-Za-z_][A-Za-z0-9_]{0,63}$/u.test(i) || i === "base" || i === "result") {
-      return `input ${JSON.stringify(i)} is not a name (or is base / result)`;
+      return `has the input ${describe(i)}, which is not a name (or is base / result)`;
     }
   }
   if (new Set(d.inputs).size !== d.inputs.length) return "`inputs` repeats a name";
