@@ -1373,6 +1373,44 @@ def _corrupt_message(path, obj: str, message_type: int, at: int, value: int | by
     open(path, "wb").write(bytes(data))
 
 
+def _filter_parameters(path, name: str, filter_id: int, values: bytes) -> None:
+    """`big` replaced (stored through shuffle and deflate), the parameters of its filter ``filter_id`` in the
+    filter pipeline message (version 2) of its `value` overwritten with ``values``, the header's checksum fixed."""
+    from tests.fuzz import hdf5bytes
+
+    _write(path, {"big": mdiff.replace(BIG)})
+    obj = "parameters/big/value"
+    with h5py.File(path, "r") as f:
+        address = h5py.h5o.get_info(f[obj].id).addr
+    data = bytes(open(path, "rb").read())
+    block = next(b for b in hdf5bytes.scan(bytearray(data)).blocks if b.start == address)
+    body = next(m for m in block.messages if m.type == 0x0B).body
+    if data[body] != 2:
+        raise CannotBuildHere(f"libhdf5 {h5py.version.hdf5_version} wrote a filter pipeline message of version {data[body]}")
+    at = body + 2  # version, number of filters; then each: id, flags, number of values, the values (4 bytes each)
+    for _ in range(data[body + 1]):
+        code, count = int.from_bytes(data[at:at + 2], "little"), int.from_bytes(data[at + 4:at + 6], "little")
+        if code == filter_id:
+            assert count * 4 == len(values), f"{name} has {count} parameters"
+            _corrupt_message(path, obj, 0x0B, at + 6 - body, values)
+            return
+        at += 6 + 4 * count
+    raise AssertionError(f"no {name} filter")
+
+
+def build_MD504_deflate_level_over_9(path) -> None:
+    """`big`'s value is deflated, and its filter pipeline message gives deflate the level 16,711,681: every HDF5
+    library refuses to decode a chunk through a deflate filter whose level is over 9, though the chunk inflates
+    (found by differential fuzzing, seed 13: the reference inflated it itself and took the file for valid)."""
+    _filter_parameters(path, "deflate", 1, (0x00FF0001).to_bytes(4, "little"))
+
+
+def build_MD504_shuffle_element_size_0(path) -> None:
+    """`big`'s value is shuffled, and its filter pipeline message gives shuffle the element size 0, which no HDF5
+    library unshuffles by: MD504."""
+    _filter_parameters(path, "shuffle", 2, (0).to_bytes(4, "little"))
+
+
 def build_MD509_contiguous_storage_at_address_0(path) -> None:
     """`xor` is contiguous and its layout message records its storage at address 0 with a size of 0 bytes, less than
     the 32 it declares: MD509 (found by differential fuzzing, seed 13: h5py raises on an offset of 0, and the

@@ -638,6 +638,12 @@ class _Walk:
             if bad:
                 self.finding("MD504", info, f"filter id(s) {bad}; allowed: deflate (1), shuffle (2), fletcher32 (3)")
                 return None
+            for code, _, values, _ in pipeline:  # the parameters every HDF5 library decodes with (§8.2)
+                if ((code == FILTER_DEFLATE and (len(values) != 1 or values[0] > 9))
+                        or (code == FILTER_SHUFFLE and (len(values) != 1 or values[0] == 0))):
+                    name = ALLOWED_FILTERS[code]
+                    self.finding("MD504", info, f"the {name} filter has the parameters {list(values)}")
+                    return None
             tid = did.get_type()
             if tid.committed():  # its datatype is an object of its own (§8.1: groups and datasets only)
                 self.finding("MD501", info, "the dataset's datatype is a committed datatype")

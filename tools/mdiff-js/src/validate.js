@@ -463,6 +463,13 @@ export class Validation {
     if (raw && raw.external) return ["MD502", "external raw storage"];
     const bad = filters.filter((f) => !ALLOWED_FILTERS.has(f.id));
     if (bad.length) return ["MD504", `filter ${bad[0].id} (${bad[0].name}) is not among deflate (1), shuffle (2), fletcher32 (3)`];
+    // §8.2: the parameters every HDF5 library decodes with: deflate one level of at most 9, shuffle one size not 0
+    for (const f of filters) {
+      const v = f.cd_values || [];
+      if ((f.id === 1 && (v.length !== 1 || v[0] > 9)) || (f.id === 2 && (v.length !== 1 || v[0] === 0))) {
+        return ["MD504", `the ${f.id === 1 ? "deflate" : "shuffle"} filter has the parameters [${v.join(", ")}]`];
+      }
+    }
     if (raw && raw.sharedDatatype && raw.sharedDatatype.committed) return ["MD501", "the dataset uses a committed datatype"];
     let typeProblem = null;
     if (meta.type !== 0 && meta.type !== 1) typeProblem = `datatype class ${meta.type}`;
