@@ -13,6 +13,7 @@
 //   single chunk, implicit and fixed array (layout v4). Extensible arrays and v2 B-trees (used only
 //   by datasets with unlimited dimensions) are reported as "not verifiable".
 
+import { isUtf8 } from "node:buffer";
 import fs from "node:fs";
 
 export class RawError extends Error {}
@@ -352,9 +353,11 @@ export class RawFile {
   }
 
   // The type each link message in the object header at `addr` records (compact link storage), by name:
-  // 0 hard, 1 soft, 64 external, others user-defined. Messages this cannot decode are left out.
+  // 0 hard, 1 soft, 64 external, others user-defined. Messages this cannot decode are left out. The map's
+  // `notUtf8` counts the names whose bytes are not UTF-8 (kept under their lossy decoding).
   linkTypes(addr, where) {
     const types = new Map();
+    types.notUtf8 = 0;
     for (const m of this.readObjectHeader(addr, where)) {
       if (m.type !== 0x06) continue;
       try {
@@ -365,7 +368,9 @@ export class RawFile {
         if (flags & 0x04) c.skip(8); // creation order
         if (flags & 0x10) c.u8(); // character set of the name
         const length = c.num(1 << (flags & 3));
-        types.set(c.bytes(length).toString("utf8"), type);
+        const bytes = c.bytes(length);
+        if (!isUtf8(bytes)) types.notUtf8 += 1;
+        types.set(bytes.toString("utf8"), type);
       } catch (e) {
         if (!(e instanceof RawError)) throw e;
       }

@@ -212,7 +212,10 @@ export class Validation {
             g.children.push({ name, path: p, kind: "link" });
             continue;
           }
-          if (name.includes("\uFFFD") || !name.isWellFormed() || notUtf8Name(name, e)) {
+          // the raw link messages settle it where the storage is compact: h5wasm decodes a name that is not UTF-8
+          // with bytes past its end, so the name it lists differs from run to run (found by differential fuzzing)
+          const raw = this.linkTypes(g);
+          if (name.includes("\uFFFD") || !name.isWellFormed() || notUtf8Name(name, e) || (raw.notUtf8 > 0 && !raw.has(name))) {
             // h5wasm decodes link names as UTF-8, replacing bad bytes; the name then names nothing.
             this.add("MD302", p, "the link name is not valid UTF-8");
           } else {
