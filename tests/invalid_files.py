@@ -1411,6 +1411,26 @@ def build_MD504_shuffle_element_size_0(path) -> None:
     _filter_parameters(path, "shuffle", 2, (0).to_bytes(4, "little"))
 
 
+def build_MD509_single_chunk_size_past_2_32(path) -> None:
+    """`big`'s value is one deflated chunk whose size, as its single-chunk index (layout message version 4) records
+    it, is its true size + 2^42, past the end of the file: MD509. libhdf5 keeps the low 32 bits of that size and
+    reads the chunk (found by differential fuzzing, seed 13: the reference called the file valid, mdiff-js MD509)."""
+    from tests.fuzz import hdf5bytes
+
+    _write(path, {"big": mdiff.replace(BIG)})
+    obj = "parameters/big/value"
+    with h5py.File(path, "r") as f:
+        address = h5py.h5o.get_info(f[obj].id).addr
+    data = bytes(open(path, "rb").read())
+    block = next(b for b in hdf5bytes.scan(bytearray(data)).blocks if b.start == address)
+    body = next(m for m in block.messages if m.type == 0x08).body
+    if data[body:body + 2] != b"\x04\x02" or not data[body + 2] & 2:
+        raise CannotBuildHere(f"libhdf5 {h5py.version.hdf5_version} wrote no version 4 layout of a filtered chunk")
+    at = 5 + data[body + 3] * data[body + 4]  # version, class, flags, dimensionality, bytes per dimension; dimensions
+    assert data[body + at] == 1, "expected a single-chunk index"
+    _corrupt_message(path, obj, 0x08, at + 1 + 5, data[body + at + 1 + 5] | 0x04)  # the size's byte 5: + 2^42
+
+
 def build_MD509_contiguous_storage_at_address_0(path) -> None:
     """`xor` is contiguous and its layout message records its storage at address 0 with a size of 0 bytes, less than
     the 32 it declares: MD509 (found by differential fuzzing, seed 13: h5py raises on an offset of 0, and the

@@ -151,7 +151,7 @@ HOSTILE_CASES = {
     "float_padding_ones", "integer_padding_ones",
     "vlen_string", "attribute_null_dataspace", "attribute_not_utf8", "attribute_name_not_utf8", "attribute_name_stray_continuation_byte",
     "rank_over_limit", "elements_over_default_limit", "elements_over_limit", "bytes_over_limit",
-    "extendible_dataset", "chunked_never_written", "chunked_half_written", "contiguous_unallocated", "contiguous_storage_past_the_end", "contiguous_storage_at_address_0", "deflate_level_over_9", "shuffle_element_size_0",
+    "extendible_dataset", "chunked_never_written", "chunked_half_written", "contiguous_unallocated", "contiguous_storage_past_the_end", "contiguous_storage_at_address_0", "single_chunk_size_past_2_32", "deflate_level_over_9", "shuffle_element_size_0",
     "chunk_too_small", "deflate_ratio",
     "attribute_over_limit", "objects_over_limit", "attributes_over_limit", "nested_too_deep", "total_bytes_over_limit",
     "file_path_dotdot", "file_path_absolute", "file_path_hidden_git_hook", "file_path_drive_letter",

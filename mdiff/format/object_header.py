@@ -91,6 +91,20 @@ class HeaderReader:
                 return self._int(body, 0, 1)
         return None
 
+    def single_chunk_size(self, address: int) -> int | None:
+        """The stored size a chunked dataset's single-chunk index records for its filtered chunk (a layout message of
+        version 4, index type 1, with filters), whole: libhdf5 keeps only its low 32 bits. None for other layouts."""
+        first = self._read(address, 16, up_to=True)
+        messages = self._v2_messages(address, first) if first[:4] == _V2_SIGNATURE else self._v1_messages(address, first)
+        for mtype, body in messages:
+            if mtype != _LAYOUT:
+                continue
+            if self._int(body, 0, 1) != 4 or self._int(body, 1, 1) != 2 or not self._int(body, 2, 1) & 2:
+                return None  # version, class (chunked), flags (a single chunk with filters)
+            at = 5 + self._int(body, 3, 1) * self._int(body, 4, 1)  # dimensionality × bytes of each dimension
+            return self._int(body, at + 1, self.length_size) if self._int(body, at, 1) == 1 else None
+        return None
+
     def link_count(self, address: int) -> int:
         """The reference count of the object whose header is at ``address``."""
         first = self._read(address, 16, up_to=True)

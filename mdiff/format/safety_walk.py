@@ -666,7 +666,7 @@ class _Walk:
                 self.finding(problem[0], info, problem[1])
                 return None
             nbytes = math.prod(shape) * dtype.itemsize
-            planned = self._storage_plan(info, did, layout, dcpl, shape, dtype, nbytes, pipeline)
+            planned = self._storage_plan(info, did, layout, dcpl, shape, dtype, nbytes, pipeline, address)
             if planned is False:  # refused (reported)
                 return None
             plan, stored = planned
@@ -684,7 +684,7 @@ class _Walk:
             return candidate[0]
         return None
 
-    def _storage_plan(self, info: ObjectInfo, did, layout, dcpl, shape, dtype, nbytes, pipeline):
+    def _storage_plan(self, info: ObjectInfo, did, layout, dcpl, shape, dtype, nbytes, pipeline, address=None):
         """Every byte the dataset declares is stored inside the file; nothing is left to fill values.
 
         False when not (reported); otherwise (how chunk_reader.py reads the bytes, or None: compact or empty,
@@ -712,17 +712,20 @@ class _Walk:
         ratio = MAX_DEFLATE_RATIO if FILTER_DEFLATE in filters else 1
         problems: list[str] = []
         chunks: list[Chunk] = []
+        # a single chunk's recorded size, whole (libhdf5 reports its low 32 bits): the size §8.3 checks
+        recorded = self.headers.single_chunk_size(address) if address is not None and self.headers is not None else None
 
         def visit(chunk_info) -> None:
-            chunks.append(Chunk(tuple(int(o) for o in chunk_info.chunk_offset), int(chunk_info.byte_offset), int(chunk_info.size)))
+            size = int(chunk_info.size) if recorded is None else recorded
+            chunks.append(Chunk(tuple(int(o) for o in chunk_info.chunk_offset), int(chunk_info.byte_offset), size))
             if chunk_info.filter_mask:
                 skipped.append(chunk_info.chunk_offset)
-            elif chunk_info.byte_offset + chunk_info.size > self.file_size:
+            elif chunk_info.byte_offset + size > self.file_size:
                 problems.append(f"chunk {chunk_info.chunk_offset} lies outside the file")
-            elif FILTER_FLETCHER32 in filters and chunk_info.size < 4:  # libhdf5 underflows on these
+            elif FILTER_FLETCHER32 in filters and size < 4:  # libhdf5 underflows on these
                 problems.append(f"chunk {chunk_info.chunk_offset} is too short to hold its fletcher32 checksum")
-            elif chunk_info.size * ratio < chunk_bytes:
-                problems.append(f"chunk {chunk_info.chunk_offset} stores {chunk_info.size} bytes for {chunk_bytes}")
+            elif size * ratio < chunk_bytes:
+                problems.append(f"chunk {chunk_info.chunk_offset} stores {size} bytes for {chunk_bytes}")
 
         stored_chunks = did.get_num_chunks()
         if stored_chunks != expected:
