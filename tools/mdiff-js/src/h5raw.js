@@ -413,6 +413,7 @@ export class RawFile {
   // this cannot decode (or whose dataspace is shared) is left out: the library's reading decides it.
   attributeSpaces(addr, where) {
     const spaces = new Map();
+    spaces.notUtf8 = 0; // attribute messages whose names are not UTF-8 (kept under their lossy decoding)
     for (const m of this.readObjectHeader(addr, where)) {
       if (m.type !== 0x0c) continue;
       try {
@@ -426,6 +427,8 @@ export class RawFile {
         const pad = (n) => (version === 1 ? (n + 7) & ~7 : n);
         if (version < 1 || version > 3 || flags & 0x02 || nameSize === 0) continue;
         const raw = c.bytes(nameSize);
+        const named = raw.subarray(0, raw.indexOf(0) < 0 ? raw.length : raw.indexOf(0));
+        if (!isUtf8(named)) spaces.notUtf8 += 1;
         c.skip(pad(nameSize) - nameSize);
         c.skip(pad(typeSize));
         const s = new Cursor(this, c.bytes(spaceSize), 0, where);

@@ -381,8 +381,11 @@ export class Validation {
         try {
           meta = this.h5.attrMeta(obj.path, name);
         } catch (e) {
-          if (notUtf8Name(name, e)) this.add("MD506", obj.path, `an attribute name ${describe(name)} is not UTF-8`);
-          else this.add("MD513", obj.path, `attribute '${name}' cannot be read: ${e.message}`);
+          // the raw attribute messages settle it where they hold a name that is not UTF-8: h5wasm decodes such a
+          // name with bytes past its end, so the name it lists differs from run to run (found by differential fuzzing)
+          if (notUtf8Name(name, e) || (spaces.notUtf8 > 0 && !spaces.has(name))) {
+            this.add("MD506", obj.path, `an attribute name ${describe(name)} is not UTF-8`);
+          } else this.add("MD513", obj.path, `attribute '${name}' cannot be read: ${e.message}`);
           obj.attrs.set(name, undefined);
           continue;
         }
