@@ -353,8 +353,9 @@ export class RawFile {
   }
 
   // The type each link message in the object header at `addr` records (compact link storage), by name:
-  // 0 hard, 1 soft, 64 external, others user-defined. Messages this cannot decode are left out. The map's
-  // `notUtf8` counts the names whose bytes are not UTF-8 (kept under their lossy decoding).
+  // 0 hard, 1 soft, 64 external, others user-defined; a name ends at its first NUL, as HDF5 libraries read it.
+  // Messages this cannot decode are left out. The map's `notUtf8` counts the names whose bytes are not UTF-8
+  // (kept under their lossy decoding).
   linkTypes(addr, where) {
     const types = new Map();
     types.notUtf8 = 0;
@@ -368,7 +369,8 @@ export class RawFile {
         if (flags & 0x04) c.skip(8); // creation order
         if (flags & 0x10) c.u8(); // character set of the name
         const length = c.num(1 << (flags & 3));
-        const bytes = c.bytes(length);
+        const recorded = c.bytes(length);
+        const bytes = recorded.subarray(0, recorded.indexOf(0) < 0 ? length : recorded.indexOf(0)); // as libraries read it
         if (!isUtf8(bytes)) types.notUtf8 += 1;
         types.set(bytes.toString("utf8"), type);
       } catch (e) {
