@@ -61,7 +61,13 @@ export class H5File {
     if (soft !== null && soft !== undefined) return "soft";
     const t = wrap(() => Module.get_type(this.id, path));
     if (t === Module.H5G_UDLINK) {
-      const ext = wrap(() => Module.get_external_link(this.id, path));
+      let ext;
+      try {
+        ext = wrap(() => Module.get_external_link(this.id, path));
+      } catch {
+        // a link of class 64 or more whose value does not unpack: still no hard link (SPEC §8.1, MD500)
+        return "external or user-defined";
+      }
       return ext && ext.filename !== undefined ? "external" : "user";
     }
     if (t === Module.H5G_LINK) return "soft";
