@@ -1373,18 +1373,23 @@ def _corrupt_message(path, obj: str, message_type: int, at: int, value: int | by
     open(path, "wb").write(bytes(data))
 
 
-def _filter_parameters(path, name: str, filter_id: int, values: bytes) -> None:
-    """`big` replaced (stored through shuffle and deflate), the parameters of its filter ``filter_id`` in the
-    filter pipeline message (version 2) of its `value` overwritten with ``values``, the header's checksum fixed."""
+def _big_value_message(path, message_type: int) -> tuple[bytes, int]:
+    """`big` replaced (its value one chunk, stored through shuffle and deflate): the file's bytes and where the body of
+    the first message of type ``message_type`` in its value's (version 2) object header starts."""
     from tests.fuzz import hdf5bytes
 
     _write(path, {"big": mdiff.replace(BIG)})
-    obj = "parameters/big/value"
     with h5py.File(path, "r") as f:
-        address = h5py.h5o.get_info(f[obj].id).addr
+        address = h5py.h5o.get_info(f["parameters/big/value"].id).addr
     data = bytes(open(path, "rb").read())
     block = next(b for b in hdf5bytes.scan(bytearray(data)).blocks if b.start == address)
-    body = next(m for m in block.messages if m.type == 0x0B).body
+    return data, next(m for m in block.messages if m.type == message_type).body
+
+
+def _filter_parameters(path, name: str, filter_id: int, values: bytes) -> None:
+    """`big` replaced (stored through shuffle and deflate), the parameters of its filter ``filter_id`` in the
+    filter pipeline message (version 2) of its `value` overwritten with ``values``, the header's checksum fixed."""
+    data, body = _big_value_message(path, 0x0B)
     if data[body] != 2:
         raise CannotBuildHere(f"libhdf5 {h5py.version.hdf5_version} wrote a filter pipeline message of version {data[body]}")
     at = body + 2  # version, number of filters; then each: id, flags, number of values, the values (4 bytes each)
@@ -1392,7 +1397,7 @@ def _filter_parameters(path, name: str, filter_id: int, values: bytes) -> None:
         code, count = int.from_bytes(data[at:at + 2], "little"), int.from_bytes(data[at + 4:at + 6], "little")
         if code == filter_id:
             assert count * 4 == len(values), f"{name} has {count} parameters"
-            _corrupt_message(path, obj, 0x0B, at + 6 - body, values)
+            _corrupt_message(path, "parameters/big/value", 0x0B, at + 6 - body, values)
             return
         at += 6 + 4 * count
     raise AssertionError(f"no {name} filter")
@@ -1415,20 +1420,12 @@ def build_MD509_single_chunk_size_past_2_32(path) -> None:
     """`big`'s value is one deflated chunk whose size, as its single-chunk index (layout message version 4) records
     it, is its true size + 2^42, past the end of the file: MD509. libhdf5 keeps the low 32 bits of that size and
     reads the chunk (found by differential fuzzing, seed 13: the reference called the file valid, mdiff-js MD509)."""
-    from tests.fuzz import hdf5bytes
-
-    _write(path, {"big": mdiff.replace(BIG)})
-    obj = "parameters/big/value"
-    with h5py.File(path, "r") as f:
-        address = h5py.h5o.get_info(f[obj].id).addr
-    data = bytes(open(path, "rb").read())
-    block = next(b for b in hdf5bytes.scan(bytearray(data)).blocks if b.start == address)
-    body = next(m for m in block.messages if m.type == 0x08).body
+    data, body = _big_value_message(path, 0x08)
     if data[body:body + 2] != b"\x04\x02" or not data[body + 2] & 2:
         raise CannotBuildHere(f"libhdf5 {h5py.version.hdf5_version} wrote no version 4 layout of a filtered chunk")
     at = 5 + data[body + 3] * data[body + 4]  # version, class, flags, dimensionality, bytes per dimension; dimensions
     assert data[body + at] == 1, "expected a single-chunk index"
-    _corrupt_message(path, obj, 0x08, at + 1 + 5, data[body + at + 1 + 5] | 0x04)  # the size's byte 5: + 2^42
+    _corrupt_message(path, "parameters/big/value", 0x08, at + 1 + 5, data[body + at + 1 + 5] | 0x04)  # the size's byte 5: + 2^42
 
 
 def build_MD509_contiguous_storage_at_address_0(path) -> None:
