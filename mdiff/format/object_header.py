@@ -134,8 +134,8 @@ class HeaderReader:
     def checked_link_count(self, address: int) -> int | None:
         """Checks the link storage of the group whose header is at ``address`` (§8.1) and returns how many links
         it stores densely — the records of its link name index, a version 2 B-tree (type 5) checked as the
-        attribute name index is, after its creation order index (type 6), when it has one; None for a group
-        whose links are not stored densely. A symbol table's local heap is checked instead (:meth:`_local_heap`)."""
+        attribute name index is, as is its creation order index (type 6) when it has one; None for a group whose
+        links are not stored densely. A symbol table's local heap is checked instead (:meth:`_local_heap`)."""
         first = self._read(address, 16, up_to=True)
         messages = self._v2_messages(address, first) if first[:4] == _V2_SIGNATURE else self._v1_messages(address, first)
         for mtype, body in messages:
