@@ -1574,6 +1574,8 @@ def _symbol_table_heap(path, edit: Callable[[bytearray, int, int, int], None]) -
     """`/parameters/w` rebuilt as a group of the earliest format, whose links are a symbol table with a local heap
     (the one its symbol table message names); ``edit(data, heap, segment, free)`` changes the heap, given the addresses of its header
     and data segment and the offset of the first free block in it."""
+    from mdiff.format.safety_walk import _header_reader
+
     with _edit(path) as f:  # opened with h5py's default, the earliest format: new groups get a symbol table
         f.move("parameters/w", "parameters/old")
         group = f["parameters"].create_group("w")
@@ -1584,22 +1586,11 @@ def _symbol_table_heap(path, edit: Callable[[bytearray, int, int, int], None]) -
         del f["parameters/old"]
     with h5py.File(path, "r") as f:
         address = h5py.h5o.get_info(f["parameters/w"].id).addr
+        tables = [body for kind, body in _header_reader(f, os.path.getsize(path)).messages(address) if kind == 0x11]
+    if not tables:  # libhdf5 1.14 writes a new group of a file of mdiff's writer in the newer format
+        raise CannotBuildHere(f"libhdf5 {h5py.version.hdf5_version} wrote no symbol table for a new group")
+    heap = int.from_bytes(tables[0][8:16], "little")  # the symbol table message: its B-tree's address, its heap's
     data = bytearray(open(path, "rb").read())
-    if data[address] != 1:  # libhdf5 1.14 writes a new group of a file of mdiff's writer in the newer format
-        raise CannotBuildHere(f"libhdf5 {h5py.version.hdf5_version} wrote no version 1 object header for a new group")
-    blocks, heap = [(address + 16, int.from_bytes(data[address + 8:address + 12], "little"))], None
-    while blocks and heap is None:  # its messages (type, size, flags, reserved), through continuation blocks
-        at, length = blocks.pop()
-        end = at + length
-        while at + 8 <= end and heap is None:
-            kind, size = (int.from_bytes(data[at + i:at + i + 2], "little") for i in (0, 2))
-            body = at + 8
-            if kind == 0x10:  # continuation: address, length
-                blocks.append((int.from_bytes(data[body:body + 8], "little"), int.from_bytes(data[body + 8:body + 16], "little")))
-            elif kind == 0x11:  # symbol table: the B-tree's address, then the heap's
-                heap = int.from_bytes(data[body + 8:body + 16], "little")
-            at = body + size
-    assert heap is not None, "expected a symbol table message"
     assert data[heap:heap + 4] == b"HEAP"
     size, free, segment = (int.from_bytes(data[heap + at:heap + at + 8], "little") for at in (8, 16, 24))
     assert free != 1 and free + 16 <= size, "expected a free block in the heap"

@@ -10,7 +10,7 @@ the file; anything that does not decode is :class:`HeaderError` (MD513).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 _V2_SIGNATURE = b"OHDR"
 _CONTINUATION_SIGNATURE = b"OCHK"
@@ -82,11 +82,15 @@ class HeaderReader:
         undefined = (1 << 8 * o) - 1
         return eof if stored_base == undefined else eof - (stored_base - self.base)
 
+    def messages(self, address: int) -> Iterator[tuple[int, bytes]]:
+        """(type, body) of each message of the object header at ``address`` (version 1 or 2), through its
+        continuation blocks."""
+        first = self._read(address, 16, up_to=True)
+        return self._v2_messages(address, first) if first[:4] == _V2_SIGNATURE else self._v1_messages(address, first)
+
     def layout_version(self, address: int) -> int | None:
         """The version of the data layout message (0x08) in the object header at ``address``; None without one."""
-        first = self._read(address, 16, up_to=True)
-        messages = self._v2_messages(address, first) if first[:4] == _V2_SIGNATURE else self._v1_messages(address, first)
-        for mtype, body in messages:
+        for mtype, body in self.messages(address):
             if mtype == _LAYOUT:
                 return self._int(body, 0, 1)
         return None
@@ -94,9 +98,7 @@ class HeaderReader:
     def single_chunk_size(self, address: int) -> int | None:
         """The stored size a chunked dataset's single-chunk index records for its filtered chunk (a layout message of
         version 4, index type 1, with filters), whole: libhdf5 keeps only its low 32 bits. None for other layouts."""
-        first = self._read(address, 16, up_to=True)
-        messages = self._v2_messages(address, first) if first[:4] == _V2_SIGNATURE else self._v1_messages(address, first)
-        for mtype, body in messages:
+        for mtype, body in self.messages(address):
             if mtype != _LAYOUT:
                 continue
             if self._int(body, 0, 1) != 4 or self._int(body, 1, 1) != 2 or not self._int(body, 2, 1) & 2:
@@ -121,10 +123,8 @@ class HeaderReader:
         record size above 0 and a node size of MIN_NODE to MAX_NODE bytes (§8.1): libhdf5 trusts those fields
         (it builds the tree with the callbacks its type byte names, divides by the record size, allocates a
         node of the node size) and crashes on them (tests/fuzz/known.py)."""
-        first = self._read(address, 16, up_to=True)
-        messages = self._v2_messages(address, first) if first[:4] == _V2_SIGNATURE else self._v1_messages(address, first)
         count = 0
-        for mtype, body in messages:
+        for mtype, body in self.messages(address):
             if mtype == _ATTRIBUTE:
                 count += 1
             elif mtype == _ATTRIBUTE_INFO:
@@ -136,9 +136,7 @@ class HeaderReader:
         it stores densely — the records of its link name index, a version 2 B-tree (type 5) checked as the
         attribute name index is, as is its creation order index (type 6) when it has one; None for a group whose
         links are not stored densely. A symbol table's local heap is checked instead (:meth:`_local_heap`)."""
-        first = self._read(address, 16, up_to=True)
-        messages = self._v2_messages(address, first) if first[:4] == _V2_SIGNATURE else self._v1_messages(address, first)
-        for mtype, body in messages:
+        for mtype, body in self.messages(address):
             if mtype == _SYMBOL_TABLE:
                 self._local_heap(self._int(body, self.offset_size, self.offset_size))  # B-tree, heap addresses
                 return None
