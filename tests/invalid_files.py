@@ -1521,6 +1521,64 @@ def build_MD513_dense_attribute_index_of_another_type(path) -> None:
     open(path, "wb").write(bytes(data))
 
 
+def _dense_root_attributes(path, edit: Callable[[bytearray, int, int, int], None]) -> None:
+    """The root's attributes stored densely, one of them (`note`, 5,000 bytes) larger than the largest object its
+    fractal heap manages (4,096 bytes), so kept as a huge object, indexed by a v2 B-tree of type 1;
+    ``edit(data, heap, huge_index, name_index)`` changes the file, given the addresses of the heap's header
+    and of the two B-trees' headers, whose checksums are then made right."""
+    from tests.fuzz import hdf5bytes
+
+    with _edit(path) as f:
+        for i in range(9):
+            write_string(f, f"note{i}", "x")
+        write_string(f, "note", "x" * 5000)
+    data = bytearray(open(path, "rb").read())
+    assert data[9] == data[10] == 8, "expected 8-byte offsets and lengths"
+    layout = hdf5bytes.scan(data)
+    heap = data.find(b"FRHP\x00")
+    assert heap >= 0 and data.find(b"FRHP", heap + 1) < 0, "expected one fractal heap"
+    header = 22 + 12 * 8 + 3 * 8  # signature to the current rows of the root block; no filters
+    assert hdf5bytes.lookup3(bytes(data[heap:heap + header])) == int.from_bytes(data[heap + header:heap + header + 4], "little")
+    trees = {data[b.start + 5]: b.start for b in layout.blocks if data[b.start:b.start + 4] == b"BTHD"}
+    assert sorted(trees) == [1, 8] and int.from_bytes(data[heap + 22:heap + 30], "little") == trees[1]
+    edit(data, heap, trees[1], trees[8])
+    hdf5bytes.fix_checksums(data, layout)
+    data[heap + header:heap + header + 4] = hdf5bytes.lookup3(bytes(data[heap:heap + header])).to_bytes(4, "little")
+    open(path, "wb").write(bytes(data))
+
+
+def build_MD513_dense_attribute_huge_object_index_records_0_bytes(path) -> None:
+    """The root's attributes are stored densely, one of them as a huge object of their fractal heap, whose index of
+    huge objects (a v2 B-tree header) records records of 0 bytes: libhdf5 divides by that size and dies (SIGFPE),
+    so a reader checks the heap's header and that index's first (§8.1) — the root's attributes cannot be read, the
+    root is refused: MD513 alone (found by differential fuzzing, seed 14)."""
+    _dense_root_attributes(path, lambda data, heap, huge, names: data.__setitem__(slice(huge + 10, huge + 12), b"\0\0"))
+
+
+def build_MD513_dense_attribute_heap_table_width_0(path) -> None:
+    """The fractal heap of the root's densely stored attributes records a table width of 0: libhdf5 crashes on it
+    (SIGSEGV), so the heap's header is checked first (§8.1): the root is refused, MD513 alone."""
+    _dense_root_attributes(path, lambda data, heap, huge, names: data.__setitem__(slice(heap + 110, heap + 112), b"\0\0"))
+
+
+def build_MD513_dense_attribute_heap_without_huge_objects(path) -> None:
+    """The fractal heap of the root's densely stored attributes has an index of huge objects and records 0 huge
+    objects: libhdf5 reads the huge attribute, then corrupts its metadata cache releasing the heap and dies later
+    (SIGSEGV), so the heap's header is checked first (§8.1): the root is refused, MD513 alone."""
+    _dense_root_attributes(path, lambda data, heap, huge, names: data.__setitem__(slice(heap + 86, heap + 94), bytes(8)))
+
+
+def build_MD513_dense_attribute_index_root_over_full(path) -> None:
+    """The name index of the root's densely stored attributes says its root node holds 4,096 records, where a node of
+    512 bytes holds at most (512 - 10) // 17 = 29: libhdf5 reads that many into a buffer of one node (past it: a
+    crash or garbage), so the header is checked first (§8.1): the root is refused, MD513 alone."""
+    def edit(data, heap, huge, names):
+        assert int.from_bytes(data[names + 6:names + 10], "little") == 512 and data[names + 10] == 17
+        data[names + 24:names + 26] = (4096).to_bytes(2, "little")
+
+    _dense_root_attributes(path, edit)
+
+
 def build_MD511_attributes_over_64_uncountable(path) -> None:
     """The root holds 70 attributes, stored densely, and the checksum of their name index's B-tree header is wrong:
     libhdf5 cannot count them, but the header records 70, over the limit of 64 on one object — checked on that count
@@ -1568,6 +1626,15 @@ def build_MD513_dense_link_count_wrong(path) -> None:
     name order, libhdf5 sizes its table by the record and fails (or crashes); listed in the index's order, all
     10 are read. The number recorded must be the number listed (§8.1): MD513 alone."""
     _dense_link_index(path, lambda data, at: data.__setitem__(slice(at + 26, at + 34), (4157).to_bytes(8, "little")))
+
+
+def build_MD513_dense_link_count_wrong_over_the_object_limit(path) -> None:
+    """Limits(max_objects=8): the file of MD513-dense_link_count_wrong, whose `/parameters/w` holds 10 links — more
+    than the limit — and whose name index records 4,157. The group's links cannot be read (§8.1), so it is refused
+    whole before anything below it counts (§12.1 rules 2, 3): MD513 alone, not MD511 — a reader that stops
+    listing at the object limit still checks the record against every link (found by differential fuzzing,
+    seed 14)."""
+    build_MD513_dense_link_count_wrong(path)
 
 
 def _symbol_table_heap(path, edit: Callable[[bytearray, int, int, int], None]) -> None:
@@ -2085,6 +2152,35 @@ def build_MD513_chunk_index_key_off_grid(path) -> None:
     open(path, "wb").write(bytes(data))
 
 
+def build_MD513_chunk_index_node_past_the_end_of_file(path) -> None:
+    """`xor` in chunks of (1, 4), indexed by a version 1 B-tree (layout version 3) whose one node is a leaf of 2
+    entries, and the superblock's end-of-file address just after those entries (136 bytes): a node is read
+    whole, at the size of one of 2K = 64 entries (2,616 bytes), which does not end within the file, so every
+    HDF5 library refuses the index — it does not decode (§8.3): MD513, not MD509 for the chunks that lie past
+    that address too (found by differential fuzzing, seed 14: mdiff-js read only the node's entries)."""
+    from mdiff.format.safety_walk import _header_reader
+    from tests.fuzz import hdf5bytes
+
+    with _edit(path) as f:
+        _replace_dataset(f["parameters/w"], "xor", data=_dense_xor(), dtype="<u4", chunks=(1, 4))
+    with h5py.File(path, "r") as f:
+        ds = f["parameters/w/xor"]
+        if _header_reader(f, os.path.getsize(path)).layout_version(h5py.h5o.get_info(ds.id).addr) != 3:
+            raise CannotBuildHere(f"libhdf5 {h5py.version.hdf5_version} wrote no version 1 B-tree chunk index")
+        first = min(ds.id.get_chunk_info(i).byte_offset for i in range(ds.id.get_num_chunks()))
+    data = bytearray(open(path, "rb").read())
+    assert data[8] in (2, 3) and data[9] == 8, "expected a version 2 or 3 superblock with 8-byte offsets"
+    node = data.find(b"TREE\x01\x00\x02\x00")
+    assert node >= 0 and data.count(b"TREE") == 1, "expected one B-tree node, a leaf of 2 chunks"
+    end = node + 8 + 2 * 8 + 2 * (4 + 4 + 8 * 3 + 8) + (4 + 4 + 8 * 3)  # its header, 2 entries, the last key
+    whole = node + 8 + 2 * 8 + 64 * 8 + 65 * (4 + 4 + 8 * 3)
+    assert end < whole <= first and whole <= len(data), "expected the node's space, then the chunks, at the end"
+    layout = hdf5bytes.scan(data)
+    data[28:36] = end.to_bytes(8, "little")  # the superblock's end-of-file address
+    hdf5bytes.fix_checksums(data, layout)
+    open(path, "wb").write(bytes(data))
+
+
 def build_MD507_declared_rank_over_limit_xor_a_group(path) -> None:
     """Limits(max_rank=1): `w`'s update declares rank 2, and its `xor` is a group: the declared shape over the limit
     is the group's last finding, and its members are not looked at (§12.1 rule 5) — not MD405 for `xor` (found by
@@ -2252,6 +2348,7 @@ LIMITS: dict[str, dict[str, int]] = {
     "declared_rank_over_limit_xor_a_group": {"max_rank": 1},
     "dataset_unopenable_at_the_object_limit": {"max_objects": 7},
     "link_to_root_at_object_limit": {"max_objects": 8},
+    "dense_link_count_wrong_over_the_object_limit": {"max_objects": 8},
     "rank_over_limit": {"max_rank": 1},
     "elements_over_limit": {"max_elements": 4},
     "bytes_over_limit": {"max_dataset_bytes": 16},

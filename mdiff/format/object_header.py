@@ -25,6 +25,9 @@ _LAYOUT = 0x08
 _LINK_NAME_INDEX, _LINK_ORDER_INDEX = 5, 6  # v2 B-tree types: a group's dense links by name, by creation order
 _SYMBOL_TABLE = 0x11
 _HEAP_SIGNATURE = b"HEAP"
+_FRACTAL_HEAP_SIGNATURE = b"FRHP"
+_HUGE_OBJECT_INDEXES = (1, 2, 3, 4)  # v2 B-tree types of a fractal heap's huge objects (filtered or not, direct or not)
+_BTREE_NODE_PREFIX = 10  # a v2 B-tree node's signature, version, type and checksum
 _NO_FREE_BLOCK = 1  # a local heap's free list offset that ends the list
 MIN_NODE, MAX_NODE = 64, 1 << 16  # bytes in a node of that B-tree (libhdf5 writes 512)
 _MAX_BLOCK = 1 << 30
@@ -149,11 +152,12 @@ class HeaderReader:
             undefined = (1 << 8 * o) - 1
             if heap == undefined:
                 return None
-            total = self._btree_records(names, _LINK_NAME_INDEX, "link name index")
+            self._fractal_heap(heap, "links")
+            total = self._btree_records(names, (_LINK_NAME_INDEX,), "link name index")
             if flags & 2:
                 order = self._int(body, at + 2 * o, o)
                 if order != undefined:
-                    self._btree_records(order, _LINK_ORDER_INDEX, "link creation order index")
+                    self._btree_records(order, (_LINK_ORDER_INDEX,), "link creation order index")
             return total
         return None
 
@@ -189,19 +193,47 @@ class HeaderReader:
         undefined = (1 << 8 * o) - 1
         if heap == undefined or names == undefined:
             return 0
-        return self._btree_records(names, _ATTRIBUTE_NAME_INDEX, "attribute name index")
+        self._fractal_heap(heap, "attributes")
+        return self._btree_records(names, (_ATTRIBUTE_NAME_INDEX,), "attribute name index")
 
-    def _btree_records(self, address: int, btree_type: int, what: str) -> int:
+    def _fractal_heap(self, address: int, what: str) -> None:
+        """The header of the fractal heap that holds an object's dense ``what`` (§8.1): signature ``FRHP``, version
+        0, a table width of at least 1, and — where it records a B-tree of huge objects — at least one huge object
+        and that B-tree's header checked as a name index's is (of type 1 to 4). libhdf5 trusts these fields and
+        crashes on a width of 0, on a B-tree of huge objects that its heap says holds none (while it releases
+        the heap) and on that B-tree's header as on a name index's."""
+        o, n = self.offset_size, self.length_size
+        head = self._read(address, 22 + 12 * n + 3 * o)
+        if head[:4] != _FRACTAL_HEAP_SIGNATURE or head[4] != 0:
+            raise HeaderError(f"the fractal heap of the {what} has no FRHP signature of version 0")
+        huge_index = self._int(head, 14 + n, o)  # after the heap ID and filter lengths, flags, largest managed object, next huge ID
+        huge_objects = self._int(head, 14 + 7 * n + 2 * o, n)
+        width = self._int(head, 14 + 10 * n + 2 * o, 2)
+        if width == 0:
+            raise HeaderError(f"the fractal heap of the {what} has a table width of 0")
+        if huge_index != (1 << 8 * o) - 1:
+            if huge_objects == 0:
+                raise HeaderError(f"the fractal heap of the {what} has an index of huge objects and no huge object")
+            self._btree_records(huge_index, _HUGE_OBJECT_INDEXES, f"index of huge objects of the {what}")
+
+    def _btree_records(self, address: int, btree_types: tuple[int, ...], what: str) -> int:
         """The records in all of the version 2 B-tree whose header is at ``address``, once its header is one of
-        type ``btree_type`` with records of more than 0 bytes in nodes of MIN_NODE to MAX_NODE bytes."""
+        a type among ``btree_types`` with records of more than 0 bytes in nodes of MIN_NODE to MAX_NODE bytes, and
+        a root node of no more records than a node of that size holds (libhdf5 reads as many as the header
+        says into a buffer of one node)."""
         o, n = self.offset_size, self.length_size
         head = self._read(address, 18 + o + n)
-        if head[:4] != _BTREE_SIGNATURE or head[4] != 0 or head[5] != btree_type:
-            raise HeaderError(f"the {what} is not a version 2 B-tree of type {btree_type}")
+        if head[:4] != _BTREE_SIGNATURE or head[4] != 0 or head[5] not in btree_types:
+            kinds = " or ".join(str(t) for t in btree_types)
+            raise HeaderError(f"the {what} is not a version 2 B-tree of type {kinds}")
         node_size, record_size = self._int(head, 6, 4), self._int(head, 10, 2)
         if record_size == 0 or not MIN_NODE <= node_size <= MAX_NODE:
             raise HeaderError(f"the {what} has records of {record_size} bytes in nodes of {node_size}")
-        return self._int(head, 16 + o + 2, n)  # after depth, split and merge percents, root address, root's records
+        root_records = self._int(head, 16 + o, 2)  # after depth, split and merge percents, root address
+        if root_records > (node_size - _BTREE_NODE_PREFIX) // record_size:
+            raise HeaderError(f"the root node of the {what} records {root_records} records of {record_size} bytes "
+                              f"in a node of {node_size}")
+        return self._int(head, 16 + o + 2, n)
 
     def _v1_messages(self, address: int, first: bytes):
         if len(first) < 16 or first[0] != 1:

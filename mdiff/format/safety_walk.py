@@ -464,9 +464,18 @@ class _Walk:
                 self.finding("MD513", node, f"the group's links cannot be read: {exc}")
                 return None
 
+        listed = 0
+
         def collect(raw: bytes, info) -> int | None:
-            links.append((raw, info.type, info.u))  # u: a hard link's object header address
-            return 1 if len(links) > cap else None  # past the object limit: reported by the caller
+            nonlocal listed
+            listed += 1
+            if len(links) <= cap:
+                links.append((raw, info.type, info.u))  # u: a hard link's object header address
+                return None
+            # past the object limit (reported by the caller), kept no further; a name index's record is
+            # still checked against every link (§12.1 rule 3: a group whose links cannot be read is
+            # refused before anything below it counts)
+            return None if recorded is not None else 1
 
         try:
             group.get_create_plist()
@@ -480,9 +489,9 @@ class _Walk:
         except Exception as exc:  # a corrupt group B-tree or heap
             self.finding("MD513", node, f"the group's links cannot be read: {exc}")
             return None
-        if recorded is not None and len(links) <= cap and recorded != len(links):
+        if recorded is not None and recorded != listed:
             self.finding("MD513", node, f"the group's links cannot be read: its name index records {recorded} links, "
-                                        f"it holds {len(links)}")
+                                        f"it holds {listed}")
             return None
         links.sort()
         return links

@@ -149,8 +149,11 @@ export class RawFile {
       c.skip(4); // free-space, root group symtab, reserved, shared header versions
       this.O = c.u8();
       this.L = c.u8();
-      c.skip(1 + 4 + 4); // reserved, K values, flags
-      if (this.sbVersion === 1) c.skip(4);
+      c.skip(1 + 4 + 4); // reserved, group K values, flags
+      if (this.sbVersion === 1) {
+        this.chunkK = c.u16(); // indexed storage internal node K
+        c.skip(2);
+      }
     } else if (this.sbVersion === 2 || this.sbVersion === 3) {
       this.O = c.u8();
       this.L = c.u8();
@@ -162,7 +165,7 @@ export class RawFile {
     const base = c.addr();
     this.base = base === UNDEF ? at : base;
     if (this.base !== at && this.base !== 0) this.base = at;
-    c.addr(); // superblock extension (2, 3) or free-space info (0, 1)
+    const extension = c.addr(); // superblock extension (2, 3) or free-space info (0, 1)
     const eof = c.addr();
     // SPEC §8.3: "within the file" is before the end-of-file address the superblock records, where that is less
     // than the file's size (an HDF5 library reads nothing past it); a base address other than the superblock's
@@ -171,6 +174,22 @@ export class RawFile {
       const end = at + eof - (base === UNDEF || !Number.isFinite(base) ? 0 : base - at);
       this.size = Math.min(this.size, Math.max(0, end));
     }
+    if (this.chunkK === undefined) this.chunkK = this.extensionChunkK(extension);
+  }
+
+  // The chunk B-tree's K of a version 2 or 3 superblock: its extension's "B-tree 'K' values" message (0x13:
+  // version, then the indexed storage internal node K), else 32. An extension that cannot be read leaves 32:
+  // an HDF5 library refuses the file whole.
+  extensionChunkK(extension) {
+    if (this.sbVersion < 2 || extension === UNDEF || !Number.isFinite(extension)) return 32;
+    try {
+      for (const m of this.readObjectHeader(extension, "superblock extension")) {
+        if (m.type === 0x13 && m.data.length >= 3) return m.data.readUInt16LE(1);
+      }
+    } catch (e) {
+      if (!(e instanceof RawError)) throw e;
+    }
+    return 32;
   }
 
   // Returns the messages of the object header at `addr`: [{type, flags, data: Buffer}].
@@ -288,7 +307,8 @@ export class RawFile {
         const heap = c.addr();
         const names = c.addr();
         if (heap === UNDEF || names === UNDEF) continue;
-        count += this.btreeRecords(names, 8, "attribute name index", where);
+        this.fractalHeap(heap, "attributes", where);
+        count += this.btreeRecords(names, [8], "attribute name index", where);
       }
     }
     return count;
@@ -314,10 +334,11 @@ export class RawFile {
       const heap = c.addr();
       const names = c.addr();
       if (heap === UNDEF) return null;
-      const total = this.btreeRecords(names, 5, "link name index", where);
+      this.fractalHeap(heap, "links", where);
+      const total = this.btreeRecords(names, [5], "link name index", where);
       if (flags & 2) {
         const order = c.addr();
-        if (order !== UNDEF) this.btreeRecords(order, 6, "link creation order index", where);
+        if (order !== UNDEF) this.btreeRecords(order, [6], "link creation order index", where);
       }
       return total;
     }
@@ -390,12 +411,13 @@ export class RawFile {
   }
 
   // SPEC §8.1: the records in all of the version 2 B-tree whose header is at `addr`, once that header
-  // (signature BTHD, version 0) is of type `type`, with records above 0 bytes in nodes of 64 B to 64 KiB —
-  // HDF5 libraries trust those fields, and crash on others.
-  btreeRecords(addr, type, what, where) {
+  // (signature BTHD, version 0) is of a type among `types`, with records above 0 bytes in nodes of 64 B to
+  // 64 KiB, and a root node of no more records than a node of that size holds ((node size - 10) / record
+  // size) — HDF5 libraries trust those fields, and crash on others.
+  btreeRecords(addr, types, what, where) {
     const h = new Cursor(this, this.read(addr, 18 + this.O + this.L, where), 0, where);
-    if (h.bytes(4).toString("latin1") !== "BTHD" || h.u8() !== 0 || h.u8() !== type) {
-      throw new RawError(`${where}: the ${what} is not a version 2 B-tree of type ${type}`);
+    if (h.bytes(4).toString("latin1") !== "BTHD" || h.u8() !== 0 || !types.includes(h.u8())) {
+      throw new RawError(`${where}: the ${what} is not a version 2 B-tree of type ${types.join(" or ")}`);
     }
     const nodeSize = h.u32();
     const recordSize = h.u16();
@@ -404,8 +426,37 @@ export class RawFile {
     }
     h.skip(2 + 1 + 1); // depth, split and merge percents
     h.addr(); // root node
-    h.u16(); // records in the root node
+    const rootRecords = h.u16();
+    if (rootRecords > Math.floor((nodeSize - 10) / recordSize)) {
+      throw new RawError(`${where}: the root node of the ${what} records ${rootRecords} records of ${recordSize} bytes in a node of ${nodeSize}`);
+    }
     return h.len();
+  }
+
+  // SPEC §8.1: the header of the fractal heap that holds an object's dense `what` (attributes or links):
+  // signature FRHP, version 0, a table width of at least 1 and, where it records a B-tree of huge objects, at
+  // least one huge object and that B-tree's header checked as a name index's (of type 1 to 4). libhdf5 trusts
+  // these fields and crashes on others.
+  fractalHeap(addr, what, where) {
+    const h = new Cursor(this, this.read(addr, 22 + 12 * this.L + 3 * this.O, where), 0, where);
+    if (h.bytes(4).toString("latin1") !== "FRHP" || h.u8() !== 0) {
+      throw new RawError(`${where}: the fractal heap of the ${what} has no FRHP signature of version 0`);
+    }
+    h.skip(2 + 2 + 1 + 4); // heap ID length, filter length, flags, largest managed object
+    h.len(); // next huge object ID
+    const hugeIndex = h.addr();
+    h.len(); // free space in managed blocks
+    h.addr(); // free space manager
+    for (let i = 0; i < 5; i++) h.len(); // managed space, allocated, iterator offset, managed objects, huge bytes
+    const hugeObjects = h.len();
+    h.len(); // tiny bytes
+    h.len(); // tiny objects
+    const width = h.u16();
+    if (width === 0) throw new RawError(`${where}: the fractal heap of the ${what} has a table width of 0`);
+    if (hugeIndex !== UNDEF) {
+      if (hugeObjects === 0) throw new RawError(`${where}: the fractal heap of the ${what} has an index of huge objects and no huge object`);
+      this.btreeRecords(hugeIndex, [1, 2, 3, 4], `index of huge objects of the ${what}`, where);
+    }
   }
 
   // The dataspace class of each attribute stored in the object header at `addr` (compact storage: its
@@ -694,6 +745,9 @@ export class RawFile {
       if (seenNodes.has(addr)) throw new RawError(`${where}: chunk B-tree node visited twice`);
       seenNodes.add(addr);
       if (++nodes > 10000000) throw new RawError(`${where}: chunk B-tree too large`);
+      // SPEC §8.3: a node is read whole, at the size of one of 2K entries, and must end within the file
+      const nodeSize = 8 + 2 * this.O + 2 * this.chunkK * this.O + (2 * this.chunkK + 1) * keySize;
+      if (!this.within(addr, nodeSize)) throw new RawError(`${where}: a chunk B-tree node of ${nodeSize} bytes does not end within the file`);
       const hb = this.read(addr, 8 + 2 * this.O, where);
       const h = new Cursor(this, hb, 0, where);
       if (h.bytes(4).toString("latin1") !== "TREE") throw new RawError(`${where}: bad B-tree node signature`);
