@@ -39,7 +39,7 @@ FIXED: list[KnownBug] = [
         "(fuzz-sigsegv-h5o-open-...) makes the allocation fail under that limit, and libhdf5's error path "
         "then corrupts the heap: the open is typed (MD513) but the process may die later. Fixed: the 2 GiB node is "
         "that of an attribute heap's index of huge objects, whose header the walk now checks as it checks a name "
-        "index's, with the heap's own header (format/object_header.py, §8.1 revision 8; found again by the "
+        "index's, with the heap's own header (format/object_header.py, §8.1 revision 9; found again by the "
         "differential run, seed 14, file 12651)",
         r"^CRASH \S+ (SIGFPE at mdiff/format/safety_walk\.py:|SIG(SEGV|BUS|ABRT) at mdiff/format/safety_walk\.py:_visit)",
     ),
