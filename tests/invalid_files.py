@@ -662,6 +662,21 @@ def build_MD306_files_in_version_1_0_not_looked_into(path) -> None:
         write_string(group, "update", "not json")
 
 
+def build_MD500_soft_links_past_the_object_limit(path) -> None:
+    """Limits(max_objects=8): `/parameters/w` holds 11 soft links next to `xor` — more links than the limit — and the
+    file's objects and attributes make exactly 8 (the root, its 3 attributes, /parameters, /parameters/w, its
+    `update` and `xor`). A link refused at its kind counts nothing (§12.1 rule 2): MD500 for each soft link and
+    no MD511 — and `xor`, listed after them, is read (no MD405): a reader that stops listing a group's links at
+    the object limit counts only the links that may count (found while settling the seed 14 differential run:
+    the reference stopped after 9 links and reported `xor` missing)."""
+    with _edit(path) as f:
+        group = f["parameters/w"]
+        for i in range(11):
+            group[f"s{i:02d}"] = h5py.SoftLink("/nowhere")
+        group.move("xor", "xor2")  # relinked last: listed after the soft links in the index's own order
+        group.move("xor2", "xor")
+
+
 def build_MD500_external_link_named_like_dot_dot(path) -> None:
     """An external link in `/parameters` named `%2E.` (a valid UTF-8 name): h5wasm cannot query a link of that name
     (its path lookup finds no object), but the link message says what it is — not a hard link: MD500, refused
@@ -2349,6 +2364,7 @@ LIMITS: dict[str, dict[str, int]] = {
     "dataset_unopenable_at_the_object_limit": {"max_objects": 7},
     "link_to_root_at_object_limit": {"max_objects": 8},
     "dense_link_count_wrong_over_the_object_limit": {"max_objects": 8},
+    "soft_links_past_the_object_limit": {"max_objects": 8},
     "rank_over_limit": {"max_rank": 1},
     "elements_over_limit": {"max_elements": 4},
     "bytes_over_limit": {"max_dataset_bytes": 16},

@@ -141,7 +141,7 @@ HOSTILE_CASES = {
     "replace_value_changed", "low_rank_B_changed",
     "function_not_onnx", "function_random_op", "function_external_data", "function_subgraph",
     "function_too_many_nodes", "function_with_huge_intermediate",
-    "soft_link", "dangling_soft_link", "external_link",
+    "soft_link", "dangling_soft_link", "soft_links_past_the_object_limit", "external_link",
     "committed_datatype", "committed_datatype_in_parameter",
     "corrupt_object_header", "attribute_name_length_wrong", "dense_attribute_index_of_another_type", "dense_attribute_huge_object_index_records_0_bytes", "dense_attribute_heap_table_width_0", "dense_attribute_heap_without_huge_objects", "dense_attribute_index_root_over_full", "dense_link_index_of_another_type", "dense_link_count_wrong", "dense_link_count_wrong_over_the_object_limit", "local_heap_free_list_loops", "local_heap_free_block_past_its_segment", "local_heap_segment_past_the_file", "attributes_over_64_uncountable", "chunk_past_the_end_of_file_address", "committed_datatype_unreadable", "sparse_sub_corrupt_chunk", "layout_message_version_5", "dataset_unopenable_at_the_object_limit", "chunk_index_key_off_grid", "chunk_index_node_past_the_end_of_file", "attribute_dataspace_class_4", "group_info_unreadable", "root_group_info_unreadable", "corrupt_chunk", "sparse_xor_corrupt_chunk", "fletcher32_mismatch", "chunk_inflates_past_its_size", "unfiltered_chunk_too_long",
     "group_alias", "dataset_alias", "link_to_root", "link_to_root_at_object_limit", "cycle", "link_count_two", "link_to_root_not_canonical",

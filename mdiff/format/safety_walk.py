@@ -43,6 +43,14 @@ def _type_key(tid) -> tuple:
 _STORAGE_TYPES = {_type_key(tid): (dt, tid) for dt, tid in ((dt, h5py.h5t.py_create(dt)) for dt in STORAGE_DTYPES)}
 
 
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 @dataclass(slots=True)  # one per dataset: a file may hold 10^5
 class DatasetInfo:
     shape: tuple[int, ...]
@@ -464,17 +472,20 @@ class _Walk:
                 self.finding("MD513", node, f"the group's links cannot be read: {exc}")
                 return None
 
-        listed = 0
+        listed = countable = 0
 
         def collect(raw: bytes, info) -> int | None:
-            nonlocal listed
+            nonlocal listed, countable
             listed += 1
-            if len(links) <= cap:
+            # a link refused at its name or kind (MD302, MD500) counts nothing (§12.1 rule 2) and is always kept
+            # (one finding each); of the others, one past the object limit is enough for MD511
+            counts = info.type == h5py.h5l.TYPE_HARD and _is_utf8(raw)
+            if not counts or countable <= cap:
                 links.append((raw, info.type, info.u))  # u: a hard link's object header address
+                countable += counts
                 return None
-            # past the object limit (reported by the caller), kept no further; a name index's record is
-            # still checked against every link (§12.1 rule 3: a group whose links cannot be read is
-            # refused before anything below it counts)
+            # kept no further; a name index's record is still checked against every link (§12.1 rule 3: a group
+            # whose links cannot be read is refused before anything below it counts)
             return None if recorded is not None else 1
 
         try:
