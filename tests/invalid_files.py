@@ -1343,6 +1343,25 @@ def build_MD513_committed_datatype_unreadable(path) -> None:
     open(path, "wb").write(bytes(data))
 
 
+def build_MD513_committed_datatype_float_sign_in_mantissa(path) -> None:
+    """A committed float datatype `/t` whose datatype message puts the sign bit at position 5, inside the mantissa
+    (bits 0 to 22): HDF5 libraries refuse the message when they open the object ("mantissa and sign positions
+    overlap"), so it is an object that cannot be read (MD513), before MD501 — though they name its kind without
+    opening it (found by differential fuzzing, seed 15: mdiff-js checked only the message's version)."""
+    with _edit(path) as f:
+        f["t"] = np.dtype("<f4")
+    with h5py.File(path, "r") as f:
+        address = h5py.h5o.get_info(f["t"].id).addr
+    data = bytearray(open(path, "rb").read())
+    # a version 1 object header (no checksum) whose first message is the datatype: type 3 at 16, body at 24
+    if not (data[address] == 1 and data[address + 16] == 0x03 and data[address + 24] == 0x11):
+        raise CannotBuildHere(f"libhdf5 {h5py.version.hdf5_version} wrote no version 1 header with the datatype "
+                              f"message where this builder edits it: {data[address:address + 32].hex()}")
+    assert data[address + 26] == 31, "expected the sign bit at 31"
+    data[address + 26] = 5  # bits 8-15 of the class bit field: the sign's position
+    open(path, "wb").write(bytes(data))
+
+
 def build_MD501_committed_datatype_in_parameter(path) -> None:
     with _edit(path) as f:
         f["parameters/w/t"] = np.dtype("<u4")
