@@ -1559,7 +1559,8 @@ def _dense_root_attributes(path, edit: Callable[[bytearray, int, int, int], None
     """The root's attributes stored densely, one of them (`note`, 5,000 bytes) larger than the largest object its
     fractal heap manages (4,096 bytes), so kept as a huge object, indexed by a v2 B-tree of type 1;
     ``edit(data, heap, huge_index, name_index)`` changes the file, given the addresses of the heap's header
-    and of the two B-trees' headers, whose checksums are then made right."""
+    and of the two B-trees' headers; the checksums of those, of the B-trees' root leaves and of the heap's root
+    direct block are then made right."""
     from tests.fuzz import hdf5bytes
 
     with _edit(path) as f:
@@ -1575,10 +1576,94 @@ def _dense_root_attributes(path, edit: Callable[[bytearray, int, int, int], None
     assert hdf5bytes.lookup3(bytes(data[heap:heap + header])) == int.from_bytes(data[heap + header:heap + header + 4], "little")
     trees = {data[b.start + 5]: b.start for b in layout.blocks if data[b.start:b.start + 4] == b"BTHD"}
     assert sorted(trees) == [1, 8] and int.from_bytes(data[heap + 22:heap + 30], "little") == trees[1]
+    leaves = []  # each tree's root, a leaf: its records (as the header says before the edit), then their checksum
+    for tree in trees.values():
+        size, root, records = (int.from_bytes(data[tree + a:tree + b], "little") for a, b in ((10, 12), (16, 24), (24, 26)))
+        assert data[root:root + 4] == b"BTLF"
+        leaves.append((root, root + 6 + records * size))
     edit(data, heap, trees[1], trees[8])
     hdf5bytes.fix_checksums(data, layout)
+    for root, end in leaves:
+        data[end:end + 4] = hdf5bytes.lookup3(bytes(data[root:end])).to_bytes(4, "little")
+    block, block_size = int.from_bytes(data[heap + 132:heap + 140], "little"), int.from_bytes(data[heap + 112:heap + 120], "little")
+    assert data[block:block + 4] == b"FHDB" and data[heap + 9] & 2, "expected a root direct block, checksummed"
+    at = block + 5 + 8 + (int.from_bytes(data[heap + 128:heap + 130], "little") + 7) // 8  # after its heap offset
+    data[at:at + 4] = bytes(4)
+    data[at:at + 4] = hdf5bytes.lookup3(bytes(data[block:block + block_size])).to_bytes(4, "little")
     data[heap + header:heap + header + 4] = hdf5bytes.lookup3(bytes(data[heap:heap + header])).to_bytes(4, "little")
     open(path, "wb").write(bytes(data))
+
+
+def _name_record(data: bytearray, names: int, name: bytes) -> int:
+    """The address of the record of attribute ``name`` in the root leaf of the name index whose header is at
+    ``names``: the one that holds the Jenkins lookup3 hash of the name (after the heap ID, flags and creation
+    order)."""
+    from tests.fuzz import hdf5bytes
+
+    size, root, records = (int.from_bytes(data[names + a:names + b], "little") for a, b in ((10, 12), (16, 24), (24, 26)))
+    found = [root + 6 + i * size for i in range(records)
+             if data[root + 6 + i * size + 13:root + 6 + i * size + 17] == hdf5bytes.lookup3(name).to_bytes(4, "little")]
+    assert len(found) == 1, f"expected one record of {name!r}"
+    return found[0]
+
+
+def build_MD513_dense_attribute_record_marked_shared(path) -> None:
+    """The record of the root's attribute `note3` in its name index has flag bit 1 set: the attribute message is
+    shared, in a shared message table the file does not have. libhdf5 follows it and crashes (SIGSEGV) listing
+    the attributes, so a reader checks the records of the name index first (§8.1): the root's attributes cannot
+    be read, the root is refused — MD513 alone (found by a sweep of the name index's bytes)."""
+    _dense_root_attributes(path, lambda data, heap, huge, names: data.__setitem__(_name_record(data, names, b"note3") + 8, 0x02))
+
+
+def build_MD513_dense_attribute_hash_not_its_name(path) -> None:
+    """The record of the root's attribute `note3` in its name index holds the hash of another name: a listing of
+    the attributes finds it, but it cannot be found by its name, and an attribute is read by its name (§8.1) —
+    MD513 for it (so not MD303), the other nine notes unknown root attributes (MD303; found by a sweep of the name
+    index's bytes: the reference read the attribute by its place in the index, mdiff-js by its name)."""
+    def edit(data, heap, huge, names):
+        at = _name_record(data, names, b"note3") + 13
+        data[at:at + 4] = (int.from_bytes(data[at:at + 4], "little") ^ 1).to_bytes(4, "little")
+
+    _dense_root_attributes(path, edit)
+
+
+def build_MD513_dense_attribute_huge_object_past_the_end(path) -> None:
+    """The root's attribute `note`, a huge object of 5,000 bytes, has a length of 2^32 + 5,000 in the record of the
+    heap's index of huge objects: libhdf5 refuses it, h5wasm (whose lengths are 32 bits) reads 5,000 bytes. Every
+    huge object lies within the file (§8.1): the root's attributes cannot be read, the root is refused — MD513
+    alone (found by a sweep of that index's bytes)."""
+    def edit(data, heap, huge, names):
+        leaf = int.from_bytes(data[huge + 16:huge + 24], "little")
+        assert data[leaf:leaf + 4] == b"BTLF" and 5000 < int.from_bytes(data[leaf + 14:leaf + 22], "little") < 6000
+        data[leaf + 18] = 1  # after its address, the length's fifth byte: 2^32 more
+
+    _dense_root_attributes(path, edit)
+
+
+def build_MD513_dense_attribute_heap_root_block_offset(path) -> None:
+    """The root direct block of the heap of the root's attributes records a block offset of 2^32, not 0: libhdf5
+    refuses the block, h5wasm (whose offsets are 32 bits) reads it. The heap's root block lies at offset 0 (§8.1):
+    the root's attributes cannot be read, the root is refused — MD513 alone (found by a sweep of the block's
+    bytes)."""
+    def edit(data, heap, huge, names):
+        block = int.from_bytes(data[heap + 132:heap + 140], "little")
+        data[block + 5 + 8 + 4] = 1
+
+    _dense_root_attributes(path, edit)
+
+
+def build_MD506_dense_attribute_name_not_utf8(path) -> None:
+    """The root's attributes are stored densely, one of them named by the bytes ff fe 30, which are not UTF-8
+    (§8.2): MD506 — a reader that lists the attribute names through an HDF5 library decodes them leniently, so it
+    reads the names in the heap (found by a sweep of the heap's bytes: mdiff-js read only compact attribute
+    messages for their raw names)."""
+    with _edit(path) as f:
+        for i in range(9):
+            write_string(f, f"note{i}", "x")
+        data = np.array(b"x", dtype=h5py.string_dtype("utf-8", 1))
+        tid = h5py.h5t.py_create(data.dtype, logical=True)
+        aid = h5py.h5a.create(f.id, b"\xff\xfe0", tid, h5py.h5s.create(h5py.h5s.SCALAR))
+        aid.write(data)
 
 
 def build_MD513_dense_attribute_huge_object_index_records_0_bytes(path) -> None:
@@ -1645,6 +1730,32 @@ def _dense_link_index(path, edit: Callable[[bytearray, int], None]) -> None:
     assert len(headers) == 1, "expected one dense link storage"
     edit(data, headers[0].start)
     hdf5bytes.fix_checksums(data, layout)
+    open(path, "wb").write(bytes(data))
+
+
+def build_MD500_dense_soft_link_hash_not_its_name(path) -> None:
+    """`/parameters/w` holds 9 more groups and a soft link `zz`, so that its links are stored densely, and the record
+    of `zz` in their name index holds the hash of another name: no HDF5 library finds the link by its name, but a
+    link's kind is the type its link message records (§8.1), so it is MD500 — not MD513 — and nothing else (found by
+    differential fuzzing, seed 15: mdiff-js read only the link messages of compact storage)."""
+    from tests.fuzz import hdf5bytes
+
+    with _edit(path) as f:
+        for i in range(9):
+            f["parameters/w"].create_group(f"g{i}")
+        f["parameters/w"]["zz"] = h5py.SoftLink("/nowhere")
+    data = bytearray(open(path, "rb").read())
+    layout = hdf5bytes.scan(data)
+    names = [b.start for b in layout.blocks if data[b.start:b.start + 4] == b"BTHD" and data[b.start + 5] == 5]
+    assert len(names) == 1, "expected one dense link storage"
+    size, root, records = (int.from_bytes(data[names[0] + a:names[0] + b], "little") for a, b in ((10, 12), (16, 24), (24, 26)))
+    assert size == 11 and data[root:root + 4] == b"BTLF"
+    mine = hdf5bytes.lookup3(b"zz").to_bytes(4, "little")
+    found = [root + 6 + i * size for i in range(records) if data[root + 6 + i * size:root + 10 + i * size] == mine]
+    assert len(found) == 1, "expected one record of zz"
+    data[found[0]] ^= 1  # the hash's low bit
+    end = root + 6 + records * size
+    data[end:end + 4] = hdf5bytes.lookup3(bytes(data[root:end])).to_bytes(4, "little")
     open(path, "wb").write(bytes(data))
 
 
@@ -2414,6 +2525,9 @@ ALSO_REPORTED: dict[str, tuple[str, ...]] = {
         "function_external_data", "function_subgraph", "function_too_many_nodes", "function_of_another_dtype")},
     # §3.3, §5.4: a newer minor version's unknown attribute is still MD303 (its unknown JSON member is ignored)
     "version_1_99_unknown_attribute": ("MD303",),
+    # the notes and groups that make the storage dense are unknown members and attributes (§5.4)
+    "dense_attribute_hash_not_its_name": ("MD303",), "dense_attribute_name_not_utf8": ("MD303",),
+    "dense_soft_link_hash_not_its_name": ("MD303",),
 }
 
 

@@ -25,11 +25,10 @@ import numpy as np
 from mdiff.format.attributes import read_string, string_attribute_size
 from mdiff.format.findings import Finding
 from mdiff.format.limits import MAX_DEFLATE_RATIO, Limits, shape_problem
-from mdiff.format.object_header import HeaderReader, ReadAt
+from mdiff.format.object_header import MAX_ATTRIBUTES_PER_OBJECT, HeaderReader, ReadAt
 from mdiff.format.chunk_reader import Chunk, StoragePlan, coverage_problem, plan_for
 
 FILTER_DEFLATE, FILTER_SHUFFLE, FILTER_FLETCHER32 = 1, 2, 3
-MAX_ATTRIBUTES_PER_OBJECT = 64  # mdiff defines at most 4 per object; more is hostile (§8.3)
 ALLOWED_FILTERS = {FILTER_DEFLATE: "deflate", FILTER_SHUFFLE: "shuffle", FILTER_FLETCHER32: "fletcher32"}
 
 # The only dataset datatypes a file may use (§8.2): little-endian IEEE floats and two's-complement integers.
@@ -600,13 +599,15 @@ class _Walk:
         for i in range(n):
             name = None
             try:
-                aid = h5py.h5a.open(oid, index=i)
-                raw_name = aid.get_name()
+                raw_name = h5py.h5a.open(oid, index=i).get_name()  # closed at once: see below
                 name = raw_name.decode("utf-8", "replace")
                 if name.encode("utf-8") != raw_name:  # §8.2: an attribute's name is UTF-8, as a link's is
                     self.finding("MD506", info, f"an attribute name {raw_name[:200]!r} is not UTF-8")
                     refused.add(name)
                     continue
+                # §8.1: an attribute is read by its name — through its name index, by the name's hash, for dense
+                # storage (libhdf5 hands back an attribute still open under that name without that lookup)
+                aid = h5py.h5a.open(oid, name=raw_name)
                 tid = aid.get_type()
                 size = string_attribute_size(aid, tid)
                 if size is None:
