@@ -201,10 +201,15 @@ class HeaderReader:
         self._fractal_heap(heap, "attributes")
         total = self._btree_records(names, (_ATTRIBUTE_NAME_INDEX,), "attribute name index")
         if total <= MAX_ATTRIBUTES_PER_OBJECT:  # more is MD511, whatever the records say
-            for record in self._btree_walk(names, "attribute name index"):
-                if record[_HEAP_ID_BYTES] & _SHARED:  # after the heap ID: the message's flags
-                    raise HeaderError("the attribute name index records a shared attribute message")
+            self._attribute_records(names)
         return total
+
+    def _attribute_records(self, names: int) -> None:
+        """No record of the attribute name index at ``names`` marks its message shared (§8.1): libhdf5 follows
+        such a record into a shared message table, and crashes where the file has none."""
+        for record in self._btree_walk(names, "attribute name index"):
+            if record[_HEAP_ID_BYTES] & _SHARED:  # after the heap ID: the message's flags
+                raise HeaderError("the attribute name index records a shared attribute message")
 
     def _fractal_heap(self, address: int, what: str) -> None:
         """The header of the fractal heap that holds an object's dense ``what`` (§8.1): signature ``FRHP``, version
