@@ -1782,6 +1782,14 @@ def build_MD513_dense_link_count_wrong_over_the_object_limit(path) -> None:
     build_MD513_dense_link_count_wrong(path)
 
 
+def build_MD513_dense_link_total_past_its_depth(path) -> None:
+    """The name index of `/parameters/w`'s densely stored links records 2^24 links in all in a tree of depth 0, whose
+    root leaf holds 10: a leaf root holds every record (§8.1), so its header is not sound — MD513 alone, before any
+    HDF5 library lists the links (h5wasm sized its listing by that total and ran for minutes; found by a sweep of
+    the header's bytes)."""
+    _dense_link_index(path, lambda data, at: data.__setitem__(slice(at + 26, at + 34), (1 << 24).to_bytes(8, "little")))
+
+
 def _symbol_table_heap(path, edit: Callable[[bytearray, int, int, int], None]) -> None:
     """`/parameters/w` rebuilt as a group of the earliest format, whose links are a symbol table with a local heap
     (the one its symbol table message names); ``edit(data, heap, segment, free)`` changes the heap, given the addresses of its header

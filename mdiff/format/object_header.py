@@ -33,6 +33,7 @@ _SHARED = 0x02  # an object header message flag: the message is in a shared mess
 _HEAP_ID_BYTES = 8  # an attribute's ID in its fractal heap, in a record of its name index
 MAX_ATTRIBUTES_PER_OBJECT = 64  # mdiff defines at most 4 per object; more is hostile (§8.3)
 _MAX_RECORDS = 1 << 20  # records a check walks in one v2 B-tree (an attribute name index holds at most 64)
+_MAX_DEPTH = 16  # of a v2 B-tree; HDF5 libraries write nodes of 512 bytes, of which 4 levels hold 10^7 links
 _NO_FREE_BLOCK = 1  # a local heap's free list offset that ends the list
 MIN_NODE, MAX_NODE = 64, 1 << 16  # bytes in a node of that B-tree (libhdf5 writes 512)
 _MAX_BLOCK = 1 << 30
@@ -269,21 +270,10 @@ class HeaderReader:
         btree_type, node_size, size = head[5], self._int(head, 6, 4), self._int(head, 10, 2)
         depth, root, root_records = self._int(head, 12, 2), self._int(head, 16, o), self._int(head, 16 + o, 2)
         total = self._int(head, 18 + o, n)
-        if depth > 8 or total > _MAX_RECORDS:
-            raise HeaderError(f"the {what} is {depth} levels deep with {total} records")
-
-        def width(count: int) -> int:  # libhdf5's H5VM_limit_enc_size
-            return count.bit_length() // 8 + 1 if count else 1
-
-        most = [(node_size - _BTREE_NODE_PREFIX) // size]  # records in a node, by depth
-        below = [most[0]]  # records under a node, by depth
-        count_bytes = width(most[0])
-        pointers = [0]
-        for level in range(1, depth + 1):
-            pointer = o + count_bytes + (width(below[level - 1]) if level > 1 else 0)
-            pointers.append(pointer)
-            most.append((node_size - _BTREE_NODE_PREFIX - pointer) // (size + pointer))
-            below.append((most[level] + 1) * below[level - 1] + most[level])
+        if total > _MAX_RECORDS:
+            raise HeaderError(f"the {what} holds {total} records")
+        most, _, pointers = self._btree_shape(node_size, size, depth)
+        count_bytes = pointers[1] - o if depth else 0  # a child's record count, in a child pointer
         seen = 0
         pending = [(root, root_records, depth)]
         while pending:
@@ -314,11 +304,31 @@ class HeaderReader:
         node_size, record_size = self._int(head, 6, 4), self._int(head, 10, 2)
         if record_size != self._record_size(head[5]) or not MIN_NODE <= node_size <= MAX_NODE:
             raise HeaderError(f"the {what} has records of {record_size} bytes in nodes of {node_size}")
-        root_records = self._int(head, 16 + o, 2)  # after depth, split and merge percents, root address
-        if root_records > (node_size - _BTREE_NODE_PREFIX) // record_size:
-            raise HeaderError(f"the root node of the {what} records {root_records} records of {record_size} bytes "
-                              f"in a node of {node_size}")
-        return self._int(head, 16 + o + 2, n)
+        depth, root_records, total = self._int(head, 12, 2), self._int(head, 16 + o, 2), self._int(head, 18 + o, n)
+        if depth > _MAX_DEPTH:
+            raise HeaderError(f"the {what} is {depth} levels deep")
+        most, below, _ = self._btree_shape(node_size, record_size, depth)
+        if root_records > most[depth] or not root_records <= total <= below[depth] or (depth == 0 and total != root_records):
+            raise HeaderError(f"the {what} records {total} records in all, {root_records} in its root node, in a tree "
+                              f"of depth {depth} of nodes of {node_size} bytes")
+        return total
+
+    def _btree_shape(self, node_size: int, record_size: int, depth: int) -> tuple[list[int], list[int], list[int]]:
+        """For each depth of a version 2 B-tree, as libhdf5 reckons it: the records a node holds, the records a
+        subtree holds, and the bytes of a child pointer in a node (the child's address, its record count and,
+        below depth 1, the records under it, each count in as many bytes as the largest such count takes)."""
+        def width(count: int) -> int:  # libhdf5's H5VM_limit_enc_size
+            return count.bit_length() // 8 + 1 if count else 1
+
+        most = [(node_size - _BTREE_NODE_PREFIX) // record_size]
+        below = [most[0]]
+        pointers = [0]
+        for level in range(1, depth + 1):
+            pointer = self.offset_size + width(most[0]) + (width(below[level - 1]) if level > 1 else 0)
+            pointers.append(pointer)
+            most.append((node_size - _BTREE_NODE_PREFIX - pointer) // (record_size + pointer))
+            below.append((most[level] + 1) * below[level - 1] + most[level])
+        return most, below, pointers
 
     def _v1_messages(self, address: int, first: bytes):
         if len(first) < 16 or first[0] != 1:

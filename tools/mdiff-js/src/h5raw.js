@@ -460,13 +460,19 @@ export class RawFile {
     if (recordSize !== sizes[hb[5]] || nodeSize < 64 || nodeSize > 65536) {
       throw new RawError(`${where}: the ${what} has records of ${recordSize} bytes in nodes of ${nodeSize}`);
     }
-    h.skip(2 + 1 + 1); // depth, split and merge percents
+    const depth = h.u16();
+    h.skip(1 + 1); // split and merge percents
     h.addr(); // root node
     const rootRecords = h.u16();
-    if (rootRecords > Math.floor((nodeSize - 10) / recordSize)) {
-      throw new RawError(`${where}: the root node of the ${what} records ${rootRecords} records of ${recordSize} bytes in a node of ${nodeSize}`);
+    const total = h.len();
+    if (depth > 16 || !Number.isSafeInteger(total)) throw new RawError(`${where}: the ${what} is ${depth} levels deep with ${total} records`);
+    // no more records in the root than a node of its depth holds, and in all no fewer than the root holds, no more
+    // than a tree of that depth holds — all of them in the root when it is a leaf
+    const { most, below } = btreeShape(this.O, nodeSize, recordSize, depth);
+    if (rootRecords > most[depth] || total < rootRecords || BigInt(total) > below[depth] || (depth === 0 && total !== rootRecords)) {
+      throw new RawError(`${where}: the ${what} records ${total} records in all, ${rootRecords} in its root node, in a tree of depth ${depth} of nodes of ${nodeSize} bytes`);
     }
-    return h.len();
+    return total;
   }
 
   // SPEC §8.1: the header of the fractal heap that holds an object's dense `what` (attributes or links):
@@ -535,18 +541,9 @@ export class RawFile {
     const root = h.addr();
     const rootRecords = h.u16();
     const total = h.len();
-    if (depth > 8 || total > 1 << 20) throw new RawError(`${where}: the ${what} is ${depth} levels deep with ${total} records`);
-    const width = (n) => Math.floor((n > 0 ? Math.floor(Math.log2(n)) : 0) / 8) + 1; // H5VM_limit_enc_size
-    const most = [Math.floor((nodeSize - 10) / size)];
-    const below = [most[0]];
-    const countBytes = width(most[0]);
-    const pointers = [0];
-    for (let level = 1; level <= depth; level++) {
-      const pointer = this.O + countBytes + (level > 1 ? width(below[level - 1]) : 0);
-      pointers.push(pointer);
-      most.push(Math.floor((nodeSize - 10 - pointer) / (size + pointer)));
-      below.push((most[level] + 1) * below[level - 1] + most[level]);
-    }
+    if (total > 1 << 20) throw new RawError(`${where}: the ${what} holds ${total} records`);
+    const { most, pointers, width } = btreeShape(this.O, nodeSize, size, depth);
+    const countBytes = width[0];
     const records = [];
     const pending = [[root, rootRecords, depth]];
     while (pending.length) {
@@ -562,7 +559,7 @@ export class RawFile {
       for (let i = 0; i <= n; i++) {
         const child = c.addr();
         const childRecords = c.num(countBytes);
-        if (level > 1) c.skip(width(below[level - 1]));
+        if (level > 1) c.skip(width[level - 1]); // the records under the child
         pending.push([child, childRecords, level - 1]);
       }
     }
@@ -994,6 +991,26 @@ export class RawFile {
     walk(L.address, 0);
     return stored;
   }
+}
+
+// For each depth of a version 2 B-tree, as libhdf5 reckons it: the records a node holds (`most`), the records a
+// subtree holds (`below`, BigInt), the bytes of a child pointer in a node (`pointers`: the child's address, its
+// record count and, below depth 1, the records under it) and the bytes of those counts (`width`: as many as the
+// largest such count takes, libhdf5's H5VM_limit_enc_size).
+function btreeShape(O, nodeSize, recordSize, depth) {
+  const bytes = (n) => (n > 0n ? Math.floor((n.toString(2).length - 1) / 8) + 1 : 1);
+  const most = [Math.floor((nodeSize - 10) / recordSize)];
+  const below = [BigInt(most[0])];
+  const width = [bytes(below[0])];
+  const pointers = [0];
+  for (let level = 1; level <= depth; level++) {
+    const pointer = O + width[0] + (level > 1 ? bytes(below[level - 1]) : 0);
+    pointers.push(pointer);
+    most.push(Math.floor((nodeSize - 10 - pointer) / (recordSize + pointer)));
+    below.push(BigInt(most[level] + 1) * below[level - 1] + BigInt(most[level]));
+    width.push(bytes(below[level]));
+  }
+  return { most, below, pointers, width };
 }
 
 // Decodes a datatype message far enough for §8.2's rule (MD505).
