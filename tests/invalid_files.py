@@ -662,6 +662,21 @@ def build_MD306_files_in_version_1_0_not_looked_into(path) -> None:
         write_string(group, "update", "not json")
 
 
+def build_MD500_soft_links_past_the_object_limit(path) -> None:
+    """Limits(max_objects=8): `/parameters/w` holds 11 soft links next to `xor` — more links than the limit — and the
+    file's objects and attributes make exactly 8 (the root, its 3 attributes, /parameters, /parameters/w, its
+    `update` and `xor`). A link refused at its kind counts nothing (§12.1 rule 2): MD500 for each soft link and
+    no MD511 — and `xor`, listed after them, is read (no MD405): a reader that stops listing a group's links at
+    the object limit counts only the links that may count (found while settling the seed 14 differential run:
+    the reference stopped after 9 links and reported `xor` missing)."""
+    with _edit(path) as f:
+        group = f["parameters/w"]
+        for i in range(11):
+            group[f"s{i:02d}"] = h5py.SoftLink("/nowhere")
+        group.move("xor", "xor2")  # relinked last: listed after the soft links in the index's own order
+        group.move("xor2", "xor")
+
+
 def build_MD500_external_link_named_like_dot_dot(path) -> None:
     """An external link in `/parameters` named `%2E.` (a valid UTF-8 name): h5wasm cannot query a link of that name
     (its path lookup finds no object), but the link message says what it is — not a hard link: MD500, refused
@@ -1328,6 +1343,25 @@ def build_MD513_committed_datatype_unreadable(path) -> None:
     open(path, "wb").write(bytes(data))
 
 
+def build_MD513_committed_datatype_float_sign_in_mantissa(path) -> None:
+    """A committed float datatype `/t` whose datatype message puts the sign bit at position 5, inside the mantissa
+    (bits 0 to 22): HDF5 libraries refuse the message when they open the object ("mantissa and sign positions
+    overlap"), so it is an object that cannot be read (MD513), before MD501 — though they name its kind without
+    opening it (found by differential fuzzing, seed 15: mdiff-js checked only the message's version)."""
+    with _edit(path) as f:
+        f["t"] = np.dtype("<f4")
+    with h5py.File(path, "r") as f:
+        address = h5py.h5o.get_info(f["t"].id).addr
+    data = bytearray(open(path, "rb").read())
+    # a version 1 object header (no checksum) whose first message is the datatype: type 3 at 16, body at 24
+    if not (data[address] == 1 and data[address + 16] == 0x03 and data[address + 24] == 0x11):
+        raise CannotBuildHere(f"libhdf5 {h5py.version.hdf5_version} wrote no version 1 header with the datatype "
+                              f"message where this builder edits it: {data[address:address + 32].hex()}")
+    assert data[address + 26] == 31, "expected the sign bit at 31"
+    data[address + 26] = 5  # bits 8-15 of the class bit field: the sign's position
+    open(path, "wb").write(bytes(data))
+
+
 def build_MD501_committed_datatype_in_parameter(path) -> None:
     with _edit(path) as f:
         f["parameters/w/t"] = np.dtype("<u4")
@@ -1525,7 +1559,8 @@ def _dense_root_attributes(path, edit: Callable[[bytearray, int, int, int], None
     """The root's attributes stored densely, one of them (`note`, 5,000 bytes) larger than the largest object its
     fractal heap manages (4,096 bytes), so kept as a huge object, indexed by a v2 B-tree of type 1;
     ``edit(data, heap, huge_index, name_index)`` changes the file, given the addresses of the heap's header
-    and of the two B-trees' headers, whose checksums are then made right."""
+    and of the two B-trees' headers; the checksums of those, of the B-trees' root leaves and of the heap's root
+    direct block are then made right."""
     from tests.fuzz import hdf5bytes
 
     with _edit(path) as f:
@@ -1541,10 +1576,94 @@ def _dense_root_attributes(path, edit: Callable[[bytearray, int, int, int], None
     assert hdf5bytes.lookup3(bytes(data[heap:heap + header])) == int.from_bytes(data[heap + header:heap + header + 4], "little")
     trees = {data[b.start + 5]: b.start for b in layout.blocks if data[b.start:b.start + 4] == b"BTHD"}
     assert sorted(trees) == [1, 8] and int.from_bytes(data[heap + 22:heap + 30], "little") == trees[1]
+    leaves = []  # each tree's root, a leaf: its records (as the header says before the edit), then their checksum
+    for tree in trees.values():
+        size, root, records = (int.from_bytes(data[tree + a:tree + b], "little") for a, b in ((10, 12), (16, 24), (24, 26)))
+        assert data[root:root + 4] == b"BTLF"
+        leaves.append((root, root + 6 + records * size))
     edit(data, heap, trees[1], trees[8])
     hdf5bytes.fix_checksums(data, layout)
+    for root, end in leaves:
+        data[end:end + 4] = hdf5bytes.lookup3(bytes(data[root:end])).to_bytes(4, "little")
+    block, block_size = int.from_bytes(data[heap + 132:heap + 140], "little"), int.from_bytes(data[heap + 112:heap + 120], "little")
+    assert data[block:block + 4] == b"FHDB" and data[heap + 9] & 2, "expected a root direct block, checksummed"
+    at = block + 5 + 8 + (int.from_bytes(data[heap + 128:heap + 130], "little") + 7) // 8  # after its heap offset
+    data[at:at + 4] = bytes(4)
+    data[at:at + 4] = hdf5bytes.lookup3(bytes(data[block:block + block_size])).to_bytes(4, "little")
     data[heap + header:heap + header + 4] = hdf5bytes.lookup3(bytes(data[heap:heap + header])).to_bytes(4, "little")
     open(path, "wb").write(bytes(data))
+
+
+def _name_record(data: bytearray, names: int, name: bytes) -> int:
+    """The address of the record of attribute ``name`` in the root leaf of the name index whose header is at
+    ``names``: the one that holds the Jenkins lookup3 hash of the name (after the heap ID, flags and creation
+    order)."""
+    from tests.fuzz import hdf5bytes
+
+    size, root, records = (int.from_bytes(data[names + a:names + b], "little") for a, b in ((10, 12), (16, 24), (24, 26)))
+    found = [root + 6 + i * size for i in range(records)
+             if data[root + 6 + i * size + 13:root + 6 + i * size + 17] == hdf5bytes.lookup3(name).to_bytes(4, "little")]
+    assert len(found) == 1, f"expected one record of {name!r}"
+    return found[0]
+
+
+def build_MD513_dense_attribute_record_marked_shared(path) -> None:
+    """The record of the root's attribute `note3` in its name index has flag bit 1 set: the attribute message is
+    shared, in a shared message table the file does not have. libhdf5 follows it and crashes (SIGSEGV) listing
+    the attributes, so a reader checks the records of the name index first (§8.1): the root's attributes cannot
+    be read, the root is refused — MD513 alone (found by a sweep of the name index's bytes)."""
+    _dense_root_attributes(path, lambda data, heap, huge, names: data.__setitem__(_name_record(data, names, b"note3") + 8, 0x02))
+
+
+def build_MD513_dense_attribute_hash_not_its_name(path) -> None:
+    """The record of the root's attribute `note3` in its name index holds the hash of another name: a listing of
+    the attributes finds it, but it cannot be found by its name, and an attribute is read by its name (§8.1) —
+    MD513 for it (so not MD303), the other nine notes unknown root attributes (MD303; found by a sweep of the name
+    index's bytes: the reference read the attribute by its place in the index, mdiff-js by its name)."""
+    def edit(data, heap, huge, names):
+        at = _name_record(data, names, b"note3") + 13
+        data[at:at + 4] = (int.from_bytes(data[at:at + 4], "little") ^ 1).to_bytes(4, "little")
+
+    _dense_root_attributes(path, edit)
+
+
+def build_MD513_dense_attribute_huge_object_past_the_end(path) -> None:
+    """The root's attribute `note`, a huge object of 5,000 bytes, has a length of 2^32 + 5,000 in the record of the
+    heap's index of huge objects: libhdf5 refuses it, h5wasm (whose lengths are 32 bits) reads 5,000 bytes. Every
+    huge object lies within the file (§8.1): the root's attributes cannot be read, the root is refused — MD513
+    alone (found by a sweep of that index's bytes)."""
+    def edit(data, heap, huge, names):
+        leaf = int.from_bytes(data[huge + 16:huge + 24], "little")
+        assert data[leaf:leaf + 4] == b"BTLF" and 5000 < int.from_bytes(data[leaf + 14:leaf + 22], "little") < 6000
+        data[leaf + 18] = 1  # after its address, the length's fifth byte: 2^32 more
+
+    _dense_root_attributes(path, edit)
+
+
+def build_MD513_dense_attribute_heap_root_block_offset(path) -> None:
+    """The root direct block of the heap of the root's attributes records a block offset of 2^32, not 0: libhdf5
+    refuses the block, h5wasm (whose offsets are 32 bits) reads it. The heap's root block lies at offset 0 (§8.1):
+    the root's attributes cannot be read, the root is refused — MD513 alone (found by a sweep of the block's
+    bytes)."""
+    def edit(data, heap, huge, names):
+        block = int.from_bytes(data[heap + 132:heap + 140], "little")
+        data[block + 5 + 8 + 4] = 1
+
+    _dense_root_attributes(path, edit)
+
+
+def build_MD506_dense_attribute_name_not_utf8(path) -> None:
+    """The root's attributes are stored densely, one of them named by the bytes ff fe 30, which are not UTF-8
+    (§8.2): MD506 — a reader that lists the attribute names through an HDF5 library decodes them leniently, so it
+    reads the names in the heap (found by a sweep of the heap's bytes: mdiff-js read only compact attribute
+    messages for their raw names)."""
+    with _edit(path) as f:
+        for i in range(9):
+            write_string(f, f"note{i}", "x")
+        data = np.array(b"x", dtype=h5py.string_dtype("utf-8", 1))
+        tid = h5py.h5t.py_create(data.dtype, logical=True)
+        aid = h5py.h5a.create(f.id, b"\xff\xfe0", tid, h5py.h5s.create(h5py.h5s.SCALAR))
+        aid.write(data)
 
 
 def build_MD513_dense_attribute_huge_object_index_records_0_bytes(path) -> None:
@@ -1614,6 +1733,32 @@ def _dense_link_index(path, edit: Callable[[bytearray, int], None]) -> None:
     open(path, "wb").write(bytes(data))
 
 
+def build_MD500_dense_soft_link_hash_not_its_name(path) -> None:
+    """`/parameters/w` holds 9 more groups and a soft link `zz`, so that its links are stored densely, and the record
+    of `zz` in their name index holds the hash of another name: no HDF5 library finds the link by its name, but a
+    link's kind is the type its link message records (§8.1), so it is MD500 — not MD513 — and nothing else (found by
+    differential fuzzing, seed 15: mdiff-js read only the link messages of compact storage)."""
+    from tests.fuzz import hdf5bytes
+
+    with _edit(path) as f:
+        for i in range(9):
+            f["parameters/w"].create_group(f"g{i}")
+        f["parameters/w"]["zz"] = h5py.SoftLink("/nowhere")
+    data = bytearray(open(path, "rb").read())
+    layout = hdf5bytes.scan(data)
+    names = [b.start for b in layout.blocks if data[b.start:b.start + 4] == b"BTHD" and data[b.start + 5] == 5]
+    assert len(names) == 1, "expected one dense link storage"
+    size, root, records = (int.from_bytes(data[names[0] + a:names[0] + b], "little") for a, b in ((10, 12), (16, 24), (24, 26)))
+    assert size == 11 and data[root:root + 4] == b"BTLF"
+    mine = hdf5bytes.lookup3(b"zz").to_bytes(4, "little")
+    found = [root + 6 + i * size for i in range(records) if data[root + 6 + i * size:root + 10 + i * size] == mine]
+    assert len(found) == 1, "expected one record of zz"
+    data[found[0]] ^= 1  # the hash's low bit
+    end = root + 6 + records * size
+    data[end:end + 4] = hdf5bytes.lookup3(bytes(data[root:end])).to_bytes(4, "little")
+    open(path, "wb").write(bytes(data))
+
+
 def build_MD513_dense_link_index_of_another_type(path) -> None:
     """The name index of `/parameters/w`'s densely stored links says type 7, not 5 (link names): libhdf5 runs
     another tree class's callbacks on it and crashes, so a reader checks the header first (§8.1) — the group's
@@ -1635,6 +1780,14 @@ def build_MD513_dense_link_count_wrong_over_the_object_limit(path) -> None:
     listing at the object limit still checks the record against every link (found by differential fuzzing,
     seed 14)."""
     build_MD513_dense_link_count_wrong(path)
+
+
+def build_MD513_dense_link_total_past_its_depth(path) -> None:
+    """The name index of `/parameters/w`'s densely stored links records 2^24 links in all in a tree of depth 0, whose
+    root leaf holds 10: a leaf root holds every record (§8.1), so its header is not sound — MD513 alone, before any
+    HDF5 library lists the links (h5wasm sized its listing by that total and ran for minutes; found by a sweep of
+    the header's bytes)."""
+    _dense_link_index(path, lambda data, at: data.__setitem__(slice(at + 26, at + 34), (1 << 24).to_bytes(8, "little")))
 
 
 def _symbol_table_heap(path, edit: Callable[[bytearray, int, int, int], None]) -> None:
@@ -2349,6 +2502,7 @@ LIMITS: dict[str, dict[str, int]] = {
     "dataset_unopenable_at_the_object_limit": {"max_objects": 7},
     "link_to_root_at_object_limit": {"max_objects": 8},
     "dense_link_count_wrong_over_the_object_limit": {"max_objects": 8},
+    "soft_links_past_the_object_limit": {"max_objects": 8},
     "rank_over_limit": {"max_rank": 1},
     "elements_over_limit": {"max_elements": 4},
     "bytes_over_limit": {"max_dataset_bytes": 16},
@@ -2379,6 +2533,9 @@ ALSO_REPORTED: dict[str, tuple[str, ...]] = {
         "function_external_data", "function_subgraph", "function_too_many_nodes", "function_of_another_dtype")},
     # §3.3, §5.4: a newer minor version's unknown attribute is still MD303 (its unknown JSON member is ignored)
     "version_1_99_unknown_attribute": ("MD303",),
+    # the notes and groups that make the storage dense are unknown members and attributes (§5.4)
+    "dense_attribute_hash_not_its_name": ("MD303",), "dense_attribute_name_not_utf8": ("MD303",),
+    "dense_soft_link_hash_not_its_name": ("MD303",),
 }
 
 

@@ -28,6 +28,12 @@ _HEAP_SIGNATURE = b"HEAP"
 _FRACTAL_HEAP_SIGNATURE = b"FRHP"
 _HUGE_OBJECT_INDEXES = (1, 2, 3, 4)  # v2 B-tree types of a fractal heap's huge objects (filtered or not, direct or not)
 _BTREE_NODE_PREFIX = 10  # a v2 B-tree node's signature, version, type and checksum
+_BTREE_LEAF, _BTREE_INTERNAL = b"BTLF", b"BTIN"
+_SHARED = 0x02  # an object header message flag: the message is in a shared message table
+_HEAP_ID_BYTES = 8  # an attribute's ID in its fractal heap, in a record of its name index
+MAX_ATTRIBUTES_PER_OBJECT = 64  # mdiff defines at most 4 per object; more is hostile (§8.3)
+_MAX_RECORDS = 1 << 20  # records a check walks in one v2 B-tree (an attribute name index holds at most 64)
+_MAX_DEPTH = 16  # of a v2 B-tree; HDF5 libraries write nodes of 512 bytes, of which 4 levels hold 10^7 links
 _NO_FREE_BLOCK = 1  # a local heap's free list offset that ends the list
 MIN_NODE, MAX_NODE = 64, 1 << 16  # bytes in a node of that B-tree (libhdf5 writes 512)
 _MAX_BLOCK = 1 << 30
@@ -123,7 +129,7 @@ class HeaderReader:
     def attribute_count(self, address: int) -> int:
         """How many attributes the object at ``address`` has: its attribute messages, and the records of its
         dense storage's name index — which must be a version 2 B-tree of attribute names (type 8) with a
-        record size above 0 and a node size of MIN_NODE to MAX_NODE bytes (§8.1): libhdf5 trusts those fields
+        record size of 17 bytes and a node size of MIN_NODE to MAX_NODE bytes (§8.1): libhdf5 trusts those fields
         (it builds the tree with the callbacks its type byte names, divides by the record size, allocates a
         node of the node size) and crashes on them (tests/fuzz/known.py)."""
         count = 0
@@ -194,14 +200,27 @@ class HeaderReader:
         if heap == undefined or names == undefined:
             return 0
         self._fractal_heap(heap, "attributes")
-        return self._btree_records(names, (_ATTRIBUTE_NAME_INDEX,), "attribute name index")
+        total = self._btree_records(names, (_ATTRIBUTE_NAME_INDEX,), "attribute name index")
+        if total <= MAX_ATTRIBUTES_PER_OBJECT:  # more is MD511, whatever the records say
+            self._attribute_records(names)
+        return total
+
+    def _attribute_records(self, names: int) -> None:
+        """No record of the attribute name index at ``names`` marks its message shared (§8.1): libhdf5 follows
+        such a record into a shared message table, and crashes where the file has none."""
+        for record in self._btree_walk(names, "attribute name index"):
+            if record[_HEAP_ID_BYTES] & _SHARED:  # after the heap ID: the message's flags
+                raise HeaderError("the attribute name index records a shared attribute message")
 
     def _fractal_heap(self, address: int, what: str) -> None:
         """The header of the fractal heap that holds an object's dense ``what`` (§8.1): signature ``FRHP``, version
-        0, a table width of at least 1, and — where it records a B-tree of huge objects — at least one huge object
-        and that B-tree's header checked as a name index's is (of type 1 to 4). libhdf5 trusts these fields and
-        crashes on a width of 0, on a B-tree of huge objects that its heap says holds none (while it releases
-        the heap) and on that B-tree's header as on a name index's."""
+        0, a table width of at least 1, a starting block size no larger than its largest direct block's, a root
+        block (where it has one) that is one of this heap's (``FHDB``, or ``FHIB`` when the header counts rows of
+        it; version 0) at offset 0, and — where it records a B-tree of huge objects — at least one huge object,
+        that B-tree's header checked as a name index's is (of type 1 to 4) and each huge object within the file.
+        libhdf5 trusts these fields and crashes on a width of 0, on a B-tree of huge objects that its heap says
+        holds none (while it releases the heap) and on that B-tree's header as on a name index's; h5wasm, whose
+        sizes are 32 bits, reads a length or offset of 2^32 and more as another."""
         o, n = self.offset_size, self.length_size
         head = self._read(address, 22 + 12 * n + 3 * o)
         if head[:4] != _FRACTAL_HEAP_SIGNATURE or head[4] != 0:
@@ -209,16 +228,72 @@ class HeaderReader:
         huge_index = self._int(head, 14 + n, o)  # after the heap ID and filter lengths, flags, largest managed object, next huge ID
         huge_objects = self._int(head, 14 + 7 * n + 2 * o, n)
         width = self._int(head, 14 + 10 * n + 2 * o, 2)
-        if width == 0:
-            raise HeaderError(f"the fractal heap of the {what} has a table width of 0")
+        first_block, largest_block = self._int(head, 16 + 10 * n + 2 * o, n), self._int(head, 16 + 11 * n + 2 * o, n)
+        if width == 0 or first_block > largest_block:
+            raise HeaderError(f"the fractal heap of the {what} has a table width of {width} and blocks of "
+                              f"{first_block} to {largest_block} bytes")
+        offset_bytes = (self._int(head, 16 + 12 * n + 2 * o, 2) + 7) // 8  # from the heap's largest size, in bits
+        root, rows = self._int(head, 20 + 12 * n + 2 * o, o), self._int(head, 20 + 12 * n + 3 * o, 2)
+        if root != (1 << 8 * o) - 1:  # its root block: a direct block, or an indirect one with rows of blocks
+            block = self._read(root, 5 + o + offset_bytes)
+            if (block[:4] != (b"FHIB" if rows else b"FHDB") or block[4] != 0 or self._int(block, 5, o) != address
+                    or self._int(block, 5 + o, offset_bytes) != 0):
+                raise HeaderError(f"the root block of the fractal heap of the {what} is not one of its heap at offset 0")
         if huge_index != (1 << 8 * o) - 1:
             if huge_objects == 0:
                 raise HeaderError(f"the fractal heap of the {what} has an index of huge objects and no huge object")
-            self._btree_records(huge_index, _HUGE_OBJECT_INDEXES, f"index of huge objects of the {what}")
+            what = f"index of huge objects of the {what}"
+            self._btree_records(huge_index, _HUGE_OBJECT_INDEXES, what)
+            end = min(self.size - self.base, self.end_of_file_address())
+            for record in self._btree_walk(huge_index, what):
+                address, length = self._int(record, 0, o), self._int(record, o, n)  # first in every type's record
+                if address + length > end:
+                    raise HeaderError(f"the {what} records a huge object of {length} bytes at {address}, past the "
+                                      f"end of the file")
+
+    def _record_size(self, btree_type: int) -> int:
+        """The size of a record of a version 2 B-tree of ``btree_type``, as HDF5 libraries write and read it: a
+        huge object's address and length (1), with its filter mask and size in memory when filtered (2, 4), and
+        its ID when it is not in its heap ID (1, 2); a link's name hash and 7-byte heap ID (5), its creation order
+        and heap ID (6); an attribute's 8-byte heap ID, flags, creation order and name hash (8)."""
+        o, n = self.offset_size, self.length_size
+        return {1: o + 2 * n, 2: o + 3 * n + 4, 3: o + n, 4: o + 2 * n + 4, 5: 4 + 7, 6: 8 + 7, 8: 8 + 1 + 4 + 4}[btree_type]
+
+    def _btree_walk(self, address: int, what: str) -> Iterator[bytes]:
+        """Every record of the version 2 B-tree whose header (checked by :meth:`_btree_records`) is at ``address``:
+        its nodes read as libhdf5 reads them — a leaf of the header's record size, an internal node with a child
+        pointer after its records (the child's address, its record count, and below depth 1 the records under
+        it, in as many bytes as libhdf5's largest counts take) — each of the header's type, of no more records
+        than a node of its depth holds, and no more records in all than the header gives."""
+        o, n = self.offset_size, self.length_size
+        head = self._read(address, 18 + o + n)
+        btree_type, node_size, size = head[5], self._int(head, 6, 4), self._int(head, 10, 2)
+        depth, root, root_records = self._int(head, 12, 2), self._int(head, 16, o), self._int(head, 16 + o, 2)
+        total = self._int(head, 18 + o, n)
+        if total > _MAX_RECORDS:
+            raise HeaderError(f"the {what} holds {total} records")
+        most, _, pointers = self._btree_shape(node_size, size, depth)
+        count_bytes = pointers[1] - o if depth else 0  # a child's record count, in a child pointer
+        seen = 0
+        pending = [(root, root_records, depth)]
+        while pending:
+            node, records, level = pending.pop()
+            if records > most[level] or seen + records > total:
+                raise HeaderError(f"a node of the {what} records {records} records")
+            seen += records
+            body = self._read(node, 6 + records * size + ((records + 1) * pointers[level] if level else 0))
+            if body[:4] != (_BTREE_INTERNAL if level else _BTREE_LEAF) or body[4] != 0 or body[5] != btree_type:
+                raise HeaderError(f"a node of the {what} is not a version 2 B-tree node of type {btree_type}")
+            for i in range(records):
+                yield body[6 + i * size:6 + (i + 1) * size]
+            at = 6 + records * size
+            for _ in range(records + 1 if level else 0):
+                pending.append((self._int(body, at, o), self._int(body, at + o, count_bytes), level - 1))
+                at += pointers[level]
 
     def _btree_records(self, address: int, btree_types: tuple[int, ...], what: str) -> int:
         """The records in all of the version 2 B-tree whose header is at ``address``, once its header is one of
-        a type among ``btree_types`` with records of more than 0 bytes in nodes of MIN_NODE to MAX_NODE bytes, and
+        a type among ``btree_types`` with records of that type's size in nodes of MIN_NODE to MAX_NODE bytes, and
         a root node of no more records than a node of that size holds (libhdf5 reads as many as the header
         says into a buffer of one node)."""
         o, n = self.offset_size, self.length_size
@@ -227,13 +302,33 @@ class HeaderReader:
             kinds = " or ".join(str(t) for t in btree_types)
             raise HeaderError(f"the {what} is not a version 2 B-tree of type {kinds}")
         node_size, record_size = self._int(head, 6, 4), self._int(head, 10, 2)
-        if record_size == 0 or not MIN_NODE <= node_size <= MAX_NODE:
+        if record_size != self._record_size(head[5]) or not MIN_NODE <= node_size <= MAX_NODE:
             raise HeaderError(f"the {what} has records of {record_size} bytes in nodes of {node_size}")
-        root_records = self._int(head, 16 + o, 2)  # after depth, split and merge percents, root address
-        if root_records > (node_size - _BTREE_NODE_PREFIX) // record_size:
-            raise HeaderError(f"the root node of the {what} records {root_records} records of {record_size} bytes "
-                              f"in a node of {node_size}")
-        return self._int(head, 16 + o + 2, n)
+        depth, root_records, total = self._int(head, 12, 2), self._int(head, 16 + o, 2), self._int(head, 18 + o, n)
+        if depth > _MAX_DEPTH:
+            raise HeaderError(f"the {what} is {depth} levels deep")
+        most, below, _ = self._btree_shape(node_size, record_size, depth)
+        if root_records > most[depth] or not root_records <= total <= below[depth] or (depth == 0 and total != root_records):
+            raise HeaderError(f"the {what} records {total} records in all, {root_records} in its root node, in a tree "
+                              f"of depth {depth} of nodes of {node_size} bytes")
+        return total
+
+    def _btree_shape(self, node_size: int, record_size: int, depth: int) -> tuple[list[int], list[int], list[int]]:
+        """For each depth of a version 2 B-tree, as libhdf5 reckons it: the records a node holds, the records a
+        subtree holds, and the bytes of a child pointer in a node (the child's address, its record count and,
+        below depth 1, the records under it, each count in as many bytes as the largest such count takes)."""
+        def width(count: int) -> int:  # libhdf5's H5VM_limit_enc_size
+            return count.bit_length() // 8 + 1 if count else 1
+
+        most = [(node_size - _BTREE_NODE_PREFIX) // record_size]
+        below = [most[0]]
+        pointers = [0]
+        for level in range(1, depth + 1):
+            pointer = self.offset_size + width(most[0]) + (width(below[level - 1]) if level > 1 else 0)
+            pointers.append(pointer)
+            most.append((node_size - _BTREE_NODE_PREFIX - pointer) // (record_size + pointer))
+            below.append((most[level] + 1) * below[level - 1] + most[level])
+        return most, below, pointers
 
     def _v1_messages(self, address: int, first: bytes):
         if len(first) < 16 or first[0] != 1:

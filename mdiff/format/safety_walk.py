@@ -25,11 +25,10 @@ import numpy as np
 from mdiff.format.attributes import read_string, string_attribute_size
 from mdiff.format.findings import Finding
 from mdiff.format.limits import MAX_DEFLATE_RATIO, Limits, shape_problem
-from mdiff.format.object_header import HeaderReader, ReadAt
+from mdiff.format.object_header import MAX_ATTRIBUTES_PER_OBJECT, HeaderReader, ReadAt
 from mdiff.format.chunk_reader import Chunk, StoragePlan, coverage_problem, plan_for
 
 FILTER_DEFLATE, FILTER_SHUFFLE, FILTER_FLETCHER32 = 1, 2, 3
-MAX_ATTRIBUTES_PER_OBJECT = 64  # mdiff defines at most 4 per object; more is hostile (§8.3)
 ALLOWED_FILTERS = {FILTER_DEFLATE: "deflate", FILTER_SHUFFLE: "shuffle", FILTER_FLETCHER32: "fletcher32"}
 
 # The only dataset datatypes a file may use (§8.2): little-endian IEEE floats and two's-complement integers.
@@ -41,6 +40,14 @@ def _type_key(tid) -> tuple:
 
 # By (class, size, sign): a file's datatype is compared with the one allowed type it could be.
 _STORAGE_TYPES = {_type_key(tid): (dt, tid) for dt, tid in ((dt, h5py.h5t.py_create(dt)) for dt in STORAGE_DTYPES)}
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 @dataclass(slots=True)  # one per dataset: a file may hold 10^5
@@ -464,17 +471,20 @@ class _Walk:
                 self.finding("MD513", node, f"the group's links cannot be read: {exc}")
                 return None
 
-        listed = 0
+        listed = countable = 0
 
         def collect(raw: bytes, info) -> int | None:
-            nonlocal listed
+            nonlocal listed, countable
             listed += 1
-            if len(links) <= cap:
+            # a link refused at its name or kind (MD302, MD500) counts nothing (§12.1 rule 2) and is always kept
+            # (one finding each); of the others, one past the object limit is enough for MD511
+            counts = info.type == h5py.h5l.TYPE_HARD and _is_utf8(raw)
+            if not counts or countable <= cap:
                 links.append((raw, info.type, info.u))  # u: a hard link's object header address
+                countable += counts
                 return None
-            # past the object limit (reported by the caller), kept no further; a name index's record is
-            # still checked against every link (§12.1 rule 3: a group whose links cannot be read is
-            # refused before anything below it counts)
+            # kept no further; a name index's record is still checked against every link (§12.1 rule 3: a group
+            # whose links cannot be read is refused before anything below it counts)
             return None if recorded is not None else 1
 
         try:
@@ -589,13 +599,15 @@ class _Walk:
         for i in range(n):
             name = None
             try:
-                aid = h5py.h5a.open(oid, index=i)
-                raw_name = aid.get_name()
+                raw_name = h5py.h5a.open(oid, index=i).get_name()  # closed at once: see below
                 name = raw_name.decode("utf-8", "replace")
                 if name.encode("utf-8") != raw_name:  # §8.2: an attribute's name is UTF-8, as a link's is
                     self.finding("MD506", info, f"an attribute name {raw_name[:200]!r} is not UTF-8")
                     refused.add(name)
                     continue
+                # §8.1: an attribute is read by its name — through its name index, by the name's hash, for dense
+                # storage (libhdf5 hands back an attribute still open under that name without that lookup)
+                aid = h5py.h5a.open(oid, name=raw_name)
                 tid = aid.get_type()
                 size = string_attribute_size(aid, tid)
                 if size is None:

@@ -308,7 +308,14 @@ export class RawFile {
         const names = c.addr();
         if (heap === UNDEF || names === UNDEF) continue;
         this.fractalHeap(heap, "attributes", where);
-        count += this.btreeRecords(names, [8], "attribute name index", where);
+        const total = this.btreeRecords(names, [8], "attribute name index", where);
+        if (total <= 64) {
+          // SPEC §8.1: no record marks its attribute message shared (flag bit 1, after the 8-byte heap ID)
+          for (const record of this.btreeWalk(names, "attribute name index", where)) {
+            if (record[8] & 0x02) throw new RawError(`${where}: the attribute name index records a shared attribute message`);
+          }
+        }
+        count += total;
       }
     }
     return count;
@@ -373,17 +380,38 @@ export class RawFile {
     throw new RawError(`${where}: the local heap's free list is bad at offset ${at}`);
   }
 
-  // The type each link message in the object header at `addr` records (compact link storage), by name:
+  // The type each link message of the group whose header is at `addr` records (in the header, or in the fractal
+  // heap of its dense storage), by name:
   // 0 hard, 1 soft, 64 external, others user-defined; a name ends at its first NUL, as HDF5 libraries read it.
-  // Messages this cannot decode are left out. The map's `notUtf8` counts the names whose bytes are not UTF-8
+  // Messages this cannot decode or reach are left out. The map's `notUtf8` counts the names whose bytes are not UTF-8
   // (kept under their lossy decoding).
   linkTypes(addr, where) {
     const types = new Map();
     types.notUtf8 = 0;
+    const messages = [];
     for (const m of this.readObjectHeader(addr, where)) {
-      if (m.type !== 0x06) continue;
+      if (m.type === 0x06) messages.push(m.data);
+      if (m.type !== 0x02) continue;
+      // dense storage: each link message is an object of the fractal heap that its name index records (a record:
+      // the name's hash, then a 7-byte heap ID)
       try {
         const c = new Cursor(this, m.data, 0, where);
+        c.u8(); // version
+        if (c.u8() & 1) c.skip(8); // flags: the largest creation index follows
+        const heap = c.addr();
+        const names = c.addr();
+        if (heap === UNDEF || names === UNDEF) continue;
+        for (const record of this.btreeWalk(names, "link name index", where)) {
+          const data = this.heapObject(heap, record.subarray(4, 11), where);
+          if (data) messages.push(data);
+        }
+      } catch (e) {
+        if (!(e instanceof RawError)) throw e;
+      }
+    }
+    for (const data of messages) {
+      try {
+        const c = new Cursor(this, data, 0, where);
         if (c.u8() !== 1) continue; // version
         const flags = c.u8();
         const type = flags & 0x08 ? c.u8() : 0;
@@ -411,26 +439,40 @@ export class RawFile {
   }
 
   // SPEC §8.1: the records in all of the version 2 B-tree whose header is at `addr`, once that header
-  // (signature BTHD, version 0) is of a type among `types`, with records above 0 bytes in nodes of 64 B to
+  // (signature BTHD, version 0) is of a type among `types`, with records of that type's size in nodes of 64 B to
   // 64 KiB, and a root node of no more records than a node of that size holds ((node size - 10) / record
   // size) — HDF5 libraries trust those fields, and crash on others.
   btreeRecords(addr, types, what, where) {
-    const h = new Cursor(this, this.read(addr, 18 + this.O + this.L, where), 0, where);
+    const hb = this.read(addr, 18 + this.O + this.L, where);
+    const h = new Cursor(this, hb, 0, where);
     if (h.bytes(4).toString("latin1") !== "BTHD" || h.u8() !== 0 || !types.includes(h.u8())) {
       throw new RawError(`${where}: the ${what} is not a version 2 B-tree of type ${types.join(" or ")}`);
     }
     const nodeSize = h.u32();
     const recordSize = h.u16();
-    if (recordSize === 0 || nodeSize < 64 || nodeSize > 65536) {
+    // the record of each type, as HDF5 libraries write and read it: a huge object's address and length (1), with
+    // its filter mask and size in memory when filtered (2, 4) and its ID when not in its heap ID (1, 2); a link's
+    // name hash and 7-byte heap ID (5), its creation order and heap ID (6); an attribute's 8-byte heap ID, flags,
+    // creation order and name hash (8)
+    const O = this.O;
+    const L = this.L;
+    const sizes = { 1: O + 2 * L, 2: O + 3 * L + 4, 3: O + L, 4: O + 2 * L + 4, 5: 11, 6: 15, 8: 17 };
+    if (recordSize !== sizes[hb[5]] || nodeSize < 64 || nodeSize > 65536) {
       throw new RawError(`${where}: the ${what} has records of ${recordSize} bytes in nodes of ${nodeSize}`);
     }
-    h.skip(2 + 1 + 1); // depth, split and merge percents
+    const depth = h.u16();
+    h.skip(1 + 1); // split and merge percents
     h.addr(); // root node
     const rootRecords = h.u16();
-    if (rootRecords > Math.floor((nodeSize - 10) / recordSize)) {
-      throw new RawError(`${where}: the root node of the ${what} records ${rootRecords} records of ${recordSize} bytes in a node of ${nodeSize}`);
+    const total = h.len();
+    if (depth > 16 || !Number.isSafeInteger(total)) throw new RawError(`${where}: the ${what} is ${depth} levels deep with ${total} records`);
+    // no more records in the root than a node of its depth holds, and in all no fewer than the root holds, no more
+    // than a tree of that depth holds — all of them in the root when it is a leaf
+    const { most, below } = btreeShape(this.O, nodeSize, recordSize, depth);
+    if (rootRecords > most[depth] || total < rootRecords || BigInt(total) > below[depth] || (depth === 0 && total !== rootRecords)) {
+      throw new RawError(`${where}: the ${what} records ${total} records in all, ${rootRecords} in its root node, in a tree of depth ${depth} of nodes of ${nodeSize} bytes`);
     }
-    return h.len();
+    return total;
   }
 
   // SPEC §8.1: the header of the fractal heap that holds an object's dense `what` (attributes or links):
@@ -452,11 +494,76 @@ export class RawFile {
     h.len(); // tiny bytes
     h.len(); // tiny objects
     const width = h.u16();
-    if (width === 0) throw new RawError(`${where}: the fractal heap of the ${what} has a table width of 0`);
+    const firstBlock = h.len();
+    const largestBlock = h.len();
+    if (width === 0 || firstBlock > largestBlock) {
+      throw new RawError(`${where}: the fractal heap of the ${what} has a table width of ${width} and blocks of ${firstBlock} to ${largestBlock} bytes`);
+    }
+    const offsetBytes = Math.floor((h.u16() + 7) / 8); // from the heap's largest size, in bits
+    h.u16(); // starting rows of the root indirect block
+    const root = h.addr();
+    const rows = h.u16();
+    if (root !== UNDEF) {
+      // SPEC §8.1: the root block is one of this heap's (a direct block, or an indirect one when the header counts
+      // rows of it), version 0, at offset 0 in the heap
+      const b = new Cursor(this, this.read(root, 5 + this.O + offsetBytes, where), 0, where);
+      if (b.bytes(4).toString("latin1") !== (rows ? "FHIB" : "FHDB") || b.u8() !== 0 || b.addr() !== addr || b.big(offsetBytes) !== 0n) {
+        throw new RawError(`${where}: the root block of the fractal heap of the ${what} is not one of its heap at offset 0`);
+      }
+    }
     if (hugeIndex !== UNDEF) {
       if (hugeObjects === 0) throw new RawError(`${where}: the fractal heap of the ${what} has an index of huge objects and no huge object`);
-      this.btreeRecords(hugeIndex, [1, 2, 3, 4], `index of huge objects of the ${what}`, where);
+      const index = `index of huge objects of the ${what}`;
+      this.btreeRecords(hugeIndex, [1, 2, 3, 4], index, where);
+      for (const record of this.btreeWalk(hugeIndex, index, where)) {
+        const c = new Cursor(this, record, 0, where);
+        const address = c.num(this.O); // every type's record starts with the object's address and length
+        const length = c.len();
+        if (!this.within(address, length)) throw new RawError(`${where}: the ${index} records a huge object of ${length} bytes at ${address}, past the end of the file`);
+      }
     }
+  }
+
+  // SPEC §8.1: every record of the version 2 B-tree whose header (checked by btreeRecords) is at `addr`, its
+  // nodes read as libhdf5 reads them: a leaf holds records of the header's size; an internal node holds its
+  // records, then one child pointer more — the child's address, its record count and, below depth 1, the
+  // records under it, each count in as many bytes as libhdf5's largest count of that kind takes. Every node is
+  // of the header's type, holds no more records than a node of its depth can, and the records in all are no
+  // more than the header gives.
+  btreeWalk(addr, what, where) {
+    const h = new Cursor(this, this.read(addr, 18 + this.O + this.L, where), 0, where);
+    h.skip(5);
+    const type = h.u8();
+    const nodeSize = h.u32();
+    const size = h.u16();
+    const depth = h.u16();
+    h.skip(2);
+    const root = h.addr();
+    const rootRecords = h.u16();
+    const total = h.len();
+    if (total > 1 << 20) throw new RawError(`${where}: the ${what} holds ${total} records`);
+    const { most, pointers, width } = btreeShape(this.O, nodeSize, size, depth);
+    const countBytes = width[0];
+    const records = [];
+    const pending = [[root, rootRecords, depth]];
+    while (pending.length) {
+      const [node, n, level] = pending.pop();
+      if (node === UNDEF || n > most[level] || records.length + n > total) throw new RawError(`${where}: a node of the ${what} records ${n} records`);
+      const body = this.read(node, 6 + n * size + (level ? (n + 1) * pointers[level] : 0), where);
+      if (body.subarray(0, 4).toString("latin1") !== (level ? "BTIN" : "BTLF") || body[4] !== 0 || body[5] !== type) {
+        throw new RawError(`${where}: a node of the ${what} is not a version 2 B-tree node of type ${type}`);
+      }
+      for (let i = 0; i < n; i++) records.push(body.subarray(6 + i * size, 6 + (i + 1) * size));
+      if (!level) continue;
+      const c = new Cursor(this, body, 6 + n * size, where);
+      for (let i = 0; i <= n; i++) {
+        const child = c.addr();
+        const childRecords = c.num(countBytes);
+        if (level > 1) c.skip(width[level - 1]); // the records under the child
+        pending.push([child, childRecords, level - 1]);
+      }
+    }
+    return records;
   }
 
   // The dataspace class of each attribute stored in the object header at `addr` (compact storage: its
@@ -467,10 +574,29 @@ export class RawFile {
   attributeSpaces(addr, where) {
     const spaces = new Map();
     spaces.notUtf8 = 0; // attribute messages whose names are not UTF-8 (kept under their lossy decoding)
+    const messages = [];
     for (const m of this.readObjectHeader(addr, where)) {
-      if (m.type !== 0x0c) continue;
+      if (m.type === 0x0c) messages.push(m.data);
+      if (m.type !== 0x15) continue;
+      // dense storage: each attribute message is an object of the fractal heap that its name index records
       try {
         const c = new Cursor(this, m.data, 0, where);
+        c.u8(); // version
+        if (c.u8() & 1) c.u16(); // flags: the largest creation index follows
+        const heap = c.addr();
+        const names = c.addr();
+        if (heap === UNDEF || names === UNDEF) continue;
+        for (const record of this.btreeWalk(names, "attribute name index", where)) {
+          const data = this.heapObject(heap, record.subarray(0, 8), where);
+          if (data) messages.push(data);
+        }
+      } catch (e) {
+        if (!(e instanceof RawError)) throw e;
+      }
+    }
+    for (const data of messages) {
+      try {
+        const c = new Cursor(this, data, 0, where);
         const version = c.u8();
         const flags = c.u8();
         const nameSize = c.u16();
@@ -497,6 +623,67 @@ export class RawFile {
       }
     }
     return spaces;
+  }
+
+  // The bytes of the object whose ID (a Buffer) is `id` in the fractal heap whose header is at `addr`: a managed
+  // object in the heap's root block (a direct block, or a direct block of the root indirect block), a tiny
+  // object (in its ID) or an unfiltered huge one; null for others (filtered heaps and blocks deeper down), which
+  // are left to the HDF5 library.
+  heapObject(addr, id, where) {
+    const h = new Cursor(this, this.read(addr, 22 + 12 * this.L + 3 * this.O, where), 0, where);
+    h.skip(5);
+    const idLength = h.u16();
+    const filterLength = h.u16();
+    h.skip(1);
+    const maxManaged = h.u32();
+    h.len(); // next huge object ID
+    const hugeIndex = h.addr();
+    h.len();
+    h.addr();
+    for (let i = 0; i < 8; i++) h.len();
+    const width = h.u16();
+    const startBlock = h.len();
+    const maxDirect = h.len();
+    const maxHeap = h.u16();
+    h.u16();
+    const root = h.addr();
+    const rows = h.u16();
+    if (filterLength || id.length < 1) return null;
+    const kind = (id[0] >> 4) & 3;
+    if (id[0] >> 6 !== 0) return null;
+    const c = new Cursor(this, id, 1, where);
+    if (kind === 2) return id.subarray(1, 1 + (id[0] & 0x0f) + 1); // tiny: the length, less one, in the low bits
+    if (kind === 1) {
+      if (idLength - 1 >= this.O + this.L) return this.read(c.addr(), c.len(), where); // direct: address, length
+      const key = c.num(Math.min(idLength - 1, this.L));
+      for (const record of this.btreeWalk(hugeIndex, "index of huge objects", where)) {
+        const r = new Cursor(this, record, 0, where);
+        const address = r.num(this.O);
+        const length = r.len();
+        if (r.len() === key) return this.read(address, length, where);
+      }
+      return null;
+    }
+    if (kind !== 0 || root === UNDEF) return null;
+    const log2 = (n) => Math.floor(Math.log2(n));
+    const offset = c.num(Math.floor((maxHeap + 7) / 8));
+    const length = c.num(Math.min(Math.floor((log2(maxDirect) + 7) / 8), Math.floor(log2(maxManaged) / 8) + 1));
+    if (!rows) return this.read(root + offset, length, where);
+    // the doubling table: rows 0 and 1 of blocks of the starting size, each further row of blocks twice as large
+    let start = 0;
+    for (let row = 0; row < rows; row++) {
+      const size = row < 2 ? startBlock : startBlock * 2 ** (row - 1);
+      if (size > maxDirect) return null; // rows of indirect blocks
+      if (offset < start + width * size) {
+        const column = Math.floor((offset - start) / size);
+        const e = new Cursor(this, this.read(root + 5 + this.O + Math.floor((maxHeap + 7) / 8) + (row * width + column) * this.O, this.O, where), 0, where);
+        const block = e.addr();
+        if (block === UNDEF) return null;
+        return this.read(block + (offset - start - column * size), length, where);
+      }
+      start += width * size;
+    }
+    return null;
   }
 
   // Facts about the dataset whose object header is at `addr`.
@@ -804,6 +991,26 @@ export class RawFile {
     walk(L.address, 0);
     return stored;
   }
+}
+
+// For each depth of a version 2 B-tree, as libhdf5 reckons it: the records a node holds (`most`), the records a
+// subtree holds (`below`, BigInt), the bytes of a child pointer in a node (`pointers`: the child's address, its
+// record count and, below depth 1, the records under it) and the bytes of those counts (`width`: as many as the
+// largest such count takes, libhdf5's H5VM_limit_enc_size).
+function btreeShape(O, nodeSize, recordSize, depth) {
+  const bytes = (n) => (n > 0n ? Math.floor((n.toString(2).length - 1) / 8) + 1 : 1);
+  const most = [Math.floor((nodeSize - 10) / recordSize)];
+  const below = [BigInt(most[0])];
+  const width = [bytes(below[0])];
+  const pointers = [0];
+  for (let level = 1; level <= depth; level++) {
+    const pointer = O + width[0] + (level > 1 ? bytes(below[level - 1]) : 0);
+    pointers.push(pointer);
+    most.push(Math.floor((nodeSize - 10 - pointer) / (recordSize + pointer)));
+    below.push(BigInt(most[level] + 1) * below[level - 1] + BigInt(most[level]));
+    width.push(bytes(below[level]));
+  }
+  return { most, below, pointers, width };
 }
 
 // Decodes a datatype message far enough for §8.2's rule (MD505).

@@ -118,6 +118,11 @@ export class H5File {
     return wrap(() => Module.get_dataset_metadata(this.id, path));
   }
 
+  // Opens a committed datatype (decoding its datatype message, as libhdf5 does when it opens the object).
+  datatypeMeta(path) {
+    return wrap(() => Module.get_datatype_metadata(this.id, path));
+  }
+
   datasetFilters(path) {
     return wrap(() => Module.get_dataset_filters(this.id, path));
   }

@@ -241,8 +241,9 @@ export class Validation {
           okind = this.h5.objectKind(p);
           addr = this.h5.address(p);
           // SPEC §12.1 rules 2, 3: an object that cannot be opened is refused at its link (MD513) and counts nothing;
-          // the library names a dataset's kind without opening it, so it is opened here
+          // the library names a dataset's or a committed datatype's kind without opening it, so it is opened here
           if (okind === "dataset") this.h5.datasetMeta(p);
+          else if (okind === "datatype") this.h5.datatypeMeta(p);
         } catch (e) {
           this.add("MD513", p, `the object cannot be read: ${e.message}`);
           g.children.push({ name, path: p, kind: "refused" });
