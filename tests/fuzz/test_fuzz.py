@@ -207,3 +207,14 @@ def test_differential_files_ci(tmp_path, embedded_only):
     tally = differential.run(tmp_path, DIFFERENTIAL_FILES, SEED, keep=tmp_path / "kept", embedded_only=embedded_only)
     assert tally.files == DIFFERENTIAL_FILES
     assert tally.agree == tally.files, tally.summary()
+
+
+def test_sweep_of_dense_storage_ci(tmp_path):
+    """One file in 64 of the dense storage sweep (tests/fuzz/sweep.py; the whole one, 2,627 files, is
+    `python tools/fuzz.py --sweep-dense-storage`): the two implementations give the same codes for each."""
+    _js_or_skip()
+    from tests.fuzz import sweep
+
+    lines: list[str] = []
+    found = sweep.run(tmp_path, progress=lines.append, every=64)
+    assert lines[0] == "42 files" and found == [], "\n".join(found)  # 2,627 files in all: 42 of them

@@ -1,0 +1,123 @@
+"""A sweep of dense storage (issue 17): every byte of the structures libhdf5 trusts, a few values each.
+
+Random mutation rarely lands in a fractal heap or a version 2 B-tree with its checksum made right, so the
+differential run (differential.py) met their disagreements about once in 5,000 files. This sweep takes two
+files — the root's attributes stored densely, one of them a huge object (tests/invalid_files.py,
+``_dense_root_attributes``), and a group's links stored densely (``_dense_link_index``) — and, for every byte
+of each fractal heap header, v2 B-tree header, B-tree root leaf and the first bytes of the heap's root direct
+block, writes a file with that byte set to each of 00, ff, 01 and 80 (every checksum made right), then
+validates every file with the reference (in process) and mdiff-js and reports each file on which their code
+sets differ, or on which one gives no report (a crash or a hang).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tests import invalid_files
+from tests.fuzz import differential, hdf5bytes
+
+VALUES = (0x00, 0xFF, 0x01, 0x80)
+HEAP_HEADER = 22 + 12 * 8 + 3 * 8  # a fractal heap header of 8-byte offsets and lengths, no filters: its checksum
+BTREE_HEADER = 34  # a v2 B-tree header of 8-byte offsets and lengths: its checksum
+BLOCK_PREFIX = 40  # bytes of the root direct block swept: its header and its first object
+
+
+def _bases(workdir: Path) -> dict[str, Path]:
+    attributes, links = workdir / "attributes.mdiff", workdir / "links.mdiff"
+    invalid_files._dense_root_attributes(attributes, lambda *_: None)
+    invalid_files._dense_link_index(links, lambda *_: None)
+    return {"attributes": attributes, "links": links}
+
+
+def _checksums(data: bytes) -> Callable[[bytearray], None]:
+    """What makes every checksum of a changed copy of ``data`` right again: those the fuzzer's scan knows (object
+    headers, B-tree headers), the fractal heap's header, each B-tree's root leaf (over the records its header
+    gives in ``data``) and the heap's root direct block."""
+    layout = hdf5bytes.scan(data)
+    heap = data.find(b"FRHP")
+    leaves = []
+    at = data.find(b"BTHD")
+    while at >= 0:
+        size, root, records = (int.from_bytes(data[at + a:at + b], "little") for a, b in ((10, 12), (16, 24), (24, 26)))
+        if data[root:root + 4] == b"BTLF":
+            leaves.append((root, root + 6 + records * size))
+        at = data.find(b"BTHD", at + 1)
+    block, block_size = int.from_bytes(data[heap + 132:heap + 140], "little"), int.from_bytes(data[heap + 112:heap + 120], "little")
+    block_checksum = block + 5 + 8 + (int.from_bytes(data[heap + 128:heap + 130], "little") + 7) // 8
+    checksummed = data[block:block + 4] == b"FHDB" and data[heap + 9] & 2
+
+    def fix(copy: bytearray) -> None:
+        hdf5bytes.fix_checksums(copy, layout)
+        for root, end in leaves:
+            copy[end:end + 4] = hdf5bytes.lookup3(bytes(copy[root:end])).to_bytes(4, "little")
+        if checksummed:
+            copy[block_checksum:block_checksum + 4] = bytes(4)
+            copy[block_checksum:block_checksum + 4] = hdf5bytes.lookup3(bytes(copy[block:block + block_size])).to_bytes(4, "little")
+        copy[heap + HEAP_HEADER:heap + HEAP_HEADER + 4] = hdf5bytes.lookup3(bytes(copy[heap:heap + HEAP_HEADER])).to_bytes(4, "little")
+
+    return fix
+
+
+def _spans(data: bytes) -> Iterator[tuple[str, int, int]]:
+    """(name, address, length) of each structure swept."""
+    heap = data.find(b"FRHP")
+    yield "FRHP", heap, HEAP_HEADER
+    at = data.find(b"BTHD")
+    while at >= 0:
+        yield "BTHD", at, BTREE_HEADER
+        size, root, records = (int.from_bytes(data[at + a:at + b], "little") for a, b in ((10, 12), (16, 24), (24, 26)))
+        if data[root:root + 4] == b"BTLF":
+            yield "BTLF", root, 6 + records * size
+        at = data.find(b"BTHD", at + 1)
+    yield "FHDB", int.from_bytes(data[heap + 132:heap + 140], "little"), BLOCK_PREFIX
+
+
+def files(workdir: Path, every: int = 1) -> list[Path]:
+    """The files of the sweep — every one, or one in ``every`` — written under ``workdir``."""
+    out = []
+    n = 0
+    for base_name, base in _bases(workdir).items():
+        data = base.read_bytes()
+        fix = _checksums(data)
+        for name, address, length in _spans(data):
+            for offset in range(4, length):  # after the signature
+                for value in VALUES:
+                    if data[address + offset] == value:
+                        continue
+                    n += 1
+                    if (n - 1) % every:
+                        continue
+                    copy = bytearray(data)
+                    copy[address + offset] = value
+                    fix(copy)
+                    path = workdir / f"{base_name}-{name}@{address}+{offset}={value:02x}.mdiff"
+                    path.write_bytes(bytes(copy))
+                    out.append(path)
+    return out
+
+
+def run(workdir: Path, progress: Callable[[str], None] = print, batch: int = 40, timeout: float = 10,
+        every: int = 1) -> list[str]:
+    """Sweep (one file in ``every``); one line per disagreement (also told to ``progress``), empty when the two
+    agree on every file."""
+    paths = [str(p) for p in files(workdir, every)]
+    progress(f"{len(paths)} files")
+    disagreements = []
+    for start in range(0, len(paths), batch):
+        chunk = paths[start:start + batch]
+        with ThreadPoolExecutor(2) as pool:  # the two command lines side by side, one core each
+            later = pool.submit(differential.mdiff_js, chunk, None, timeout)
+            ref, js = differential.reference(chunk, None, timeout), later.result()
+        for path in chunk:
+            a, b = ref[path], js[path]
+            if a.codes != b.codes or a.valid is None or b.valid is None:
+                line = (f"{os.path.basename(path)}: reference {sorted(a.codes)}{a.note}, "
+                        f"mdiff-js {sorted(b.codes)}{b.note}")
+                disagreements.append(line)
+                progress(line)
+        progress(f"{min(start + batch, len(paths))} files, {len(disagreements)} disagreements")
+    return disagreements
