@@ -1332,15 +1332,22 @@ def build_MD513_committed_datatype_unreadable(path) -> None:
     an object that cannot be read (MD513), which §12.1 rule 3 puts before "not a group or dataset" (MD501)
     (found by differential fuzzing, seed 9: a group's link info message had become a datatype message)."""
     build_MD501_committed_datatype(path)
+    data, message = _committed_datatype_message(path)
+    data[message] = 0x01  # version 0, class 1 (floating point)
+    open(path, "wb").write(bytes(data))
+
+
+def _committed_datatype_message(path) -> tuple[bytearray, int]:
+    """The file's bytes and the address of the body of committed datatype `/t`'s datatype message, a float's (its
+    first byte 0x11: version 1, class 1), in a version 1 object header (no checksum) whose first message it is."""
     with h5py.File(path, "r") as f:
         address = h5py.h5o.get_info(f["t"].id).addr
     data = bytearray(open(path, "rb").read())
-    # a version 1 object header (no checksum) whose first message is the datatype: type 3 at 16, body at 24
+    # the header's prefix is 16 bytes; a message: its type (2 bytes), size, flags, reserved, then its body
     if not (data[address] == 1 and data[address + 16] == 0x03 and data[address + 24] == 0x11):
         raise CannotBuildHere(f"libhdf5 {h5py.version.hdf5_version} wrote no version 1 header with the datatype "
                               f"message where this builder edits it: {data[address:address + 32].hex()}")
-    data[address + 24] = 0x01  # version 0, class 1 (floating point)
-    open(path, "wb").write(bytes(data))
+    return data, address + 24
 
 
 def build_MD513_committed_datatype_float_sign_in_mantissa(path) -> None:
@@ -1348,17 +1355,10 @@ def build_MD513_committed_datatype_float_sign_in_mantissa(path) -> None:
     (bits 0 to 22): HDF5 libraries refuse the message when they open the object ("mantissa and sign positions
     overlap"), so it is an object that cannot be read (MD513), before MD501 — though they name its kind without
     opening it (found by differential fuzzing, seed 15: mdiff-js checked only the message's version)."""
-    with _edit(path) as f:
-        f["t"] = np.dtype("<f4")
-    with h5py.File(path, "r") as f:
-        address = h5py.h5o.get_info(f["t"].id).addr
-    data = bytearray(open(path, "rb").read())
-    # a version 1 object header (no checksum) whose first message is the datatype: type 3 at 16, body at 24
-    if not (data[address] == 1 and data[address + 16] == 0x03 and data[address + 24] == 0x11):
-        raise CannotBuildHere(f"libhdf5 {h5py.version.hdf5_version} wrote no version 1 header with the datatype "
-                              f"message where this builder edits it: {data[address:address + 32].hex()}")
-    assert data[address + 26] == 31, "expected the sign bit at 31"
-    data[address + 26] = 5  # bits 8-15 of the class bit field: the sign's position
+    build_MD501_committed_datatype(path)
+    data, message = _committed_datatype_message(path)
+    assert data[message + 2] == 31, "expected the sign bit at 31"
+    data[message + 2] = 5  # bits 8-15 of the class bit field: the sign's position
     open(path, "wb").write(bytes(data))
 
 

@@ -106,14 +106,24 @@ class Tally:
         return "\n".join(lines)
 
 
-def _differential(args) -> int:
+def _js_scratch(args, prefix: str) -> Path | None:
+    """The scratch folder of a run against mdiff-js; None (said) when mdiff-js cannot run."""
     from tests.fuzz import differential
 
     if not differential.js_available():
         print("mdiff-js needs node and `npm ci --prefix tools/mdiff-js`", file=sys.stderr)
-        return 2
-    scratch = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="mdiff-differential-"))
+        return None
+    scratch = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix=prefix))
     scratch.mkdir(parents=True, exist_ok=True)
+    return scratch
+
+
+def _differential(args) -> int:
+    from tests.fuzz import differential
+
+    scratch = _js_scratch(args, "mdiff-differential-")
+    if scratch is None:
+        return 2
     started = time.monotonic()
 
     latest = differential.Tally()
@@ -143,13 +153,11 @@ def _differential(args) -> int:
 
 
 def _sweep(args) -> int:
-    from tests.fuzz import differential, sweep
+    from tests.fuzz import sweep
 
-    if not differential.js_available():
-        print("mdiff-js needs node and `npm ci --prefix tools/mdiff-js`", file=sys.stderr)
+    scratch = _js_scratch(args, "mdiff-sweep-")
+    if scratch is None:
         return 2
-    scratch = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="mdiff-sweep-"))
-    scratch.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     try:
         found = sweep.run(scratch, lambda line: print(f"{line} ({time.monotonic() - started:.0f} s)", flush=True),

@@ -391,23 +391,8 @@ export class RawFile {
     const messages = [];
     for (const m of this.readObjectHeader(addr, where)) {
       if (m.type === 0x06) messages.push(m.data);
-      if (m.type !== 0x02) continue;
-      // dense storage: each link message is an object of the fractal heap that its name index records (a record:
-      // the name's hash, then a 7-byte heap ID)
-      try {
-        const c = new Cursor(this, m.data, 0, where);
-        c.u8(); // version
-        if (c.u8() & 1) c.skip(8); // flags: the largest creation index follows
-        const heap = c.addr();
-        const names = c.addr();
-        if (heap === UNDEF || names === UNDEF) continue;
-        for (const record of this.btreeWalk(names, "link name index", where)) {
-          const data = this.heapObject(heap, record.subarray(4, 11), where);
-          if (data) messages.push(data);
-        }
-      } catch (e) {
-        if (!(e instanceof RawError)) throw e;
-      }
+      // dense storage: a record of the name index is the name's hash, then a 7-byte heap ID
+      if (m.type === 0x02) messages.push(...this.denseMessages(m.data, 8, [4, 11], "link name index", where));
     }
     for (const data of messages) {
       try {
@@ -577,22 +562,8 @@ export class RawFile {
     const messages = [];
     for (const m of this.readObjectHeader(addr, where)) {
       if (m.type === 0x0c) messages.push(m.data);
-      if (m.type !== 0x15) continue;
-      // dense storage: each attribute message is an object of the fractal heap that its name index records
-      try {
-        const c = new Cursor(this, m.data, 0, where);
-        c.u8(); // version
-        if (c.u8() & 1) c.u16(); // flags: the largest creation index follows
-        const heap = c.addr();
-        const names = c.addr();
-        if (heap === UNDEF || names === UNDEF) continue;
-        for (const record of this.btreeWalk(names, "attribute name index", where)) {
-          const data = this.heapObject(heap, record.subarray(0, 8), where);
-          if (data) messages.push(data);
-        }
-      } catch (e) {
-        if (!(e instanceof RawError)) throw e;
-      }
+      // dense storage: a record of the name index starts with an 8-byte heap ID
+      if (m.type === 0x15) messages.push(...this.denseMessages(m.data, 2, [0, 8], "attribute name index", where));
     }
     for (const data of messages) {
       try {
@@ -623,6 +594,29 @@ export class RawFile {
       }
     }
     return spaces;
+  }
+
+  // The messages of a dense storage, given its link info or attribute info message `info` (version, flags, the
+  // largest creation index of `indexBytes` when flag bit 0 is set, the fractal heap's address, the name index's):
+  // each is the object of the heap whose ID lies at `[from, to)` in a record of the name index. Those it cannot
+  // reach are left out (the HDF5 library's reading decides them).
+  denseMessages(info, indexBytes, [from, to], what, where) {
+    const messages = [];
+    try {
+      const c = new Cursor(this, info, 0, where);
+      c.u8(); // version
+      if (c.u8() & 1) c.skip(indexBytes);
+      const heap = c.addr();
+      const names = c.addr();
+      if (heap === UNDEF || names === UNDEF) return messages;
+      for (const record of this.btreeWalk(names, what, where)) {
+        const data = this.heapObject(heap, record.subarray(from, to), where);
+        if (data) messages.push(data);
+      }
+    } catch (e) {
+      if (!(e instanceof RawError)) throw e;
+    }
+    return messages;
   }
 
   // The bytes of the object whose ID (a Buffer) is `id` in the fractal heap whose header is at `addr`: a managed
