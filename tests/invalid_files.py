@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -1954,6 +1955,27 @@ def build_MD514_dataset_alias(path) -> None:
 def build_MD514_link_to_root(path) -> None:
     with _edit(path) as f:
         f["parameters/w/up"] = f["/"]
+
+
+def build_MD514_link_to_root_whose_count_is_1(path) -> None:
+    """`/parameters/w/up` links back to the root, and the root's object header records a reference count of 1 (its
+    reference count message edited back from 2): the walk reaches the root a second time, so the link is refused
+    (MD514) though no header counts two links (found by differential fuzzing, seed 16: the reference looked only at
+    the count for the root, which it reaches through no link)."""
+    from mdiff.format.safety_walk import _header_reader
+    from tests.fuzz import hdf5bytes
+
+    build_MD514_link_to_root(path)
+    with h5py.File(path, "r") as f:
+        root = _header_reader(f, os.path.getsize(path)).root_address()
+    data = bytearray(open(path, "rb").read())
+    layout = hdf5bytes.scan(data)
+    # in its header or a continuation block: type 0x16, size 5, flags; version 0, count 2
+    found = [m.start() for m in re.finditer(rb"\x16\x05\x00.\x00\x02\x00\x00\x00", bytes(data), re.DOTALL)]
+    assert data[root:root + 4] == b"OHDR" and len(found) == 1, "expected the root's reference count message"
+    data[found[0] + 5] = 1
+    hdf5bytes.fix_checksums(data, layout)
+    open(path, "wb").write(bytes(data))
 
 
 def build_MD514_link_to_root_at_object_limit(path) -> None:

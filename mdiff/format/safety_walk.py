@@ -356,6 +356,8 @@ class _Walk:
                 self.finding("MD513", root, f"the root group's object header cannot be read: {exc}")
                 root.kind = "refused"
                 return
+        if root_address is not None:  # §8.1: a link that leads back to the root reaches it a second time
+            self.seen_addresses.add(root_address)
         links = self._open_group(root, self.file.id, None, group, root_address)
         if links is _STOP:
             self.stopped = True
