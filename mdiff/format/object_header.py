@@ -246,9 +246,9 @@ class HeaderReader:
             self._btree_records(huge_index, _HUGE_OBJECT_INDEXES, what)
             end = min(self.size - self.base, self.end_of_file_address())
             for record in self._btree_walk(huge_index, what):
-                address, length = self._int(record, 0, o), self._int(record, o, n)  # first in every type's record
-                if address + length > end:
-                    raise HeaderError(f"the {what} records a huge object of {length} bytes at {address}, past the "
+                start, length = self._int(record, 0, o), self._int(record, o, n)  # first in every type's record
+                if start + length > end:
+                    raise HeaderError(f"the {what} records a huge object of {length} bytes at {start}, past the "
                                       f"end of the file")
 
     def _record_size(self, btree_type: int) -> int:
