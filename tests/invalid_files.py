@@ -1791,10 +1791,9 @@ def build_MD513_dense_link_total_past_its_depth(path) -> None:
     _dense_link_index(path, lambda data, at: data.__setitem__(slice(at + 26, at + 34), (1 << 24).to_bytes(8, "little")))
 
 
-def _symbol_table_heap(path, edit: Callable[[bytearray, int, int, int], None]) -> None:
-    """`/parameters/w` rebuilt as a group of the earliest format, whose links are a symbol table with a local heap
-    (the one its symbol table message names); ``edit(data, heap, segment, free)`` changes the heap, given the addresses of its header
-    and data segment and the offset of the first free block in it."""
+def _symbol_table_group(path) -> tuple[int, int]:
+    """`/parameters/w` rebuilt as a group of the earliest format, whose links are a symbol table: the addresses of
+    its B-tree and its local heap (those its symbol table message names)."""
     from mdiff.format.safety_walk import _header_reader
 
     with _edit(path) as f:  # opened with h5py's default, the earliest format: new groups get a symbol table
@@ -1810,7 +1809,14 @@ def _symbol_table_heap(path, edit: Callable[[bytearray, int, int, int], None]) -
         tables = [body for kind, body in _header_reader(f, os.path.getsize(path)).messages(address) if kind == 0x11]
     if not tables:  # libhdf5 1.14 writes a new group of a file of mdiff's writer in the newer format
         raise CannotBuildHere(f"libhdf5 {h5py.version.hdf5_version} wrote no symbol table for a new group")
-    heap = int.from_bytes(tables[0][8:16], "little")  # the symbol table message: its B-tree's address, its heap's
+    return int.from_bytes(tables[0][:8], "little"), int.from_bytes(tables[0][8:16], "little")
+
+
+def _symbol_table_heap(path, edit: Callable[[bytearray, int, int, int], None]) -> None:
+    """`/parameters/w` rebuilt as a symbol table group (:func:`_symbol_table_group`); ``edit(data, heap, segment,
+    free)`` changes its local heap, given the addresses of its header and data segment and the offset of the first
+    free block in it."""
+    _, heap = _symbol_table_group(path)
     data = bytearray(open(path, "rb").read())
     assert data[heap:heap + 4] == b"HEAP"
     size, free, segment = (int.from_bytes(data[heap + at:heap + at + 8], "little") for at in (8, 16, 24))
@@ -1843,6 +1849,35 @@ def build_MD513_local_heap_free_block_past_its_segment(path) -> None:
         size = int.from_bytes(data[heap + 8:heap + 16], "little")
         data[segment + free + 8:segment + free + 16] = (size - free + 1).to_bytes(8, "little")
     _symbol_table_heap(path, edit)
+
+
+def _symbol_table_name_offset(path, in_leaf: bool) -> None:
+    """Adds 2^32 to the first name offset `/parameters/w`'s symbol table records: its first entry's (in its first
+    symbol table node) or its B-tree root's first key."""
+    btree, _ = _symbol_table_group(path)
+    data = bytearray(open(path, "rb").read())
+    assert data[btree:btree + 5] == b"TREE\0" and data[btree + 5] == 0, "expected a B-tree of one level"
+    at = btree + 24  # signature, type, level, children, two siblings; then a key (8 bytes) and a child
+    if in_leaf:
+        leaf = int.from_bytes(data[at + 8:at + 16], "little")
+        assert data[leaf:leaf + 4] == b"SNOD"
+        at = leaf + 8  # signature, version, reserved, entries; then the first entry's name offset
+    data[at:at + 8] = (int.from_bytes(data[at:at + 8], "little") + (1 << 32)).to_bytes(8, "little")
+    open(path, "wb").write(bytes(data))
+
+
+def build_MD513_symbol_table_entry_name_past_its_heap(path) -> None:
+    """The first entry of `/parameters/w`'s symbol table names its link at an offset 2^32 past where the name
+    lies, past its local heap's data segment: libhdf5 cannot list the links (h5wasm, whose sizes are 32 bits,
+    reads the offset as the name's), so the group is refused whole (§8.1): MD513 alone."""
+    _symbol_table_name_offset(path, in_leaf=True)
+
+
+def build_MD513_symbol_table_key_past_its_heap(path) -> None:
+    """The first key of `/parameters/w`'s symbol table B-tree names an offset 2^32 past its local heap's data
+    segment: libhdf5 lists the links but finds none by name (h5wasm, whose sizes are 32 bits, finds them), so the
+    group's links cannot be read and it is refused whole (§8.1): MD513 alone."""
+    _symbol_table_name_offset(path, in_leaf=False)
 
 
 def build_MD513_group_info_unreadable(path) -> None:
@@ -2075,6 +2110,21 @@ def build_MD505_integer_padding_ones(path) -> None:
         dsid = h5py.h5d.create(group.id, b"value", tid, h5py.h5s.create_simple((8,)), dcpl=_untimed_dcpl())
         dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, FLAGS_NEW.view(np.uint8), mtype=h5py.h5t.STD_U8LE)
         dsid.close()
+
+
+def build_MD505_float_byte_order_bit_6(path) -> None:
+    """A float32 replace whose `value`'s class bit field is 0x1f60: bit 6, the second bit of a float's byte order,
+    set alone — reserved in HDF5's format; libhdf5 reads it as little-endian, and so as the standard binary32 (found
+    by differential fuzzing, seed 17). §8.2 compares every field of the message, its bit field's too: MD505."""
+    _write(path, {"w": mdiff.replace(W_NEW)})
+    _corrupt_message(path, "parameters/w/value", 0x03, 1, 0x60)
+
+
+def build_MD505_integer_reserved_bit(path) -> None:
+    """`/parameters/w/xor`'s datatype (uint32) with bit 4 of its class bit field set, a bit HDF5 reserves for an
+    integer: libhdf5 ignores it and reads the standard uint32. §8.2 compares every field of the message: MD505."""
+    _write(path)
+    _corrupt_message(path, "parameters/w/xor", 0x03, 1, 0x10)
 
 
 def build_MD505_low_rank_A_refused(path) -> None:

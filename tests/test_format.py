@@ -243,3 +243,41 @@ def test_an_object_header_s_blocks_together_fit_in_the_file(tmp_path):
             list(reader._blocks([(0, size, False)], 8, version=1))
     finally:
         os.close(fd)
+
+
+
+def test_a_symbol_table_of_several_levels_reads_whole(tmp_path):
+    """§8.1: the walk of a symbol table's B-tree follows every node libhdf5 lists a group through — here a root of
+    level 1 above nodes of level 0 above a hundred symbol table nodes — and refuses one whose name offset lies past the local heap, as
+    libhdf5 does when it lists the group."""
+    from mdiff.format.object_header import HeaderError
+    from mdiff.format.safety_walk import _header_reader
+
+    path = tmp_path / "groups.h5"
+    with h5py.File(path, "w", libver="earliest") as f:  # groups of the earliest format: symbol tables
+        for i in range(600):
+            f.create_group(f"many/g{i:03d}")
+    with h5py.File(path, "r") as f:
+        reader = _header_reader(f, os.path.getsize(path))
+        address = h5py.h5o.get_info(f["many"].id).addr
+        assert reader is not None and reader.checked_link_count(address) is None  # a symbol table: checked, no count
+        assert reader._group_k == (16, 4)  # libhdf5's defaults, from the version 0 superblock
+        root = next(int.from_bytes(body[:8], "little") for kind, body in reader.messages(address) if kind == 0x11)
+    data = bytearray(path.read_bytes())
+    assert data[root:root + 4] == b"TREE" and data[root + 5] == 1  # level 1: the walk goes down to every SNOD
+    def last_child(node: int) -> int:  # after the header and siblings: keys and children alternate
+        at = node + 24 + 16 * (int.from_bytes(data[node + 6:node + 8], "little") - 1) + 8
+        return int.from_bytes(data[at:at + 8], "little")
+
+    below = last_child(root)
+    assert data[below:below + 4] == b"TREE" and data[below + 5] == 0
+    leaf = last_child(below)
+    assert data[leaf:leaf + 4] == b"SNOD"
+    entries = int.from_bytes(data[leaf + 6:leaf + 8], "little")
+    data[leaf + 8 + 40 * (entries - 1) + 4] ^= 0x01  # its last entry's name offset, + 2^32
+    path.write_bytes(bytes(data))
+    with h5py.File(path, "r") as f:
+        with pytest.raises(Exception, match="offset into local heap"):
+            list(f["many"])
+        with pytest.raises(HeaderError, match="past its heap"):
+            _header_reader(f, os.path.getsize(path)).checked_link_count(address)

@@ -10,6 +10,7 @@ the file; anything that does not decode is :class:`HeaderError` (MD513).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 
 _V2_SIGNATURE = b"OHDR"
@@ -22,9 +23,13 @@ _BTREE_SIGNATURE = b"BTHD"
 _ATTRIBUTE_NAME_INDEX = 8  # a v2 B-tree's type: attribute names of dense storage
 _LINK_INFO = 0x02
 _LAYOUT = 0x08
+_DATATYPE = 0x03
 _LINK_NAME_INDEX, _LINK_ORDER_INDEX = 5, 6  # v2 B-tree types: a group's dense links by name, by creation order
 _SYMBOL_TABLE = 0x11
 _HEAP_SIGNATURE = b"HEAP"
+_GROUP_NODE_SIGNATURE, _SYMBOL_NODE_SIGNATURE = b"TREE", b"SNOD"  # a symbol table's B-tree node, its leaves
+_BTREE_K = 0x13  # the superblock extension's message of B-tree K values
+_DEFAULT_GROUP_K = (16, 4)  # a group B-tree's internal node K, a symbol table node's K (libhdf5's defaults)
 _FRACTAL_HEAP_SIGNATURE = b"FRHP"
 _HUGE_OBJECT_INDEXES = (1, 2, 3, 4)  # v2 B-tree types of a fractal heap's huge objects (filtered or not, direct or not)
 _BTREE_NODE_PREFIX = 10  # a v2 B-tree node's signature, version, type and checksum
@@ -104,6 +109,16 @@ class HeaderReader:
                 return self._int(body, 0, 1)
         return None
 
+    def datatype_bits(self, address: int) -> int | None:
+        """The class bit field (24 bits after the class and version) of the datatype message (0x03) in the object
+        header at ``address``; None without one. libhdf5 decodes some bit fields that are not the standard
+        type's as the standard type (a float whose bit 6, the second byte order bit, alone is set: as
+        little-endian), so §8.2 compares the bits themselves."""
+        for mtype, body in self.messages(address):
+            if mtype == _DATATYPE:
+                return self._int(body, 1, 3)
+        return None
+
     def single_chunk_size(self, address: int) -> int | None:
         """The stored size a chunked dataset's single-chunk index records for its filtered chunk (a layout message of
         version 4, index type 1, with filters), whole: libhdf5 keeps only its low 32 bits. None for other layouts."""
@@ -147,7 +162,8 @@ class HeaderReader:
         links are not stored densely. A symbol table's local heap is checked instead (:meth:`_local_heap`)."""
         for mtype, body in self.messages(address):
             if mtype == _SYMBOL_TABLE:
-                self._local_heap(self._int(body, self.offset_size, self.offset_size))  # B-tree, heap addresses
+                o = self.offset_size
+                self._symbol_table(self._int(body, 0, o), self._local_heap(self._int(body, o, o)))  # B-tree, heap
                 return None
             if mtype != _LINK_INFO:
                 continue
@@ -167,19 +183,19 @@ class HeaderReader:
             return total
         return None
 
-    def _local_heap(self, address: int) -> None:
-        """A symbol table's local heap (§8.1): signature ``HEAP``, version 0, its data segment within the file, and
-        a free list, followed from its head to the offset 1, whose blocks lie in that segment, each with a next
-        offset other than 0, and no more of them than the segment holds blocks of two lengths (a list that loops
-        lists more). libhdf5 follows the list with no bound: a list that loops has it allocate until memory runs
-        out."""
+    def _local_heap(self, address: int) -> int:
+        """The size of the data segment of a symbol table's local heap, once the heap is checked (§8.1): signature
+        ``HEAP``, version 0, its data segment within the file, and a free list, followed from its head to the
+        offset 1, whose blocks lie in that segment, each with a next offset other than 0, and no more of them than
+        the segment holds blocks of two lengths (a list that loops lists more). libhdf5 follows the list with no
+        bound: a list that loops has it allocate until memory runs out."""
         o, n = self.offset_size, self.length_size
         head = self._read(address, 8 + 2 * n + o)
         if head[:4] != _HEAP_SIGNATURE or head[4] != 0:
             raise HeaderError("the symbol table's local heap has no HEAP signature of version 0")
         size, at, data = self._int(head, 8, n), self._int(head, 8 + n, n), self._int(head, 8 + 2 * n, o)
         if at == _NO_FREE_BLOCK:
-            return
+            return size
         segment = self._read(data, size) if size else b""  # libhdf5 reads it whole too
         for _ in range(size // (2 * n)):
             if at + 2 * n > size:
@@ -188,9 +204,67 @@ class HeaderReader:
             if following == 0 or at + length > size:
                 break
             if following == _NO_FREE_BLOCK:
-                return
+                return size
             at = following
         raise HeaderError(f"the local heap's free list is bad at offset {at}")
+
+    def _symbol_table(self, root: int, heap_size: int) -> None:
+        """The B-tree of a symbol table whose local heap's data segment holds ``heap_size`` bytes (§8.1), read as
+        libhdf5 reads it: each node (``TREE``, type 0) whole, at the size of 2K children, of no more children than
+        that, at one level below its parent's; each symbol table node (``SNOD``, version 1) whole, at the size of
+        2K' entries, of no more entries than that; no node reached twice; and every name offset it records — each
+        key of a node, and each entry's — within the heap's data segment. libhdf5 refuses an offset past the
+        segment; h5wasm, whose sizes are 32 bits, reads one of 2^32 or more as another."""
+        o, n = self.offset_size, self.length_size
+        internal_k, leaf_k = self._group_k
+        node_size = 8 + 2 * o + 2 * internal_k * o + (2 * internal_k + 1) * n  # header, siblings, children, keys
+        entry_size = 2 * o + 24  # name offset, object header address, cache type, reserved, scratch-pad
+        leaf_size = 8 + 2 * leaf_k * entry_size
+        end = min(self.size - self.base, self.end_of_file_address())
+        seen: set[int] = set()
+        pending: list[tuple[int, int | None]] = [(root, None)]  # a node's address and level (None: any; -1: SNOD)
+        while pending:
+            address, level = pending.pop()
+            if address in seen:
+                raise HeaderError("the symbol table's B-tree reaches a node twice")
+            seen.add(address)
+            if address + (leaf_size if level == -1 else node_size) > end:
+                raise HeaderError("a node of the symbol table's B-tree does not end within the file")
+            if level == -1:
+                node = self._read(address, leaf_size)
+                entries = self._int(node, 6, 2)
+                if node[:4] != _SYMBOL_NODE_SIGNATURE or node[4] != 1 or entries > 2 * leaf_k:
+                    raise HeaderError("a symbol table node is not one of version 1 of at most 2K entries")
+                offsets = [self._int(node, 8 + i * entry_size, o) for i in range(entries)]
+            else:
+                node = self._read(address, node_size)
+                node_level, entries = node[5], self._int(node, 6, 2)
+                if (node[:4] != _GROUP_NODE_SIGNATURE or node[4] != 0 or entries > 2 * internal_k
+                        or level not in (None, node_level)):
+                    raise HeaderError("a node of the symbol table's B-tree is not one of type 0 of at most 2K "
+                                      "children at the level below its parent's")
+                at = 8 + 2 * o  # keys and children alternate, a key first and last
+                offsets = [self._int(node, at + i * (n + o), n) for i in range(entries + 1)]
+                pending.extend((self._int(node, at + i * (n + o) + n, o), node_level - 1) for i in range(entries))
+            if any(offset >= heap_size for offset in offsets):
+                raise HeaderError(f"the symbol table records a name at an offset past its heap's {heap_size} bytes")
+
+    @functools.cached_property
+    def _group_k(self) -> tuple[int, int]:
+        """The K of a group B-tree's internal nodes and of a symbol table node, as libhdf5 takes them: from a
+        version 0 or 1 superblock, else from its extension's B-tree K values message, else its defaults (an
+        extension that cannot be read leaves them: libhdf5 refuses such a file whole)."""
+        head = self._read(0, 128, up_to=True)
+        if head[8] in (0, 1):
+            return self._int(head, 18, 2), self._int(head, 16, 2)
+        extension = self._int(head, 12 + self.offset_size, self.offset_size)  # after the base address
+        try:
+            for mtype, body in self.messages(extension):
+                if mtype == _BTREE_K:  # version, chunk index K, group internal K, group leaf K
+                    return (self._int(body, 3, 2), self._int(body, 5, 2)) if len(body) >= 7 else _DEFAULT_GROUP_K
+        except HeaderError:
+            pass
+        return _DEFAULT_GROUP_K
 
     def _dense_attributes(self, body: bytes) -> int:
         o = self.offset_size

@@ -42,6 +42,15 @@ def _type_key(tid) -> tuple:
 _STORAGE_TYPES = {_type_key(tid): (dt, tid) for dt, tid in ((dt, h5py.h5t.py_create(dt)) for dt in STORAGE_DTYPES)}
 
 
+def _standard_bits(dtype: np.dtype) -> int:
+    """The class bit field of the datatype message of the standard type ``dtype`` (§8.2): a float's mantissa
+    normalisation (implied: 2, bits 4-5) and sign location (bits 8-15); an integer's sign (bit 3); every other bit
+    0 (little-endian, padding zeros, nothing reserved)."""
+    if dtype.kind == "f":
+        return 0x20 | (8 * dtype.itemsize - 1) << 8
+    return 0x08 if dtype.kind == "i" else 0
+
+
 def _is_utf8(raw: bytes) -> bool:
     try:
         raw.decode("utf-8")
@@ -674,6 +683,11 @@ class _Walk:
             dtype = self._storage_dtype(tid)
             if dtype is None:
                 self.finding("MD505", info, "datatype is not a little-endian IEEE float or two's-complement integer")
+                return None
+            bits = self.headers.datatype_bits(address) if address is not None and self.headers is not None else None
+            if bits is not None and bits != _standard_bits(dtype):  # §8.2: every field the standard type's
+                self.finding("MD505", info, f"datatype's class bit field is {bits:#08x}, not the standard type's "
+                                            f"{_standard_bits(dtype):#08x}")
                 return None
             space = did.get_space()
             extent_type = space.get_simple_extent_type()

@@ -149,7 +149,10 @@ export class RawFile {
       c.skip(4); // free-space, root group symtab, reserved, shared header versions
       this.O = c.u8();
       this.L = c.u8();
-      c.skip(1 + 4 + 4); // reserved, group K values, flags
+      c.skip(1); // reserved
+      this.groupLeafK = c.u16(); // a symbol table node's K
+      this.groupInternalK = c.u16(); // a group B-tree internal node's K
+      c.skip(4); // flags
       if (this.sbVersion === 1) {
         this.chunkK = c.u16(); // indexed storage internal node K
         c.skip(2);
@@ -174,22 +177,27 @@ export class RawFile {
       const end = at + eof - (base === UNDEF || !Number.isFinite(base) ? 0 : base - at);
       this.size = Math.min(this.size, Math.max(0, end));
     }
-    if (this.chunkK === undefined) this.chunkK = this.extensionChunkK(extension);
+    if (this.sbVersion >= 2) this.extensionK(extension);
+    else if (this.chunkK === undefined) this.chunkK = 32;
   }
 
-  // The chunk B-tree's K of a version 2 or 3 superblock: its extension's "B-tree 'K' values" message (0x13:
-  // version, then the indexed storage internal node K), else 32. An extension that cannot be read leaves 32:
-  // an HDF5 library refuses the file whole.
-  extensionChunkK(extension) {
-    if (this.sbVersion < 2 || extension === UNDEF || !Number.isFinite(extension)) return 32;
+  // The B-tree K values of a version 2 or 3 superblock: its extension's "B-tree 'K' values" message (0x13:
+  // version, then the K of the chunk index's internal nodes, of a group B-tree's internal nodes, of a symbol table
+  // node), else libhdf5's defaults 32, 16 and 4. An extension that cannot be read leaves the defaults: an HDF5
+  // library refuses the file whole.
+  extensionK(extension) {
+    [this.chunkK, this.groupInternalK, this.groupLeafK] = [32, 16, 4];
+    if (extension === UNDEF || !Number.isFinite(extension)) return;
     try {
       for (const m of this.readObjectHeader(extension, "superblock extension")) {
-        if (m.type === 0x13 && m.data.length >= 3) return m.data.readUInt16LE(1);
+        if (m.type !== 0x13) continue;
+        if (m.data.length >= 3) this.chunkK = m.data.readUInt16LE(1);
+        if (m.data.length >= 7) [this.groupInternalK, this.groupLeafK] = [m.data.readUInt16LE(3), m.data.readUInt16LE(5)];
+        return;
       }
     } catch (e) {
       if (!(e instanceof RawError)) throw e;
     }
-    return 32;
   }
 
   // Returns the messages of the object header at `addr`: [{type, flags, data: Buffer}].
@@ -329,8 +337,8 @@ export class RawFile {
     for (const m of this.readObjectHeader(addr, where)) {
       if (m.type === 0x11) {
         const c = new Cursor(this, m.data, 0, where);
-        c.addr(); // the B-tree's
-        this.localHeap(c.addr(), where);
+        const btree = c.addr();
+        this.symbolTable(btree, this.localHeap(c.addr(), where), where);
         return null;
       }
       if (m.type !== 0x02) continue;
@@ -355,7 +363,8 @@ export class RawFile {
   // SPEC §8.1: a symbol table's local heap has the signature HEAP and version 0, its data segment lies within the
   // file, and its free list, followed from its head to the offset 1, lists blocks that lie in that segment, each
   // with a next offset other than 0, and no more of them than the segment holds blocks of two lengths (a list
-  // that loops lists more): libhdf5 follows the list with no bound, allocating until memory runs out.
+  // that loops lists more): libhdf5 follows the list with no bound, allocating until memory runs out. Returns the
+  // size of the data segment.
   localHeap(addr, where) {
     const h = new Cursor(this, this.read(addr, 8 + 2 * this.L + this.O, where), 0, where);
     if (h.bytes(4).toString("latin1") !== "HEAP" || h.u8() !== 0) {
@@ -366,7 +375,7 @@ export class RawFile {
     let at = h.len();
     const data = h.addr();
     if (size && !this.within(data, size)) throw new RawError(`${where}: the local heap's data segment lies outside the file`);
-    if (at === 1) return;
+    if (at === 1) return size;
     const segment = new Cursor(this, size ? this.read(data, size, where) : Buffer.alloc(0), 0, where);
     const entry = 2 * this.L;
     for (let i = Math.floor(size / entry); i > 0 && at + entry <= size; i--) {
@@ -374,10 +383,62 @@ export class RawFile {
       const following = segment.len();
       const length = segment.len();
       if (following === 0 || at + length > size) break;
-      if (following === 1) return;
+      if (following === 1) return size;
       at = following;
     }
     throw new RawError(`${where}: the local heap's free list is bad at offset ${at}`);
+  }
+
+  // SPEC §8.1: a symbol table's B-tree, read as libhdf5 reads it — each node (TREE, type 0) whole at the size of 2K
+  // children, of no more children than that, one level below its parent's; each symbol table node (SNOD, version
+  // 1) whole at the size of 2K' entries, of no more entries than that; no node reached twice — records every name
+  // (each key of a node, each entry's) at an offset within its local heap's data segment of `heapSize` bytes.
+  // libhdf5 refuses an offset past it; h5wasm's sizes are 32 bits, and it reads one of 2^32 or more as another.
+  symbolTable(root, heapSize, where) {
+    const nodeSize = 8 + 2 * this.O + 2 * this.groupInternalK * this.O + (2 * this.groupInternalK + 1) * this.L;
+    const entrySize = 2 * this.O + 24; // name offset, object header address, cache type, reserved, scratch-pad
+    const leafSize = 8 + 2 * this.groupLeafK * entrySize;
+    const seen = new Set();
+    const pending = [[root, null]]; // a node's address and level (null: any; -1: a symbol table node)
+    while (pending.length) {
+      const [addr, level] = pending.pop();
+      if (seen.has(addr)) throw new RawError(`${where}: the symbol table's B-tree reaches a node twice`);
+      seen.add(addr);
+      if (!this.within(addr, level === -1 ? leafSize : nodeSize)) {
+        throw new RawError(`${where}: a node of the symbol table's B-tree does not end within the file`);
+      }
+      const c = new Cursor(this, this.read(addr, level === -1 ? leafSize : nodeSize, where), 0, where);
+      const offsets = [];
+      if (level === -1) {
+        const signature = c.bytes(4).toString("latin1");
+        const version = c.u8();
+        c.skip(1);
+        const entries = c.u16();
+        if (signature !== "SNOD" || version !== 1 || entries > 2 * this.groupLeafK) {
+          throw new RawError(`${where}: a symbol table node is not one of version 1 of at most 2K entries`);
+        }
+        for (let i = 0; i < entries; i++) {
+          c.pos = 8 + i * entrySize;
+          offsets.push(c.num(this.O));
+        }
+      } else {
+        const signature = c.bytes(4).toString("latin1");
+        const type = c.u8();
+        const nodeLevel = c.u8();
+        const entries = c.u16();
+        if (signature !== "TREE" || type !== 0 || entries > 2 * this.groupInternalK || (level !== null && nodeLevel !== level)) {
+          throw new RawError(`${where}: a node of the symbol table's B-tree is not one of type 0 of at most 2K children at the level below its parent's`);
+        }
+        c.pos = 8 + 2 * this.O; // keys and children alternate, a key first and last
+        for (let i = 0; i <= entries; i++) {
+          offsets.push(c.len());
+          if (i < entries) pending.push([c.addr(), nodeLevel - 1]);
+        }
+      }
+      if (offsets.some((offset) => offset >= heapSize)) {
+        throw new RawError(`${where}: the symbol table records a name at an offset past its heap's ${heapSize} bytes`);
+      }
+    }
   }
 
   // The type each link message of the group whose header is at `addr` records (in the header, or in the fractal
@@ -1041,6 +1102,8 @@ export function datatypeProblem(t) {
     if (!t.littleEndian && t.size > 1) return "a big-endian integer";
     if (t.offset !== 0 || t.precision !== 8 * t.size) return `an integer with bit offset ${t.offset} and precision ${t.precision}`;
     if (t.bits & 0x06) return "an integer whose padding is not zeros"; // bits 1-2: the lsb and msb padding types
+    // every other bit the standard type's: the sign (bit 3), nothing reserved
+    if (t.bits !== (t.signed ? 0x08 : 0)) return `an integer whose class bit field is 0x${t.bits.toString(16)}`;
     return null;
   }
   if (t.cls === 1) {
@@ -1053,6 +1116,8 @@ export function datatypeProblem(t) {
     for (const [k, v] of Object.entries(std)) if (t[k] !== v) return `a float with non-standard ${k} ${t[k]}`;
     if (t.offset !== 0 || t.norm !== 2) return "a float with a non-standard bit offset or mantissa normalisation";
     if (t.bits & 0x0e) return "a float whose padding is not zeros"; // bits 1-3: the lsb, msb and internal padding types
+    // every other bit the standard type's: normalisation 2 (bits 4-5), the sign's place (bits 8-15), nothing reserved
+    if (t.bits !== (0x20 | (std.signLoc << 8))) return `a float whose class bit field is 0x${t.bits.toString(16)}`;
     return null;
   }
   return `datatype class ${t.cls}`;
