@@ -7,7 +7,8 @@
     python tools/fuzz.py --folders --count 5000 --seed 1               # hostile repository folders and checkpoints
     python tools/fuzz.py --differential 2000 --seed 1                  # the reference against mdiff-js
     python tools/fuzz.py --differential 2000 --functions --seed 1      # the same, random embedded functions (§7.8)
-    python tools/fuzz.py --sweep-dense-storage                          # every byte of dense storage, both implementations
+    python tools/fuzz.py --sweep dense-storage                          # every byte of dense storage, both implementations
+    python tools/fuzz.py --sweep symbol-tables                          # every byte of a symbol table, both implementations
 
 (--folders, 2026-12-03, seed 11, 2 jobs: 5000 tasks in 152 s — 4541 typed, 459 OK, no failure; the largest
 growth of resident memory in one target 3 MiB.)
@@ -161,7 +162,7 @@ def _sweep(args) -> int:
     started = time.monotonic()
     try:
         found = sweep.run(scratch, lambda line: print(f"{line} ({time.monotonic() - started:.0f} s)", flush=True),
-                          timeout=args.timeout)
+                          timeout=args.timeout, kind=args.sweep)
     finally:
         if not args.workdir:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -194,10 +195,13 @@ def main(argv=None) -> int:
                         help="with --differential: x-ia3 files with random embedded functions (SPEC.md §7.8) instead")
     parser.add_argument("--embedded-only", action="store_true",
                         help="with --differential: only the seeds that define embedded update types")
-    parser.add_argument("--sweep-dense-storage", action="store_true",
-                        help="every byte of a dense attribute and a dense link storage's heap and B-tree headers, root "
-                             "leaves and root block, 4 values each, validated by the reference and mdiff-js "
-                             "(tests/fuzz/sweep.py): report every file on which they differ")
+    parser.add_argument("--sweep", choices=("dense-storage", "symbol-tables"), default=None,
+                        help="every byte of the structures named, 4 values each, validated by the reference and mdiff-js "
+                             "(tests/fuzz/sweep.py): a dense attribute and a dense link storage's heap and B-tree headers, "
+                             "root leaves and root block; or a symbol table's B-tree node, symbol table node and local "
+                             "heap. Reports every file on which they differ")
+    parser.add_argument("--sweep-dense-storage", action="store_const", const="dense-storage", dest="sweep",
+                        help="the same as --sweep dense-storage")
     parser.add_argument("--tasks", default=None, metavar="I,J,...",
                         help="make and read exactly these tasks of --seed, in this order, in one worker process "
                              "(to reproduce a crash that needs what earlier files did to the process: see 'history')")
@@ -209,7 +213,7 @@ def main(argv=None) -> int:
         return _replay(args, memory)
     if args.differential is not None:
         return _differential(args)
-    if args.sweep_dense_storage:
+    if args.sweep:
         return _sweep(args)
     ids = [int(x) for x in args.tasks.split(",")] if args.tasks else None
     if ids is not None:

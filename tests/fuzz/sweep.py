@@ -1,13 +1,16 @@
-"""A sweep of dense storage (issue 17): every byte of the structures libhdf5 trusts, a few values each.
+"""Sweeps (issue 17): every byte of the structures libhdf5 trusts, a few values each.
 
 Random mutation rarely lands in a fractal heap or a version 2 B-tree with its checksum made right, so the
-differential run (differential.py) met their disagreements about once in 5,000 files. This sweep takes two
-files — the root's attributes stored densely, one of them a huge object (tests/invalid_files.py,
-``_dense_root_attributes``), and a group's links stored densely (``_dense_link_index``) — and, for every byte
-of each fractal heap header, v2 B-tree header, B-tree root leaf and the first bytes of the heap's root direct
-block, writes a file with that byte set to each of 00, ff, 01 and 80 (every checksum made right), then
-validates every file with the reference (in process) and mdiff-js and reports each file on which their code
-sets differ, or on which one gives no report (a crash or a hang).
+differential run (differential.py) met their disagreements about once in 5,000 files. Each sweep takes files
+and, for every byte of the structures it names, writes a file with that byte set to each of 00, ff, 01 and 80
+(every checksum made right), then validates every file with the reference (in process) and mdiff-js and
+reports each file on which their code sets differ, or on which one gives no report (a crash or a hang).
+
+- ``dense-storage``: the root's attributes stored densely, one of them a huge object (tests/invalid_files.py,
+  ``_dense_root_attributes``), and a group's links stored densely (``_dense_link_index``): each fractal heap
+  header, v2 B-tree header, B-tree root leaf and the first bytes of the heap's root direct block.
+- ``symbol-tables``: a parameter's group whose links are a symbol table (``_symbol_table_group``): its B-tree
+  node, its symbol table node, its local heap's header and data segment (no checksums: version 1 structures).
 """
 
 from __future__ import annotations
@@ -26,11 +29,38 @@ BTREE_HEADER = 34  # a v2 B-tree header of 8-byte offsets and lengths: its check
 BLOCK_PREFIX = 40  # bytes of the root direct block swept: its header and its first object
 
 
-def _bases(workdir: Path) -> dict[str, Path]:
+def _dense_bases(workdir: Path) -> dict[str, Path]:
     attributes, links = workdir / "attributes.mdiff", workdir / "links.mdiff"
     invalid_files._dense_root_attributes(attributes, lambda *_: None)
     invalid_files._dense_link_index(links, lambda *_: None)
     return {"attributes": attributes, "links": links}
+
+
+def _symbol_table_bases(workdir: Path) -> dict[str, Path]:
+    path = workdir / "symbol-table.mdiff"
+    invalid_files._symbol_table_group(path)
+    return {"symbol-table": path}
+
+
+def _symbol_table_spans(data: bytes) -> Iterator[tuple[str, int, int]]:
+    """(name, address, length) of a symbol table's B-tree node (its header, siblings and the keys and children in
+    use), its first symbol table node (the entries in use) and its local heap's header and data segment."""
+    assert data.count(b"TREE\0") == data.count(b"HEAP") == 1, "expected one symbol table"
+    tree = data.find(b"TREE\0")  # type 0: a group's, not a chunk index's
+    children = int.from_bytes(data[tree + 6:tree + 8], "little")
+    yield "TREE", tree, 24 + 16 * children + 8
+    leaf = int.from_bytes(data[tree + 32:tree + 40], "little")  # after the header, siblings and the first key
+    yield "SNOD", leaf, 8 + 40 * int.from_bytes(data[leaf + 6:leaf + 8], "little")
+    heap = data.find(b"HEAP")
+    yield "HEAP", heap, 32
+    size, segment = int.from_bytes(data[heap + 8:heap + 16], "little"), int.from_bytes(data[heap + 24:heap + 32], "little")
+    yield "segment", segment - 4, size + 4  # a sweep starts after a signature; the segment has none
+
+
+SWEEPS: dict[str, tuple[Callable[[Path], dict[str, Path]], Callable[[bytes], Iterator[tuple[str, int, int]]]]] = {
+    "dense-storage": (_dense_bases, lambda data: _spans(data)),
+    "symbol-tables": (_symbol_table_bases, _symbol_table_spans),
+}
 
 
 def _checksums(data: bytes) -> Callable[[bytearray], None]:
@@ -62,6 +92,11 @@ def _checksums(data: bytes) -> Callable[[bytearray], None]:
     return fix
 
 
+def _object_header_checksums(data: bytes) -> Callable[[bytearray], None]:
+    layout = hdf5bytes.scan(data)
+    return lambda copy: hdf5bytes.fix_checksums(copy, layout)
+
+
 def _spans(data: bytes) -> Iterator[tuple[str, int, int]]:
     """(name, address, length) of each structure swept."""
     heap = data.find(b"FRHP")
@@ -76,14 +111,15 @@ def _spans(data: bytes) -> Iterator[tuple[str, int, int]]:
     yield "FHDB", int.from_bytes(data[heap + 132:heap + 140], "little"), BLOCK_PREFIX
 
 
-def files(workdir: Path, every: int = 1) -> list[Path]:
-    """The files of the sweep — every one, or one in ``every`` — written under ``workdir``."""
+def files(workdir: Path, every: int = 1, kind: str = "dense-storage") -> list[Path]:
+    """The files of the sweep ``kind`` — every one, or one in ``every`` — written under ``workdir``."""
+    bases, spans = SWEEPS[kind]
     out = []
     n = 0
-    for base_name, base in _bases(workdir).items():
+    for base_name, base in bases(workdir).items():
         data = base.read_bytes()
-        fix = _checksums(data)
-        for name, address, length in _spans(data):
+        fix = _checksums(data) if kind == "dense-storage" else _object_header_checksums(data)
+        for name, address, length in spans(data):
             for offset in range(4, length):  # after the signature
                 for value in VALUES:
                     if data[address + offset] == value:
@@ -101,10 +137,10 @@ def files(workdir: Path, every: int = 1) -> list[Path]:
 
 
 def run(workdir: Path, progress: Callable[[str], None] = print, batch: int = 40, timeout: float = 10,
-        every: int = 1) -> list[str]:
-    """Sweep (one file in ``every``); one line per disagreement (also told to ``progress``), empty when the two
-    agree on every file."""
-    paths = [str(p) for p in files(workdir, every)]
+        every: int = 1, kind: str = "dense-storage") -> list[str]:
+    """Sweep ``kind`` (one file in ``every``); one line per disagreement (also told to ``progress``), empty when
+    the two agree on every file."""
+    paths = [str(p) for p in files(workdir, every, kind)]
     progress(f"{len(paths)} files")
     disagreements = []
     for start in range(0, len(paths), batch):
