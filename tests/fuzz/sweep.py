@@ -11,6 +11,7 @@ reports each file on which their code sets differ, or on which one gives no repo
   header, v2 B-tree header, B-tree root leaf and the first bytes of the heap's root direct block.
 - ``symbol-tables``: a parameter's group whose links are a symbol table (``_symbol_table_group``): its B-tree
   node, its symbol table node, its local heap's header and data segment (no checksums: version 1 structures).
+- ``chunk-index``: a dataset of 2 chunks indexed by a version 1 B-tree: its one node, a leaf.
 """
 
 from __future__ import annotations
@@ -57,9 +58,27 @@ def _symbol_table_spans(data: bytes) -> Iterator[tuple[str, int, int]]:
     yield "segment", segment - 4, size + 4  # a sweep starts after a signature; the segment has none
 
 
+def _chunk_index_bases(workdir: Path) -> dict[str, Path]:
+    path = workdir / "chunk-index.mdiff"
+    with invalid_files._edit(path) as f:  # `xor` in 2 chunks, indexed by a version 1 B-tree of one leaf
+        invalid_files._replace_dataset(f["parameters/w"], "xor", data=invalid_files._dense_xor(), dtype="<u4", chunks=(1, 4))
+    if path.read_bytes().count(b"TREE\x01\x00") != 1:
+        raise invalid_files.CannotBuildHere("libhdf5 wrote no version 1 B-tree chunk index")
+    return {"chunk-index": path}
+
+
+def _chunk_index_spans(data: bytes) -> Iterator[tuple[str, int, int]]:
+    """(name, address, length) of a chunk index's one B-tree node, a leaf: its header, siblings, and the keys and
+    children in use (a key of a rank-2 dataset: chunk size, filter mask, three offsets)."""
+    node = data.find(b"TREE\x01\x00")
+    entries = int.from_bytes(data[node + 6:node + 8], "little")
+    yield "TREE", node, 24 + entries * (32 + 8) + 32
+
+
 SWEEPS: dict[str, tuple[Callable[[Path], dict[str, Path]], Callable[[bytes], Iterator[tuple[str, int, int]]]]] = {
     "dense-storage": (_dense_bases, lambda data: _spans(data)),
     "symbol-tables": (_symbol_table_bases, _symbol_table_spans),
+    "chunk-index": (_chunk_index_bases, _chunk_index_spans),
 }
 
 
