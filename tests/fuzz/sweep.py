@@ -12,6 +12,8 @@ reports each file on which their code sets differ, or on which one gives no repo
 - ``symbol-tables``: a parameter's group whose links are a symbol table (``_symbol_table_group``): its B-tree
   node, its symbol table node, its local heap's header and data segment (no checksums: version 1 structures).
 - ``chunk-index``: a dataset of 2 chunks indexed by a version 1 B-tree: its one node, a leaf.
+- ``dense-internal``: a group of 60 links stored densely: its name index's root internal node (depth 1) and its
+  heap's root indirect block.
 """
 
 from __future__ import annotations
@@ -75,11 +77,50 @@ def _chunk_index_spans(data: bytes) -> Iterator[tuple[str, int, int]]:
     yield "TREE", node, 24 + entries * (32 + 8) + 32
 
 
-SWEEPS: dict[str, tuple[Callable[[Path], dict[str, Path]], Callable[[bytes], Iterator[tuple[str, int, int]]]]] = {
-    "dense-storage": (_dense_bases, lambda data: _spans(data)),
-    "symbol-tables": (_symbol_table_bases, _symbol_table_spans),
-    "chunk-index": (_chunk_index_bases, _chunk_index_spans),
-}
+def _dense_internal_bases(workdir: Path) -> dict[str, Path]:
+    path = workdir / "dense-internal.mdiff"
+    with invalid_files._edit(path) as f:  # 60 links: a name index of depth 1, a heap whose root is an indirect block
+        for i in range(60):
+            f["parameters/w"].create_group(f"g{i:02d}")
+    return {"dense-internal": path}
+
+
+def _dense_internal(data: bytes) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(address, checksum's offset) of the root internal node of the link name index of depth 1, and of the root
+    indirect block of the links' fractal heap."""
+    index = data.find(b"BTHD\0\x05")
+    node_size, size, depth, root, records = (int.from_bytes(data[index + a:index + b], "little")
+                                            for a, b in ((6, 10), (10, 12), (12, 14), (16, 24), (24, 26)))
+    assert depth == 1 and data[root:root + 4] == b"BTIN", "expected a name index of depth 1"
+    pointer = 8 + ((node_size - 10) // size).bit_length() // 8 + 1  # a leaf's address and record count
+    heap = data.find(b"FRHP")
+    field = lambda a, b: int.from_bytes(data[heap + a:heap + b], "little")  # noqa: E731
+    width, first, largest, bits, block, rows = field(110, 112), field(112, 120), field(120, 128), field(128, 130), field(132, 140), field(140, 142)
+    assert rows and data[block:block + 4] == b"FHIB", "expected a root indirect block"
+    direct_rows = largest.bit_length() - first.bit_length() + 2
+    children = (min(rows, direct_rows) + max(rows - direct_rows, 0)) * width
+    return (root, 6 + records * size + (records + 1) * pointer), (block, 5 + 8 + (bits + 7) // 8 + 8 * children)
+
+
+def _dense_internal_checksums(data: bytes) -> Callable[[bytearray], None]:
+    layout = hdf5bytes.scan(data)
+    blocks = _dense_internal(data)
+    for start, end in blocks:
+        assert hdf5bytes.lookup3(bytes(data[start:start + end])).to_bytes(4, "little") == data[start + end:start + end + 4]
+
+    def fix(copy: bytearray) -> None:
+        hdf5bytes.fix_checksums(copy, layout)
+        for start, end in blocks:
+            copy[start + end:start + end + 4] = hdf5bytes.lookup3(bytes(copy[start:start + end])).to_bytes(4, "little")
+
+    return fix
+
+
+def _dense_internal_spans(data: bytes) -> Iterator[tuple[str, int, int]]:
+    """(name, address, length) of the name index's root internal node and the heap's root indirect block."""
+    (node, node_end), (block, block_end) = _dense_internal(data)
+    yield "BTIN", node, node_end
+    yield "FHIB", block, block_end
 
 
 def _checksums(data: bytes) -> Callable[[bytearray], None]:
@@ -130,6 +171,16 @@ def _spans(data: bytes) -> Iterator[tuple[str, int, int]]:
     yield "FHDB", int.from_bytes(data[heap + 132:heap + 140], "little"), BLOCK_PREFIX
 
 
+SWEEPS: dict[str, tuple[Callable[[Path], dict[str, Path]], Callable[[bytes], Iterator[tuple[str, int, int]]]]] = {
+    "dense-storage": (_dense_bases, _spans),
+    "symbol-tables": (_symbol_table_bases, _symbol_table_spans),
+    "chunk-index": (_chunk_index_bases, _chunk_index_spans),
+    "dense-internal": (_dense_internal_bases, _dense_internal_spans),
+}
+CHECKSUMS: dict[str, Callable[[bytes], Callable[[bytearray], None]]] = {
+    "dense-storage": _checksums, "dense-internal": _dense_internal_checksums}
+
+
 def files(workdir: Path, every: int = 1, kind: str = "dense-storage") -> list[Path]:
     """The files of the sweep ``kind`` — every one, or one in ``every`` — written under ``workdir``."""
     bases, spans = SWEEPS[kind]
@@ -137,7 +188,7 @@ def files(workdir: Path, every: int = 1, kind: str = "dense-storage") -> list[Pa
     n = 0
     for base_name, base in bases(workdir).items():
         data = base.read_bytes()
-        fix = _checksums(data) if kind == "dense-storage" else _object_header_checksums(data)
+        fix = CHECKSUMS.get(kind, _object_header_checksums)(data)
         for name, address, length in spans(data):
             for offset in range(4, length):  # after the signature
                 for value in VALUES:
