@@ -14,6 +14,8 @@ reports each file on which their code sets differ, or on which one gives no repo
 - ``chunk-index``: a dataset of 2 chunks indexed by a version 1 B-tree: its one node, a leaf.
 - ``dense-internal``: a group of 60 links stored densely: its name index's root internal node (depth 1) and its
   heap's root indirect block.
+- ``dataset-headers``: the object header of a contiguous dataset and of a chunked one stored through filters:
+  every message but the null ones.
 """
 
 from __future__ import annotations
@@ -171,11 +173,35 @@ def _spans(data: bytes) -> Iterator[tuple[str, int, int]]:
     yield "FHDB", int.from_bytes(data[heap + 132:heap + 140], "little"), BLOCK_PREFIX
 
 
-SWEEPS: dict[str, tuple[Callable[[Path], dict[str, Path]], Callable[[bytes], Iterator[tuple[str, int, int]]]]] = {
-    "dense-storage": (_dense_bases, _spans),
-    "symbol-tables": (_symbol_table_bases, _symbol_table_spans),
-    "chunk-index": (_chunk_index_bases, _chunk_index_spans),
-    "dense-internal": (_dense_internal_bases, _dense_internal_spans),
+def _dataset_header_bases(workdir: Path) -> dict[str, Path]:
+    """A dense update's contiguous `xor` (uint32), and a replace's `value` in one chunk through shuffle and deflate."""
+    import mdiff
+
+    contiguous, chunked = workdir / "contiguous.mdiff", workdir / "chunked.mdiff"
+    invalid_files._write(contiguous)
+    invalid_files._write(chunked, {"big": mdiff.replace(invalid_files.BIG)})
+    return {"contiguous": contiguous, "chunked": chunked}
+
+
+def _dataset_header_spans(data: bytes, path: Path) -> Iterator[tuple[str, int, int]]:
+    """(name, address, length) of the object header of the base's one dataset of data (`xor` or `value`): its
+    prefix and every message up to the last that is not a null message (its checksum is made right)."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        name = "parameters/w/xor" if "w" in f["parameters"] else "parameters/big/value"
+        address = h5py.h5o.get_info(f[name].id).addr
+    block = next(b for b in hdf5bytes.scan(bytearray(data)).blocks if b.start == address)
+    yield "OHDR", address, max(m.body + m.size for m in block.messages if m.type != 0) - address
+
+
+Spans = Callable[[bytes, Path], Iterator[tuple[str, int, int]]]  # (name, address, length) of each structure of a base
+SWEEPS: dict[str, tuple[Callable[[Path], dict[str, Path]], Spans]] = {
+    "dense-storage": (_dense_bases, lambda data, _: _spans(data)),
+    "symbol-tables": (_symbol_table_bases, lambda data, _: _symbol_table_spans(data)),
+    "chunk-index": (_chunk_index_bases, lambda data, _: _chunk_index_spans(data)),
+    "dense-internal": (_dense_internal_bases, lambda data, _: _dense_internal_spans(data)),
+    "dataset-headers": (_dataset_header_bases, _dataset_header_spans),
 }
 CHECKSUMS: dict[str, Callable[[bytes], Callable[[bytearray], None]]] = {
     "dense-storage": _checksums, "dense-internal": _dense_internal_checksums}
@@ -189,7 +215,7 @@ def files(workdir: Path, every: int = 1, kind: str = "dense-storage") -> list[Pa
     for base_name, base in bases(workdir).items():
         data = base.read_bytes()
         fix = CHECKSUMS.get(kind, _object_header_checksums)(data)
-        for name, address, length in spans(data):
+        for name, address, length in spans(data, base):
             for offset in range(4, length):  # after the signature
                 for value in VALUES:
                     if data[address + offset] == value:

@@ -214,6 +214,7 @@ def test_differential_files_ci(tmp_path, embedded_only):
     ("symbol-tables", 16, 40),  # 626 in all: 36 disagreed before §8.1 walked a symbol table's name offsets
     ("chunk-index", 16, 26),  # 405 in all
     ("dense-internal", 8, 31),  # 247 in all
+    ("dataset-headers", 16, 43),  # 678 in all
 ])
 def test_sweep_ci(tmp_path, kind, every, files):
     """One file in ``every`` of a sweep (tests/fuzz/sweep.py; the whole one is `python tools/fuzz.py --sweep
