@@ -1054,3 +1054,29 @@ def test_the_onnx_message_schema_agrees_with_the_installed_onnx_package():
     for message, fields in ours.items():
         for number, f in fields.items():
             assert theirs[message].get(number) == f, (message, number)
+
+
+def test_a_second_datatype_message_is_not_read(tmp_path):
+    """A dataset's header with a second datatype message (a null message retyped: a float with its reserved byte
+    order bit set, §8.2's MD505 were it read): libhdf5 reads the first message of each type, and so do both
+    implementations — the file is valid to each."""
+    from tests import invalid_files
+    from tests.fuzz import hdf5bytes
+
+    path = tmp_path / "two-datatypes.mdiff"
+    invalid_files._write(path)
+    with h5py.File(path, "r") as f:
+        address = h5py.h5o.get_info(f["parameters/w/xor"].id).addr
+    data = bytearray(path.read_bytes())
+    layout = hdf5bytes.scan(data)
+    null = next(m for m in next(b for b in layout.blocks if b.start == address).messages if m.type == 0)
+    data[null.offset] = 0x03  # a version 2 header's message: type, size, flags
+    body = bytes([0x11, 0x60, 0x1F, 0, 4, 0, 0, 0, 0, 0, 32, 0, 23, 8, 0, 23, 127, 0, 0, 0])
+    data[null.body:null.body + null.size] = body + bytes(null.size - len(body))
+    hdf5bytes.fix_checksums(data, layout)
+    path.write_bytes(bytes(data))
+    with h5py.File(path, "r") as f:
+        assert f["parameters/w/xor"].dtype == np.uint32  # the first
+    assert mdiff.validate(path) == []
+    rc, report = js_validate(path)
+    assert (rc, report["findings"]) == (0, [])

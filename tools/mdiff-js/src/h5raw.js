@@ -745,10 +745,11 @@ export class RawFile {
   datasetInfo(addr, where) {
     const msgs = this.readObjectHeader(addr, where);
     const info = { external: false, layout: null, datatype: null, sharedDatatype: null };
+    // the first message of each type, as libhdf5 reads a header (H5O_msg_read)
     for (const m of msgs) {
       if (m.type === 0x07) info.external = true;
-      else if (m.type === 0x08) info.layout = this.decodeLayout(m.data, where);
-      else if (m.type === 0x03) {
+      else if (m.type === 0x08 && info.layout === null) info.layout = this.decodeLayout(m.data, where);
+      else if (m.type === 0x03 && info.datatype === null && info.sharedDatatype === null) {
         if (m.flags & 0x02) info.sharedDatatype = this.decodeShared(m.data, where);
         else info.datatype = decodeDatatype(m.data, where);
       }
