@@ -262,9 +262,9 @@ JS_MISSING = (
 @pytest.mark.skipif(JS_MISSING is not None, reason=JS_MISSING or "")
 @pytest.mark.parametrize("batch", [pytest.param(0, id="one-file-per-command"), pytest.param(40, id="batched")])
 def test_mdiff_js_passes_every_case_it_claims(batch):
-    """Every case, validate batched (40 files per command: node and h5wasm start in ~0.3 s of CPU,
-    and the whole corpus one file per command would take minutes); and a few cases one file per
-    command, for the per-file exit statuses."""
+    """Every case, validated and applied batched (40 files per command, `validate FILE...` and
+    `apply-many`: node and h5wasm start in ~0.3 s of CPU, and the whole corpus one command per file
+    would take minutes); and a few cases one command per file, for the per-file exit statuses."""
     impl = CommandImplementation([NODE, str(JS_CLI)])
     claimed = impl.features()
     assert claimed is not None and {"embedded-update-types", "repository"} <= claimed

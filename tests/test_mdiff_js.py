@@ -517,6 +517,31 @@ def test_apply_refuses_invalid_diff(small, tmp_path):
     assert not out.exists()
 
 
+def test_apply_many_reports_each_apply_as_apply_would(small, tmp_path):
+    """`apply-many` (the conformance runner's --batch): one report per apply, in order, the outputs of
+    those that succeed, none of those refused, and the largest exit status."""
+    state = dict(small["old"])
+    state["lr"] = np.zeros((4, 3), np.float32)
+    state.pop("w")
+    missing = tmp_path / "missing.safetensors"
+    save_safetensors(missing, state)
+    soft = mutate(small, "apply_many_soft", BROKEN["soft_link"][0])
+    outs = [tmp_path / f"out{i}.safetensors" for i in range(4)]
+    triples = [(small["base"], small["file"]), (missing, small["file"]), (small["base"], soft), (small["base"], small["file"])]
+    args = [str(p) for (base, diff), out in zip(triples, outs) for p in (base, diff, out)]
+    p = subprocess.run([NODE, str(CLI), "apply-many", "--json", *args], capture_output=True, text=True, timeout=120)
+    reports = [json.loads(line) for line in p.stdout.splitlines()]
+    assert p.returncode == 1, p.stderr
+    assert reports == [{"output": str(outs[0]), "parameters": 4}, reports[1], reports[2], {"output": str(outs[3]), "parameters": 4}]
+    assert (reports[1]["error"]["code"], reports[2]["error"]["code"]) == ("MD600", "MD500")
+    assert [out.exists() for out in outs] == [True, False, False, True]
+    single = tmp_path / "single.safetensors"
+    run_js("apply", str(small["base"]), str(small["file"]), "-o", str(single), "--json")
+    assert outs[0].read_bytes() == outs[3].read_bytes() == single.read_bytes()
+    rc, _, p = run_js("apply-many", "--json", str(small["base"]), str(small["file"]), check_json=False)
+    assert rc == 2 and "BASE DIFF OUT" in p.stderr
+
+
 # ---------------------------------------------------------------------------------------------
 # the reference's corpus of hostile files (tests/invalid_files.py), one per rule
 

@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", metavar="DIR", help="the corpus directory (default: conformance/ of this tree)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per command (default 120)")
     parser.add_argument("--batch", type=int, default=0, metavar="N",
-                        help="validate N files per command (`validate --json FILE...`, optional in the contract); "
+                        help="validate N files per command (`validate --json FILE...`, optional in the contract), "
+                             "and apply N cases per command where the implementation claims `apply-many`; "
                              "saves start-up time, checks exit statuses per batch only")
     parser.add_argument("--first-error-only", action="store_true",
                         help="for an implementation whose validate stops at its first error: an invalid case "

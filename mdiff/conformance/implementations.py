@@ -3,6 +3,7 @@
     IMPL validate FILE --json [--limit NAME=N ...]
     IMPL apply BASE DIFF -o OUT --json [--limit NAME=N ...]
     IMPL features                       (optional)
+    IMPL apply-many --json [--limit NAME=N ...] BASE DIFF OUT ...   (optional: the claim `apply-many`)
     IMPL checkout REVISION -o OUT -C REPO_DIR --json   (optional: the `repository` feature)
 """
 
@@ -52,6 +53,12 @@ class Implementation:
     def apply(self, base: Path, diff: Path, out: Path, limits: Mapping[str, int] = {},
               timeout: float = DEFAULT_TIMEOUT) -> Completed:
         return self.run(["apply", str(base), str(diff), "-o", str(out), "--json", *limit_args(limits)], timeout)
+
+    def apply_many(self, triples: Sequence[tuple[Path, Path, Path]], limits: Mapping[str, int] = {},
+                   timeout: float = DEFAULT_TIMEOUT) -> Completed:
+        """Several applies in one command, each (BASE, DIFF, OUT) as ``apply`` takes them."""
+        files = [str(path) for triple in triples for path in triple]
+        return self.run(["apply-many", "--json", *limit_args(limits), *files], timeout)
 
     def checkout(self, repo: Path, revision: str, out: Path, timeout: float = DEFAULT_TIMEOUT) -> Completed:
         """The state at ``revision`` of the repository in the folder ``repo`` (holding ``.mdiff/``)."""

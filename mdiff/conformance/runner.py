@@ -20,6 +20,9 @@ _SEVERITIES = ("error", "warning")
 # A feature an implementation may claim (`IMPL features`): its validate stops at the first error, so an
 # invalid case passes when it reports one or more of the case's codes and no other (conformance/README.md).
 FIRST_ERROR_ONLY = "first-error-only"
+# A claim that the implementation has the command `apply-many` (several applies per command): with a batch
+# size, the runner then applies that many cases per command too, saving a start-up per case.
+APPLY_MANY = "apply-many"
 
 
 @dataclass
@@ -44,6 +47,16 @@ class CaseResult:
         if self.reason:
             out["reason"] = self.reason
         return out
+
+
+@dataclass(frozen=True)
+class BatchApplied:
+    """One case's part of an `apply-many` command: what it did for this case, the output path it was
+    given, and a problem of the command as a whole (it printed another number of reports than applies)."""
+
+    done: Completed
+    out: Path
+    problem: str = ""
 
 
 def unclaimed_features(case: Case, claimed: frozenset[str] | None) -> list[str]:
@@ -220,9 +233,11 @@ def run_repository_case(impl: Implementation, case: Case, timeout: float = DEFAU
 
 def run_case(impl: Implementation, case: Case, claimed: frozenset[str] | None = None,
              timeout: float = DEFAULT_TIMEOUT, workdir: Path | None = None,
-             validated: Completed | None = None, first_error_only: bool = False) -> CaseResult:
+             validated: Completed | None = None, first_error_only: bool = False,
+             applied: BatchApplied | None = None) -> CaseResult:
     """Validate the case's file (unless ``validated`` holds that answer already), then apply it
-    to its base; compare both with the manifest. A repository case: check out each revision.
+    to its base (unless ``applied`` holds that answer and the output path it was given); compare
+    both with the manifest. A repository case: check out each revision.
     ``first_error_only`` (or the implementation claiming FIRST_ERROR_ONLY) relaxes the exact code sets."""
     result = CaseResult(case.id, case.family, "fail", case.expected_text())
     missing = unclaimed_features(case, claimed)
@@ -238,9 +253,14 @@ def run_case(impl: Implementation, case: Case, claimed: frozenset[str] | None = 
         done = validated or impl.validate(case.path("diff"), case.limits, timeout)
         relaxed = first_error_only or (claimed is not None and FIRST_ERROR_ONLY in claimed)
         v_got, problems, _ = _check_validate(case, done, relaxed)
-        out = Path(tmp) / "out.safetensors"
-        done = impl.apply(case.path("base"), case.path("diff"), out, case.limits, timeout)
+        if applied:
+            done, out = applied.done, applied.out
+        else:
+            out = Path(tmp) / "out.safetensors"
+            done = impl.apply(case.path("base"), case.path("diff"), out, case.limits, timeout)
         a_got, a_problems = _check_apply(case, done, out)
+        if applied and applied.problem:
+            a_problems.append(applied.problem)
     result.got = f"{v_got}, {a_got}"
     result.problems = problems + a_problems
     result.status = "fail" if result.problems else "pass"
@@ -298,6 +318,37 @@ def _validate_batch(impl: Implementation, cases: list[Case], timeout: float) -> 
             for c, r, s in zip(cases, reports, statuses)}
 
 
+def _apply_batch(impl: Implementation, cases: list[Case], outs: list[Path],
+                 timeout: float) -> dict[str, BatchApplied]:
+    """One `apply-many --json BASE DIFF OUT ...` for several cases (same limits): a report per case,
+    read as one `apply --json` would print it; each case's status is 1 when its report holds an
+    `error`, else 0, and the command's own must be the largest of them (as `_validate_batch`)."""
+    triples = [(c.path("base"), c.path("diff"), out) for c, out in zip(cases, outs)]
+    done = impl.apply_many(triples, cases[0].limits, timeout * max(1, len(cases) / 4))
+    if done.returncode is None:
+        return {c.id: BatchApplied(Completed(None, "", ""), out) for c, out in zip(cases, outs)}
+    reports = _reports(done.stdout)
+    if len(reports) != len(cases):
+        note = f"apply-many printed {len(reports)} reports for {len(cases)} applies (exit {done.returncode}){_tail(done)}"
+        return {c.id: BatchApplied(done, out, note) for c, out in zip(cases, outs)}
+    statuses = [1 if isinstance(r, dict) and "error" in r else 0 for r in reports]
+    consistent = done.returncode == max(statuses)
+    return {c.id: BatchApplied(Completed(s if consistent else done.returncode, json.dumps(r), done.stderr), out)
+            for c, out, r, s in zip(cases, outs, reports, statuses)}
+
+
+def _in_batches(work: Callable[[list[Case]], dict], chunks: list[list[Case]], parallel: bool, jobs: int) -> dict:
+    merged: dict = {}
+    if parallel:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            parts = list(pool.map(work, chunks))
+    else:
+        parts = [work(chunk) for chunk in chunks]
+    for part in parts:
+        merged.update(part)
+    return merged
+
+
 def run_cases(impl: Implementation, manifest: Manifest, select: Callable[[Case], bool] | None = None,
               jobs: int = 2, timeout: float = DEFAULT_TIMEOUT, claimed: frozenset[str] | None | str = "ask",
               on_result: Callable[[CaseResult], None] | None = None, batch: int = 0,
@@ -305,41 +356,44 @@ def run_cases(impl: Implementation, manifest: Manifest, select: Callable[[Case],
     """Every (selected) case, in manifest order. ``claimed`` defaults to asking the implementation.
 
     With ``batch`` > 1, files are validated ``batch`` at a time (`validate --json FILE...`, an
-    optional part of the contract) to save start-up time; apply still runs once per case.
+    optional part of the contract) to save start-up time, and applied ``batch`` at a time where the
+    implementation claims `apply-many`; otherwise apply runs once per case.
     """
     if claimed == "ask":
         claimed = impl.features()
     cases = [c for c in manifest.cases if select is None or select(c)]
     parallel = jobs > 1 and impl.parallel_safe
-    validated: dict[str, Completed] = {}
-    if batch > 1:
-        groups: dict[tuple, list[Case]] = {}
-        for c in cases:
-            if not c.is_repository and not unclaimed_features(c, claimed):  # type: ignore[arg-type]
-                groups.setdefault(tuple(sorted(c.limits.items())), []).append(c)
-        chunks = [g[i:i + batch] for g in groups.values() for i in range(0, len(g), batch)]
-        if parallel:
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
-                parts = list(pool.map(lambda chunk: _validate_batch(impl, chunk, timeout), chunks))
-        else:
-            parts = [_validate_batch(impl, chunk, timeout) for chunk in chunks]
-        for part in parts:
-            validated.update(part)
+    with tempfile.TemporaryDirectory(prefix="mdiff-conf-") as tmp:
+        validated: dict[str, Completed] = {}
+        applied: dict[str, BatchApplied] = {}
+        if batch > 1:
+            groups: dict[tuple, list[Case]] = {}
+            for c in cases:
+                if not c.is_repository and not unclaimed_features(c, claimed):  # type: ignore[arg-type]
+                    groups.setdefault(tuple(sorted(c.limits.items())), []).append(c)
+            chunks = [g[i:i + batch] for g in groups.values() for i in range(0, len(g), batch)]
+            validated = _in_batches(lambda chunk: _validate_batch(impl, chunk, timeout), chunks, parallel, jobs)
+            if claimed is not None and APPLY_MANY in claimed:
+                index = {c.id: i for i, c in enumerate(cases)}
+                applied = _in_batches(
+                    lambda chunk: _apply_batch(impl, chunk, [Path(tmp) / f"{index[c.id]}.safetensors" for c in chunk],
+                                               timeout),
+                    chunks, parallel, jobs)
 
-    def one(case: Case) -> CaseResult:
-        r = run_case(impl, case, claimed, timeout, validated=validated.get(case.id),  # type: ignore[arg-type]
-                     first_error_only=first_error_only)
-        if r.status == "skip":  # the manifest says why an implementation might not claim the feature
-            r.reason = "; ".join(f"unclaimed feature {f}: {manifest.features.get(f, '')}"
-                                 for f in unclaimed_features(case, claimed))  # type: ignore[arg-type]
-        if on_result:
-            on_result(r)
-        return r
+        def one(case: Case) -> CaseResult:
+            r = run_case(impl, case, claimed, timeout, validated=validated.get(case.id),  # type: ignore[arg-type]
+                         first_error_only=first_error_only, applied=applied.get(case.id))
+            if r.status == "skip":  # the manifest says why an implementation might not claim the feature
+                r.reason = "; ".join(f"unclaimed feature {f}: {manifest.features.get(f, '')}"
+                                     for f in unclaimed_features(case, claimed))  # type: ignore[arg-type]
+            if on_result:
+                on_result(r)
+            return r
 
-    if not parallel:
-        return [one(c) for c in cases]
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(one, cases))
+        if not parallel:
+            return [one(c) for c in cases]
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            return list(pool.map(one, cases))
 
 
 def summary_line(results: Iterable[CaseResult]) -> str:

@@ -3,6 +3,7 @@
 //
 //   mdiff-js validate FILE... [--json] [--no-data] [--limit NAME=N ...]
 //   mdiff-js apply BASE.safetensors DIFF.mdiff -o OUT.safetensors [--json] [--limit NAME=N ...]
+//   mdiff-js apply-many BASE DIFF OUT [BASE DIFF OUT ...] [--json] [--limit NAME=N ...]
 //   mdiff-js checkout REVISION -o OUT.safetensors [-C REPO_DIR] [--json] [--limit NAME=N ...]
 //   mdiff-js features          (conformance features claimed: conformance/README.md)
 //
@@ -40,7 +41,8 @@ const { writeSafetensors } = await import("../src/safetensors.js");
 
 // Optional capabilities of the conformance corpus (conformance/manifest.json `features`) that this
 // implementation claims: all of them ("embedded-update-types" runs on onnxruntime-node).
-const FEATURES = ["configurable-limits", "checkpoint-rule-codes", "repository", "embedded-update-types"];
+// "apply-many" is a claim of the contract, no corpus feature: the command below.
+const FEATURES = ["configurable-limits", "checkpoint-rule-codes", "repository", "embedded-update-types", "apply-many"];
 
 // The conformance contract's limit names (snake_case, as in the reference) -> ours.
 const LIMIT_ALIASES = {
@@ -58,6 +60,7 @@ const LIMIT_ALIASES = {
 
 const USAGE = `usage: mdiff-js validate [--json] [--no-data] [--limit NAME=N ...] FILE [FILE ...]
        mdiff-js apply [--json] [--limit NAME=N ...] BASE DIFF -o OUT
+       mdiff-js apply-many [--json] [--limit NAME=N ...] BASE DIFF OUT [BASE DIFF OUT ...]
        mdiff-js checkout [--json] [--limit NAME=N ...] REVISION -o OUT [-C REPO_DIR]
        mdiff-js features          (the conformance features claimed, as a JSON list)
 limits (SPEC.md §8.3) and their defaults: ${Object.entries(DEFAULT_LIMITS)
@@ -150,6 +153,33 @@ async function cmdApply(args) {
   }
 }
 
+// Several applies in one process (the conformance runner's --batch, conformance/README.md): one
+// report per (BASE, DIFF, OUT), in order, each as apply prints it; the exit status is the largest.
+async function cmdApplyMany(args) {
+  let p;
+  let limits;
+  try {
+    p = parse(args, ["--json", "-q", "--quiet"]);
+    limits = limitsFrom(p.opts["--limit"] || []);
+  } catch (e) {
+    return usage(e.message);
+  }
+  if (p.pos.length === 0 || p.pos.length % 3 !== 0) return usage("apply-many needs BASE DIFF OUT, one or more times");
+  let status = 0;
+  for (let i = 0; i < p.pos.length; i += 3) {
+    const [base, diff, out] = p.pos.slice(i, i + 3);
+    try {
+      const r = await applyFiles(base, diff, out, { limits });
+      if (p.opts["--json"]) process.stdout.write(`${JSON.stringify(r)}\n`);
+    } catch (e) {
+      if (!(e instanceof MdiffError)) throw e;
+      refuse(e, p.opts["--json"]);
+      status = 1;
+    }
+  }
+  process.exitCode = status;
+}
+
 function refuse(e, json) {
   const section = CODES[e.code] ? CODES[e.code].section : null;
   if (json) {
@@ -191,6 +221,7 @@ async function main(argv) {
   const [cmd, ...rest] = argv;
   if (cmd === "validate") return cmdValidate(rest);
   if (cmd === "apply") return cmdApply(rest);
+  if (cmd === "apply-many") return cmdApplyMany(rest);
   if (cmd === "checkout") return cmdCheckout(rest);
   if (cmd === "features") {
     process.stdout.write(`${JSON.stringify(FEATURES)}\n`);
