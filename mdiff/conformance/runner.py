@@ -299,10 +299,17 @@ def _status_of(report) -> int:
     return 2 if "MD100" in errors else 1 if errors else 0
 
 
+def _per_report(done: Completed, reports: list, statuses: list[int]) -> list[Completed]:
+    """A batch command's answer split into one per file, each with its report's own status — unless the
+    command's exit status is not the largest of them, which every file then gets (and those expecting
+    another fail)."""
+    consistent = done.returncode == max(statuses)
+    return [Completed(s if consistent else done.returncode, json.dumps(r), done.stderr) for r, s in zip(reports, statuses)]
+
+
 def _validate_batch(impl: Implementation, cases: list[Case], timeout: float) -> dict[str, Completed]:
-    """One `validate --json FILE...` for several cases (same limits). Each file's exit status is
-    taken from its report; the command's own status must be the largest of them, else every
-    case of the batch gets the command's status (and those expecting another fail)."""
+    """One `validate --json FILE...` for several cases (same limits); each file's exit status is
+    taken from its report (`_per_report`)."""
     files = [str(c.path("diff")) for c in cases]
     done = impl.run(["validate", "--json", *limit_args(cases[0].limits), *files], timeout * max(1, len(files) / 4))
     if done.returncode is None:
@@ -312,17 +319,14 @@ def _validate_batch(impl: Implementation, cases: list[Case], timeout: float) -> 
                                          for r, f in zip(reports, files)):
         note = f"batch validate printed {len(reports)} reports for {len(cases)} files{_tail(done)}"
         return {c.id: Completed(done.returncode, "", note) for c in cases}
-    statuses = [_status_of(r) for r in reports]
-    consistent = done.returncode == max(statuses)
-    return {c.id: Completed(s if consistent else done.returncode, json.dumps(r), done.stderr)
-            for c, r, s in zip(cases, reports, statuses)}
+    return dict(zip((c.id for c in cases), _per_report(done, reports, [_status_of(r) for r in reports])))
 
 
-def _apply_batch(impl: Implementation, cases: list[Case], outs: list[Path],
-                 timeout: float) -> dict[str, BatchApplied]:
-    """One `apply-many --json BASE DIFF OUT ...` for several cases (same limits): a report per case,
-    read as one `apply --json` would print it; each case's status is 1 when its report holds an
-    `error`, else 0, and the command's own must be the largest of them (as `_validate_batch`)."""
+def _apply_batch(impl: Implementation, cases: list[Case], out_dir: Path, timeout: float) -> dict[str, BatchApplied]:
+    """One `apply-many --json BASE DIFF OUT ...` for several cases (same limits), each writing
+    ``out_dir/<case id>.safetensors``: a report per case, read as one `apply --json` would print it;
+    each case's status is 1 when its report holds an `error`, else 0 (`_per_report`)."""
+    outs = [out_dir / f"{c.id}.safetensors" for c in cases]
     triples = [(c.path("base"), c.path("diff"), out) for c, out in zip(cases, outs)]
     done = impl.apply_many(triples, cases[0].limits, timeout * max(1, len(cases) / 4))
     if done.returncode is None:
@@ -332,9 +336,7 @@ def _apply_batch(impl: Implementation, cases: list[Case], outs: list[Path],
         note = f"apply-many printed {len(reports)} reports for {len(cases)} applies (exit {done.returncode}){_tail(done)}"
         return {c.id: BatchApplied(done, out, note) for c, out in zip(cases, outs)}
     statuses = [1 if isinstance(r, dict) and "error" in r else 0 for r in reports]
-    consistent = done.returncode == max(statuses)
-    return {c.id: BatchApplied(Completed(s if consistent else done.returncode, json.dumps(r), done.stderr), out)
-            for c, out, r, s in zip(cases, outs, reports, statuses)}
+    return {c.id: BatchApplied(one, out) for c, out, one in zip(cases, outs, _per_report(done, reports, statuses))}
 
 
 def _in_batches(work: Callable[[list[Case]], dict], chunks: list[list[Case]], parallel: bool, jobs: int) -> dict:
@@ -374,11 +376,7 @@ def run_cases(impl: Implementation, manifest: Manifest, select: Callable[[Case],
             chunks = [g[i:i + batch] for g in groups.values() for i in range(0, len(g), batch)]
             validated = _in_batches(lambda chunk: _validate_batch(impl, chunk, timeout), chunks, parallel, jobs)
             if claimed is not None and APPLY_MANY in claimed:
-                index = {c.id: i for i, c in enumerate(cases)}
-                applied = _in_batches(
-                    lambda chunk: _apply_batch(impl, chunk, [Path(tmp) / f"{index[c.id]}.safetensors" for c in chunk],
-                                               timeout),
-                    chunks, parallel, jobs)
+                applied = _in_batches(lambda chunk: _apply_batch(impl, chunk, Path(tmp), timeout), chunks, parallel, jobs)
 
         def one(case: Case) -> CaseResult:
             r = run_case(impl, case, claimed, timeout, validated=validated.get(case.id),  # type: ignore[arg-type]

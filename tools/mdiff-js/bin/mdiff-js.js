@@ -105,19 +105,24 @@ function parse(args, flags, withValue = []) {
   return { opts, pos };
 }
 
-async function cmdValidate(args) {
-  let p;
-  let limits;
+// A command's options and operands, its --limit options as limits; null after a usage error.
+function parseOrUsage(args, flags, withValue = []) {
   try {
-    p = parse(args, ["--json", "--no-data"]);
-    limits = limitsFrom(p.opts["--limit"] || []);
+    const p = parse(args, flags, withValue);
+    return { ...p, limits: limitsFrom(p.opts["--limit"] || []) };
   } catch (e) {
-    return usage(e.message);
+    usage(e.message);
+    return null;
   }
+}
+
+async function cmdValidate(args) {
+  const p = parseOrUsage(args, ["--json", "--no-data"]);
+  if (!p) return;
   if (p.pos.length === 0) return usage("validate needs a FILE");
   let status = 0;
   for (const file of p.pos) {
-    const v = await validateFile(file, { data: !p.opts["--no-data"], limits });
+    const v = await validateFile(file, { data: !p.opts["--no-data"], limits: p.limits });
     const r = v.result();
     v.close();
     if (p.opts["--json"]) process.stdout.write(`${JSON.stringify(r, null, 1)}\n`);
@@ -132,19 +137,13 @@ async function cmdValidate(args) {
 }
 
 async function cmdApply(args) {
-  let p;
-  let limits;
-  try {
-    p = parse(args, ["--json", "-q", "--quiet"], ["-o", "--output"]);
-    limits = limitsFrom(p.opts["--limit"] || []);
-  } catch (e) {
-    return usage(e.message);
-  }
+  const p = parseOrUsage(args, ["--json", "-q", "--quiet"], ["-o", "--output"]);
+  if (!p) return;
   const out = p.opts["-o"] || p.opts["--output"];
   if (p.pos.length !== 2 || !out) return usage("apply needs BASE DIFF -o OUT");
   const [base, diff] = p.pos;
   try {
-    const r = await applyFiles(base, diff, out, { limits });
+    const r = await applyFiles(base, diff, out, { limits: p.limits });
     if (p.opts["--json"]) process.stdout.write(`${JSON.stringify(r)}\n`);
     process.exitCode = 0;
   } catch (e) {
@@ -156,20 +155,14 @@ async function cmdApply(args) {
 // Several applies in one process (the conformance runner's --batch, conformance/README.md): one
 // report per (BASE, DIFF, OUT), in order, each as apply prints it; the exit status is the largest.
 async function cmdApplyMany(args) {
-  let p;
-  let limits;
-  try {
-    p = parse(args, ["--json", "-q", "--quiet"]);
-    limits = limitsFrom(p.opts["--limit"] || []);
-  } catch (e) {
-    return usage(e.message);
-  }
+  const p = parseOrUsage(args, ["--json", "-q", "--quiet"]);
+  if (!p) return;
   if (p.pos.length === 0 || p.pos.length % 3 !== 0) return usage("apply-many needs BASE DIFF OUT, one or more times");
   let status = 0;
   for (let i = 0; i < p.pos.length; i += 3) {
     const [base, diff, out] = p.pos.slice(i, i + 3);
     try {
-      const r = await applyFiles(base, diff, out, { limits });
+      const r = await applyFiles(base, diff, out, { limits: p.limits });
       if (p.opts["--json"]) process.stdout.write(`${JSON.stringify(r)}\n`);
     } catch (e) {
       if (!(e instanceof MdiffError)) throw e;
@@ -192,19 +185,13 @@ function refuse(e, json) {
 
 // SPEC.md §13.4: the state at REVISION of the repository in REPO_DIR (the folder holding .mdiff/).
 async function cmdCheckout(args) {
-  let p;
-  let limits;
-  try {
-    p = parse(args, ["--json", "-q", "--quiet"], ["-o", "--output", "-C", "--repo"]);
-    limits = limitsFrom(p.opts["--limit"] || []);
-  } catch (e) {
-    return usage(e.message);
-  }
+  const p = parseOrUsage(args, ["--json", "-q", "--quiet"], ["-o", "--output", "-C", "--repo"]);
+  if (!p) return;
   const out = p.opts["-o"] || p.opts["--output"];
   if (p.pos.length !== 1 || !out) return usage("checkout needs REVISION -o OUT");
   const root = p.opts["-C"] || p.opts["--repo"] || ".";
   try {
-    const repo = new Repository(root, { limits });
+    const repo = new Repository(root, { limits: p.limits });
     const id = await repo.resolve(p.pos[0]);
     const state = await repo.state(id);
     writeSafetensors(out, state);
