@@ -27,7 +27,7 @@ from mdiff.repo import Repository
 from mdiff.repo.history import resolve
 from mdiff.repo.remote_ends import FsspecEnd, RefMoved
 from mdiff.repo.remotes import add_remote, open_end
-from mdiff.repo.transfer import clone, fetch, pull, push
+from mdiff.repo.transfer import fetch, push
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "s3cr3t-Never-Shown-4f9a"
@@ -119,7 +119,7 @@ def test_clone_push_fetch_pull_round_trip(tmp_path, kind, request, capsys):
     assert (report.before, report.after, report.commits) == (None, first[-1], sorted(first))
     assert report.bytes == sum(alice.commit_path(c).stat().st_size for c in first)
 
-    bob, cloned = clone(url, tmp_path / "bob", options)
+    bob, cloned = Repository.clone(url, tmp_path / "bob", options)
     assert bob.head() == ("main", first[-1]) and sorted(cloned.commits) == sorted(first)
     assert resolve(bob, "origin/main~1") == first[1]
     assert bob.fsck() == []
@@ -127,7 +127,7 @@ def test_clone_push_fetch_pull_round_trip(tmp_path, kind, request, capsys):
     second = commit(alice, 7)  # only the new commit moves, and only its bytes
     report = push(alice, "origin", "main", options=options)
     assert report.commits == [second] and report.bytes == alice.commit_path(second).stat().st_size
-    fetched, outcome, head, conflicts = pull(bob, "origin", options=options)
+    fetched, outcome, head, conflicts = bob.pull("origin", options=options)
     assert (fetched.commits, outcome, head, conflicts) == ([second], "fast-forward", second, [])
 
     mine = commit(bob, 8)  # diverged: a merge, pushed back as a fast-forward of the remote
@@ -136,7 +136,7 @@ def test_clone_push_fetch_pull_round_trip(tmp_path, kind, request, capsys):
     with pytest.raises(RepositoryError) as refused:
         push(bob, "origin", "main", options=options)
     assert refused.value.code == "MD803" and "pull" in refused.value.message
-    _, outcome, merged, _ = pull(bob, "origin", options=options, date="2026-05-02T00:00:00Z")
+    _, outcome, merged, _ = bob.pull("origin", options=options, date="2026-05-02T00:00:00Z")
     assert outcome == "merge" and bob.parents(merged) == (mine, theirs)
     assert push(bob, "origin", "main", options=options).commits == sorted([mine, merged])
     fetch(alice, "origin", options=options)
@@ -159,7 +159,7 @@ def test_force_push_replaces_a_branch_and_fetch_follows(tmp_path):
     base = commit(alice, 0)
     commit(alice, 1)
     push(alice, "origin", "main")
-    bob, _ = clone(str(origin), tmp_path / "bob")
+    bob, _ = Repository.clone(str(origin), tmp_path / "bob")
     with alice.lock():
         alice.set_branch("main", base)
     other = commit(alice, 2)
@@ -178,7 +178,7 @@ def test_tags_are_pushed_and_fetched_and_a_different_local_tag_is_kept(tmp_path)
     with alice.lock():
         alice.write_ref("refs/tags/v1", v1)
     assert push(alice, "origin", "main").tags == ["v1"]
-    bob, report = clone(str(tmp_path / "origin"), tmp_path / "bob")
+    bob, report = Repository.clone(str(tmp_path / "origin"), tmp_path / "bob")
     assert report.tags == {"v1": v1} and bob.read_ref("refs/tags/v1") == v1
     carol = Repository.init(tmp_path / "carol")
     add_remote(carol, "origin", str(tmp_path / "origin"))
@@ -222,7 +222,7 @@ def test_two_concurrent_pushers_exactly_one_wins(s3, bucket_url, tmp_path):
     push(base, "origin", "main", options=options)
     repos, tips = [], []
     for i in (1, 2):
-        repo, _ = clone(bucket_url, tmp_path / f"r{i}", options)
+        repo, _ = Repository.clone(bucket_url, tmp_path / f"r{i}", options)
         repos.append(repo)
         tips.append(commit(repo, 10 + i, size=50_000))
     start = threading.Barrier(2)
@@ -270,7 +270,7 @@ def test_a_push_killed_at_any_moment_leaves_the_remote_before_or_after(s3, bucke
     add_remote(repo, "origin", bucket_url)
     commit(repo, 0)
     push(repo, "origin", "main", options=options)
-    copy, _ = clone(bucket_url, tmp_path / "copy", options)
+    copy, _ = Repository.clone(bucket_url, tmp_path / "copy", options)
     env = subprocess_env(s3)
     rng = np.random.default_rng(0)
     outcomes = []
@@ -315,7 +315,7 @@ def test_a_remote_serving_wrong_bytes_is_md800_and_the_local_repository_is_uncha
     add_remote(alice, "origin", bucket_url)
     first = commit(alice, 0)
     push(alice, "origin", "main", options=options)
-    bob, _ = clone(bucket_url, tmp_path / "bob", options)
+    bob, _ = Repository.clone(bucket_url, tmp_path / "bob", options)
     second = commit(alice, 1)
     push(alice, "origin", "main", options=options)
     fs = s3_files(options)
@@ -338,7 +338,7 @@ def test_hostile_local_remotes_get_typed_errors_and_change_nothing(tmp_path):
     add_remote(alice, "origin", str(origin))
     first = commit(alice, 0)
     push(alice, "origin", "main")
-    bob, _ = clone(str(origin), tmp_path / "bob")
+    bob, _ = Repository.clone(str(origin), tmp_path / "bob")
     before = snapshot_of(bob)
     second = commit(alice, 1)
     push(alice, "origin", "main")
@@ -392,7 +392,7 @@ def test_hostile_names_and_sizes_on_s3(s3, bucket_url, tmp_path):
     fs.pipe_file(f"{bucket_url}/.mdiff/refs/heads/a..b", (first + "\n").encode())  # no valid branch name: ignored
     fs.pipe_file(f"{bucket_url}/.mdiff/refs/heads/.hidden", b"junk")  # a temporary file: ignored
     fs.pipe_file(f"{bucket_url}/.mdiff/commits/../../escape.mdiff", b"x")  # not a commit name: ignored
-    bob, report = clone(bucket_url, tmp_path / "bob", options)
+    bob, report = Repository.clone(bucket_url, tmp_path / "bob", options)
     assert report.branches == {"main": (None, first)} and bob.commit_ids() == [first]
     assert not (tmp_path / "escape.mdiff").exists()
     fs.pipe_file(f"{bucket_url}/.mdiff/refs/heads/huge", b"0" * 1_000_000)
@@ -439,7 +439,7 @@ def test_a_store_without_conditional_writes_is_pushed_to_under_a_lock_object(tmp
     assert run(capsys, "remote", "add", "origin", url, "-C", alice.root)[0] == 0
     code, out, _ = run(capsys, "push", "--json", "-C", alice.root)
     assert code == 0 and json.loads(out)["after"] == first
-    bob, _ = clone(url, tmp_path / "bob")
+    bob, _ = Repository.clone(url, tmp_path / "bob")
     assert bob.head() == ("main", first)
     fs = fsspec.filesystem("memory")
     lock = url.removeprefix("memory://") + "/.mdiff/push.lock"
@@ -464,7 +464,7 @@ def test_fsck_checks_remotes_and_tracking_refs_and_progress_counts_bytes(tmp_pat
     sizes = {c: alice.commit_path(c).stat().st_size for c in ids}
     assert sorted(item for item, _, _ in calls) == sorted(ids)  # one call per commit file, in bytes
     assert calls[-1][1:] == (sum(sizes.values()), sum(sizes.values()))
-    bob, _ = clone(str(tmp_path / "origin"), tmp_path / "bob")
+    bob, _ = Repository.clone(str(tmp_path / "origin"), tmp_path / "bob")
     assert bob.fsck() == []
     (bob.dir / "refs" / "remotes" / "origin" / "main").write_text("f" * 64 + "\n")
     (bob.dir / "remotes" / "origin").write_text("two\nlines\n")
@@ -479,7 +479,7 @@ def test_pull_with_conflicts_commits_nothing_and_exits_1(tmp_path, capsys):
     add_remote(alice, "origin", str(tmp_path / "origin"))
     alice.commit({"n": np.array([1, 2], np.int64)}, "root", author="T <t@example.org>", date="2026-01-01T00:00:00Z")
     push(alice, "origin", "main")
-    bob, _ = clone(str(tmp_path / "origin"), tmp_path / "bob")
+    bob, _ = Repository.clone(str(tmp_path / "origin"), tmp_path / "bob")
     alice.commit({"n": np.array([1, 3], np.int64)}, "a", author="T <t@example.org>", date="2026-01-01T00:00:01Z")
     push(alice, "origin", "main")
     mine = bob.commit({"n": np.array([1, 4], np.int64)}, "b", author="T <t@example.org>", date="2026-01-01T00:00:02Z")
@@ -500,7 +500,7 @@ def test_snapshots_travel_on_request_and_checkouts_start_there(tmp_path, capsys)
     code, out, _ = run(capsys, "push", "--snapshots", "--json", "-C", alice.root)
     assert code == 0 and json.loads(out)["snapshots"] == [ids[1]]
     assert json.loads(out)["snapshot_bytes"] == alice.snapshot_path(ids[1]).stat().st_size
-    plain, report = clone(str(tmp_path / "origin"), tmp_path / "plain")
+    plain, report = Repository.clone(str(tmp_path / "origin"), tmp_path / "plain")
     assert report.snapshots == [] and not plain.snapshot_path(ids[1]).exists()
     code, out, _ = run(capsys, "clone", "--snapshots", "--json", tmp_path / "origin", tmp_path / "bob")
     assert code == 0 and json.loads(out)["commits"] == 3
@@ -515,7 +515,6 @@ def test_snapshots_travel_on_request_and_checkouts_start_there(tmp_path, capsys)
 
 def test_checkout_from_a_remote_without_cloning_moves_only_the_first_parent_line(s3, bucket_url, tmp_path, capsys):
     from mdiff.checkpoints import load_checkpoint
-    from mdiff.repo.transfer import fetch_revision
 
     endpoint, options, _ = s3
     alice = Repository.init(tmp_path / "alice")
@@ -526,12 +525,12 @@ def test_checkout_from_a_remote_without_cloning_moves_only_the_first_parent_line
     alice.switch("main")
     push(alice, "origin", "main", options=options)
     push(alice, "origin", "side", options=options)
-    cache, commit_id = fetch_revision(bucket_url, "main~1", tmp_path / "cache", options)
+    cache, commit_id = Repository.fetch_revision(bucket_url, "main~1", tmp_path / "cache", options)
     assert commit_id == line[1] and cache.commit_ids() == sorted(line)  # the tip names main~1; side stays
-    cache, commit_id = fetch_revision(bucket_url, side[:8], tmp_path / "cache", options)
+    cache, commit_id = Repository.fetch_revision(bucket_url, side[:8], tmp_path / "cache", options)
     assert commit_id == side and cache.commit_ids() == sorted([*line, side])  # only side's own commit moved
     with pytest.raises(RepositoryError, match="MD801"):
-        fetch_revision(bucket_url, "nothere", tmp_path / "cache", options)
+        Repository.fetch_revision(bucket_url, "nothere", tmp_path / "cache", options)
     out = tmp_path / "out.safetensors"
     code, text, err = run(capsys, "checkout", "main~1", "-o", out, "--remote", bucket_url, "--json",
                           "--storage-option", f"client_kwargs.endpoint_url={endpoint}")
@@ -549,7 +548,7 @@ def test_a_remote_commit_that_crashed_libhdf5_is_a_typed_error_and_changes_nothi
     add_remote(alice, "origin", str(origin))
     commit(alice, 0)
     push(alice, "origin", "main")
-    bob, _ = clone(str(origin), tmp_path / "bob")
+    bob, _ = Repository.clone(str(origin), tmp_path / "bob")
     before = snapshot_of(bob)
     crasher = (Path(__file__).parent / "fuzz" / "regressions" / "crash-hdf5-dense-links-iterate-seed9-task1462.mdiff").read_bytes()
     crasher_id = hashlib.sha256(crasher).hexdigest()
@@ -569,7 +568,7 @@ def test_fetch_and_push_record_their_ref_moves_in_reflogs(tmp_path):
     add_remote(alice, "origin", str(origin))
     first = commit(alice, 0)
     push(alice, "origin", "main")
-    bob, _ = clone(str(origin), tmp_path / "bob")
+    bob, _ = Repository.clone(str(origin), tmp_path / "bob")
     second = commit(alice, 1)
     push(alice, "origin", "main")
     fetch(bob, "origin")

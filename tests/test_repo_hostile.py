@@ -340,11 +340,11 @@ def test_writes_never_follow_a_link_out_of_the_repository(made, tmp_path):
 
 
 def test_where_files_cannot_be_opened_relative_to_a_folder_the_same_rules_hold(made, tmp_path, monkeypatch):
-    """Platforms without dir_fd (not POSIX) take the other path of store.py: folders checked with
+    """Platforms without dir_fd (not POSIX) take the other path of folder.py: folders checked with
     lstat. The same reads and writes work, and the same links are refused."""
-    from mdiff.repo import store
+    from mdiff.repo import folder
 
-    monkeypatch.setattr(store, "_AT", False)
+    monkeypatch.setattr(folder, "_AT", False)
     repo, ids = made
     fresh = Repository(repo.root)
     assert resolve(fresh, "HEAD~1") == ids[1] and fresh.commit_ids() == sorted(ids)
@@ -409,10 +409,10 @@ def test_moves_back_cost_at_most_the_history_and_any_count_is_an_error_not_a_cra
 
 
 def _waiting_for_lock(thread: threading.Thread) -> bool:
-    """Whether ``thread`` is inside Store.lock (waiting for the writers' lock: the test holds it)."""
+    """Whether ``thread`` is inside WriterLock.lock (waiting for the writers' lock: the test holds it)."""
     frame = sys._current_frames().get(thread.ident)
     while frame is not None:
-        if frame.f_code.co_name == "lock" and frame.f_code.co_filename.endswith(os.path.join("repo", "store.py")):
+        if frame.f_code.co_name == "lock" and frame.f_code.co_filename.endswith(os.path.join("repo", "lock.py")):
             return True
         frame = frame.f_back
     return False

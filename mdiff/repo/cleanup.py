@@ -13,13 +13,12 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from mdiff.atomic import fsync_directory
 from mdiff.errors import MdiffError, RepositoryError
-
-if TYPE_CHECKING:
-    from mdiff.repo.repository import Repository
+from mdiff.repo.states import StateView
+from mdiff.repo.store import Store
+from mdiff.validation import validate
 
 # tempfile.mkdtemp's names: merges of earlier mdiff versions staged states in such folders inside .mdiff/
 EARLIER_TEMP_FOLDER = re.compile(r"tmp[a-z0-9_]{8}")
@@ -86,14 +85,11 @@ def temporaries(repo_dir: Path) -> list[Leftover]:
     return found
 
 
-def judge_snapshot(repo: Repository, path: Path, check_data: bool = True) -> tuple[str, str] | None:
+def judge_snapshot(repo: Store, path: Path, check_data: bool = True) -> tuple[str, str] | None:
     """None when checkouts may start at the snapshot ``path``; else (code, why not): MD303 for a file
     that is no usable snapshot (invalid, misfiled, of a commit not in the repository), MD807 for one
     that disagrees with its commits (§13.5). Raises the RepositoryError of a chain that cannot be read
     (then nothing can be said of the snapshot)."""
-    from mdiff.repo.states import StateView
-    from mdiff.validation import validate
-
     match = SNAPSHOT_FILE.fullmatch(path.name)
     if match is None:
         return "MD303", "not named <commit id>.mdiff"
@@ -109,7 +105,7 @@ def judge_snapshot(repo: Repository, path: Path, check_data: bool = True) -> tup
         return view.rejected.get(commit_id)
 
 
-def _ancestors(repo: Repository, tips: list[str]) -> set[str]:
+def _ancestors(repo: Store, tips: list[str]) -> set[str]:
     """``tips`` and every commit reachable from them through any parent (each verified: MD800)."""
     seen: set[str] = set()
     while tips:
@@ -135,7 +131,7 @@ class Kept:
     expiring: dict[str, int]  # ref → how many of its reflog's entries are older than the expiry
 
 
-def kept(repo: Repository, now: float, prune: float, reflog_expire: float) -> Kept:
+def kept(repo: Store, now: float, prune: float, reflog_expire: float) -> Kept:
     """Every commit reachable (through all parents) from a root — a file below refs/ (branches, tags,
     any other refs), HEAD, either side of a reflog entry younger than ``reflog_expire`` seconds, a commit
     file written less than ``prune`` seconds ago — and the reflogs holding older entries. Memory grows
@@ -156,7 +152,7 @@ def kept(repo: Repository, now: float, prune: float, reflog_expire: float) -> Ke
     return Kept(_ancestors(repo, sorted(roots)), expiring)
 
 
-def collect(repo: Repository, dry_run: bool = False, prune: float = DEFAULT_PRUNE_SECONDS,
+def collect(repo: Store, dry_run: bool = False, prune: float = DEFAULT_PRUNE_SECONDS,
             reflog_expire: float = DEFAULT_REFLOG_EXPIRE_SECONDS, now: float | None = None) -> GcReport:
     """Remove (or, ``dry_run``, list) the temporaries of ``.mdiff/``, the commits gc need not keep
     (§13.6, :func:`kept`), the reflog entries older than ``reflog_expire`` seconds, and the snapshots no

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from mdiff.checkpoints import load_checkpoint, open_checkpoint
 from mdiff.errors import RepositoryError
 from mdiff.updates import low_rank
+from mdiff.updates.base import Update
 
 
-def low_rank_updates(factors_path, checkpoint_path) -> dict:
+def low_rank_updates(factors_path: str | os.PathLike[str], checkpoint_path: str | os.PathLike[str]) -> dict[str, Update]:
     """``low_rank`` updates from a safetensors file of 'A:<name>', 'B:<name>' and optional 'scale:<name>';
     each parameter's shape and dtype come from the checkpoint being committed."""
     factors = load_checkpoint(factors_path)
@@ -30,7 +33,7 @@ def low_rank_updates(factors_path, checkpoint_path) -> dict:
     return updates
 
 
-def sparse_masks(mask_path) -> dict[str, np.ndarray]:
+def sparse_masks(mask_path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     masks = load_checkpoint(mask_path)
     not_bool = [name for name, m in masks.items() if m.dtype != np.bool_]
     if not_bool:

@@ -4,10 +4,25 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from mdiff.errors import RepositoryError
+from mdiff.repo.names import COMMIT_ID, shown
 from mdiff.repo.remotes import tracking_target
-from mdiff.repo.store import COMMIT_ID, shown
+
+if TYPE_CHECKING:
+    from mdiff.format.commit import Commit
+    from mdiff.repo.remote_ends import RemoteEnd
+    from mdiff.repo.store import Store
+
+
+class CommitGraph(Protocol):
+    """What walking history reads: each commit's parents (a repository, or a remote read in place)."""
+
+    def parents(self, commit_id: str) -> tuple[str, ...]: ...
+
+    def metadata(self, commit_id: str) -> Commit: ...
 
 log = logging.getLogger(__name__)
 
@@ -15,7 +30,7 @@ _REV = re.compile(r"(?P<base>[^~^]+)(?P<moves>(?:~\d*|\^)*)")
 _PREFIX = re.compile(r"[0-9a-f]{4,63}")
 
 
-def resolve(repo, rev: str) -> str:
+def resolve(repo: Store, rev: str) -> str:
     """A commit id from ``HEAD``, a full commit id, a branch, a tag, a remote-tracking ref (``origin/main``),
     or a unique prefix (≥ 4 hex digits), looked up in that order (§13.3: a full id always means that
     commit, whatever a ref may be called; a branch wins over a tag of its name, which no writer makes),
@@ -27,6 +42,7 @@ def resolve(repo, rev: str) -> str:
         raise RepositoryError("MD801", f"{shown(rev)[:80]!r} is not a revision: HEAD, a branch, a tag or a commit id (or its first "
                                        "4+ digits), optionally followed by ~N or ^")
     base = m.group("base")
+    commit_id: str | None
     if base == "HEAD":
         commit_id = repo.head()[1]
         if commit_id is None:
@@ -60,6 +76,8 @@ def resolve(repo, rev: str) -> str:
         names = repo.branch_names()
         raise RepositoryError("MD801", f"{shown(base)[:80]!r} is neither a branch, a tag nor a commit id (branches: "
                                        f"{', '.join(names[:8]) or 'none yet'}{' …' if len(names) > 8 else ''})")
+    if commit_id is None:  # a ref that is a folder of refs: it names no commit
+        raise RepositoryError("MD801", f"{shown(base)[:80]!r} names no commit")
     for move in re.findall(r"~\d*|\^", m.group("moves")):
         digits = move[1:]
         steps = 1 if not digits else int(digits) if len(digits) <= 18 else 10**18  # past any history
@@ -71,7 +89,7 @@ def resolve(repo, rev: str) -> str:
     return commit_id
 
 
-def ancestors(repo, commit_id: str) -> set[str]:
+def ancestors(repo: CommitGraph, commit_id: str) -> set[str]:
     """``commit_id`` and every commit reachable from it through any parent."""
     seen: set[str] = set()
     stack = [commit_id]
@@ -83,7 +101,7 @@ def ancestors(repo, commit_id: str) -> set[str]:
     return seen
 
 
-def first_parent_line(repo, commit_id: str, stop: str | None = None) -> list[str]:
+def first_parent_line(repo: CommitGraph, commit_id: str, stop: str | None = None) -> list[str]:
     """``commit_id`` and its first parents back to a root, or to ``stop`` (included)."""
     line = [commit_id]
     while line[-1] != stop:
@@ -94,7 +112,7 @@ def first_parent_line(repo, commit_id: str, stop: str | None = None) -> list[str
     return line
 
 
-def merge_base(repo, a: str, b: str) -> str | None:
+def merge_base(repo: CommitGraph, a: str, b: str) -> str | None:
     """The best common ancestor: a common ancestor that no other common ancestor descends from."""
     common = ancestors(repo, a) & ancestors(repo, b)
     if not common:
@@ -106,7 +124,7 @@ def merge_base(repo, a: str, b: str) -> str | None:
     return best[-1]
 
 
-def topological(repo, heads: list[str]) -> list[str]:
+def topological(repo: CommitGraph, heads: list[str]) -> list[str]:
     """Every commit reachable from ``heads``, children before parents, each line of history kept
     together: a merge is followed by its first parent's line, then by the merged line."""
     order: list[str] = []
@@ -125,7 +143,7 @@ def topological(repo, heads: list[str]) -> list[str]:
     return order[::-1]
 
 
-def graph_lines(repo, heads: list[str], describe) -> list[str]:
+def graph_lines(repo: CommitGraph, heads: list[str], describe: Callable[[str], str]) -> list[str]:
     """A text graph like ``git log --graph``: one ``*`` row per commit, ``|`` for other lines of
     history, ``|\\`` where a merge opens a lane and ``|/`` where lanes join."""
     lanes: list[str] = []
@@ -147,3 +165,31 @@ def graph_lines(repo, heads: list[str], describe) -> list[str]:
             lanes.insert(col + 1, p)
             lines.append(" ".join("|" for _ in range(col + 1)) + "\\")
     return lines
+
+
+def resolve_on_remote(end: RemoteEnd, rev: str, sizes: dict[str, int], parents: Callable[[str], tuple[str, ...]]) -> str:
+    """The commit ``rev`` names on the remote ``end`` (§13.3: HEAD, a full id, a branch, a tag, a unique
+    prefix of its commit files — ``sizes``, as ``end.commit_sizes()`` lists them; ``~N`` / ``^`` through
+    ``parents``), MD801 when it names none."""
+
+    m = _REV.fullmatch(rev.strip())
+    if not m:
+        raise RepositoryError("MD801", f"{rev[:80]!r} is not a revision")
+    base, refs = m.group("base"), end.refs()
+    head = end.head_branch()
+    candidates = [] if COMMIT_ID.fullmatch(base) else [f"refs/heads/{head}"] if base == "HEAD" and head else \
+        [f"refs/heads/{base}", f"refs/tags/{base}"]
+    commit_id = base if COMMIT_ID.fullmatch(base) else next((refs[r] for r in candidates if r in refs), None)
+    if commit_id is None and _PREFIX.fullmatch(base):
+        matches = [c for c in sizes if c.startswith(base)]
+        commit_id = matches[0] if len(matches) == 1 else None
+    if commit_id is None:
+        raise RepositoryError("MD801", f"{end.url}: {base[:80]!r} names no commit there")
+    for move in re.findall(r"~\d*|\^", m.group("moves")):
+        digits = move[1:]
+        for _ in range(1 if not digits else int(digits) if len(digits) <= 18 else 10**18):
+            found = parents(commit_id)
+            if not found:
+                raise RepositoryError("MD801", f"{rev[:80]!r} goes back past a root commit")
+            commit_id = found[0]
+    return commit_id

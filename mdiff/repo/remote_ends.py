@@ -26,7 +26,8 @@ from typing import Any
 from mdiff.errors import RepositoryError
 from mdiff.format.limits import DEFAULT_LIMITS
 from mdiff.ranged_file import RangedFile
-from mdiff.repo.store import FORMAT_LINE, HEAD_PREFIX, MAX_SMALL_FILE_BYTES, Store, valid_branch
+from mdiff.repo.names import FORMAT_LINE, HEAD_PREFIX, MAX_SMALL_FILE_BYTES, valid_branch
+from mdiff.repo.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -196,13 +197,13 @@ class _AtMost:
     def absolute_update(self, value: int) -> None:
         self.relative_update(value - self.done)
 
-    def branched(self, path_1: str, path_2: str, **kwargs) -> _AtMost:
+    def branched(self, path_1: str, path_2: str, **kwargs: Any) -> _AtMost:
         return self
 
     def branch(self, path_1: str, path_2: str, kwargs: dict) -> None:
         pass
 
-    def call(self, *args, **kwargs) -> None:
+    def call(self, *args: Any, **kwargs: Any) -> None:
         pass
 
     def close(self) -> None:
@@ -211,7 +212,7 @@ class _AtMost:
     def __enter__(self) -> _AtMost:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         pass
 
 

@@ -13,7 +13,11 @@ in an isolated child (§8.5).
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
 
 from mdiff.errors import InvalidFileError, RepositoryError
 from mdiff.format.commit import Commit
@@ -23,7 +27,7 @@ from mdiff.ranged_file import RangedFile, RangeReadError, no_collection
 from mdiff.repo.remote_ends import MAX_COMMIT_FILE_BYTES
 from mdiff.repo.remotes import open_end
 from mdiff.repo.states import StateView
-from mdiff.repo.transfer import resolve_on_remote
+from mdiff.repo.history import resolve_on_remote
 
 
 class RemoteRepository:
@@ -118,8 +122,10 @@ class RemoteRepository:
         with self.served():
             return _StateInPlace(self, commit_id, engine)
 
-    def checkout(self, rev: str = "HEAD", output=None, template=None, progress: Progress | None = None,
-                 engine: str | None = None, *, framework: str = "np", max_shard_size: int | None = None):
+    def checkout(self, rev: str = "HEAD", output: str | os.PathLike[str] | None = None,
+                 template: str | os.PathLike[str] | None = None, progress: Progress | None = None,
+                 engine: str | None = None, *, framework: str = "np",
+                 max_shard_size: int | None = None) -> dict[str, Any] | list[str]:
         """As :meth:`Repository.checkout`, read in place: MD801 when the remote fails to serve a range. It
         reads about every byte of the files it opens, so each is downloaded whole, in one request, as it is
         opened (RangedFile.spool: into a private temporary file, removed when done)."""
@@ -151,6 +157,6 @@ class _StateInPlace(StateView):
 
     repo: RemoteRepository
 
-    def read(self, name: str):
+    def read(self, name: str) -> np.ndarray:
         with self.repo.served():
             return super().read(name)

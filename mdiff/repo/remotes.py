@@ -20,7 +20,8 @@ from urllib.parse import urlsplit
 
 from mdiff.errors import RepositoryError
 from mdiff.repo.remote_ends import FsspecEnd, LocalEnd, RemoteEnd
-from mdiff.repo.store import Store, shown, valid_branch
+from mdiff.repo.names import shown, valid_branch
+from mdiff.repo.store import Store
 
 REMOTE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 MAX_URL_BYTES = 4096

@@ -25,29 +25,27 @@ checked where no run follows it, and at the end.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from concurrent.futures import Future
 import logging
 import math
+import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from mdiff.checkpoints import CheckpointReader
 from mdiff.errors import ApplyError, InvalidFileError, RepositoryError
-from mdiff.format import canonical_json
-from mdiff.format.commit import Commit
 from mdiff.format.dtypes import DType
 from mdiff.format.layout import Layout
 from mdiff.format.reader import DiffFile
 from mdiff.threads import in_pool, shared_pool
-from mdiff.updates.base import Change, Update, check_base, read_ahead, spec_of
+from mdiff.repo.claims import StateClaims, snapshot_claims, snapshot_disagreement, snapshot_inexact
+from mdiff.repo.plan import ClosedCommit, Plan, Step, plan_commit, segments
+from mdiff.updates.base import Change, check_base, read_ahead, spec_of
 
 if TYPE_CHECKING:
     from mdiff.progress import Progress
-    from mdiff.repo.repository import Repository
 
 
 class CommitSource(Protocol):
@@ -72,106 +70,6 @@ class SnapshotUnusable(Exception):
     """A snapshot that is not a valid file of `replace` updates for its commit, or whose values fail their checks."""
 
 
-@dataclass
-class _Step:
-    """One update of a parameter (or file, or the layout) along the walk, and where it comes from."""
-
-    update: Update
-    source: str  # the commit id, or "snapshot <id>"
-    order: int  # the commit's place along the walk, the root's 0 (a snapshot's step: its commit's)
-
-
-@dataclass(frozen=True)
-class _Declared:
-    """A dataset's declared shape and dtype, kept once its file is closed."""
-
-    shape: tuple[int, ...]
-    dtype: np.dtype
-
-
-def _declared(update: Update) -> Update:
-    return Update(update.meta, {k: _Declared(tuple(d.shape), np.dtype(d.dtype)) for k, d in update.data.items()},
-                  update.kind)
-
-
-class _ClosedCommit(Mapping[str, Update]):
-    """What planning reads of a commit file (its metadata), kept after the file is closed; a replay that
-    needs its data opens the file again."""
-
-    def __init__(self, diff: DiffFile | _ClosedCommit):
-        self.commit: Commit = diff.commit
-        self._updates = {name: _declared(diff[name]) for name in diff}
-        self.files: dict[str, Update] = {path: _declared(update) for path, update in diff.files.items()}
-        self.layout: Update | None = _declared(diff.layout) if diff.layout is not None else None
-
-    def __getitem__(self, name: str) -> Update:
-        return self._updates[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._updates)
-
-    def __len__(self) -> int:
-        return len(self._updates)
-
-
-@dataclass
-class StateClaims:
-    """What the commits' metadata say the state at a commit holds (§13.5): each parameter's shape, dtype
-    and sha256 (None for an inexact value, §13.4), each file's sha256, the layout's (None: no layout)."""
-
-    parameters: dict[str, tuple[tuple[int, ...], DType, str | None]]
-    files: dict[str, str]
-    layout: str | None
-
-    def digest(self) -> str:
-        """§4.2 `state_sha256`: the sha256 of the state's digest object in canonical JSON (Appendix A) —
-        ``{"files": {path: sha256}, "layout": sha256 or null, "parameters": {name: {"dtype", "sha256"
-        (null: inexact), "shape"}}}``."""
-        digest_object = {
-            "files": dict(self.files),
-            "layout": self.layout,
-            "parameters": {name: {"dtype": dtype.name, "sha256": sha256, "shape": list(shape)}
-                           for name, (shape, dtype, sha256) in self.parameters.items()},
-        }
-        return hashlib.sha256(canonical_json.dumps(digest_object).encode("utf-8")).hexdigest()
-
-    def after(self, update: Update, name: str) -> None:
-        """The claims once ``update`` of parameter ``name`` is applied (metadata only)."""
-        if update.type == "delete":
-            self.parameters.pop(name, None)
-        else:
-            sha256 = update.sha256 if update.update_type.carries_sha256 else None
-            self.parameters[name] = (update.shape, update.dtype, sha256)
-
-    def after_file(self, update: Update, path: str) -> None:
-        if update.type == "delete":
-            self.files.pop(path, None)
-        else:
-            self.files[path] = update.sha256 or ""
-
-    def after_layout(self, update: Update) -> None:
-        self.layout = None if update.type == "delete" else update.sha256
-
-
-@dataclass
-class _Plan:
-    specs: dict[str, tuple[tuple[int, ...], DType]] = field(default_factory=dict)
-    history: dict[str, list[_Step]] = field(default_factory=dict)  # from the last replace on
-    inexact: set[str] = field(default_factory=set)
-    files: dict[str, _Step] = field(default_factory=dict)  # each path's last `replace`
-    layout: _Step | None = None
-    start: str | None = None  # the commit whose snapshot shortens the histories
-    commits_after_start: int = 0  # the commits whose updates a checkout may apply
-
-    def claims(self) -> StateClaims:
-        def sha256(name: str) -> str | None:
-            return None if name in self.inexact else self.history[name][-1].update.sha256
-
-        return StateClaims({name: (shape, dtype, sha256(name)) for name, (shape, dtype) in self.specs.items()},
-                           {path: step.update.sha256 or "" for path, step in self.files.items()},
-                           self.layout.update.sha256 if self.layout is not None else None)
-
-
 class StateView(CheckpointReader):
     """state(commit) (SPEC.md §13.4) as a lazy, read-only mapping of name → numpy array, with the
     state's ``files`` and ``layout``; use as a context manager (it keeps the commit files open)."""
@@ -194,18 +92,18 @@ class StateView(CheckpointReader):
             raise
 
     # ------------------------------------------------------------ the metadata pass
-    def _walk(self, short: bool) -> list[tuple[str, DiffFile | _ClosedCommit]]:
+    def _walk(self, short: bool) -> list[tuple[str, DiffFile | ClosedCommit]]:
         """The commits from the root to this one, oldest first, each file's id verified (MD800) and its
         metadata read: the state is defined by all of them (§13.4), and a snapshot is checked against them
         (§13.5). With ``short``, and a `state_sha256` on this commit (§4.2), the walk stops at the newest
         commit whose snapshot matches that commit's `state_sha256` (§13.5): it then starts there. The newest
         files stay open; older ones are closed once read (their data is seldom needed)."""
-        chain: list[tuple[str, DiffFile | _ClosedCommit]] = []  # newest first
+        chain: list[tuple[str, DiffFile | ClosedCommit]] = []  # newest first
         cursor = self.commit_id
         while cursor is not None:
             diff = self._open(cursor)
             if len(self._files) > _KEEP_OPEN:
-                chain.append((cursor, _ClosedCommit(diff)))
+                chain.append((cursor, ClosedCommit(diff)))
                 self._files.pop(cursor).close()
             else:
                 chain.append((cursor, diff))
@@ -255,7 +153,7 @@ class StateView(CheckpointReader):
         needed = {step.source for step in steps if not step.source.startswith("snapshot ")}
         for order, (commit_id, diff) in enumerate(self._chain):
             if commit_id in self._files and commit_id not in needed:
-                self._chain[order] = (commit_id, _ClosedCommit(diff))
+                self._chain[order] = (commit_id, ClosedCommit(diff))
                 self._files.pop(commit_id).close()
             elif commit_id in needed and commit_id not in self._files:
                 self._chain[order] = (commit_id, self._open(commit_id))
@@ -279,7 +177,7 @@ class StateView(CheckpointReader):
         self._plan = self._make_plan(snapshots=False)
         self._hold()
 
-    def _make_plan(self, snapshots: bool) -> _Plan:
+    def _make_plan(self, snapshots: bool) -> Plan:
         """The plan of every parameter's history, its claims checked against this commit's `state_sha256`
         (MD808): from the snapshot the walk stopped at, else from the root (the walk completed first)."""
         if snapshots and self._by_digest is not None:
@@ -300,7 +198,7 @@ class StateView(CheckpointReader):
             raise RepositoryError("MD808", problem)
         return plan
 
-    def _digest_problem(self, plan: _Plan) -> str | None:
+    def _digest_problem(self, plan: Plan) -> str | None:
         """Why the plan's claims are not the state this commit's `state_sha256` names (§4.2), or None."""
         digest = self._chain[-1][1].commit.state_sha256 if self._chain else None
         if digest is None or plan.claims().digest() == digest:
@@ -308,34 +206,34 @@ class StateView(CheckpointReader):
         return (f"commit {(self.commit_id or '')[:12]} records state_sha256 {digest[:12]}…, but its first parent's "
                 f"state and its updates make a state whose digest is {plan.claims().digest()[:12]}…")
 
-    def _plan_from_snapshot(self, commit_id: str, snapshot: DiffFile) -> _Plan:
+    def _plan_from_snapshot(self, commit_id: str, snapshot: DiffFile) -> Plan:
         """The plan from a snapshot that matches its commit's `state_sha256` (the chain's first commit), and
         the commits after it."""
-        plan = _Plan(start=commit_id, commits_after_start=len(self._chain) - 1)
+        plan = Plan(start=commit_id, commits_after_start=len(self._chain) - 1)
         source = f"snapshot {commit_id[:12]}"
         for name in snapshot:
             update = snapshot[name]
             plan.specs[name] = (update.shape, update.dtype)
-            plan.history[name] = [_Step(update, source, 0)]
-        plan.files = {path: _Step(update, source, 0) for path, update in snapshot.files.items()}
-        plan.layout = _Step(snapshot.layout, source, 0) if snapshot.layout is not None else None
+            plan.history[name] = [Step(update, source, 0)]
+        plan.files = {path: Step(update, source, 0) for path, update in snapshot.files.items()}
+        plan.layout = Step(snapshot.layout, source, 0) if snapshot.layout is not None else None
         for order, (commit_id_after, diff) in enumerate(self._chain[1:], start=1):
             try:
-                _plan_commit(plan, commit_id_after, diff, order)
+                plan_commit(plan, commit_id_after, diff, order)
             except ApplyError as exc:
                 raise RepositoryError("MD802", f"commit {commit_id_after[:12]} cannot be applied: {exc}") from exc
         if self.commit_id is not None:
             self.repo.remember_inexact(self.commit_id, frozenset(plan.inexact))
         return plan
 
-    def _plan_from_root(self, snapshots: bool) -> _Plan:
-        plan = _Plan(commits_after_start=len(self._chain))
+    def _plan_from_root(self, snapshots: bool) -> Plan:
+        plan = Plan(commits_after_start=len(self._chain))
         claims: dict[int, StateClaims] = {}  # at each commit that has a snapshot file
         with_snapshot = {i for i, (commit_id, _) in enumerate(self._chain)
                          if snapshots and self.repo.has_snapshot(commit_id)}
         for order, (commit_id, diff) in enumerate(self._chain):
             try:
-                _plan_commit(plan, commit_id, diff, order)
+                plan_commit(plan, commit_id, diff, order)
             except ApplyError as exc:
                 raise RepositoryError("MD802", f"commit {commit_id[:12]} cannot be applied: {exc}") from exc
             if order in with_snapshot:
@@ -347,7 +245,7 @@ class StateView(CheckpointReader):
             self.repo.remember_inexact(self.commit_id, frozenset(plan.inexact))
         return plan
 
-    def _start_at_snapshot(self, plan: _Plan, order: int, claims: StateClaims) -> bool:
+    def _start_at_snapshot(self, plan: Plan, order: int, claims: StateClaims) -> bool:
         """Shorten each exact parameter's history to the snapshot of the commit at ``order``, when the
         snapshot agrees with ``claims`` (the commits' word for that state); say whether it did."""
         commit_id = self._chain[order][0]
@@ -370,13 +268,14 @@ class StateView(CheckpointReader):
         for name, steps in plan.history.items():
             if steps[0].order > order or claims.parameters[name][2] is None:
                 continue  # set afresh after the snapshot's commit, or inexact there (replayed, §13.5)
-            plan.history[name] = [_Step(snapshot[name], source, order)] + [s for s in steps if s.order > order]
+            plan.history[name] = [Step(snapshot[name], source, order)] + [s for s in steps if s.order > order]
         plan.start = commit_id
         plan.commits_after_start = len(self._chain) - 1 - order
         return True
 
-    def write(self, output=None, template=None, progress: Progress | None = None, *, framework: str = "np",
-              max_shard_size: int | None = None):
+    def write(self, output: str | os.PathLike[str] | None = None, template: str | os.PathLike[str] | None = None,
+              progress: Progress | None = None, *, framework: str = "np",
+              max_shard_size: int | None = None) -> dict[str, Any] | list[str]:
         """Every tensor, each read and verified once: without ``output`` a dict (of numpy arrays, or of
         ``framework``'s tensors); with it, written as a checkpoint file or a model folder (SPEC.md §10.2)
         and the paths written returned (see Repository.checkout)."""
@@ -388,7 +287,7 @@ class StateView(CheckpointReader):
         names = self.keys()
         done = ByteCounter(progress, ((name, tensor_bytes(self, name)) for name in names) if progress else ())
         if output is None:
-            result = {}
+            result: dict[str, Any] = {}
             for name in names:
                 result[name] = to_framework(self.read(name), framework)
                 done(name)
@@ -448,12 +347,12 @@ class StateView(CheckpointReader):
             return self._replay(name)
 
     def _replay(self, name: str) -> np.ndarray:
-        """The parameter's history applied segment by segment (see :func:`_segments`): each segment's head
+        """The parameter's history applied segment by segment (see :func:`segments`): each segment's head
         is applied on another core while the run of updates after it is folded into one change (§13.4),
         which then meets the head's value once; a value's sha256 is checked where no run follows it."""
         value: np.ndarray | None = None
-        pending: _Step | None = None  # the step whose sha256 the value must have, once checked
-        for head, run in _segments(self._plan.history[name]):
+        pending: Step | None = None  # the step whose sha256 the value must have, once checked
+        for head, run in segments(self._plan.history[name]):
             if head is not None and pending is not None:
                 self._verify(pending, value, name)
             job: Future | None = None
@@ -478,12 +377,12 @@ class StateView(CheckpointReader):
         assert value is not None  # the planned history never ends in a delete
         return value
 
-    def _applied(self, step: _Step, value: np.ndarray | None, name: str) -> np.ndarray | None:
+    def _applied(self, step: Step, value: np.ndarray | None, name: str) -> np.ndarray | None:
         """One update applied to ``value`` (whose buffer it may overwrite), its sha256 left to the caller."""
         with self._failure(step, name):
             return step.update.apply(value, name, self.engine, scratch=True, verify=False, check_base_sha256=False)
 
-    def _folded(self, run: list[_Step], name: str) -> Change | None:
+    def _folded(self, run: list[Step], name: str) -> Change | None:
         """The run's updates folded into one change (§13.4), each read while the one before is folded."""
         if not run:
             return None
@@ -502,7 +401,7 @@ class StateView(CheckpointReader):
         return change
 
     @contextlib.contextmanager
-    def _failure(self, step: _Step, name: str) -> Iterator[None]:
+    def _failure(self, step: Step, name: str) -> Iterator[None]:
         """A step's failure reported as §13.4 says: MD802, or (from a snapshot) the snapshot walked past."""
         try:
             yield
@@ -511,7 +410,7 @@ class StateView(CheckpointReader):
                 raise SnapshotUnusable(self._plan.start) from exc
             raise RepositoryError("MD802", f"{step.source} cannot be applied to {name!r}: {exc}") from exc
 
-    def _verify(self, step: _Step, value: np.ndarray | None, name: str) -> None:
+    def _verify(self, step: Step, value: np.ndarray | None, name: str) -> None:
         try:
             step.update.verify(value, name)
         except ApplyError as exc:
@@ -526,7 +425,7 @@ class StateView(CheckpointReader):
         """The state's files (§5.5), by path; each read, and checked against its sha256, when asked for."""
         return StateFiles(self)
 
-    def _file_bytes(self, step: _Step, path: str) -> bytes:
+    def _file_bytes(self, step: Step, path: str) -> bytes:
         """A file's (or the layout's) last `replace`, read from its commit (a snapshot saves nothing here)."""
         try:
             value = step.update.apply(None, path, self.engine)
@@ -590,161 +489,3 @@ class StateFiles(Mapping[str, bytes]):
         return sha
 
 
-def _segments(steps: list[_Step]) -> Iterator[tuple[_Step | None, list[_Step]]]:
-    """A parameter's history as (head, run) pairs, in order: a head is applied on its own (None: the run
-    goes on from the value before it), the run is the longest series of updates after it that compose
-    with each other (§13.4: they are merged before the value is touched)."""
-    i = 0
-    while i < len(steps):
-        head = None
-        if i == 0 or steps[i].update.update_type.composition is None:
-            head, i = steps[i], i + 1
-        run: list[_Step] = []
-        kind = _composition_name(steps[i]) if i < len(steps) else None
-        while kind is not None and i < len(steps) and _composition_name(steps[i]) == kind:
-            run.append(steps[i])
-            i += 1
-        yield head, run
-
-
-def _composition_name(step: _Step) -> str | None:
-    composition = step.update.update_type.composition
-    return None if composition is None else composition.name
-
-
-def _plan_commit(plan: _Plan, commit_id: str, diff: DiffFile | _ClosedCommit, order: int) -> None:
-    """One commit's metadata against the state it meets (§13.4): MD805 for every update first, then
-    MD600/MD601 for each (raised as ApplyError, reported by the caller as MD802)."""
-    for name in diff:
-        kind = diff[name].update_type
-        if name in plan.inexact and kind.carries_sha256 and kind.needs_base:
-            raise RepositoryError("MD805", f"commit {commit_id[:12]}: a {kind.name} update of {name!r}, whose value an "
-                                           "inexact update made (appliers agree on it only within a tolerance)")
-    for name in diff:
-        update = diff[name]
-        kind = update.update_type
-        if kind.needs_base:
-            check_base(update, plan.specs.get(name), name)
-        if update.type == "delete":
-            del plan.specs[name]
-            del plan.history[name]
-        else:
-            plan.specs[name] = (update.shape, update.dtype)
-            step = _Step(update, commit_id, order)
-            plan.history[name] = [step] if not kind.needs_base else plan.history[name] + [step]
-        if update.type == "delete" or kind.carries_sha256:
-            plan.inexact.discard(name)
-        else:
-            plan.inexact.add(name)
-    for path, update in diff.files.items():
-        if update.type == "delete":
-            held = plan.files.get(path)
-            check_base(update, (held.update.shape, held.update.dtype) if held else None, path)
-            del plan.files[path]
-        else:
-            plan.files[path] = _Step(update, commit_id, order)
-    if diff.layout is not None:
-        plan.layout = None if diff.layout.type == "delete" else _Step(diff.layout, commit_id, order)
-
-
-def snapshot_inexact(snapshot: DiffFile, commit_id: str) -> set[str] | None:
-    """§13.5: the inexact values of a usable snapshot of ``commit_id`` — `replace` updates only (of its
-    parameters, files and layout), `meta.snapshot_of` its commit, `meta.inexact` well formed —, or None
-    for one to walk past."""
-    listed = inexact_listed(snapshot.commit.meta)
-    updates = [snapshot[name] for name in snapshot] + list(snapshot.files.values())
-    updates += [snapshot.layout] if snapshot.layout is not None else []
-    usable = (snapshot.commit.meta.get("snapshot_of") == commit_id and listed is not None
-              and listed <= set(snapshot) and all(update.type == "replace" for update in updates))
-    return listed if usable else None
-
-
-def state_digest_problems(repo: Repository, commit_ids: list[str]) -> dict[str, str]:
-    """MD808 for a checker (§4.2, §13.4): of the commits given, those whose `state_sha256` is not the digest
-    of the state their first parent's state and their updates make, with why. Each commit's claims are
-    computed once, from its first parent's, its file's metadata alone; a commit whose file or first-parent
-    line cannot be read is left out (the checker reports it otherwise)."""
-    known: dict[str, StateClaims] = {}
-    problems: dict[str, str] = {}
-    for commit_id in commit_ids:
-        try:
-            line: list[str] = []
-            cursor: str | None = commit_id
-            while cursor is not None and cursor not in known:
-                line.append(cursor)
-                parents = repo.parents(cursor)
-                cursor = parents[0] if parents else None
-            claims = known[cursor] if cursor is not None else StateClaims({}, {}, None)
-            for cid in reversed(line):
-                claims = StateClaims(dict(claims.parameters), dict(claims.files), claims.layout)
-                with repo.open_commit(cid) as diff:
-                    for name in diff:
-                        claims.after(diff[name], name)
-                    for path, update in diff.files.items():
-                        claims.after_file(update, path)
-                    if diff.layout is not None:
-                        claims.after_layout(diff.layout)
-                known[cid] = claims
-        except (RepositoryError, InvalidFileError):
-            continue
-        digest = repo.metadata(commit_id).state_sha256
-        if digest is not None and known[commit_id].digest() != digest:
-            problems[commit_id] = (f"its state_sha256 {digest[:12]}… is not the digest of the state its first "
-                                   f"parent's state and its updates make ({known[commit_id].digest()[:12]}…)")
-    return problems
-
-
-def snapshot_claims(snapshot: DiffFile) -> StateClaims:
-    """What a snapshot holds, as the claims of a state (§13.5): its values' shapes, dtypes and sha256 (None
-    for those its `meta.inexact` lists), its files' and its layout's sha256."""
-    listed = inexact_listed(snapshot.commit.meta) or set()
-    parameters = {name: (snapshot[name].shape, snapshot[name].dtype, None if name in listed else snapshot[name].sha256)
-                  for name in snapshot}
-    return StateClaims(parameters, {path: update.sha256 or "" for path, update in snapshot.files.items()},
-                       snapshot.layout.sha256 if snapshot.layout is not None else None)
-
-
-def snapshot_disagreement(snapshot: DiffFile, commit_id: str, claims: StateClaims) -> tuple[str, str] | None:
-    """None when a checkout may start at the snapshot (§13.5); else why not: ("MD303", …) for a file that
-    is not a usable snapshot, ("MD807", …) for one that disagrees with its commits — other names, shapes
-    or dtypes than ``claims``, an exact value with another sha256, or other inexact values listed."""
-    listed = snapshot_inexact(snapshot, commit_id)
-    if listed is None:
-        return "MD303", "not `replace` updates of its commit with a well-formed meta (§13.5)"
-    held, defined = set(snapshot), set(claims.parameters)
-    if held != defined:
-        extra, lacking = sorted(held - defined), sorted(defined - held)
-        return "MD807", (f"it holds {extra[0]!r}, which the state at {commit_id[:12]} does not" if extra
-                         else f"it lacks {lacking[0]!r}, which the state at {commit_id[:12]} holds")
-    for name in sorted(held):
-        shape, dtype, sha256 = claims.parameters[name]
-        update = snapshot[name]
-        if (update.shape, update.dtype) != (shape, dtype):
-            return "MD807", (f"its {name!r} is {update.dtype.name} {list(update.shape)}, the commits' "
-                             f"{dtype.name} {list(shape)}")
-        if sha256 is not None and update.sha256 != sha256:
-            return "MD807", f"its {name!r} has sha256 {update.sha256}, the commits record {sha256}"
-    inexact = {name for name, (_, _, sha256) in claims.parameters.items() if sha256 is None}
-    if listed != inexact:
-        return "MD807", f"its meta.inexact lists {sorted(listed)}, the commits' inexact values are {sorted(inexact)}"
-    files = {path: update.sha256 or "" for path, update in snapshot.files.items()}
-    if files != claims.files:
-        path = sorted(set(files) ^ set(claims.files) or {p for p in files if files[p] != claims.files[p]})[0]
-        return "MD807", f"its file {path!r} differs from the commits' (missing, extra or another sha256)"
-    layout = snapshot.layout.sha256 if snapshot.layout is not None else None
-    if layout != claims.layout:
-        return "MD807", "its weights layout differs from the commits'"
-    return None
-
-
-def inexact_listed(meta: Mapping[str, str]) -> set[str] | None:
-    """A snapshot's `meta.inexact` (§13.5) as a set; None when malformed."""
-    if "inexact" not in meta:
-        return set()
-    try:
-        names = canonical_json.loads(meta["inexact"])
-    except ValueError:
-        return None
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        return None
-    return set(names)

@@ -1,4 +1,4 @@
-"""SPEC.md §13.8: moving commits between a repository and a remote — fetch, push, clone, pull.
+"""SPEC.md §13.8: moving commits between a repository and a remote — fetch, push, a revision's first-parent line.
 
 Only what the other side lacks moves, a few files at a time (a small thread pool), with progress in
 bytes. A fetched commit is written to a temporary file, hashed as it arrives (MD800 when it does not
@@ -13,20 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
-import shutil
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from mdiff.errors import RepositoryError
 from mdiff.progress import ByteCounter, Progress
 from mdiff.repo.remote_ends import MAX_COMMIT_FILE_BYTES, RemoteEnd
-from mdiff.repo.remotes import add_remote, open_end, remote_url, tracking_refs
+from mdiff.repo.remotes import open_end, remote_url, tracking_refs
 from mdiff.repo.store import Store
 
 log = logging.getLogger(__name__)
@@ -295,79 +291,19 @@ def _local_tags(repo: Store) -> dict[str, str]:
     return found
 
 
-# ---------------------------------------------------------------- clone, pull
-def clone(url: str, directory: str | Path | None = None, options: dict | None = None,
-          progress: Progress | None = None, snapshots: bool = False) -> tuple[Any, FetchReport]:
-    """A new repository in ``directory`` (default: the URL's last name) with ``url`` as its remote
-    ``origin``, every commit fetched, and the remote's current branch (else ``main``) made the local one.
-    If anything fails, the folder is removed again (when this call made it)."""
-    from mdiff.repo.repository import Repository
-
-    end = open_end(url, options)
-    end.check_format()
-    branch = end.head_branch() or "main"
-    target = Path(directory) if directory else Path(urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1] or "repository")
-    made_folder = not target.exists()
-    repo = Repository.init(target, branch)
-    try:
-        add_remote(repo, "origin", url)
-        report = fetch(repo, "origin", options, progress, snapshots)
-        tracked = tracking_refs(repo, "origin")
-        with repo.lock():
-            if branch in tracked:
-                repo.set_branch(branch, tracked[branch])
-    except BaseException:
-        shutil.rmtree(target if made_folder else repo.dir, ignore_errors=True)
-        raise
-    return repo, report
-
-
-def pull(repo: Any, remote: str, branch: str | None = None, strategy: str = "average",
-         options: dict | None = None, progress: Progress | None = None, **merge_fields
-         ) -> tuple[FetchReport, str, str | None, list]:
-    """Fetch ``remote``, then bring ``<remote>/<branch>`` (default: the current branch's name) into the
-    current branch: moved there when it has no commit or is an ancestor (a fast-forward), else merged
-    with ``strategy`` (§13.7). Returns (fetch report, what happened: "up to date" | "fast-forward" |
-    "merge" | "conflicts", the commit now at the branch — or None with conflicts —, the conflicts)."""
-    from mdiff.repo.history import ancestors
-
-    report = fetch(repo, remote, options, progress)
-    current, head = repo.head()
-    branch = branch or current
-    if branch is None:
-        raise RepositoryError("MD801", "HEAD is detached: name the branch to pull")
-    theirs = tracking_refs(repo, remote).get(branch)
-    if theirs is None:
-        raise RepositoryError("MD801", f"{remote} has no branch {branch!r}")
-    if head is not None and (theirs == head or theirs in ancestors(repo, head)):
-        return report, "up to date", head, []
-    if head is None or head in ancestors(repo, theirs):
-        with repo.lock():
-            if repo.head() != (current, head):
-                raise RepositoryError("MD803", "the current branch moved while pulling; pull again")
-            repo.advance(current, theirs)
-        return report, "fast-forward", theirs, []
-    commit_id, conflicts = repo.merge(f"{remote}/{branch}", strategy, progress=progress, **merge_fields)
-    return report, ("conflicts" if conflicts else "merge"), commit_id, conflicts
-
-
 # ---------------------------------------------------------------- reading a remote without cloning it
-def fetch_revision(url: str, rev: str, cache: str | Path, options: dict | None = None,
-                   progress: Progress | None = None) -> tuple[Any, str]:
-    """(a repository in ``cache`` holding the commits a checkout of ``rev`` needs, the commit ``rev``
-    names on the remote at ``url``): ``rev`` resolved against the remote's refs (§13.3: HEAD, a full id,
-    a branch, a tag, a unique prefix of its commit files; ``~N`` / ``^``), then its first parents fetched
-    back to the root, each verified as a fetch verifies it (MD800). Only that line of history moves,
-    never the others; each commit moves whole, since its id can be checked only against all its bytes
-    (§13.2). ``cache`` is a folder this call may create a repository in, and reuses."""
-    from mdiff.repo.repository import Repository
+def fetch_first_parent_line(repo: Store, url: str, rev: str, options: dict | None = None,
+                            progress: Progress | None = None) -> str:
+    """The commit ``rev`` names on the remote at ``url``, with the commits a checkout of it needs fetched into
+    ``repo``: ``rev`` resolved against the remote's refs (§13.3: HEAD, a full id, a branch, a tag, a unique
+    prefix of its commit files; ``~N`` / ``^``), then its first parents fetched back to the root, each
+    verified as a fetch verifies it (MD800). Only that line of history moves, never the others; each commit
+    moves whole, since its id can be checked only against all its bytes (§13.2)."""
+    from mdiff.repo.history import resolve_on_remote
 
     end = open_end(url, options)
     end.check_format()
     sizes = end.commit_sizes()
-    cache = Path(cache)
-    repo = Repository(cache) if (cache / ".mdiff" / "format").exists() else Repository.init(cache)
-    repo.check_format()
     counter = ByteCounter(progress, sizes)
 
     def have(c: str) -> str:
@@ -385,34 +321,4 @@ def fetch_revision(url: str, rev: str, cache: str | Path, options: dict | None =
     while line is not None:  # the first-parent line back to the root: what a checkout replays (§13.4)
         parents = repo.parents(have(line))
         line = parents[0] if parents else None
-    return repo, commit_id
-
-
-def resolve_on_remote(end: RemoteEnd, rev: str, sizes: dict[str, int], parents: Callable[[str], tuple[str, ...]]) -> str:
-    """The commit ``rev`` names on the remote ``end`` (§13.3: HEAD, a full id, a branch, a tag, a unique
-    prefix of its commit files — ``sizes``, as ``end.commit_sizes()`` lists them; ``~N`` / ``^`` through
-    ``parents``), MD801 when it names none."""
-    from mdiff.repo.history import _PREFIX, _REV
-    from mdiff.repo.store import COMMIT_ID
-
-    m = _REV.fullmatch(rev.strip())
-    if not m:
-        raise RepositoryError("MD801", f"{rev[:80]!r} is not a revision")
-    base, refs = m.group("base"), end.refs()
-    head = end.head_branch()
-    candidates = [] if COMMIT_ID.fullmatch(base) else [f"refs/heads/{head}"] if base == "HEAD" and head else \
-        [f"refs/heads/{base}", f"refs/tags/{base}"]
-    commit_id = base if COMMIT_ID.fullmatch(base) else next((refs[r] for r in candidates if r in refs), None)
-    if commit_id is None and _PREFIX.fullmatch(base):
-        matches = [c for c in sizes if c.startswith(base)]
-        commit_id = matches[0] if len(matches) == 1 else None
-    if commit_id is None:
-        raise RepositoryError("MD801", f"{end.url}: {base[:80]!r} names no commit there")
-    for move in re.findall(r"~\d*|\^", m.group("moves")):
-        digits = move[1:]
-        for _ in range(1 if not digits else int(digits) if len(digits) <= 18 else 10**18):
-            found = parents(commit_id)
-            if not found:
-                raise RepositoryError("MD801", f"{rev[:80]!r} goes back past a root commit")
-            commit_id = found[0]
     return commit_id

@@ -1,0 +1,163 @@
+"""What a commit records: the updates that take one state to another (exact diffs, explicit updates,
+masked sparse ones), the new state it is made from, and what it amounts to (``CommitSummary``,
+``Changes``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mdiff.diffing import diff_tensor
+from mdiff.errors import RepositoryError
+from mdiff.format.dtypes import DType, as_bits, canonical, dtype_of, from_bits, xor_bits
+from mdiff.format.layout import Layout
+from mdiff.frameworks import numpy_state
+from mdiff.updates import replace, sparse
+from mdiff.updates.base import Update, sha256_hex
+
+if TYPE_CHECKING:
+    from mdiff.repo.states import StateView
+
+
+@dataclass(frozen=True)
+class CommitSummary:
+    """What a commit recorded, for a line like git's."""
+
+    commit_id: str
+    branch: str | None
+    changed: int = 0  # parameters
+    added: int = 0
+    deleted: int = 0
+    files: dict[str, str] = field(default_factory=dict)  # path → "modified" | "added" | "deleted"
+    layout_changed: bool = False
+    stored_bytes: int = 0  # the commit file
+    weights_bytes: int = 0  # the new state's tensors
+
+    def line(self) -> str:
+        parts = [f"{self.changed} changed, {self.added} added, {self.deleted} deleted"]
+        if self.files:
+            parts[0] += f", {len(self.files)} file{'s' if len(self.files) != 1 else ''}"
+        unit, scale = ("MB", 1e6) if max(self.stored_bytes, self.weights_bytes) >= 1e6 else ("kB", 1e3)
+        return (f"{parts[0]}; {self.stored_bytes / scale:.1f} {unit} stored for "
+                f"{self.weights_bytes / scale:.1f} {unit} of weights")
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What a checkpoint changes against a commit (``status``)."""
+
+    tensors: dict[str, str]  # name → "modified" | "added" | "deleted" | "retyped"
+    files: dict[str, str]  # path → "modified" | "added" | "deleted"
+    layout_changed: bool
+
+    def __bool__(self) -> bool:
+        return bool(self.tensors or self.files or self.layout_changed)
+
+
+def open_new_state(stack: contextlib.ExitStack, new_state: object, exclude: Iterable[str]) -> Mapping[str, Any]:
+    """A checkpoint path (file or model folder) opened lazily, or a state dict seen as numpy arrays."""
+    if isinstance(new_state, (str, os.PathLike)):
+        from mdiff.checkpoints import _is_folder_input, open_checkpoint
+
+        path = os.fspath(new_state)
+        options = {"exclude": tuple(exclude)} if _is_folder_input(path) else {}
+        return stack.enter_context(open_checkpoint(path, **options))
+    assert isinstance(new_state, Mapping), "a checkpoint path or a state dict"
+    return numpy_state(new_state)
+
+
+class WholeState(Mapping[str, np.ndarray]):
+    """A state view as the new state of a commit: its tensors, files and layout."""
+
+    def __init__(self, view: StateView) -> None:
+        self._view = view
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._view[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._view.keys())
+
+    def __len__(self) -> int:
+        return len(self._view)
+
+    def spec(self, name: str) -> tuple[tuple[int, ...], DType]:
+        return self._view.spec(name)
+
+    @property
+    def files(self) -> Mapping[str, bytes] | None:
+        return self._view.files
+
+    @property
+    def layout(self) -> Layout | None:
+        return self._view.layout
+
+
+class Unchanged(WholeState):
+    """The state as it is: only explicit updates change it (import-peft)."""
+
+    @property
+    def files(self) -> Mapping[str, bytes] | None:
+        return None
+
+    @property
+    def layout(self) -> Layout | None:
+        return None
+
+
+def masked_update(old: np.ndarray, new: np.ndarray, mask: np.ndarray) -> Update:
+    """A sparse update storing exactly the elements ``mask`` selects (FISH-style sparse fine-tuning).
+
+    Changes outside the mask are dropped: the update is then marked lossy, and its sha256 is of
+    the state it really produces.
+    """
+    old, new = canonical(old), canonical(new)
+    if mask.shape != new.shape or old.shape != new.shape or old.dtype != new.dtype:
+        raise RepositoryError("MD801", f"a sparse mask needs the parameter's shape {list(new.shape)} on both sides")
+    indices = np.flatnonzero(mask.reshape(-1)).astype(sparse.INDEX_DTYPE)
+    xor = xor_bits(old, new).reshape(-1)
+    result_bits = as_bits(old).copy().reshape(-1)
+    result_bits[indices] ^= xor[indices]
+    result = from_bits(result_bits.reshape(new.shape), dtype_of(new))
+    update = sparse.from_entries(result, indices, xor[indices], base_sha256=sha256_hex(old))
+    if np.count_nonzero(xor) != np.count_nonzero(xor[indices]):
+        update = Update({**update.meta, "lossy": True}, update.data)
+    return update
+
+
+def updates_between(old: Mapping[str, np.ndarray], new: Mapping, explicit: Mapping[str, Update] = {},
+                    masks: Mapping[str, np.ndarray] = {}, inexact: frozenset[str] = frozenset(),
+                    names: Iterable[str] | None = None, done: Callable[[str], None] | None = None,
+                    ) -> Iterable[tuple[str, Update]]:
+    """(name, update) taking ``old`` to ``new``: explicit updates win, masked parameters store just
+    their masked elements, the rest are exact diffs. A parameter in ``inexact`` (its value in ``old``
+    was made by an inexact update) gets no exact update that reads its base: its result, as a
+    ``replace``, instead (§13.4, MD805). ``names``: the parameters to look at (default: all); ``done(name)``
+    is called as each has been looked at (progress)."""
+    for name in sorted(set(old) | set(new) | set(explicit)) if names is None else sorted(names):
+        update: Update | None
+        if name in explicit:
+            update = explicit[name]
+        elif name in masks:
+            if name not in old or name not in new:
+                raise RepositoryError("MD801", f"sparse mask for {name!r}, which is not in both states")
+            update = masked_update(old[name], new[name], masks[name])
+        else:
+            update = diff_tensor(old[name] if name in old else None, new[name] if name in new else None)
+            if update is None:
+                if done is not None:
+                    done(name)
+                continue
+        if done is not None:
+            done(name)
+        kind = update.update_type
+        if name in inexact and kind.carries_sha256 and kind.needs_base:
+            result = update.apply(old[name], name)
+            assert result is not None  # an update that carries a sha256 has a result
+            update = replace.encode(result)
+        yield name, update

@@ -1,0 +1,198 @@
+"""SPEC.md §13: checking a whole repository (``fsck``), one checker per rule, each reporting and going on.
+
+The checkers run in the order of the rules they check, and the findings come in that order: the
+folder's fixed files (§13.1), refs and ref names (§13.1, §13.3), reflogs (§13.6), remotes (§13.8),
+commit files (§13.2), state digests (§4.2, MD808), snapshots (§13.5), and what killed writers left
+(§13.1, §13.6). Every verdict comes from the bytes: a commit is validated as ``validate`` would,
+through the descriptor its id was checked on.
+"""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+from mdiff.errors import RepositoryError
+from mdiff.format.findings import Finding
+from mdiff.format.reader import open_diff
+from mdiff.progress import ByteCounter, Progress
+from mdiff.repo import cleanup
+from mdiff.repo.claims import state_digest_problems
+from mdiff.repo.names import branch_problem, shown
+from mdiff.repo.remotes import REMOTE_NAME, remote_url
+from mdiff.repo.store import Store
+from mdiff.validation import validate
+
+
+def fsck(store: Store, check_data: bool = True, progress: Progress | None = None) -> list[Finding]:
+    """Every problem of the repository in ``store`` (see Repository.fsck)."""
+    return RepositoryCheck(store, check_data, progress).run()
+
+
+def _file_size(path: Path) -> int:
+    found = path.lstat()
+    return found.st_size if stat.S_ISREG(found.st_mode) else 0
+
+
+class RepositoryCheck:
+    """One fsck run: its checkers, in the order of the rules, and the findings they make."""
+
+    def __init__(self, store: Store, check_data: bool, progress: Progress | None) -> None:
+        self.store, self.check_data, self.progress = store, check_data, progress
+        self.findings: list[Finding] = []
+        self.commit_ids: list[str] = []
+        self._done: Callable[[str], None] = lambda path: None
+
+    def _report(self, exc: RepositoryError, where: Path | str) -> None:
+        self.findings.append(Finding(exc.code, str(where), exc.message))
+
+    def run(self) -> list[Finding]:
+        self.check_fixed_files()
+        try:
+            branch_files = self.store.ref_names()
+            self.commit_ids = self.store.commit_ids()
+        except RepositoryError as exc:  # refs/heads or commits/ is not a folder: nothing more to look at
+            self._report(exc, self.store.dir)
+            return self.findings
+        self.check_refs("branch", "heads", branch_files, self.store.branch_target)
+        self.check_refs("tag", "tags", self._tag_files(), self.store.tag_target)
+        self.check_reflogs()
+        self.check_remotes()
+        snapshot_files = sorted((self.store.dir / "snapshots").glob("*.mdiff"))
+        if self.progress:
+            files = [self.store.commit_path(c) for c in self.commit_ids] + snapshot_files
+            self._done = ByteCounter(self.progress, ((str(p), _file_size(p)) for p in files))
+        self.check_commits()
+        self.check_state_digests()
+        self.check_snapshots(snapshot_files)
+        self.check_leftovers()
+        return self.findings
+
+    def check_fixed_files(self) -> None:
+        """§13.1: ``format`` says the repository's version; HEAD names a branch or a commit (the branch it
+        names is checked with the refs)."""
+        for check in (self.store.check_format, self.store.head_ref):
+            try:
+                check()
+            except RepositoryError as exc:
+                self._report(exc, self.store.dir)
+
+    def _tag_files(self) -> list[str]:
+        try:
+            return self.store._names_under(["refs", "tags"])
+        except FileNotFoundError:
+            return []  # a repository made before tags
+        except RepositoryError as exc:
+            self._report(exc, self.store.dir / "refs" / "tags")
+            return []
+
+    def check_refs(self, what: str, folder: str, names: list[str], target: Callable[[str], str | None]) -> None:
+        """§13.1, §13.3: every ref file has a valid name and names a commit of the repository."""
+        for name in names:
+            malformed = branch_problem(name)
+            try:
+                if malformed:
+                    raise RepositoryError("MD801", f"{shown(name)!r} is not a valid {what} name ({malformed}): no "
+                                                   "revision names it; rename or delete it")
+                target(name)
+            except RepositoryError as exc:
+                self._report(exc, shown(str(self.store.dir / "refs" / folder / name)))
+
+    def check_reflogs(self) -> None:
+        """§13.6: every reflog is a regular file of well-formed lines."""
+        try:
+            logs = self.store.reflog_refs()
+        except RepositoryError as exc:
+            self._report(exc, self.store.dir / "logs")
+            return
+        for ref in logs:
+            try:
+                for _ in self.store.reflog_entries(ref):
+                    pass
+            except RepositoryError as exc:
+                self._report(exc, shown(str(self.store.dir / "logs" / ref)))
+
+    def check_remotes(self) -> None:
+        """§13.8: each remote's URL file and remote-tracking refs well formed, each ref naming a commit here."""
+        store = self.store
+        try:
+            remotes = store.ref_files("remotes")
+            tracked = store.ref_files("refs/remotes")
+        except RepositoryError as exc:
+            self._report(exc, store.dir)
+            return
+        for name in remotes:
+            try:
+                remote_url(store, name)
+            except RepositoryError as exc:
+                self._report(exc, shown(str(store.dir / "remotes" / name)))
+        for name in tracked:
+            remote, _, branch = name.partition("/")
+            try:
+                if not REMOTE_NAME.fullmatch(remote) or branch_problem(branch):
+                    raise RepositoryError("MD801", f"{shown(name)!r} is not <remote>/<branch>: no revision names it")
+                store.read_ref(f"refs/remotes/{name}")
+            except RepositoryError as exc:
+                self._report(exc, shown(str(store.dir / "refs" / "remotes" / name)))
+
+    def check_commits(self) -> None:
+        """§13.2: each commit file hashes to its name (MD800) and is a valid mdiff file, read from the bytes
+        that were hashed; its parents are in the repository."""
+        store, known = self.store, set(self.commit_ids)
+        for commit_id in self.commit_ids:
+            path = store.commit_path(commit_id)
+            self._done(str(path))
+            try:
+                with store.commit_file(commit_id) as readable:
+                    # reported at the commit's file, the object in it named first
+                    problems = [Finding(f.code, str(path), f.message if f.path == readable else f"{f.path}: {f.message}")
+                                for f in validate(readable, check_data=self.check_data, isolation=store.isolation)
+                                if f.is_error]
+                    if not problems:
+                        with open_diff(readable, isolation=store.isolation) as diff:
+                            store._remember(commit_id, diff)
+            except RepositoryError as exc:
+                self._report(exc, path)
+                continue
+            self.findings += problems
+            if not problems:
+                for parent in store.parents(commit_id):
+                    if parent not in known:
+                        self.findings.append(Finding("MD801", str(path), f"parent {parent[:12]} is not in the repository"))
+
+    def check_state_digests(self) -> None:
+        """§4.2: a commit's `state_sha256` is the digest of the state its chain makes (MD808)."""
+        present = [c for c in self.commit_ids if self.store.commit_path(c).is_file()]
+        for commit_id, why in state_digest_problems(self.store, present).items():
+            self.findings.append(Finding("MD808", str(self.store.commit_path(commit_id)), why))
+
+    def check_snapshots(self, snapshot_files: list[Path]) -> None:
+        """§13.5: a snapshot is a regular file that agrees with its commits (MD807); an unusable one is a
+        warning (MD303): checkouts ignore it."""
+        for path in snapshot_files:
+            if path.name.startswith("."):
+                continue  # a temporary file: check_leftovers
+            self._done(str(path))
+            kind = self.store.kind(f"snapshots/{path.name}")
+            if kind != "a regular file":  # not opened (§13.1)
+                self.findings.append(Finding("MD303", str(path), f"checkouts ignore this snapshot (it is {kind}); "
+                                                                 "`mdiff gc` removes it"))
+                continue
+            try:
+                verdict = cleanup.judge_snapshot(self.store, path, self.check_data)
+            except RepositoryError:
+                continue  # its commits cannot be read: reported by check_commits
+            if verdict is not None and verdict[0] == "MD807":
+                self.findings.append(Finding("MD807", str(path), f"this snapshot disagrees with its commits: "
+                                                                 f"{verdict[1]}; checkouts walk past it, `mdiff gc` "
+                                                                 "removes it"))
+            elif verdict is not None:
+                self.findings.append(Finding("MD303", str(path), f"checkouts ignore this snapshot ({verdict[1]}); "
+                                                                 "`mdiff gc` removes it"))
+
+    def check_leftovers(self) -> None:
+        """§13.1, §13.6: temporary files and folders of killed writers, harmless (MD303), with their sizes."""
+        for stray in cleanup.temporaries(self.store.dir):
+            self.findings.append(Finding("MD303", str(stray.path), f"{stray.reason} ({stray.size} bytes); `mdiff gc` "
+                                                                   "removes it"))

@@ -1,0 +1,324 @@
+"""SPEC.md §13.1–§13.2, §13.5: commit files named by their sha256, and snapshots.
+
+A commit is parsed only from the bytes that were hashed (§13.2): its file is opened once, hashed
+through that descriptor, and read by libhdf5 through the same descriptor (``/proc/self/fd/N``). A
+commit is filed under its name only once it is complete, synced and read back as its readers will
+read it, so a crash leaves at most a stray temporary file, never a partial commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import secrets
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from mdiff.atomic import TEMP_SUFFIX
+from mdiff.errors import InvalidFileError, RepositoryError
+from mdiff.format.attributes import overwrite_string
+from mdiff.format.commit import Commit
+from mdiff.format.constants import ATTR_COMMIT
+from mdiff.format.reader import DiffFile, open_diff
+from mdiff.format.writer import DiffWriter
+from mdiff.isolation import Isolation, isolation_supported
+from mdiff.regular_files import BINARY, CLOEXEC, NOFOLLOW, open_regular, reopenable, same_file
+from mdiff.repo.folder import RepositoryFolder, rename_in
+from mdiff.repo.names import COMMIT_ID, shown
+
+_HASH_BLOCK = 1 << 20
+
+
+def _sha256_of(fd: int, size: int) -> str | None:
+    """The sha256 of the first ``size`` bytes of ``fd`` (from its start); None if the file ends sooner."""
+    digest = hashlib.sha256()
+    buffer = memoryview(bytearray(min(_HASH_BLOCK, max(size, 1))))
+    done = 0
+    with io.FileIO(fd, "rb", closefd=False) as file:
+        file.seek(0)
+        while done < size:
+            n = file.readinto(buffer[:min(len(buffer), size - done)])
+            if not n:
+                return None
+            digest.update(buffer[:n])
+            done += n
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class CommitFacts:
+    """What a commit's metadata says, kept by id (a commit's content never changes)."""
+
+    commit: Commit  # its metadata
+    parents: tuple[str, ...]
+    declared_bytes: int  # of its updates' datasets
+    inexact: dict[str, bool]  # name → whether the update leaves the value inexact (§13.4)
+
+
+class CommitFiles(RepositoryFolder):
+    """``commits/`` and ``snapshots/``: files written, received, verified and opened; each commit's metadata
+    kept by id once read (a commit's content never changes)."""
+
+    def __init__(self, root: Path, isolation: Isolation | None | str = "auto"):
+        """``isolation``: how commit and snapshot files are parsed (SPEC §8.5) — by an isolated child, with
+        these limits, so that a crafted file from a clone or a remote cannot crash or hang this process
+        ("auto": the default limits where the platform can isolate, POSIX); None parses them here."""
+        super().__init__(root)
+        self.isolation: Isolation | None = (Isolation() if isolation_supported() else None) if isolation == "auto" \
+            else isolation  # type: ignore[assignment]
+        self._facts: dict[str, CommitFacts] = {}
+        self._inexact: dict[str, frozenset[str]] = {}  # by commit id: the inexact values of its state (§13.4)
+
+    def existing_commit(self, commit_id: str, what: str) -> str:
+        if self.kind(f"commits/{commit_id}.mdiff") is None:
+            raise RepositoryError("MD801", f"{what} names commit {commit_id[:12]}, which is not in the repository")
+        return commit_id
+
+    def receive_commit(self, commit_id: str, chunks: Iterable[bytes], limit: int, directory: str = "commits") -> str:
+        """Write the bytes ``chunks`` give to a temporary file of ``commits/`` (§13.1: a hidden name),
+        hashing them as they come; MD800 when they do not hash to ``commit_id`` (nothing is left), MD801
+        when they exceed ``limit`` bytes. The file is then opened as its readers will (their error when
+        they would refuse it) and its metadata remembered. Returns the temporary name, which
+        :meth:`file_received` makes a commit and :meth:`discard_received` removes. With ``directory``
+        "snapshots", a snapshot of that commit: named by its commit, not its hash, so not hashed (§13.5:
+        its commits vouch for it when it is read), and MD801 when no reader could open it."""
+        if not COMMIT_ID.fullmatch(commit_id):
+            raise RepositoryError("MD801", f"{shown(commit_id)[:80]!r} is not a commit id")
+        what = "commit" if directory == "commits" else "snapshot of"
+        temp = f".receive.{commit_id[:16]}.{secrets.token_hex(8)}{TEMP_SUFFIX}"
+        with self._folder([directory], create=True) as (fd, prefix):
+            out = os.open(prefix + temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC | BINARY, 0o666,
+                          dir_fd=fd)
+            try:
+                digest, size = hashlib.sha256(), 0
+                try:
+                    for chunk in chunks:
+                        size += len(chunk)
+                        if size > limit:
+                            raise RepositoryError("MD801", f"{what} {commit_id[:12]} is larger than {limit} bytes")
+                        digest.update(chunk)
+                        view = memoryview(chunk)
+                        while view:
+                            view = view[os.write(out, view):]
+                    os.fsync(out)
+                finally:
+                    os.close(out)
+                if directory == "commits" and digest.hexdigest() != commit_id:
+                    raise RepositoryError("MD800", f"commit {commit_id[:12]} is corrupt: the {size} bytes received "
+                                                   f"hash to {digest.hexdigest()[:12]}")
+                folder = reopenable(fd, self.dir / directory) if fd is not None else prefix
+                try:
+                    self._read_back(fd, prefix + temp, Path(folder) / temp, directory == "commits", untrusted=True)
+                except InvalidFileError as exc:
+                    code = "MD802" if directory == "commits" else "MD801"
+                    raise RepositoryError(code, f"{what} {commit_id[:12]} is no valid mdiff file: "
+                                                f"{exc.code}: {exc.message}") from exc
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(prefix + temp, dir_fd=fd)
+                raise
+        return temp
+
+    def file_received(self, temp: str, commit_id: str, directory: str = "commits") -> None:
+        """Give the temporary file ``temp`` (from :meth:`receive_commit`) its name: ``<commit_id>.mdiff``."""
+        with self._folder([directory]) as (fd, prefix):
+            rename_in(fd, prefix, temp, f"{commit_id}.mdiff")
+            self._sync_folder(fd, prefix)
+
+    def received_parents(self, commit_id: str) -> tuple[str, ...]:
+        """The parents of a commit :meth:`receive_commit` verified (before it is filed)."""
+        return self._facts[commit_id].parents
+
+    def discard_received(self, temp: str, directory: str = "commits") -> None:
+        with contextlib.suppress(FileNotFoundError):
+            with self._folder([directory]) as (fd, prefix):
+                os.unlink(prefix + temp, dir_fd=fd)
+
+    def snapshot_chunks(self, commit_id: str, block: int = 8 << 20) -> Iterator[bytes]:
+        """The bytes of ``snapshots/<commit_id>.mdiff`` (a regular file, opened as §13.1 says), in blocks."""
+        fd, _ = self._open_file(f"snapshots/{commit_id}.mdiff")
+        with io.FileIO(fd, "rb") as file:
+            while chunk := file.read(block):
+                yield chunk
+
+    def commit_chunks(self, commit_id: str, block: int = 8 << 20) -> Iterator[bytes]:
+        """The bytes of the commit file, verified (MD800) as they are read, in blocks."""
+        with self.commit_file(commit_id) as readable:
+            with open(readable, "rb") as file:
+                while chunk := file.read(block):
+                    yield chunk
+
+    def commit_path(self, commit_id: str) -> Path:
+        return self.dir / "commits" / f"{commit_id}.mdiff"
+
+    def snapshot_path(self, commit_id: str) -> Path:
+        return self.dir / "snapshots" / f"{commit_id}.mdiff"
+
+    def has_snapshot(self, commit_id: str) -> bool:
+        return self.snapshot_path(commit_id).exists()
+
+    def commit_ids(self) -> list[str]:
+        """The id of every entry of commits/ named ``<id>.mdiff`` (whatever it is: reading it says)."""
+        names = [name[:-len(".mdiff")] for name, _ in self._names_in(["commits"]) if name.endswith(".mdiff")]
+        return sorted(name for name in names if COMMIT_ID.fullmatch(name))
+
+    def metadata(self, commit_id: str) -> Commit:
+        return self.commit_facts(commit_id).commit
+
+    def parents(self, commit_id: str) -> tuple[str, ...]:
+        return self.commit_facts(commit_id).parents
+
+    def commit_facts(self, commit_id: str) -> CommitFacts:
+        """What the commit's metadata says, read from its verified file once per process (MD800)."""
+        self.existing_commit(commit_id, "a commit's parent list")  # even when known: the file may have gone since
+        if commit_id not in self._facts:
+            self.open_commit(commit_id).close()
+        return self._facts[commit_id]
+
+    def _remember(self, commit_id: str, diff: DiffFile) -> None:
+        self._facts[commit_id] = CommitFacts(
+            diff.commit, diff.commit.parents, sum(diff[name].stored_bytes for name in diff),
+            {name: diff[name].type != "delete" and not diff[name].update_type.carries_sha256 for name in diff},
+        )
+
+    def remember_inexact(self, commit_id: str, names: frozenset[str]) -> None:
+        self._inexact[commit_id] = names
+
+    @contextlib.contextmanager
+    def commit_file(self, commit_id: str) -> Iterator[str]:
+        """A name to read the commit file of ``commit_id`` by, whose bytes hash to the id (§13.2: MD800
+        otherwise; MD801 when there is no such regular file). The file is opened once and hashed
+        through that descriptor, and the name given reopens that descriptor, so what is read is what
+        was hashed even if the file is replaced meanwhile; a file changed in place while it is hashed
+        or read (its size, modification or change time moved) is refused (MD800) when the block ends."""
+        relative = f"commits/{commit_id}.mdiff"
+        try:
+            fd, before = self._open_file(relative)
+        except FileNotFoundError:
+            raise RepositoryError("MD801", f"commit {commit_id[:12]} is not in the repository") from None
+        try:
+            got = _sha256_of(fd, before.st_size)
+            if got != commit_id:
+                self._check_unchanged(fd, before, commit_id)
+                raise RepositoryError("MD800", f"commit file {commit_id[:12]} is corrupt: its bytes hash to "
+                                               f"{(got or 'nothing (it ended early)')[:12]}")
+            self._check_unchanged(fd, before, commit_id)
+            path = self.commit_path(commit_id)
+            readable = reopenable(fd, path)
+            yield readable
+            self._check_unchanged(fd, before, commit_id, path if readable == os.fspath(path) else None)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _check_unchanged(fd: int, before: os.stat_result, commit_id: str, path: Path | None = None) -> None:
+        after = os.fstat(fd) if path is None else os.stat(path, follow_symlinks=False)
+        if not same_file(before, after):
+            raise RepositoryError("MD800", f"commit file {commit_id[:12]} changed while it was read")
+
+    def verify(self, commit_id: str) -> None:
+        """MD800: the commit file's bytes hash to its name (MD801 when there is no such file)."""
+        with self.commit_file(commit_id):
+            pass
+
+    def open_commit(self, commit_id: str) -> DiffFile:
+        """The commit file, verified (MD800) and opened from the very bytes verified (MD802 when it
+        breaks a rule of the format)."""
+        diff: DiffFile | None = None
+        try:
+            with self.commit_file(commit_id) as readable:
+                try:
+                    diff = open_diff(readable, isolation=self.isolation, commit_id=commit_id)
+                except InvalidFileError as exc:
+                    where = f" [{exc.path}]" if exc.path and exc.path != readable else ""
+                    raise RepositoryError("MD802", f"commit {commit_id[:12]} cannot be applied: "
+                                                   f"{exc.code}: {exc.message}{where}") from exc
+                diff.path = os.fspath(self.commit_path(commit_id))
+        except BaseException:
+            if diff is not None:
+                diff.close()
+            raise
+        self._remember(commit_id, diff)
+        return diff
+
+    def open_snapshot(self, commit_id: str) -> DiffFile:
+        """snapshots/<commit_id>.mdiff, opened as §13.1 says (no link followed, without blocking, a
+        regular file) — InvalidFileError (MD100) otherwise: an unusable snapshot (§13.5)."""
+        path = self.snapshot_path(commit_id)
+        try:
+            fd, _ = self._open_file(f"snapshots/{commit_id}.mdiff")
+        except RepositoryError as exc:
+            raise InvalidFileError("MD100", f"unusable snapshot: {exc.message}", os.fspath(path)) from None
+        try:
+            diff = open_diff(reopenable(fd, path), isolation=self.isolation)
+        finally:
+            os.close(fd)
+        diff.path = os.fspath(path)
+        return diff
+
+    def store(self, write: Callable[[DiffWriter], None], commit: Commit, compression: str = "gzip",
+              directory: str = "commits", seal: Callable[[], Commit] | None = None) -> str:
+        """Write a commit file with ``write``; file it under its sha256; return that id. With ``seal``, the
+        commit metadata is ``seal()``, asked for once ``write`` is done: ``commit`` holds its place, with a
+        ``state_sha256`` of the same length (§4.2), which the metadata's state digest replaces in place.
+
+        The file is complete, synced, and read back as its readers will read it (the limits of §8.3
+        included) before it gets its name, so a crash leaves at most a stray temporary file, never a
+        partial commit, and no commit is filed that its readers would refuse. The folder is opened
+        without following a link and every name is taken relative to it: nothing lands outside.
+        """
+        with self._folder([directory]) as (fd, prefix):
+            folder = reopenable(fd, self.dir / directory) if fd is not None else prefix
+            temp = f".commit.mdiff.{secrets.token_hex(8)}{TEMP_SUFFIX}"
+            os.close(os.open(prefix + temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o666,
+                             dir_fd=fd))
+            try:
+                sealed = _SealedWriter(os.path.join(folder, temp), commit, compression)
+                with sealed as writer:
+                    write(writer)
+                    if seal is not None:
+                        sealed.seal(seal())
+                commit_id = self._read_back(fd, prefix + temp, self.dir / directory / temp, directory == "commits")
+                rename_in(fd, prefix, temp, f"{commit_id}.mdiff")
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(prefix + temp, dir_fd=fd)
+                raise
+            self._sync_folder(fd, prefix)
+        return commit_id
+
+    def _read_back(self, folder: int | None, name: str, path: Path, remember: bool, untrusted: bool = False) -> str:
+        """The sha256 of the file ``name`` (relative to ``folder``; ``path`` by its full name) just
+        written, which is opened as a reader opens it (the reader's error when it would refuse it);
+        with ``remember``, its metadata is kept as a commit's. ``untrusted``: bytes this process did not
+        make (a remote's), parsed with the repository's isolation (§8.5)."""
+        fd, before = open_regular(name, follow_links=False, dir_fd=folder)
+        try:
+            commit_id = _sha256_of(fd, before.st_size)
+            assert commit_id is not None  # written and synced by this process, under the lock
+            with open_diff(reopenable(fd, path), isolation=self.isolation if untrusted else None,
+                           commit_id=commit_id) as diff:
+                if remember:
+                    self._remember(commit_id, diff)
+            return commit_id
+        finally:
+            os.close(fd)
+
+
+
+class _SealedWriter(DiffWriter):
+    """A DiffWriter whose commit metadata is completed once the updates are written: a commit's
+    `state_sha256` (§4.2) names the state its updates make. The metadata is written first with a
+    placeholder of the same length and rewritten where it lies (the file's bytes stay deterministic),
+    and the file says the version that has the member (§3.3)."""
+
+    def __init__(self, path: str, commit: Commit, compression: str) -> None:
+        super().__init__(path, commit, compression)
+        self._minor = max(self._minor, commit.minor_version)
+
+    def seal(self, commit: Commit) -> None:
+        overwrite_string(self._file, ATTR_COMMIT, commit.to_attribute())  # ValueError if the length differs
+        self._minor = max(self._minor, commit.minor_version)

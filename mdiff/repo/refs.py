@@ -1,0 +1,345 @@
+"""SPEC.md §13.1, §13.3, §13.6: refs — HEAD, branches, tags, other refs below ``refs/`` — and their reflogs.
+
+A ref names a commit by its id and one newline; a move of a ref is appended to its reflog before the
+ref is written, so that a process killed in between leaves the old commit named there. The caller of
+every move holds the writers' lock (lock.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import re
+import stat
+from collections.abc import Callable, Iterator
+
+from mdiff.errors import RepositoryError
+from mdiff.regular_files import BINARY, CLOEXEC, NOFOLLOW, NONBLOCK, kind_of
+from mdiff.repo import reflog
+from mdiff.repo.objects import CommitFiles
+from mdiff.repo.names import BRANCH_NAME, HEAD_PREFIX, ID_LINE, branch_problem, shown, valid_branch
+from mdiff.repo.reflog import ReflogEntry
+
+log = logging.getLogger(__name__)
+
+
+class Refs(CommitFiles):
+    """The refs of ``.mdiff/`` and their reflogs. They stand on the commit files: a ref that names no commit of
+    the repository is refused (MD801)."""
+
+    @staticmethod
+    def check_branch_name(name: str) -> None:
+        problem = branch_problem(name)
+        if problem:
+            raise RepositoryError("MD801", f"{shown(name)!r} is not a valid branch name: {problem}")
+
+    def head(self) -> tuple[str | None, str | None]:
+        """(branch, commit id) of HEAD; branch is None when HEAD is detached, id None before the first commit."""
+        branch, commit_id = self.head_ref()
+        return (branch, self.branch_target(branch)) if branch else (None, commit_id)
+
+    def head_ref(self) -> tuple[str | None, str | None]:
+        """What HEAD says, the branch it names not read: (branch, None), or (None, commit id) when detached."""
+        text = self._read_small("HEAD")
+        if text is None:
+            raise RepositoryError("MD801", f"{self.dir / 'HEAD'} is missing")
+        m = re.fullmatch(r"ref: refs/heads/(\S+)\n", text)
+        if m and valid_branch(m.group(1)):
+            return m.group(1), None
+        if ID_LINE.fullmatch(text):
+            return None, self.existing_commit(text[:-1], "HEAD")
+        raise RepositoryError("MD801", f"{self.dir / 'HEAD'} is malformed: neither `{HEAD_PREFIX}<branch>` (a valid "
+                                       "branch name) nor a commit id, with one newline (§13.1)")
+
+    def ref_names(self) -> list[str]:
+        """The name of every entry of refs/heads that is not a folder (hidden ones aside): a branch when
+        the name is valid (§13.1); fsck reports the others, which no command reads."""
+        try:
+            return self._names_under(["refs", "heads"])
+        except FileNotFoundError:
+            raise RepositoryError("MD801", f"{self.dir / 'refs' / 'heads'} is missing") from None
+
+    def branch_names(self) -> list[str]:
+        """The branches, by name, without reading them."""
+        return [name for name in self.ref_names() if valid_branch(name)]
+
+    def branches(self) -> dict[str, str | None]:
+        return {name: self.branch_target(name) for name in self.branch_names()}
+
+    def has_branch(self, branch: str) -> bool:
+        """Whether ``refs/heads/<branch>`` names a branch: a valid name, and an entry that is not a
+        folder (which reading then requires to be a well-formed regular file)."""
+        return valid_branch(branch) and self.kind(f"refs/heads/{branch}") not in (None, "a folder")
+
+    def branch_target(self, branch: str) -> str | None:
+        """The commit ``branch`` points to; None when there is no such branch."""
+        self.check_branch_name(branch)
+        return self._ref_target(f"refs/heads/{branch}", f"ref {branch!r}")
+
+    def _ref_target(self, relative: str, what: str) -> str | None:
+        """The commit the ref file ``.mdiff/<relative>`` names (MD801 when it is malformed or names no
+        commit of the repository); None when there is no such file, or it is a folder of refs."""
+        try:
+            text = self._read_small(relative)
+        except RepositoryError:
+            if self.kind(relative) == "a folder":
+                return None  # a folder of refs (`exp` of `exp/lora`)
+            raise
+        if text is None:
+            return None
+        if not ID_LINE.fullmatch(text):
+            raise RepositoryError("MD801", f"{what} ({self._shown_path(relative)}) is malformed: "
+                                           "not a commit id and one newline (§13.1)")
+        return self.existing_commit(text[:-1], what)
+
+    def _raw_target(self, relative: str) -> str | None:
+        """The commit id a ref file holds, without checking that the commit exists; None when the file
+        is missing or holds no id (what a reflog records as the old side of a move)."""
+        try:
+            text = self._read_small(relative)
+        except RepositoryError:
+            return None
+        return text[:-1] if text is not None and ID_LINE.fullmatch(text) else None
+
+    def set_branch(self, branch: str, commit_id: str, message: str = "update") -> None:
+        """Point ``branch`` at ``commit_id``: the move is recorded in its reflog first (§13.6), so
+        that a process killed in between leaves the old commit named there."""
+        self.check_branch_name(branch)
+        self.move_ref(f"refs/heads/{branch}", commit_id, message)
+
+    def move_ref(self, relative: str, commit_id: str | None, message: str) -> None:
+        """Write (or, ``commit_id`` None, delete) the ref file ``.mdiff/<relative>`` — ``refs/`` and a name
+        the branch-name rules allow (``refs/tags/v1``, ``refs/remotes/origin/main``) — after appending
+        the move to ``logs/<relative>`` (§13.6). The caller holds the writers' lock."""
+        if not (relative.startswith("refs/") and BRANCH_NAME.fullmatch(relative) and ".." not in relative
+                and not relative.endswith(".lock")):  # each part as §13.1 says (the length: the branch's own)
+            raise RepositoryError("MD801", f"{shown(relative)[:80]!r} is not a ref: refs/ and a name of §13.1's form")
+        old = self._raw_target(relative)
+        self.append_reflog(relative, old, commit_id, message)
+        if commit_id is not None:
+            self._write_small(relative, commit_id + "\n")
+            return
+        *parts, name = relative.split("/")
+        with self._folder(parts) as (fd, prefix):
+            os.unlink(prefix + name, dir_fd=fd)
+            self._sync_folder(fd, prefix)
+        for depth in range(len(parts), 2, -1):  # folders it leaves empty (`exp` of `exp/lora`): a name again
+            with self._folder(parts[:depth - 1]) as (fd, prefix):
+                try:
+                    os.rmdir(prefix + parts[depth - 1], dir_fd=fd)
+                except OSError:
+                    break  # not empty (or not a folder): it stays
+
+    def create_branch(self, branch: str, commit_id: str, message: str = "branch: created") -> None:
+        """A new branch at ``commit_id`` (MD801 if it exists, or a tag has its name: §13.3). The caller
+        holds the lock, so that of two writers creating one branch exactly one does (§13.6)."""
+        self.check_branch_name(branch)
+        kind = self.kind(f"refs/heads/{branch}")
+        if kind == "a folder":
+            raise RepositoryError("MD801", f"{branch!r} is a folder of branches; choose another name")
+        if kind is not None:
+            raise RepositoryError("MD801", f"branch {branch!r} exists already")
+        if self.has_tag(branch):
+            raise RepositoryError("MD801", f"{branch!r} is a tag; a branch of that name would make revisions "
+                                           "ambiguous (§13.3): choose another name")
+        self.set_branch(branch, commit_id, message)
+
+    def set_head(self, branch: str | None = None, commit_id: str | None = None, message: str = "switch") -> None:
+        """Make HEAD name ``branch``, or ``commit_id`` (detached). A change from or to a detached HEAD is
+        recorded in ``logs/HEAD`` (§13.6): a detached HEAD's commits are named by no branch."""
+        if branch:
+            self.check_branch_name(branch)
+        try:
+            before = self._read_small("HEAD")
+        except RepositoryError:
+            before = None  # a malformed HEAD is replaced; it named no commit
+        was_detached = before is not None and ID_LINE.fullmatch(before) is not None
+        if was_detached or not branch:
+            new = self._raw_target(f"refs/heads/{branch}") if branch else commit_id
+            self.append_reflog("HEAD", self._raw_head(before), new, message)
+        self._write_small("HEAD", f"{HEAD_PREFIX}{branch}\n" if branch else f"{commit_id}\n")
+
+    def _raw_head(self, text: str | None) -> str | None:
+        """The commit id the HEAD text ``text`` leads to, unchecked; None when it leads to none."""
+        if text is not None and ID_LINE.fullmatch(text):
+            return text[:-1]
+        m = re.fullmatch(r"ref: refs/heads/(\S+)\n", text or "")
+        return self._raw_target(f"refs/heads/{m.group(1)}") if m and valid_branch(m.group(1)) else None
+
+    def advance(self, branch: str | None, commit_id: str, message: str = "commit") -> None:
+        """Move the current branch — or a detached HEAD — to ``commit_id`` (after a commit)."""
+        if branch:
+            self.set_branch(branch, commit_id, message)
+        else:
+            self.set_head(commit_id=commit_id, message=message)
+
+    def delete_branch(self, branch: str) -> None:
+        """Remove ``refs/heads/<branch>`` — whatever it is, a link or a FIFO included (its entry is
+        removed, nothing it points to) — unless it is the current branch. Its reflog stays, with the
+        deletion appended: ``gc`` keeps its commits as long as its entries are young (§13.6)."""
+        self.check_branch_name(branch)
+        if self.kind(f"refs/heads/{branch}") in (None, "a folder"):
+            raise RepositoryError("MD801", f"no branch {branch!r}")
+        if self.head()[0] == branch:
+            raise RepositoryError("MD801", f"cannot delete {branch!r}: it is the current branch")
+        self.move_ref(f"refs/heads/{branch}", None, "branch: deleted")
+
+    @staticmethod
+    def check_tag_name(name: str) -> None:
+        problem = branch_problem(name)  # tags follow the branch-name rules (§13.1)
+        if problem:
+            raise RepositoryError("MD801", f"{shown(name)!r} is not a valid tag name: {problem}")
+
+    def tag_names(self) -> list[str]:
+        """Every valid tag name of refs/tags (none when the folder is missing: repositories made before
+        tags have none)."""
+        try:
+            return [name for name in self._names_under(["refs", "tags"]) if valid_branch(name)]
+        except FileNotFoundError:
+            return []
+
+    def tags(self) -> dict[str, str | None]:
+        return {name: self.tag_target(name) for name in self.tag_names()}
+
+    def has_tag(self, name: str) -> bool:
+        return valid_branch(name) and self.kind(f"refs/tags/{name}") not in (None, "a folder")
+
+    def tag_target(self, name: str) -> str | None:
+        """The commit tag ``name`` names; None when there is no such tag."""
+        self.check_tag_name(name)
+        return self._ref_target(f"refs/tags/{name}", f"tag {name!r}")
+
+    def create_tag(self, name: str, commit_id: str, force: bool = False) -> str | None:
+        """Tag ``commit_id`` as ``name``; returns the commit the tag named before (``force`` moves an
+        existing tag; MD801 otherwise, and for a branch's name: §13.3). The caller holds the lock."""
+        self.check_tag_name(name)
+        kind = self.kind(f"refs/tags/{name}")
+        if kind == "a folder":
+            raise RepositoryError("MD801", f"{name!r} is a folder of tags; choose another name")
+        if kind is not None and not force:
+            raise RepositoryError("MD801", f"tag {name!r} exists already (-f moves it)")
+        if self.has_branch(name):
+            raise RepositoryError("MD801", f"{name!r} is a branch; a tag of that name would make revisions "
+                                           "ambiguous (§13.3): choose another name")
+        before = self._raw_target(f"refs/tags/{name}") if kind is not None else None
+        self.move_ref(f"refs/tags/{name}", commit_id, "tag: moved" if kind is not None else "tag: created")
+        return before
+
+    def delete_tag(self, name: str) -> str | None:
+        """Remove tag ``name`` (whatever its entry is); returns the commit it named, if it named one."""
+        self.check_tag_name(name)
+        if self.kind(f"refs/tags/{name}") in (None, "a folder"):
+            raise RepositoryError("MD801", f"no tag {name!r}")
+        before = self._raw_target(f"refs/tags/{name}")
+        self.move_ref(f"refs/tags/{name}", None, "tag: deleted")
+        return before
+
+    def append_reflog(self, ref: str, old: str | None, new: str | None, message: str) -> None:
+        """Append a move of ``ref`` (``HEAD``, ``refs/heads/main``) to ``logs/<ref>`` (§13.1), opened
+        without following a link and appended to only if it is a regular file (MD801 otherwise)."""
+        relative = f"logs/{ref}"
+        *parts, name = relative.split("/")
+        if self._reflog_blocked(relative):
+            log.warning("the move of %s is not recorded: the reflog of a deleted ref is in the way, below %s "
+                        "(§13.6); gc removes it once its entries expire", shown(ref), self._shown_path("logs"))
+            return
+        with self._folder(parts, create=True) as (fd, prefix):
+            try:
+                out = os.open(prefix + name, os.O_RDWR | os.O_APPEND | os.O_CREAT | NOFOLLOW | NONBLOCK | CLOEXEC
+                              | BINARY, 0o666, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.EISDIR):
+                    raise
+                raise self._not_regular(relative, kind_of(os.stat(prefix + name, dir_fd=fd,
+                                                                  follow_symlinks=False).st_mode)) from None
+            try:
+                mode = os.fstat(out).st_mode
+                if not stat.S_ISREG(mode):
+                    raise self._not_regular(relative, kind_of(mode))
+                reflog.append(out, reflog.encode(old, new, message))
+            except reflog.MalformedReflog as exc:
+                raise RepositoryError("MD801", f"{self._shown_path(relative)} is malformed: {exc}; move it "
+                                               "away to record new moves") from None
+            finally:
+                os.close(out)
+
+    def _reflog_blocked(self, relative: str) -> bool:
+        """Whether the reflog of a deleted ref is where the folders or the file of ``relative`` go: a
+        branch `exp` deleted, then `exp/lora` made, or the reverse (a link on the way is MD801)."""
+        parts = relative.split("/")
+        if any(self.kind("/".join(parts[:i])) == "a regular file" for i in range(2, len(parts))):
+            return True
+        return self.kind(relative) == "a folder"
+
+    def reflog_entries(self, ref: str) -> Iterator[ReflogEntry]:
+        """The entries of ``logs/<ref>``, oldest first (none when it is missing); MD801 for a file that is
+        not a regular file or holds a malformed line (§13.1)."""
+        relative = f"logs/{ref}"
+        try:
+            fd, _ = self._open_file(relative)
+        except FileNotFoundError:
+            return
+        try:
+            yield from reflog.entries(fd)
+        except reflog.MalformedReflog as exc:
+            raise RepositoryError("MD801", f"{self._shown_path(relative)} is malformed: {exc}") from None
+        finally:
+            os.close(fd)
+
+    def reflog_refs(self) -> list[str]:
+        """The ref of every file under logs/ (``HEAD``, ``refs/heads/main``, …), whatever its name."""
+        try:
+            return self._names_under(["logs"])
+        except FileNotFoundError:
+            return []
+
+    def rewrite_reflog(self, ref: str, keep: Callable[[ReflogEntry], bool]) -> None:
+        """Replace ``logs/<ref>`` by its entries that ``keep`` keeps (atomically, an entry at a time), or
+        remove it when none is kept (gc). The caller holds the writers' lock."""
+        relative = f"logs/{ref}"
+        kept = (reflog.encode(e.old, e.new, e.message, e.time) for e in self.reflog_entries(ref) if keep(e))
+        if self._write_atomic(relative, kept):
+            return
+        *parts, name = relative.split("/")
+        with self._folder(parts) as (fd, prefix):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(prefix + name, dir_fd=fd)
+            self._sync_folder(fd, prefix)
+
+    def all_refs(self) -> list[str]:
+        """Every file below refs/ (branches, tags, and refs of any other folder: a remote's), relative
+        to ``.mdiff/``: what gc must keep reachable (§13.6)."""
+        try:
+            return [f"refs/{name}" for name in self._names_under(["refs"])]
+        except FileNotFoundError:
+            raise RepositoryError("MD801", f"{self.dir / 'refs'} is missing") from None
+
+    def ref_file_target(self, relative: str) -> str | None:
+        """The commit the file ``.mdiff/<relative>`` below refs/ names (MD801 when malformed)."""
+        return self._ref_target(relative, f"ref {shown(relative)!r}")
+
+    def read_ref(self, relative: str) -> str | None:
+        """The commit id ``.mdiff/<relative>`` holds (a ref: an id and one newline, §13.1), or None when
+        it is missing; MD801 when it is malformed or names a commit not in the repository."""
+        text = self._read_small(relative)
+        if text is None:
+            return None
+        if not ID_LINE.fullmatch(text):
+            raise RepositoryError("MD801", f"{self._shown_path(relative)} is malformed: not a commit id and one "
+                                           "newline (§13.1)")
+        return self.existing_commit(text[:-1], f"ref {relative}")
+
+    def write_ref(self, relative: str, commit_id: str) -> None:
+        """``.mdiff/<relative>`` made to name ``commit_id``, atomically (the caller holds the lock)."""
+        self.existing_commit(commit_id, f"ref {relative}")
+        self._write_small(relative, commit_id + "\n")
+
+    def remove_ref(self, relative: str) -> None:
+        """Remove the entry ``.mdiff/<relative>`` (whatever it is; nothing it points to)."""
+        *parts, name = relative.split("/")
+        with contextlib.suppress(FileNotFoundError):
+            with self._folder(parts) as (fd, prefix):
+                os.unlink(prefix + name, dir_fd=fd)
+                self._sync_folder(fd, prefix)
