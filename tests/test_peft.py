@@ -1,4 +1,4 @@
-"""mdiff.peft against the real PEFT: adapters made by ``peft`` on tiny ``transformers`` models
+"""mdiff.integrations.peft against the real PEFT: adapters made by ``peft`` on tiny ``transformers`` models
 (built from configs, no downloads) become updates whose application to the base matches
 PEFT's own ``merge_and_unload()`` — within SPEC.md §7.5's tolerance for the LoRA factors,
 bit for bit for everything else — and the adapters mdiff cannot express are refused."""
@@ -18,7 +18,7 @@ import mdiff
 from mdiff.checkpoints import open_checkpoint, save_checkpoint
 from mdiff.errors import ApplyError, CheckpointError
 from mdiff.format.dtypes import as_bits, dtype_of
-from mdiff.peft import lora_updates, lora_updates_from_checkpoint
+from mdiff.integrations.peft import lora_updates, lora_updates_from_checkpoint
 from mdiff.updates.low_rank import within_tolerance
 
 torch = pytest.importorskip("torch", reason="the PEFT tests need torch (pip install -e '.[test]')")

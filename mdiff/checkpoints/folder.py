@@ -29,7 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from mdiff.atomic import SyncingWriter, fsync_directory
-from mdiff.checkpoints import CheckpointReader, Entry, Fetch, write_entries
+from mdiff.checkpoints.base import CheckpointReader, Entry, Fetch
+from mdiff.checkpoints.registry import format_module
+from mdiff.checkpoints.writing import write_entries
 from mdiff.errors import CheckpointError
 from mdiff.format.dtypes import DType
 from mdiff.format.layout import INDEX_SUFFIX, Layout, Shard
@@ -79,11 +81,9 @@ class ModelFolderReader(CheckpointReader):
 
     def _open_shards(self) -> dict[str, str]:
         """Open every shard; tensor name → shard, checked against the index (MD704)."""
-        from mdiff.checkpoints import _format_module
-
         where: dict[str, str] = {}
         for shard in self._weights.files:
-            reader = _format_module(shard).open_reader(self._guard.resolve(shard, "MD704"))
+            reader = format_module(shard).open_reader(self._guard.resolve(shard, "MD704"))
             self._shards[shard] = reader
             for name in reader.keys():
                 if name in where:

@@ -27,10 +27,8 @@ from typing import Any, BinaryIO
 import numpy as np
 from numpy.lib import format as npy_format
 
-from mdiff.checkpoints import (
-    CheckpointReader,
-    Entry,
-    Fetch,
+from mdiff.checkpoints.base import CheckpointReader, Entry, Fetch
+from mdiff.checkpoints.reading import (
     checked_shape,
     element_count,
     fill_from,

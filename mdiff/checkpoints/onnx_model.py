@@ -41,10 +41,8 @@ from typing import Any, BinaryIO
 import numpy as np
 import onnx
 
-from mdiff.checkpoints import (
-    CheckpointReader,
-    Entry,
-    Fetch,
+from mdiff.checkpoints.base import CheckpointReader, Entry, Fetch
+from mdiff.checkpoints.reading import (
     checked_shape,
     element_count,
     is_valid_name,

@@ -25,10 +25,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from mdiff.checkpoints import (
-    CheckpointReader,
-    Entry,
-    Fetch,
+from mdiff.checkpoints.base import CheckpointReader, Entry, Fetch
+from mdiff.checkpoints.reading import (
     checked_shape,
     element_count,
     fill_from,

@@ -44,10 +44,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from mdiff.checkpoints import (
-    CheckpointReader,
-    Entry,
-    Fetch,
+from mdiff.checkpoints.base import CheckpointReader, Entry, Fetch
+from mdiff.checkpoints.reading import (
     MAX_RANK,
     element_count,
     is_valid_name,

@@ -30,34 +30,15 @@ peft, accelerate, scikit-learn, matplotlib). Nothing is downloaded.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from mdiff.demo.config import DemoConfig
+from mdiff.demo.errors import DemoCheckFailed
+from mdiff.demo.requirements import REQUIREMENTS, missing_packages
 
 if TYPE_CHECKING:
     from mdiff.demo.pipeline import DemoResult
-
-# import name → what to install (the versions the `demo` extra pins)
-REQUIREMENTS = {"torch": "torch==2.13.0", "transformers": "transformers==5.18.0", "peft": "peft==0.21.0",
-                "accelerate": "accelerate==1.16.0", "sklearn": "scikit-learn==1.9.1",
-                "matplotlib": "matplotlib==3.11.2"}
-
-
-class DemoCheckFailed(RuntimeError):
-    """A check of the demo failed: a checkout, a mask, a reloaded model's logits or a validation did not hold."""
-
-
-def missing_packages() -> list[str]:
-    """The requirements (pip specifiers) of the demo that are not importable here."""
-    def present(module: str) -> bool:
-        try:
-            return importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):  # a broken install, or a module set to None in sys.modules
-            return False
-
-    return [spec for module, spec in REQUIREMENTS.items() if not present(module)]
 
 
 def run_demo(directory="mdiff-demo", config: DemoConfig | None = None,

@@ -1,6 +1,6 @@
 """The demo from start to end: train, commit, fine-tune three ways, merge, then prove every commit.
 
-Every check raises :class:`~mdiff.demo.DemoCheckFailed` when it does not hold, so a returned
+Every check raises :class:`~mdiff.demo.errors.DemoCheckFailed` when it does not hold, so a returned
 :class:`DemoResult` is a demo whose checks all passed; it holds what the CLI shows.
 
 The directory it fills::
@@ -28,10 +28,11 @@ import torch
 
 import mdiff
 from mdiff.checkpoints.folder import TRAINING_STATE
-from mdiff.demo import DemoCheckFailed, plot
-from mdiff.demo import data as digits
-from mdiff.demo import training as tr
+import mdiff.demo.data as digits
+import mdiff.demo.plot as plot
+import mdiff.demo.training as tr
 from mdiff.demo.config import DemoConfig
+from mdiff.demo.errors import DemoCheckFailed
 from mdiff.repo import Repository
 from mdiff.updates import low_rank as low_rank_type
 from mdiff.updates.sparse import positions_of

@@ -528,7 +528,7 @@ class Repository(Store):
         to the base checkpoint's). On an empty branch the base checkpoint is committed first, as the
         root; otherwise HEAD must hold the base's values of every parameter the adapter changes."""
         from mdiff.checkpoints import open_checkpoint
-        from mdiff.peft import lora_updates_from_checkpoint
+        from mdiff.integrations.peft import lora_updates_from_checkpoint
 
         updates = lora_updates_from_checkpoint(adapter_dir, base_checkpoint)
         made = []

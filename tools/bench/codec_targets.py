@@ -4,7 +4,7 @@
 Sizes, on the bench's MiniLM fine-tune (tools/bench/minilm.py, as tools/bench/codec_study.py loads
 it: float32, both states cast to bfloat16, and the float32 pair kept on a seeded 1 % of the
 values): the file `write_diff` writes with default settings (version-2 dense/sparse updates, run-
-length deflate) against the per-tensor floor measured in the same run (codec_study.floors: each
+length deflate) against the per-tensor floor measured in the same run (codec_floor.floors: each
 byte plane of the XOR — and of the SUB — delta compressed alone with the best of lzma-9e and zstd-19),
 beside version 1 with the same encoder and the previous default (version 1, zlib level 1).
 
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import sys
 import tempfile
@@ -48,20 +47,18 @@ import mdiff  # noqa: E402
 from mdiff.diffing import write_diff  # noqa: E402
 from mdiff.format import writer as writer_module  # noqa: E402
 
-import codec_study  # noqa: E402  (tools/bench/codec_study.py: states and floor)
-import run as bench  # noqa: E402  (tools/bench/run.py: the synthetic model, the apply baseline, helpers)
+import codec_floor  # noqa: E402  (the MiniLM states and their floor)
+import contenders  # noqa: E402  (the apply baseline)
+import measuring  # noqa: E402
+import report_sections  # noqa: E402
+import synthetic_model  # noqa: E402
+from measuring import median, timed  # noqa: E402
 
-SECTION_BEGIN = "<!-- tools/bench/codec_targets.py: begin -->"
-SECTION_END = "<!-- tools/bench/codec_targets.py: end -->"
+SECTION_BEGIN, SECTION_END = report_sections.CODEC_TARGETS
 DATE = "2026-01-01T00:00:00Z"
 VARIANTS = ("fp32", "bf16", "fp32, 1% of values")
 SIZE_TARGET = 1.05  # × the XOR floor (issue 16.1)
 WRITE_TARGET, APPLY_TARGET, COMMIT_TARGET = 1.5, 1.0, 1.5  # issue 16.2
-
-
-def cpu_s() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)  # every thread of this process
-    return r.ru_utime + r.ru_stime
 
 
 def float_state(rows) -> dict:
@@ -98,29 +95,21 @@ def write_sizes(states: dict, work: Path, log) -> dict:
     return out
 
 
-def timed(record: dict, label: str, fn) -> None:
-    start, cpu = time.perf_counter(), cpu_s()
-    fn()
-    record.setdefault(label, {"wall": [], "cpu": []})
-    record[label]["wall"].append(time.perf_counter() - start)
-    record[label]["cpu"].append(cpu_s() - cpu)
-
-
 def speed(states: dict, args, work: Path, log) -> dict:
     from safetensors.numpy import save_file as np_save
     from safetensors.torch import save_file as torch_save
     import zstandard
 
     tensors = max(1, round(args.size_gib * (1 << 30) / (4096 * 1024 * 4)))
-    base = bench.synthetic_base(tensors, 4096, 1024)
-    new = bench.dense_variant(base)
-    model_bytes = bench.nbytes(new)
+    base = synthetic_model.synthetic_base(tensors, 4096, 1024)
+    new = synthetic_model.dense_variant(base)
+    model_bytes = synthetic_model.nbytes(new)
     base_path, delta_path = work / "base.safetensors", work / "delta.safetensors"
     np_save(base, base_path)
     np_save({k: new[k] - base[k] for k in base}, delta_path)
     diff_path = work / "dense.mdiff"
     write_diff(base, new, diff_path, mdiff.Commit("dense", date=DATE))
-    torch_new = bench.to_torch(new)
+    torch_new = synthetic_model.to_torch(new)
     mini_old = float_state((n, o) for n, o, _ in states["fp32"])
     mini_new = float_state((n, nw) for n, _, nw in states["fp32"])
     mini_path = work / "minilm.safetensors"
@@ -130,27 +119,27 @@ def speed(states: dict, args, work: Path, log) -> dict:
     out, st_out, zst = work / "w.mdiff", work / "w.safetensors", work / "w.zst"
 
     def mdiff_write():
-        bench.prime(int(1.25 * model_bytes))
+        measuring.prime(int(1.25 * model_bytes))
         timed(rec["write"], "write_diff (default settings, fsynced)",
               lambda: write_diff(base, new, out, mdiff.Commit("w", date=DATE)))
         out.unlink()
 
     def torch_write():
-        bench.prime(int(1.25 * model_bytes))
+        measuring.prime(int(1.25 * model_bytes))
         timed(rec["write"], "safetensors.torch.save_file + fsync",
-              lambda: (torch_save(torch_new, st_out), bench.fsync_file(st_out)))
+              lambda: (torch_save(torch_new, st_out), measuring.fsync_file(st_out)))
         st_out.unlink()
 
     def mdiff_apply():
-        bench.prime(int(1.25 * model_bytes))
+        measuring.prime(int(1.25 * model_bytes))
         timed(rec["apply"], "mdiff.apply_files (default)", lambda: mdiff.apply_files(base_path, diff_path, st_out))
         st_out.unlink()
 
     def baseline_apply():
-        bench.prime(int(3.25 * model_bytes))
+        measuring.prime(int(3.25 * model_bytes))
         timed(rec["apply"], "baseline: safetensors load ×2, numpy add, save",
-              lambda: bench.baseline_apply(base_path, delta_path, st_out))
-        timed(rec["apply"], "fsync of the baseline's output", lambda: bench.fsync_file(st_out))
+              lambda: contenders.baseline_apply(base_path, delta_path, st_out))
+        timed(rec["apply"], "fsync of the baseline's output", lambda: measuring.fsync_file(st_out))
         st_out.unlink()
 
     def mdiff_commit():
@@ -163,7 +152,7 @@ def speed(states: dict, args, work: Path, log) -> dict:
         def run():
             data = zstandard.ZstdCompressor(level=3).compress(mini_path.read_bytes())
             zst.write_bytes(data)
-            bench.fsync_file(zst)
+            measuring.fsync_file(zst)
         timed(rec["commit"], "zstd-3 of the full .safetensors, written + fsynced", run)
         zst.unlink()
 
@@ -174,17 +163,13 @@ def speed(states: dict, args, work: Path, log) -> dict:
             turn = rep % len(group)
             for fn in group[turn:] + group[:turn]:
                 fn()
-        loads.append(bench.loadavg())
+        loads.append(measuring.loadavg())
         log(f"  speed: repetition {rep + 1}/{args.repeat}, load {loads[-1]}")
     for key, label in (("apply", "baseline: safetensors load ×2, numpy add, save"),):
         fs = rec[key].pop("fsync of the baseline's output")
         rec[key]["baseline + fsync"] = {k: [a + b for a, b in zip(rec[key][label][k], fs[k])] for k in ("wall", "cpu")}
     return {"records": rec, "loads": loads, "tensors": tensors, "model_bytes": model_bytes,
             "diff_bytes": diff_path.stat().st_size, "minilm_bytes": mini_path.stat().st_size}
-
-
-def median(values: list) -> float:
-    return float(np.median(values))
 
 
 def ratio_row(target: str, measured: float, threshold: float, how: str) -> str:
@@ -227,7 +212,7 @@ def report(r: dict) -> str:
     rows += ["", "\"of the allowance\": measured ÷ threshold; ≤ 1 is met.", "",
              "### Sizes against the floor", "",
              "Floor: per tensor, each byte plane of the delta compressed alone with the best of lzma-9e and zstd-19 "
-             "(never above raw), summed (`codec_study.floors`).", "",
+             "(never above raw), summed (`codec_floor.floors`).", "",
              "| | fp32 | bf16 | fp32, 1 % of values |", "|---|---|---|---|"]
 
     def cell(n, variant):
@@ -267,14 +252,6 @@ def write_section(doc: Path, text: str) -> None:
         doc.write_text(old.rstrip("\n") + "\n\n" + block, encoding="utf-8")
 
 
-def kept_section(path: Path) -> str:
-    """This script's section of an existing report (for run.py, which rewrites the rest)."""
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    if SECTION_BEGIN not in text or SECTION_END not in text:
-        return ""
-    return SECTION_BEGIN + text.split(SECTION_BEGIN, 1)[1].split(SECTION_END, 1)[0] + SECTION_END + "\n"
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cache", help="npz of the fine-tuned states (codec_study.py's): loaded, or saved there")
@@ -289,17 +266,17 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
 
     def log(message: str) -> None:
-        print(f"[{time.perf_counter() - t0:6.0f} s, load {bench.loadavg()}] {message}", flush=True)
+        print(f"[{time.perf_counter() - t0:6.0f} s, load {measuring.loadavg()}] {message}", flush=True)
 
-    r: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_start": bench.loadavg(),
+    r: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_start": measuring.loadavg(),
                "command": "python tools/bench/codec_targets.py " + " ".join(sys.argv[1:] if argv is None else argv),
-               "machine": bench.machine(), "versions": bench.versions(), "repeat": args.repeat}
-    states, meta = codec_study.load_states(argparse.Namespace(cache=args.cache, steps=args.steps), log)
+               "machine": measuring.machine(), "versions": measuring.versions(), "repeat": args.repeat}
+    states, meta = codec_floor.load_states(argparse.Namespace(cache=args.cache, steps=args.steps), log)
     r["source"] = meta["source"]
     r["parameters"] = int(sum(o.size for _, o, _ in states["fp32"]))
     floor_cache = Path(args.floor_cache) if args.floor_cache else (Path(args.cache).with_suffix(".floor.json") if args.cache else None)
-    found = codec_study.floors(states, args.jobs, log, floor_cache)
-    r["floors"] = {v: {kind: found["by"][(v, kind)]["floor"] for kind in codec_study.floor_kinds(v)} for v in VARIANTS}
+    found = codec_floor.floors(states, args.jobs, log, floor_cache)
+    r["floors"] = {v: {kind: found["by"][(v, kind)]["floor"] for kind in codec_floor.floor_kinds(v)} for v in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="codec-targets-") as tmp:
         work = Path(tmp)
         log("sizes")

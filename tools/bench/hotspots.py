@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -32,42 +31,44 @@ sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
 import mdiff  # noqa: E402
-import run as bench  # noqa: E402  (tools/bench/run.py)
+import measuring  # noqa: E402
+import synthetic_model  # noqa: E402
+from mdiff.updates.sparse import from_entries as sparse_from_entries  # noqa: E402
 
 OPS = ("write-none", "write-gzip", "apply-none", "apply-gzip", "read-one", "checkout")
 MARKER = "profiled_operation"
 
 
 def shape(size_gib: float, tensors: int) -> tuple[int, int]:
-    return max(1, round(size_gib * bench.GIB / (tensors * 1024 * 4))), 1024
+    return max(1, round(size_gib * synthetic_model.GIB / (tensors * 1024 * 4))), 1024
 
 
 def prepare(work: Path, size_gib: float, tensors: int, chain: int) -> None:
     rows, cols = shape(size_gib, tensors)
-    base = bench.synthetic_base(tensors, rows, cols)
-    new = bench.dense_variant(base)
+    base = synthetic_model.synthetic_base(tensors, rows, cols)
+    new = synthetic_model.dense_variant(base)
     from safetensors.numpy import save_file
 
     save_file(base, work / "base.safetensors")
     updates = {k: mdiff.dense(base[k], new[k]) for k in sorted(base)}
     del new
     for comp in ("none", "gzip"):
-        mdiff.write(work / f"dense-{comp}.mdiff", updates, bench.commit("dense"), comp)
+        mdiff.write(work / f"dense-{comp}.mdiff", updates, synthetic_model.commit("dense"), comp)
     del updates
     repo = mdiff.Repository.init(work / "chain")
     names = sorted(base)
     rng = np.random.default_rng(4)
-    head = repo.store(lambda w: [w.add(k, mdiff.replace(base[k])) for k in names], bench.commit("base"))
+    head = repo.store(lambda w: [w.add(k, mdiff.replace(base[k])) for k in names], synthetic_model.commit("base"))
     for i in range(chain):
         def write(w):
             for k in names:
                 flat = base[k].reshape(-1)
-                idx = bench.sparse_positions(flat.size, rng)
+                idx = synthetic_model.sparse_positions(flat.size, rng)
                 old = flat.view(np.uint32)[idx]
                 flat[idx] += rng.standard_normal(idx.size, dtype=np.float32) * np.float32(2e-4)
                 xor = old ^ flat.view(np.uint32)[idx]
-                w.add(k, bench.sparse_from_entries(base[k], idx[xor != 0], xor[xor != 0]))
-        head = repo.store(write, bench.commit(f"step {i + 1}", (head,)))
+                w.add(k, sparse_from_entries(base[k], idx[xor != 0], xor[xor != 0]))
+        head = repo.store(write, synthetic_model.commit(f"step {i + 1}", (head,)))
     repo.set_branch("main", head)
 
 
@@ -75,11 +76,11 @@ def child(op: str, work: Path, size_gib: float, tensors: int) -> None:
     """Runs in the profiled process: set up (not counted), then the one operation inside MARKER."""
     if op.startswith("write"):
         rows, cols = shape(size_gib, tensors)
-        base = bench.synthetic_base(tensors, rows, cols)
-        new = bench.dense_variant(base)
+        base = synthetic_model.synthetic_base(tensors, rows, cols)
+        new = synthetic_model.dense_variant(base)
         updates = {k: mdiff.dense(base[k], new[k]) for k in sorted(base)}
         del base, new
-        run = lambda: mdiff.write(work / "out.mdiff", updates, bench.commit("bench"), op.split("-")[1])  # noqa: E731
+        run = lambda: mdiff.write(work / "out.mdiff", updates, synthetic_model.commit("bench"), op.split("-")[1])  # noqa: E731
     elif op.startswith("apply"):
         run = lambda: mdiff.apply_files(work / "base.safetensors", work / f"dense-{op.split('-')[1]}.mdiff",  # noqa: E731
                                         work / "out.safetensors")
@@ -180,7 +181,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     try:
         print(f"preparing {args.size_gib:g} GiB ({args.tensors} tensors) and a chain of {args.chain} sparse commits "
-              f"in {work} (load {bench.loadavg()})", file=sys.stderr, flush=True)
+              f"in {work} (load {measuring.loadavg()})", file=sys.stderr, flush=True)
         prepare(work, args.size_gib, args.tensors, args.chain)
         for op in args.ops.split(","):
             raw = out / f"{op}.txt"
@@ -192,7 +193,7 @@ def main() -> int:
             for leftover in ("out.mdiff", "out.safetensors"):
                 (work / leftover).unlink(missing_ok=True)
             s = summarise(raw, args.top)
-            print(f"\n=== {op}: {seconds:.2f} s, {s['samples']} samples (load {bench.loadavg()})")
+            print(f"\n=== {op}: {seconds:.2f} s, {s['samples']} samples (load {measuring.loadavg()})")
             print("  where the samples end (leaf frame, by library or system call)")
             for kind, share in s["leaves"]:
                 print(f"    {share:6.1%}  {kind}")

@@ -40,7 +40,6 @@ import hashlib
 import json
 import math
 import os
-import platform
 import resource
 import shutil
 import statistics
@@ -60,22 +59,35 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mdiff  # noqa: E402
-from mdiff.format.dtypes import DTYPES  # noqa: E402
 from mdiff.repo import snapshots as repo_snapshots  # noqa: E402
 from mdiff.updates.bit_deltas import SubDelta  # noqa: E402
 from mdiff.updates.sparse import from_entries as sparse_from_entries  # noqa: E402
 
-import minilm  # noqa: E402  (tools/bench/minilm.py)
-import startup  # noqa: E402  (tools/bench/startup.py)
+import minilm  # noqa: E402  (tools/bench/minilm.py: the MiniLM fine-tune)
+import report_sections  # noqa: E402
+import startup_timing  # noqa: E402
+from contenders import baseline_apply  # noqa: E402
+from measuring import fsync_file, loadavg, machine, prime, versions  # noqa: E402
+from synthetic_model import (  # noqa: E402
+    CHANGE,
+    DATE,
+    DENSITY,
+    GIB,
+    RANK,
+    WEIGHT_STD,
+    as_plain,
+    commit,
+    dense_variant,
+    low_rank_updates,
+    nbytes,
+    sparse_positions,
+    sparse_variant,
+    synthetic_base,
+    to_torch,
+)
 
 MB = 1e6
-GIB = 1 << 30
 KIB = 1024
-DATE = "2026-01-01T00:00:00Z"  # commit dates: the files are the same run to run
-WEIGHT_STD = 0.02  # the synthetic weights are N(0, 0.02²), like an initialised transformer's
-CHANGE = 1e-3  # a fine-tune's change, relative to WEIGHT_STD
-RANK = 16
-DENSITY = 0.01  # sparse variant and every commit of the sparse chain: 1% of the entries
 INDEX_BYTES = 4  # the ideal sparse index: uint32 addresses every tensor here (mdiff stores uint64)
 
 # Row labels: stable, so that tests and readers can find them (tests/test_bench.py lists them).
@@ -137,7 +149,7 @@ TARGET_ROWS = [
     "mdiff --version ≤ 0.2 s", "mdiff --help ≤ 0.2 s",
     "mdiff log of a small repository ≤ 0.5 s", "mdiff status of a small repository ≤ 0.5 s",
 ]
-STARTUP_TARGETS = dict(zip(TARGET_ROWS[-4:], startup.ROWS[2:]))  # target row → tools/bench/startup.py row
+STARTUP_TARGETS = dict(zip(TARGET_ROWS[-4:], startup_timing.ROWS[2:]))  # target row → tools/bench/startup.py row
 
 
 # ---------------------------------------------------------------- small helpers
@@ -147,43 +159,11 @@ def series(times: list[float]) -> dict:
     return {"median": statistics.median(times), "min": min(times), "max": max(times), "n": len(times), "all": times}
 
 
-def fsync_file(path: Path) -> float:
-    """fsync an existing file; the seconds it took."""
-    start = time.perf_counter()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return time.perf_counter() - start
-
-
 def remove(path: Path) -> None:
     if path.is_dir():
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)
-
-
-def prime(nbytes: int) -> None:
-    """Touch and free ``nbytes`` of memory just before a timed call (untimed).
-
-    On this VM, memory that has been free for a few seconds may be handed back to the host (virtio
-    free page reporting); touching it again was seen to cost ~0.5 GB/s instead of 5–10 GB/s. A
-    contender that allocates (page cache for its output file, arrays) right after a pause would
-    pay for that and one that follows another allocation would not: priming gives every contender
-    recently used memory.
-    """
-    if nbytes > 0:
-        block = np.ones(int(nbytes), np.uint8)
-        del block
-
-
-def loadavg() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "unknown"
 
 
 def wait_quiet(limit_s: float, threshold: float, log) -> dict:
@@ -202,80 +182,7 @@ def wait_quiet(limit_s: float, threshold: float, log) -> dict:
             "quiet": one < threshold}
 
 
-def commit(message: str, parents: tuple[str, ...] = ()) -> mdiff.Commit:
-    return mdiff.Commit(message, mdiff.Author("bench"), date=DATE, parents=parents)
-
-
-def nbytes(state: dict) -> int:
-    return sum(a.nbytes for a in state.values())
-
-
-def to_torch(state: dict) -> dict:
-    import torch
-
-    out = {}
-    for k, a in state.items():
-        if a.dtype == ml_dtypes.bfloat16:
-            out[k] = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-        else:
-            out[k] = torch.from_numpy(a)
-    return out
-
-
-def as_plain(state: dict) -> dict:
-    """bfloat16 arrays as uint16 (same bytes) for writers that know no bfloat16."""
-    return {k: a.view(np.uint16) if a.dtype == ml_dtypes.bfloat16 else a for k, a in state.items()}
-
-
-# ---------------------------------------------------------------- the synthetic model
-
-
-def synthetic_base(tensors: int, rows: int, cols: int, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    state = {}
-    for i in range(tensors):
-        a = rng.standard_normal((rows, cols), dtype=np.float32)
-        a *= np.float32(WEIGHT_STD)
-        state[f"layers.{i:03d}.weight"] = a
-    return state
-
-
-def dense_variant(base: dict, seed: int = 1) -> dict:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for k, a in base.items():
-        noise = rng.standard_normal(a.shape, dtype=np.float32)
-        noise *= np.float32(WEIGHT_STD * CHANGE)
-        noise += a
-        out[k] = noise
-    return out
-
-
-def sparse_positions(size: int, rng: np.random.Generator, density: float = DENSITY) -> np.ndarray:
-    return np.unique(rng.integers(0, size, max(1, int(size * density)))).astype(np.uint64)
-
-
-def sparse_variant(base: dict, seed: int = 2) -> dict:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for k, a in base.items():
-        b = a.copy()
-        flat = b.reshape(-1)
-        idx = sparse_positions(flat.size, rng)
-        flat[idx] += rng.standard_normal(idx.size, dtype=np.float32) * np.float32(WEIGHT_STD * CHANGE * 10)
-        out[k] = b
-    return out
-
-
-def low_rank_updates(base: dict, seed: int = 3) -> dict:
-    rng = np.random.default_rng(seed)
-    updates = {}
-    for k, a in base.items():
-        m, n = a.shape
-        A = rng.standard_normal((m, RANK), dtype=np.float32) * np.float32(0.01)
-        B = rng.standard_normal((RANK, n), dtype=np.float32) * np.float32(0.01)
-        updates[k] = mdiff.low_rank(A, B, a.shape, DTYPES["float32"], scale=1.0)
-    return updates
+# ---------------------------------------------------------------- what the diffs of the synthetic model hold
 
 
 def zstd_dense_bytes(old: dict, new: dict, level: int = 3) -> int | None:
@@ -753,10 +660,10 @@ class Bench:
         self.log("peak RSS of apply (child processes)")
         self.run_rss()
         self.log("start-up of the command line (child processes)")
-        measured = startup.measure(repeat=max(5, 5 * self.args.repeat), work=self.work / "startup")
+        measured = startup_timing.measure(repeat=max(5, 5 * self.args.repeat), work=self.work / "startup")
         self.r["startup"] = {"command": measured["command"],
                              **{row: {"wall": series(measured["times"][row]), "cpu": series(measured["cpu"][row])}
-                                for row in startup.ROWS}}
+                                for row in startup_timing.ROWS}}
         # the write contenders' inputs are not needed any more
         self.new32 = self.new16 = self.dense32 = self.dense16 = None
         gc.collect()
@@ -781,18 +688,6 @@ def write_model_folder(folder: Path, state: dict, groups: list[list[str]]) -> Pa
               "num_hidden_layers": len(state), "torch_dtype": "float32", "transformers_version": "5.18.0"}
     (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return folder
-
-
-def baseline_apply(base_path, delta_path, out_path) -> None:
-    """The pipeline mdiff replaces: load base and delta with safetensors, numpy add, save with safetensors."""
-    from safetensors.numpy import load_file, save_file
-
-    base = load_file(base_path)
-    delta = load_file(delta_path)
-    for k in base:
-        np.add(base[k], delta[k], out=base[k])
-    del delta
-    save_file(base, out_path)
 
 
 def reset_repo(path: Path, root: str) -> None:
@@ -956,7 +851,7 @@ def targets(r: dict) -> list[dict]:
     su = r.get("startup", {})
     for target, row in STARTUP_TARGETS.items():
         measured = su[row]["wall"]["median"] if row in su else None
-        out.append(_t(target, measured, startup.TARGETS[row], "le",
+        out.append(_t(target, measured, startup_timing.TARGETS[row], "le",
                       f"seconds, wall time of a fresh process (median; CPU time {su[row]['cpu']['median']:.3f} s)"
                       if row in su else "not measured: no start-up figures in these results"))
     return out
@@ -1147,7 +1042,7 @@ def markdown(r: dict) -> str:
                   "two commits of a 64 KiB model. CPU time (user + sys) is far less sensitive than wall time to other "
                   "work on a shared machine.", "",
                   "| command | wall time | CPU time |", "|---|---|---|"]
-        for row in startup.ROWS:
+        for row in startup_timing.ROWS:
             lines.append(f"| {row} | {fmt_s(su[row]['wall'])} | {fmt_s(su[row]['cpu'])} |")
     for note in r["notes"]:
         lines += ["", note]
@@ -1244,30 +1139,6 @@ def own_peak_rss() -> int | None:
     return None
 
 
-def versions() -> str:
-    import h5py
-
-    parts = [f"Python {platform.python_version()}", f"numpy {np.__version__}",
-             f"h5py {h5py.__version__} (HDF5 {h5py.version.hdf5_version})", f"mdiff {mdiff.__version__}"]
-    for module in ("safetensors", "torch", "zstandard"):
-        try:
-            parts.append(f"{module} {__import__(module).__version__}")
-        except ImportError:
-            parts.append(f"{module} missing")
-    return ", ".join(parts)
-
-
-def machine() -> str:
-    mem = "?"
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                mem = f"{int(line.split()[1]) / (1 << 20):.1f} GiB"
-    except OSError:
-        pass
-    return f"{os.cpu_count()} CPUs, {mem} memory, {platform.platform()}"
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size-gib", type=float, default=None, help="size of the float32 model (default 1; --quick: 1/64)")
@@ -1304,11 +1175,8 @@ def parse_args(argv=None):
 
 def write_report(path: Path, text: str) -> None:
     """``text`` as the report, keeping the sections tools/bench/scale.py and codec_targets.py wrote into the old one."""
-    import codec_targets  # noqa: E402  (tools/bench/codec_targets.py)
-    import scale  # noqa: E402  (tools/bench/scale.py)
-
-    kept = scale.kept_section(path)
-    kept_codec = codec_targets.kept_section(path)
+    kept = report_sections.kept_section(path, report_sections.SCALE)
+    kept_codec = report_sections.kept_section(path, report_sections.CODEC_TARGETS)
     by_hand = _sections_by_hand(path)
     path.write_text(text + ("\n" + kept if kept else "") + ("\n" + by_hand if by_hand else "")
                     + ("\n" + kept_codec if kept_codec else ""), encoding="utf-8")

@@ -41,9 +41,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools" / "bench"))
 
-SECTION_BEGIN = "<!-- tools/bench/scale.py: begin -->"
-SECTION_END = "<!-- tools/bench/scale.py: end -->"
+import report_sections  # noqa: E402  (the marked section of docs/benchmarks.md this script writes)
+
+SECTION_BEGIN, SECTION_END = report_sections.SCALE
 DATE = "2026-01-01T00:00:00Z"
 ELEMENTS = 4  # values per parameter: the data is negligible, the count is what is measured
 OPS = ("validate", "dump", "apply")
@@ -436,14 +438,6 @@ def replace_section(path: Path, section: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section
     path.write_text(text, encoding="utf-8")
-
-
-def kept_section(path: Path) -> str:
-    """The marked section of ``path`` (tools/bench/run.py keeps it when it rewrites the file), or ""."""
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    if SECTION_BEGIN not in text or SECTION_END not in text:
-        return ""
-    return SECTION_BEGIN + text.split(SECTION_BEGIN, 1)[1].split(SECTION_END, 1)[0] + SECTION_END + "\n"
 
 
 def counts(text: str) -> list[int]:

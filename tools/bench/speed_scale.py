@@ -32,8 +32,9 @@ sys.path.insert(0, str(HERE))
 import mdiff  # noqa: E402
 from mdiff.diffing import write_diff  # noqa: E402
 
-import codec_targets  # noqa: E402  (tools/bench/codec_targets.py: the contenders' definitions and targets)
-import run as bench  # noqa: E402  (tools/bench/run.py: the synthetic model, the apply baseline, helpers)
+import contenders  # noqa: E402  (the apply baseline)
+import measuring  # noqa: E402
+import synthetic_model  # noqa: E402
 
 WRITE = ("write_diff (default settings, fsynced)", "safetensors.torch.save_file + fsync")
 APPLY = ("mdiff.apply_files (default)", "baseline: safetensors load ×2, numpy add, save")
@@ -44,35 +45,35 @@ def at_size(gib: float, repeat: int, work: Path, log) -> dict:
     from safetensors.torch import save_file as torch_save
 
     tensors = max(1, round(gib * (1 << 30) / (4096 * 1024 * 4)))
-    base = bench.synthetic_base(tensors, 4096, 1024)
-    new = bench.dense_variant(base)
-    model_bytes = bench.nbytes(new)
+    base = synthetic_model.synthetic_base(tensors, 4096, 1024)
+    new = synthetic_model.dense_variant(base)
+    model_bytes = synthetic_model.nbytes(new)
     base_path, delta_path, diff_path = work / "base.safetensors", work / "delta.safetensors", work / "dense.mdiff"
     np_save(base, base_path)
     np_save({k: new[k] - base[k] for k in base}, delta_path)
-    write_diff(base, new, diff_path, mdiff.Commit("dense", date=codec_targets.DATE))
-    torch_new = bench.to_torch(new)
+    write_diff(base, new, diff_path, mdiff.Commit("dense", date=synthetic_model.DATE))
+    torch_new = synthetic_model.to_torch(new)
     rec: dict = {"write": {}, "apply": {}}
     out, st_out = work / "w.mdiff", work / "w.safetensors"
 
     def mdiff_write():
-        bench.prime(int(1.25 * model_bytes))
-        codec_targets.timed(rec["write"], WRITE[0], lambda: write_diff(base, new, out, mdiff.Commit("w", date=codec_targets.DATE)))
+        measuring.prime(int(1.25 * model_bytes))
+        measuring.timed(rec["write"], WRITE[0], lambda: write_diff(base, new, out, mdiff.Commit("w", date=synthetic_model.DATE)))
         out.unlink()
 
     def torch_write():
-        bench.prime(int(1.25 * model_bytes))
-        codec_targets.timed(rec["write"], WRITE[1], lambda: (torch_save(torch_new, st_out), bench.fsync_file(st_out)))
+        measuring.prime(int(1.25 * model_bytes))
+        measuring.timed(rec["write"], WRITE[1], lambda: (torch_save(torch_new, st_out), measuring.fsync_file(st_out)))
         st_out.unlink()
 
     def mdiff_apply():
-        bench.prime(int(1.25 * model_bytes))
-        codec_targets.timed(rec["apply"], APPLY[0], lambda: mdiff.apply_files(base_path, diff_path, st_out))
+        measuring.prime(int(1.25 * model_bytes))
+        measuring.timed(rec["apply"], APPLY[0], lambda: mdiff.apply_files(base_path, diff_path, st_out))
         st_out.unlink()
 
     def baseline_apply():
-        bench.prime(int(3.25 * model_bytes))
-        codec_targets.timed(rec["apply"], APPLY[1], lambda: bench.baseline_apply(base_path, delta_path, st_out))
+        measuring.prime(int(3.25 * model_bytes))
+        measuring.timed(rec["apply"], APPLY[1], lambda: contenders.baseline_apply(base_path, delta_path, st_out))
         st_out.unlink()
 
     loads = []
@@ -82,7 +83,7 @@ def at_size(gib: float, repeat: int, work: Path, log) -> dict:
             turn = rep % len(group)
             for fn in group[turn:] + group[:turn]:
                 fn()
-            loads.append(bench.loadavg())
+            loads.append(measuring.loadavg())
             log(f"{gib} GiB: {group[0].__name__} and {group[1].__name__}, repetition {rep + 1}/{repeat}, load {loads[-1]}")
         if free:
             base = new = torch_new = None
@@ -99,7 +100,7 @@ def slope(xs: list[float], ys: list[float]) -> tuple[float, float]:
 
 
 def report(points: list[dict]) -> str:
-    med = codec_targets.median
+    med = measuring.median
     rows = ["| GiB | write_diff | save_file + fsync | write ratio | apply_files | baseline | apply ratio | load |",
             "|---|---|---|---|---|---|---|---|"]
     for p in points:
@@ -126,7 +127,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
 
     def log(message: str) -> None:
-        print(f"[{time.perf_counter() - t0:6.0f} s, load {bench.loadavg()}] {message}", file=sys.stderr, flush=True)
+        print(f"[{time.perf_counter() - t0:6.0f} s, load {measuring.loadavg()}] {message}", file=sys.stderr, flush=True)
 
     points = []
     with tempfile.TemporaryDirectory(prefix="speed-scale-") as tmp:

@@ -6,7 +6,7 @@ both directly (it imports neither ``peft`` nor ``torch``) and turns the
 adapter into the updates that take the base model to PEFT's
 ``merge_and_unload()`` of it::
 
-    from mdiff.peft import lora_updates, lora_updates_from_checkpoint
+    from mdiff.integrations.peft import lora_updates, lora_updates_from_checkpoint
 
     updates = lora_updates_from_checkpoint("adapter/", "base.safetensors")
     # or, with the base's specs from elsewhere:

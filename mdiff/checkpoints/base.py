@@ -1,0 +1,87 @@
+"""The contract a checkpoint format implements: the lazy :class:`CheckpointReader`, and the
+:data:`Entry` and :data:`Fetch` its writer is given."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterator, Mapping
+from typing import TypeVar
+
+import numpy as np
+
+from mdiff.format.dtypes import DType
+from mdiff.format.layout import Layout
+
+Entry = tuple[str, tuple[int, ...], DType]
+_Reader = TypeVar("_Reader", bound="CheckpointReader")
+Fetch = Callable[[str], np.ndarray]
+
+
+class CheckpointReader(Mapping):
+    """A checkpoint file opened for reading; use as a context manager.
+
+    It is a read-only mapping of name → array in which each access reads that one
+    tensor. A reader holds one file position, so it is not safe to share between threads.
+    """
+
+    path: str
+
+    @abc.abstractmethod
+    def _index(self) -> Mapping[str, object]:
+        """Name → whatever the format keeps per tensor (ValueError once closed)."""
+
+    def keys(self) -> list[str]:  # type: ignore[override]  # a sorted list: what every caller wants
+        """Tensor names, sorted by Python string order."""
+        return sorted(self._index())
+
+    def _entry(self, name: str):
+        try:
+            return self._index()[name]
+        except KeyError:
+            raise KeyError(f"no tensor named {name!r} in {self.path}") from None
+
+    @abc.abstractmethod
+    def spec(self, name: str) -> tuple[tuple[int, ...], DType]:
+        """Shape and dtype of tensor ``name``, without reading its data."""
+
+    @abc.abstractmethod
+    def read(self, name: str) -> np.ndarray:
+        """Tensor ``name`` as a C-contiguous array of dtype ``spec(name)[1].value``."""
+
+    @property
+    @abc.abstractmethod
+    def metadata(self) -> dict[str, str]:
+        """The file's free-form string metadata (empty where the format has none)."""
+
+    @property
+    def files(self) -> Mapping[str, bytes] | None:
+        """The files beside the weights, by path (SPEC.md §5.5) — for a model folder; None for a
+        checkpoint that says nothing about files (a single file): a commit of it keeps them as they are."""
+        return None
+
+    @property
+    def layout(self) -> Layout | None:
+        """How the weights are laid out as files (SPEC.md §5.6), where the format has one; else None."""
+        return None
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the file; further reads fail."""
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.read(name)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._index()
+
+    def __len__(self) -> int:
+        return len(self._index())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __enter__(self: _Reader) -> _Reader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
