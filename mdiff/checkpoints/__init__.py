@@ -46,8 +46,6 @@ from mdiff.checkpoints.registry import (
 )
 from mdiff.checkpoints.writing import save_checkpoint, write_checkpoint
 
-# The old private name, until mdiff/repo/repository.py imports is_folder_input.
-_is_folder_input = is_folder_input
 
 __all__ = [
     "CheckpointFormat",

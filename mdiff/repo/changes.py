@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mdiff.checkpoints import is_folder_input, open_checkpoint
 from mdiff.diffing import diff_tensor
 from mdiff.errors import RepositoryError
 from mdiff.format.dtypes import DType, as_bits, canonical, dtype_of, from_bits, xor_bits
@@ -62,10 +63,8 @@ class Changes:
 def open_new_state(stack: contextlib.ExitStack, new_state: object, exclude: Iterable[str]) -> Mapping[str, Any]:
     """A checkpoint path (file or model folder) opened lazily, or a state dict seen as numpy arrays."""
     if isinstance(new_state, (str, os.PathLike)):
-        from mdiff.checkpoints import _is_folder_input, open_checkpoint
-
         path = os.fspath(new_state)
-        options = {"exclude": tuple(exclude)} if _is_folder_input(path) else {}
+        options = {"exclude": tuple(exclude)} if is_folder_input(path) else {}
         return stack.enter_context(open_checkpoint(path, **options))
     assert isinstance(new_state, Mapping), "a checkpoint path or a state dict"
     return numpy_state(new_state)

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mdiff.repo import Repository  # noqa: E402
 from mdiff.repo.remotes import add_remote  # noqa: E402
-from mdiff.repo.transfer import clone, fetch, fetch_revision, push  # noqa: E402
+from mdiff.repo.transfer import fetch, push  # noqa: E402
 
 
 class Relay:
@@ -114,7 +114,7 @@ def main() -> None:
         root = repo.commit(weights, "root", author="bench", date="2026-01-01T00:00:00Z")
         assert root is not None
         push(repo, "origin", "main", options=options)
-        other, _ = clone(url, Path(work) / "other", options)
+        other, _ = Repository.clone(url, Path(work) / "other", options)
         for values in weights.values():
             values[rng.choice(n, int(n * args.changed), replace=False)] += np.float32(1e-3)
         tip = repo.commit(weights, "step", author="bench", date="2026-01-02T00:00:00Z")
@@ -137,7 +137,7 @@ def main() -> None:
         line = sum(repo.commit_path(c).stat().st_size for c in repo.commit_ids())
         relay.reset()
         began = time.perf_counter()
-        fetch_revision(url, "main", Path(work) / "cache", options)
+        Repository.fetch_revision(url, "main", Path(work) / "cache", options)
         seconds = time.perf_counter() - began
         print(f"checkout --remote main (the line's {line} bytes): {relay.up + relay.down} bytes moved, "
               f"{relay.connections} connections, {(relay.up + relay.down) / line:.4f}x, {seconds:.2f} s")
