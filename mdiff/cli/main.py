@@ -1,8 +1,8 @@
 """`mdiff` — inspect, check, make and apply .mdiff files; version model weights like git versions code.
 
-The program is the built-in commands, in this order, then those a third party added (by
-:func:`mdiff.cli.registry.register`, or in the ``mdiff.commands`` entry-point group); a new built-in
-command module is added to BUILTIN.
+The program's commands, in the order `mdiff --help` lists them: those of the modules in BUILTIN (a new
+built-in command module is added there), then those a third party added, by
+:func:`mdiff.cli.registry.register` or in the ``mdiff.commands`` entry-point group.
 """
 
 from __future__ import annotations
@@ -32,15 +32,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: sys.argv[1:]) and return its exit status."""
+    builtin = builtin_commands()
     words = sys.argv[1:] if argv is None else argv
     # Finding entry points reads every installed distribution's metadata (tens of ms): skip it when the
     # command line names a built-in command, or only asks for the version.
-    needs_plugins = not (words and (words[0] in {c.name for c in builtin_commands()} or words[0] == "--version"))
-    commands, problems = all_commands(entry_points=needs_plugins)
+    needs_plugins = not words or words[0] not in {command.name for command in builtin} | {"--version"}
+    commands, problems = registry.collect(builtin, entry_points=needs_plugins)
     for problem in problems:
         print(f"mdiff: warning: {problem}", file=sys.stderr)
     return run(argv, commands)
-
 
 if __name__ == "__main__":
     sys.exit(main())
