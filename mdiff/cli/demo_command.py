@@ -12,27 +12,18 @@ import textwrap
 import time
 from statistics import median
 
+from mdiff.cli import file_commands, repo_commands
+from mdiff.cli.dispatch import run
+from mdiff.cli.registry import Commands
 
-def add_demo(sub) -> None:
-    p = sub.add_parser(
-        "demo", help="train a small BERT, fine-tune it three ways, commit it all (needs the demo extra)",
-        description="Build a small BERT-style classifier from a config (transformers), train it with the Trainer on "
-                    "scikit-learn's bundled 8x8 digits written as text, save it sharded with save_pretrained and "
-                    "commit the folder as the root of a new repository in DIR. Fine-tune it on the digits one pixel "
-                    "lower three ways, each on its own branch: full fine-tuning at a realistic learning rate, every "
-                    "Trainer save committed by MdiffCallback; FISH-mask sparse fine-tuning, the state dict committed "
-                    "with its mask; LoRA with PEFT, imported with import-peft. Merge LoRA into the fine-tune. Then "
-                    "check out every commit, reload it with from_pretrained and prove it is what was trained; show "
-                    "per commit the accuracy, the .mdiff size next to the full checkpoint git-lfs would store, the "
-                    "update types and the times; validate every commit file; print `mdiff log` and `mdiff dump`; "
-                    "plot the relative change per parameter on a log scale. Seeded and deterministic (the same "
-                    "commit ids every run); CPU only, nothing downloaded. Needs torch, transformers, peft, "
-                    "accelerate, scikit-learn and matplotlib: pip install -e '.[demo]'.")
+COMMANDS = Commands()
+
+
+def demo_arguments(p) -> None:
     p.add_argument("directory", nargs="?", default="mdiff-demo", metavar="DIR",
                    help="a new folder for the repository (default: ./mdiff-demo); an existing repository is refused")
     p.add_argument("--quick", action="store_true", help="far fewer training steps (what the tests run; seconds)")
     p.add_argument("--seed", type=int, default=0, help="the seed of everything random (default 0)")
-    p.set_defaults(run=run_demo)
 
 
 def _pct(x: float) -> str:
@@ -134,14 +125,27 @@ def _notes(result) -> list[str]:
 
 
 def _run_cli(*argv: str) -> int:
-    from mdiff.cli.main import main
-
+    """Run a file or repository command as `mdiff` does (the demo shows `mdiff log` and `mdiff dump`)."""
     print(f"\n$ mdiff {' '.join(argv)}", flush=True)
-    code = main(list(argv))
+    code = run(list(argv), [*file_commands.COMMANDS, *repo_commands.COMMANDS])
     sys.stdout.flush()
     return code
 
 
+@COMMANDS.command("demo", help="train a small BERT, fine-tune it three ways, commit it all (needs the demo extra)",
+                  arguments=demo_arguments,
+                  description="Build a small BERT-style classifier from a config (transformers), train it with the Trainer on "
+                              "scikit-learn's bundled 8x8 digits written as text, save it sharded with save_pretrained and "
+                              "commit the folder as the root of a new repository in DIR. Fine-tune it on the digits one pixel "
+                              "lower three ways, each on its own branch: full fine-tuning at a realistic learning rate, every "
+                              "Trainer save committed by MdiffCallback; FISH-mask sparse fine-tuning, the state dict committed "
+                              "with its mask; LoRA with PEFT, imported with import-peft. Merge LoRA into the fine-tune. Then "
+                              "check out every commit, reload it with from_pretrained and prove it is what was trained; show "
+                              "per commit the accuracy, the .mdiff size next to the full checkpoint git-lfs would store, the "
+                              "update types and the times; validate every commit file; print `mdiff log` and `mdiff dump`; "
+                              "plot the relative change per parameter on a log scale. Seeded and deterministic (the same "
+                              "commit ids every run); CPU only, nothing downloaded. Needs torch, transformers, peft, "
+                              "accelerate, scikit-learn and matplotlib: pip install -e '.[demo]'.")
 def run_demo(args) -> int:
     from mdiff.demo import DemoCheckFailed, DemoConfig, missing_packages
 
@@ -182,5 +186,3 @@ def run_demo(args) -> int:
     print(f"done in {time.perf_counter() - started:.1f} s")
     return 1 if any(codes) else 0
 
-
-REGISTER = [add_demo]

@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import json
 
+from mdiff.cli.options import add_json, add_quiet, add_repository_options, add_storage_option, repository_of, storage_options_of
+from mdiff.cli.output import print_result
 from mdiff.cli.progress import ProgressBar
-from mdiff.cli.repo_commands import _common, _print, _repo
+from mdiff.cli.registry import Commands
 from mdiff.cli.usage import UsageError
+
+COMMANDS = Commands()
 
 
 def _transfer_options(p) -> None:
-    p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="an fsspec option for the remote's store (repeatable; VALUE is JSON or text; a.b=v nests), "
-                        "e.g. client_kwargs.endpoint_url=http://localhost:9000; also $MDIFF_STORAGE_OPTIONS (a JSON "
-                        "object). Credentials: the store's usual environment (AWS_ACCESS_KEY_ID, AWS_PROFILE, …). "
-                        "Never stored")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    add_storage_option(p)
+    add_quiet(p)
 
 
 def _snapshots_option(p, verb: str) -> None:
@@ -25,45 +25,38 @@ def _snapshots_option(p, verb: str) -> None:
                    help=f"{verb} the snapshots (SPEC.md §13.5) of these commits too, so that checkouts start there")
 
 
-def _options(args) -> dict:
-    from mdiff.repo.remotes import storage_options
-
-    return storage_options(args.storage_option)
-
-
 def _short(commit_id: str | None) -> str:
     return commit_id[:12] if commit_id else "(none)"
 
 
 # ---------------------------------------------------------------- remote
-def add_remote(sub) -> None:
-    p = sub.add_parser("remote", help="list, add or remove remotes",
-                       description="Name the repositories this one fetches from and pushes to. A remote is a "
-                                   "repository (SPEC.md §13.1 layout) at an fsspec URL: a local path or file://, "
-                                   "s3://bucket/prefix (s3fs; also MinIO, R2 and other S3 APIs through their endpoint "
-                                   "URL), or another fsspec protocol (untested). URLs never hold credentials.")
+def remote_arguments(p) -> None:
     p.add_argument("action", nargs="?", default="list", choices=["list", "add", "remove"], help="default: list")
     p.add_argument("name", nargs="?", metavar="NAME", help="the remote's name (add, remove), e.g. origin")
     p.add_argument("url", nargs="?", metavar="URL", help="add: where the remote repository is (no credentials in it)")
-    _common(p)
-    p.set_defaults(run=run_remote)
+    add_repository_options(p)
 
 
+@COMMANDS.command("remote", help="list, add or remove remotes", arguments=remote_arguments,
+                  description="Name the repositories this one fetches from and pushes to. A remote is a "
+                              "repository (SPEC.md §13.1 layout) at an fsspec URL: a local path or file://, "
+                              "s3://bucket/prefix (s3fs; also MinIO, R2 and other S3 APIs through their endpoint "
+                              "URL), or another fsspec protocol (untested). URLs never hold credentials.")
 def run_remote(args) -> int:
     from mdiff.repo.remotes import add_remote as add, remote_names, remote_url, remove_remote
 
-    repo = _repo(args)
+    repo = repository_of(args)
     if args.action == "add":
         if not args.name or not args.url:
             raise UsageError("mdiff remote add NAME URL")
         add(repo, args.name, args.url)
-        _print(args, {"added": args.name, "url": remote_url(repo, args.name)},
+        print_result(args, {"added": args.name, "url": remote_url(repo, args.name)},
                f"added remote {args.name}: {remote_url(repo, args.name)}")
     elif args.action == "remove":
         if not args.name or args.url:
             raise UsageError("mdiff remote remove NAME")
         remove_remote(repo, args.name)
-        _print(args, {"removed": args.name}, f"removed remote {args.name}")
+        print_result(args, {"removed": args.name}, f"removed remote {args.name}")
     else:
         remotes = {name: remote_url(repo, name) for name in remote_names(repo)}
         if args.json:
@@ -75,30 +68,29 @@ def run_remote(args) -> int:
 
 
 # ---------------------------------------------------------------- clone
-def add_clone(sub) -> None:
-    p = sub.add_parser("clone", help="copy a remote repository into a new folder",
-                       description="Make DIR (default: the URL's last name) a repository with URL as its remote "
-                                   "'origin', fetch every commit (each verified against its sha256) and make the "
-                                   "remote's current branch the local one.")
+def clone_arguments(p) -> None:
     p.add_argument("url", metavar="URL", help="the remote: a local path, file://…, s3://bucket/prefix, …")
     p.add_argument("directory", nargs="?", default=None, metavar="DIR",
                    help="the new repository's folder (default: the URL's last name)")
     _transfer_options(p)
     _snapshots_option(p, "copy")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(run=run_clone)
+    add_json(p)
 
 
+@COMMANDS.command("clone", help="copy a remote repository into a new folder", arguments=clone_arguments,
+                  description="Make DIR (default: the URL's last name) a repository with URL as its remote "
+                              "'origin', fetch every commit (each verified against its sha256) and make the "
+                              "remote's current branch the local one.")
 def run_clone(args) -> int:
     from mdiff.repo.transfer import clone
 
     bar = ProgressBar("clone", enabled=False if args.quiet else None)
     try:
-        repo, report = clone(args.url, args.directory, _options(args), bar, args.snapshots)
+        repo, report = clone(args.url, args.directory, storage_options_of(args), bar, args.snapshots)
     finally:
         bar.close()
     branch, head = repo.head()
-    _print(args, {"repository": str(repo.dir), "branch": branch, "commit": head, "commits": len(report.commits),
+    print_result(args, {"repository": str(repo.dir), "branch": branch, "commit": head, "commits": len(report.commits),
                   "bytes": report.bytes},
            f"cloned {args.url} into {repo.root}: {len(report.commits)} commits ({report.bytes} bytes), "
            f"branch {branch} at {_short(head)}")
@@ -106,17 +98,11 @@ def run_clone(args) -> int:
 
 
 # ---------------------------------------------------------------- fetch
-def add_fetch(sub) -> None:
-    p = sub.add_parser("fetch", help="copy a remote's new commits and branches",
-                       description="Copy the commits REMOTE has and this repository lacks (each verified against its "
-                                   "sha256 before it is filed: MD800), then set the remote-tracking branches "
-                                   "REMOTE/BRANCH and create REMOTE's tags missing here. A broken or hostile remote "
-                                   "leaves this repository as it was.")
+def fetch_arguments(p) -> None:
     p.add_argument("remote", nargs="?", default="origin", metavar="REMOTE", help="default: origin")
     _transfer_options(p)
     _snapshots_option(p, "fetch")
-    _common(p)
-    p.set_defaults(run=run_fetch)
+    add_repository_options(p)
 
 
 def _fetch_data(report) -> dict:
@@ -138,25 +124,26 @@ def _fetch_lines(report) -> list[str]:
     return lines
 
 
+@COMMANDS.command("fetch", help="copy a remote's new commits and branches", arguments=fetch_arguments,
+                  description="Copy the commits REMOTE has and this repository lacks (each verified against its "
+                              "sha256 before it is filed: MD800), then set the remote-tracking branches "
+                              "REMOTE/BRANCH and create REMOTE's tags missing here. A broken or hostile remote "
+                              "leaves this repository as it was.")
 def run_fetch(args) -> int:
     from mdiff.repo.transfer import fetch
 
-    repo = _repo(args)
+    repo = repository_of(args)
     bar = ProgressBar("fetch", enabled=False if args.quiet else None)
     try:
-        report = fetch(repo, args.remote, _options(args), bar, args.snapshots)
+        report = fetch(repo, args.remote, storage_options_of(args), bar, args.snapshots)
     finally:
         bar.close()
-    _print(args, _fetch_data(report), "\n".join(_fetch_lines(report)))
+    print_result(args, _fetch_data(report), "\n".join(_fetch_lines(report)))
     return 0
 
 
 # ---------------------------------------------------------------- pull
-def add_pull(sub) -> None:
-    p = sub.add_parser("pull", help="fetch, then bring a remote branch into the current one",
-                       description="Fetch REMOTE, then bring REMOTE/BRANCH (default: the current branch's name) into "
-                                   "the current branch: a fast-forward when it only adds commits, else a merge with "
-                                   "--strategy (SPEC.md §13.7; conflicts: nothing is committed, exit 1).")
+def pull_arguments(p) -> None:
     p.add_argument("remote", nargs="?", default="origin", metavar="REMOTE", help="default: origin")
     p.add_argument("branch", nargs="?", default=None, metavar="BRANCH",
                    help="the remote's branch to bring in (default: the current branch's name)")
@@ -164,17 +151,20 @@ def add_pull(sub) -> None:
                    help="for a merge: average (default), weighted:ALPHA, ours, theirs or task-arithmetic[:LAMBDA]")
     p.add_argument("-m", "--message", default=None, help="for a merge: the commit message")
     _transfer_options(p)
-    _common(p)
-    p.set_defaults(run=run_pull)
+    add_repository_options(p)
 
 
+@COMMANDS.command("pull", help="fetch, then bring a remote branch into the current one", arguments=pull_arguments,
+                  description="Fetch REMOTE, then bring REMOTE/BRANCH (default: the current branch's name) into "
+                              "the current branch: a fast-forward when it only adds commits, else a merge with "
+                              "--strategy (SPEC.md §13.7; conflicts: nothing is committed, exit 1).")
 def run_pull(args) -> int:
     from mdiff.repo.transfer import pull
 
-    repo = _repo(args)
+    repo = repository_of(args)
     bar = ProgressBar("pull", enabled=False if args.quiet else None)
     try:
-        report, outcome, commit_id, conflicts = pull(repo, args.remote, args.branch, args.strategy, _options(args),
+        report, outcome, commit_id, conflicts = pull(repo, args.remote, args.branch, args.strategy, storage_options_of(args),
                                                      bar, message=args.message)
     finally:
         bar.close()
@@ -186,37 +176,36 @@ def run_pull(args) -> int:
         lines += [f"  {name}: {reason}" for name, reason in conflicts]
     else:
         lines.append(f"{outcome}: {_short(commit_id)}")
-    _print(args, data, "\n".join(lines))
+    print_result(args, data, "\n".join(lines))
     return 1 if conflicts else 0
 
 
 # ---------------------------------------------------------------- push
-def add_push(sub) -> None:
-    p = sub.add_parser("push", help="send a branch's new commits to a remote",
-                       description="Upload the commits of BRANCH (default: the current branch) that REMOTE lacks, "
-                                   "then move REMOTE's BRANCH to it by compare-and-swap. Refused (MD803, exit 1) "
-                                   "when REMOTE's branch has commits BRANCH lacks — pull first — unless --force, or "
-                                   "when another pusher moved it meanwhile. Local tags REMOTE lacks are created there.")
+def push_arguments(p) -> None:
     p.add_argument("remote", nargs="?", default="origin", metavar="REMOTE", help="default: origin")
     p.add_argument("branch", nargs="?", default=None, metavar="BRANCH",
                    help="the branch to push (default: the current branch)")
     p.add_argument("--force", action="store_true", help="move REMOTE's branch even when that drops commits from it")
     _transfer_options(p)
     _snapshots_option(p, "push")
-    _common(p)
-    p.set_defaults(run=run_push)
+    add_repository_options(p)
 
 
+@COMMANDS.command("push", help="send a branch's new commits to a remote", arguments=push_arguments,
+                  description="Upload the commits of BRANCH (default: the current branch) that REMOTE lacks, "
+                              "then move REMOTE's BRANCH to it by compare-and-swap. Refused (MD803, exit 1) "
+                              "when REMOTE's branch has commits BRANCH lacks — pull first — unless --force, or "
+                              "when another pusher moved it meanwhile. Local tags REMOTE lacks are created there.")
 def run_push(args) -> int:
     from mdiff.repo.transfer import push
 
-    repo = _repo(args)
+    repo = repository_of(args)
     branch = args.branch or repo.head()[0]
     if branch is None:
         raise UsageError("HEAD is detached: name the branch to push")
     bar = ProgressBar("push", enabled=False if args.quiet else None)
     try:
-        report = push(repo, args.remote, branch, args.force, _options(args), bar, args.snapshots)
+        report = push(repo, args.remote, branch, args.force, storage_options_of(args), bar, args.snapshots)
     finally:
         bar.close()
     data = {"remote": report.remote, "branch": report.branch, "before": report.before, "after": report.after,
@@ -224,9 +213,7 @@ def run_push(args) -> int:
             "snapshots": report.snapshots, "snapshot_bytes": report.snapshot_bytes}
     moved = ("up to date" if report.before == report.after
              else f"{_short(report.before)} -> {_short(report.after)}{' (forced)' if report.forced else ''}")
-    _print(args, data, f"pushed {len(report.commits)} commits ({report.bytes} bytes) to {report.remote}: "
+    print_result(args, data, f"pushed {len(report.commits)} commits ({report.bytes} bytes) to {report.remote}: "
                        f"{report.branch} {moved}" + "".join(f"\n  new tag {t}" for t in report.tags))
     return 0
 
-
-REGISTER = [add_remote, add_clone, add_fetch, add_pull, add_push]

@@ -1,0 +1,123 @@
+"""Run a command line over a set of commands: build the parser, dispatch, and turn errors into exit statuses."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterable
+from typing import NoReturn
+
+from mdiff import __version__
+from mdiff.cli.options import add_verbose
+from mdiff.cli.registry import Command
+from mdiff.cli.usage import UsageError
+from mdiff.errors import InvalidFileError, MdiffError
+
+# The one map of exit statuses, for every command.
+EXIT_OK = 0
+EXIT_FAILED = 1  # the input is invalid, the operation was refused or failed; diff/status --exit-code: differences
+EXIT_USAGE = 2  # bad arguments, or a file that cannot be read at all (missing, no permission, not HDF5)
+EXIT_INTERRUPTED = 130  # Ctrl-C
+EXIT_BROKEN_PIPE = 141  # the reader of the output went away (`mdiff log | head`), as for git
+
+EPILOG = """exit status (every command):
+  0    success (validate: the file is valid; diff/status --exit-code: no differences)
+  1    an invalid file, or a refused or failed operation (every error names a rule code, MD###, of
+       SPEC.md §12); diff/status --exit-code: there are differences; commit: nothing to commit
+  2    a usage error, or a file that cannot be read at all (missing, no permission, not HDF5: MD100)
+  130  interrupted; 141  the output was closed early (e.g. piped into head)
+With --json, an error is printed as {"error": {"code", "message", "path", "section"}} on stdout.
+-v prints what the library does (-vv more) on stderr."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors raised (so that --json can report them) rather than printed and exited."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self)
+
+
+def build_parser(commands: Iterable[Command]) -> argparse.ArgumentParser:
+    """`mdiff` with one subcommand per command, in the order given, each taking -v as well."""
+    parser = _Parser(
+        prog="mdiff", description="Version control for model weights: one .mdiff (HDF5) file per commit.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"mdiff {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+    for command in commands:
+        p = sub.add_parser(command.name, help=command.help, description=command.description)
+        command.arguments(p)
+        add_verbose(p)
+        p.set_defaults(run=command.run)
+    return parser
+
+
+def run(argv: list[str] | None, commands: Iterable[Command]) -> int:
+    """Parse ``argv`` (default: sys.argv[1:]), run the command it names and return the exit status;
+    an error is printed (as JSON on stdout with --json), never raised, but for a bug's traceback."""
+    parser = build_parser(commands)
+    wants_json = "--json" in (sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser.parse_args(argv)
+        _configure_logging(getattr(args, "verbose", 0))
+        return args.run(args)
+    except UsageError as exc:
+        return _report(wants_json, None, exc.message, None, EXIT_USAGE, usage=exc.usage)
+    except MdiffError as exc:
+        status = EXIT_USAGE if exc.code == "MD100" else EXIT_FAILED
+        hint = None
+        if isinstance(exc, InvalidFileError):  # a rule of the format: the spec explains it, validate lists all
+            hint = f"SPEC.md §{exc.rule.section}: {exc.rule.title}; `mdiff validate FILE` lists every problem"
+        return _report(wants_json, exc.code, exc.message, exc.path, status, section=exc.rule.section, hint=hint)
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except OSError as exc:  # the operating system's word: a missing file, no permission, a full disk
+        message = exc.strerror or str(exc)
+        return _report(wants_json, None, message, exc.filename and os.fspath(exc.filename), EXIT_USAGE)
+    except KeyboardInterrupt:
+        print("mdiff: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _report(wants_json: bool, code: str | None, message: str, path: str | None, status: int, *,
+            section: str | None = None, hint: str | None = None, usage: str | None = None) -> int:
+    try:
+        if wants_json:
+            print(json.dumps({"error": {"code": code, "message": message, "path": path, "section": section}}))
+        else:
+            if usage:
+                print(usage.rstrip(), file=sys.stderr)
+            where = f" [{path}]" if path else ""
+            print(f"mdiff: error{' ' + code if code else ''}: {message}{where}", file=sys.stderr)
+            if hint:
+                print(f"  ({hint})", file=sys.stderr)
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    return status
+
+
+def _silence_stdout() -> None:
+    """After the reader went away: point stdout at /dev/null, so that flushing it at exit is silent."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def _configure_logging(verbosity: int) -> None:
+    """Warnings of the library always reach stderr; -v adds what it does, -vv everything."""
+    level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("mdiff: %(message)s" if verbosity <= 0 else "mdiff [%(name)s] %(message)s"))
+    logger = logging.getLogger("mdiff")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level)
+    logger.propagate = False

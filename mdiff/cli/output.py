@@ -1,0 +1,76 @@
+"""How commands print: sizes, a result as JSON or as text, and a .mdiff file's description."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def format_size(n: float) -> str:
+    """Bytes for a person: "512 B", "1.5 KiB", ... "3.2 GiB"."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def print_result(args: argparse.Namespace, data, text: str) -> None:
+    """``data`` as one line of JSON with --json, else ``text``."""
+    print(json.dumps(data) if args.json else text)
+
+
+def print_description(args: argparse.Namespace, info: dict) -> int:
+    """What describe() says of a file, as `dump` (and a repository's `show`) prints it."""
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    c = info["commit"]
+    print(f"file     {info['file']}  (mdiff {info['format_version']}, {format_size(info['totals']['file_bytes'])})")
+    print(f"author   {c['author']['name']}" + (f" <{c['author']['email']}>" if c['author']['email'] else ""))
+    print(f"date     {c['date']}")
+    print(f"parents  {' '.join(c['parents']) or '(root commit)'}")
+    print(f"writer   {c['writer']['name']} {c['writer']['version']}")
+    for k, v in sorted(c["meta"].items()):
+        print(f"meta     {k}={v}")
+    print()
+    for line in c["message"].splitlines() or ["(no message)"]:
+        print(f"    {line}")
+    print()
+    rows = [("NAME", "TYPE", "SHAPE", "DTYPE", "STORED", "DETAILS")]
+    for p in info["parameters"]:
+        details = []
+        if "nnz" in p:
+            details.append(f"nnz={p['nnz']} density={p['density']:.4g}")
+        if "rank" in p:
+            details.append(f"rank={p['rank']} scale={p['scale']:g}")
+        if "rel_change" in p:
+            details.append(f"rel_change={p['rel_change']:.3g}")
+        if p.get("lossy"):
+            details.append("LOSSY")
+        rows.append((p["name"], p["type"], "x".join(map(str, p["shape"])) or "()", p["dtype"], format_size(p["stored_bytes"]), " ".join(details)))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    for row, r in enumerate(rows):
+        print("  ".join(r[i].ljust(widths[i]) for i in range(5)) + "  " + r[5])
+        if row and args.values:
+            for key, vals in info["parameters"][row - 1]["values"].items():
+                print(f"    {key}: {vals}")
+    if info["files"]:
+        print(f"\nfiles beside the weights ({len(info['files'])}):")
+        for f in info["files"]:
+            size = f"{format_size(f['size'])}, {format_size(f['stored_bytes'])} stored" if f["type"] == "replace" else "removed"
+            print(f"  {f['type']:<8} {f['path']}  ({size})")
+    layout = info["layout"]
+    if layout is not None:
+        shards = "removed" if layout["type"] == "delete" else (
+            f"{len(layout['files'])} file{'s' if len(layout['files']) != 1 else ''}"
+            + (f" with index {layout['index']}" if layout["index"] else f": {', '.join(layout['files'])}"))
+        print(f"\nweights layout: {shards}")
+    t = info["totals"]
+    by_type = ", ".join(f"{n} {k}" for k, n in t["by_type"].items())
+    print(f"\n{t['parameters']} parameters ({by_type or 'none'}); {format_size(t['stored_bytes'])} stored, "
+          f"{format_size(t['data_bytes'])} uncompressed")
+    for w in info["warnings"]:
+        print(f"warning {w['code']} {w['path']}: {w['message']}", file=sys.stderr)
+    return 0
