@@ -314,7 +314,7 @@ def test_gc_durations_on_the_command_line(repo, capsys):
     chain(repo, 1)
     code, _, err = run(capsys, "gc", "--prune", "soon", "-C", repo.root)
     assert code == 2 and "'soon' is not a duration" in err
-    from mdiff.cli.repo_commands import parse_duration
+    from mdiff.cli.options import parse_duration
 
     assert [parse_duration(t) for t in ("now", "90s", "30m", "12h", "14d", "2w", "3")] == [
         0, 90, 1800, 43200, 14 * 86400, 14 * 86400, 3 * 86400]

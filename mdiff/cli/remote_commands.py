@@ -82,11 +82,11 @@ def clone_arguments(p) -> None:
                               "'origin', fetch every commit (each verified against its sha256) and make the "
                               "remote's current branch the local one.")
 def run_clone(args) -> int:
-    from mdiff.repo.transfer import clone
+    from mdiff.repo import Repository
 
     bar = ProgressBar("clone", enabled=False if args.quiet else None)
     try:
-        repo, report = clone(args.url, args.directory, storage_options_of(args), bar, args.snapshots)
+        repo, report = Repository.clone(args.url, args.directory, storage_options_of(args), bar, args.snapshots)
     finally:
         bar.close()
     branch, head = repo.head()
@@ -130,12 +130,10 @@ def _fetch_lines(report) -> list[str]:
                               "REMOTE/BRANCH and create REMOTE's tags missing here. A broken or hostile remote "
                               "leaves this repository as it was.")
 def run_fetch(args) -> int:
-    from mdiff.repo.transfer import fetch
-
     repo = repository_of(args)
     bar = ProgressBar("fetch", enabled=False if args.quiet else None)
     try:
-        report = fetch(repo, args.remote, storage_options_of(args), bar, args.snapshots)
+        report = repo.fetch(args.remote, storage_options_of(args), bar, args.snapshots)
     finally:
         bar.close()
     print_result(args, _fetch_data(report), "\n".join(_fetch_lines(report)))
@@ -159,13 +157,11 @@ def pull_arguments(p) -> None:
                               "the current branch: a fast-forward when it only adds commits, else a merge with "
                               "--strategy (SPEC.md §13.7; conflicts: nothing is committed, exit 1).")
 def run_pull(args) -> int:
-    from mdiff.repo.transfer import pull
-
     repo = repository_of(args)
     bar = ProgressBar("pull", enabled=False if args.quiet else None)
     try:
-        report, outcome, commit_id, conflicts = pull(repo, args.remote, args.branch, args.strategy, storage_options_of(args),
-                                                     bar, message=args.message)
+        report, outcome, commit_id, conflicts = repo.pull(args.remote, args.branch, args.strategy, storage_options_of(args),
+                                                          bar, message=args.message)
     finally:
         bar.close()
     data = {"fetch": _fetch_data(report), "outcome": outcome, "commit": commit_id,
@@ -197,15 +193,13 @@ def push_arguments(p) -> None:
                               "when REMOTE's branch has commits BRANCH lacks — pull first — unless --force, or "
                               "when another pusher moved it meanwhile. Local tags REMOTE lacks are created there.")
 def run_push(args) -> int:
-    from mdiff.repo.transfer import push
-
     repo = repository_of(args)
     branch = args.branch or repo.head()[0]
     if branch is None:
         raise UsageError("HEAD is detached: name the branch to push")
     bar = ProgressBar("push", enabled=False if args.quiet else None)
     try:
-        report = push(repo, args.remote, branch, args.force, storage_options_of(args), bar, args.snapshots)
+        report = repo.push(args.remote, branch, args.force, storage_options_of(args), bar, args.snapshots)
     finally:
         bar.close()
     data = {"remote": report.remote, "branch": report.branch, "before": report.before, "after": report.after,

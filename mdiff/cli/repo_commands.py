@@ -17,7 +17,7 @@ from mdiff.errors import InvalidFileError, RepositoryError
 
 COMMANDS = Commands()
 
-__all__ = ["COMMANDS", "parse_duration"]  # parse_duration: tests import it from here
+__all__ = ["COMMANDS"]
 
 
 # ---------------------------------------------------------------- init
@@ -293,10 +293,10 @@ def run_checkout(args) -> int:
                                       engine=args.engine, max_shard_size=args.max_shard_size)
             moved = {"requests": remote.requests, "bytes_read": remote.bytes_read}
         elif args.remote:
-            from mdiff.repo.transfer import fetch_revision
+            from mdiff.repo import Repository
 
             cache = stack.enter_context(tempfile.TemporaryDirectory(prefix="mdiff-remote-"))
-            repo, commit_id = fetch_revision(args.remote, args.rev, cache, storage_options_of(args), bar)
+            repo, commit_id = Repository.fetch_revision(args.remote, args.rev, cache, storage_options_of(args), bar)
         else:
             repo = repository_of(args)
             commit_id = resolve(repo, args.rev)
