@@ -809,7 +809,9 @@ def updates_between(old: Mapping[str, np.ndarray], new: Mapping, explicit: Mappi
             done(name)
         kind = update.update_type
         if name in inexact and kind.carries_sha256 and kind.needs_base:
-            result = update.apply(old[name], name)
+            from mdiff.engines import apply_update
+
+            result = apply_update(update, old[name], name)
             assert result is not None  # an update that carries a sha256 has a result
             update = replace.encode(result)
         yield name, update

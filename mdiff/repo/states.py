@@ -480,8 +480,10 @@ class StateView(CheckpointReader):
 
     def _applied(self, step: _Step, value: np.ndarray | None, name: str) -> np.ndarray | None:
         """One update applied to ``value`` (whose buffer it may overwrite), its sha256 left to the caller."""
+        from mdiff.engines import apply_update
+
         with self._failure(step, name):
-            return step.update.apply(value, name, self.engine, scratch=True, verify=False, check_base_sha256=False)
+            return apply_update(step.update, value, name, self.engine, scratch=True, verify=False, check_base_sha256=False)
 
     def _folded(self, run: list[_Step], name: str) -> Change | None:
         """The run's updates folded into one change (§13.4), each read while the one before is folded."""
@@ -528,8 +530,10 @@ class StateView(CheckpointReader):
 
     def _file_bytes(self, step: _Step, path: str) -> bytes:
         """A file's (or the layout's) last `replace`, read from its commit (a snapshot saves nothing here)."""
+        from mdiff.engines import apply_update
+
         try:
-            value = step.update.apply(None, path, self.engine)
+            value = apply_update(step.update, None, path, self.engine)
             assert value is not None  # a replace
             return value.tobytes()
         except (InvalidFileError, ApplyError) as exc:
