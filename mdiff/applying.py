@@ -11,6 +11,7 @@ import numpy as np
 
 from mdiff.format.dtypes import DType
 from mdiff.threads import shared_pool
+from mdiff.engines import apply_update
 from mdiff.errors import ApplyError
 from mdiff.progress import ByteCounter, Progress
 from mdiff.updates.base import Update, check_base, read_ahead, verify_all
@@ -59,8 +60,8 @@ def apply_mappings(base: Mapping[str, Any], diff: Mapping[str, Update], engine: 
     result: dict[str, Any] = {}
     for name, _shape, _dtype in entries:
         update = diff.get(name)
-        result[name] = view[name] if update is None else update.apply(view[name] if name in view else None, name,
-                                                                       engine, verify=False)
+        result[name] = view[name] if update is None else apply_update(update, view[name] if name in view else None,
+                                                                      name, engine, verify=False)
     verify_all((diff[name], result[name], name) for name, _, _ in entries if name in diff)
     if framework == "np":
         return result
@@ -105,7 +106,7 @@ def apply_files(base_path, diff_path, out_path, progress: Progress | None = None
             assert ahead_name == name  # save_state fetches in write_order's order
             needs_base = update.update_type.needs_base
             # the base tensor was just read for this purpose alone: the update may overwrite it
-            result = update.apply(base.read(name) if needs_base else None, name, engine, scratch=True, verify=False)
+            result = apply_update(update, base.read(name) if needs_base else None, name, engine, scratch=True, verify=False)
             assert result is not None  # a deleted parameter is no entry: it is never fetched
             if result.nbytes < _HASH_INLINE_BYTES:  # handing a small hash to a thread costs more than it
                 update.verify(result, name)  # takes (a model of 10^5 small experts has mostly these)
@@ -139,7 +140,7 @@ class _AppliedFiles(Mapping[str, bytes]):
         update = self._updates.get(path)
         if update is None:
             return self._base[path]
-        result = update.apply(None, path)  # verified against its sha256 (MD602)
+        result = apply_update(update, None, path)  # verified against its sha256 (MD602)
         assert result is not None
         return result.tobytes()
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import mdiff
+from mdiff.engines import apply_update
 from tests import ia3
 from tests.helpers import bits_equal, random_tensor
 
@@ -176,7 +177,7 @@ def test_an_accepted_shape_dependent_function_runs(tmp_path):
     path = tmp_path / "ok.mdiff"
     ia3.write_with_function(path, _variant(nodes, s_shape), scale_shape=s_shape)
     with mdiff.open(path) as diff:
-        result = diff["w32"].apply(np.ones((8, 6), np.float32), "w32", verify=False)
+        result = apply_update(diff["w32"], np.ones((8, 6), np.float32), "w32", verify=False)
     assert result.shape == (8, 6) and np.all(result == 1.0)
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import mdiff
+from mdiff.engines import apply_update
 from mdiff.isolation import Isolation, IsolationFailure, crashes_here, run_isolated
 from mdiff.validation import validate
 
@@ -116,7 +117,7 @@ def test_limits_from_the_command_line_apply(tmp_path):
 
 def _apply_one(path, base):
     with mdiff.open(path) as diff:
-        return diff["w"].apply(base, "w").tobytes()
+        return apply_update(diff["w"], base, "w").tobytes()
 
 
 def _apply_one_hex(path, base):
@@ -177,7 +178,7 @@ def test_open_with_isolation_raises_the_file_s_own_error_and_opens_good_files(tm
     good = tmp_path / "good.mdiff"
     mdiff.write(good, {"w": mdiff.replace(np.arange(3, dtype=np.float32))}, mdiff.Commit("m"))
     with mdiff.open(good, isolation=Isolation(timeout_s=30)) as diff:
-        assert diff["w"].apply(None, "w").tolist() == [0, 1, 2]
+        assert apply_update(diff["w"], None, "w").tolist() == [0, 1, 2]
 
 
 def test_apply_on_the_command_line_reads_a_diff_s_metadata_in_a_child_first(tmp_path):

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import mdiff
+from mdiff.engines import apply_update
 from mdiff.format.dtypes import DTYPES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -744,7 +745,7 @@ def _lora_chain(tmp_path, last: str = "dense"):
     v = np.arange(4, dtype=np.int32)
     lora = mdiff.low_rank(rng.standard_normal((6, 2)).astype(np.float32), rng.standard_normal((2, 5)).astype(np.float32),
                           (6, 5), DTYPES["float32"], 0.5)
-    mine = lora.apply(w.copy(), "w")
+    mine = apply_update(lora, w.copy(), "w")
     changed = mine.copy()
     changed[0, 0] += np.float32(1)
     update = mdiff.dense(mine, changed) if last == "dense" else mdiff.sparse(mine, changed)

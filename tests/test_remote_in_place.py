@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import mdiff
+from mdiff.engines import apply_update
 from mdiff.checkpoints import load_checkpoint
 from mdiff.errors import InvalidFileError, RepositoryError
 from mdiff.ranged_file import PAGE
@@ -174,7 +175,7 @@ def test_mdiff_open_of_a_url_reads_the_parameters_used(s3, bucket_url, tmp_path)
     s3_files(options).put_file(str(repo.commit_path(ids[0])), url[len("s3://"):])
     with mdiff.open(url, storage_options=options) as diff:
         assert diff.commit.message == "root" and sorted(diff) == sorted(NAMES)
-        got = diff["layer7.weight"].apply(None, "layer7.weight")
+        got = apply_update(diff["layer7.weight"], None, "layer7.weight")
         assert np.array_equal(got, model(0)["layer7.weight"])
         assert diff._remote is not None and diff._remote.bytes_fetched < diff["layer7.weight"].stored_bytes + 12 * PAGE
     with pytest.raises(InvalidFileError) as caught:

@@ -31,9 +31,9 @@ _TWO_BYTE_FLOATS = {"tensor(bfloat16)": TensorProto.BFLOAT16, "tensor(float16)":
 
 
 def _normative_models() -> dict:
-    from mdiff.updates import ALL_TYPES
+    from mdiff.updates import all_types
 
-    return {name: model for kind in ALL_TYPES for name, model in kind.onnx_models().items()}
+    return {name: model for kind in all_types() for name, model in kind.onnx_models().items()}
 
 
 class OnnxRunner:
@@ -59,12 +59,16 @@ class OnnxRunner:
         self._run(self.session(model), inputs, output)
 
     def embedded(self, model_bytes: bytes, inputs: Mapping[str, np.ndarray], output: np.ndarray) -> None:
-        """Run a function a file embeds; the caller has checked it (mdiff.updates.embedded)."""
+        """Run a function a file embeds; the caller has checked it (mdiff.updates.embedded). onnxruntime's
+        failures become RuntimeError, which the update type below this floor knows (Runner.embedded)."""
         key = "embedded:" + hashlib.sha256(model_bytes).hexdigest()
-        with self._lock:
-            if key not in self._sessions:
-                self._sessions[key] = self._new_session(model_bytes)
-        self._run(self._sessions[key], inputs, output)
+        try:
+            with self._lock:
+                if key not in self._sessions:
+                    self._sessions[key] = self._new_session(model_bytes)
+            self._run(self._sessions[key], inputs, output)
+        except ONNXRUNTIME_ERRORS as exc:
+            raise RuntimeError(str(exc)) from exc
 
     @staticmethod
     def _run(session: ort.InferenceSession, inputs: Mapping[str, np.ndarray], output: np.ndarray) -> None:

@@ -26,7 +26,7 @@ from mdiff.isolation import Isolation, IsolationFailure, shared_worker, task
 from mdiff.ranged_file import RangedFile, no_collection
 from mdiff.regular_files import NotRegularFile, open_regular, reopenable
 from mdiff.updates import REGISTRY
-from mdiff.updates.base import Update
+from mdiff.updates.base import NUMPY_TWINS, Update
 
 
 
@@ -401,7 +401,7 @@ class DiffFile(Mapping[str, Update]):
         update = self.layout
         if update is None or update.type == "delete":
             return None
-        value = update.apply(None, "/layout")
+        value = update.apply(None, "/layout", NUMPY_TWINS)  # a `replace` (§5.6), which needs no engine above this floor
         return layout_format.parse(value.tobytes())
 
     def close(self) -> None:

@@ -20,13 +20,13 @@ from mdiff.format.constants import (
     ATTR_COMMIT, ATTR_DEFINITION, ATTR_EXTENSIONS, ATTR_FORMAT, ATTR_UPDATE, ATTR_VERSION, BASE_SHA256_MINOR, FILES_GROUP, FILES_MINOR,
     FORMAT_NAME, FORMAT_VERSION, LAYOUT_GROUP, LIBVER, PARAMETERS_GROUP, UPDATE_TYPES_GROUP,
 )
-from mdiff.errors import LimitError
+from mdiff.errors import InvalidFileError, LimitError
 from mdiff.format.limits import DEFAULT_LIMITS
 from mdiff.format.names import encode_name
 from mdiff.format.schemas import first_errors
 from mdiff.format.chunk_reader import Slabs
-from mdiff.updates import VERSIONS
-from mdiff.updates.base import Update
+from mdiff.updates import REGISTRY, VERSIONS
+from mdiff.updates.base import TYPES, Update
 from mdiff.threads import Writeback
 
 COMPRESSIONS = ("gzip", "none")
@@ -204,6 +204,9 @@ class DiffWriter:
     def add(self, name: str, update: Update) -> None:
         if name in self._names:
             raise ValueError(f"parameter {name!r} is added twice")
+        if update.type not in self._types and update.type not in REGISTRY and (update.type, update.meta.get("version")) in TYPES:
+            raise InvalidFileError("MD402", f"update type {update.type!r} is registered in this process only: a file "
+                                            "names SPEC.md's types and its own (§7.1, §7.8)", name)
         if self._check_updates:
             _check_update(name, update, self._types.get(update.type) or update.update_type)
         self._names.add(name)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from mdiff.checkpoints import CheckpointReader
+from mdiff.engines import apply_update
 from mdiff.errors import ApplyError, InvalidFileError, RepositoryError
 from mdiff.format.dtypes import DType
 from mdiff.format.layout import Layout
@@ -380,7 +381,7 @@ class StateView(CheckpointReader):
     def _applied(self, step: Step, value: np.ndarray | None, name: str) -> np.ndarray | None:
         """One update applied to ``value`` (whose buffer it may overwrite), its sha256 left to the caller."""
         with self._failure(step, name):
-            return step.update.apply(value, name, self.engine, scratch=True, verify=False, check_base_sha256=False)
+            return apply_update(step.update, value, name, self.engine, scratch=True, verify=False, check_base_sha256=False)
 
     def _folded(self, run: list[Step], name: str) -> Change | None:
         """The run's updates folded into one change (§13.4), each read while the one before is folded."""
@@ -428,7 +429,7 @@ class StateView(CheckpointReader):
     def _file_bytes(self, step: Step, path: str) -> bytes:
         """A file's (or the layout's) last `replace`, read from its commit (a snapshot saves nothing here)."""
         try:
-            value = step.update.apply(None, path, self.engine)
+            value = apply_update(step.update, None, path, self.engine)
             assert value is not None  # a replace
             return value.tobytes()
         except (InvalidFileError, ApplyError) as exc:

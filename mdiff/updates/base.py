@@ -13,6 +13,7 @@ import numpy as np
 
 from mdiff.errors import ApplyError, InvalidFileError, LimitError
 from mdiff.format.dtypes import DTYPES, DType, dtype_named, dtype_of
+from mdiff.plugins import Registry
 
 SCHEMA_BASE_URI = "https://mdiff.dev/schemas/updates/"
 
@@ -161,23 +162,21 @@ class Update:
 
     @property
     def update_type(self) -> "UpdateType":
-        """The type's definition: a file's own (§7.8), else the registry's."""
-        from mdiff.updates import get_type
-
-        return self.kind or get_type(self.type, self.meta.get("version", 1))
+        """The type's definition: a file's own (§7.8), else the one this process registered (:data:`TYPES`)."""
+        return self.kind or TYPES[(self.type, self.meta.get("version", 1))]
 
     def array(self, name: str) -> np.ndarray:
         source = self.data[name]
         return read_array(source, np.dtype(source.dtype))
 
     def apply(
-        self, base: np.ndarray | None, name: str = "", engine: str | None = None, scratch: bool = False,
+        self, base: np.ndarray | None, name: str, engine: "Engine", *, scratch: bool = False,
         verify: bool = True, check_base_sha256: bool = True,
     ) -> np.ndarray | None:
-        """SPEC.md §9: the parameter after this update (None once deleted), verified.
+        """SPEC.md §9: the parameter after this update (None once deleted), verified; ``engine`` does the math.
 
-        ``engine`` is "onnx" (the normative functions on onnxruntime) or "numpy";
-        None picks the default. With ``scratch`` the base's buffer may be
+        Engines are named by mdiff.engines, whose ``apply_update`` takes a name ("auto", "onnx",
+        "numpy", a third party's). With ``scratch`` the base's buffer may be
         overwritten with the result (the caller owns it and needs it no more).
         ``verify=False`` leaves the sha256 check to the caller (:meth:`verify`), who MUST
         make it before the result is used other than as the base of a further XOR update.
@@ -186,14 +185,14 @@ class Update:
         result determines the base (``recover_base``), the fingerprint is left to :meth:`verify` (§9.2):
         a result that verifies proves its base, and only a failed one costs a hash of the base.
         """
-        from mdiff.engines import run_update
-
+        if isinstance(engine, str):  # the signature before engines were objects: say where names go
+            raise TypeError(f"engine must be an Engine, not the name {engine!r}: mdiff.engines.apply_update takes names")
         kind = self.update_type
         if kind.needs_base:
             check_base(self, spec_of(base, name), name)
             if check_base_sha256 and base is not None and not self._verify_proves_base:
                 check_base_fingerprint(self, base, name)
-        result = run_update(kind, self, base, engine, scratch)
+        result = engine.run(kind, self, base, scratch)
         if self.dtype.name == "bool" and result is not None:
             problem = next(bool_values_problems(result.view(np.uint8), "result"), None)
             if problem:
@@ -417,7 +416,7 @@ class UpdateType:
     check_data: Callable[[Update], Iterator[Problem]]
     # The math, twice: in numpy, and as the normative ONNX models run through ``run`` (SPEC.md §7.9).
     # Both take (update, base, scratch); ``scratch`` lets them overwrite the base's buffer.
-    apply_numpy: Callable[..., np.ndarray | None]  # (update, base or None, scratch)
+    apply_numpy: Callable[..., np.ndarray | None] | None  # (update, base or None, scratch); None: no numpy twin
     apply_onnx: Callable[..., np.ndarray | None]  # (update, base or None, runner, scratch)
     onnx_models: Callable[[], dict[str, Any]]  # model name → onnx.ModelProto
     # The engine `apply` uses unless told otherwise: the faster of the two, as tools/bench/engines.py measures.
@@ -441,7 +440,52 @@ class Runner(Protocol):
     def __call__(self, model: str, inputs: Mapping[str, np.ndarray], output: np.ndarray) -> None: ...
 
     def embedded(self, model_bytes: bytes, inputs: Mapping[str, np.ndarray], output: np.ndarray) -> None:
-        """The same for a checked function a file embeds (§7.8)."""
+        """The same for a checked function a file embeds (§7.8); a function that fails to run raises
+        RuntimeError or ValueError (mdiff.updates.embedded makes them MD428)."""
+
+
+class Engine(Protocol):
+    """Carries out an update type's math (SPEC.md §7.9): mdiff.engines names those this process has.
+
+    ``run`` computes the result of ``update`` (of type ``kind``) on ``base`` and nothing more: the
+    checks before and after are :meth:`Update.apply`'s. ``scratch``: the base's buffer may be overwritten."""
+
+    @property
+    def name(self) -> str: ...
+
+    def run(self, kind: UpdateType, update: Update, base: np.ndarray | None, scratch: bool) -> np.ndarray | None: ...
+
+
+class NumpyTwins:
+    """The engine of the types' hand-written numpy twins (``UpdateType.apply_numpy``), which needs nothing
+    above this floor; a type without a twin (an embedded one, §7.8) is refused (mdiff.engines' ``numpy``
+    engine runs it on ONNX instead)."""
+
+    name = "numpy"
+
+    def run(self, kind: UpdateType, update: Update, base: np.ndarray | None, scratch: bool) -> np.ndarray | None:
+        if kind.apply_numpy is None:
+            raise ValueError(f"update type {kind.name!r} has no numpy twin")
+        return kind.apply_numpy(update, base, scratch)
+
+
+NUMPY_TWINS = NumpyTwins()
+
+# SPEC.md §7.1's `type` column: names only the specification gives meaning to.
+SPEC_TYPE_NAMES = frozenset({"dense", "sparse", "low_rank", "replace", "delete"})
+
+
+def _check_registrable(kind: UpdateType) -> None:
+    """A third party's type may not take a name of the specification's, nor of a file's own (§7.8: `x-`)."""
+    if kind.name in SPEC_TYPE_NAMES or kind.name.startswith("x-"):
+        raise ValueError(f"update type name {kind.name!r} is reserved: SPEC.md §7.1 and §7.8 give it its meaning")
+
+
+# Every (name, version) of the update types this process knows other than a file's own (§7.8): the package
+# mdiff.updates registers the built-in ones (Python imports it before this module is used), third parties
+# theirs (mdiff.updates.register_type, or the entry-point group).
+TYPES: Registry[tuple[str, int], UpdateType] = Registry(
+    "mdiff.update_types", lambda kind: (kind.name, kind.version), "update type", _check_registrable)
 
 
 def no_problems(*_args) -> Iterator[Problem]:

@@ -19,7 +19,6 @@ from google.protobuf.message import DecodeError
 from onnx import AttributeProto, TensorProto, helper
 
 from mdiff.errors import InvalidFileError
-from mdiff.engines.onnxruntime_engine import ONNXRUNTIME_ERRORS
 from mdiff.format.dtypes import DTYPES, dtype_named
 from mdiff.format.limits import Limits, shape_problem
 from mdiff.format.onnx_functions import IR_VERSION, OPSET, VALUE_TYPES
@@ -208,20 +207,15 @@ def make_type(name: str, definition: Mapping[str, Any], functions: Mapping[str, 
         out = empty_array(update.shape, update.dtype.value, name)
         try:
             run.embedded(model_bytes, {"base": base, **{i: update.array(i) for i in inputs}}, out)
-        except (RuntimeError, ValueError) + ONNXRUNTIME_ERRORS as exc:
+        except (RuntimeError, ValueError) as exc:  # a runner's failures (Runner.embedded)
             raise InvalidFileError("MD428", f"the function of {name!r} failed to run: {exc}", name) from None
         return out
-
-    def apply_numpy(update: Update, base: np.ndarray, scratch: bool) -> np.ndarray:
-        from mdiff.engines.onnxruntime_engine import shared_runner
-
-        return apply_onnx(update, base, shared_runner(), scratch)  # an embedded type has no numpy twin
 
     return UpdateType(
         name=name, version=definition["version"], carries_sha256=definition["exact"], needs_base=True,
         datasets=tuple(inputs), schema=update_schema(name, definition["exact"], version=definition["version"], reads_base=True),
         check_meta=check_meta, check_layout=check_layout, check_data=no_problems,
-        apply_numpy=apply_numpy, apply_onnx=apply_onnx, onnx_models=no_models, preferred_engine="onnx",
+        apply_numpy=None, apply_onnx=apply_onnx, onnx_models=no_models, preferred_engine="onnx",
     )
 
 

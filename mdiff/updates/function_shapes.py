@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import onnx
 from onnx import AttributeProto, TensorProto
@@ -238,154 +238,234 @@ def _matmul(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     return out
 
 
+# Each operator's rule: (node, its inputs, limits) → its output. The inputs are those ARITY allows, the
+# first `fewest` of them given (infer_node checks both); an omitted optional input is None.
+Rule = Callable[[onnx.NodeProto, list[Value | None], Limits], Value]
+
+
+def _first(args: list[Value | None]) -> Value:
+    x = args[0]
+    assert x is not None  # every operator with a rule here takes at least one input
+    return x
+
+
+def _broadcasting(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -> Value:
+    op = node.op_type
+    given = [a for a in args if a is not None]
+    if op == "Where":
+        if _first(args).elem_type != BOOL:
+            raise ShapeError("Where: the condition is not bool")
+        t = _same_type(node, given[1:])
+    elif op == "Pow":  # the exponent may be of another type
+        t = given[0].elem_type
+    else:
+        t = _same_type(node, given)
+    shape = broadcast(*(v.shape for v in given))
+    if op in _COMPARISONS:
+        t = BOOL
+    known = _broadcast_known(given, _FOLD[op]) if op in _FOLD and t in _WIDTH else None
+    return _make(t, shape, known)
+
+
+def _unary(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -> Value:
+    op, x = node.op_type, _first(args)
+    known = x.known if op == "Identity" else (
+        tuple(-e for e in x.known) if op == "Neg" and x.known is not None else None)
+    return _make(BOOL if op == "Not" else x.elem_type, x.shape, known)
+
+
+def _cast(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -> Value:
+    op, x = node.op_type, _first(args)
+    to = _int_attr(node, "to", None)
+    if to is None or to not in VALUE_TYPES.values():
+        raise ShapeError(f"{op}: `to` is not one of the element types of §7.9's table")
+    return _make(to, x.shape, x.known if op == "Cast" else None)
+
+
+def _clip(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -> Value:
+    x = _first(args)
+    return Value(x.elem_type, x.shape)
+
+
+def _concat(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -> Value:
+    x = _first(args)
+    rank = len(x.shape)
+    given = [a for a in args if a is not None]
+    given_axis = _int_attr(node, "axis", None)
+    if given_axis is None or rank == 0:
+        raise ShapeError("Concat needs an axis and inputs of rank ≥ 1")
+    axis = _axis(given_axis, rank, "Concat")
+    t = _same_type(node, given)
+    dims = list(x.shape)
+    for v in given[1:]:
+        if len(v.shape) != rank or any(v.shape[i] != dims[i] for i in range(rank) if i != axis):
+            raise ShapeError(f"Concat of {list(x.shape)} and {list(v.shape)} along axis {axis}")
+        dims[axis] += v.shape[axis]
+    parts = [v.known for v in given]
+    joined = [e for k in parts if k is not None for e in k] if None not in parts and rank == 1 else None
+    return _make(t, dims, joined)
+
+
+def _expand(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -> Value:
+    x = _first(args)
+    target = _needs_known(args[1], "Expand's shape", limits)  # type: ignore[arg-type]
+    if any(d < 0 for d in target):
+        raise ShapeError(f"Expand to {list(target)}: a negative dimension")
+    return Value(x.elem_type, broadcast(x.shape, target))
+
+
+def _flatten(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -> Value:
+    x = _first(args)
+    rank = len(x.shape)
+    at = _int_attr(node, "axis", 1)
+    assert at is not None
+    if not -rank <= at <= rank:
+        raise ShapeError(f"Flatten: axis {at} is outside [-{rank}, {rank}]")
+    at = at + rank if at < 0 else at
+    return Value(x.elem_type, (math.prod(x.shape[:at]), math.prod(x.shape[at:])))
+
+
+def _gather(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -> Value:
+    x, ind = _first(args), args[1]
+    assert ind is not None
+    rank = len(x.shape)
+    if not rank:
+        raise ShapeError("Gather from a scalar")
+    axis = _axis(_int_attr(node, "axis", 0) or 0, rank, "Gather")
+    shape = x.shape[:axis] + ind.shape + x.shape[axis + 1:]
+    entries = None
+    if x.known is not None and ind.known is not None and rank == 1:
+        n = len(x.known)
+        if any(not -n <= i < n for i in ind.known):
+            raise ShapeError(f"Gather: an index outside [-{n}, {n - 1}]")
+        entries = [x.known[i] for i in ind.known]
+    return _make(x.elem_type, shape, entries)
+
+
+def _gemm(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -> Value:
+    a, b = args[0], args[1]
+    assert a is not None and b is not None
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise ShapeError("Gemm of inputs that are not 2-D")
+    m, k = a.shape[::-1] if _int_attr(node, "transA", 0) else a.shape
+    k2, n = b.shape[::-1] if _int_attr(node, "transB", 0) else b.shape
+    if k != k2:
+        raise ShapeError(f"Gemm: inner dimensions {k} and {k2} differ")
+    t = _same_type(node, [v for v in args if v is not None])
+    if len(args) == 3 and args[2] is not None and broadcast(args[2].shape, (m, n)) != (m, n):
+        raise ShapeError(f"Gemm: C of shape {list(args[2].shape)} does not broadcast to {[m, n]}")
+    return Value(t, (m, n))
+
+
+def _matmul_rule(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -> Value:
+    given = [a for a in args if a is not None]
+    return Value(_same_type(node, given), _matmul(_first(args).shape, args[1].shape))  # type: ignore[union-attr]
+
+
+def _reduce(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -> Value:
+    op, x = node.op_type, _first(args)
+    rank = len(x.shape)
+    keepdims = _int_attr(node, "keepdims", 1)
+    noop = _int_attr(node, "noop_with_empty_axes", 0)
+    axes = _needs_known(args[1], f"{op}'s axes", limits) if len(args) > 1 and args[1] is not None else ()
+    axes = tuple(_axis(a, rank, op) for a in axes)
+    if len(set(axes)) != len(axes):
+        raise ShapeError(f"{op}: an axis is repeated")
+    if not axes:
+        if noop:
+            return Value(x.elem_type, x.shape)
+        axes = tuple(range(rank))
+    shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keepdims else tuple(
+        d for i, d in enumerate(x.shape) if i not in axes)
+    return Value(x.elem_type, shape)
+
+
+def _reshape_rule(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -> Value:
+    x = _first(args)
+    target = _needs_known(args[1], "Reshape's shape", limits)  # type: ignore[arg-type]
+    return _make(x.elem_type, _reshape(node, x, target), x.known)
+
+
+def _scatter_elements(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -> Value:
+    x, ind, upd = _first(args), args[1], args[2]
+    assert ind is not None and upd is not None
+    rank = len(x.shape)
+    _axis(_int_attr(node, "axis", 0) or 0, rank, "ScatterElements") if rank else None
+    if rank == 0 or len(ind.shape) != rank or ind.shape != upd.shape:
+        raise ShapeError("ScatterElements: indices and updates have the data's rank and one shape")
+    if upd.elem_type != x.elem_type:
+        raise ShapeError("ScatterElements: updates of another element type")
+    return Value(x.elem_type, x.shape)
+
+
+def _shape(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -> Value:
+    x = _first(args)
+    rank = len(x.shape)
+    start, end = _int_attr(node, "start", 0) or 0, _int_attr(node, "end", rank)
+    assert end is not None
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = min(max(end + rank if end < 0 else end, 0), rank)
+    picked = x.shape[start:end]
+    return _make(INT64, (len(picked),), picked)
+
+
+def _slice_rule(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -> Value:
+    return _slice(node, _first(args), list(args[1:]) + [None] * (5 - len(args)), limits)
+
+
+def _squeeze(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -> Value:
+    x = _first(args)
+    rank = len(x.shape)
+    if len(args) > 1 and args[1] is not None:
+        axes = tuple(_axis(a, rank, "Squeeze") for a in _needs_known(args[1], "Squeeze's axes", limits))
+        if len(set(axes)) != len(axes) or any(x.shape[a] != 1 for a in axes):
+            raise ShapeError(f"Squeeze of {list(x.shape)} at axes {list(axes)}")
+    else:
+        axes = tuple(i for i, d in enumerate(x.shape) if d == 1)
+    return _make(x.elem_type, [d for i, d in enumerate(x.shape) if i not in axes], x.known)
+
+
+def _unsqueeze(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -> Value:
+    x = _first(args)
+    axes_in = _needs_known(args[1], "Unsqueeze's axes", limits)  # type: ignore[arg-type]
+    out_rank = len(x.shape) + len(axes_in)
+    inserted = {_axis(a, out_rank, "Unsqueeze") for a in axes_in}
+    if len(inserted) != len(axes_in):
+        raise ShapeError("Unsqueeze: an axis is repeated")
+    it = iter(x.shape)
+    return _make(x.elem_type, [1 if i in inserted else next(it) for i in range(out_rank)], x.known)
+
+
+def _transpose(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -> Value:
+    x = _first(args)
+    rank = len(x.shape)
+    a = _attrs(node).get("perm")
+    perm = list(a.ints) if a is not None else list(range(rank))[::-1]
+    if sorted(perm) != list(range(rank)):
+        raise ShapeError(f"Transpose: perm {perm} is not a permutation of the {rank} axes")
+    return Value(x.elem_type, tuple(x.shape[p] for p in perm))
+
+
+# §7.9's table, one rule per operator (Constant has none: its value is its output, check_graph's _constant).
+RULES: dict[str, Rule] = {
+    **{op: _broadcasting for op in _BROADCAST}, **{op: _unary for op in _UNARY}, **{op: _reduce for op in _REDUCE},
+    "Cast": _cast, "BitCast": _cast, "Clip": _clip, "Concat": _concat, "Expand": _expand, "Flatten": _flatten,
+    "Gather": _gather, "Gemm": _gemm, "MatMul": _matmul_rule, "Reshape": _reshape_rule,
+    "ScatterElements": _scatter_elements, "Shape": _shape, "Slice": _slice_rule, "Squeeze": _squeeze,
+    "Transpose": _transpose, "Unsqueeze": _unsqueeze,
+}
+
+
 def infer_node(node: onnx.NodeProto, args: list[Value | None], limits: Limits) -> Value:
     """The output of one node from its inputs (None for an omitted optional input): §7.9's table."""
     op = node.op_type
     fewest, most = ARITY[op]
     if not fewest <= len(args) <= most or any(a is None for a in args[:fewest]):
         raise ShapeError(f"{op} takes {fewest} to {most} inputs, not {len(args)}")
-    given = [a for a in args if a is not None]
-    x = args[0] if args else None
-    if op in _BROADCAST:
-        if op == "Where":
-            if args[0].elem_type != BOOL:  # type: ignore[union-attr]
-                raise ShapeError("Where: the condition is not bool")
-            t = _same_type(node, given[1:])
-        elif op == "Pow":  # the exponent may be of another type
-            t = given[0].elem_type
-        else:
-            t = _same_type(node, given)
-        shape = broadcast(*(v.shape for v in given))
-        if op in _COMPARISONS:
-            t = BOOL
-        known = _broadcast_known(given, _FOLD[op]) if op in _FOLD and t in _WIDTH else None
-        return _make(t, shape, known)
-    assert x is not None
-    rank = len(x.shape)
-    if op in _UNARY:
-        known = x.known if op == "Identity" else (
-            tuple(-e for e in x.known) if op == "Neg" and x.known is not None else None)
-        return _make(BOOL if op == "Not" else x.elem_type, x.shape, known)
-    if op in ("Cast", "BitCast"):
-        to = _int_attr(node, "to", None)
-        if to is None or to not in VALUE_TYPES.values():
-            raise ShapeError(f"{op}: `to` is not one of the element types of §7.9's table")
-        return _make(to, x.shape, x.known if op == "Cast" else None)
-    if op == "Clip":
-        return Value(x.elem_type, x.shape)
-    if op == "Concat":
-        given_axis = _int_attr(node, "axis", None)
-        if given_axis is None or rank == 0:
-            raise ShapeError("Concat needs an axis and inputs of rank ≥ 1")
-        axis = _axis(given_axis, rank, "Concat")
-        t = _same_type(node, given)
-        dims = list(x.shape)
-        for v in given[1:]:
-            if len(v.shape) != rank or any(v.shape[i] != dims[i] for i in range(rank) if i != axis):
-                raise ShapeError(f"Concat of {list(x.shape)} and {list(v.shape)} along axis {axis}")
-            dims[axis] += v.shape[axis]
-        parts = [v.known for v in given]
-        joined = [e for k in parts if k is not None for e in k] if None not in parts and rank == 1 else None
-        return _make(t, dims, joined)
-    if op == "Expand":
-        target = _needs_known(args[1], "Expand's shape", limits)  # type: ignore[arg-type]
-        if any(d < 0 for d in target):
-            raise ShapeError(f"Expand to {list(target)}: a negative dimension")
-        return Value(x.elem_type, broadcast(x.shape, target))
-    if op == "Flatten":
-        at = _int_attr(node, "axis", 1)
-        assert at is not None
-        if not -rank <= at <= rank:
-            raise ShapeError(f"Flatten: axis {at} is outside [-{rank}, {rank}]")
-        at = at + rank if at < 0 else at
-        return Value(x.elem_type, (math.prod(x.shape[:at]), math.prod(x.shape[at:])))
-    if op == "Gather":
-        ind = args[1]
-        assert ind is not None
-        if not rank:
-            raise ShapeError("Gather from a scalar")
-        axis = _axis(_int_attr(node, "axis", 0) or 0, rank, "Gather")
-        shape = x.shape[:axis] + ind.shape + x.shape[axis + 1:]
-        entries = None
-        if x.known is not None and ind.known is not None and rank == 1:
-            n = len(x.known)
-            if any(not -n <= i < n for i in ind.known):
-                raise ShapeError(f"Gather: an index outside [-{n}, {n - 1}]")
-            entries = [x.known[i] for i in ind.known]
-        return _make(x.elem_type, shape, entries)
-    if op == "Gemm":
-        a, b = args[0], args[1]
-        assert a is not None and b is not None
-        if len(a.shape) != 2 or len(b.shape) != 2:
-            raise ShapeError("Gemm of inputs that are not 2-D")
-        m, k = a.shape[::-1] if _int_attr(node, "transA", 0) else a.shape
-        k2, n = b.shape[::-1] if _int_attr(node, "transB", 0) else b.shape
-        if k != k2:
-            raise ShapeError(f"Gemm: inner dimensions {k} and {k2} differ")
-        t = _same_type(node, given)
-        if len(args) == 3 and args[2] is not None and broadcast(args[2].shape, (m, n)) != (m, n):
-            raise ShapeError(f"Gemm: C of shape {list(args[2].shape)} does not broadcast to {[m, n]}")
-        return Value(t, (m, n))
-    if op == "MatMul":
-        return Value(_same_type(node, given), _matmul(x.shape, args[1].shape))  # type: ignore[union-attr]
-    if op in _REDUCE:
-        keepdims = _int_attr(node, "keepdims", 1)
-        noop = _int_attr(node, "noop_with_empty_axes", 0)
-        axes = _needs_known(args[1], f"{op}'s axes", limits) if len(args) > 1 and args[1] is not None else ()
-        axes = tuple(_axis(a, rank, op) for a in axes)
-        if len(set(axes)) != len(axes):
-            raise ShapeError(f"{op}: an axis is repeated")
-        if not axes:
-            if noop:
-                return Value(x.elem_type, x.shape)
-            axes = tuple(range(rank))
-        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keepdims else tuple(
-            d for i, d in enumerate(x.shape) if i not in axes)
-        return Value(x.elem_type, shape)
-    if op == "Reshape":
-        target = _needs_known(args[1], "Reshape's shape", limits)  # type: ignore[arg-type]
-        return _make(x.elem_type, _reshape(node, x, target), x.known)
-    if op == "ScatterElements":
-        ind, upd = args[1], args[2]
-        assert ind is not None and upd is not None
-        _axis(_int_attr(node, "axis", 0) or 0, rank, "ScatterElements") if rank else None
-        if rank == 0 or len(ind.shape) != rank or ind.shape != upd.shape:
-            raise ShapeError("ScatterElements: indices and updates have the data's rank and one shape")
-        if upd.elem_type != x.elem_type:
-            raise ShapeError("ScatterElements: updates of another element type")
-        return Value(x.elem_type, x.shape)
-    if op == "Shape":
-        start, end = _int_attr(node, "start", 0) or 0, _int_attr(node, "end", rank)
-        assert end is not None
-        start = min(max(start + rank if start < 0 else start, 0), rank)
-        end = min(max(end + rank if end < 0 else end, 0), rank)
-        picked = x.shape[start:end]
-        return _make(INT64, (len(picked),), picked)
-    if op == "Slice":
-        return _slice(node, x, list(args[1:]) + [None] * (5 - len(args)), limits)
-    if op == "Squeeze":
-        if len(args) > 1 and args[1] is not None:
-            axes = tuple(_axis(a, rank, "Squeeze") for a in _needs_known(args[1], "Squeeze's axes", limits))
-            if len(set(axes)) != len(axes) or any(x.shape[a] != 1 for a in axes):
-                raise ShapeError(f"Squeeze of {list(x.shape)} at axes {list(axes)}")
-        else:
-            axes = tuple(i for i, d in enumerate(x.shape) if d == 1)
-        return _make(x.elem_type, [d for i, d in enumerate(x.shape) if i not in axes], x.known)
-    if op == "Unsqueeze":
-        axes_in = _needs_known(args[1], "Unsqueeze's axes", limits)  # type: ignore[arg-type]
-        out_rank = rank + len(axes_in)
-        inserted = {_axis(a, out_rank, "Unsqueeze") for a in axes_in}
-        if len(inserted) != len(axes_in):
-            raise ShapeError("Unsqueeze: an axis is repeated")
-        it = iter(x.shape)
-        return _make(x.elem_type, [1 if i in inserted else next(it) for i in range(out_rank)], x.known)
-    if op == "Transpose":
-        a = _attrs(node).get("perm")
-        perm = list(a.ints) if a is not None else list(range(rank))[::-1]
-        if sorted(perm) != list(range(rank)):
-            raise ShapeError(f"Transpose: perm {perm} is not a permutation of the {rank} axes")
-        return Value(x.elem_type, tuple(x.shape[p] for p in perm))
-    raise ShapeError(f"no shape rule for {op}")  # unreachable: ALLOWED_OPS and ARITY have the same keys
+    rule = RULES.get(op)
+    if rule is None:
+        raise ShapeError(f"no shape rule for {op}")  # Constant, which check_graph handles itself
+    return rule(node, args, limits)
 
 
 def check_graph(graph: onnx.GraphProto, inputs: Mapping[str, tuple[int, tuple[int, ...]]], result: tuple[int, tuple[int, ...]],

@@ -6,7 +6,7 @@ file F" — and gives it a wall-clock limit per file. For each file the worker r
 
 - ``validate``: ``mdiff.validate(path, limits)`` (data checks on),
 - ``open``: ``mdiff.open(path, limits)`` and every property of the DiffFile and its updates,
-- ``update.apply``: ``diff[name].apply(base[name], name, engine)`` for every parameter, with the
+- ``update.apply``: ``apply_update(diff[name], base[name], name, engine)`` for every parameter, with the
   numpy and the onnx engine, against a matching base (:func:`tests.fuzz.corpus.base_for`),
 - ``mdiff.apply``: ``mdiff.apply(base, diff)`` with that base, and with invalid_files' base state,
 
@@ -181,6 +181,7 @@ class Recorder:
 def run_targets(path: str, limits_fields: dict | None, engines=("numpy", "onnx"), memory_alarm: int = MEMORY_ALARM) -> list[dict]:
     """Every target on one file; one outcome dict per target (see the module docstring)."""
     import mdiff
+    from mdiff.engines import apply_update
     from mdiff.format.findings import Finding
     from mdiff.format.rules import RULES
     from tests.fuzz.corpus import base_for
@@ -222,7 +223,7 @@ def run_targets(path: str, limits_fields: dict | None, engines=("numpy", "onnx")
             update = diff[name]
             for engine in engines:
                 target = f"update.apply:{engine}"
-                result = record(target, lambda: update.apply(None if base.get(name) is None else base[name].copy(), name, engine))
+                result = record(target, lambda: apply_update(update, None if base.get(name) is None else base[name].copy(), name, engine))
                 if out[-1]["class"] == "OK":
                     problem = _check_result(update, result)
                     if problem:
