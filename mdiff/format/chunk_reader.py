@@ -2,7 +2,7 @@
 
 The structure walk (safety_walk.py) has already checked every chunk of a dataset against the file's
 bounds and the filter allowlist, and recorded where each one lies. Every contiguous and every
-chunked dataset is read here: the stored bytes with ``os.pread``, decoded through the dataset's
+chunked dataset is read here: the stored bytes with ``pread`` (positional_io.py), decoded through the dataset's
 filters (deflate, shuffle, fletcher32) on a pool of threads (inflating releases the GIL; libhdf5
 holds one lock for everything, so its reads use one core). Only compact datasets, whose few bytes
 lie in the object header, and empty ones are left to libhdf5. The bytes equal libhdf5's; the tests
@@ -18,7 +18,6 @@ its stored bytes and one chunk's worth of output, whatever the stream claims.
 from __future__ import annotations
 
 import math
-import os
 import zlib as _zlib
 from dataclasses import dataclass
 from types import ModuleType
@@ -26,6 +25,7 @@ from typing import Protocol, Union
 
 import numpy as np
 
+from mdiff import positional_io
 from mdiff.errors import InvalidFileError
 from mdiff.threads import THREADS, in_pool, shared_pool
 
@@ -36,12 +36,12 @@ class RangeSource(Protocol):
     def pread(self, n: int, offset: int) -> bytes: ...
 
 
-# where a dataset's stored bytes are read from: a file descriptor (os.pread), or a RangeSource
+# where a dataset's stored bytes are read from: a file descriptor (positional_io.pread), or a RangeSource
 Source = Union[int, RangeSource]
 
 
 def _pread(source: Source, n: int, offset: int) -> bytes:
-    return os.pread(source, n, offset) if isinstance(source, int) else source.pread(n, offset)
+    return positional_io.pread(source, n, offset) if isinstance(source, int) else source.pread(n, offset)
 
 _inflate_lib: ModuleType
 try:  # ISA-L inflates the same streams ~1.5× faster than zlib; zlib is the fallback
@@ -383,7 +383,7 @@ def _pread_into(fd: Source, flat: np.ndarray, offset: int, name: str) -> None:
         flat[:len(data)] = np.frombuffer(data, np.uint8)
         done = len(data)
     while done < flat.size:
-        n = os.preadv(fd, [view[done:]], offset + done) if isinstance(fd, int) else 0
+        n = positional_io.preadv(fd, [view[done:]], offset + done) if isinstance(fd, int) else 0
         if n <= 0:
             raise InvalidFileError("MD513", f"the dataset's data ends {flat.size - done} bytes early", name)
         done += n

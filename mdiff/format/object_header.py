@@ -45,7 +45,7 @@ _MAX_BLOCK = 1 << 30
 _MAX_BLOCKS = 100_000
 
 
-ReadAt = Callable[[int, int], bytes]  # (n, offset) -> up to n bytes of the file at offset, as os.pread
+ReadAt = Callable[[int, int], bytes]  # (n, offset) -> up to n bytes of the file at offset, as positional_io.pread
 
 
 class HeaderError(ValueError):
@@ -53,7 +53,7 @@ class HeaderError(ValueError):
 
 
 class HeaderReader:
-    """Reads object headers of a file of ``size`` bytes through ``read_at(n, offset)`` (``os.pread`` of its
+    """Reads object headers of a file of ``size`` bytes through ``read_at(n, offset)`` (``positional_io.pread`` of its
     descriptor, or a remote file's ranged read); HDF5 addresses start at ``base``."""
 
     def __init__(self, read_at: ReadAt, size: int, base: int, offset_size: int, length_size: int):

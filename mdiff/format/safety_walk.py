@@ -13,7 +13,6 @@ import base64
 import contextlib
 import functools
 import math
-import os
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -22,6 +21,7 @@ from typing import Iterator, Mapping
 import h5py
 import numpy as np
 
+from mdiff import positional_io
 from mdiff.format.attributes import read_string, string_attribute_size
 from mdiff.format.findings import Finding
 from mdiff.format.limits import MAX_DEFLATE_RATIO, Limits, shape_problem
@@ -311,7 +311,7 @@ def _header_reader(f: h5py.File, file_size: int, read_at: ReadAt | None = None) 
         offset_size, length_size = f.id.get_create_plist().get_sizes()
         if read_at is None:
             fd = f.id.get_vfd_handle()
-            read_at = functools.partial(os.pread, fd)
+            read_at = functools.partial(positional_io.pread, fd)
         return HeaderReader(read_at, file_size, f.id.get_create_plist().get_userblock(), offset_size, length_size)
     except Exception:
         return None
