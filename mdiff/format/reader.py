@@ -25,6 +25,7 @@ from mdiff.format.update_types import parse_update_types
 from mdiff.isolation import Isolation, IsolationFailure, shared_worker, task
 from mdiff.ranged_file import RangedFile, no_collection
 from mdiff.regular_files import NotRegularFile, open_regular, reopenable
+from mdiff.rules import RULES
 from mdiff.updates import REGISTRY
 from mdiff.updates.base import Update
 
@@ -143,8 +144,6 @@ class Vetted:
     @classmethod
     def from_json(cls, data: object) -> "Vetted":
         """ValueError when ``data`` is not what :meth:`to_json` makes."""
-        from mdiff.format.rules import RULES
-
         try:
             identity = tuple(data["identity"])  # type: ignore[index]
             findings = [Finding(code, path, message) for code, path, message in data["findings"]]  # type: ignore[index]
