@@ -2,10 +2,10 @@
 
 The structure walk (safety_walk.py) has already checked every chunk of a dataset against the file's
 bounds and the filter allowlist, and recorded where each one lies. Every contiguous and every
-chunked dataset is read here: the stored bytes with ``pread`` (positional_io.py), decoded through the dataset's
-filters (deflate, shuffle, fletcher32) on a pool of threads (inflating releases the GIL; libhdf5
-holds one lock for everything, so its reads use one core). Only compact datasets, whose few bytes
-lie in the object header, and empty ones are left to libhdf5. The bytes equal libhdf5's; the tests
+chunked dataset is read here: the stored bytes with ``pread`` (positional_io.py), decoded through
+the dataset's filters (deflate, shuffle, fletcher32) on a pool of threads (inflating releases the
+GIL; libhdf5 holds one lock for everything, so its reads use one core). Only compact datasets,
+whose few bytes lie in the object header, and empty ones are left to libhdf5. The bytes equal libhdf5's; the tests
 compare both readers on every layout and filter order.
 
 Hostile input (§8.3, §8.5): libhdf5 inflates a chunk into a buffer it doubles until the stream
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 import zlib as _zlib
-from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol, TypeVar, Union
 

@@ -247,7 +247,7 @@ def _dataset_record(info: DatasetInfo | None) -> list | None:
     return [list(info.shape), info.dtype.str, info.nbytes, info.stored, flat_plan, inline]
 
 
-def _ints(values: list[Any]) -> tuple[int, ...]:  # a list of a JSON record
+def _ints(values: list[Any]) -> tuple[int, ...]:  # values of a JSON record an isolated child sent
     if not all(type(v) is int for v in values):
         raise ValueError("not integers")
     return tuple(values)
@@ -273,10 +273,13 @@ def _dataset_from_record(flat: list[Any] | None, dtypes: dict[str, np.dtype]) ->
 
 
 class _Stop(enum.Enum):
+    """What the walk's steps return once a global limit was reached: the walk ends. A member of its own
+    type, not a bare object(), so that ``is _STOP`` narrows a step's result for the type checker."""
+
     STOP = enum.auto()
 
 
-_STOP: Final = _Stop.STOP  # _visit: a global limit was reached; the walk ends
+_STOP: Final = _Stop.STOP
 Links = list[tuple[bytes, int, int]]  # (link name, link type, address) of each member of a group, in name order
 Pipeline = list[tuple[int, int, tuple[int, ...], bytes]]  # each filter's (id, flags, client data, name): libhdf5's get_filter
 
