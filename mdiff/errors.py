@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from mdiff.rules import RULES
+
 
 class MdiffError(Exception):
     """Base of every error mdiff raises on bad input.
@@ -12,8 +14,6 @@ class MdiffError(Exception):
     """
 
     def __init__(self, code: str, message: str, path: str | None = None):
-        from mdiff.format.rules import RULES  # the one table of codes
-
         if code not in RULES:
             raise ValueError(f"unknown rule code {code!r}")
         self.code = code

@@ -21,6 +21,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
+from mdiff import positional_io
+
 PAGE = 4096  # the unit of small reads: an object header, a B-tree node or a heap block is usually within one
 SMALL_READ = 4 * PAGE  # reads up to this size go through the page cache
 CACHED_PAGES = 1024  # 4 MiB: libhdf5 keeps its own cache of decoded metadata above this one
@@ -110,7 +112,7 @@ class _Spool:
                 self._ready.wait()
             if not self._complete:
                 raise self._failure or RangeReadError(f"{self._file.name}: closed while read")
-        return os.pread(self._fd, end - offset, offset)
+        return positional_io.pread(self._fd, end - offset, offset)
 
     def close(self) -> None:
         with self._ready:

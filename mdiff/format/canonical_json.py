@@ -58,8 +58,8 @@ def loads(text: str) -> Any:
     if len(text) > MAX_NUMBER and _LONG_NUMBER.search(_STRING.sub('"', text)):
         raise ValueError(f"a number of more than {MAX_NUMBER} characters")
 
-    def no_duplicates(pairs):
-        obj = {}
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
         for k, v in pairs:
             if k in obj:
                 raise ValueError(f"duplicate key {k!r}")

@@ -2,10 +2,10 @@
 
 The structure walk (safety_walk.py) has already checked every chunk of a dataset against the file's
 bounds and the filter allowlist, and recorded where each one lies. Every contiguous and every
-chunked dataset is read here: the stored bytes with ``os.pread``, decoded through the dataset's
-filters (deflate, shuffle, fletcher32) on a pool of threads (inflating releases the GIL; libhdf5
-holds one lock for everything, so its reads use one core). Only compact datasets, whose few bytes
-lie in the object header, and empty ones are left to libhdf5. The bytes equal libhdf5's; the tests
+chunked dataset is read here: the stored bytes with ``pread`` (positional_io.py), decoded through
+the dataset's filters (deflate, shuffle, fletcher32) on a pool of threads (inflating releases the
+GIL; libhdf5 holds one lock for everything, so its reads use one core). Only compact datasets,
+whose few bytes lie in the object header, and empty ones are left to libhdf5. The bytes equal libhdf5's; the tests
 compare both readers on every layout and filter order.
 
 Hostile input (§8.3, §8.5): libhdf5 inflates a chunk into a buffer it doubles until the stream
@@ -18,14 +18,16 @@ its stored bytes and one chunk's worth of output, whatever the stream claims.
 from __future__ import annotations
 
 import math
-import os
 import zlib as _zlib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Protocol, Union
+from typing import Any, Protocol, TypeVar, Union
 
 import numpy as np
+from numpy.typing import DTypeLike
 
+from mdiff import positional_io
 from mdiff.errors import InvalidFileError
 from mdiff.threads import THREADS, in_pool, shared_pool
 
@@ -36,12 +38,31 @@ class RangeSource(Protocol):
     def pread(self, n: int, offset: int) -> bytes: ...
 
 
-# where a dataset's stored bytes are read from: a file descriptor (os.pread), or a RangeSource
+# where a dataset's stored bytes are read from: a file descriptor (positional_io.pread), or a RangeSource
 Source = Union[int, RangeSource]
 
 
+class StoredDataset(Protocol):
+    """The dataset a PlannedDataset reads by its plan: an h5py dataset, or parameters.LazyDataset."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> np.dtype: ...
+
+    def __len__(self) -> int: ...
+
+
+Filters = Iterable[tuple[int, tuple[int, ...]]]  # (filter id, client data) of each step, in pipeline order
+_T = TypeVar("_T")
+
+
 def _pread(source: Source, n: int, offset: int) -> bytes:
-    return os.pread(source, n, offset) if isinstance(source, int) else source.pread(n, offset)
+    return positional_io.pread(source, n, offset) if isinstance(source, int) else source.pread(n, offset)
 
 _inflate_lib: ModuleType
 try:  # ISA-L inflates the same streams ~1.5× faster than zlib; zlib is the fallback
@@ -71,7 +92,8 @@ class StoragePlan:
     filters: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (filter id, client data), pipeline order
 
 
-def plan_for(shape, itemsize: int, contiguous_offset=None, chunk_shape=None, chunks=(), filters=()) -> StoragePlan | None:
+def plan_for(shape: Sequence[int], itemsize: int, contiguous_offset: int | None = None,
+             chunk_shape: Sequence[int] | None = None, chunks: Iterable[Chunk] = (), filters: Filters = ()) -> StoragePlan | None:
     """The plan for a contiguous dataset, or for a chunked one whose chunks passed
     :func:`coverage_problem`; None when there is nothing to plan (a chunked scalar)."""
     if contiguous_offset is not None:
@@ -81,7 +103,7 @@ def plan_for(shape, itemsize: int, contiguous_offset=None, chunk_shape=None, chu
     return StoragePlan(chunk_shape=tuple(int(c) for c in chunk_shape), chunks=tuple(chunks), filters=tuple(filters))
 
 
-def coverage_problem(shape, chunk_shape, chunks) -> str | None:
+def coverage_problem(shape: Sequence[int], chunk_shape: Sequence[int], chunks: Iterable[Chunk]) -> str | None:
     """Why a dataset's chunks do not cover it exactly once (MD509), or None.
 
     Each chunk must start on a multiple of the chunk shape inside the dataset, and each such place
@@ -191,20 +213,20 @@ class PlannedDataset:
     """An h5py dataset read through its StoragePlan: whole (``read_direct``, ``[()]``, ``[...]``,
     ``np.asarray``) or by rows (``[start:stop]``); other selections read the whole and index it."""
 
-    def __init__(self, dataset, plan: StoragePlan, fd: Source):
+    def __init__(self, dataset: StoredDataset, plan: StoragePlan, fd: Source):
         self._dataset, self._plan, self._fd = dataset, plan, fd
 
-    def __getattr__(self, attribute):
+    def __getattr__(self, attribute: str) -> Any:  # the rest of h5py's Dataset, as the dataset has it
         return getattr(self._dataset, attribute)
 
     def __len__(self) -> int:
         return len(self._dataset)
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         whole = self[()]
         return whole if dtype is None else whole.astype(dtype)
 
-    def __getitem__(self, selection):
+    def __getitem__(self, selection: Any) -> np.ndarray:  # any numpy index
         shape = tuple(self._dataset.shape)
         rows = _row_range(selection, shape)
         if rows is not None:
@@ -252,13 +274,13 @@ class DetachedDataset:
             raise TypeError("a scalar dataset has no length")
         return self.shape[0]
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         whole = self[()]
         return whole if dtype is None else whole.astype(dtype)
 
-    def __getitem__(self, selection):
+    def __getitem__(self, selection: Any) -> np.ndarray:  # any numpy index
         rows = _row_range(selection, self.shape) if self._plan is not None else None
-        if rows is not None:
+        if rows is not None and self._plan is not None:
             start, stop = rows
             out = np.empty((stop - start, *self.shape[1:]), self.dtype)
             if out.size:
@@ -283,7 +305,7 @@ class DetachedDataset:
         flat[:] = np.frombuffer(data, np.uint8)
 
 
-def _row_range(selection, shape: tuple[int, ...]) -> tuple[int, int] | None:
+def _row_range(selection: object, shape: tuple[int, ...]) -> tuple[int, int] | None:
     """(start, stop) when ``selection`` is a step-1 slice of the leading axis, else None."""
     if isinstance(selection, tuple) and len(selection) == 1:
         selection = selection[0]
@@ -323,14 +345,14 @@ def _read_slabs(fd: Source, plan: StoragePlan, shape: tuple[int, ...], flat: np.
     # The usual last step, unshuffling a whole chunk, copies plane by plane into the result
     # (~3× faster than copying numpy's transposed view).
     planes = decoder.ends_with_unshuffle()
-    wanted = []
+    wanted: list[tuple[Chunk, int, int, int, int]] = []  # chunk, its bytes wanted [lo, hi), its elements [a, b)
     for chunk in plan.chunks:
         start, valid = slabs.span(chunk.offset)
         lo, hi = max(start, first), min(start + valid, end)
         if lo < hi:
             wanted.append((chunk, lo, hi, (lo - start) // itemsize, (hi - start) // itemsize))
 
-    def decode(item) -> None:
+    def decode(item: tuple[Chunk, int, int, int, int]) -> None:
         chunk, lo, hi, a, b = item
         array = decoder.read(fd, chunk, defer_unshuffle=planes)
         target = flat[lo - first:hi - first].reshape(-1, itemsize)
@@ -367,7 +389,7 @@ def _read_blocks(fd: Source, plan: StoragePlan, shape: tuple[int, ...], out: np.
     _each(decode, wanted, out.nbytes)
 
 
-def _each(decode, chunks, nbytes: int) -> None:
+def _each(decode: Callable[[_T], None], chunks: Sequence[_T], nbytes: int) -> None:
     if nbytes >= _PARALLEL_BYTES and len(chunks) > 1 and THREADS > 1 and not in_pool():
         list(shared_pool().map(decode, chunks))
     else:
@@ -383,7 +405,7 @@ def _pread_into(fd: Source, flat: np.ndarray, offset: int, name: str) -> None:
         flat[:len(data)] = np.frombuffer(data, np.uint8)
         done = len(data)
     while done < flat.size:
-        n = os.preadv(fd, [view[done:]], offset + done) if isinstance(fd, int) else 0
+        n = positional_io.preadv(fd, [view[done:]], offset + done) if isinstance(fd, int) else 0
         if n <= 0:
             raise InvalidFileError("MD513", f"the dataset's data ends {flat.size - done} bytes early", name)
         done += n
@@ -394,7 +416,7 @@ def _max_deflated(size: int) -> int:
     return size + size // 1000 + 1024
 
 
-def _shuffle_size(values, offset, name: str) -> int:
+def _shuffle_size(values: tuple[int, ...], offset: tuple[int, ...], name: str) -> int:
     """The element size a shuffle filter works in: its one client value (libhdf5 refuses others)."""
     if len(values) != 1 or values[0] < 1:
         raise InvalidFileError("MD513", f"chunk {offset}: the shuffle filter's parameters {list(values)} are invalid", name)
@@ -413,7 +435,7 @@ def _unshuffle(array: np.ndarray, itemsize: int) -> np.ndarray:
     return out
 
 
-def _inflate(data, expected: int, offset, name: str) -> bytes:
+def _inflate(data: np.ndarray, expected: int, offset: tuple[int, ...], name: str) -> bytes:
     """The stream inflated into at most ``expected`` bytes: output past that is never made (MD513)."""
     inflater = _inflate_lib.decompressobj()
     try:
@@ -459,7 +481,7 @@ def fletcher32(data: np.ndarray) -> int:
     return ((sum2 << 16) | sum1) & 0xFFFFFFFF
 
 
-def _strip_fletcher32(array: np.ndarray, offset, name: str) -> np.ndarray:
+def _strip_fletcher32(array: np.ndarray, offset: tuple[int, ...], name: str) -> np.ndarray:
     """The bytes before a fletcher32 checksum, once it matches (libhdf5 also accepts the checksum
     with the bytes of each 16-bit half swapped, as libraries before 1.6.3 wrote it)."""
     if array.size < _FLETCHER_BYTES:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 
 @dataclass(frozen=True)
@@ -43,12 +44,12 @@ class DType:
         return self.kind == "float"
 
 
-def _dt(name: str, kind: str, value, storage) -> DType:
+def _dt(name: str, kind: str, value: DTypeLike | Callable[[], Any], storage: str) -> DType:
     """``value``: the numpy dtype, or a function that makes it."""
     return DType(name, np.dtype(storage).itemsize, kind, np.dtype(storage), value if callable(value) and not isinstance(value, type) else (lambda: value))
 
 
-def _bfloat16():
+def _bfloat16() -> type:
     import ml_dtypes
 
     return ml_dtypes.bfloat16

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mdiff.errors import InvalidFileError, LimitError
-from mdiff.format.rules import RULES
+from mdiff.rules import RULES
 
 _LIMIT_CODES = {"MD507", "MD508", "MD510", "MD511", "MD512"}
 

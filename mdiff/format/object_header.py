@@ -45,7 +45,7 @@ _MAX_BLOCK = 1 << 30
 _MAX_BLOCKS = 100_000
 
 
-ReadAt = Callable[[int, int], bytes]  # (n, offset) -> up to n bytes of the file at offset, as os.pread
+ReadAt = Callable[[int, int], bytes]  # (n, offset) -> up to n bytes of the file at offset, as positional_io.pread
 
 
 class HeaderError(ValueError):
@@ -53,7 +53,7 @@ class HeaderError(ValueError):
 
 
 class HeaderReader:
-    """Reads object headers of a file of ``size`` bytes through ``read_at(n, offset)`` (``os.pread`` of its
+    """Reads object headers of a file of ``size`` bytes through ``read_at(n, offset)`` (``positional_io.pread`` of its
     descriptor, or a remote file's ranged read); HDF5 addresses start at ``base``."""
 
     def __init__(self, read_at: ReadAt, size: int, base: int, offset_size: int, length_size: int):
@@ -404,12 +404,12 @@ class HeaderReader:
             below.append((most[level] + 1) * below[level - 1] + most[level])
         return most, below, pointers
 
-    def _v1_messages(self, address: int, first: bytes):
+    def _v1_messages(self, address: int, first: bytes) -> Iterator[tuple[int, bytes]]:
         if len(first) < 16 or first[0] != 1:
             raise HeaderError("not an object header")
         yield from self._blocks([(address + 16, self._int(first, 8, 4), False)], 8, version=1)
 
-    def _v2_messages(self, address: int, first: bytes):
+    def _v2_messages(self, address: int, first: bytes) -> Iterator[tuple[int, bytes]]:
         if len(first) < 6 or first[4] != 2:
             raise HeaderError("object header version is not 2")
         flags = first[5]
@@ -419,7 +419,7 @@ class HeaderReader:
         blocks = [(address + prefix + width, self._int(head, prefix, width), False)]
         yield from self._blocks(blocks, 6 if flags & 0x04 else 4, version=2)  # type, size, flags (creation order)
 
-    def _blocks(self, blocks: list, header: int, version: int):
+    def _blocks(self, blocks: list[tuple[int, int, bool]], header: int, version: int) -> Iterator[tuple[int, bytes]]:
         seen: set[int] = set()
         total = 0  # the blocks of one header do not overlap: together they fit in the file
         while blocks:

@@ -8,6 +8,7 @@ changes between releases, and serialise to the same bytes every time.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # onnx is imported where a model is built or checked, not by every reader of a file
@@ -28,14 +29,15 @@ BITS_NAMES = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
 INT64 = VALUE_TYPES["int64"]
 
 
-def tensor(name: str, elem_type: int, shape=None) -> onnx.ValueInfoProto:
+def tensor(name: str, elem_type: int, shape: Sequence[int | str | None] | None = None) -> onnx.ValueInfoProto:
     """A graph input or output; ``shape`` None means any rank."""
     from onnx import helper
 
     return helper.make_tensor_value_info(name, elem_type, shape)
 
 
-def make_model(name: str, doc: str, nodes, inputs, outputs, initializers=()) -> onnx.ModelProto:
+def make_model(name: str, doc: str, nodes: Sequence[onnx.NodeProto], inputs: Sequence[onnx.ValueInfoProto],
+               outputs: Sequence[onnx.ValueInfoProto], initializers: Iterable[onnx.TensorProto] = ()) -> onnx.ModelProto:
     import onnx
     from onnx import helper
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 import h5py
+import numpy as np
 
 from mdiff.errors import InvalidFileError
 from mdiff.format import canonical_json
@@ -19,7 +20,7 @@ from mdiff.format.names import decode_name, encode_name
 from mdiff.format.paths import collisions, path_problem
 from mdiff.format.schemas import first_errors
 from mdiff.format.chunk_reader import DetachedDataset, PlannedDataset, RangeSource, Source
-from mdiff.format.safety_walk import DatasetInfo, Inventory, ObjectInfo
+from mdiff.format.safety_walk import DatasetInfo, Inventory, LazyWalk, ObjectInfo
 from mdiff.updates import REGISTRY, VERSIONS
 from mdiff.updates.base import Update, UpdateType
 
@@ -139,7 +140,7 @@ class LazyParameters:
     """The parameters of a file whose structure walk deferred the members of ``/parameters``
     (structure.LazyWalk): their names at once, each parameter walked and checked when first asked for."""
 
-    def __init__(self, inventory: Inventory, datasets: Datasets, walk, types: Mapping[str, UpdateType],
+    def __init__(self, inventory: Inventory, datasets: Datasets, walk: LazyWalk, types: Mapping[str, UpdateType],
                  limits: Limits, minor: int = FORMAT_MINOR):
         self._walk, self._types, self._limits = walk, types, limits
         self._minor = minor  # the file's minor version (§3.3)
@@ -194,7 +195,7 @@ def _in_utf8_order(entries: Mapping[str, object]) -> bool:
 
 
 def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Mapping[str, UpdateType], minor: int,
-                limits: Limits, is_file: bool = False):
+                limits: Limits, is_file: bool = False) -> tuple[dict[str, Any], UpdateType] | tuple[None, None]:
     """The ``update`` attribute's JSON and its registered type, or (None, None)."""
     if text is None:
         findings.append(Finding("MD400", path, "attribute `update` is missing"))
@@ -248,7 +249,8 @@ def _parse_meta(path: str, text: str | None, findings: list[Finding], types: Map
     return meta, kind
 
 
-def _parse_one(name, path, info: ObjectInfo, datasets: "Datasets", all_findings: list[Finding], types, minor: int,
+def _parse_one(name: str, path: str, info: ObjectInfo, datasets: "Datasets", all_findings: list[Finding],
+               types: Mapping[str, UpdateType], minor: int,
                limits: Limits, is_file: bool = False) -> Parameter | None:
     findings: list[Finding] = []  # this group's alone: whether it is sound is counted here
     try:
@@ -257,14 +259,15 @@ def _parse_one(name, path, info: ObjectInfo, datasets: "Datasets", all_findings:
         all_findings += findings
 
 
-def _parse_group(name, path, info: ObjectInfo, datasets_of: "Datasets", findings: list[Finding], types, minor: int,
+def _parse_group(name: str, path: str, info: ObjectInfo, datasets_of: "Datasets", findings: list[Finding],
+                 types: Mapping[str, UpdateType], minor: int,
                  limits: Limits, is_file: bool) -> Parameter | None:
     for attr in sorted(set(info.attrs) - {ATTR_UPDATE}):
         findings.append(Finding("MD303", path, f"unknown attribute {attr!r}"))
     if ATTR_UPDATE in info.refused_attrs:
         return None  # present but unusable: reported under §8.2
     meta, kind = _parse_meta(path, info.attrs.get(ATTR_UPDATE), findings, types, minor, limits, is_file)
-    if meta is None:
+    if meta is None or kind is None:  # both or neither
         return None
     problem = shape_problem(meta["shape"], dtype_named(meta["dtype"]).itemsize, limits)
     if problem:  # §8.3 holds the declared shape to a dataset's limits; nothing is compared with it then
@@ -330,7 +333,7 @@ class Datasets:
         or as the child read them (compact data)."""
         return cls(None, fd)
 
-    def lazy(self, path: str, info: DatasetInfo | None):
+    def lazy(self, path: str, info: DatasetInfo | None) -> DetachedDataset | LazyDataset | PlannedDataset:
         assert info is not None  # only datasets the walk accepted are handed out
         if self._file is None:
             assert self._fd is not None
@@ -368,14 +371,14 @@ class LazyDataset:
             self._dataset = self._file[self.name]
         return self._dataset
 
-    def __getattr__(self, attribute):
+    def __getattr__(self, attribute: str) -> Any:  # the rest of h5py's Dataset
         return getattr(self._open(), attribute)
 
-    def __getitem__(self, selection):
+    def __getitem__(self, selection: Any) -> Any:  # any h5py selection; an array, or a scalar of one
         return self._open()[selection]
 
     def __len__(self) -> int:
         return len(self._open())
 
-    def read_direct(self, out, *args, **kwargs) -> None:
+    def read_direct(self, out: np.ndarray, *args: Any, **kwargs: Any) -> None:  # h5py's source_sel, dest_sel
         self._open().read_direct(out, *args, **kwargs)

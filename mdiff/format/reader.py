@@ -8,7 +8,7 @@ import contextlib
 import os
 import threading
 from dataclasses import asdict, dataclass, field, replace
-from typing import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import h5py
 import numpy as np
@@ -25,8 +25,12 @@ from mdiff.format.update_types import parse_update_types
 from mdiff.isolation import Isolation, IsolationFailure, shared_worker, task
 from mdiff.ranged_file import RangedFile, no_collection
 from mdiff.regular_files import NotRegularFile, open_regular, reopenable
+from mdiff.rules import RULES
 from mdiff.updates import REGISTRY
 from mdiff.updates.base import NUMPY_TWINS, Update
+
+if TYPE_CHECKING:
+    from mdiff.format.layout import Layout
 
 
 
@@ -83,7 +87,7 @@ class Contents:
     lazy: LazyParameters | None = None  # read_contents(lazy=True): the parameters, each parsed when asked for
 
 
-def open_hdf5(path) -> tuple[h5py.File, int]:
+def open_hdf5(path: str | os.PathLike[str] | RangedFile) -> tuple[h5py.File, int]:
     """The file, opened read-only, and its size. A missing file or one without permission stays an
     OSError (the operating system's word); anything HDF5 cannot open is MD100, said plainly — a
     FIFO or a device too, found without blocking on it or reading it (libhdf5 then opens the very
@@ -112,7 +116,7 @@ def open_hdf5(path) -> tuple[h5py.File, int]:
     return f, found.st_size
 
 
-def _open_regular_file(path) -> tuple[int, os.stat_result]:
+def _open_regular_file(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
     try:
         return open_regular(path)  # FileNotFoundError, PermissionError: as they are
     except NotRegularFile as exc:
@@ -143,8 +147,6 @@ class Vetted:
     @classmethod
     def from_json(cls, data: object) -> "Vetted":
         """ValueError when ``data`` is not what :meth:`to_json` makes."""
-        from mdiff.format.rules import RULES
-
         try:
             identity = tuple(data["identity"])  # type: ignore[index]
             findings = [Finding(code, path, message) for code, path, message in data["findings"]]  # type: ignore[index]
@@ -247,8 +249,8 @@ class DiffFile(Mapping[str, Update]):
     it through libhdf5 in this process, owns it and closes it.
     """
 
-    def __init__(self, path, limits: Limits = DEFAULT_LIMITS, vetted: Vetted | None = None, keep_structure: bool = False,
-                 lazy: bool = False):
+    def __init__(self, path: str | os.PathLike[str] | RangedFile, limits: Limits = DEFAULT_LIMITS,
+                 vetted: Vetted | None = None, keep_structure: bool = False, lazy: bool = False):
         self._remote = path if isinstance(path, RangedFile) else None
         self.path = path.name if isinstance(path, RangedFile) else os.fspath(path)
         self._file: h5py.File | None = None
@@ -258,6 +260,7 @@ class DiffFile(Mapping[str, Update]):
             if vetted is None:
                 self._file, size = open_hdf5(path)
             else:
+                assert not isinstance(path, RangedFile)  # an isolated child walks local files only
                 self._fd, found = _open_regular_file(path)
                 size = found.st_size
         except BaseException:
@@ -368,7 +371,7 @@ class DiffFile(Mapping[str, Update]):
         for name in self:
             self._entry(name)
 
-    def __getitem__(self, name: str):
+    def __getitem__(self, name: str) -> Update:
         return self._entry(name).update
 
     def __contains__(self, name: object) -> bool:
@@ -393,7 +396,7 @@ class DiffFile(Mapping[str, Update]):
         """The update of the weights layout (§5.6), or None when the file leaves it as it is."""
         return self._layout.update if self._layout is not None else None
 
-    def read_layout(self):
+    def read_layout(self) -> Layout | None:
         """The file's layout (format.layout.Layout) — None when it has no ``/layout`` or deletes it;
         InvalidFileError (MD307) when its JSON is malformed, ApplyError (MD602) when its bytes fail their sha256."""
         from mdiff.format import layout as layout_format
@@ -402,6 +405,7 @@ class DiffFile(Mapping[str, Update]):
         if update is None or update.type == "delete":
             return None
         value = update.apply(None, "/layout", NUMPY_TWINS)  # a `replace` (§5.6), which needs no engine above this floor
+        assert value is not None  # only a delete gives None
         return layout_format.parse(value.tobytes())
 
     def close(self) -> None:
@@ -417,11 +421,11 @@ class DiffFile(Mapping[str, Update]):
     def __enter__(self) -> "DiffFile":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def open_diff(path, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None = None, lazy: bool = False,
+def open_diff(path: str | os.PathLike[str] | RangedFile, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None = None, lazy: bool = False,
               commit_id: str | None = None) -> DiffFile:
     """Open a .mdiff file. With ``isolation``, its metadata is read in full (the structure walk, every
     parameter's checks) by a forked child with those time and memory limits, and this process never
@@ -439,7 +443,7 @@ def open_diff(path, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None
     return DiffFile(path, limits, vet(path, limits, isolation, commit_id))
 
 
-def vet(path, limits: Limits, isolation: Isolation, commit_id: str | None = None) -> Vetted:
+def vet(path: str | os.PathLike[str], limits: Limits, isolation: Isolation, commit_id: str | None = None) -> Vetted:
     """The structure walk of the file at ``path``, made by an isolated child (the file's first error
     raised as the child found it; MD515 when the child crashed, hung, ran out of memory or answered
     nonsense) — or, for a commit file whose bytes the caller verified against ``commit_id``, the walk
@@ -471,7 +475,7 @@ def vet(path, limits: Limits, isolation: Isolation, commit_id: str | None = None
         os.close(fd)
 
 
-def open_file(path, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None = None, lazy: bool = True,
+def open_file(path: str | os.PathLike[str] | RangedFile, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None = None, lazy: bool = True,
               storage_options: dict | None = None) -> DiffFile:
     """``mdiff.open``: :func:`open_diff`, lazy unless told otherwise — a reader that uses some parameters
     pays for those (SPEC §8: each is checked in full before anything of it is read); ``lazy=False``
@@ -497,7 +501,7 @@ def open_url(url: str, storage_options: dict | None = None) -> RangedFile:
 
 
 @task("vet")
-def _metadata_only(path, shown: str, limits: dict) -> dict | None:
+def _metadata_only(path: str, shown: str, limits: dict[str, Any]) -> dict | None:
     """Open the file (every check of its metadata); its structure walk as JSON, for the parent to read by."""
     with DiffFile(path, Limits(**limits), keep_structure=True) as diff:
         return None if diff.structure is None else diff.structure.to_json()

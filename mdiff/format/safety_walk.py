@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import enum
 import functools
 import math
-import os
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Iterator, Mapping
+from typing import Any, Final, Iterator, Literal, Mapping
 
 import h5py
 import numpy as np
 
+from mdiff import positional_io
 from mdiff.format.attributes import read_string, string_attribute_size
 from mdiff.format.findings import Finding
 from mdiff.format.limits import MAX_DEFLATE_RATIO, Limits, shape_problem
@@ -34,7 +35,7 @@ ALLOWED_FILTERS = {FILTER_DEFLATE: "deflate", FILTER_SHUFFLE: "shuffle", FILTER_
 # The only dataset datatypes a file may use (§8.2): little-endian IEEE floats and two's-complement integers.
 STORAGE_DTYPES = [np.dtype(s) for s in ("<u1", "<u2", "<u4", "<u8", "<i1", "<i2", "<i4", "<i8", "<f4", "<f8")]
 
-def _type_key(tid) -> tuple:
+def _type_key(tid: h5py.h5t.TypeID) -> tuple[int, int, int | None]:
     return (tid.get_class(), tid.get_size(), tid.get_sign() if tid.get_class() == h5py.h5t.INTEGER else None)
 
 
@@ -246,13 +247,13 @@ def _dataset_record(info: DatasetInfo | None) -> list | None:
     return [list(info.shape), info.dtype.str, info.nbytes, info.stored, flat_plan, inline]
 
 
-def _ints(values) -> tuple[int, ...]:
+def _ints(values: list[Any]) -> tuple[int, ...]:  # values of a JSON record an isolated child sent
     if not all(type(v) is int for v in values):
         raise ValueError("not integers")
     return tuple(values)
 
 
-def _dataset_from_record(flat, dtypes: dict[str, np.dtype]) -> DatasetInfo | None:
+def _dataset_from_record(flat: list[Any] | None, dtypes: dict[str, np.dtype]) -> DatasetInfo | None:
     if flat is None:
         return None
     shape, dtype, nbytes, stored, flat_plan, inline = flat
@@ -271,7 +272,16 @@ def _dataset_from_record(flat, dtypes: dict[str, np.dtype]) -> DatasetInfo | Non
     return DatasetInfo(_ints(shape), dtypes[dtype], nbytes, plan, stored, data)
 
 
-_STOP = object()  # _visit: a global limit was reached; the walk ends
+class _Stop(enum.Enum):
+    """What the walk's steps return once a global limit was reached: the walk ends. A member of its own
+    type, not a bare object(), so that ``is _STOP`` narrows a step's result for the type checker."""
+
+    STOP = enum.auto()
+
+
+_STOP: Final = _Stop.STOP
+Links = list[tuple[bytes, int, int]]  # (link name, link type, address) of each member of a group, in name order
+Pipeline = list[tuple[int, int, tuple[int, ...], bytes]]  # each filter's (id, flags, client data, name): libhdf5's get_filter
 
 # libhdf5's metadata cache: small while objects are walked (each is visited once; its default grows to
 # 32 MB of object headers, ~110 MB of decoded messages for 10^5 parameters, held while the file is open),
@@ -311,7 +321,7 @@ def _header_reader(f: h5py.File, file_size: int, read_at: ReadAt | None = None) 
         offset_size, length_size = f.id.get_create_plist().get_sizes()
         if read_at is None:
             fd = f.id.get_vfd_handle()
-            read_at = functools.partial(os.pread, fd)
+            read_at = functools.partial(positional_io.pread, fd)
         return HeaderReader(read_at, file_size, f.id.get_create_plist().get_userblock(), offset_size, length_size)
     except Exception:
         return None
@@ -403,7 +413,7 @@ class _Walk:
                 stack.append((info, oid, iter(links)))
         self._check_total()
 
-    def _defer(self, parent: ObjectInfo, raw: bytes, link_type: int, address: int):
+    def _defer(self, parent: ObjectInfo, raw: bytes, link_type: int, address: int) -> _Stop | None:
         """A member of a deferred group: its link checked (§8.1) and counted; the object left for expand()."""
         try:
             name = raw.decode("utf-8")
@@ -454,7 +464,8 @@ class _Walk:
             self._check_total()
         return self.findings[first:]
 
-    def _open_group(self, info: ObjectInfo, gid, attributes: int | None, group=None, address: int | None = None):
+    def _open_group(self, info: ObjectInfo, gid: h5py.h5g.GroupID, attributes: int | None,
+                    group: h5py.h5g.GroupID | None = None, address: int | None = None) -> Links | _Stop | None:
         """A group's links, read before its attributes: a group whose links cannot be read is an object
         that cannot be read (§8.1, MD513), refused whole — its attributes and members unused (§12.1)
         — and None; _STOP once its attributes are over a limit of the whole file (MD511)."""
@@ -466,13 +477,14 @@ class _Walk:
             return _STOP
         return links
 
-    def _links(self, node: ObjectInfo, gid, group, address: int | None = None) -> list[tuple[bytes, int, int]] | None:
+    def _links(self, node: ObjectInfo, gid: h5py.h5g.GroupID, group: h5py.h5g.GroupID,
+               address: int | None = None) -> Links | None:
         """(link name, link type, address) of each member, in name order; one libhdf5 iteration per group. None
         when they cannot be read (reported: MD513) — the group's creation properties (its link info and
         group info messages, which every HDF5 library decodes to list a group) included, and, for links stored
         densely, the header of their name index (§8.1: checked before libhdf5 reads the index, and the number of
         links it records must be the number listed — libhdf5 sizes its name-order table by it)."""
-        links: list[tuple[bytes, int, int]] = []
+        links: Links = []
         cap = self.limits.max_objects
         recorded = None
         if address is not None and self.headers is not None:
@@ -484,7 +496,7 @@ class _Walk:
 
         listed = countable = 0
 
-        def collect(raw: bytes, info) -> int | None:
+        def collect(raw: bytes, info: h5py.h5l.LinkInfo) -> int | None:
             nonlocal listed, countable
             listed += 1
             # a link refused at its name or kind (MD302, MD500) counts nothing (§12.1 rule 2) and is always kept
@@ -517,7 +529,8 @@ class _Walk:
         links.sort()
         return links
 
-    def _visit(self, parent: ObjectInfo, gid, raw: bytes, link_type: int, address: int | None = None):
+    def _visit(self, parent: ObjectInfo, gid: h5py.h5g.GroupID, raw: bytes, link_type: int,
+               address: int | None = None) -> tuple[ObjectInfo, h5py.h5g.GroupID, int] | _Stop | None:
         try:
             name = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -569,13 +582,13 @@ class _Walk:
         self.finding("MD501", parent, "a committed datatype; only groups and datasets are allowed", name)
         return None
 
-    def _link_count(self, oid, address: int) -> int:
+    def _link_count(self, oid: h5py.h5o.ObjectID, address: int) -> int:
         """The object header's link count (§8.1), read from its bytes (object_header.py says why)."""
         if self.headers is None:  # a file driver without a descriptor: libhdf5's count
             return h5py.h5o.get_info(oid).rc
         return self.headers.link_count(address)
 
-    def _read_attributes(self, info: ObjectInfo, oid, n: int | None = None, address: int | None = None) -> bool:
+    def _read_attributes(self, info: ObjectInfo, oid: h5py.h5o.ObjectID, n: int | None = None, address: int | None = None) -> bool:
         """Record well-formed attributes (``n`` of them: the object header's count, when the caller has it);
         False once the attribute count is over the object limit. The header at ``address`` is read first
         (object_header.py): a dense storage libhdf5 would crash on cannot be read (§8.1)."""
@@ -646,7 +659,7 @@ class _Walk:
             info.refused_attrs = refused
         return True
 
-    def _check_dataset(self, info: ObjectInfo, did, address: int | None = None) -> DatasetInfo | None:
+    def _check_dataset(self, info: ObjectInfo, did: h5py.h5d.DatasetID, address: int | None = None) -> DatasetInfo | None:
         if address is not None and self.headers is not None:
             try:  # §8.2: a layout message of version 1 to 4 (HDF5 1.x libraries, h5wasm's among them, read no other)
                 version = self.headers.layout_version(address)
@@ -664,7 +677,7 @@ class _Walk:
             if dcpl.get_external_count() > 0:
                 self.finding("MD502", info, "external raw storage")
                 return None
-            pipeline = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())]
+            pipeline: Pipeline = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())]
             filters = [f[0] for f in pipeline]
             bad = [f for f in filters if f not in ALLOWED_FILTERS]
             if bad:
@@ -714,14 +727,16 @@ class _Walk:
         return DatasetInfo(shape, dtype, nbytes, plan, stored)
 
     @staticmethod
-    def _storage_dtype(tid) -> np.dtype | None:
+    def _storage_dtype(tid: h5py.h5t.TypeID) -> np.dtype | None:
         """The one allowed dtype of the same class, size and sign, if ``tid`` equals it in every field."""
         candidate = _STORAGE_TYPES.get(_type_key(tid))
         if candidate is not None and tid.equal(candidate[1]):
             return candidate[0]
         return None
 
-    def _storage_plan(self, info: ObjectInfo, did, layout, dcpl, shape, dtype, nbytes, pipeline, address=None):
+    def _storage_plan(self, info: ObjectInfo, did: h5py.h5d.DatasetID, layout: int, dcpl: h5py.h5p.PropDCID,
+                      shape: tuple[int, ...], dtype: np.dtype, nbytes: int, pipeline: Pipeline,
+                      address: int | None = None) -> tuple[StoragePlan | None, int] | Literal[False]:
         """Every byte the dataset declares is stored inside the file; nothing is left to fill values.
 
         False when not (reported); otherwise (how chunk_reader.py reads the bytes, or None: compact or empty,
@@ -752,7 +767,7 @@ class _Walk:
         # a single chunk's recorded size, whole (libhdf5 reports its low 32 bits): the size §8.3 checks
         recorded = self.headers.single_chunk_size(address) if address is not None and self.headers is not None else None
 
-        def visit(chunk_info) -> None:
+        def visit(chunk_info: h5py.h5d.StoreInfo) -> None:
             size = int(chunk_info.size) if recorded is None else recorded
             chunks.append(Chunk(tuple(int(o) for o in chunk_info.chunk_offset), int(chunk_info.byte_offset), size))
             if chunk_info.filter_mask:

@@ -9,10 +9,15 @@ fail in every other language. Patterns are run with ``$`` meaning end of input.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from functools import lru_cache
+from typing import Any
 
 import jsonschema
 from jsonschema import ValidationError
+
+Json = Any  # a JSON document or value, as json.loads gives it: None, bool, int, float, str, list or dict
+Check = Callable[[Json], bool]  # a compiled schema: is this document valid?
 
 
 @lru_cache(maxsize=None)
@@ -21,7 +26,8 @@ def _compile(pattern: str) -> re.Pattern:
     return re.compile(re.sub(r"(?<!\\)\$", r"\\Z", pattern))
 
 
-def _pattern(validator, pattern, instance, schema):
+def _pattern(validator: jsonschema.protocols.Validator, pattern: str, instance: Json,
+             schema: dict[str, Json]) -> Iterator[ValidationError]:
     if validator.is_type(instance, "string") and not _compile(pattern).search(instance):
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
@@ -47,7 +53,7 @@ def _validator_for(schema: dict) -> jsonschema.protocols.Validator:
 MAX_REPORTED = 8  # a hostile document can break a schema a million times; a few say enough
 
 
-def first_errors(schema: dict, instance) -> list[str]:
+def first_errors(schema: dict, instance: Json) -> list[str]:
     """Up to MAX_REPORTED messages ("location: problem"), found lazily; [] when ``instance`` is valid.
 
     A document nested too deeply for the validator to walk is reported, not raised. A valid document
@@ -95,11 +101,11 @@ class _NotCompilable(Exception):
     pass
 
 
-def _is_integer(value) -> bool:
+def _is_integer(value: Json) -> bool:
     return (type(value) is int) or (type(value) is float and value.is_integer())
 
 
-_TYPE_TESTS = {
+_TYPE_TESTS: dict[str, Check] = {
     "object": lambda v: isinstance(v, dict),
     "array": lambda v: isinstance(v, list),
     "string": lambda v: isinstance(v, str),
@@ -110,7 +116,7 @@ _TYPE_TESTS = {
 }
 
 
-def _json_equal(a, b) -> bool:
+def _json_equal(a: Json, b: Json) -> bool:
     """jsonschema's equality: true and 1 differ, 1 and 1.0 do not, containers compare element-wise."""
     if isinstance(a, str) or isinstance(b, str):
         return a == b
@@ -125,7 +131,7 @@ def _json_equal(a, b) -> bool:
     return a == b
 
 
-def _compile_check(schema):
+def _compile_check(schema: Json) -> Check:
     """A function instance → bool for ``schema``; _NotCompilable when it uses another keyword."""
     if schema is True:
         return lambda _: True
@@ -133,7 +139,7 @@ def _compile_check(schema):
         return lambda _: False
     if not isinstance(schema, dict):
         raise _NotCompilable(repr(schema)[:40])
-    tests = []
+    tests: list[Check] = []
     for keyword, value in schema.items():
         if keyword in _ANNOTATIONS:
             continue
@@ -144,7 +150,7 @@ def _compile_check(schema):
     if len(tests) == 1:
         return tests[0]
 
-    def check(instance) -> bool:
+    def check(instance: Json) -> bool:
         for test in tests:
             if not test(instance):
                 return False
@@ -153,7 +159,7 @@ def _compile_check(schema):
     return check
 
 
-def _compile_keyword(keyword: str, value, schema: dict):
+def _compile_keyword(keyword: str, value: Json, schema: dict[str, Json]) -> Check:
     if keyword == "type":
         kinds = [value] if isinstance(value, str) else value
         if not isinstance(kinds, list) or not all(k in _TYPE_TESTS for k in kinds):
@@ -199,7 +205,7 @@ def _compile_keyword(keyword: str, value, schema: dict):
         if not value:
             return lambda v: True
 
-        def unique(v) -> bool:
+        def unique(v: Json) -> bool:
             if not isinstance(v, list):
                 return True
             if all(isinstance(x, str) for x in v):
@@ -209,7 +215,7 @@ def _compile_keyword(keyword: str, value, schema: dict):
     raise _NotCompilable(keyword)
 
 
-def _compile_properties(schema: dict):
+def _compile_properties(schema: dict[str, Json]) -> Check:
     properties = schema.get("properties", {})
     if not isinstance(properties, dict) or "patternProperties" in schema:
         raise _NotCompilable("properties")
@@ -217,7 +223,7 @@ def _compile_properties(schema: dict):
     extra = schema.get("additionalProperties", True)
     extra_check = None if extra is True else _compile_check(extra)
 
-    def check(v) -> bool:
+    def check(v: Json) -> bool:
         if not isinstance(v, dict):
             return True
         for key, item in v.items():
@@ -232,16 +238,16 @@ def _compile_properties(schema: dict):
     return check
 
 
-_checks: dict[int, tuple[dict, object]] = {}
+_checks: dict[int, tuple[dict, Check | None]] = {}
 _MAX_CACHED = 256
 
 
-def _check_for(schema: dict):
+def _check_for(schema: dict) -> Check | None:
     """The compiled check of ``schema`` (cached per schema object), or None when it is not compilable."""
     cached = _checks.get(id(schema))
     if cached is None or cached[0] is not schema:
         try:
-            check = _compile_check(schema)
+            check: Check | None = _compile_check(schema)
         except (_NotCompilable, re.error, RecursionError):
             check = None
         if len(_checks) >= _MAX_CACHED:  # schemas of types files define come and go with the files
@@ -250,7 +256,7 @@ def _check_for(schema: dict):
     return cached[1]
 
 
-def compiled_check(schema):
+def compiled_check(schema: Json) -> Check | None:
     """For tests: the compiled check of ``schema`` (True/False per document; _Unsure may escape), or None."""
     try:
         return _compile_check(schema)

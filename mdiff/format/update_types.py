@@ -42,7 +42,7 @@ def parse_update_types(inventory: Inventory, datasets: Datasets, limits: Limits)
     return types, findings
 
 
-def _parse_one(name, path, inventory: Inventory, datasets: Datasets, limits: Limits, findings: list[Finding]) -> UpdateType | None:
+def _parse_one(name: str, path: str, inventory: Inventory, datasets: Datasets, limits: Limits, findings: list[Finding]) -> UpdateType | None:
     # onnx and onnxruntime: imported for the files that define types of their own, not by every reader
     from mdiff.updates.embedded import DEFINITION_SCHEMA, TYPE_NAME, check_function, dtype_of_function_dataset, make_type
 

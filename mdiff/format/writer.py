@@ -7,7 +7,8 @@ import os
 import re
 import zlib
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import h5py
 import numpy as np
@@ -26,8 +27,11 @@ from mdiff.format.names import encode_name
 from mdiff.format.schemas import first_errors
 from mdiff.format.chunk_reader import Slabs
 from mdiff.updates import REGISTRY, VERSIONS
-from mdiff.updates.base import TYPES, Update
+from mdiff.updates.base import TYPES, Update, UpdateType
 from mdiff.threads import Writeback
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 COMPRESSIONS = ("gzip", "none")
 _CHUNK_BYTES = 1 << 20  # 1 MiB chunks: cheap partial reads, good deflate ratio
@@ -46,7 +50,7 @@ def chunk_shape(shape: tuple[int, ...], itemsize: int, target_bytes: int = _CHUN
     return tuple(chunk)
 
 
-def deflate_rle(data) -> bytes:
+def deflate_rle(data: ReadableBuffer) -> bytes:
     """A zlib stream of ``data``: level 1, strategy ``Z_RLE`` (matches at distance 1 only) — SPEC.md §8.2, §11.
 
     Run-length deflate suits the byte planes of a delta (runs of zeros above the changed bits, then
@@ -142,7 +146,7 @@ class DiffWriter:
     """
 
     def __init__(
-        self, path, commit: Commit | None = None, compression: str = "gzip", extensions: Iterable[Mapping] = (),
+        self, path: str | os.PathLike[str], commit: Commit | None = None, compression: str = "gzip", extensions: Iterable[Mapping] = (),
         *, check_updates: bool = True,
     ):
         if compression not in COMPRESSIONS:
@@ -151,7 +155,7 @@ class DiffWriter:
         self.compression = compression
         self._names: set[str] = set()
         self._check_updates = check_updates  # off only to make invalid files for tests and conformance
-        self._types: dict = {}  # update types this file defines (§7.8)
+        self._types: dict[str, UpdateType] = {}  # update types this file defines (§7.8)
         self._update_types: h5py.Group | None = None
         self._files: h5py.Group | None = None  # §5.5
         self._file_paths: set[str] = set()
@@ -293,8 +297,9 @@ class DiffWriter:
     def __enter__(self) -> "DiffWriter":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc is None:
             self.close()
         else:
             self.abort()
@@ -319,7 +324,7 @@ def _os_error(exc: BaseException, path: Path) -> BaseException:
     return OSError(code, os.strerror(code), os.fspath(path))
 
 
-def _checked_type(name: str, definition: Mapping, functions: Mapping[str, bytes]):
+def _checked_type(name: str, definition: Mapping[str, Any], functions: Mapping[str, bytes]) -> UpdateType:
     """An embedded type, checked as a reader will check it (ValueError otherwise)."""
     from mdiff.updates.embedded import DEFINITION_SCHEMA, TYPE_NAME, check_function, make_type
 
@@ -336,7 +341,7 @@ def _checked_type(name: str, definition: Mapping, functions: Mapping[str, bytes]
     return make_type(name, definition, checked, DEFAULT_LIMITS)
 
 
-def _check_update(name: str, update: Update, kind) -> None:
+def _check_update(name: str, update: Update, kind: UpdateType) -> None:
     """The writer never writes an invalid file: the same checks a reader makes, on the metadata —
     §8.3's limits on the shape it declares and on its datasets (LimitError) included."""
     from mdiff.format.limits import shape_problem
@@ -372,7 +377,7 @@ def _check_file_update(path: str, update: Update, written: set[str]) -> None:
 
 
 def write(
-    path, updates: Mapping[str, Update], commit: Commit | None = None, compression: str = "gzip",
+    path: str | os.PathLike[str], updates: Mapping[str, Update], commit: Commit | None = None, compression: str = "gzip",
     *, check_updates: bool = True,
 ) -> None:
     """Write ``updates`` (parameter name → Update) as one .mdiff file; parameters go in name order.

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
+from mdiff.positional_io import pread
+
 NO_COMMIT = "0" * 64  # the side of a move where the ref did not exist
 MAX_MESSAGE_BYTES = 1000
 MAX_LINE_BYTES = 64 + 1 + 64 + 1 + 20 + 1 + MAX_MESSAGE_BYTES + 1
@@ -89,9 +91,9 @@ def append(fd: int, line: bytes) -> None:
     line left by a killed writer is cut off first, so that it never joins the new one. The caller holds
     the writers' lock (§13.6)."""
     size = os.fstat(fd).st_size
-    if size and os.pread(fd, 1, size - 1) != b"\n":
+    if size and pread(fd, 1, size - 1) != b"\n":
         start = max(0, size - MAX_LINE_BYTES)
-        tail = os.pread(fd, size - start, start)
+        tail = pread(fd, size - start, start)
         cut = tail.rfind(b"\n")
         if cut < 0 and start > 0:
             raise MalformedReflog(None, f"is longer than {MAX_LINE_BYTES} bytes")

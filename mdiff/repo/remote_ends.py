@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from mdiff import positional_io
 from mdiff.errors import RepositoryError
 from mdiff.format.limits import DEFAULT_LIMITS
 from mdiff.ranged_file import RangedFile
@@ -164,7 +165,7 @@ class LocalEnd(RemoteEnd):
         except FileNotFoundError:
             raise RepositoryError("MD801", f"{self.url} lists or names commit {commit_id[:12]} but does not "
                                            "serve it") from None
-        return RangedFile(lambda start, end: os.pread(fd, end - start, start), size,
+        return RangedFile(lambda start, end: positional_io.pread(fd, end - start, start), size,
                           f"{self.url} {directory}/{commit_id[:12]}", lambda: os.close(fd))
 
     def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int, directory: str = "commits") -> None:
