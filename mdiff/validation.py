@@ -53,7 +53,7 @@ def _validate_as_json(path, shown: str, limits: dict, check_data: bool) -> list[
 
 def _finding_of(item: object) -> Finding:
     """A finding an isolated child sent; ValueError when it is not one."""
-    from mdiff.format.rules import RULES
+    from mdiff.rules import RULES
 
     if not (isinstance(item, list) and len(item) == 3 and item[0] in RULES and all(isinstance(x, str) for x in item)):
         raise ValueError("not a finding")

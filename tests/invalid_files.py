@@ -1,5 +1,5 @@
 """Builders of invalid (and warning-only) .mdiff files: at least one per rule code of
-mdiff/format/rules.py (SPEC.md §12), except the checkpoint codes MD700–MD702 (tested in
+mdiff/rules.py (SPEC.md §12), except the checkpoint codes MD700–MD702 (tested in
 tests/test_checkpoints.py) and the apply-time codes MD600–MD602 (tested through
 ``mdiff.apply`` in tests/test_rules.py, which uses :func:`base_state`).
 

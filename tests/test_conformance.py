@@ -34,7 +34,7 @@ from mdiff.conformance import (
     summary_line,
     within_bounds,
 )
-from mdiff.format.rules import RULES
+from mdiff.rules import RULES
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "conformance"

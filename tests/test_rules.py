@@ -1,7 +1,7 @@
 """Every rule of SPEC.md §12, one or more hostile files each (tests/invalid_files.py).
 
 For each case: the validator reports the intended code first (with the severity and section
-of mdiff/format/rules.py); the reader refuses the file with that code (or, for rules that
+of mdiff/rules.py); the reader refuses the file with that code (or, for rules that
 depend on data, opens it and the applier refuses it); warnings leave the file valid; nothing
 ever raises anything but an MdiffError; and every builder writes the same bytes every time.
 Also: SPEC.md's table equals rules.py, every rule has a case, and the apply-time rules
@@ -23,7 +23,7 @@ import mdiff
 from mdiff.format.attributes import write_string
 from mdiff.format.dtypes import dtype_named
 from mdiff.format.findings import Finding
-from mdiff.format.rules import RULES
+from mdiff.rules import RULES
 from mdiff.updates.base import Update, sha256_hex
 
 try:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 from mdiff.conformance.compare import compare_files
 from mdiff.conformance.implementations import DEFAULT_TIMEOUT, Completed, Implementation, limit_args
 from mdiff.conformance.manifest import Case, Manifest
-from mdiff.format.rules import RULES
+from mdiff.rules import RULES
 
 _SEVERITIES = ("error", "warning")
 # A feature an implementation may claim (`IMPL features`): its validate stops at the first error, so an

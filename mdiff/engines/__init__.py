@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING
 
 from mdiff.engines.builtin import NUMPY, ONNX, AutoEngine
 from mdiff.plugins import Registry
-from mdiff.updates.base import Engine, Update
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the command line names the engines at start-up, before numpy is needed
     import numpy as np
+
+    from mdiff.updates.base import Engine, Update
 
 ENGINES = ("auto", "onnx", "numpy")  # those mdiff ships (the command line's choices)
 DEFAULT_ENGINE = "auto"  # each update type's preferred engine: the faster one, both proven equal
@@ -52,4 +53,4 @@ def apply_update(
 for _engine in (AutoEngine(engine_named), ONNX, NUMPY):
     REGISTERED.register(_engine)
 
-__all__ = ["DEFAULT_ENGINE", "ENGINES", "REGISTERED", "Engine", "apply_update", "engine_named", "register_engine"]
+__all__ = ["DEFAULT_ENGINE", "ENGINES", "REGISTERED", "apply_update", "engine_named", "register_engine"]

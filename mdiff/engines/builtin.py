@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import numpy as np
+if TYPE_CHECKING:  # the command line names the engines at start-up, before numpy is needed
+    import numpy as np
 
-from mdiff.updates.base import NUMPY_TWINS, Engine, Update, UpdateType
+    from mdiff.updates.base import Engine, Update, UpdateType
 
 
 class OnnxEngine:
@@ -30,6 +31,8 @@ class NumpyEngine:
     def run(self, kind: UpdateType, update: Update, base: np.ndarray | None, scratch: bool) -> np.ndarray | None:
         if kind.apply_numpy is None:
             return ONNX.run(kind, update, base, scratch)
+        from mdiff.updates.base import NUMPY_TWINS
+
         return NUMPY_TWINS.run(kind, update, base, scratch)
 
 

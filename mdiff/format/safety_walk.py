@@ -5,6 +5,10 @@ dataspaces, storage sizes, attribute sizes — never dataset data, and it
 stops at the object limit. It never follows a soft or external link and never
 visits an object twice. What it returns (an inventory of the objects that
 passed) is all the reader and validator look at afterwards.
+
+It is one module of ~800 lines because §8's rules are one walk: each check needs the state the walk
+has reached (the object visited, the limits spent so far), and split apart they would pass that state
+back and forth. The bytes below libhdf5's view live in object_header.py.
 """
 
 from __future__ import annotations

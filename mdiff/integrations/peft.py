@@ -1,4 +1,5 @@
-"""PEFT LoRA adapters as mdiff updates (SPEC.md §7.5).
+"""PEFT LoRA adapters as mdiff updates (SPEC.md §7.5). (One module of ~640 lines, most of it the rules of
+PEFT's own formats that it must follow exactly, each with its reason.)
 
 A LoRA adapter saved by PEFT's ``save_pretrained`` is a folder holding
 ``adapter_config.json`` and ``adapter_model.safetensors``. This module reads

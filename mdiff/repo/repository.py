@@ -5,7 +5,8 @@ commit, checkout, status, branches and tags, merge, squash, snapshots, diff, gc,
 clone, fetch, push, pull — each composed from the modules below it: states.py (the lazy state at a
 commit), changes.py (what a commit records), history.py (revisions), merge.py, snapshots.py,
 cleanup.py, fsck.py, transfer.py. None of them imports this module. A model is read and written one
-tensor at a time, never held whole.
+tensor at a time, never held whole. (~560 lines: thirty verbs with their documentation, each a few lines
+of composition; the work is in the modules below.)
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""What every update type shares (SPEC.md §7.1) and the contract each type module fulfils."""
+"""What every update type shares (SPEC.md §7.1) and the contract each type module fulfils.
+
+``Update``, ``UpdateType``, the engine protocol, the base checks, and how runs of updates compose
+(``Composition``, ``Change``, §13.4): ~530 lines that every type module and every applier read together."""
 
 from __future__ import annotations
 

@@ -183,7 +183,7 @@ def run_targets(path: str, limits_fields: dict | None, engines=("numpy", "onnx")
     import mdiff
     from mdiff.engines import apply_update
     from mdiff.format.findings import Finding
-    from mdiff.format.rules import RULES
+    from mdiff.rules import RULES
     from tests.fuzz.corpus import base_for
 
     limits = mdiff.Limits(**limits_fields) if limits_fields else mdiff.Limits()
