@@ -49,7 +49,7 @@ from mdiff.checkpoints import load_checkpoint, save_checkpoint  # noqa: E402
 from mdiff.engines import apply_update  # noqa: E402
 from mdiff.format.attributes import overwrite_string, write_string  # noqa: E402
 from mdiff.format.dtypes import DTYPES  # noqa: E402
-from mdiff.format.rules import RULES  # noqa: E402
+from mdiff.rules import RULES  # noqa: E402
 from mdiff.repo import Repository  # noqa: E402
 from mdiff.repo.states import StateClaims  # noqa: E402
 from mdiff.updates.base import sha256_hex  # noqa: E402
