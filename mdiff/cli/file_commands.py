@@ -147,12 +147,9 @@ def run_diff(args) -> int:
         commit = Commit(message=args.message or f"diff {args.old}..{args.new}", author=resolve_author(args.author),
                         date=args.date or default_date(), parents=tuple(args.parent), meta=parse_meta(args.meta))
         output = args.output or os.path.join(stack.enter_context(tempfile.TemporaryDirectory()), "diff.mdiff")
-        bar = ProgressBar("diff", enabled=False if args.quiet else None)
-        try:
+        with ProgressBar.of(args, "diff") as bar:
             summary = write_diff(old, new, output, commit, args.compression, progress=bar,
                                  update_version=args.update_version)
-        finally:
-            bar.close()
         size = os.path.getsize(output)
     counts = {t: sum(1 for v in summary.parameters.values() if v == t) for t in sorted(set(summary.parameters.values()))}
     if args.json:
@@ -197,11 +194,8 @@ def apply_arguments(p) -> None:
                               "has no checkpoint extension (with BASE's files updated by DIFF's). Every update is "
                               "checked against BASE first; every exact result is verified by its sha256.")
 def run_apply(args) -> int:
-    bar = ProgressBar("apply", enabled=False if args.quiet else None)
-    try:
+    with ProgressBar.of(args, "apply") as bar:
         count = apply_maybe_isolated(args, bar)
-    finally:
-        bar.close()
     if args.json:
         print(json.dumps({"output": args.output, "parameters": count}))
     else:

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+import argparse
+from typing import Any, TextIO
 
 
 class ProgressBar:
-    def __init__(self, label: str, enabled: bool | None = None, stream=None):
+    """``with ProgressBar.of(args, "commit") as bar:`` — a command's bar, closed however the command ends."""
+
+    def __init__(self, label: str, enabled: bool | None = None, stream: TextIO | None = None):
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else enabled
         self.label = label
@@ -31,3 +34,14 @@ class ProgressBar:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+    @classmethod
+    def of(cls, args: argparse.Namespace, label: str) -> ProgressBar:
+        """The bar of a command run with ``args``: none with -q, else where stderr is a terminal."""
+        return cls(label, enabled=False if getattr(args, "quiet", False) else None)
+
+    def __enter__(self) -> ProgressBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -84,11 +84,8 @@ def clone_arguments(p) -> None:
 def run_clone(args) -> int:
     from mdiff.repo import Repository
 
-    bar = ProgressBar("clone", enabled=False if args.quiet else None)
-    try:
+    with ProgressBar.of(args, "clone") as bar:
         repo, report = Repository.clone(args.url, args.directory, storage_options_of(args), bar, args.snapshots)
-    finally:
-        bar.close()
     branch, head = repo.head()
     print_result(args, {"repository": str(repo.dir), "branch": branch, "commit": head, "commits": len(report.commits),
                   "bytes": report.bytes},
@@ -131,11 +128,8 @@ def _fetch_lines(report) -> list[str]:
                               "leaves this repository as it was.")
 def run_fetch(args) -> int:
     repo = repository_of(args)
-    bar = ProgressBar("fetch", enabled=False if args.quiet else None)
-    try:
+    with ProgressBar.of(args, "fetch") as bar:
         report = repo.fetch(args.remote, storage_options_of(args), bar, args.snapshots)
-    finally:
-        bar.close()
     print_result(args, _fetch_data(report), "\n".join(_fetch_lines(report)))
     return 0
 
@@ -158,12 +152,9 @@ def pull_arguments(p) -> None:
                               "--strategy (SPEC.md §13.7; conflicts: nothing is committed, exit 1).")
 def run_pull(args) -> int:
     repo = repository_of(args)
-    bar = ProgressBar("pull", enabled=False if args.quiet else None)
-    try:
+    with ProgressBar.of(args, "pull") as bar:
         report, outcome, commit_id, conflicts = repo.pull(args.remote, args.branch, args.strategy, storage_options_of(args),
                                                           bar, message=args.message)
-    finally:
-        bar.close()
     data = {"fetch": _fetch_data(report), "outcome": outcome, "commit": commit_id,
             "conflicts": [{"parameter": n, "reason": r} for n, r in conflicts]}
     lines = _fetch_lines(report)
@@ -197,11 +188,8 @@ def run_push(args) -> int:
     branch = args.branch or repo.head()[0]
     if branch is None:
         raise UsageError("HEAD is detached: name the branch to push")
-    bar = ProgressBar("push", enabled=False if args.quiet else None)
-    try:
+    with ProgressBar.of(args, "push") as bar:
         report = repo.push(args.remote, branch, args.force, storage_options_of(args), bar, args.snapshots)
-    finally:
-        bar.close()
     data = {"remote": report.remote, "branch": report.branch, "before": report.before, "after": report.after,
             "commits": report.commits, "bytes": report.bytes, "forced": report.forced, "tags": report.tags,
             "snapshots": report.snapshots, "snapshot_bytes": report.snapshot_bytes}

@@ -83,13 +83,10 @@ def run_commit(args) -> int:
     repo = repository_of(args)
     explicit = low_rank_updates(args.low_rank, args.checkpoint) if args.low_rank else {}
     masks = sparse_masks(args.sparse_mask) if args.sparse_mask else {}
-    bar = ProgressBar("commit", enabled=False if args.quiet else None)
-    try:
+    with ProgressBar.of(args, "commit") as bar:
         summary = repo.make_commit(args.checkpoint, args.message, args.author, args.date, parse_meta(args.meta), explicit,
                                    progress=bar, wait=not args.no_wait, masks=masks, allow_empty=args.allow_empty,
                                    allow_deletions=args.allow_deletions, exclude=args.exclude)
-    finally:
-        bar.close()
     if summary is None:
         print_result(args, {"commit": None, "reason": "nothing changed"},
                f"nothing to commit: {args.checkpoint} holds HEAD's state (--allow-empty commits anyway)")
@@ -283,10 +280,9 @@ def run_checkout(args) -> int:
 
     if args.lazy and not args.remote:
         raise UsageError("--lazy reads a remote in place: give it with --remote URL")
-    bar = ProgressBar("checkout", enabled=False if args.quiet else None)
     moved: dict = {}
     with contextlib.ExitStack() as stack:
-        stack.callback(bar.close)
+        bar = stack.enter_context(ProgressBar.of(args, "checkout"))
         if args.lazy:
             from mdiff.repo.remote_repository import RemoteRepository
 
@@ -327,11 +323,8 @@ def status_arguments(p) -> None:
 def run_status(args) -> int:
     repo = repository_of(args)
     branch, head = repo.head()
-    bar = ProgressBar("status", enabled=False if args.quiet else None)
-    try:
+    with ProgressBar.of(args, "status") as bar:
         changes = repo.status(args.checkpoint, exclude=args.exclude, progress=bar)
-    finally:
-        bar.close()
     if args.json:
         print(json.dumps({"branch": branch, "head": head, "changes": changes.tensors, "files": changes.files,
                           "layout_changed": changes.layout_changed}))
@@ -441,13 +434,10 @@ def run_merge(args) -> int:
     from mdiff.repo.history import resolve  # on use: it brings h5py and numpy
 
     repo = repository_of(args)
-    bar = ProgressBar("merge", enabled=False if args.quiet else None)
-    try:
+    with ProgressBar.of(args, "merge") as bar:
         theirs = resolve(repo, args.rev)
         commit_id, conflicts = repo.merge(args.rev, args.strategy, args.message, args.author, args.date, parse_meta(args.meta), bar,
                                           fast_forward=args.fast_forward)
-    finally:
-        bar.close()
     if conflicts:
         if args.json:
             print(json.dumps({"error": {"code": "MD804", "conflicts": [{"parameter": n, "reason": r} for n, r in conflicts]}}))
@@ -564,11 +554,8 @@ def fsck_arguments(p) -> None:
                               "and parents. Exit 0 when sound, 1 otherwise.")
 def run_fsck(args) -> int:
     repo = repository_of(args)
-    bar = ProgressBar("fsck", enabled=False if args.quiet else None)
-    try:
+    with ProgressBar.of(args, "fsck") as bar:
         findings = repo.fsck(check_data=not args.no_data, progress=bar)
-    finally:
-        bar.close()
     errors = [f for f in findings if f.is_error]
     if args.json:
         print(json.dumps({"sound": not errors, "findings": [f.to_json() for f in findings]}))
