@@ -7,8 +7,9 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -133,13 +134,18 @@ def masked_update(old: np.ndarray, new: np.ndarray, mask: np.ndarray) -> Update:
 def updates_between(old: Mapping[str, np.ndarray], new: Mapping, explicit: Mapping[str, Update] = {},
                     masks: Mapping[str, np.ndarray] = {}, inexact: frozenset[str] = frozenset(),
                     names: Iterable[str] | None = None, done: Callable[[str], None] | None = None,
-                    ) -> Iterable[tuple[str, Update]]:
+                    known_sha256: Mapping[str, str | None] = {}) -> Iterator[tuple[str, Update]]:
     """(name, update) taking ``old`` to ``new``: explicit updates win, masked parameters store just
     their masked elements, the rest are exact diffs. A parameter in ``inexact`` (its value in ``old``
     was made by an inexact update) gets no exact update that reads its base: its result, as a
     ``replace``, instead (§13.4, MD805). ``names``: the parameters to look at (default: all); ``done(name)``
-    is called as each has been looked at (progress)."""
-    for name in sorted(set(old) | set(new) | set(explicit)) if names is None else sorted(names):
+    is called as each has been looked at (progress). ``known_sha256``: the sha256 of ``old``'s values that
+    the caller has verified already (a repository's state), which are then not hashed again.
+
+    The next parameter's update is made on another thread while the caller writes this one (a commit's
+    writer talks to libhdf5 on its own thread): one parameter ahead, so that about two are in memory."""
+
+    def update_of(name: str) -> Update | None:
         update: Update | None
         if name in explicit:
             update = explicit[name]
@@ -148,16 +154,43 @@ def updates_between(old: Mapping[str, np.ndarray], new: Mapping, explicit: Mappi
                 raise RepositoryError("MD801", f"sparse mask for {name!r}, which is not in both states")
             update = masked_update(old[name], new[name], masks[name])
         else:
-            update = diff_tensor(old[name] if name in old else None, new[name] if name in new else None)
+            update = diff_tensor(old[name] if name in old else None, new[name] if name in new else None,
+                                 base_sha256=known_sha256.get(name))
             if update is None:
-                if done is not None:
-                    done(name)
-                continue
-        if done is not None:
-            done(name)
+                return None
         kind = update.update_type
         if name in inexact and kind.carries_sha256 and kind.needs_base:
             result = apply_update(update, old[name], name)
             assert result is not None  # an update that carries a sha256 has a result
             update = replace.encode(result)
-        yield name, update
+        return update
+
+    order = sorted(set(old) | set(new) | set(explicit)) if names is None else sorted(names)
+    for name, update in one_ahead(order, update_of):
+        if done is not None:
+            done(name)
+        if update is not None:
+            yield name, update
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def one_ahead(items: Iterable[T], work: Callable[[T], R]) -> Iterator[tuple[T, R]]:
+    """(item, work(item)) in order, each item's work done on one thread of its own while the caller handles the
+    item before — never two at once, so ``work`` may read what is not thread-safe (a state's files). Not the
+    shared pool: ``work`` waits on that pool (hashing, inflating), which must never wait on its own threads."""
+    with ThreadPoolExecutor(1, thread_name_prefix="mdiff-ahead") as ahead:  # its exit waits for the work in flight
+        pending: tuple[T, Future[R]] | None = None
+        try:
+            for item in items:
+                previous, pending = pending, (item, ahead.submit(work, item))
+                if previous is not None:
+                    yield previous[0], previous[1].result()
+            if pending is not None:
+                last, pending = pending, None
+                yield last[0], last[1].result()
+        finally:  # closed early (an error, or the caller stopped): the next item's work is not started
+            if pending is not None:
+                pending[1].cancel()

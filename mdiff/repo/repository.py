@@ -183,10 +183,11 @@ class Repository(Store):
         file_kinds: dict[str, str] = {}
         layout_changed = False
         claims = old.claims  # becomes the new state's, for its digest (§4.2 `state_sha256`)
+        known_sha256 = {name: sha256 for name, (_, _, sha256) in claims.parameters.items()}  # read values match them
 
         def write(writer: DiffWriter) -> None:
             nonlocal layout_changed
-            for name, update in updates_between(old, new, explicit, masks, frozenset(inexact), names, done):
+            for name, update in updates_between(old, new, explicit, masks, frozenset(inexact), names, done, known_sha256):
                 writer.add(name, update)
                 claims.after(update, name)
                 counts["deleted" if update.type == "delete" else "changed" if name in old else "added"] += 1
