@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Generator, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
-from typing import Callable
+from typing import Callable, TypeVar
 
 THREADS = max(1, min(8, os.cpu_count() or 1))
 
@@ -52,3 +53,26 @@ class Writeback:
         """Let a sync in flight finish (before the final fsync, or before the file is removed)."""
         if self._running is not None:
             self._running.exception()
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def one_ahead(items: Iterable[T], work: Callable[[T], R]) -> Generator[tuple[T, R], None, None]:
+    """(item, work(item)) in order, each item's work done on one thread of its own while the caller handles the
+    item before — never two at once, so ``work`` may read what is not thread-safe (a state's files). Not the
+    shared pool: ``work`` waits on that pool (hashing, inflating), which must never wait on its own threads."""
+    with ThreadPoolExecutor(1, thread_name_prefix="mdiff-ahead") as ahead:  # its exit waits for the work in flight
+        pending: tuple[T, Future[R]] | None = None
+        try:
+            for item in items:
+                previous, pending = pending, (item, ahead.submit(work, item))
+                if previous is not None:
+                    yield previous[0], previous[1].result()
+            if pending is not None:
+                last, pending = pending, None
+                yield last[0], last[1].result()
+        finally:  # closed early (an error, or the caller stopped): the next item's work is not started
+            if pending is not None:
+                pending[1].cancel()

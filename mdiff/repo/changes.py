@@ -7,9 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +19,7 @@ from mdiff.errors import RepositoryError
 from mdiff.format.dtypes import DType, as_bits, canonical, dtype_of, from_bits, xor_bits
 from mdiff.format.layout import Layout
 from mdiff.frameworks import numpy_state
+from mdiff.threads import one_ahead
 from mdiff.updates import replace, sparse
 from mdiff.updates.base import Update, sha256_hex
 
@@ -171,26 +171,3 @@ def updates_between(old: Mapping[str, np.ndarray], new: Mapping, explicit: Mappi
             done(name)
         if update is not None:
             yield name, update
-
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def one_ahead(items: Iterable[T], work: Callable[[T], R]) -> Iterator[tuple[T, R]]:
-    """(item, work(item)) in order, each item's work done on one thread of its own while the caller handles the
-    item before — never two at once, so ``work`` may read what is not thread-safe (a state's files). Not the
-    shared pool: ``work`` waits on that pool (hashing, inflating), which must never wait on its own threads."""
-    with ThreadPoolExecutor(1, thread_name_prefix="mdiff-ahead") as ahead:  # its exit waits for the work in flight
-        pending: tuple[T, Future[R]] | None = None
-        try:
-            for item in items:
-                previous, pending = pending, (item, ahead.submit(work, item))
-                if previous is not None:
-                    yield previous[0], previous[1].result()
-            if pending is not None:
-                last, pending = pending, None
-                yield last[0], last[1].result()
-        finally:  # closed early (an error, or the caller stopped): the next item's work is not started
-            if pending is not None:
-                pending[1].cancel()

@@ -40,7 +40,7 @@ from mdiff.errors import ApplyError, InvalidFileError, RepositoryError
 from mdiff.format.dtypes import DType
 from mdiff.format.layout import Layout
 from mdiff.format.reader import DiffFile
-from mdiff.threads import in_pool, shared_pool
+from mdiff.threads import in_pool, one_ahead, shared_pool
 from mdiff.repo.claims import StateClaims, snapshot_claims, snapshot_disagreement, snapshot_inexact
 from mdiff.repo.plan import ClosedCommit, Plan, Step, plan_commit, segments
 from mdiff.updates.base import Change, check_base, read_ahead, spec_of
@@ -280,7 +280,7 @@ class StateView(CheckpointReader):
         """Every tensor, each read and verified once: without ``output`` a dict (of numpy arrays, or of
         ``framework``'s tensors); with it, written as a checkpoint file or a model folder (SPEC.md §10.2)
         and the paths written returned (see Repository.checkout)."""
-        from mdiff.checkpoints import save_state
+        from mdiff.checkpoints import save_state, write_order
         from mdiff.frameworks import check_framework, to_framework
         from mdiff.progress import ByteCounter, tensor_bytes
 
@@ -289,19 +289,24 @@ class StateView(CheckpointReader):
         done = ByteCounter(progress, ((name, tensor_bytes(self, name)) for name in names) if progress else ())
         if output is None:
             result: dict[str, Any] = {}
-            for name in names:
-                result[name] = to_framework(self.read(name), framework)
-                done(name)
+            with contextlib.closing(one_ahead(names, self.read)) as values:  # the next read while this one is kept
+                for name, value in values:
+                    result[name] = to_framework(value, framework)
+                    done(name)
             return result
 
-        def fetch(name: str) -> np.ndarray:
-            value = self.read(name)
-            done(name)
-            return value
-
         entries = [(name, *self.spec(name)) for name in names]
-        return save_state(output, entries, fetch, files=self.files, layout=self.layout, template=template,
-                          max_shard_size=max_shard_size)
+        layout = self.layout
+        with contextlib.closing(one_ahead(write_order(output, entries, layout, max_shard_size), self.read)) as values:
+
+            def fetch(name: str) -> np.ndarray:  # the next tensor is read while the writer writes this one
+                ahead_name, value = next(values)
+                assert ahead_name == name  # save_state fetches in write_order's order
+                done(name)
+                return value
+
+            return save_state(output, entries, fetch, files=self.files, layout=layout, template=template,
+                              max_shard_size=max_shard_size)
 
     # ------------------------------------------------------------ tensors
     def _index(self) -> dict[str, tuple[tuple[int, ...], DType]]:
