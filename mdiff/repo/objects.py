@@ -70,6 +70,8 @@ class CommitFiles(RepositoryFolder):
         self.isolation: Isolation | None = (Isolation() if isolation_supported() else None) if isolation == "auto" \
             else isolation  # type: ignore[assignment]
         self._facts: dict[str, CommitFacts] = {}
+        # by commit id: the identity and times of the file whose bytes this process hashed to that id (§13.2)
+        self._verified: dict[str, os.stat_result] = {}
         self._inexact: dict[str, frozenset[str]] = {}  # by commit id: the inexact values of its state (§13.4)
 
     def existing_commit(self, commit_id: str, what: str) -> str:
@@ -193,19 +195,26 @@ class CommitFiles(RepositoryFolder):
         otherwise; MD801 when there is no such regular file). The file is opened once and hashed
         through that descriptor, and the name given reopens that descriptor, so what is read is what
         was hashed even if the file is replaced meanwhile; a file changed in place while it is hashed
-        or read (its size, modification or change time moved) is refused (MD800) when the block ends."""
+        or read (its size, modification or change time moved) is refused (MD800) when the block ends.
+
+        A file this process has hashed already is not hashed again while it is the same file with the same
+        size, modification and change time (what §13.2 calls unchanged: any write moves both times, and
+        no process can set a change time): a repository's walks reopen the commits of one history often."""
         relative = f"commits/{commit_id}.mdiff"
         try:
             fd, before = self._open_file(relative)
         except FileNotFoundError:
             raise RepositoryError("MD801", f"commit {commit_id[:12]} is not in the repository") from None
         try:
-            got = _sha256_of(fd, before.st_size)
-            if got != commit_id:
+            known = self._verified.get(commit_id)
+            if known is None or not same_file(known, before):  # else: the very file hashed before, unchanged
+                got = _sha256_of(fd, before.st_size)
+                if got != commit_id:
+                    self._check_unchanged(fd, before, commit_id)
+                    raise RepositoryError("MD800", f"commit file {commit_id[:12]} is corrupt: its bytes hash to "
+                                                   f"{(got or 'nothing (it ended early)')[:12]}")
                 self._check_unchanged(fd, before, commit_id)
-                raise RepositoryError("MD800", f"commit file {commit_id[:12]} is corrupt: its bytes hash to "
-                                               f"{(got or 'nothing (it ended early)')[:12]}")
-            self._check_unchanged(fd, before, commit_id)
+                self._verified[commit_id] = before
             path = self.commit_path(commit_id)
             readable = reopenable(fd, path)
             yield readable
