@@ -40,6 +40,7 @@ from mdiff.repo.fsck import fsck
 from mdiff.repo.history import ancestors, first_parent_line, merge_base, resolve
 from mdiff.repo.merge import MergedState, Strategy
 from mdiff.repo.names import COMMIT_ID
+from mdiff.repo.parent_values import ParentValues, open_predecessor
 from mdiff.repo.reflog import ReflogEntry
 from mdiff.repo.remotes import add_remote, open_end, tracking_refs
 from mdiff.repo.states import StateView
@@ -72,6 +73,10 @@ class Repository(Store):
     States are given as a checkpoint path (a file, or a model folder with the files beside its
     weights) or as an in-memory state dict of numpy arrays or torch tensors.
     """
+
+    # (commit id, checkpoint path, exclude) of the checkpoint this object committed last: the next commit on
+    # top of it reads the parent's values there where they still hash to the parent's (parent_values.py)
+    _last_committed: tuple[str, str, tuple[str, ...]] | None = None
 
     # ------------------------------------------------------------ creation and discovery
     @classmethod
@@ -147,7 +152,10 @@ class Repository(Store):
             branch, head = self.head()
             with contextlib.ExitStack() as stack:
                 new = open_new_state(stack, new_state, exclude)
-                old = stack.enter_context(self.open_state(head))
+                last = self._last_committed
+                predecessor = open_predecessor(stack, last[1], last[2]) if last and head and last[0] == head \
+                    and not _same_path(last[1], new_state) else None  # a file written over holds the new state
+                old = ParentValues(stack.enter_context(self.open_state(head)), predecessor)
                 masks = {k: np.asarray(numpy_state(masks)[k], dtype=bool) for k in masks} if masks else {}
                 summary = self._write_commit(
                     old, new, message, (head,) if head else (), explicit or {}, progress, masks,
@@ -155,9 +163,12 @@ class Repository(Store):
                     **_author_fields(author, date, meta))
             if summary is not None:
                 self.advance(branch, summary.commit_id, f"commit: {message.splitlines()[0] if message else ''}")
+            made = summary.commit_id if summary is not None else head
+            self._last_committed = (made, os.fspath(new_state), tuple(exclude)) \
+                if made and isinstance(new_state, (str, os.PathLike)) else None
         return summary
 
-    def _write_commit(self, old: StateView, new: Mapping[str, Any], message: str, parents: tuple[str, ...],
+    def _write_commit(self, old: StateView | ParentValues, new: Mapping[str, Any], message: str, parents: tuple[str, ...],
                       explicit: Mapping[str, Update], progress: Progress | None, masks: Mapping[str, np.ndarray] = {},
                       *, allow_empty: bool = True, allow_deletions: bool = True, snapshot: bool = True,
                       branch: str | None = None, only: Iterable[str] | None = None,
@@ -561,3 +572,7 @@ class Repository(Store):
 def _author_fields(author: AuthorLike, date: str | None, meta: Mapping[str, str] | None) -> dict[str, Any]:
     """The commit's author (given, else the environment's, as git finds it), date and meta."""
     return {"date": date or default_date(), "meta": dict(meta or {}), "author": resolve_author(author)}
+
+
+def _same_path(path: str, state: NewState) -> bool:
+    return isinstance(state, (str, os.PathLike)) and os.path.realpath(path) == os.path.realpath(os.fspath(state))

@@ -1,0 +1,111 @@
+"""A commit reads its parent's values from the checkpoint the repository committed last, where they still hash
+to the parent's (mdiff/repo/parent_values.py): the same commits, without replaying the history.
+
+Counted by work, not time: how many values the parent's state replays (StateView.read calls)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("safetensors")
+from safetensors.numpy import save_file  # noqa: E402
+
+from mdiff.repo import Repository  # noqa: E402
+from mdiff.repo.states import StateView  # noqa: E402
+
+DATE = "2026-01-01T00:00:00Z"
+NAMES = ("a", "b", "c")
+
+
+def versions(count: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(7)
+    state = {name: rng.standard_normal((32, 16)).astype(np.float32) for name in NAMES}
+    made = [state]
+    for _ in range(count - 1):
+        state = {k: (v + np.float32(1e-3) * rng.standard_normal(v.shape).astype(np.float32)) for k, v in state.items()}
+        made.append(state)
+    return made
+
+
+@pytest.fixture
+def replays(monkeypatch) -> list[str]:
+    """The names whose value a StateView replays from the history."""
+    seen: list[str] = []
+    read = StateView.read
+
+    def counted(self, name):
+        seen.append(name)
+        return read(self, name)
+
+    monkeypatch.setattr(StateView, "read", counted)
+    return seen
+
+
+def files(tmp_path, states) -> list[str]:
+    paths = []
+    for i, state in enumerate(states):
+        path = tmp_path / f"checkpoint-{i}.safetensors"
+        save_file(state, str(path))
+        paths.append(str(path))
+    return paths
+
+
+def commit_all(root, paths, fresh: bool) -> list[str]:
+    """Commit each checkpoint in turn: with one Repository object, or a new one for each (another process)."""
+    repo = Repository.init(root)
+    ids = []
+    for i, path in enumerate(paths):
+        if fresh:
+            repo = Repository(root)
+        ids.append(repo.commit(path, f"v{i}", date=DATE))
+    return ids
+
+
+def test_one_object_commits_the_same_ids_without_replaying_the_parent(tmp_path, replays):
+    paths = files(tmp_path, versions(4))
+    fresh = commit_all(tmp_path / "fresh", paths, fresh=True)
+    replayed_fresh = len(replays)
+    replays.clear()
+    kept = commit_all(tmp_path / "kept", paths, fresh=False)
+    assert kept == fresh
+    assert replayed_fresh == 3 * len(NAMES)  # every commit after the root replayed every parent value
+    assert replays == []  # the kept object took each parent value from the checkpoint it committed last
+
+
+def test_a_checkpoint_changed_since_is_not_believed(tmp_path, replays):
+    states = versions(3)
+    paths = files(tmp_path, states)
+    repo = Repository.init(tmp_path / "repo")
+    first = [repo.commit(paths[0], "v0", date=DATE), repo.commit(paths[1], "v1", date=DATE)]
+    tampered = dict(states[1], b=states[1]["b"] + np.float32(1))
+    save_file(tampered, paths[1])  # the file committed last now holds other values
+    replays.clear()
+    last = repo.commit(paths[2], "v2", date=DATE)
+    # the first value checked ("a", unchanged) is taken; "b" fails its hash, and from then on the history serves
+    assert replays == ["b", "c"]
+    other = Repository.init(tmp_path / "other")
+    save_file(states[1], paths[1])
+    assert [other.commit(p, f"v{i}", date=DATE) for i, p in enumerate(paths)] == [*first, last]
+    assert {k: v.tolist() for k, v in repo.checkout(last).items()} == {k: v.tolist() for k, v in states[2].items()}
+
+
+def test_a_removed_checkpoint_or_one_written_over_falls_back_to_the_history(tmp_path, replays):
+    states = versions(3)
+    paths = files(tmp_path, states)
+    repo = Repository.init(tmp_path / "repo")
+    repo.commit(paths[0], "v0", date=DATE)
+    repo.commit(paths[1], "v1", date=DATE)
+    (tmp_path / "checkpoint-1.safetensors").unlink()
+    replays.clear()
+    repo.commit(paths[2], "v2", date=DATE)
+    assert sorted(replays) == sorted(NAMES)
+    # one path written over with each new state: its old values are gone, nothing is read from it twice
+    same = tmp_path / "model.safetensors"
+    again = Repository.init(tmp_path / "again")
+    for i, state in enumerate(states):
+        save_file(state, str(same))
+        replays.clear()
+        again.commit(str(same), f"v{i}", date=DATE)
+        assert sorted(replays) == (sorted(NAMES) if i else [])
+    assert {k: v.tolist() for k, v in again.checkout("HEAD").items()} == {k: v.tolist() for k, v in states[2].items()}

@@ -1,0 +1,370 @@
+#!/usr/bin/env python3
+"""Issue 32's figures: what a commit and a checkout of a large model cost, beside the peers, in CPU seconds.
+
+The pair: N tensors of 4096×4096 float32 (16 × = 1 GiB), the successor = base + 1e-4·randn (every value
+changes), each a .safetensors file. Every trial runs in a fresh child process, so that each pays the same
+start-up and nothing is shared in memory; the child reports the CPU of the operation alone — its own,
+its threads', and its children's (the isolated reader's child is closed and reaped before it reports) —
+and of its main thread (time.thread_time), and the wall time. Contenders are rotated every repetition;
+the report gives medians and the load average.
+
+  commit    mdiff: `Repository.commit(new.safetensors)` on a repository holding the base (defaults)
+            ZipNN 0.5.4 delta: both files loaded, each tensor delta-compressed against the base, fsynced
+            zstd -3 -T2 of new.safetensors, fsynced          safetensors: load_file + save_file + fsync
+  checkout  mdiff: `Repository.checkout("HEAD", out.safetensors)` (atomic, fsynced)
+            ZipNN: the base and the delta decompressed, saved + fsync      zstd -d, fsynced
+            safetensors: load_file
+  threads   mdiff's commit and checkout wall time with MDIFF_THREADS=1 and with the machine's cores
+  chain     a chain of commits (each successor = the last + 1e-4·randn): each commit's CPU, the last ÷ the first —
+            `mdiff commit` of one file written over, a process each; and one process committing each version's
+            own file, as a training loop or the Trainer's callback does
+
+    python tools/bench/pipeline.py [--tensors 16] [--repeat 3] [--chain 20 --chain-tensors 4] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+import measuring  # noqa: E402
+
+SIDE = 4096
+DATE = "2026-01-01T00:00:00Z"
+
+
+# ---------------------------------------------------------------- in the child: one operation, measured
+def _cpu() -> tuple[float, float]:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def _close_isolated_workers() -> None:
+    """The isolated reader's child lives as long as this process: closed (and reaped) so that its CPU counts."""
+    from mdiff import isolation
+
+    for worker in list(isolation._WORKERS.values()):
+        worker.close()
+
+
+def _fsynced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _zipnn(delta: bool):
+    import zipnn
+
+    if delta:
+        return zipnn.ZipNN(input_format="byte", bytearray_dtype="float32", delta_compressed_type="byte")
+    return zipnn.ZipNN(input_format="byte", bytearray_dtype="float32")
+
+
+def op_mdiff_commit(work: Path) -> None:
+    from mdiff.repo import Repository
+
+    Repository(work / "repo").commit(str(work / "new.safetensors"), "fine-tune", date=DATE)
+
+
+def op_mdiff_checkout(work: Path) -> None:
+    from mdiff.repo import Repository
+
+    Repository(work / "repo").checkout("HEAD", str(work / "out.safetensors"))
+
+
+def op_zipnn_commit(work: Path) -> None:
+    from safetensors.numpy import load_file
+
+    base, new = load_file(str(work / "base.safetensors")), load_file(str(work / "new.safetensors"))
+    codec = _zipnn(delta=True)
+    (work / "zipnn").mkdir(exist_ok=True)
+    for i, name in enumerate(sorted(new)):
+        _fsynced(work / "zipnn" / f"{i}.delta", bytes(codec.compress(new[name].tobytes(),
+                                                                      delta_second_data=base[name].tobytes())))
+
+
+def op_zipnn_checkout(work: Path) -> None:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    whole, delta = _zipnn(delta=False), _zipnn(delta=True)
+    state = {}
+    for i, name in enumerate(sorted(json.loads((work / "zipnn-index.json").read_text()))):
+        base = bytes(whole.decompress((work / "zipnn" / f"{i}.base").read_bytes()))
+        value = bytes(delta.decompress((work / "zipnn" / f"{i}.delta").read_bytes(), delta_second_data=base))
+        state[name] = np.frombuffer(value, np.float32).reshape(SIDE, SIDE)
+    save_file(state, str(work / "out.safetensors"))
+    measuring.fsync_file(work / "out.safetensors")
+
+
+def op_zstd_commit(work: Path) -> None:
+    subprocess.run(["zstd", "-q", "-f", "-3", "-T2", str(work / "new.safetensors"), "-o", str(work / "new.zst")],
+                   check=True)
+    measuring.fsync_file(work / "new.zst")
+
+
+def op_zstd_checkout(work: Path) -> None:
+    subprocess.run(["zstd", "-q", "-f", "-d", str(work / "new.zst"), "-o", str(work / "out.safetensors")], check=True)
+    measuring.fsync_file(work / "out.safetensors")
+
+
+def op_safetensors_commit(work: Path) -> None:
+    from safetensors.numpy import load_file, save_file
+
+    save_file(load_file(str(work / "new.safetensors")), str(work / "out.safetensors"))
+    measuring.fsync_file(work / "out.safetensors")
+
+
+def op_safetensors_checkout(work: Path) -> None:
+    from safetensors.numpy import load_file
+
+    load_file(str(work / "new.safetensors"))
+
+
+
+
+OPERATIONS = {name[3:]: fn for name, fn in globals().items() if name.startswith("op_")}
+
+
+def child(op: str, work: Path) -> None:
+    """Run one operation here and print what it cost as JSON (the last line of stdout)."""
+    import numpy  # noqa: F401  (imported before the clock starts: every contender needs it)
+
+    if op.startswith("mdiff"):
+        import mdiff.repo.repository  # noqa: F401
+    cpu0, kids0, main0, wall0 = *_cpu(), time.thread_time(), time.perf_counter()
+    OPERATIONS[op](work)
+    wall, main = time.perf_counter() - wall0, time.thread_time() - main0
+    _close_isolated_workers()
+    cpu1, kids1 = _cpu()
+    print(json.dumps({"cpu": cpu1 - cpu0 + kids1 - kids0, "main": main, "wall": wall}))
+
+
+# ---------------------------------------------------------------- in the parent: files, trials, report
+def trial(op: str, work: Path, threads: int | None = None) -> dict:
+    env = dict(os.environ)
+    if threads is not None:
+        env["MDIFF_THREADS"] = str(threads)
+    done = subprocess.run([sys.executable, __file__, "--child", op, str(work)], capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise RuntimeError(f"{op} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def make_pair(work: Path, tensors: int, seed: int = 0) -> None:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(seed)
+    base = {f"layer.{i:02d}.weight": rng.standard_normal((SIDE, SIDE), np.float32) for i in range(tensors)}
+    save_file(base, str(work / "base.safetensors"))
+    new = {k: (v + np.float32(1e-4) * rng.standard_normal(v.shape, np.float32)).astype(np.float32)
+           for k, v in base.items()}
+    save_file(new, str(work / "new.safetensors"))
+
+
+def prepare(work: Path) -> None:
+    """The repository holding the base (kept as a template), mdiff's commit of the new state, and the peers'
+    files that their checkouts read."""
+    from safetensors.numpy import load_file
+
+    from mdiff.repo import Repository
+
+    template = work / "template"
+    Repository.init(template).commit(str(work / "base.safetensors"), "base", date=DATE)
+    shutil.copytree(template, work / "repo", symlinks=True)
+    op_mdiff_commit(work)
+    base = load_file(str(work / "base.safetensors"))
+    (work / "zipnn-index.json").write_text(json.dumps(sorted(base)))
+    whole = _zipnn(delta=False)
+    (work / "zipnn").mkdir(exist_ok=True)
+    for i, name in enumerate(sorted(base)):
+        _fsynced(work / "zipnn" / f"{i}.base", bytes(whole.compress(base[name].tobytes())))
+    op_zipnn_commit(work)
+    op_zstd_commit(work)
+
+
+def reset_repository(work: Path, committed: bool) -> None:
+    """A commit trial starts from the base alone; a checkout trial from the base and mdiff's commit."""
+    shutil.rmtree(work / "repo")
+    shutil.copytree(work / ("committed" if committed else "template"), work / "repo", symlinks=True)
+
+
+COMMITS = ("mdiff_commit", "zipnn_commit", "zstd_commit", "safetensors_commit")
+CHECKOUTS = ("mdiff_checkout", "zipnn_checkout", "zstd_checkout", "safetensors_checkout")
+
+
+def race(work: Path, repeat: int, model_bytes: int, log) -> dict:
+    shutil.copytree(work / "repo", work / "committed", symlinks=True)
+    results: dict = {op: [] for op in COMMITS + CHECKOUTS}
+    threads: dict = {("commit", 1): [], ("commit", None): [], ("checkout", 1): [], ("checkout", None): []}
+    for r in range(repeat):
+        order = list(COMMITS + CHECKOUTS)
+        order = order[r % len(order):] + order[:r % len(order)]
+        for op in order:
+            if op.startswith("mdiff"):
+                reset_repository(work, committed=op.endswith("checkout"))
+            measuring.prime(int(1.25 * model_bytes))
+            results[op].append(trial(op, work))
+            log(f"  {op}: {results[op][-1]}  (load {measuring.loadavg()})")
+        for kind, n in ((k, t) for t in ((1, None) if r % 2 == 0 else (None, 1)) for k in ("commit", "checkout")):
+            reset_repository(work, committed=kind == "checkout")
+            measuring.prime(int(1.25 * model_bytes))
+            threads[(kind, n)].append(trial(f"mdiff_{kind}", work, threads=n))
+    return {"trials": results, "threads": {f"{k}-{'1' if n == 1 else 'all'}": v for (k, n), v in threads.items()}}
+
+
+def chain(work: Path, length: int, tensors: int, log) -> list[dict]:
+    """Each commit of a chain, in a fresh process (as `mdiff commit` runs), one file written over with each
+    version: its CPU."""
+    folder = work / "chain"
+    folder.mkdir()
+    _chain_root(folder, tensors)
+    costs = []
+    for i in range(length):
+        _next_version(folder / "new.safetensors", folder / "new.safetensors", seed=i)
+        costs.append(trial("mdiff_commit", folder))
+        log(f"  chain commit {i + 1}: {costs[-1]}")
+    return costs
+
+
+def _chain_root(folder: Path, tensors: int) -> None:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from mdiff.repo import Repository
+
+    rng = np.random.default_rng(1)
+    save_file({f"layer.{i:02d}.weight": rng.standard_normal((SIDE, SIDE), np.float32) for i in range(tensors)},
+              str(folder / "new.safetensors"))
+    Repository.init(folder / "repo").commit(str(folder / "new.safetensors"), "root", date=DATE)
+
+
+def _next_version(source: Path, target: Path, seed: int) -> None:
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    rng = np.random.default_rng(100 + seed)
+    state = load_file(str(source))
+    save_file({k: (v + np.float32(1e-4) * rng.standard_normal(v.shape, np.float32)).astype(np.float32)
+               for k, v in state.items()}, str(target))
+
+
+def op_chain_loop(work: Path) -> None:
+    """A training loop's chain: one process, one Repository, each version its own file (as the Trainer's
+    checkpoint-N folders); prints each commit's CPU (this process's threads) and main-thread CPU."""
+    from mdiff.repo import Repository
+
+    length = int((work / "length").read_text())
+    repo = Repository(work / "repo")
+    previous = work / "new.safetensors"
+    for i in range(length):
+        version = work / f"v{i}.safetensors"
+        _next_version(previous, version, seed=i)
+        cpu0, main0 = time.process_time(), time.thread_time()
+        repo.commit(str(version), f"v{i}", date=DATE)
+        print(json.dumps({"cpu": time.process_time() - cpu0, "main": time.thread_time() - main0}), flush=True)
+        previous = version
+
+
+def chain_loop(work: Path, length: int, tensors: int, log) -> list[dict]:
+    folder = work / "loop"
+    folder.mkdir()
+    _chain_root(folder, tensors)
+    (folder / "length").write_text(str(length))
+    done = subprocess.run([sys.executable, __file__, "--child", "chain_loop", str(folder)], capture_output=True,
+                          text=True)
+    if done.returncode:
+        raise RuntimeError(f"chain_loop failed:\n{done.stderr[-3000:]}")
+    costs = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    for i, cost in enumerate(costs):
+        log(f"  loop commit {i + 1}: {cost}")
+    return costs
+
+
+def median(values: list[dict], key: str) -> float:
+    return statistics.median(v[key] for v in values)
+
+
+def report(data: dict) -> str:
+    t = data["race"]["trials"]
+    lines = [f"{data['machine']}; load before {data['load_before']}, after {data['load_after']}; "
+             f"{data['tensors']} tensors of {SIDE}×{SIDE} float32 ({data['model_bytes'] / (1 << 30):.2f} GiB), "
+             f"medians of {data['repeat']}", "",
+             "| operation | mdiff CPU s | main thread | ZipNN delta | zstd | safetensors | ÷ ZipNN | ÷ zstd |",
+             "|---|---|---|---|---|---|---|---|"]
+    for kind in ("commit", "checkout"):
+        m, z, s, st = (median(t[f"{who}_{kind}"], "cpu") for who in ("mdiff", "zipnn", "zstd", "safetensors"))
+        main = median(t[f"mdiff_{kind}"], "main")
+        lines.append(f"| {kind} | {m:.2f} | {main:.2f} ({main / m:.0%}) | {z:.2f} | {s:.2f} | {st:.2f} | "
+                     f"{m / z:.2f}× | {m / s:.2f}× |")
+    th = data["race"]["threads"]
+    lines += ["", "| mdiff wall s | 1 thread | all cores | all ÷ 1 |", "|---|---|---|---|"]
+    for kind in ("commit", "checkout"):
+        one, every = median(th[f"{kind}-1"], "wall"), median(th[f"{kind}-all"], "wall")
+        lines.append(f"| {kind} | {one:.2f} | {every:.2f} | {every / one:.2f}× |")
+    for key, how in (("chain", "`mdiff commit` of one file written over, a process each"),
+                     ("loop", "one process committing each version's own file (a training loop)")):
+        if data.get(key):
+            cpus = [c["cpu"] for c in data[key]]
+            lines += ["", f"chain of {len(cpus)} commits ({data['chain_tensors']} tensors), {how}: CPU s "
+                          + ", ".join(f"{c:.2f}" for c in cpus) + f"; last ÷ first {cpus[-1] / cpus[0]:.2f}×"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tensors", type=int, default=16, help="4096×4096 float32 tensors (16: 1 GiB)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--chain", type=int, default=20, help="commits of the chain (0: none)")
+    parser.add_argument("--chain-tensors", type=int, default=4)
+    parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    parser.add_argument("--child", nargs=2, metavar=("OP", "WORK"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child and args.child[0] == "chain_loop":
+        op_chain_loop(Path(args.child[1]))
+        return 0
+    if args.child:
+        child(args.child[0], Path(args.child[1]))
+        return 0
+
+    def log(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="mdiff-pipeline-", dir=os.environ.get("MDIFF_BENCH_DIR")) as tmp:
+        work = Path(tmp)
+        data: dict = {"machine": measuring.machine(), "load_before": measuring.loadavg(), "tensors": args.tensors,
+                      "repeat": args.repeat, "model_bytes": args.tensors * SIDE * SIDE * 4,
+                      "chain_tensors": args.chain_tensors}
+        log("making the pair and the peers' files…")
+        make_pair(work, args.tensors)
+        prepare(work)
+        data["race"] = race(work, args.repeat, data["model_bytes"], log)
+        data["chain"] = chain(work, args.chain, args.chain_tensors, log) if args.chain else []
+        data["loop"] = chain_loop(work, args.chain, args.chain_tensors, log) if args.chain else []
+        data["load_after"] = measuring.loadavg()
+    text = report(data)
+    print(text)
+    if args.json:
+        args.json.write_text(json.dumps(data, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
