@@ -6,8 +6,8 @@
 It commits ``model.state_dict()`` every 10 steps with the step and the loss in the commit's meta —
 in the background (``BackgroundCommits``): training goes on while a commit runs, one commit at a time,
 and a commit's error is raised at the next one or at the end — then checks out an earlier commit as a
-state dict and loads it with ``load_state_dict(strict=True)``, and writes the commit with the lowest loss to ``REPO_DIR/best.safetensors``. Needs torch
-(``pip install 'mdiff[torch]'``); runs in seconds on a CPU.
+state dict and loads it with ``load_state_dict(strict=True)``, and writes the commit with the lowest
+loss to ``REPO_DIR/best.safetensors``. Needs torch (``pip install 'mdiff[torch]'``); runs in seconds on a CPU.
 """
 
 from __future__ import annotations
