@@ -95,7 +95,7 @@ def test_the_plain_pytorch_example_runs(tmp_path, monkeypatch, capsys):
 _TRAINING_STATE = {"optimizer.pt", "scheduler.pt", "training_args.bin", "rng_state.pth", "scaler.pt"}
 
 
-def _trainer(tmp_path, callbacks, trainer_class=None, **options):
+def _trainer(tmp_path, callbacks, trainer_class=None, eval_dataset=None, **options):
     torch.manual_seed(0)
     config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2)
@@ -104,7 +104,7 @@ def _trainer(tmp_path, callbacks, trainer_class=None, **options):
                  "seed": 0, "disable_tqdm": True, **options}
     return (trainer_class or transformers.Trainer)(
         model=transformers.LlamaForCausalLM(config), args=transformers.TrainingArguments(**arguments),
-        train_dataset=_Tokens(32), callbacks=callbacks)
+        train_dataset=_Tokens(32), eval_dataset=eval_dataset, callbacks=callbacks)
 
 
 def _dated(tmp_path, **options):
@@ -175,16 +175,16 @@ def test_every_save_is_committed_in_order_bit_for_bit(tmp_path):
             assert (out / name).read_bytes() == (folder / name).read_bytes(), (step, name)
 
 
-def test_no_commit_reads_a_folder_while_the_trainer_saves_and_rotates(tmp_path, monkeypatch):
-    # save_total_limit=1: each save deletes the folder before it. Each commit starts reading only once the
-    # Trainer has reached its next save (or the end of training), and checks that no save started meanwhile.
+def _late_commits(tmp_path, monkeypatch, **options):
+    """A run whose every commit starts reading only once the Trainer has reached its next save (or the end
+    of training), and checks that no save started meanwhile and that its folder is still there."""
     reached, saves = threading.Condition(), {"reached": 0, "started": 0}
+    reached_at_save: dict[str, int] = {}  # checkpoint folder → arrivals counted when it was saved
     make_commit = Repository.make_commit
 
     def late_commit(self, folder, *args, **kwargs):
         with reached:
-            seen = saves["reached"]
-            reached.wait_for(lambda: saves["reached"] > seen, timeout=60)
+            assert reached.wait_for(lambda: saves["reached"] > reached_at_save[folder.name], timeout=60)
         started = saves["started"]
         summary = make_commit(self, folder, *args, **kwargs)
         assert saves["started"] == started and folder.is_dir(), f"a save started while {folder} was committed"
@@ -209,15 +209,35 @@ def test_no_commit_reads_a_folder_while_the_trainer_saves_and_rotates(tmp_path, 
             if control.should_training_stop:
                 self.arrive()
 
+        def on_save(self, args, state, control, **kwargs):
+            with reached:
+                reached_at_save[f"checkpoint-{state.global_step}"] = saves["reached"]
+
     monkeypatch.setattr(Repository, "make_commit", late_commit)
     callback = _dated(tmp_path)
-    _trainer(tmp_path, [Probe(), callback], Saving, save_total_limit=1).train()
-    assert saves["started"] == 3 and len(callback.commits) == 3
+    _trainer(tmp_path, [Probe(), callback], Saving, **options).train()
+    return callback, saves["started"]
+
+
+def test_no_commit_reads_a_folder_while_the_trainer_saves_and_rotates(tmp_path, monkeypatch):
+    # save_total_limit=1: each save deletes the folder before it
+    callback, saves = _late_commits(tmp_path, monkeypatch, save_total_limit=1)
+    assert saves == 3 and len(callback.commits) == 3
     assert [p.name for p in (tmp_path / "run").iterdir()] == ["checkpoint-6"]
     repo = Repository.find(tmp_path / "history")
     out = tmp_path / "out"
     repo.checkout(callback.commits[-1], out)
     assert (out / "model.safetensors").read_bytes() == (tmp_path / "run" / "checkpoint-6" / "model.safetensors").read_bytes()
+
+
+def test_the_last_commit_is_done_before_the_trainer_deletes_all_but_the_best_checkpoint(tmp_path, monkeypatch):
+    # load_best_model_at_end with save_total_limit=1: after the run's last log the Trainer deletes every
+    # checkpoint but the best (here the first: the highest loss is "best"), the one just saved included.
+    callback, saves = _late_commits(
+        tmp_path, monkeypatch, save_total_limit=1, eval_strategy="steps", eval_steps=2, load_best_model_at_end=True,
+        metric_for_best_model="loss", greater_is_better=True, eval_dataset=_Tokens(8))
+    assert saves == 3 and len(callback.commits) == 3
+    assert [p.name for p in (tmp_path / "run").iterdir()] == ["checkpoint-2"]
 
 
 def _failing_first_commit(monkeypatch):
