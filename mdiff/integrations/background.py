@@ -126,11 +126,15 @@ class BackgroundCommits:
 
 def _report_unraised(flight: _Flight) -> None:
     """At exit (or when the owner is collected): a commit whose error nobody will raise is logged."""
-    future = flight.future
+    future, what = flight.future, flight.what
+
+    def report(done: Future[Any]) -> None:
+        error = done.exception()
+        if error is not None:
+            log.error("%s failed and no save or wait raised it", what, exc_info=error)
+
     if future is not None:
-        what = flight.what
-        future.add_done_callback(lambda done: done.exception() is not None and log.error(
-            "%s failed and no save or wait raised it", what, exc_info=done.exception()))
+        future.add_done_callback(report)
 
 
 def frozen_state(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
