@@ -91,13 +91,13 @@ class TimedCallback(MdiffCallback):
         super().__init__(repository, date=lambda step: next(dates), **options)
         self.seconds: dict[str, float] = {}  # commit id → seconds its commit took
 
-    def on_save(self, args, state, control, **kwargs):
-        made = len(self.commits)
+    def commit_checkpoint(self, folder, message, date, meta):
+        # runs on the callback's worker thread, one commit at a time
         started = time.perf_counter()
-        super().on_save(args, state, control, **kwargs)
-        elapsed = time.perf_counter() - started
-        if len(self.commits) > made:
-            self.seconds[self.commits[-1]] = elapsed
+        summary = super().commit_checkpoint(folder, message, date, meta)
+        if summary is not None:
+            self.seconds[summary.commit_id] = time.perf_counter() - started
+        return summary
 
 
 class Examples(torch.utils.data.Dataset):

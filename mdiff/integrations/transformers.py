@@ -10,6 +10,15 @@ weights, shard by shard, with the config, generation config and tokenizer files 
 optimizer, scheduler, RNG and training-arguments files are training state and are left out — with
 the global step, the epoch and the metrics logged at that step in the commit's ``meta``. Only
 the main process commits. An unchanged model makes no commit.
+
+Commits run in the background (``background=True``, the default): ``on_save`` returns right after the
+Trainer's own save, and the commit reads the checkpoint folder on a worker thread while training goes on.
+One commit at a time: before the Trainer starts its next save — which may delete older checkpoint folders
+(``save_total_limit``) — the callback waits for the commit in flight (at the step or epoch end that will
+save, at an evaluation that may save the best model, at the last log before the Trainer removes checkpoints,
+and at the end of training). A commit's error is raised there, at the next save or at ``on_train_end``,
+and no commit is made until it has been. A killed run keeps every commit that finished, and nothing
+half-written; a normal interpreter exit lets the commit in flight finish (``close()`` waits too).
 """
 
 from __future__ import annotations
@@ -21,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy
 
+from mdiff.integrations.background import BackgroundCommits
 from mdiff.repo.repository import CommitSummary, Repository
 
 log = logging.getLogger(__name__)
@@ -35,13 +45,16 @@ class MdiffCallback(TrainerCallback):
     ``message`` is formatted with the step and epoch (``"step {step}"``); ``author`` as for
     ``Repository.commit`` (default: the environment's, as git finds it); ``date`` is the commit date, or a
     function of the step giving it (default: now, or ``$SOURCE_DATE_EPOCH``: for reproducible commit ids);
-    ``exclude`` names more files of the checkpoint folder to leave out (globs). What each commit recorded is
-    in ``summaries`` (CommitSummary), its id in ``commits``.
+    ``exclude`` names more files of the checkpoint folder to leave out (globs). What each finished commit
+    recorded is in ``summaries`` (CommitSummary, in the order of the saves), its id in ``commits``.
+    ``background=False`` commits on the training thread, in ``on_save`` (for debugging); ``wait()`` blocks
+    until the commit in flight is done and raises its error; ``close()`` also stops the worker thread.
     """
 
     def __init__(self, repository: str | os.PathLike[str] = ".", *, branch: str | None = None,
                  message: str = "step {step}", author: str | None = None,
-                 date: str | Callable[[int], str] | None = None, exclude: Iterable[str] = ()):
+                 date: str | Callable[[int], str] | None = None, exclude: Iterable[str] = (),
+                 background: bool = True):
         self.path = Path(repository)
         self.branch = branch
         self.message = message
@@ -50,6 +63,7 @@ class MdiffCallback(TrainerCallback):
         self.exclude = tuple(exclude)
         self.summaries: list[CommitSummary] = []
         self._repo: Repository | None = None
+        self._background = BackgroundCommits(background)
 
     @property
     def commits(self) -> list[str]:
@@ -70,20 +84,63 @@ class MdiffCallback(TrainerCallback):
                         self._repo.set_head(self.branch)
         return self._repo
 
-    def on_save(self, args, state, control, **kwargs):
-        if not state.is_world_process_zero:
-            return
-        folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
-        meta = {"step": str(state.global_step), **({"epoch": _number(state.epoch)} if state.epoch is not None else {}),
-                **logged_metrics(state.log_history or [], state.global_step)}
-        text = self.message.format(step=state.global_step, epoch=state.epoch)
-        date = self.date(state.global_step) if callable(self.date) else self.date
-        summary = self._repository().make_commit(folder, text, self.author, date, meta=meta, exclude=self.exclude)
+    def commit_checkpoint(self, folder: Path, message: str, date: str | None,
+                          meta: Mapping[str, str]) -> CommitSummary | None:
+        """Commit one checkpoint folder (on the worker thread, unless ``background=False``); None when it
+        holds the last commit's state. A subclass may wrap it (to time each commit, say)."""
+        return self._repository().make_commit(folder, message, self.author, date, meta=meta, exclude=self.exclude)
+
+    def wait(self) -> None:
+        """Block until the commit in flight is done; raise its error if it failed."""
+        self._background.wait()
+
+    def close(self) -> None:
+        """Wait for the commit in flight (raising its error) and stop the worker thread."""
+        self._background.close()
+
+    def _record(self, folder: Path, summary: CommitSummary | None) -> None:
         if summary is None:
             log.info("%s holds the last commit's state; nothing committed", folder)
         else:
             self.summaries.append(summary)
             log.info("committed %s as %s: %s", folder, summary.commit_id[:12], summary.line())
+
+    def on_save(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        # Everything read from the Trainer is read now, on its thread: it moves on once this returns.
+        meta = {"step": str(state.global_step), **({"epoch": _number(state.epoch)} if state.epoch is not None else {}),
+                **logged_metrics(state.log_history or [], state.global_step)}
+        text = self.message.format(step=state.global_step, epoch=state.epoch)
+        date = self.date(state.global_step) if callable(self.date) else self.date
+        self._background.submit(lambda: self.commit_checkpoint(folder, text, date, meta),
+                                lambda summary: self._record(folder, summary), what=f"the commit of {folder}")
+
+    # The Trainer's next save writes a new folder and then may delete older ones (save_total_limit), all
+    # inside _save_checkpoint, before on_save: the commit in flight must be done before that save starts.
+    # DefaultFlowCallback runs first, so control.should_save already says whether this step saves.
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if control.should_save:
+            self.wait()
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        if control.should_save:
+            self.wait()
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        if args.save_strategy == SaveStrategy.BEST:  # the save is decided by this evaluation, after it
+            self.wait()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        # At the end the Trainer logs the run's metrics, then may load the best checkpoint and delete the
+        # others (save_total_limit=1) before on_train_end.
+        if control.should_training_stop:
+            self.wait()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.wait()
 
 
 # Logged numbers that measure the machine, not the model: they would make every run's commit ids differ.
