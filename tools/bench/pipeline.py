@@ -25,6 +25,7 @@ the report gives medians and the load average.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -190,14 +191,16 @@ def prepare(work: Path) -> None:
     Repository.init(template).commit(str(work / "base.safetensors"), "base", date=DATE)
     shutil.copytree(template, work / "repo", symlinks=True)
     op_mdiff_commit(work)
-    base = load_file(str(work / "base.safetensors"))
-    (work / "zipnn-index.json").write_text(json.dumps(sorted(base)))
-    whole = _zipnn(delta=False)
-    (work / "zipnn").mkdir(exist_ok=True)
-    for i, name in enumerate(sorted(base)):
-        _fsynced(work / "zipnn" / f"{i}.base", bytes(whole.compress(base[name].tobytes())))
-    op_zipnn_commit(work)
-    op_zstd_commit(work)
+    if "zipnn" in PEERS:
+        base = load_file(str(work / "base.safetensors"))
+        (work / "zipnn-index.json").write_text(json.dumps(sorted(base)))
+        whole = _zipnn(delta=False)
+        (work / "zipnn").mkdir(exist_ok=True)
+        for i, name in enumerate(sorted(base)):
+            _fsynced(work / "zipnn" / f"{i}.base", bytes(whole.compress(base[name].tobytes())))
+        op_zipnn_commit(work)
+    if "zstd" in PEERS:
+        op_zstd_commit(work)
 
 
 def reset_repository(work: Path, committed: bool) -> None:
@@ -206,8 +209,11 @@ def reset_repository(work: Path, committed: bool) -> None:
     shutil.copytree(work / ("committed" if committed else "template"), work / "repo", symlinks=True)
 
 
-COMMITS = ("mdiff_commit", "zipnn_commit", "zstd_commit", "safetensors_commit")
-CHECKOUTS = ("mdiff_checkout", "zipnn_checkout", "zstd_checkout", "safetensors_checkout")
+# the peers this machine has (tools/bench/requirements.txt installs ZipNN; zstd is Debian's): the others are left out
+PEERS = ("mdiff", *(("zipnn",) if importlib.util.find_spec("zipnn") else ()), *(("zstd",) if shutil.which("zstd") else ()),
+         "safetensors")
+COMMITS = tuple(f"{who}_commit" for who in PEERS)
+CHECKOUTS = tuple(f"{who}_checkout" for who in PEERS)
 
 
 def race(work: Path, repeat: int, model_bytes: int, log) -> dict:
@@ -302,6 +308,14 @@ def median(values: list[dict], key: str) -> float:
     return statistics.median(v[key] for v in values)
 
 
+def _shown(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds:.2f}"  # —: a peer this machine lacks
+
+
+def _ratio(mine: float, theirs: float | None) -> str:
+    return "—" if theirs is None else f"{mine / theirs:.2f}×"
+
+
 def report(data: dict) -> str:
     t = data["race"]["trials"]
     lines = [f"{data['machine']}; load before {data['load_before']}, after {data['load_after']}; "
@@ -310,10 +324,12 @@ def report(data: dict) -> str:
              "| operation | mdiff CPU s | main thread | ZipNN delta | zstd | safetensors | ÷ ZipNN | ÷ zstd |",
              "|---|---|---|---|---|---|---|---|"]
     for kind in ("commit", "checkout"):
-        m, z, s, st = (median(t[f"{who}_{kind}"], "cpu") for who in ("mdiff", "zipnn", "zstd", "safetensors"))
+        m, z, s, st = (median(t[f"{who}_{kind}"], "cpu") if t.get(f"{who}_{kind}") else None
+                       for who in ("mdiff", "zipnn", "zstd", "safetensors"))
+        assert m is not None and st is not None
         main = median(t[f"mdiff_{kind}"], "main")
-        lines.append(f"| {kind} | {m:.2f} | {main:.2f} ({main / m:.0%}) | {z:.2f} | {s:.2f} | {st:.2f} | "
-                     f"{m / z:.2f}× | {m / s:.2f}× |")
+        lines.append(f"| {kind} | {m:.2f} | {main:.2f} ({main / m:.0%}) | {_shown(z)} | {_shown(s)} | {st:.2f} | "
+                     f"{_ratio(m, z)} | {_ratio(m, s)} |")
     th = data["race"]["threads"]
     lines += ["", "| mdiff wall s | 1 thread | all cores | all ÷ 1 |", "|---|---|---|---|"]
     for kind in ("commit", "checkout"):
