@@ -29,7 +29,7 @@ from numpy.typing import DTypeLike
 
 from mdiff import positional_io
 from mdiff.errors import InvalidFileError
-from mdiff.threads import THREADS, in_pool, shared_pool
+from mdiff.threads import in_pool, pool_size, shared_pool
 
 
 class RangeSource(Protocol):
@@ -390,7 +390,7 @@ def _read_blocks(fd: Source, plan: StoragePlan, shape: tuple[int, ...], out: np.
 
 
 def _each(decode: Callable[[_T], None], chunks: Sequence[_T], nbytes: int) -> None:
-    if nbytes >= _PARALLEL_BYTES and len(chunks) > 1 and THREADS > 1 and not in_pool():
+    if nbytes >= _PARALLEL_BYTES and len(chunks) > 1 and pool_size() > 1 and not in_pool():
         list(shared_pool().map(decode, chunks))
     else:
         for chunk in chunks:
