@@ -55,7 +55,7 @@ def build_parser(commands: Iterable[Command]) -> argparse.ArgumentParser:
         p = sub.add_parser(command.name, help=command.help, description=command.description)
         command.arguments(p)
         add_verbose(p)
-        add_threads(p, default=argparse.SUPPRESS)  # not to undo `mdiff --threads N COMMAND`
+        add_threads(p, after_the_command=True)
         p.set_defaults(run=command.run)
     return parser
 

@@ -46,11 +46,16 @@ def add_quiet(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
-def add_threads(p: argparse.ArgumentParser, default: object = None) -> None:
-    """--threads N: the pool's threads (mdiff.threads) for this run; ``default`` SUPPRESS where another
-    parser (the program's, before the command) may already have set it."""
-    p.add_argument("--threads", type=threads_of, default=default, metavar="N",
-                   help=f"threads for deflating, inflating and hashing (default: ${ENVIRONMENT}, else one per core)")
+def add_threads(p: argparse.ArgumentParser, after_the_command: bool = False) -> None:
+    """--threads N: the pool's threads (mdiff.threads) for this run. The program's parser shows it; a
+    command's parser takes it too but leaves it out of its help (one line less on every command's) and
+    sets nothing when it is not given, not to undo `mdiff --threads N COMMAND`."""
+    if after_the_command:
+        p.add_argument("--threads", type=threads_of, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    else:
+        p.add_argument("--threads", type=threads_of, default=None, metavar="N",
+                       help=f"threads for deflating, inflating and hashing (default: ${ENVIRONMENT}, else one "
+                            "per core); also after the command")
 
 
 def threads_of(text: str) -> int:
