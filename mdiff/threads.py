@@ -80,8 +80,8 @@ def shared_pool() -> ThreadPoolExecutor:
 
 
 def set_threads(n: int) -> None:
-    """Use ``n`` threads from now on (over ``$MDIFF_THREADS``): the pool is built anew; work already sent to
-    the old one still runs there, whose threads then end. ValueError when ``n`` < 1."""
+    """Use ``n`` threads from now on (over ``$MDIFF_THREADS``): the pool is built anew at its next use; work
+    already sent to the old one still runs there, whose threads then end. ValueError when ``n`` < 1."""
     if isinstance(n, bool) or not isinstance(n, int):
         raise TypeError(f"the number of threads is a whole number, not {n!r}")
     if n < 1:
@@ -105,10 +105,10 @@ def threads_for(n: int | None) -> Iterator[None]:
 
 def _choose(n: int | None) -> None:
     global _pool, _chosen
+    # The old pool is let go, not shut down: a thread that fetched it just before may still submit to it
+    # (shutdown would refuse that); once no one holds it, its threads finish what was sent and end.
     with _lock:
-        old, _pool, _chosen = _pool, None, n
-    if old is not None:
-        old.shutdown(wait=False)
+        _pool, _chosen = None, n
 
 
 def _forget_pool_in_child() -> None:

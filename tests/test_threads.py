@@ -157,3 +157,22 @@ def test_cli_an_invalid_mdiff_threads_is_a_usage_error_before_any_work(capsys, m
         f"or leave it out for one per core ({threads.available_cores()} here)")
     monkeypatch.setenv(threads.ENVIRONMENT, "all")
     assert main(["--threads", "2", "init", str(tmp_path / "repo")]) == 0  # --threads wins over the environment
+
+
+def test_the_pool_let_go_finishes_its_work_and_its_threads_end():
+    import threading
+    import time
+
+    with threads.threads_for(3):
+        old_pool = threads.shared_pool()
+        futures = [old_pool.submit(time.sleep, 0.01) for _ in range(6)]
+        workers = [t for t in threading.enumerate() if t.name.startswith("mdiff_")]
+        with threads.threads_for(1):
+            assert threads.shared_pool() is not old_pool and threads.pool_size() == 1
+            assert threads.shared_pool().submit(sum, [1, 2]).result() == 3
+            old_pool.submit(time.sleep, 0)  # one that fetched the old pool just before may still use it
+            del old_pool
+            assert [f.result() for f in futures] == [None] * 6
+            for worker in workers:
+                worker.join(timeout=60)  # a bound against a hang, not a measure
+            assert [w.name for w in workers if w.is_alive()] == []
