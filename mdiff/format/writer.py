@@ -68,8 +68,8 @@ def shuffle_into(data: np.ndarray, itemsize: int, out: np.ndarray) -> None:
     (an edge chunk, as libhdf5 pads it with the fill value): byte plane k, the k-th byte of every element,
     is the k-th of ``itemsize`` equal runs of ``out``.
 
-    Plane by plane (a strided read, a contiguous write): on the pool's threads, 1.5× the speed of numpy's
-    copy of the transposed view.
+    Plane by plane (a strided read, a contiguous write each), as the reader unshuffles: into a buffer
+    the caller keeps, which a transposed copy (``np.ascontiguousarray(x.T)``) cannot reuse.
     """
     elements, plane = data.size // itemsize, out.size // itemsize
     for byte in range(itemsize):
@@ -82,8 +82,9 @@ _scratch = threading.local()
 
 def _scratch_buffer(size: int) -> np.ndarray:
     """This thread's buffer for one chunk being deflated, kept from chunk to chunk: a new one each time
-    costs its pages' faults, another 10 % on the shuffle. What is written there must be used up before
-    the thread's next chunk (deflate copies it out)."""
+    costs its pages' faults (on the pool, 64 MiB in 1 MiB chunks: 2.3–3.0 GB/s into new buffers, 2.9–3.4
+    into this one). What is written there must be used up before the thread's next chunk (deflate copies
+    it out)."""
     buffer = getattr(_scratch, "buffer", None)
     if buffer is None or buffer.size < size:
         buffer = _scratch.buffer = np.empty(size, np.uint8)
