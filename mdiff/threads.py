@@ -1,29 +1,126 @@
-"""One pool of threads for the work that releases the GIL: inflating chunks, hashing results.
+"""One pool of threads for the work that releases the GIL (inflating, deflating, hashing), sized to the cores.
 
-libhdf5 and the Python code around it use one core; zlib/ISA-L and hashlib release the GIL on
-large buffers, so these run side by side on the others.
+libhdf5 and the Python code around it use one core; zlib/ISA-L, hashlib and numpy's copies release the
+GIL on large buffers, so these run side by side on the others. The pool has as many threads as the
+cores this process may use, unless ``MDIFF_THREADS`` or :func:`set_threads` says otherwise; how many
+there are never changes a file's bytes (the writer's window of chunks in flight is fixed: §11).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Generator, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from functools import lru_cache
-from typing import Callable, TypeVar
+from contextlib import contextmanager
+from typing import Callable, Iterator, TypeVar
 
-THREADS = max(1, min(8, os.cpu_count() or 1))
+ENVIRONMENT = "MDIFF_THREADS"
+
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_pool_threads = 0  # the threads of _pool, while there is one
+_chosen: int | None = None  # by set_threads; None: $MDIFF_THREADS, else the cores
 
 
-@lru_cache(maxsize=1)
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, where the system says), at least 1."""
+    count: int | None
+    if sys.version_info >= (3, 13):
+        count = os.process_cpu_count()
+    elif hasattr(os, "sched_getaffinity"):  # Linux: a container or `taskset` may allow fewer than the machine has
+        count = len(os.sched_getaffinity(0))
+    else:
+        count = os.cpu_count()
+    return max(1, count or 1)
+
+
+def parse_threads(text: str) -> int:
+    """A number of threads written as text: a whole number ≥ 1, else ValueError saying what to write."""
+    try:
+        n = int(text.strip())
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"{text!r} is not a number of threads: give a whole number, 1 or more, or leave it "
+                         f"out for one per core ({available_cores()} here)")
+    return n
+
+
+def configured_threads() -> int:
+    """The threads the pool is to have: :func:`set_threads`'s choice, else ``$MDIFF_THREADS``, else one per
+    core. ValueError (saying what to write) when ``$MDIFF_THREADS`` is not a whole number ≥ 1."""
+    if _chosen is not None:
+        return _chosen
+    text = os.environ.get(ENVIRONMENT, "")
+    if not text.strip():
+        return available_cores()
+    try:
+        return parse_threads(text)
+    except ValueError as exc:
+        raise ValueError(f"${ENVIRONMENT}: {exc}") from None
+
+
+def pool_size() -> int:
+    """The threads of the shared pool: of the one built, else of the one :func:`shared_pool` would build."""
+    return _pool_threads if _pool is not None else configured_threads()
+
+
 def shared_pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(THREADS, thread_name_prefix="mdiff")
+    """The pool, built on first use with :func:`configured_threads` threads."""
+    global _pool, _pool_threads
+    pool = _pool
+    if pool is None:
+        with _lock:
+            if _pool is None:
+                _pool_threads = configured_threads()
+                _pool = ThreadPoolExecutor(_pool_threads, thread_name_prefix="mdiff")
+            pool = _pool
+    return pool
 
 
-# A forked child (isolation.py) inherits the pool but not its threads: work sent there would wait forever.
+def set_threads(n: int) -> None:
+    """Use ``n`` threads from now on (over ``$MDIFF_THREADS``): the pool is built anew at its next use; work
+    already sent to the old one still runs there, whose threads then end. ValueError when ``n`` < 1."""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"the number of threads is a whole number, not {n!r}")
+    if n < 1:
+        raise ValueError(f"the number of threads must be 1 or more, not {n}")
+    _choose(n)
+
+
+@contextmanager
+def threads_for(n: int | None) -> Iterator[None]:
+    """:func:`set_threads` (``n``) inside the block, and the choice before it after; None changes nothing."""
+    if n is None:
+        yield
+        return
+    before = _chosen
+    set_threads(n)
+    try:
+        yield
+    finally:
+        _choose(before)
+
+
+def _choose(n: int | None) -> None:
+    global _pool, _chosen
+    # The old pool is let go, not shut down: a thread that fetched it just before may still submit to it
+    # (shutdown would refuse that); once no one holds it, its threads finish what was sent and end.
+    with _lock:
+        _pool, _chosen = None, n
+
+
+def _forget_pool_in_child() -> None:
+    # A forked child (isolation.py) inherits the pool but not its threads: work sent there would wait
+    # forever. The lock too may have been held by a thread that does not exist in the child.
+    global _pool, _lock
+    _pool, _lock = None, threading.Lock()
+
+
 if hasattr(os, "register_at_fork"):  # POSIX; where there is no fork there is nothing to rebuild
-    os.register_at_fork(after_in_child=shared_pool.cache_clear)
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 def in_pool() -> bool:

@@ -11,7 +11,8 @@ from collections.abc import Iterable
 from typing import NoReturn
 
 from mdiff import __version__
-from mdiff.cli.options import add_verbose
+from mdiff import threads
+from mdiff.cli.options import add_threads, add_verbose
 from mdiff.cli.registry import Command
 from mdiff.cli.usage import UsageError
 from mdiff.errors import InvalidFileError, MdiffError
@@ -41,17 +42,20 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser(commands: Iterable[Command]) -> argparse.ArgumentParser:
-    """`mdiff` with one subcommand per command, in the order given, each taking -v as well."""
+    """`mdiff` with one subcommand per command, in the order given, each taking -v and --threads as well
+    (--threads before the command too)."""
     parser = _Parser(
         prog="mdiff", description="Version control for model weights: one .mdiff (HDF5) file per commit.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"mdiff {__version__}")
+    add_threads(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
     for command in commands:
         p = sub.add_parser(command.name, help=command.help, description=command.description)
         command.arguments(p)
         add_verbose(p)
+        add_threads(p, after_the_command=True)
         p.set_defaults(run=command.run)
     return parser
 
@@ -64,7 +68,9 @@ def run(argv: list[str] | None, commands: Iterable[Command]) -> int:
     try:
         args = parser.parse_args(argv)
         _configure_logging(getattr(args, "verbose", 0))
-        return args.run(args)
+        _check_threads(args.threads)
+        with threads.threads_for(args.threads):
+            return args.run(args)
     except UsageError as exc:
         return _report(wants_json, None, exc.message, None, EXIT_USAGE, usage=exc.usage)
     except MdiffError as exc:
@@ -110,6 +116,16 @@ def _silence_stdout() -> None:
         os.close(devnull)
     except (OSError, ValueError):
         pass
+
+
+def _check_threads(chosen: int | None) -> None:
+    """Without --threads, a $MDIFF_THREADS that is not a number is a usage error now, before any work,
+    rather than a ValueError at the pool's first use."""
+    if chosen is None:
+        try:
+            threads.configured_threads()
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
 
 
 def _configure_logging(verbosity: int) -> None:

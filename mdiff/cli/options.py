@@ -1,8 +1,9 @@
 """The options commands share: each one's argparse shape, and what its value turns into.
 
-A command adds ``-C``, ``--json``, ``-q``, ``--author``, ``--date``, ``--meta``, ``--storage-option``,
-the reader limits, ... with the functions here, so that every command spells and explains an option
-the same way; a new shared option goes here too. Nothing here imports numpy or h5py: --help stays quick.
+Every command takes ``-v`` and ``--threads`` (dispatch adds them); a command adds ``-C``, ``--json``,
+``-q``, ``--author``, ``--date``, ``--meta``, ``--storage-option``, the reader limits, ... with the
+functions here, so that every command spells and explains an option the same way; a new shared option
+goes here too. Nothing here imports numpy or h5py: --help stays quick.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from mdiff.cli.usage import UsageError
 from mdiff.engines import ENGINES
 from mdiff.format.limits import Limits
 from mdiff.isolation import DEFAULT_MEMORY_BYTES, DEFAULT_TIMEOUT_S, Isolation, isolation_supported
+from mdiff.threads import ENVIRONMENT, parse_threads
 
 if TYPE_CHECKING:
     from mdiff.repo.repository import Repository
@@ -42,6 +44,26 @@ def add_json(p: argparse.ArgumentParser, help: str = "print JSON") -> None:
 
 def add_quiet(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def add_threads(p: argparse.ArgumentParser, after_the_command: bool = False) -> None:
+    """--threads N: the pool's threads (mdiff.threads) for this run. The program's parser shows it; a
+    command's parser takes it too but leaves it out of its help (one line less on every command's) and
+    sets nothing when it is not given, not to undo `mdiff --threads N COMMAND`."""
+    if after_the_command:
+        p.add_argument("--threads", type=threads_of, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    else:
+        p.add_argument("--threads", type=threads_of, default=None, metavar="N",
+                       help=f"threads for deflating, inflating and hashing (default: ${ENVIRONMENT}, else one "
+                            "per core); also after the command")
+
+
+def threads_of(text: str) -> int:
+    """--threads's value: a whole number ≥ 1, else a usage error saying what to write."""
+    try:
+        return parse_threads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 # ---------------------------------------------------------------- the repository

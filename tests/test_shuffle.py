@@ -1,0 +1,64 @@
+"""The shuffle filter, copied plane by plane: the writer's shuffle (padded edge chunks included) and the
+reader's unshuffle give exactly libhdf5's layout — numpy's transpose of the elements' bytes — on odd sizes,
+every element size mdiff stores, and a thread's scratch buffer reused from a bigger chunk to a smaller one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mdiff.format.chunk_reader import _unshuffle
+from mdiff.format.writer import _scratch_buffer, shuffle_into
+
+
+def _transposed(data: np.ndarray, itemsize: int, size: int) -> bytes:
+    """The reference: the elements zero-padded to ``size`` bytes, their bytes transposed (H5Z_filter_shuffle)."""
+    padded = np.concatenate([data, np.zeros(size - data.size, np.uint8)])
+    return padded.reshape(-1, itemsize).T.tobytes()
+
+
+@pytest.mark.parametrize("itemsize", [1, 2, 4, 8])
+@pytest.mark.parametrize("elements,padded_to", [
+    (1, 1), (2, 2), (3, 3), (1021, 1021), (4099, 4099),  # whole chunks of odd sizes
+    (1, 7), (5, 8), (1000, 1024), (4097, 65537),  # edge chunks: fewer elements than the chunk holds
+], ids=str)
+def test_the_writer_s_shuffle_is_the_transposed_bytes_zero_padded(itemsize, elements, padded_to):
+    data = np.random.default_rng(elements + itemsize).integers(1, 256, elements * itemsize, dtype=np.uint8)
+    out = np.full(padded_to * itemsize, 0xAB, np.uint8)  # stale bytes, as a reused buffer holds them
+    shuffle_into(data, itemsize, out)
+    assert out.tobytes() == _transposed(data, itemsize, padded_to * itemsize)
+
+
+def test_a_thread_s_scratch_buffer_reused_for_a_smaller_edge_chunk_holds_no_stale_bytes():
+    big = _scratch_buffer(4 * 1000)
+    big[:] = 0xFF
+    small = _scratch_buffer(4 * 300)
+    assert np.shares_memory(small, big)  # the same memory, not a new buffer
+    data = np.arange(4 * 250, dtype=np.uint8)
+    shuffle_into(data, 4, small)
+    assert small.tobytes() == _transposed(data, 4, 4 * 300)
+
+
+@pytest.mark.parametrize("itemsize", [2, 4, 8])
+@pytest.mark.parametrize("size", [2 * 8, 8 * 1021, 8 * 4099, 8 * 4099 + 1, 8 * 4099 + 5, 8 * 1021 + 7], ids=str)
+def test_the_reader_s_unshuffle_undoes_the_transpose_and_keeps_trailing_bytes(itemsize, size):
+    """Whole elements are unshuffled; bytes past the last whole element stay where they are (libhdf5)."""
+    shuffled = np.random.default_rng(size + itemsize).integers(0, 256, size, dtype=np.uint8)
+    elements = size // itemsize
+    whole = shuffled[:elements * itemsize]
+    expected = whole.reshape(itemsize, elements).T.tobytes() + shuffled[elements * itemsize:].tobytes()
+    assert _unshuffle(shuffled, itemsize).tobytes() == expected
+
+
+@pytest.mark.parametrize("itemsize,size", [(1, 10), (4, 4), (4, 7), (8, 3)])
+def test_the_reader_leaves_a_buffer_of_one_element_or_less_as_it_is(itemsize, size):
+    data = np.arange(size, dtype=np.uint8)
+    assert _unshuffle(data, itemsize) is data
+
+
+@pytest.mark.parametrize("itemsize", [2, 4, 8])
+def test_unshuffle_undoes_shuffle(itemsize):
+    data = np.random.default_rng(itemsize).integers(0, 256, itemsize * 12345, dtype=np.uint8)
+    out = np.empty_like(data)
+    shuffle_into(data, itemsize, out)
+    assert _unshuffle(out, itemsize).tobytes() == data.tobytes()

@@ -1,0 +1,178 @@
+"""The pool's threads: as many as MDIFF_THREADS, --threads or set_threads say (else one per core this
+process may use), and the same bytes written whatever their number (SPEC.md §11)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mdiff
+from mdiff import threads
+from mdiff.checkpoints import save_checkpoint
+from mdiff.cli.main import main
+from mdiff.format.commit import Commit
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXED = Commit("t", date="2026-01-01T00:00:00Z")
+DATE = "2026-03-04T05:06:07Z"
+
+
+def _pair() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """More chunks than the writer's window, of fp32, bf16 and int64, with edge chunks that stick out."""
+    rng = np.random.default_rng(7)
+    old = {"fp32": rng.standard_normal((1500, 700), dtype=np.float32),
+           "bf16": rng.standard_normal((2049, 513), dtype=np.float32).astype(ml_dtypes.bfloat16),
+           "i64": rng.integers(-1000, 1000, (300_001,), dtype=np.int64)}
+    new = {"fp32": old["fp32"] + np.float32(1e-4) * rng.standard_normal((1500, 700), dtype=np.float32),
+           "bf16": (old["bf16"].astype(np.float32) * 1.01).astype(ml_dtypes.bfloat16),
+           "i64": old["i64"] + rng.integers(-1, 2, (300_001,), dtype=np.int64)}
+    return old, new
+
+
+@pytest.fixture
+def pair_files(tmp_path):
+    old, new = _pair()
+    save_checkpoint(tmp_path / "old.safetensors", old)
+    save_checkpoint(tmp_path / "new.safetensors", new)
+    return tmp_path
+
+
+def test_the_default_is_one_thread_per_core_this_process_may_use(monkeypatch):
+    monkeypatch.delenv(threads.ENVIRONMENT, raising=False)
+    expected = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert threads.available_cores() == expected
+    assert threads.configured_threads() == expected
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_mdiff_threads_sizes_the_pool_and_the_file_is_the_same(tmp_path, n):
+    """A fresh process with MDIFF_THREADS=n has a pool of n threads; the diff it writes is byte for byte
+    the one 1 thread writes (and the one this process writes)."""
+    script = ("import sys, numpy as np, mdiff; from mdiff import threads; from tests.test_threads import _pair, FIXED\n"
+              "old, new = _pair(); mdiff.write(sys.argv[1], mdiff.diff(old, new), FIXED)\n"
+              "print(threads.pool_size(), threads.shared_pool()._max_workers)")
+    env = {**os.environ, threads.ENVIRONMENT: str(n), "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "child.mdiff")], env=env, cwd=ROOT,
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.split() == [str(n), str(n)]
+    old, new = _pair()
+    with threads.threads_for(1):
+        mdiff.write(tmp_path / "one.mdiff", mdiff.diff(old, new), FIXED)
+    assert (tmp_path / "child.mdiff").read_bytes() == (tmp_path / "one.mdiff").read_bytes()
+
+
+def test_set_threads_rebuilds_the_pool_and_the_bytes_stay(tmp_path):
+    old, new = _pair()
+    written = []
+    for n in (1, 3, 2):
+        with threads.threads_for(n):
+            assert threads.pool_size() == n and threads.shared_pool()._max_workers == n
+            path = tmp_path / f"{n}.mdiff"
+            mdiff.write(path, mdiff.diff(old, new), FIXED)
+            with mdiff.open(path) as diff:  # read back on the same pool, in parallel where n > 1
+                result = mdiff.apply(old, diff)
+                assert all(result[k].tobytes() == new[k].tobytes() for k in new)
+            written.append(path.read_bytes())
+    assert written[0] == written[1] == written[2]
+
+
+def test_threads_for_puts_back_the_choice_before_it(monkeypatch):
+    monkeypatch.setenv(threads.ENVIRONMENT, "5")
+    assert threads.configured_threads() == 5
+    with threads.threads_for(2):
+        assert threads.pool_size() == 2
+        with threads.threads_for(4):
+            assert threads.pool_size() == 4
+        assert threads.pool_size() == 2
+    assert threads.configured_threads() == 5
+
+
+@pytest.mark.parametrize("bad", [0, -3])
+def test_set_threads_refuses_fewer_than_one(bad):
+    before = threads.pool_size()
+    with pytest.raises(ValueError, match=f"the number of threads must be 1 or more, not {bad}"):
+        threads.set_threads(bad)
+    assert threads.pool_size() == before
+
+
+@pytest.mark.parametrize("bad", [2.5, "2", True])
+def test_set_threads_refuses_what_is_not_a_whole_number(bad):
+    with pytest.raises(TypeError, match="the number of threads is a whole number"):
+        threads.set_threads(bad)
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "two", "1.5", " "])
+def test_an_invalid_mdiff_threads_is_a_value_error_saying_what_to_write(monkeypatch, text):
+    monkeypatch.setenv(threads.ENVIRONMENT, text)
+    if not text.strip():  # set but empty: as if unset
+        assert threads.configured_threads() == threads.available_cores()
+        return
+    with pytest.raises(ValueError) as raised:
+        threads.configured_threads()
+    assert str(raised.value) == (f"$MDIFF_THREADS: {text!r} is not a number of threads: give a whole number, 1 or "
+                                 f"more, or leave it out for one per core ({threads.available_cores()} here)")
+
+
+@pytest.mark.parametrize("where", ["before the command", "after the command"])
+def test_cli_threads_1_writes_the_same_file_and_the_choice_ends_with_the_run(capsys, pair_files, where):
+    d = pair_files
+    chosen_before = threads.configured_threads()
+    files = []
+    for n in ("1", "3"):
+        out = d / f"{n}.mdiff"
+        command = ["diff", str(d / "old.safetensors"), str(d / "new.safetensors"), "-o", str(out), "--date", DATE, "-m", "m"]
+        argv = ["--threads", n, *command] if where == "before the command" else [*command, "--threads", n]
+        assert main(argv) == 0
+        files.append(out.read_bytes())
+    assert files[0] == files[1]
+    assert threads.configured_threads() == chosen_before
+    capsys.readouterr()
+    assert main(["--threads", "1", "validate", str(d / "1.mdiff"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["valid"] is True
+
+
+@pytest.mark.parametrize("argv", [["--threads", "0", "log"], ["log", "--threads", "many"]])
+def test_cli_an_invalid_threads_is_a_usage_error_saying_what_to_write(capsys, argv):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    value = argv[argv.index("--threads") + 1]
+    assert err.splitlines()[-1] == (f"mdiff: error: argument --threads: {value!r} is not a number of threads: give a "
+                                    f"whole number, 1 or more, or leave it out for one per core "
+                                    f"({threads.available_cores()} here)")
+
+
+def test_cli_an_invalid_mdiff_threads_is_a_usage_error_before_any_work(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv(threads.ENVIRONMENT, "all")
+    assert main(["init", str(tmp_path / "repo")]) == 2
+    assert not (tmp_path / "repo").exists()
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"mdiff: error: $MDIFF_THREADS: 'all' is not a number of threads: give a whole number, 1 or more, "
+        f"or leave it out for one per core ({threads.available_cores()} here)")
+    monkeypatch.setenv(threads.ENVIRONMENT, "all")
+    assert main(["--threads", "2", "init", str(tmp_path / "repo")]) == 0  # --threads wins over the environment
+
+
+def test_the_pool_let_go_finishes_its_work_and_its_threads_end():
+    import threading
+    import time
+
+    with threads.threads_for(3):
+        old_pool = threads.shared_pool()
+        futures = [old_pool.submit(time.sleep, 0.01) for _ in range(6)]
+        workers = [t for t in threading.enumerate() if t.name.startswith("mdiff_")]
+        with threads.threads_for(1):
+            assert threads.shared_pool() is not old_pool and threads.pool_size() == 1
+            assert threads.shared_pool().submit(sum, [1, 2]).result() == 3
+            old_pool.submit(time.sleep, 0)  # one that fetched the old pool just before may still use it
+            del old_pool
+            assert [f.result() for f in futures] == [None] * 6
+            for worker in workers:
+                worker.join(timeout=60)  # a bound against a hang, not a measure
+            assert [w.name for w in workers if w.is_alive()] == []
