@@ -232,7 +232,7 @@ def test_a_remote_serving_more_bytes_than_it_listed_stops_the_download(s3, bucke
         far.checkout("main", tmp_path / "out.safetensors")
     assert caught.value.code == "MD801" and "larger than listed" in caught.value.message
     assert not (tmp_path / "out.safetensors").exists()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # a watchdog, not the claim: the copy goes within milliseconds of the error
     while set(Path(tempfile.gettempdir()).glob("mdiff-remote-*")) - spools and time.monotonic() < deadline:
         time.sleep(0.05)  # a download's thread removes its copy when it ends
     assert set(Path(tempfile.gettempdir()).glob("mdiff-remote-*")) == spools

@@ -395,13 +395,27 @@ def test_a_commit_naming_itself_as_parent_or_a_cycle_ends_every_walk_with_md800(
     assert sorted(f.code for f in repo.fsck()) == ["MD800", "MD800"]
 
 
-def test_moves_back_cost_at_most_the_history_and_any_count_is_an_error_not_a_crash(made):
+def test_moves_back_cost_at_most_the_history_and_any_count_is_an_error_not_a_crash(made, monkeypatch):
+    """The cost is counted as the parents read (Repository.parents), not timed: a move that went on past
+    a root, or counted to N before stopping, reads more than the history's three commits whatever the
+    machine's load. A move that would read more than that is stopped at the first extra read."""
     repo, ids = made
-    started = time.monotonic()
+    reads: list[str] = []
+    real_parents = Repository.parents
+
+    def counted(self, commit_id):
+        reads.append(commit_id)
+        if len(reads) > len(ids):
+            raise AssertionError(f"{len(reads)} parents read for a history of {len(ids)} commits")
+        return real_parents(self, commit_id)
+
+    monkeypatch.setattr(Repository, "parents", counted)
     for rev in ("HEAD~100000000", "HEAD~" + "9" * 5000, "HEAD" + "^" * 100000):
+        reads.clear()
         code, out = run("log", rev, "-C", repo.root)
         assert code == 1 and "MD801" in out and "past a root" in out, (rev[:20], out[:300])
-    assert time.monotonic() - started < 20
+        assert reads == [ids[2], ids[1], ids[0]], rev[:20]  # each commit once, newest first, then the root's none
+    monkeypatch.undo()
     assert resolve(repo, "HEAD~2") == ids[0] and resolve(repo, "HEAD~00") == ids[2]
 
 
@@ -433,7 +447,8 @@ def test_two_writers_creating_one_branch_exactly_one_wins(made, capsys):
             thread.start()
         deadline = time.monotonic() + TIMEOUT
         while not all(_waiting_for_lock(t) for t in threads):
-            assert time.monotonic() < deadline and all(t.is_alive() for t in threads), "a writer did not wait for the lock"
+            assert all(t.is_alive() for t in threads), "a writer did not wait for the lock"
+            assert time.monotonic() < deadline, f"watchdog: the writers did not reach the lock within {TIMEOUT} s"
             time.sleep(0.01)
     for thread in threads:
         thread.join(TIMEOUT)

@@ -17,6 +17,13 @@ the wrong kind, shape or dtype). The supervisor adds ``CRASH`` (the worker died:
 SIGSEGV in libhdf5) and ``HANG`` (no answer within the limit: the worker's Python stack is dumped,
 then it is killed). A dead or killed worker is replaced and the run goes on.
 
+The limit per file is CPU time, the worker's own (Linux: /proc/<pid>/stat), not wall time: the
+hangs this finds are computations that run away (a quadratic walk, an unbounded shape inference),
+and a loaded machine stretches the wall time of a file, never its CPU time, so a file is not called
+hung because other processes shared the cores. A generous wall-clock watchdog (``wall_timeout``)
+still ends a worker that blocks without computing; it is far above any file's wall time on a loaded
+machine, so it only fires on a worker that would otherwise never answer.
+
 The file a worker is reading is at ``<workdir>/w<k>/current.mdiff`` until its next task, so the
 supervisor can keep a copy of every input that was not OK or TYPED.
 """
@@ -40,7 +47,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SEVERITY = ["OK", "TYPED", "BADRESULT", "MEMORY", "UNTYPED", "HANG", "CRASH"]
 FAILURES = {"BADRESULT", "MEMORY", "UNTYPED", "HANG", "CRASH"}
 DEFAULT_MEMORY = 2 << 30  # bytes of address space per worker
-DEFAULT_TIMEOUT = 10.0  # seconds per file
+DEFAULT_TIMEOUT = 10.0  # seconds of the worker's CPU time per file
+WALL_WATCHDOG = 120.0  # seconds of wall time per file at least: a blocked worker, not a slow one (see the docstring)
 # glibc's malloc checker (Debian/Ubuntu: libc6), preloaded into workers when present.
 MALLOC_DEBUG = next((p for p in ("/lib/x86_64-linux-gnu/libc_malloc_debug.so.0", "/lib/aarch64-linux-gnu/libc_malloc_debug.so.0",
                                  "/usr/lib64/libc_malloc_debug.so.0") if os.path.exists(p)), None)
@@ -282,12 +290,13 @@ def worker_main() -> None:
             os.lseek(2, 0, os.SEEK_SET)
         except OSError:
             pass
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         if "family" in task:  # a repository folder or a checkpoint (tests/fuzz/folders.py)
             results, ops = _run_folder_task(task, workdir, proto)
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
             proto.write(json.dumps({"id": task["id"], "results": results, "ops": ops, "rss": rss,
-                                    "seconds": time.perf_counter() - started}) + "\n")
+                                    "seconds": time.perf_counter() - started,
+                                    "cpu": time.process_time() - cpu_started}) + "\n")
             continue
         if "file" in task:
             path, ops = task["file"], []
@@ -308,7 +317,8 @@ def worker_main() -> None:
                         "message": f"harness error: {type(exc).__name__}: {exc}"[:300], "where": _where(_frames(exc.__traceback__))}]
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         proto.write(json.dumps({"id": task["id"], "results": results, "ops": ops, "rss": rss,
-                                "seconds": time.perf_counter() - started}) + "\n")
+                                "seconds": time.perf_counter() - started,
+                                "cpu": time.process_time() - cpu_started}) + "\n")
 
 
 def _run_folder_task(task: dict, workdir: Path, proto) -> tuple[list[dict], list[str]]:
@@ -342,7 +352,8 @@ class Outcome:
     task: dict
     results: list[dict]
     ops: list[str] = field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall time, as the worker measured it
+    cpu: float = 0.0  # the worker's CPU time for this file (all its threads)
     log: str = ""
     history: list[int] = field(default_factory=list)  # earlier task ids in the same worker process, oldest first
 
@@ -371,7 +382,10 @@ class _Worker:
         self.task: dict | None = None
         self.phase = ""
         self.ops: list[str] = []
-        self.deadline = 0.0
+        self.cpu_started = 0.0  # the worker's CPU time when the current phase began
+        self.cpu_limit = 0.0
+        self.wall_limit = 0.0
+        self.deadline = 0.0  # the wall-clock watchdog (time.monotonic())
         self.buffer = b""
         self.done = 0
         self.history: list[int] = []
@@ -401,11 +415,32 @@ class _Worker:
     def current(self) -> Path:
         return self.dir / "current.mdiff"
 
-    def send(self, task: dict, timeout: float) -> None:
+    def cpu(self) -> float:
+        """The worker's CPU time so far (user + system, with its waited-for children), in seconds; where
+        /proc cannot tell (not Linux, or the worker is gone), wall time since it started instead."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()  # the name in parentheses may hold spaces
+        except OSError:
+            return time.monotonic() - self.started
+        return sum(int(x) for x in fields[11:15]) / _CLOCK_TICKS  # utime stime cutime cstime (stat fields 14-17)
+
+    def limit(self, cpu_seconds: float, wall_seconds: float) -> None:
+        """The current phase may use ``cpu_seconds`` of CPU; the watchdog ends it after ``wall_seconds``."""
+        self.cpu_started, self.cpu_limit, self.wall_limit = self.cpu(), cpu_seconds, wall_seconds
+        self.deadline = time.monotonic() + wall_seconds
+
+    def send(self, task: dict, timeout: float, wall_timeout: float) -> None:
         self.task, self.phase, self.ops = task, "mutate", []
-        self.deadline = time.monotonic() + 2 * timeout + 10  # generation included
+        self.limit(2 * timeout + 10, 2 * wall_timeout)  # generation included
         self.proc.stdin.write((json.dumps(task) + "\n").encode())
         self.proc.stdin.flush()
+
+    def overrun(self) -> str | None:
+        """Why the current task counts as hung ("cpu" or "wall"), or None while it is within its limits."""
+        if self.cpu() - self.cpu_started > self.cpu_limit:
+            return "cpu"
+        return "wall" if time.monotonic() > self.deadline else None
 
     def lines(self) -> list[dict] | None:
         """Complete protocol lines available now; None at end of file (the worker died)."""
@@ -440,6 +475,10 @@ class _Worker:
         self.log.close()
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+POLL_S = 0.2  # how often a busy worker's CPU time is read: a hang is caught within this of its limit
+
+
 def _stack_where(log: str) -> str:
     """The innermost mdiff (else first) frame of a faulthandler dump: 'File "...", line N in func'."""
     frames = re.findall(r'File "([^"]+)", line \d+ in (\S+)', log)
@@ -452,15 +491,18 @@ def _stack_where(log: str) -> str:
 
 
 class Pool:
-    """Runs tasks on ``jobs`` workers; calls ``on_outcome(Outcome, worker_file)`` for each file."""
+    """Runs tasks on ``jobs`` workers; calls ``on_outcome(Outcome, worker_file)`` for each file.
+    ``timeout``: seconds of a worker's CPU time per file; ``wall_timeout``: the wall-clock watchdog
+    (default: the larger of WALL_WATCHDOG and 12 × ``timeout``)."""
 
     def __init__(self, workdir, manifest_path=None, jobs: int = 2, timeout: float = DEFAULT_TIMEOUT,
                  memory: int = DEFAULT_MEMORY, recursion_limit: int | None = None, max_tasks_per_worker: int = 4000,
-                 max_rss: int = 1400 << 20, malloc_check: bool = False):
+                 max_rss: int = 1400 << 20, malloc_check: bool = False, wall_timeout: float | None = None):
         self.workdir = Path(workdir)
         self.manifest_path = manifest_path
         self.jobs = jobs
         self.timeout = timeout
+        self.wall_timeout = wall_timeout if wall_timeout is not None else max(WALL_WATCHDOG, 12 * timeout)
         self.memory = memory
         self.recursion_limit = recursion_limit or sys.getrecursionlimit()
         self.max_tasks = max_tasks_per_worker
@@ -499,7 +541,7 @@ class Pool:
                     if w.ready and w.task is None:
                         task = next_task(i)
                         if task is not None:
-                            w.send(task, self.timeout)
+                            w.send(task, self.timeout, self.wall_timeout)
                     if not w.ready and now - w.started > startup_timeout:
                         raise RuntimeError(f"fuzz worker {i} did not start:\n{w.log_tail()}")
                 busy = [w for w in workers if w.task is not None or not w.ready]
@@ -507,8 +549,9 @@ class Pool:
                     return
                 if not busy:
                     continue
-                wait = max(0.0, min((w.deadline for w in busy if w.task is not None), default=now + 1.0) - now)
-                readable, _, _ = select.select([w.proc.stdout for w in busy], [], [], min(wait, 1.0))
+                # CPU time cannot be waited for: a busy worker's is read every POLL_S
+                wait = POLL_S if any(w.task is not None for w in busy) else 1.0
+                readable, _, _ = select.select([w.proc.stdout for w in busy], [], [], wait)
                 for w in busy:
                     if w.proc.stdout in readable:
                         messages = w.lines()
@@ -517,10 +560,11 @@ class Pool:
                             continue
                         for m in messages:
                             self._message(w, m, workers, on_outcome)
-                now = time.monotonic()
                 for w in list(workers):
-                    if w.task is not None and now > w.deadline:
-                        self._hung(w, workers, on_outcome)
+                    if w.task is not None:
+                        why = w.overrun()
+                        if why:
+                            self._hung(w, workers, on_outcome, why)
         finally:
             for w in workers:
                 w.stop(hard=w.task is not None)
@@ -531,9 +575,9 @@ class Pool:
             return
         if m.get("phase") == "run":
             w.phase, w.ops = "run", m.get("ops", [])
-            w.deadline = time.monotonic() + self.timeout
+            w.limit(self.timeout, self.wall_timeout)
             return
-        outcome = Outcome(w.task, m["results"], m.get("ops", []), m.get("seconds", 0.0))
+        outcome = Outcome(w.task, m["results"], m.get("ops", []), m.get("seconds", 0.0), m.get("cpu", 0.0))
         if outcome.cls in FAILURES:
             outcome.log = w.log_tail()
             outcome.history = list(w.history)
@@ -567,7 +611,8 @@ class Pool:
         w.task = None
         self._replace(w, workers)
 
-    def _hung(self, w: _Worker, workers, on_outcome) -> None:
+    def _hung(self, w: _Worker, workers, on_outcome, why: str) -> None:
+        used = w.cpu() - w.cpu_started
         try:
             w.proc.send_signal(signal.SIGUSR1)  # faulthandler: dump the stacks
             time.sleep(0.5)
@@ -575,7 +620,9 @@ class Pool:
             pass
         log = w.log_tail()
         result = {"target": _crash_target(log) if w.phase == "run" else "mutation", "class": "HANG", "code": None,
-                  "type": f"over {self.timeout:g} s", "message": f"no answer within {self.timeout:g} s ({w.phase})",
+                  "type": f"over {w.cpu_limit:g} s CPU" if why == "cpu" else f"over {w.wall_limit:g} s wall",
+                  "message": f"no answer after {used:.1f} s of CPU (limit {w.cpu_limit:g} s; {w.phase})" if why == "cpu" else
+                             f"no answer within the {w.wall_limit:g} s watchdog, blocked: {used:.1f} s of CPU used ({w.phase})",
                   "where": _stack_where(log)}
         if w.phase != "run":
             result["harness"] = True

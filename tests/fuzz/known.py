@@ -91,7 +91,7 @@ FIXED: list[KnownBug] = [
         "for dense attribute storage libhdf5 rebuilds and sorts the object's whole attribute table, "
         "reading every attribute, on each call: O(n^2 log n) time and O(n x total attribute bytes) copying "
         "- 4000 one-byte attributes take ~20 s, 10,000 ~290 s, within the 1,000,000-object limit",
-        r"^HANG \S+ over [\d.]+ s at mdiff/format/(safety_walk\.py:_read_attributes|attributes\.py:\w+)",
+        r"^HANG \S+ over [\d.]+ s (CPU|wall) at mdiff/format/(safety_walk\.py:_read_attributes|attributes\.py:\w+)",
     ),
     KnownBug(
         "format-version-digits",
@@ -122,7 +122,7 @@ FIXED: list[KnownBug] = [
         ("hang-commit-parents-520000-integers.mdiff", "fuzz-commit-parents-99999-integers.mdiff"),
         "the commit and update schemas are checked with iter_errors(), which builds one ValidationError "
         "per offending array element before the first is used: a 1 MiB `commit` takes about 25 s",
-        r"^HANG \S+ over [\d.]+ s at mdiff/format/(commit\.py:(schema_errors|<lambda>)|parameters\.py:_parse_meta)",
+        r"^HANG \S+ over [\d.]+ s (CPU|wall) at mdiff/format/(commit\.py:(schema_errors|<lambda>)|parameters\.py:_parse_meta)",
     ),
     KnownBug(
         "chunk-filter-mask",
@@ -149,7 +149,7 @@ FIXED: list[KnownBug] = [
         "MD428 before any whole-graph inference: constant shapes over the limits are refused, every node's "
         "output is bounded as inference goes node by node, and data propagation runs only when a shape "
         "depends on values, over at most 2**16 entries",
-        r"^HANG \S+ over [\d.]+ s at mdiff/updates/embedded\.py:check_shapes",
+        r"^HANG \S+ over [\d.]+ s (CPU|wall) at mdiff/updates/embedded\.py:check_shapes",
     ),
     KnownBug(
         "hdf5-dense-link-table-overflow",
@@ -162,7 +162,7 @@ FIXED: list[KnownBug] = [
         "in name order; the structure walk now lists them in the index's own order (H5_ITER_NATIVE, walking "
         "the B-tree's records) and sorts them itself, so the table is never built: all three files end typed "
         "or valid in 8 of 8 runs each (fuzz-hdf5-dense-links-heap-overflow.mdiff too)",
-        r"^(CRASH \S+ SIG(ABRT|SEGV|BUS)|HANG \S+ over [\d.]+ s) at mdiff/format/safety_walk\.py:_link(_name)?s",
+        r"^(CRASH \S+ SIG(ABRT|SEGV|BUS)|HANG \S+ over [\d.]+ s (CPU|wall)) at mdiff/format/safety_walk\.py:_link(_name)?s",
     ),
     KnownBug(
         "zero-size-huge-dimension",

@@ -2,7 +2,7 @@
 
 - ``test_fuzz_ci``: a CI-sized run — MDIFF_FUZZ_FILES files (default 2000) from a fixed seed
   (MDIFF_FUZZ_SEED), on MDIFF_FUZZ_JOBS worker processes (default: 2, or 1 on one core), each
-  with a 2 GiB address-space limit and 10 s per file. Every file must end OK or with a typed
+  with a 2 GiB address-space limit and 10 s of CPU time per file. Every file must end OK or with a typed
   MdiffError: no other exception, crash, hang, runaway memory or malformed result. Failures
   that match a known bug (tests/fuzz/known.py, each with an xfail regression test below) are
   skipped, and only those; every other one fails the test, with the inputs kept for triage.
@@ -32,7 +32,11 @@ REGRESSIONS = Path(__file__).resolve().parent / "regressions"
 FILES = int(os.environ.get("MDIFF_FUZZ_FILES", "2000"))
 SEED = int(os.environ.get("MDIFF_FUZZ_SEED", "20260101"))
 JOBS = int(os.environ.get("MDIFF_FUZZ_JOBS", str(max(1, min(2, os.cpu_count() or 1)))))
-HANG_TIMEOUT = 3.0  # for the hang reproducers: each took 6-25 s before its fix, well under a second after
+# For the hang reproducers: seconds of the worker's CPU time per file (harness.Pool counts CPU, not wall
+# time, so a loaded machine cannot make a file late). Each reproducer ran away for 6-25 s of CPU before
+# its fix (the ONNX one without end); now the slowest, hang-commit-parents-520000-integers, takes
+# 0.19-0.22 s of CPU (the others 0.10-0.15 s): 3 s is 14x that and half the fastest bug.
+HANG_TIMEOUT = 3.0
 
 
 def _describe(outcome: harness.Outcome, r: dict, kept: Path | None) -> str:
