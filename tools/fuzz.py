@@ -17,7 +17,7 @@
 growth of resident memory in one target 3 MiB.)
 
 Each file is read in a worker process with an address-space limit (--memory-gib) and a
-wall-clock limit (--timeout); see tests/fuzz/harness.py for the targets and the outcome classes.
+limit of CPU time (--timeout; a blocked worker meets a wall-clock watchdog); see tests/fuzz/harness.py for the targets and the outcome classes.
 Prints progress and, at the end (or on Ctrl-C), the outcomes by class and by target, class and
 code. Every input whose outcome is not OK or TYPED is saved under --out as
 <CLASS>/<signature>/<task>.mdiff, with <task>.json beside it (how it was made: seed, operations,
