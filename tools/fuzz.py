@@ -180,7 +180,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="master seed (default 1)")
     parser.add_argument("--start", type=int, default=0, help="first task index (default 0)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
-    parser.add_argument("--timeout", type=float, default=harness.DEFAULT_TIMEOUT, help="seconds per file (default 10)")
+    parser.add_argument("--timeout", type=float, default=harness.DEFAULT_TIMEOUT, help="CPU seconds per file (default 10)")
     parser.add_argument("--memory-gib", type=float, default=harness.DEFAULT_MEMORY / 2**30, help="address space per worker (default 2)")
     parser.add_argument("--out", default="fuzz-findings", help="folder for non-typed inputs (default ./fuzz-findings)")
     parser.add_argument("--workdir", default=None, help="scratch folder (default: a temporary one)")
