@@ -139,6 +139,11 @@ def _report_unraised(flight: _Flight) -> None:
 
 def frozen_state(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """A copy of a state dict (numpy arrays or torch tensors on any device) as numpy arrays of the same
-    bits, for a commit in the background: the optimizer changes the live tensors while it reads."""
+    bits, for a commit in the background: the optimizer changes the live tensors while it reads.
+
+    The copy is a whole model in host memory (beside the live one, for a model trained on the CPU). Where
+    that is too much, save a checkpoint (``save_pretrained``, safetensors) and commit its path in the
+    background instead, as the Trainer's callback does: the file is the frozen copy, and the commit reads
+    it one tensor at a time."""
     return {name: np.array(value, copy=True) if isinstance(value, np.ndarray) else as_numpy(value, name)
             for name, value in state.items()}
