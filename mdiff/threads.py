@@ -8,6 +8,7 @@ there are never changes a file's bytes (the writer's window of chunks in flight 
 
 from __future__ import annotations
 
+import concurrent.futures.thread
 import os
 import sys
 import threading
@@ -67,6 +68,34 @@ def pool_size() -> int:
     return _pool_threads if _pool is not None else configured_threads()
 
 
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Pool(ThreadPoolExecutor):
+    """A thread pool that, once the interpreter is exiting, runs what it is given on the caller's thread.
+
+    Python refuses new work to every pool once the main script has ended (concurrent.futures' exit hook), but a commit
+    still running on a non-daemon thread then (integrations/background.py: a training script that ends
+    while its last commit runs) must finish: its hashing, deflating and reading ahead run where it is.
+    """
+
+    def submit(self, fn: Callable[..., R], /, *args: object, **kwargs: object) -> Future[R]:
+        try:
+            return super().submit(fn, *args, **kwargs)
+        except RuntimeError:
+            # concurrent.futures' own exit flag (set by its exit hook, which then joins its pools' threads while
+            # the main thread still counts as alive): no public way to ask, and without it a shut pool's error stands
+            if not getattr(concurrent.futures.thread, "_shutdown", False):
+                raise
+        done: Future[R] = Future()
+        try:
+            done.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # raised in its turn, as a thread's would be
+            done.set_exception(exc)
+        return done
+
+
 def shared_pool() -> ThreadPoolExecutor:
     """The pool, built on first use with :func:`configured_threads` threads."""
     global _pool, _pool_threads
@@ -75,7 +104,7 @@ def shared_pool() -> ThreadPoolExecutor:
         with _lock:
             if _pool is None:
                 _pool_threads = configured_threads()
-                _pool = ThreadPoolExecutor(_pool_threads, thread_name_prefix="mdiff")
+                _pool = Pool(_pool_threads, thread_name_prefix="mdiff")
             pool = _pool
     return pool
 
@@ -152,15 +181,11 @@ class Writeback:
             self._running.exception()
 
 
-T = TypeVar("T")
-R = TypeVar("R")
-
-
 def one_ahead(items: Iterable[T], work: Callable[[T], R]) -> Generator[tuple[T, R], None, None]:
     """(item, work(item)) in order, each item's work done on one thread of its own while the caller handles the
     item before — never two at once, so ``work`` may read what is not thread-safe (a state's files). Not the
     shared pool: ``work`` waits on that pool (hashing, inflating), which must never wait on its own threads."""
-    with ThreadPoolExecutor(1, thread_name_prefix="mdiff-ahead") as ahead:  # its exit waits for the work in flight
+    with Pool(1, thread_name_prefix="mdiff-ahead") as ahead:  # its exit waits for the work in flight
         pending: tuple[T, Future[R]] | None = None
         try:
             for item in items:

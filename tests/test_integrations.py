@@ -325,7 +325,7 @@ def test_frozen_state_copies_the_tensors():
 
 def test_a_commit_in_flight_finishes_when_the_interpreter_exits(tmp_path):
     script = f"""
-import threading, time
+import concurrent.futures.thread, time
 import numpy as np
 from mdiff.integrations.background import BackgroundCommits
 from mdiff.repo import Repository
@@ -333,11 +333,11 @@ from mdiff.repo import Repository
 repo = Repository.init({str(tmp_path / "history")!r})
 
 def after_the_main_thread():
-    for _ in range(6000):  # the main thread has finished the script and the interpreter is exiting
-        if not threading.main_thread().is_alive():
-            break
+    # the script has ended and the interpreter is exiting: concurrent.futures' exit hook has run (its flag),
+    # which refuses new work to every pool and waits for this thread
+    while not concurrent.futures.thread._shutdown:
         time.sleep(0.01)
-    return repo.commit({{"w": np.arange(4, dtype=np.float32)}}, "made at exit")
+    return repo.commit({{"w": np.arange(1 << 20, dtype=np.float32)}}, "made at exit")
 
 BackgroundCommits().submit(after_the_main_thread)
 """
@@ -345,4 +345,4 @@ BackgroundCommits().submit(after_the_main_thread)
     subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=300)
     repo = Repository.find(tmp_path / "history")
     assert repo.metadata(repo.head()[1]).message == "made at exit"
-    assert repo.state(repo.head()[1])["w"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert np.array_equal(repo.state(repo.head()[1])["w"], np.arange(1 << 20, dtype=np.float32))
