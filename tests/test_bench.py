@@ -141,3 +141,16 @@ def test_history_report_judges_both_targets():
     assert "| ZipNN delta chain | 100.0 MB | 1.000× |" in text
     assert "no larger than ZipNN's chain (16.1) | 0.900× | ≤ 1.0× | met |" in text
     assert "| worst 2.00× (version 1), median 1.00× | ≤ 1.5× | **missed** |" in text
+
+
+def test_the_pipeline_bench_runs_end_to_end(tmp_path):
+    """tools/bench/pipeline.py (issue 32's figures) on one 64 MiB tensor, once: every table and the three
+    chains are reported (timings are not looked at)."""
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "pipeline.py"), "--tensors", "1", "--repeat",
+                           "1", "--chain", "2", "--chain-tensors", "1", "--json", str(tmp_path / "figures.json")],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert table_rows(done.stdout) >= {"commit", "checkout"}
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert (len(figures["chain"]), len(figures["chain_distinct"]), len(figures["loop"])) == (2, 2, 2)
+    assert set(figures["race"]["threads"]) == {"commit-1", "commit-all", "checkout-1", "checkout-all"}

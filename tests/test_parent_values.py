@@ -62,8 +62,9 @@ def commit_all(root, paths, fresh: bool) -> list[str]:
     return ids
 
 
-def test_one_object_commits_the_same_ids_without_replaying_the_parent(tmp_path, replays):
+def test_one_object_commits_the_same_ids_without_replaying_the_parent(tmp_path, replays, monkeypatch):
     paths = files(tmp_path, versions(4))
+    monkeypatch.setenv("MDIFF_CACHE_DIR", "off")  # nothing remembered between objects (processes)
     fresh = commit_all(tmp_path / "fresh", paths, fresh=True)
     replayed_fresh = len(replays)
     replays.clear()
@@ -71,6 +72,39 @@ def test_one_object_commits_the_same_ids_without_replaying_the_parent(tmp_path, 
     assert kept == fresh
     assert replayed_fresh == 3 * len(NAMES)  # every commit after the root replayed every parent value
     assert replays == []  # the kept object took each parent value from the checkpoint it committed last
+
+
+def test_another_process_finds_the_checkpoint_committed_last_in_the_cache(tmp_path, replays, monkeypatch):
+    """`mdiff commit` of each new checkpoint folder, a process each: the cache folder says which file was
+    committed last, and its values are used where they hash to the parent's."""
+    paths = files(tmp_path, versions(3))
+    ids = commit_all(tmp_path / "repo", paths, fresh=True)
+    assert replays == []
+    monkeypatch.setenv("MDIFF_CACHE_DIR", "off")
+    assert commit_all(tmp_path / "other", paths, fresh=True) == ids
+    assert len(replays) == 2 * len(NAMES)
+
+
+def test_a_malformed_or_foreign_cache_entry_is_a_miss(tmp_path, replays):
+    from mdiff.repo import parent_values
+
+    paths = files(tmp_path, versions(3))
+    repo = Repository.init(tmp_path / "repo")
+    repo.commit(paths[0], "v0", date=DATE)
+    entry = parent_values._entry_path(repo.dir)
+    for text in ("{", '{"commit": 1}', "[]", '{"commit": "x", "path": "/dev/zero", "exclude": []}'):
+        with open(entry, "w") as out:
+            out.write(text)
+        assert parent_values.recall(repo.dir) == (None if text != '{"commit": "x", "path": "/dev/zero", "exclude": []}'
+                                                  else ("x", "/dev/zero", ()))
+    # an entry naming the parent and a file that is no checkpoint: replayed, the commit as ever
+    head = repo.head()[1]
+    with open(entry, "w") as out:
+        out.write(f'{{"commit": "{head}", "path": "/dev/zero", "exclude": []}}')
+    made = Repository(repo.root).commit(paths[1], "v1", date=DATE)
+    assert sorted(replays) == sorted(NAMES)
+    other = Repository.init(tmp_path / "other")
+    assert [other.commit(p, f"v{i}", date=DATE) for i, p in enumerate(paths[:2])][1] == made
 
 
 def test_a_checkpoint_changed_since_is_not_believed(tmp_path, replays):

@@ -2,24 +2,33 @@
 repository last committed, where its tensors still hash to the parent's (§13.4), else the replay.
 
 A commit needs the state of its parent tensor by tensor, to diff against. Replaying it from the history
-costs inflating and applying every update since the last snapshot, and grows along a chain; but a
-process that commits one checkpoint after another (a training loop, the Trainer's callback) has
-usually just read the parent's values from a file that is still on disk. A tensor of that file is used
-only when its sha256 is the one the parent's state records for that parameter — the same check the
-replay ends with — so a file changed or removed since costs a hash and falls back, never a wrong value.
+costs inflating and applying every update since the last snapshot, and grows along a chain; but whoever
+commits one checkpoint after another (a training loop, the Trainer's callback, `mdiff commit` of each new
+checkpoint folder) has usually just read the parent's values from a file that is still on disk. A tensor
+of that file is used only when its sha256 is the one the parent's state records for that parameter — the
+same check the replay ends with — so a file changed or removed since costs a hash and falls back, never a
+wrong value.
+
+Which checkpoint that was is remembered by the Repository object, and between processes in the user's
+cache folder (``$MDIFF_CACHE_DIR``, as the walks: format/walk_cache.py), one small entry per repository:
+the commit and the checkpoint's path. An entry only suggests where to look; what is found there is hashed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import os
+import secrets
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from mdiff.errors import MdiffError
+from mdiff.format.walk_cache import WalkCache
 from mdiff.format.dtypes import DType, canonical, dtype_of
 from mdiff.repo.claims import StateClaims
 from mdiff.repo.states import StateFiles, StateView
@@ -98,3 +107,52 @@ def open_predecessor(stack: contextlib.ExitStack, path: str | os.PathLike[str] |
     except (MdiffError, OSError) as exc:
         log.debug("the last committed checkpoint %s cannot be read again: %s", path, exc)
         return None
+
+
+# (commit id, checkpoint path, exclude globs) of the checkpoint last committed in a repository
+LastCommitted = tuple[str, str, tuple[str, ...]]
+_MAX_ENTRY_BYTES = 64 << 10
+
+
+def _entry_path(repository: os.PathLike[str] | str) -> str | None:
+    folder = WalkCache.default().folder
+    if folder is None:
+        return None
+    key = hashlib.sha256(os.fsencode(os.path.realpath(repository))).hexdigest()[:32]
+    return os.path.join(folder, "last-committed", f"{key}.json")
+
+
+def remember(repository: os.PathLike[str] | str, last: LastCommitted) -> None:
+    """Keep ``last`` for the next process that commits to ``repository``; quietly nothing where the cache
+    folder cannot be written."""
+    path = _entry_path(repository)
+    if path is None:
+        return
+    temp = f"{path}.{secrets.token_hex(6)}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        with open(temp, "x", encoding="utf-8") as out:
+            json.dump({"commit": last[0], "path": os.path.abspath(last[1]), "exclude": list(last[2])}, out)
+        os.replace(temp, path)
+    except OSError as exc:
+        log.debug("cannot remember the last committed checkpoint: %s", exc)
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+
+
+def recall(repository: os.PathLike[str] | str) -> LastCommitted | None:
+    """What :func:`remember` kept for ``repository``, or None (none, unreadable or malformed: a miss)."""
+    path = _entry_path(repository)
+    if path is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as entry_file:
+            data = entry_file.read(_MAX_ENTRY_BYTES + 1)
+        entry = json.loads(data) if len(data) <= _MAX_ENTRY_BYTES else None
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not (isinstance(entry, dict) and isinstance(entry.get("commit"), str) and isinstance(entry.get("path"), str)
+            and isinstance(entry.get("exclude"), list) and all(isinstance(g, str) for g in entry["exclude"])):
+        return None
+    return entry["commit"], entry["path"], tuple(entry["exclude"])

@@ -40,7 +40,7 @@ from mdiff.repo.fsck import fsck
 from mdiff.repo.history import ancestors, first_parent_line, merge_base, resolve
 from mdiff.repo.merge import MergedState, Strategy
 from mdiff.repo.names import COMMIT_ID
-from mdiff.repo.parent_values import ParentValues, open_predecessor
+from mdiff.repo.parent_values import ParentValues, open_predecessor, recall, remember
 from mdiff.repo.reflog import ReflogEntry
 from mdiff.repo.remotes import add_remote, open_end, tracking_refs
 from mdiff.repo.states import StateView
@@ -152,7 +152,7 @@ class Repository(Store):
             branch, head = self.head()
             with contextlib.ExitStack() as stack:
                 new = open_new_state(stack, new_state, exclude)
-                last = self._last_committed
+                last = self._last_committed or recall(self.dir)
                 predecessor = open_predecessor(stack, last[1], last[2]) if last and head and last[0] == head \
                     and not _same_path(last[1], new_state) else None  # a file written over holds the new state
                 old = ParentValues(stack.enter_context(self.open_state(head)), predecessor)
@@ -166,6 +166,8 @@ class Repository(Store):
             made = summary.commit_id if summary is not None else head
             self._last_committed = (made, os.fspath(new_state), tuple(exclude)) \
                 if made and isinstance(new_state, (str, os.PathLike)) else None
+            if self._last_committed is not None and summary is not None:
+                remember(self.dir, self._last_committed)
         return summary
 
     def _write_commit(self, old: StateView | ParentValues, new: Mapping[str, Any], message: str, parents: tuple[str, ...],

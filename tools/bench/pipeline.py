@@ -80,7 +80,8 @@ def _zipnn(delta: bool):
 def op_mdiff_commit(work: Path) -> None:
     from mdiff.repo import Repository
 
-    Repository(work / "repo").commit(str(work / "new.safetensors"), "fine-tune", date=DATE)
+    name = (work / "to-commit").read_text() if (work / "to-commit").exists() else "new.safetensors"
+    Repository(work / "repo").commit(str(work / name), "fine-tune", date=DATE)
 
 
 def op_mdiff_checkout(work: Path) -> None:
@@ -236,15 +237,17 @@ def race(work: Path, repeat: int, model_bytes: int, log) -> dict:
     return {"trials": results, "threads": {f"{k}-{'1' if n == 1 else 'all'}": v for (k, n), v in threads.items()}}
 
 
-def chain(work: Path, length: int, tensors: int, log) -> list[dict]:
-    """Each commit of a chain, in a fresh process (as `mdiff commit` runs), one file written over with each
-    version: its CPU."""
-    folder = work / "chain"
+def chain(work: Path, length: int, tensors: int, log, distinct: bool = False) -> list[dict]:
+    """Each commit of a chain, in a fresh process (as `mdiff commit` runs): its CPU. One file written over
+    with each version, or (``distinct``) each version in its own file, committed by that path."""
+    folder = work / ("chain-distinct" if distinct else "chain")
     folder.mkdir()
     _chain_root(folder, tensors)
     costs = []
     for i in range(length):
-        _next_version(folder / "new.safetensors", folder / "new.safetensors", seed=i)
+        version = folder / (f"v{i}.safetensors" if distinct else "new.safetensors")
+        _next_version(folder / (f"v{i - 1}.safetensors" if distinct and i else "new.safetensors"), version, seed=i)
+        (folder / "to-commit").write_text(version.name)
         costs.append(trial("mdiff_commit", folder))
         log(f"  chain commit {i + 1}: {costs[-1]}")
     return costs
@@ -336,6 +339,7 @@ def report(data: dict) -> str:
         one, every = median(th[f"{kind}-1"], "wall"), median(th[f"{kind}-all"], "wall")
         lines.append(f"| {kind} | {one:.2f} | {every:.2f} | {every / one:.2f}× |")
     for key, how in (("chain", "`mdiff commit` of one file written over, a process each"),
+                     ("chain_distinct", "`mdiff commit` of each version's own file, a process each"),
                      ("loop", "one process committing each version's own file (a training loop)")):
         if data.get(key):
             cpus = [c["cpu"] for c in data[key]]
@@ -373,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         prepare(work)
         data["race"] = race(work, args.repeat, data["model_bytes"], log)
         data["chain"] = chain(work, args.chain, args.chain_tensors, log) if args.chain else []
+        data["chain_distinct"] = chain(work, args.chain, args.chain_tensors, log, distinct=True) if args.chain else []
         data["loop"] = chain_loop(work, args.chain, args.chain_tensors, log) if args.chain else []
         data["load_after"] = measuring.loadavg()
     text = report(data)
