@@ -118,7 +118,7 @@ def python(code: str) -> list[str]:
 
 
 ZIPNN = """
-import json, sys, numpy as np, zipnn
+import json, sys, ml_dtypes, numpy as np, zipnn  # ml_dtypes: numpy then knows bfloat16
 from pathlib import Path
 from safetensors import safe_open
 base, new, out, mode = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
@@ -143,7 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None, help="a folder on a disk with ~5× the model free")
     parser.add_argument("--keep", action="store_true", help="keep the files (default: removed at the end)")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    parser.add_argument("--write", nargs=3, metavar=("LAYERS", "FOLDER", "BASE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.write:
+        write_model(Path(args.write[1]), int(args.write[0]), Path(args.write[2]) if args.write[2] else None)
+        return 0
 
     def log(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
@@ -152,18 +156,21 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, dict] = {}
     try:
         log(f"writing the base and its successor ({args.layers} layers)…")
-        model_bytes = write_model(work / "base", args.layers, None)
-        write_model(work / "new", args.layers, work / "base")
+        # in children: a child's peak RSS (ru_maxrss) starts at this process's size when it is forked
+        for folder, base in (("base", None), ("new", work / "base")):
+            subprocess.run([sys.executable, __file__, "--write", str(args.layers), str(work / folder),
+                            str(base) if base else ""], check=True)
+        model_bytes = json.loads((work / "new" / "model.safetensors.index.json").read_text())["metadata"]["total_size"]
         os.environ["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")  # this checkout's mdiff
         mdiff, repo = [sys.executable, "-m", "mdiff"], str(work / "repo")
         read_one = python("from mdiff.repo import Repository; r = Repository(sys.argv[1]); "
-                          "v = r.open_state(r.head()[1]).__enter__(); v.read('model.layers.7.mlp.up_proj.weight')")
+                          "v = r.open_state(r.head()[1]).__enter__(); v.read(sys.argv[2])")
         steps = [  # (the row, a command; rows named twice add up)
-            ("mdiff init + commit the base", [*mdiff, "init", "-q", repo]),
+            ("mdiff init + commit the base", [*mdiff, "init", repo]),
             ("mdiff init + commit the base", [*mdiff, "commit", "-q", "-C", repo, str(work / "base"), "-m", "base"]),
             ("mdiff commit the successor", [*mdiff, "commit", "-q", "-C", repo, str(work / "new"), "-m", "new"]),
             ("mdiff checkout HEAD to a folder", [*mdiff, "checkout", "-q", "-C", repo, "HEAD", "-o", str(work / "out")]),
-            ("mdiff read one parameter lazily", [*read_one, repo]),
+            ("mdiff read one parameter lazily", [*read_one, repo, f"model.layers.{min(7, args.layers - 1)}.mlp.up_proj.weight"]),
         ]
         for label, command in steps:
             log(f"{label}…")
@@ -179,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         rows["zstd -3 -T0 of the successor's shards"] = measured(
             ["zstd", "-q", "-3", "-T0", "--output-dir-flat", str(work / "zst"), *map(str, shards)])
         log("zstd -d…")
+        (work / "unzst").mkdir()
         rows["zstd -d of them"] = measured(["zstd", "-q", "-d", "-f", "--output-dir-flat", str(work / "unzst"),
                                             *map(str, sorted((work / "zst").glob("*.zst")))])
         shutil.rmtree(work / "unzst", ignore_errors=True)
