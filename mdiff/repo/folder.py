@@ -33,6 +33,29 @@ def rename_in(fd: int | None, prefix: str, source: str, target: str) -> None:
         os.rename(source, target, src_dir_fd=fd, dst_dir_fd=fd)  # POSIX rename replaces the target
 
 
+@contextlib.contextmanager
+def removed_on_failure(fd: int | None, prefix: str, temp: str) -> Iterator[None]:
+    """The file ``temp`` of a folder (``fd``, or the path ``prefix``) removed again if the block fails: an
+    error never leaves a writer's temporary file behind (a killed writer's may stay: §13.1 names them)."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(prefix + temp, dir_fd=fd)
+        raise
+
+
+def create_exclusive(fd: int | None, prefix: str, temp: str) -> int:
+    """A new file ``temp`` in the folder, opened for writing: never an existing one, never through a link."""
+    return os.open(prefix + temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC | BINARY, 0o666, dir_fd=fd)
+
+
+def write_all(out: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(out, view):]
+
+
 class RepositoryFolder:
     """``.mdiff/`` of the repository at ``root``: its files by relative name, no link followed inside it."""
 
@@ -142,23 +165,16 @@ class RepositoryFolder:
                     raise RepositoryError("MD801", f"{self._shown_path(relative)} is {kind}; mdiff replaces only a "
                                                    "regular file there (§13.1)")
             temp = f".{name[:64]}.{secrets.token_hex(8)}{TEMP_SUFFIX}"  # within 255 bytes whatever the name
-            out = os.open(prefix + temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC | BINARY, 0o666,
-                          dir_fd=fd)
-            try:
+            out = create_exclusive(fd, prefix, temp)
+            with removed_on_failure(fd, prefix, temp):
                 try:
                     for data in chunks:
-                        view = memoryview(data)
-                        while view:
-                            view = view[os.write(out, view):]
+                        write_all(out, data)
                         written += len(data)
                     os.fsync(out)
                 finally:
                     os.close(out)
                 rename_in(fd, prefix, temp, name)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(prefix + temp, dir_fd=fd)
-                raise
             self._sync_folder(fd, prefix)
         return written
 

@@ -25,8 +25,8 @@ from mdiff.format.constants import ATTR_COMMIT
 from mdiff.format.reader import DiffFile, open_diff
 from mdiff.format.writer import DiffWriter
 from mdiff.isolation import Isolation, isolation_supported
-from mdiff.regular_files import BINARY, CLOEXEC, NOFOLLOW, open_regular, reopenable, same_file
-from mdiff.repo.folder import RepositoryFolder, rename_in
+from mdiff.regular_files import open_regular, reopenable, same_file
+from mdiff.repo.folder import RepositoryFolder, create_exclusive, removed_on_failure, rename_in, write_all
 from mdiff.repo.names import COMMIT_ID, shown
 
 _HASH_BLOCK = 1 << 20
@@ -92,9 +92,8 @@ class CommitFiles(RepositoryFolder):
         what = "commit" if directory == "commits" else "snapshot of"
         temp = f".receive.{commit_id[:16]}.{secrets.token_hex(8)}{TEMP_SUFFIX}"
         with self._folder([directory], create=True) as (fd, prefix):
-            out = os.open(prefix + temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC | BINARY, 0o666,
-                          dir_fd=fd)
-            try:
+            out = create_exclusive(fd, prefix, temp)
+            with removed_on_failure(fd, prefix, temp):
                 digest, size = hashlib.sha256(), 0
                 try:
                     for chunk in chunks:
@@ -102,9 +101,7 @@ class CommitFiles(RepositoryFolder):
                         if size > limit:
                             raise RepositoryError("MD801", f"{what} {commit_id[:12]} is larger than {limit} bytes")
                         digest.update(chunk)
-                        view = memoryview(chunk)
-                        while view:
-                            view = view[os.write(out, view):]
+                        write_all(out, chunk)
                     os.fsync(out)
                 finally:
                     os.close(out)
@@ -118,10 +115,6 @@ class CommitFiles(RepositoryFolder):
                     code = "MD802" if directory == "commits" else "MD801"
                     raise RepositoryError(code, f"{what} {commit_id[:12]} is no valid mdiff file: "
                                                 f"{exc.code}: {exc.message}") from exc
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(prefix + temp, dir_fd=fd)
-                raise
         return temp
 
     def file_received(self, temp: str, commit_id: str, directory: str = "commits") -> None:
@@ -282,9 +275,8 @@ class CommitFiles(RepositoryFolder):
         with self._folder([directory]) as (fd, prefix):
             folder = reopenable(fd, self.dir / directory) if fd is not None else prefix
             temp = f".commit.mdiff.{secrets.token_hex(8)}{TEMP_SUFFIX}"
-            os.close(os.open(prefix + temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o666,
-                             dir_fd=fd))
-            try:
+            os.close(create_exclusive(fd, prefix, temp))  # the name is ours; libhdf5 writes it by name
+            with removed_on_failure(fd, prefix, temp):
                 sealed = _SealedWriter(os.path.join(folder, temp), commit, compression)
                 with sealed as writer:
                     write(writer)
@@ -292,10 +284,6 @@ class CommitFiles(RepositoryFolder):
                         sealed.seal(seal())
                 commit_id = self._read_back(fd, prefix + temp, self.dir / directory / temp, directory == "commits")
                 rename_in(fd, prefix, temp, f"{commit_id}.mdiff")
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(prefix + temp, dir_fd=fd)
-                raise
             self._sync_folder(fd, prefix)
         return commit_id
 
