@@ -18,7 +18,7 @@ import numpy as np
 
 from mdiff.format.dtypes import as_bits, canonical, dtype_of, xor_bits
 from mdiff.progress import ByteCounter, Progress, tensor_bytes
-from mdiff.threads import in_pool, shared_pool
+from mdiff.threads import shared_pool
 from mdiff.updates import delete, dense, replace, sparse
 from mdiff.updates.base import Update, sha256_hex
 from mdiff.updates.bit_deltas import SubDelta
@@ -82,8 +82,7 @@ def diff_tensor(old: np.ndarray | None, new: np.ndarray | None, version: int = D
     ``None`` for ``old`` means a new parameter; for ``new``, a removed one. ``version``: of the
     `dense` or `sparse` update (a `bool` parameter's is version 1 whatever is asked, §7.3).
     ``base_sha256``: ``old``'s sha256 where the caller has verified it already (a repository's state: §13.4),
-    which spares hashing it again. On one of the pool's threads the hashes are made on that thread (a pool
-    thread must not wait on the pool).
+    which spares hashing it again.
     """
     if new is None:
         return None if old is None else delete.encode(canonical(old))
@@ -95,12 +94,14 @@ def diff_tensor(old: np.ndarray | None, new: np.ndarray | None, version: int = D
         return replace.encode(new)
     version = dense.delta_version(version, dtype_of(new).name)
     # §7.1 base_sha256 and the result's sha256, hashed on other cores while the delta and its statistics are made
-    hashes = _Hashes(old, new, base_sha256)
+    base_hash = _known(base_sha256) if base_sha256 is not None else shared_pool().submit(sha256_hex, old)
+    new_hash = shared_pool().submit(sha256_hex, new)
     # nonzero exactly where the bits differ: the XOR, or the zigzagged wrapping difference (zigzag keeps zeros)
     delta = xor_bits(old, new) if version == 1 else SubDelta.between(as_bits(old), as_bits(new))
     changed = int(np.count_nonzero(delta))
     if changed == 0:
-        hashes.cancel()
+        base_hash.cancel()
+        new_hash.cancel()
         return None
     stats: dict[str, int | float] = {"changed": changed}
     rel = relative_change(old, new)
@@ -110,29 +111,14 @@ def diff_tensor(old: np.ndarray | None, new: np.ndarray | None, version: int = D
     if changed * (sparse.INDEX_DTYPE.itemsize + width) < new.size * width:
         flat = delta.reshape(-1)
         indices = np.flatnonzero(flat).astype(sparse.INDEX_DTYPE)
-        return sparse.from_entries(new, indices, flat[indices], stats, hashes.base(), version, hashes.new())
-    return dense.from_delta(delta, new, stats, hashes.base(), version, hashes.new())
+        return sparse.from_entries(new, indices, flat[indices], stats, base_hash.result(), version, new_hash.result())
+    return dense.from_delta(delta, new, stats, base_hash.result(), version, new_hash.result())
 
 
-class _Hashes:
-    """The sha256 of a diff's two sides: on other cores (or here, on a pool thread), the base's only if not known."""
-
-    def __init__(self, old: np.ndarray, new: np.ndarray, base_sha256: str | None) -> None:
-        here = in_pool()
-        self._base: Future[str] | str = base_sha256 if base_sha256 is not None else (
-            sha256_hex(old) if here else shared_pool().submit(sha256_hex, old))
-        self._new: Future[str] | str = sha256_hex(new) if here else shared_pool().submit(sha256_hex, new)
-
-    def base(self) -> str:
-        return self._base if isinstance(self._base, str) else self._base.result()
-
-    def new(self) -> str:
-        return self._new if isinstance(self._new, str) else self._new.result()
-
-    def cancel(self) -> None:
-        for job in (self._base, self._new):
-            if isinstance(job, Future):
-                job.cancel()
+def _known(sha256: str) -> Future[str]:
+    done: Future[str] = Future()
+    done.set_result(sha256)
+    return done
 
 
 def file_updates(old: Mapping[str, bytes], new: Mapping[str, bytes]) -> Iterator[tuple[str, Update]]:

@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 
 from mdiff.errors import MdiffError
-from mdiff.format.walk_cache import WalkCache
 from mdiff.format.dtypes import DType, canonical, dtype_of
+from mdiff.format.walk_cache import WalkCache
+from mdiff.repo.changes import open_new_state
 from mdiff.repo.claims import StateClaims
 from mdiff.repo.states import StateFiles, StateView
 from mdiff.updates.base import sha256_hex
@@ -46,7 +47,6 @@ class ParentValues(Mapping[str, np.ndarray]):
         self.view = view
         self._predecessor = predecessor
         self._sha256 = {name: sha256 for name, (_, _, sha256) in view.claims.parameters.items()}
-        self.taken = 0  # values taken from the predecessor (the rest were replayed)
 
     def __getitem__(self, name: str) -> np.ndarray:
         expected = self._sha256.get(name)
@@ -54,7 +54,6 @@ class ParentValues(Mapping[str, np.ndarray]):
             try:
                 value = canonical(np.asarray(self._predecessor[name]))
                 if (value.shape, dtype_of(value)) == self.view.spec(name) and sha256_hex(value) == expected:
-                    self.taken += 1
                     return value
                 log.debug("%s in the last committed checkpoint is not the parent's: it changed since", name)
             except (MdiffError, OSError, ValueError, KeyError) as exc:  # changed or gone: the history has the value
@@ -100,8 +99,6 @@ def open_predecessor(stack: contextlib.ExitStack, path: str | os.PathLike[str] |
     into something else): the replay serves then."""
     if path is None:
         return None
-    from mdiff.repo.changes import open_new_state
-
     try:
         return open_new_state(stack, path, exclude)
     except (MdiffError, OSError) as exc:

@@ -152,7 +152,8 @@ class Repository(Store):
             branch, head = self.head()
             with contextlib.ExitStack() as stack:
                 new = open_new_state(stack, new_state, exclude)
-                last = self._last_committed or recall(self.dir)
+                mine = self._last_committed  # else another process's, from the cache folder
+                last = mine if mine is not None and mine[0] == head else recall(self.dir)
                 predecessor = open_predecessor(stack, last[1], last[2]) if last and head and last[0] == head \
                     and not _same_path(last[1], new_state) else None  # a file written over holds the new state
                 old = ParentValues(stack.enter_context(self.open_state(head)), predecessor)
