@@ -321,16 +321,16 @@ def test_merges_combine_files_and_report_conflicting_ones(tmp_path):
     (theirs / "notes.txt").write_text("theirs\n", encoding="utf-8")
     repo.commit(theirs, "theirs", date=DATE)
     repo.set_head("main")
-    merged, conflicts = repo.merge("other", date=DATE)
-    assert conflicts == []
-    with repo.open_state(merged) as state:
+    result = repo.merge("other", date=DATE)
+    assert result.conflicts == []
+    with repo.open_state(result.commit) as state:
         assert state.files["README.md"] == b"ours\n" and state.files["notes.txt"] == b"theirs\n"
     (theirs / "README.md").write_text("theirs too\n", encoding="utf-8")
     repo.set_head("other")
     repo.commit(theirs, "theirs again", date=DATE)
     repo.set_head("main")
-    merged, conflicts = repo.merge("other", date=DATE)
-    assert merged is None and [name for name, _ in conflicts] == ["file README.md"]
+    result = repo.merge("other", date=DATE)
+    assert result.commit is None and [c.name for c in result.conflicts] == ["file README.md"]
 
 
 # ---------------------------------------------------------------- folders that lie or attack

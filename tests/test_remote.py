@@ -127,8 +127,8 @@ def test_clone_push_fetch_pull_round_trip(tmp_path, kind, request, capsys):
     second = commit(alice, 7)  # only the new commit moves, and only its bytes
     report = push(alice, "origin", "main", options=options)
     assert report.commits == [second] and report.bytes == alice.commit_path(second).stat().st_size
-    fetched, outcome, head, conflicts = bob.pull("origin", options=options)
-    assert (fetched.commits, outcome, head, conflicts) == ([second], "fast-forward", second, [])
+    fetched, pulled = bob.pull("origin", options=options)
+    assert (fetched.commits, pulled.how, pulled.commit, pulled.conflicts) == ([second], "fast-forward", second, [])
 
     mine = commit(bob, 8)  # diverged: a merge, pushed back as a fast-forward of the remote
     theirs = commit(alice, 9)
@@ -136,8 +136,12 @@ def test_clone_push_fetch_pull_round_trip(tmp_path, kind, request, capsys):
     with pytest.raises(RepositoryError) as refused:
         push(bob, "origin", "main", options=options)
     assert refused.value.code == "MD803" and "pull" in refused.value.message
-    _, outcome, merged, _ = bob.pull("origin", options=options, date="2026-05-02T00:00:00Z")
-    assert outcome == "merge" and bob.parents(merged) == (mine, theirs)
+    _, stopped = bob.pull("origin", options=options, date="2026-05-02T00:00:00Z")  # both changed b and w: conflicts
+    assert (stopped.how, stopped.commit, [c.name for c in stopped.conflicts]) == ("conflicts", None, ["b", "w"])
+    assert bob.head() == ("main", mine)
+    _, pulled = bob.pull("origin", strategy="average", options=options, date="2026-05-02T00:00:00Z")
+    merged = pulled.commit
+    assert pulled.how == "merge" and merged and bob.parents(merged) == (mine, theirs)
     assert push(bob, "origin", "main", options=options).commits == sorted([mine, merged])
     fetch(alice, "origin", options=options)
     assert resolve(alice, "origin/main") == merged
@@ -488,7 +492,8 @@ def test_pull_with_conflicts_commits_nothing_and_exits_1(tmp_path, capsys):
     assert code == 1 and data["outcome"] == "conflicts" and data["conflicts"][0]["parameter"] == "n"
     assert bob.head() == ("main", mine)
     code, out, _ = run(capsys, "pull", "--strategy", "theirs", "-C", bob.root)
-    assert code == 0 and "merge:" in out and bob.checkout("main")["n"].tolist() == [1, 3]
+    assert code == 0 and "three-way merge of origin/main into main: 0 parameters from origin/main, 0 from main, " \
+        "1 conflict resolved by theirs: " in out and bob.checkout("main")["n"].tolist() == [1, 3]
 
 
 def test_snapshots_travel_on_request_and_checkouts_start_there(tmp_path, capsys):

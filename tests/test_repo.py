@@ -62,8 +62,9 @@ def test_two_branches_and_a_merge_check_out_bit_exactly(repo):
     del s2_feature["steps"]
     c2 = repo.commit(s2_feature, "feature work (drops steps)", date=DATE)
     repo.set_head("main")
-    merged, conflicts = repo.merge("feature", "ours", "take ours", date=DATE)
-    assert conflicts == []
+    result = repo.merge("feature", "ours", "take ours", date=DATE, everything=True)  # ours whole: steps stays
+    merged, conflicts = result.commit, result.conflicts
+    assert conflicts == [] and merged
     assert repo.parents(merged) == (c1, c2)
     expected = {c0: s0, c1: dict(s1, **{"extra/new": np.ones(3, np.float16)}), c2: s2_feature,
                 merged: dict(s1, **{"extra/new": np.ones(3, np.float16)})}
@@ -97,9 +98,11 @@ def test_merge_strategies_give_exact_numbers(repo, strategy, expected):
     repo.set_head("other")
     repo.commit({"w": np.full(4, 3.0, np.float32)}, "B", date=DATE)
     repo.set_head("main")
-    merged, conflicts = repo.merge("other", strategy, date=DATE)
-    assert conflicts == []
-    assert repo.checkout(merged)["w"].tolist() == [expected] * 4
+    result = repo.merge("other", strategy, date=DATE)  # w changed on both sides: the strategy resolves it
+    assert result.conflicts == [] and result.tally == {"resolved": 1}
+    assert repo.checkout(result.commit)["w"].tolist() == [expected] * 4
+    meta = repo.metadata(result.commit).meta
+    assert (meta["merge_strategy"], meta["merge_scope"]) == (strategy, "conflicts")
 
 
 def test_merge_conflicts_are_reported_per_parameter_and_nothing_is_committed(repo, capsys):
@@ -109,13 +112,23 @@ def test_merge_conflicts_are_reported_per_parameter_and_nothing_is_committed(rep
     repo.set_head("other")
     repo.commit({"kept": np.zeros(2, np.float32), "n": np.full(2, 2, np.int32)}, "theirs", date=DATE)
     repo.set_head("main")
-    merged, conflicts = repo.merge("other", "average", date=DATE)
-    assert merged is None and repo.head() == ("main", head)
-    assert [name for name, _ in conflicts] == ["gone", "kept", "n"]
+    result = repo.merge("other", "average", date=DATE)  # kept: reshaped in ours only, so no conflict
+    assert result.commit is None and result.how == "conflicts" and repo.head() == ("main", head)
+    assert [(c.name, c.reason, c.ours, c.theirs) for c in result.conflicts] == [
+        ("gone", "changed in ours, deleted in theirs; average cannot combine it: it is absent on one side",
+         "‖Δ‖ = 1.41 (base is zero)", "deleted"),
+        ("n", "changed differently on both sides; average cannot combine it: int32 is not a floating-point dtype",
+         "2 of 2 values changed", "2 of 2 values changed")]
     code, out, _ = run(capsys, "merge", "other", "-C", repo.root)
-    assert code == 1 and "MD804" in out and "deleted on one side" in out
-    merged, conflicts = repo.merge("other", "theirs", date=DATE)
-    assert conflicts == [] and set(repo.checkout(merged)) == {"kept", "n"}
+    assert code == 1 and out.splitlines()[:4] == [
+        "mdiff: error MD804: merging other into main left 2 conflicts; nothing was committed",
+        "  CONFLICT  OURS                       THEIRS                 WHY",
+        "  gone      ‖Δ‖ = 1.41 (base is zero)  deleted                changed in ours, deleted in theirs",
+        "  n         2 of 2 values changed      2 of 2 values changed  changed differently on both sides"]
+    assert "mdiff merge other --strategy ours" in out
+    result = repo.merge("other", "theirs", date=DATE)
+    assert result.conflicts == [] and set(repo.checkout(result.commit)) == {"kept", "n"}
+    assert repo.checkout(result.commit)["kept"].shape == (1, 2)  # ours' change, taken three-way
 
 
 def test_pipeline_commits_torch_tensors_and_checks_out(repo):
@@ -462,10 +475,10 @@ def test_merging_a_descendant_fast_forwards_unless_told_not_to(repo, capsys):
     ahead = repo.commit(state(1), "feature work", date=DATE)
     repo.switch("main")
     code, out, _ = run(capsys, "merge", "feature", "-C", repo.root)
-    assert code == 0 and "fast-forwarded" in out and repo.head() == ("main", ahead)
+    assert code == 0 and out == f"fast-forward: main moved to {ahead[:12]} (feature)\n" and repo.head() == ("main", ahead)
     repo.set_branch("main", root)
-    merged, conflicts = repo.merge("feature", "average", date=DATE, fast_forward=False)
-    assert conflicts == [] and repo.parents(merged) == (root, ahead)
+    result = repo.merge("feature", date=DATE, fast_forward=False)
+    assert result.conflicts == [] and repo.parents(result.commit) == (root, ahead)
     with pytest.raises(RepositoryError) as caught:
         repo.switch("feature", create=True)
     assert caught.value.code == "MD801"

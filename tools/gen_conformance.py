@@ -1239,18 +1239,19 @@ def branch_merge_repository(c: Corpus) -> None:
          "feature-2: bias dense, norm sparse", 4, {**f1, "bias": new_bias, "norm": new_norm})
 
     repo.set_head(branch="main")
-    merge_id, conflicts = repo.merge("feature", "average", message="merge feature into main (average)",
-                                     author=REPO_AUTHOR, date=repo_date(5))
-    assert merge_id and not conflicts, conflicts
+    merged = repo.merge("feature", "average", message="merge feature into main (three-way, conflicts: average)",
+                        author=REPO_AUTHOR, date=repo_date(5))
+    merge_id = merged.commit
+    assert merge_id and not merged.conflicts, merged.conflicts
     ids["merge"] = merge_id
-    what["merge"] = "merge of feature into main (strategy average, §13.7): parents main-2, feature-2"
+    what["merge"] = ("merge of feature into main (three-way, §13.7: embed, changed on both sides, averaged; bias, norm, "
+                     "mask and adapter from feature; steps and head from main): parents main-2, feature-2")
     assert repo.parents(merge_id) == (ids["main-2"], ids["feature-2"])
     states["merge"] = repo.checkout(merge_id)
     ours, theirs = states["main-2"], states["feature-2"]
-    assert same_state(states["merge"], {  # §13.7, by hand
+    assert same_state(states["merge"], {  # §13.7, by hand: the one conflict averaged, the rest three-way
         "embed": (0.5 * ours["embed"].astype(np.float64) + 0.5 * theirs["embed"].astype(np.float64)).astype(np.float32),
-        "bias": (0.5 * ours["bias"].astype(np.float64) + 0.5 * theirs["bias"].astype(np.float64)).astype(np.float16),
-        "norm": 0.5 * ours["norm"] + 0.5 * theirs["norm"], "steps": ours["steps"], "mask": theirs["mask"],
+        "bias": theirs["bias"], "norm": theirs["norm"], "steps": ours["steps"], "mask": theirs["mask"],
         "head": ours["head"], "adapter": theirs["adapter"]})
 
     m = states["merge"]
@@ -1301,7 +1302,7 @@ def branch_merge_repository(c: Corpus) -> None:
                   (unique_prefix(ids["feature-2"]) + "~1", "feature-1")]
     c.repository_case(case_id, "valid", "13.4", "a repository: root, three commits on main, a branch `feature` "
                       "(two commits) merged into main (a merge commit with two parents, made by the reference's "
-                      "merge, strategy average), a branch `exp/lora` (a low_rank commit), a snapshot of main-1 (§13.5), "
+                      "three-way merge, its one conflict averaged), a branch `exp/lora` (a low_rank commit), a snapshot of main-1 (§13.5), "
                       "and temporary files a reader ignores; every update type. The state at each commit, checked out "
                       "by branch, HEAD, ~N, ^, full id and prefix", d / "repo", revisions=revisions, ids=ids,
                       what=what, states={k: d / "states" / f"{k}.safetensors" for k in states},

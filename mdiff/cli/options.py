@@ -46,6 +46,16 @@ def add_quiet(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
+def add_merge_options(p: argparse.ArgumentParser) -> None:
+    """--strategy and --all, as `merge` and `pull` take them."""
+    p.add_argument("--strategy", default=None, metavar="STRATEGY",
+                   help="resolve conflicts: ours, theirs, average, weighted:ALPHA or task-arithmetic[:LAMBDA] "
+                        "(default: none — a conflict stops the merge)")
+    p.add_argument("--all", dest="everything", action="store_true",
+                   help="apply --strategy to every parameter, not only the conflicts (e.g. --strategy average --all "
+                        "averages the two models)")
+
+
 def add_threads(p: argparse.ArgumentParser, after_the_command: bool = False) -> None:
     """--threads N: the pool's threads (mdiff.threads) for this run. The program's parser shows it; a
     command's parser takes it too but leaves it out of its help (one line less on every command's) and

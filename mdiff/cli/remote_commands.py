@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from mdiff.cli.options import add_json, add_quiet, add_repository_options, add_storage_option, repository_of, storage_options_of
+from mdiff.cli.options import add_json, add_merge_options, add_quiet, add_repository_options, add_storage_option, repository_of, storage_options_of
 from mdiff.cli.output import print_result
 from mdiff.cli.progress import ProgressBar
 from mdiff.cli.registry import Commands
@@ -139,8 +139,9 @@ def pull_arguments(p) -> None:
     p.add_argument("remote", nargs="?", default="origin", metavar="REMOTE", help="default: origin")
     p.add_argument("branch", nargs="?", default=None, metavar="BRANCH",
                    help="the remote's branch to bring in (default: the current branch's name)")
-    p.add_argument("--strategy", default="average", metavar="STRATEGY",
-                   help="for a merge: average (default), weighted:ALPHA, ours, theirs or task-arithmetic[:LAMBDA]")
+    add_merge_options(p)
+    p.add_argument("--ff-only", action="store_true",
+                   help="only fast-forward: refuse (MD804) when the branches have diverged")
     p.add_argument("-m", "--message", default=None, help="for a merge: the commit message")
     _transfer_options(p)
     add_repository_options(p)
@@ -148,23 +149,25 @@ def pull_arguments(p) -> None:
 
 @COMMANDS.command("pull", help="fetch, then bring a remote branch into the current one", arguments=pull_arguments,
                   description="Fetch REMOTE, then bring REMOTE/BRANCH (default: the current branch's name) into "
-                              "the current branch: a fast-forward when it only adds commits, else a merge with "
-                              "--strategy (SPEC.md §13.7; conflicts: nothing is committed, exit 1).")
+                              "the current branch: a fast-forward when it only adds commits, else a three-way merge "
+                              "as `mdiff merge` makes it (SPEC.md §13.7; a conflict stops it: nothing is committed, "
+                              "exit 1; --strategy resolves conflicts, --all applies it to every parameter, "
+                              "--ff-only refuses to merge).")
 def run_pull(args) -> int:
+    from mdiff.cli.merge_report import merge_data, merge_lines
+
+    if args.everything and args.strategy is None:
+        raise UsageError("--all applies a strategy to every parameter: give one, e.g. --strategy average --all")
     repo = repository_of(args)
+    current, _ = repo.head()
     with ProgressBar.of(args, "pull") as bar:
-        report, outcome, commit_id, conflicts = repo.pull(args.remote, args.branch, args.strategy, storage_options_of(args),
-                                                          bar, message=args.message)
-    data = {"fetch": _fetch_data(report), "outcome": outcome, "commit": commit_id,
-            "conflicts": [{"parameter": n, "reason": r} for n, r in conflicts]}
-    lines = _fetch_lines(report)
-    if conflicts:
-        lines += [f"mdiff: error MD804: {len(conflicts)} conflicts; nothing was committed:"]
-        lines += [f"  {name}: {reason}" for name, reason in conflicts]
-    else:
-        lines.append(f"{outcome}: {_short(commit_id)}")
-    print_result(args, data, "\n".join(lines))
-    return 1 if conflicts else 0
+        report, result = repo.pull(args.remote, args.branch, args.strategy, storage_options_of(args), bar,
+                                   everything=args.everything, ff_only=args.ff_only, message=args.message)
+    rev = f"{args.remote}/{args.branch or current}"
+    lines = _fetch_lines(report) + merge_lines(result, rev, current, args.strategy, args.everything,
+                                               command="mdiff merge")
+    print_result(args, {"fetch": _fetch_data(report), **merge_data(result)}, "\n".join(lines))
+    return 1 if result.conflicts else 0
 
 
 # ---------------------------------------------------------------- push

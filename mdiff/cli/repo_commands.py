@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from mdiff.cli.options import (
-    add_author, add_commit_metadata, add_date, add_engine, add_json, add_meta, add_quiet, add_repository_options,
+    add_author, add_commit_metadata, add_date, add_engine, add_json, add_merge_options, add_meta, add_quiet, add_repository_options,
     add_storage_option, parse_duration, parse_meta, parse_size, repository_of, storage_options_of,
 )
 from mdiff.cli.output import format_size, print_description, print_result
@@ -413,46 +413,41 @@ def run_switch(args) -> int:
 # ---------------------------------------------------------------- merge / squash / snapshot
 def merge_arguments(p) -> None:
     p.add_argument("rev", metavar="REV", help="the branch or commit to merge into the current branch")
-    p.add_argument("--strategy", default="average", metavar="STRATEGY",
-                   help="average (the default), weighted:ALPHA, ours, theirs or task-arithmetic[:LAMBDA]")
-    p.add_argument("-m", "--message", default=None, help="the commit message (default: Merge REV into BRANCH (STRATEGY))")
+    add_merge_options(p)
+    p.add_argument("-m", "--message", default=None, help="the commit message (default: Merge REV into BRANCH)")
     add_author(p, made=None)
     add_date(p)
     add_meta(p)
     add_quiet(p)
     p.add_argument("--no-ff", dest="fast_forward", action="store_false",
                    help="make a merge commit even when the current branch is an ancestor of REV (default: fast-forward)")
+    p.add_argument("--ff-only", action="store_true",
+                   help="only fast-forward: refuse (MD804) when the branches have diverged")
     add_repository_options(p)
 
 
 @COMMANDS.command("merge", help="merge a branch into the current one", arguments=merge_arguments,
-                  description="Merge REV into the current branch with a strategy (SPEC.md §13.7): average, "
-                              "weighted:ALPHA (ALPHA·ours + (1−ALPHA)·theirs), ours, theirs, task-arithmetic[:λ] "
-                              "(base + λ·((ours−base) + (theirs−base))). Conflicts are listed per parameter and "
-                              "nothing is committed.")
+                  description="Merge REV into the current branch, three-way against their best common ancestor "
+                              "(SPEC.md §13.7): a parameter or file changed on one side only takes that side's bytes "
+                              "exactly; one changed differently on both sides is a conflict, and a conflict stops the "
+                              "merge (exit 1, nothing committed) unless --strategy resolves it: ours, theirs, average, "
+                              "weighted:ALPHA (ALPHA·ours + (1−ALPHA)·theirs), task-arithmetic[:λ] "
+                              "(base + λ·((ours−base) + (theirs−base))). --all applies the strategy to every "
+                              "parameter.")
 def run_merge(args) -> int:
-    from mdiff.repo.history import resolve  # on use: it brings h5py and numpy
+    from mdiff.cli.merge_report import merge_data, merge_lines
 
+    if args.everything and args.strategy is None:
+        raise UsageError("--all applies a strategy to every parameter: give one, e.g. --strategy average --all")
     repo = repository_of(args)
+    branch, _ = repo.head()
     with ProgressBar.of(args, "merge") as bar:
-        theirs = resolve(repo, args.rev)
-        commit_id, conflicts = repo.merge(args.rev, args.strategy, args.message, args.author, args.date, parse_meta(args.meta), bar,
-                                          fast_forward=args.fast_forward)
-    if conflicts:
-        if args.json:
-            print(json.dumps({"error": {"code": "MD804", "conflicts": [{"parameter": n, "reason": r} for n, r in conflicts]}}))
-        else:
-            print(f"mdiff: error MD804: {len(conflicts)} conflicts; nothing was committed:")
-            for name, reason in conflicts:
-                print(f"  {name}: {reason}")
-            print("  (use --strategy ours or theirs to take one side)")
-        return 1
-    assert commit_id is not None  # no conflicts: a commit was made, or the branch fast-forwarded
-    if commit_id == theirs:  # a new merge commit never has the id of what it merges
-        print_result(args, {"commit": commit_id, "fast_forward": True}, f"fast-forwarded to {args.rev}: {commit_id[:12]}")
-    else:
-        print_result(args, {"commit": commit_id, "fast_forward": False}, f"merged {args.rev}: {commit_id[:12]}")
-    return 0
+        result = repo.merge(args.rev, args.strategy, args.message, args.author, args.date, parse_meta(args.meta), bar,
+                            fast_forward=args.fast_forward, everything=args.everything, ff_only=args.ff_only)
+    lines = merge_lines(result, args.rev, branch, args.strategy, args.everything)
+    if not args.quiet or result.conflicts:
+        print_result(args, merge_data(result), "\n".join(lines))
+    return 1 if result.conflicts else 0
 
 
 def squash_arguments(p) -> None:

@@ -236,16 +236,18 @@ def run(repo: Repository, config: DemoConfig, report: Callable[[str], None] | No
         trained.append(lora)
 
         # 5. main: fast-forward to the fine-tune, then merge lora into it
-        say(f"main: fast-forwarded to finetune, then `merge lora --strategy {config.merge_strategy}`")
+        say(f"main: fast-forwarded to finetune, then `merge lora --strategy {config.merge_strategy} --all` "
+            "(every parameter weighted, a model soup; a plain merge is three-way)")
         _switch(repo, "main")
-        fast_forward, _ = repo.merge("finetune")  # main had only the root: the branch moves, no merge commit
+        fast_forward = repo.merge("finetune").commit  # main had only the root: the branch moves, no merge commit
         if fast_forward != callback.commits[-1]:
             raise DemoCheckFailed("main did not fast-forward to finetune")
-        (merge_id, conflicts), seconds = _timed(lambda: repo.merge(
+        result, seconds = _timed(lambda: repo.merge(
             "lora", config.merge_strategy, f"merge lora into main ({config.merge_strategy})", author, next(dates),
-            {"method": "merge"}))
-        if conflicts or merge_id is None:
-            raise DemoCheckFailed(f"the merge has conflicts: {conflicts}")
+            {"method": "merge"}, everything=True))
+        merge_id = result.commit
+        if result.conflicts or merge_id is None:
+            raise DemoCheckFailed(f"the merge has conflicts: {result.conflicts}")
         ours, base = _numpy_state(last_step.model), _numpy_state(trained[0].model)
         theirs = repo.checkout(lora.commit_id)  # lora as mdiff applies it, which is what the merge reads
         merged = {name: torch.from_numpy(expected_merge(config.merge_strategy, ours[name], theirs[name], base[name]))

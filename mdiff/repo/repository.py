@@ -38,7 +38,7 @@ from mdiff.repo.changes import Changes, CommitSummary, Unchanged, WholeState, op
 from mdiff.repo.cleanup import DEFAULT_PRUNE_SECONDS, DEFAULT_REFLOG_EXPIRE_SECONDS, GcReport
 from mdiff.repo.fsck import fsck
 from mdiff.repo.history import ancestors, first_parent_line, merge_base, resolve
-from mdiff.repo.merge import MergedState, Strategy
+from mdiff.repo.merge import MergedState, MergeResult, Strategy
 from mdiff.repo.names import COMMIT_ID
 from mdiff.repo.parent_values import ParentValues, open_predecessor, recall, remember
 from mdiff.repo.reflog import ReflogEntry
@@ -366,17 +366,20 @@ class Repository(Store):
         return ref, list(self.reflog_entries(ref))[::-1]
 
     # ------------------------------------------------------------ merge, squash, snapshot, diff
-    def merge(self, rev: str, strategy: str = "average", message: str | None = None, author: AuthorLike = None,
+    def merge(self, rev: str, strategy: str | None = None, message: str | None = None, author: AuthorLike = None,
               date: str | None = None, meta: Mapping[str, str] | None = None, progress: Progress | None = None, wait: bool = True,
-              fast_forward: bool = True) -> tuple[str | None, list]:
-        """Merge ``rev`` into the current branch (§13.7): a commit with parents (HEAD, rev).
+              fast_forward: bool = True, *, everything: bool = False, ff_only: bool = False) -> MergeResult:
+        """Merge ``rev`` into the current branch (§13.7): a three-way merge against the best common
+        ancestor, whose commit has parents (HEAD, rev).
 
-        Returns (commit id, []) — or (None, conflicts) with nothing written when some parameters or
-        files conflict under the strategy; each conflict is (name, reason). The three states are read
-        a parameter at a time. When HEAD is an ancestor of ``rev`` the branch just moves to it (a
-        fast-forward, as git does; the id returned is ``rev``'s) unless ``fast_forward`` is False.
-        """
-        chosen = Strategy.parse(strategy)
+        A parameter, file or the layout changed on one side only takes that side's bits; one changed
+        differently on both sides is a conflict, which ``strategy`` (ours, theirs, average, weighted:α,
+        task-arithmetic[:λ]) resolves where it can — or, with ``everything``, applies to all parameters.
+        With conflicts left nothing is written and the result lists them. When HEAD is an ancestor of
+        ``rev`` the branch just moves there (a fast-forward, as git does) unless ``fast_forward`` is
+        False; ``ff_only`` refuses anything else (MD804). The three states are read a parameter at a
+        time, and only where the commits' sha256 do not decide."""
+        chosen = None if strategy is None else Strategy.parse(strategy)
         with self.lock(wait):
             branch, head = self.head()
             theirs_id = resolve(self, rev)
@@ -386,21 +389,30 @@ class Repository(Store):
                 raise RepositoryError("MD804", f"{rev} is already merged into {branch or 'HEAD'}")
             if fast_forward and head in ancestors(self, theirs_id):
                 self.advance(branch, theirs_id, f"merge {rev}: fast-forward")
-                return theirs_id, []
+                return MergeResult(theirs_id, "fast-forward")
+            if ff_only:
+                raise RepositoryError("MD804", f"{branch or 'HEAD'} and {rev} have diverged: not possible to fast-forward "
+                                               "(merge without --ff-only to make a merge commit)")
             base_id = merge_base(self, head, theirs_id)
             with self.open_state(head) as ours, self.open_state(theirs_id) as theirs, \
                     self.open_state(base_id) as base:
-                merged = MergedState(ours, theirs, base, chosen)
+                merged = MergedState(ours, theirs, base, chosen, everything)
                 conflicts = merged.conflicts()
                 if conflicts:
-                    return None, conflicts
+                    return MergeResult(None, "conflicts", conflicts=conflicts, tally=merged.tally(), base=base_id)
                 fields = _author_fields(author, date, meta)
-                fields["meta"].setdefault("merge_strategy", strategy)
-                text = message or f"Merge {rev} into {branch or 'HEAD'} ({strategy})"
-                summary = self._write_commit(ours, merged, text, (head, theirs_id), {}, progress, **fields)
+                how = "three-way" if chosen is None else chosen.text
+                fields["meta"].setdefault("merge_strategy", how)
+                if chosen is not None:
+                    fields["meta"].setdefault("merge_scope", "all" if everything else "conflicts")
+                text = message or f"Merge {rev} into {branch or 'HEAD'}" + (f" ({how}{', all' if everything else ''})"
+                                                                            if chosen is not None else "")
+                summary = self._write_commit(ours, merged, text, (head, theirs_id), {}, progress,
+                                             only=merged.changed_from_ours(), **fields)
+                tally = merged.tally()
             assert summary is not None
-            self.advance(branch, summary.commit_id, f"merge {rev} ({strategy})")
-        return summary.commit_id, []
+            self.advance(branch, summary.commit_id, f"merge {rev}: {how}{' (all)' if everything else ''}")
+        return MergeResult(summary.commit_id, "merge", tally=tally, base=base_id)
 
     def squash(self, rev: str, message: str, author: AuthorLike = None, date: str | None = None,
                meta: Mapping[str, str] | None = None,
@@ -499,13 +511,14 @@ class Repository(Store):
         """Push ``branch`` to ``remote`` (see transfer.push)."""
         return transfer.push(self, remote, branch, force, options, progress, snapshots)
 
-    def pull(self, remote: str, branch: str | None = None, strategy: str = "average",
-             options: dict[str, Any] | None = None, progress: Progress | None = None,
-             **merge_fields: Any) -> tuple[FetchReport, str, str | None, list[tuple[str, str]]]:
+    def pull(self, remote: str, branch: str | None = None, strategy: str | None = None,
+             options: dict[str, Any] | None = None, progress: Progress | None = None, *, everything: bool = False,
+             ff_only: bool = False, **merge_fields: Any) -> tuple[FetchReport, MergeResult]:
         """Fetch ``remote``, then bring ``<remote>/<branch>`` (default: the current branch's name) into the
         current branch: moved there when it has no commit or is an ancestor (a fast-forward), else merged
-        with ``strategy`` (§13.7). Returns (fetch report, what happened: "up to date" | "fast-forward" |
-        "merge" | "conflicts", the commit now at the branch — or None with conflicts —, the conflicts)."""
+        as :meth:`merge` merges (three-way; ``strategy`` for the conflicts, or all parameters with
+        ``everything``; ``ff_only`` refuses a merge, MD804). Returns (fetch report, what happened: its
+        ``how`` is ``up to date``, ``fast-forward``, ``merge`` or ``conflicts``)."""
         report = transfer.fetch(self, remote, options, progress)
         current, head = self.head()
         branch = branch or current
@@ -515,15 +528,15 @@ class Repository(Store):
         if theirs is None:
             raise RepositoryError("MD801", f"{remote} has no branch {branch!r}")
         if head is not None and (theirs == head or theirs in ancestors(self, head)):
-            return report, "up to date", head, []
+            return report, MergeResult(head, "up to date")
         if head is None or head in ancestors(self, theirs):
             with self.lock():
                 if self.head() != (current, head):
                     raise RepositoryError("MD803", "the current branch moved while pulling; pull again")
-                self.advance(current, theirs)
-            return report, "fast-forward", theirs, []
-        commit_id, conflicts = self.merge(f"{remote}/{branch}", strategy, progress=progress, **merge_fields)
-        return report, ("conflicts" if conflicts else "merge"), commit_id, conflicts
+                self.advance(current, theirs, f"pull {remote} {branch}: fast-forward")
+            return report, MergeResult(theirs, "fast-forward")
+        return report, self.merge(f"{remote}/{branch}", strategy, progress=progress, everything=everything,
+                                  ff_only=ff_only, **merge_fields)
 
     @classmethod
     def fetch_revision(cls, url: str, rev: str, cache: str | os.PathLike[str], options: dict[str, Any] | None = None,

@@ -69,7 +69,7 @@ def prepare(workdir) -> dict:
         state["layer.bias"][step] -= 1
         repo.commit(dict(state), f"feat {step}", author=author, date=date)
     repo.switch("main")
-    repo.merge("feat", strategy="theirs", message="merge feat", author=author, date=date)
+    repo.merge("feat", strategy="theirs", message="merge feat", author=author, date=date, everything=True)
     repo.snapshot("HEAD")
     oracle = {}
     for commit_id in repo.commit_ids():

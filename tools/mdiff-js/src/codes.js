@@ -64,7 +64,7 @@ MD800 error 13.2 a commit file's bytes do not hash to its name, or changed while
 MD801 error 13.3 a repository file, ref or HEAD is malformed, is not a regular file, or names a missing commit; a ref's name is not a branch name
 MD802 error 13.4 a commit cannot be applied to its first parent's state
 MD803 error 13.6 another process holds the repository's lock, or moved a remote's branch first (§13.8)
-MD804 error 13.7 a merge has conflicts the strategy cannot resolve
+MD804 error 13.7 a merge has conflicts left that its strategy cannot resolve, or cannot be the fast-forward asked for
 MD805 error 13.4 an exact update reads a base value that an inexact update (low_rank) made
 MD806 error 13.6 a commit would delete most of its parent's parameters, unconfirmed
 MD807 error 13.5 a snapshot disagrees with the commits of its commit id

@@ -1,0 +1,55 @@
+"""How `merge` and `pull` say what a merge did (SPEC.md §13.7): a fast-forward, a three-way merge with
+what it took from each side, the strategy used, or the conflicts left and the ways to resolve them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mdiff.repo.merge import MergeResult
+
+_RESOLUTIONS = (
+    ("--strategy ours", "keep this branch's value of each conflicting parameter (theirs: the other's)"),
+    ("--strategy average", "combine them: also weighted:ALPHA (ALPHA·ours + (1−ALPHA)·theirs), task-arithmetic[:LAMBDA]"),
+    ("--strategy average --all", "average every parameter both sides hold, not only the conflicts (a model soup)"),
+)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
+def merge_data(result: MergeResult) -> dict[str, Any]:
+    """The merge as JSON: how, the commit, the outcome counts, the merge base and the conflicts."""
+    return {"outcome": result.how, "commit": result.commit, "base": result.base, "counts": dict(sorted(result.tally.items())),
+            "conflicts": [{"parameter": c.name, "reason": c.reason, "ours": c.ours, "theirs": c.theirs}
+                          for c in result.conflicts]}
+
+
+def merge_lines(result: MergeResult, rev: str, branch: str | None, strategy: str | None, everything: bool,
+                command: str = "mdiff merge") -> list[str]:
+    """What a person reads after a merge of ``rev`` into ``branch``."""
+    into = branch or "HEAD"
+    short = (result.commit or "")[:12]
+    if result.how == "up to date":
+        return [f"already up to date: {into} has every commit of {rev}"]
+    if result.how == "fast-forward":
+        return [f"fast-forward: {into} moved to {short} ({rev})"]
+    tally = result.tally
+    if result.how == "merge":
+        if strategy is not None and everything:
+            return [f"merged {rev} into {into} with {strategy} on every parameter: {short}"]
+        parts = [f"{_count(tally['theirs'], 'parameter')} from {rev}", f"{tally['ours']} from {into}"]
+        if tally["alike"]:
+            parts.append(f"{tally['alike']} changed alike on both")
+        if tally["resolved"]:
+            parts.append(f"{_count(tally['resolved'], 'conflict')} resolved by {strategy}")
+        return [f"three-way merge of {rev} into {into}: {', '.join(parts)}: {short}"]
+    lines = [f"mdiff: error MD804: merging {rev} into {into} left {_count(len(result.conflicts), 'conflict')}; "
+             "nothing was committed"]
+    rows = [("CONFLICT", "OURS", "THEIRS", "WHY")] + [(c.name, c.ours, c.theirs, c.reason) for c in result.conflicts]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines += ["  " + "  ".join(row[i].ljust(widths[i]) for i in range(3)) + "  " + row[3] for row in rows]
+    lines.append("to resolve, merge again with:")
+    lines += [f"  {command} {rev} {option:<26} {meaning}" for option, meaning in _RESOLUTIONS]
+    return lines
