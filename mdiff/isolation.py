@@ -28,11 +28,11 @@ class Isolation:
 
 
 def isolation_supported() -> bool:
-    """Whether this platform can isolate a reader: fork() and resource limits (POSIX)."""
+    """Whether this platform can isolate a reader: fork() and resource limits (POSIX). (Not asked of
+    multiprocessing, whose import alone costs a command's start-up several milliseconds.)"""
     import importlib.util
-    import multiprocessing
 
-    return "fork" in multiprocessing.get_all_start_methods() and importlib.util.find_spec("resource") is not None
+    return hasattr(os, "fork") and importlib.util.find_spec("resource") is not None
 
 
 class IsolationFailure(Exception):

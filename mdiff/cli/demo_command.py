@@ -10,7 +10,6 @@ from __future__ import annotations
 import sys
 import textwrap
 import time
-from statistics import median
 
 from mdiff.cli import file_commands, repo_commands
 from mdiff.cli.dispatch import run
@@ -55,6 +54,8 @@ def _proof(row) -> str:
 
 
 def _change(row) -> str:
+    from statistics import median  # here: it costs every command's start-up a few milliseconds
+
     changed = [v for v in row.relative_change.values() if v > 0]
     return f"{median(changed):.1e}" if changed else "-"
 

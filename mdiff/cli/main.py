@@ -35,10 +35,14 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (default: sys.argv[1:]) and return its exit status."""
     builtin = builtin_commands()
     words = sys.argv[1:] if argv is None else argv
-    # Finding entry points reads every installed distribution's metadata (tens of ms): skip it when the
-    # command line names a built-in command, or only asks for the version.
-    needs_plugins = not words or words[0] not in {command.name for command in builtin} | {"--version"}
-    commands, problems = registry.collect(builtin, entry_points=needs_plugins)
+    named = next((command for command in builtin if words and command.name == words[0]), None)
+    if named is not None:
+        # A built-in command named first is the one that runs, whatever else is registered (a name taken
+        # keeps its first command): its parser alone is built — not the other commands' (~30 parsers,
+        # each asking gettext for its help's words) — and no entry point is looked for (every installed
+        # distribution's metadata, tens of ms).
+        return run(argv, [named])
+    commands, problems = registry.collect(builtin, entry_points=words[:1] != ["--version"])
     for problem in problems:
         print(f"mdiff: warning: {problem}", file=sys.stderr)
     return run(argv, commands)

@@ -22,6 +22,7 @@ from mdiff.threads import ENVIRONMENT, parse_threads
 
 if TYPE_CHECKING:
     from mdiff.repo.repository import Repository
+    from mdiff.repo.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,17 @@ def repository_of(args: argparse.Namespace) -> Repository:
     from mdiff.repo.repository import Repository
 
     return Repository.find(args.repo, isolation="auto" if getattr(args, "isolate", True) else None)
+
+
+def store_of(args: argparse.Namespace) -> Store:
+    """The repository as the commands that only read its refs and commits' metadata see it (log, branch
+    and tag lists, reflog): its folder (repo/store.py), without Repository's verbs, whose modules load
+    numpy and libhdf5 — a log of commits seen before loads neither (repo/objects.py)."""
+    from mdiff.repo.store import Store
+
+    store = Store(Store.locate(args.repo), isolation="auto" if getattr(args, "isolate", True) else None)
+    store.check_format()
+    return store
 
 
 # ---------------------------------------------------------------- a commit's metadata

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 
 from mdiff.cli.options import (
-    add_author, add_commit_metadata, add_date, add_engine, add_json, add_merge_options, add_meta, add_quiet, add_repository_options,
-    add_storage_option, parse_duration, parse_meta, parse_size, repository_of, storage_options_of,
+    add_author, add_commit_metadata, add_date, add_engine, add_json, add_merge_options, add_meta, add_quiet,
+    add_repository_options, add_storage_option, parse_duration, parse_meta, parse_size, repository_of,
+    storage_options_of, store_of,
 )
 from mdiff.cli.output import format_size, print_description, print_result
 from mdiff.cli.progress import ProgressBar
@@ -121,9 +122,9 @@ def _tracking(repo) -> dict[str, str]:
 @COMMANDS.command("log", help="show the history graph", arguments=log_arguments,
                   description="Show the commits reachable from REV (default HEAD), newest first, with merges drawn as a graph.")
 def run_log(args) -> int:
-    from mdiff.repo.history import graph_lines, resolve, topological  # on use: it brings h5py and numpy
+    from mdiff.repo.history import graph_lines, resolve, topological
 
-    repo = repository_of(args)
+    repo = store_of(args)  # commits seen before are read with hashlib and json alone (repo/objects.py)
     targets = {name: target for name, target in repo.branches().items() if target is not None}
     targets.update(_tracking(repo))  # shown, and with --all walked, as git shows origin/main
     heads = sorted(set(targets.values())) if args.all else [resolve(repo, args.rev)]
@@ -321,27 +322,67 @@ def status_arguments(p) -> None:
 @COMMANDS.command("status", help="what a checkpoint or model folder changes against HEAD", arguments=status_arguments,
                   description="List the parameters and files CHECKPOINT adds, deletes or changes against HEAD's state.")
 def run_status(args) -> int:
-    repo = repository_of(args)
-    branch, head = repo.head()
-    with ProgressBar.of(args, "status") as bar:
-        changes = repo.status(args.checkpoint, exclude=args.exclude, progress=bar)
+    store = store_of(args)
+    branch, head = store.head()
+    tensors: dict[str, str] = {}
+    files: dict[str, str] = {}
+    layout_changed = False
+    if not _holds_state_of(store, head, args.checkpoint, args.exclude):  # else: nothing changed, told by hashlib alone
+        repo = repository_of(args)
+        with ProgressBar.of(args, "status") as bar:
+            changes = repo.status(args.checkpoint, exclude=args.exclude, progress=bar)
+        tensors, files, layout_changed = changes.tensors, changes.files, changes.layout_changed
+    changed = bool(tensors or files or layout_changed)
     if args.json:
-        print(json.dumps({"branch": branch, "head": head, "changes": changes.tensors, "files": changes.files,
-                          "layout_changed": changes.layout_changed}))
-        return 1 if args.exit_code and changes else 0
+        print(json.dumps({"branch": branch, "head": head, "changes": tensors, "files": files,
+                          "layout_changed": layout_changed}))
+        return 1 if args.exit_code and changed else 0
     print(f"on branch {branch or '(detached)'} at {head[:12] if head else '(no commit yet)'}")
-    for name, kind in changes.tensors.items():
+    for name, kind in tensors.items():
         print(f"  {kind:<9} {name}")
-    for path, kind in changes.files.items():
+    for path, kind in files.items():
         print(f"  {kind:<9} file {path}")
-    if changes.layout_changed:
+    if layout_changed:
         print("  changed   the weights' shard layout")
-    if not changes:
+    if not changed:
         print("nothing changed")
     else:
-        counts = [f"{len(changes.tensors)} parameters"] + ([f"{len(changes.files)} files"] if changes.files else [])
+        counts = [f"{len(tensors)} parameters"] + ([f"{len(files)} files"] if files else [])
         print(f"{' and '.join(counts)} differ")
-    return 1 if args.exit_code and changes else 0
+    return 1 if args.exit_code and changed else 0
+
+
+# a checkpoint this large is hashed for its digest only when it is no newer than HEAD (just committed, most
+# likely): a newer one has most likely changed, and the full status reads it anyway
+_DIGEST_ALWAYS_BYTES = 256 << 20
+
+
+def _holds_state_of(store, commit_id: str | None, checkpoint: str, exclude: list[str]) -> bool:
+    """Whether ``checkpoint``, a single .safetensors file, holds the state at ``commit_id``: its state digest
+    (SPEC.md §4.2), from its bytes, is the commit's `state_sha256` — every parameter's name, dtype, shape and
+    sha256, and the layout, as the commit's state has them. False whenever that cannot be told this way
+    (no such digest, another kind of checkpoint, an exclusion, a file the digest is unsure of): the full
+    comparison decides then."""
+    import os
+
+    if commit_id is None or exclude or not checkpoint.endswith(".safetensors"):
+        return False
+    claimed = store.metadata(commit_id)
+    if claimed.state_sha256 is None:
+        return False
+    try:
+        found = os.stat(checkpoint)
+    except OSError:
+        return False
+    if found.st_size > _DIGEST_ALWAYS_BYTES:
+        import datetime
+
+        committed = datetime.datetime.fromisoformat(claimed.date[:19]).replace(tzinfo=datetime.timezone.utc).timestamp()
+        if found.st_mtime > committed + 2:
+            return False
+    from mdiff.repo.checkpoint_digest import state_digest
+
+    return state_digest(checkpoint) == claimed.state_sha256
 
 
 # ---------------------------------------------------------------- branches
@@ -359,13 +400,13 @@ def branch_arguments(p) -> None:
                               "create it or move it to REV wherever it was (the current branch too: mdiff has "
                               "no working tree, so only the ref moves; its reflog keeps where it was).")
 def run_branch(args) -> int:
-    from mdiff.repo.history import resolve  # on use: it brings h5py and numpy
+    from mdiff.repo.history import resolve
 
-    repo = repository_of(args)
     if args.name is None:
-        current = repo.head()[0]
-        branches = repo.branches()
-        tracked = _tracking(repo) if args.all else {}
+        store = store_of(args)  # a list reads refs alone
+        current = store.head()[0]
+        branches = store.branches()
+        tracked = _tracking(store) if args.all else {}
         if args.json:
             print(json.dumps({"current": current, "branches": branches, **({"remotes": tracked} if args.all else {})}))
             return 0
@@ -374,6 +415,7 @@ def run_branch(args) -> int:
         for name, target in tracked.items():
             print(f"  remotes/{name:<12} {target[:12]}")
         return 0
+    repo = repository_of(args)
     if args.delete:
         with repo.lock():
             repo.delete_branch(args.name)
@@ -598,17 +640,17 @@ def tag_arguments(p) -> None:
                               "that commit, as a branch would, but no commit moves it. Tag names follow the rules "
                               "of branch names (SPEC.md §13.1); a name that is a branch is refused.")
 def run_tag(args) -> int:
-    repo = repository_of(args)
     if args.name is None:
         if args.delete or args.force:
             raise UsageError("-d and -f need a tag NAME")
-        tags = repo.tags()
+        tags = store_of(args).tags()  # a list reads refs alone
         if args.json:
             print(json.dumps({"tags": tags}))
         else:
             for name, target in tags.items():
                 print(f"{name:<20} {target[:12] if target else ''}")
         return 0
+    repo = repository_of(args)
     if args.delete:
         before = repo.untag(args.name)
         print_result(args, {"deleted": args.name, "commit": before},
@@ -654,7 +696,7 @@ def reflog_arguments(p) -> None:
 def run_reflog(args) -> int:
     import datetime
 
-    repo = repository_of(args)
+    repo = store_of(args)
     ref, entries = repo.reflog(args.ref)
     name = ref.removeprefix("refs/heads/")
     for i, entry in enumerate(entries[:args.max_count] if args.max_count is not None else entries):

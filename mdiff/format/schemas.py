@@ -11,10 +11,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
-from jsonschema import ValidationError
+if TYPE_CHECKING:  # imported on first use (~30 ms): a valid document is recognised by the compiled check
+    import jsonschema
+    from jsonschema import ValidationError
 
 Json = Any  # a JSON document or value, as json.loads gives it: None, bool, int, float, str, list or dict
 Check = Callable[[Json], bool]  # a compiled schema: is this document valid?
@@ -28,15 +29,21 @@ def _compile(pattern: str) -> re.Pattern:
 
 def _pattern(validator: jsonschema.protocols.Validator, pattern: str, instance: Json,
              schema: dict[str, Json]) -> Iterator[ValidationError]:
+    from jsonschema import ValidationError
+
     if validator.is_type(instance, "string") and not _compile(pattern).search(instance):
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
-_Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _pattern})
+@lru_cache(maxsize=1)
+def _validator_class() -> type[jsonschema.protocols.Validator]:
+    import jsonschema
+
+    return jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _pattern})
 
 
 def ecma_validator(schema: dict) -> jsonschema.protocols.Validator:
-    return _Validator(schema)
+    return _validator_class()(schema)
 
 
 _compiled: dict[int, jsonschema.protocols.Validator] = {}
@@ -46,7 +53,7 @@ def _validator_for(schema: dict) -> jsonschema.protocols.Validator:
     """One validator per schema object: building one costs more than validating a small document."""
     validator = _compiled.get(id(schema))
     if validator is None or validator.schema is not schema:
-        validator = _compiled[id(schema)] = _Validator(schema)
+        validator = _compiled[id(schema)] = ecma_validator(schema)
     return validator
 
 

@@ -1,4 +1,4 @@
-"""Structure walks of commit files, kept between processes outside every repository (SPEC.md §13.2).
+"""Structure walks and metadata of commit files, kept between processes outside every repository (SPEC.md §13.2).
 
 A commit file is named by the sha256 of its bytes, and its structure walk (§8: every object header,
 datatype, dataspace and chunk index, checked by an isolated child, §8.5) is a function of those bytes,
@@ -7,12 +7,20 @@ good, a reader that has verified another file's bytes against the same id (MD800
 by the kept walk instead of walking it again: a checkout of a long history then pays for each commit's
 hash and data, not for a child's walk of each (10–30 ms a file).
 
+A commit's metadata (§4: its `commit` attribute) is kept beside its walk, in an entry of its own, so that
+`mdiff log` reads a history seen before with hashlib and json alone (no libhdf5, numpy or child). That
+entry is bound to the bytes: it holds the attribute's text and the offset at which those very bytes lie
+in the commit file, and is used only where the file, verified against its id, holds them there — an
+entry edited to say another message, author or parent is found out and ignored (repo/objects.py).
+
 The cache lives in the user's cache folder — ``$MDIFF_CACHE_DIR``, else ``$XDG_CACHE_HOME/mdiff``,
 else ``~/.cache/mdiff``; ``MDIFF_CACHE_DIR=off`` turns it off — never in ``.mdiff/``, which whoever
-handed over a repository could have filled with walks of other bytes. Entries are keyed by the commit
-id, the limits and the source of this package (any change of the checks starts a new folder). A
-missing, unreadable or malformed entry is a miss; a folder that cannot be written leaves the cache
-unused. Only walks without an error are kept.
+handed over a repository could have filled with walks of other bytes. That folder, and each folder
+below it that an entry lies in, must be the user's own and writable by no one else (group and others):
+otherwise it is not used, with one warning. Entries are keyed by the commit id, the limits and the
+source of this package (any change of the checks starts a new folder). A missing, unreadable or
+malformed entry is a miss; a folder that cannot be written leaves the cache unused. Only walks without
+an error are kept.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import logging
 import os
 import re
 import secrets
+import stat
 from dataclasses import asdict
 from functools import lru_cache
 from pathlib import Path
@@ -35,69 +44,186 @@ ENV = "MDIFF_CACHE_DIR"
 _OFF = {"off", "0", "none", "false"}
 _ID = re.compile(r"[0-9a-f]{64}")
 MAX_ENTRY_BYTES = 64 << 20  # a walk is ~1 KB a parameter: 64 MiB holds the walk of any file the default limits admit
+MAX_METADATA_BYTES = 4 << 20  # a commit's metadata entry: its attribute's text and where it lies
+_FILE_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_warned: set[str] = set()  # the folders already warned about in this process: one warning each
+
+
+def _refusal(found: os.stat_result) -> str | None:
+    """Why a folder of the cache, as ``found`` describes it, must not be used; None when it may be: a
+    folder that is the user's own and writable by no one else (POSIX: elsewhere, any folder)."""
+    if not stat.S_ISDIR(found.st_mode):
+        return "is not a folder"
+    if os.name != "posix":
+        return None
+    if found.st_uid != os.geteuid():
+        return "is not owned by you"
+    if found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "is writable by group or others"
+    return None
+
+
+def _warn_once(folder: Path | str, why: str) -> None:
+    if str(folder) not in _warned:
+        _warned.add(str(folder))
+        log.warning("the cache folder %s %s: it is not used (entries there could be anyone's; "
+                    "`chmod go-w` it, or set $%s to a folder of your own)", folder, why, ENV)
+
+
+def usable_root(folder: Path) -> bool:
+    """Whether the cache folder ``folder`` may be used: it is missing (it will be made, the user's own), or
+    it is a folder (links followed) that is the user's own and writable by no one else — a warning, once,
+    when it is not."""
+    try:
+        found = os.stat(folder)
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        log.debug("cache folder %s cannot be looked at: %s", folder, exc)
+        return False
+    why = _refusal(found)
+    if why is not None and why != "is not a folder":  # a file there: quietly unusable (nothing is kept)
+        _warn_once(folder, why)
+    return why is None
 
 
 class WalkCache:
-    """Walks kept as JSON files ``walks/<key>/<id[:2]>/<id>.json`` under ``folder`` (None: no cache)."""
+    """Walks kept as JSON files ``walks/<key>/<id[:2]>/<id>.json`` under ``folder``, and commits' metadata as
+    ``metadata/<key>/<id[:2]>/<id>.json`` (None: no cache)."""
 
     def __init__(self, folder: Path | None):
         self.folder = folder
 
     @classmethod
     def default(cls) -> WalkCache:
-        """The user's cache (see the module's text), or none where it is turned off or has no home."""
-        configured = os.environ.get(ENV)
-        if configured is not None:
-            return cls(None if configured.strip().lower() in _OFF or not configured.strip() else Path(configured))
-        base = os.environ.get("XDG_CACHE_HOME") or (os.path.join(os.path.expanduser("~"), ".cache")
-                                                   if os.path.expanduser("~") != "~" else "")
-        return cls(Path(base) / "mdiff" if base else None)
+        """The user's cache (see the module's text), or none where it is turned off, has no home, or is a
+        folder that someone else owns or may write (with one warning)."""
+        folder = configured_folder()
+        return cls(folder if folder is not None and usable_root(folder) else None)
 
+    # ------------------------------------------------------------ structure walks
     def get(self, commit_id: str, limits: Limits) -> dict | None:
         """The walk kept for ``commit_id`` under ``limits`` (the JSON :meth:`Vetted.to_json` made, without
         its identity), or None."""
-        path = self._path(commit_id, limits)
-        if path is None:
-            return None
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
-            return None
-        try:
-            with os.fdopen(fd, "rb") as f:
-                data = f.read(MAX_ENTRY_BYTES + 1)
-            entry = json.loads(data) if len(data) <= MAX_ENTRY_BYTES else None
-        except (OSError, ValueError, RecursionError):
-            return None
+        entry = self._read(self._path("walks", commit_id, limits), MAX_ENTRY_BYTES)
         return entry if isinstance(entry, dict) and entry.get("id") == commit_id else None
 
     def put(self, commit_id: str, limits: Limits, walk: dict) -> None:
         """Keep ``walk`` (a :meth:`Vetted.to_json` of a file with no error) for ``commit_id``; quietly
         nothing where the folder cannot be written."""
-        path = self._path(commit_id, limits)
-        if path is None:
-            return
         entry = {key: value for key, value in walk.items() if key != "identity"}
         entry["id"] = commit_id
+        self._write(self._path("walks", commit_id, limits), entry)
+
+    # ------------------------------------------------------------ commits' metadata
+    def get_metadata(self, commit_id: str, limits: Limits) -> tuple[str, int] | None:
+        """(the text of the commit's `commit` attribute, the offset of its UTF-8 bytes in the commit file) as
+        kept for ``commit_id`` under ``limits``, or None. A statement about the file's bytes: the caller
+        uses it only once it has found those bytes at that offset of the file it verified."""
+        entry = self._read(self._path("metadata", commit_id, limits), MAX_METADATA_BYTES)
+        if not (isinstance(entry, dict) and set(entry) == {"id", "commit", "at"} and entry["id"] == commit_id
+                and isinstance(entry["commit"], str) and type(entry["at"]) is int and entry["at"] >= 0):
+            return None
+        return entry["commit"], entry["at"]
+
+    def put_metadata(self, commit_id: str, limits: Limits, text: str, at: int) -> None:
+        """Keep the commit's metadata ``text``, found at offset ``at`` of the file that hashes to ``commit_id``
+        and that this reader found good under ``limits``; nothing when an equal entry is kept already."""
+        if self.get_metadata(commit_id, limits) != (text, at):
+            self._write(self._path("metadata", commit_id, limits), {"id": commit_id, "commit": text, "at": at})
+
+    # ------------------------------------------------------------ entries
+    def _read(self, path: Path | None, limit: int) -> object:
+        """The JSON of the entry at ``path``, or None: no entry, a folder on the way that is not the user's
+        own or that others may write, an entry that is not the user's, too large, or not JSON."""
+        if path is None or not self.folders_usable(path.parent):
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY | _FILE_FLAGS)
+        except OSError:
+            return None
+        try:
+            with os.fdopen(fd, "rb") as f:
+                found = os.fstat(f.fileno())
+                if not stat.S_ISREG(found.st_mode) or (os.name == "posix" and found.st_uid != os.geteuid()):
+                    return None
+                data = f.read(limit + 1)
+            return json.loads(data) if len(data) <= limit else None
+        except (OSError, ValueError, RecursionError):
+            return None
+
+    def _write(self, path: Path | None, entry: dict) -> None:
+        if path is None:
+            return
         temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with open(temp, "x", encoding="utf-8") as f:
+            self.make_folders(path.parent)
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _FILE_FLAGS, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(entry, f, separators=(",", ":"))
             os.replace(temp, path)
         except OSError as exc:
-            log.debug("walk cache: cannot keep %s: %s", commit_id[:12], exc)
+            log.debug("cache: cannot keep %s: %s", path.name[:12], exc)
             try:
                 temp.unlink()
             except OSError:
                 pass
 
-    def _path(self, commit_id: str, limits: Limits) -> Path | None:
+    def _below_root(self, folder: Path) -> list[Path]:
+        """The folders from the cache folder's child down to ``folder``."""
+        assert self.folder is not None
+        parts = folder.relative_to(self.folder).parts
+        return [self.folder.joinpath(*parts[:i + 1]) for i in range(len(parts))]
+
+    def folders_usable(self, folder: Path) -> bool:
+        """Whether the cache folder and every folder below it down to ``folder`` is the user's own and
+        writable by no one else (a folder below it is never a link)."""
+        if self.folder is None or not usable_root(self.folder):
+            return False
+        for below in self._below_root(folder):
+            try:
+                why = _refusal(os.lstat(below))
+            except OSError:
+                return False
+            if why is not None:
+                _warn_once(below, why)
+                return False
+        return True
+
+    def make_folders(self, folder: Path) -> None:
+        """Make the cache folder and the folders below it down to ``folder`` as the user's own (mode 0700);
+        OSError when one of them is not usable."""
+        assert self.folder is not None
+        if not self.folder.is_dir():
+            self.folder.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.mkdir(self.folder, 0o700)
+            except FileExistsError:
+                pass
+        for below in self._below_root(folder):
+            try:
+                os.mkdir(below, 0o700)
+            except FileExistsError:
+                pass
+        if not self.folders_usable(folder):
+            raise OSError(f"{folder} is not a folder of the user's own")
+
+    def _path(self, kind: str, commit_id: str, limits: Limits) -> Path | None:
         source = _source_digest()
         if self.folder is None or source is None or not _ID.fullmatch(commit_id):
             return None
         key = hashlib.sha256(json.dumps([source, asdict(limits)], sort_keys=True).encode()).hexdigest()[:16]
-        return self.folder / "walks" / key / commit_id[:2] / f"{commit_id}.json"
+        return self.folder / kind / key / commit_id[:2] / f"{commit_id}.json"
+
+
+def configured_folder() -> Path | None:
+    """The cache folder the environment names (see the module's text), whether or not it may be used."""
+    configured = os.environ.get(ENV)
+    if configured is not None:
+        return None if configured.strip().lower() in _OFF or not configured.strip() else Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or (os.path.join(os.path.expanduser("~"), ".cache")
+                                               if os.path.expanduser("~") != "~" else "")
+    return Path(base) / "mdiff" if base else None
 
 
 @lru_cache(maxsize=1)

@@ -337,6 +337,21 @@ class DiffWriter:
                 raise plain from exc
 
 
+class SealedWriter(DiffWriter):
+    """A DiffWriter whose commit metadata is completed once the updates are written: a commit's
+    `state_sha256` (§4.2) names the state its updates make. The metadata is written first with a
+    placeholder of the same length and rewritten where it lies (the file's bytes stay deterministic),
+    and the file says the version that has the member (§3.3). (A repository's writer: repo/objects.py.)"""
+
+    def __init__(self, path: str, commit: Commit, compression: str) -> None:
+        super().__init__(path, commit, compression)
+        self._minor = max(self._minor, commit.minor_version)
+
+    def seal(self, commit: Commit) -> None:
+        overwrite_string(self._file, ATTR_COMMIT, commit.to_attribute())  # ValueError if the length differs
+        self._minor = max(self._minor, commit.minor_version)
+
+
 _HDF5_ERRNO = re.compile(r"errno = (\d+)")
 
 

@@ -26,8 +26,13 @@ from mdiff.validation import validate
 
 
 def fsck(store: Store, check_data: bool = True, progress: Progress | None = None) -> list[Finding]:
-    """Every problem of the repository in ``store`` (see Repository.fsck)."""
-    return RepositoryCheck(store, check_data, progress).run()
+    """Every problem of the repository in ``store`` (see Repository.fsck). The user's cache of walks and
+    metadata (format/walk_cache.py) is neither read nor filled meanwhile: every verdict is the bytes'."""
+    was, store.use_cache = store.use_cache, False
+    try:
+        return RepositoryCheck(store, check_data, progress).run()
+    finally:
+        store.use_cache = was
 
 
 def _file_size(path: Path) -> int:

@@ -4,6 +4,11 @@ A commit is parsed only from the bytes that were hashed (§13.2): its file is op
 through that descriptor, and read by libhdf5 through the same descriptor (``/proc/self/fd/N``). A
 commit is filed under its name only once it is complete, synced and read back as its readers will
 read it, so a crash leaves at most a stray temporary file, never a partial commit.
+
+A commit's metadata alone (its parents, message, author, date: what a log shows) comes from the user's
+cache (format/walk_cache.py) when a reader of this code found the file good before and the file, hashed
+now, holds the kept metadata's very bytes where the entry says: then nothing of libhdf5, numpy or the
+isolated child is loaded. The module imports them on first use for that reason.
 """
 
 from __future__ import annotations
@@ -17,19 +22,27 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from mdiff.atomic import TEMP_SUFFIX
 from mdiff.errors import InvalidFileError, RepositoryError
-from mdiff.format.attributes import overwrite_string
-from mdiff.format.commit import Commit
-from mdiff.format.constants import ATTR_COMMIT
-from mdiff.format.reader import DiffFile, open_diff
-from mdiff.format.writer import DiffWriter
+from mdiff.format.limits import DEFAULT_LIMITS
+from mdiff.format.walk_cache import WalkCache
 from mdiff.isolation import Isolation, isolation_supported
+from mdiff.positional_io import pread
 from mdiff.regular_files import open_regular, reopenable, same_file
 from mdiff.repo.folder import RepositoryFolder, create_exclusive, removed_on_failure, rename_in, write_all
 from mdiff.repo.names import COMMIT_ID, shown
 
+if TYPE_CHECKING:  # each imported where it is used: a log of commits seen before needs none of them
+    from mdiff.format.commit import Commit
+    from mdiff.format.reader import DiffFile
+    from mdiff.format.writer import DiffWriter
+
 _HASH_BLOCK = 1 << 20
+# where a commit's `commit` attribute is looked for to keep its metadata (the root object's header: the
+# reference writes it within the first kilobyte); one found nowhere in these bytes is not kept
+_METADATA_SEARCH_BYTES = 1 << 20
 
 
 def _sha256_of(fd: int, size: int) -> str | None:
@@ -73,6 +86,11 @@ class CommitFiles(RepositoryFolder):
         # by commit id: the identity and times of the file whose bytes this process hashed to that id (§13.2)
         self._verified: dict[str, os.stat_result] = {}
         self._inexact: dict[str, frozenset[str]] = {}  # by commit id: the inexact values of its state (§13.4)
+        self._kept: dict[str, Commit] = {}  # by commit id: metadata from the cache, bound to the verified bytes
+        # whether the user's cache of walks and metadata is read and filled (fsck turns it off: its verdicts
+        # come from the bytes alone)
+        self.use_cache = True
+        self._cache: WalkCache | None = None
 
     def existing_commit(self, commit_id: str, what: str) -> str:
         if self.kind(f"commits/{commit_id}.mdiff") is None:
@@ -161,10 +179,61 @@ class CommitFiles(RepositoryFolder):
         return sorted(name for name in names if COMMIT_ID.fullmatch(name))
 
     def metadata(self, commit_id: str) -> Commit:
-        return self.commit_facts(commit_id).commit
+        """The commit's metadata (§4), from its verified file (MD800): from the file's kept metadata where
+        the cache has it for these very bytes, else by opening the file (commit_facts)."""
+        self.existing_commit(commit_id, "a commit's parent list")  # even when known: the file may have gone since
+        facts = self._facts.get(commit_id)
+        if facts is not None:
+            return facts.commit
+        kept = self._kept.get(commit_id) if self.use_cache else None
+        if kept is None and self.use_cache:
+            kept = self._kept_metadata(commit_id)
+        return kept if kept is not None else self.commit_facts(commit_id).commit
 
     def parents(self, commit_id: str) -> tuple[str, ...]:
-        return self.commit_facts(commit_id).parents
+        return self.metadata(commit_id).parents
+
+    def walk_cache(self) -> WalkCache:
+        """The user's cache of walks and metadata, looked up once per object; none while use_cache is off."""
+        if not self.use_cache:
+            return WalkCache(None)
+        if self._cache is None:
+            self._cache = WalkCache.default()
+        return self._cache
+
+    def _kept_metadata(self, commit_id: str) -> Commit | None:
+        """The commit's metadata as the cache keeps it, once the commit file is verified (MD800) and holds
+        the kept text's bytes at the kept offset; None when there is no such entry (it is then made anew
+        when the file is opened). A kept text is checked as the file's attribute is (§4.2)."""
+        from mdiff.format.commit import parse_attribute
+
+        entry = self.walk_cache().get_metadata(commit_id, DEFAULT_LIMITS)
+        if entry is None:
+            return None
+        text, at = entry
+        data = text.encode("utf-8", "surrogatepass")
+        with self._verified_commit(commit_id) as (fd, _):
+            if pread(fd, len(data), at) != data:
+                return None  # not these bytes' metadata: whoever wrote the entry, it is not believed
+        try:
+            commit = parse_attribute(text)
+        except InvalidFileError:
+            return None
+        self._kept[commit_id] = commit
+        return commit
+
+    def _keep_metadata(self, commit_id: str, fd: int, commit: Commit) -> None:
+        """Keep the metadata of the commit file open at ``fd`` (its bytes verified against ``commit_id`` and
+        found good under the default limits), with where its bytes lie in the file."""
+        cache = self.walk_cache()
+        if cache.folder is None:
+            return
+        from mdiff.format import canonical_json
+
+        text = canonical_json.dumps(commit.to_json())
+        at = pread(fd, min(os.fstat(fd).st_size, _METADATA_SEARCH_BYTES), 0).find(text.encode("utf-8"))
+        if at >= 0:  # else: an attribute written otherwise than the reference writes it; not kept
+            cache.put_metadata(commit_id, DEFAULT_LIMITS, text, at)
 
     def commit_facts(self, commit_id: str) -> CommitFacts:
         """What the commit's metadata says, read from its verified file once per process (MD800)."""
@@ -193,6 +262,12 @@ class CommitFiles(RepositoryFolder):
         A file this process has hashed already is not hashed again while it is the same file with the same
         size, modification and change time (what §13.2 calls unchanged: any write moves both times, and
         no process can set a change time): a repository's walks reopen the commits of one history often."""
+        with self._verified_commit(commit_id) as (_, readable):
+            yield readable
+
+    @contextlib.contextmanager
+    def _verified_commit(self, commit_id: str) -> Iterator[tuple[int, str]]:
+        """:meth:`commit_file`, with the descriptor its bytes were hashed through."""
         relative = f"commits/{commit_id}.mdiff"
         try:
             fd, before = self._open_file(relative)
@@ -210,7 +285,7 @@ class CommitFiles(RepositoryFolder):
                 self._verified[commit_id] = before
             path = self.commit_path(commit_id)
             readable = reopenable(fd, path)
-            yield readable
+            yield fd, readable
             self._check_unchanged(fd, before, commit_id, path if readable == os.fspath(path) else None)
         finally:
             os.close(fd)
@@ -229,16 +304,20 @@ class CommitFiles(RepositoryFolder):
     def open_commit(self, commit_id: str) -> DiffFile:
         """The commit file, verified (MD800) and opened from the very bytes verified (MD802 when it
         breaks a rule of the format)."""
+        from mdiff.format.reader import open_diff
+
         diff: DiffFile | None = None
         try:
-            with self.commit_file(commit_id) as readable:
+            with self._verified_commit(commit_id) as (fd, readable):
                 try:
-                    diff = open_diff(readable, isolation=self.isolation, commit_id=commit_id)
+                    diff = open_diff(readable, isolation=self.isolation, commit_id=commit_id if self.use_cache else None)
                 except InvalidFileError as exc:
                     where = f" [{exc.path}]" if exc.path and exc.path != readable else ""
                     raise RepositoryError("MD802", f"commit {commit_id[:12]} cannot be applied: "
                                                    f"{exc.code}: {exc.message}{where}") from exc
                 diff.path = os.fspath(self.commit_path(commit_id))
+                if commit_id not in self._facts:
+                    self._keep_metadata(commit_id, fd, diff.commit)
         except BaseException:
             if diff is not None:
                 diff.close()
@@ -249,6 +328,8 @@ class CommitFiles(RepositoryFolder):
     def open_snapshot(self, commit_id: str) -> DiffFile:
         """snapshots/<commit_id>.mdiff, opened as §13.1 says (no link followed, without blocking, a
         regular file) — InvalidFileError (MD100) otherwise: an unusable snapshot (§13.5)."""
+        from mdiff.format.reader import open_diff
+
         path = self.snapshot_path(commit_id)
         try:
             fd, _ = self._open_file(f"snapshots/{commit_id}.mdiff")
@@ -272,12 +353,14 @@ class CommitFiles(RepositoryFolder):
         partial commit, and no commit is filed that its readers would refuse. The folder is opened
         without following a link and every name is taken relative to it: nothing lands outside.
         """
+        from mdiff.format.writer import SealedWriter
+
         with self._folder([directory]) as (fd, prefix):
             folder = reopenable(fd, self.dir / directory) if fd is not None else prefix
             temp = f".commit.mdiff.{secrets.token_hex(8)}{TEMP_SUFFIX}"
             os.close(create_exclusive(fd, prefix, temp))  # the name is ours; libhdf5 writes it by name
             with removed_on_failure(fd, prefix, temp):
-                sealed = _SealedWriter(os.path.join(folder, temp), commit, compression)
+                sealed = SealedWriter(os.path.join(folder, temp), commit, compression)
                 with sealed as writer:
                     write(writer)
                     if seal is not None:
@@ -292,30 +375,18 @@ class CommitFiles(RepositoryFolder):
         written, which is opened as a reader opens it (the reader's error when it would refuse it);
         with ``remember``, its metadata is kept as a commit's. ``untrusted``: bytes this process did not
         make (a remote's), parsed with the repository's isolation (§8.5)."""
+        from mdiff.format.reader import open_diff
+
         fd, before = open_regular(name, follow_links=False, dir_fd=folder)
         try:
             commit_id = _sha256_of(fd, before.st_size)
             assert commit_id is not None  # written and synced by this process, under the lock
             with open_diff(reopenable(fd, path), isolation=self.isolation if untrusted else None,
-                           commit_id=commit_id) as diff:
+                           commit_id=commit_id if self.use_cache else None) as diff:
                 if remember:
                     self._remember(commit_id, diff)
+                    self._keep_metadata(commit_id, fd, diff.commit)
             return commit_id
         finally:
             os.close(fd)
 
-
-
-class _SealedWriter(DiffWriter):
-    """A DiffWriter whose commit metadata is completed once the updates are written: a commit's
-    `state_sha256` (§4.2) names the state its updates make. The metadata is written first with a
-    placeholder of the same length and rewritten where it lies (the file's bytes stay deterministic),
-    and the file says the version that has the member (§3.3)."""
-
-    def __init__(self, path: str, commit: Commit, compression: str) -> None:
-        super().__init__(path, commit, compression)
-        self._minor = max(self._minor, commit.minor_version)
-
-    def seal(self, commit: Commit) -> None:
-        overwrite_string(self._file, ATTR_COMMIT, commit.to_attribute())  # ValueError if the length differs
-        self._minor = max(self._minor, commit.minor_version)

@@ -23,6 +23,7 @@ import logging
 import os
 import secrets
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -111,24 +112,30 @@ LastCommitted = tuple[str, str, tuple[str, ...]]
 _MAX_ENTRY_BYTES = 64 << 10
 
 
-def _entry_path(repository: os.PathLike[str] | str) -> str | None:
-    folder = WalkCache.default().folder
-    if folder is None:
+def _cache_and_entry(repository: os.PathLike[str] | str) -> tuple[WalkCache, str] | None:
+    cache = WalkCache.default()
+    if cache.folder is None:
         return None
     key = hashlib.sha256(os.fsencode(os.path.realpath(repository))).hexdigest()[:32]
-    return os.path.join(folder, "last-committed", f"{key}.json")
+    return cache, os.path.join(cache.folder, "last-committed", f"{key}.json")
+
+
+def _entry_path(repository: os.PathLike[str] | str) -> str | None:
+    found = _cache_and_entry(repository)
+    return None if found is None else found[1]
 
 
 def remember(repository: os.PathLike[str] | str, last: LastCommitted) -> None:
     """Keep ``last`` for the next process that commits to ``repository``; quietly nothing where the cache
     folder cannot be written."""
-    path = _entry_path(repository)
-    if path is None:
+    found = _cache_and_entry(repository)
+    if found is None:
         return
+    cache, path = found
     temp = f"{path}.{secrets.token_hex(6)}.tmp"
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        with open(temp, "x", encoding="utf-8") as out:
+        cache.make_folders(Path(path).parent)  # the user's own, as every folder of the cache
+        with open(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as out:
             json.dump({"commit": last[0], "path": os.path.abspath(last[1]), "exclude": list(last[2])}, out)
         os.replace(temp, path)
     except OSError as exc:
@@ -139,9 +146,10 @@ def remember(repository: os.PathLike[str] | str, last: LastCommitted) -> None:
 
 def recall(repository: os.PathLike[str] | str) -> LastCommitted | None:
     """What :func:`remember` kept for ``repository``, or None (none, unreadable or malformed: a miss)."""
-    path = _entry_path(repository)
-    if path is None:
+    found = _cache_and_entry(repository)
+    if found is None or not found[0].folders_usable(Path(found[1]).parent):
         return None
+    path = found[1]
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
         with os.fdopen(fd, "rb") as entry_file:

@@ -288,6 +288,19 @@ class Refs(CommitFiles):
         finally:
             os.close(fd)
 
+    def reflog(self, ref: str | None = None) -> tuple[str, list[ReflogEntry]]:
+        """(the ref, its reflog entries newest first): a branch name, ``HEAD``, ``refs/…``, or the
+        current branch (HEAD's log when detached) by default."""
+        if ref is None:
+            current = self.head_ref()[0]
+            ref = f"refs/heads/{current}" if current else "HEAD"
+        elif ref != "HEAD" and not ref.startswith("refs/"):
+            self.check_branch_name(ref)
+            ref = f"refs/heads/{ref}"
+        elif ref.startswith("refs/"):
+            self.check_branch_name(ref)  # refs/heads/… and refs/tags/… are names of that form
+        return ref, list(self.reflog_entries(ref))[::-1]
+
     def reflog_refs(self) -> list[str]:
         """The ref of every file under logs/ (``HEAD``, ``refs/heads/main``, …), whatever its name."""
         try:

@@ -41,7 +41,6 @@ from mdiff.repo.history import ancestors, first_parent_line, merge_base, resolve
 from mdiff.repo.merge import MergedState, MergeResult, Strategy
 from mdiff.repo.names import COMMIT_ID
 from mdiff.repo.parent_values import ParentValues, open_predecessor, recall, remember
-from mdiff.repo.reflog import ReflogEntry
 from mdiff.repo.remotes import add_remote, open_end, tracking_refs
 from mdiff.repo.states import StateView
 from mdiff.repo.store import Store
@@ -351,19 +350,6 @@ class Repository(Store):
         """Delete tag ``name``; returns the commit it named."""
         with self.lock(wait):
             return self.delete_tag(name)
-
-    def reflog(self, ref: str | None = None) -> tuple[str, list[ReflogEntry]]:
-        """(the ref, its reflog entries newest first): a branch name, ``HEAD``, ``refs/…``, or the
-        current branch (HEAD's log when detached) by default."""
-        if ref is None:
-            current = self.head_ref()[0]
-            ref = f"refs/heads/{current}" if current else "HEAD"
-        elif ref != "HEAD" and not ref.startswith("refs/"):
-            self.check_branch_name(ref)
-            ref = f"refs/heads/{ref}"
-        elif ref.startswith("refs/"):
-            self.check_branch_name(ref)  # refs/heads/… and refs/tags/… are names of that form
-        return ref, list(self.reflog_entries(ref))[::-1]
 
     # ------------------------------------------------------------ merge, squash, snapshot, diff
     def merge(self, rev: str, strategy: str | None = None, message: str | None = None, author: AuthorLike = None,
