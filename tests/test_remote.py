@@ -408,6 +408,42 @@ def test_hostile_names_and_sizes_on_s3(s3, bucket_url, tmp_path):
         fetch(bob, "origin", options=options)
 
 
+def test_a_remote_with_many_refs_is_read_in_one_listing_and_one_get_per_ref(s3, bucket_url, tmp_path, monkeypatch):
+    """Issue 31: 3,000 refs took 38.9 s, two requests each, one after the other. Now: the listing, then one
+    ranged GET per ref, many in flight; the tracking refs are written side by side; and a cap, said."""
+    import s3fs
+
+    _, options, _ = s3
+    alice = Repository.init(tmp_path / "alice")
+    add_remote(alice, "origin", bucket_url)
+    first = commit(alice, 0)
+    push(alice, "origin", "main", options=options)
+    fs = s3_files(options)
+    fs.pipe({f"{bucket_url}/.mdiff/refs/heads/team/b{i:03d}".removeprefix("s3://"): (first + "\n").encode()
+             for i in range(300)})
+    fs.pipe({f"{bucket_url}/.mdiff/refs/tags/v{i}".removeprefix("s3://"): (first + "\n").encode() for i in range(50)})
+    calls: dict[str, int] = {"info": 0, "cat_file": 0}
+    for name in calls:
+        original = getattr(s3fs.S3FileSystem, f"_{name}")
+
+        async def counted(self, path, *args, _original=original, _name=name, **kwargs):
+            if "/.mdiff/refs/" in path:
+                calls[_name] += 1
+            return await _original(self, path, *args, **kwargs)
+
+        monkeypatch.setattr(s3fs.S3FileSystem, f"_{name}", counted)
+    bob, report = Repository.clone(bucket_url, tmp_path / "bob", options)
+    assert calls == {"info": 0, "cat_file": 351}  # one GET per ref, no HEAD request
+    assert len(report.branches) == 301 and len(report.tags) == 50
+    assert resolve(bob, "origin/team/b299") == first and resolve(bob, "v49") == first
+    assert bob.fsck() == []
+    monkeypatch.setattr("mdiff.repo.remote_ends.MAX_REMOTE_REFS", 350)
+    with pytest.raises(RepositoryError) as refused:
+        fetch(bob, "origin", options=options)
+    assert refused.value.code == "MD801" and "351 branches and tags, more than mdiff reads from one remote (350)" \
+        in refused.value.message
+
+
 # ---------------------------------------------------------------- credentials
 def test_credentials_are_never_stored_printed_or_logged(s3, bucket_url, tmp_path, capsys, monkeypatch):
     endpoint, _, env = s3

@@ -39,6 +39,7 @@ BLOCK = 8 << 20
 _COMMIT_FILE = re.compile(r"([0-9a-f]{64})\.mdiff")
 _ID_LINE = re.compile(r"[0-9a-f]{64}\n")
 REF_FOLDERS = ("refs/heads", "refs/tags")
+MAX_REMOTE_REFS = 100_000  # branches and tags one fetch reads (SPEC.md §13.8)
 
 
 class RefMoved(RepositoryError):
@@ -292,7 +293,9 @@ class FsspecEnd(RemoteEnd):
         return name[len(prefix):] if name.startswith(prefix) else ""
 
     def refs(self) -> dict[str, str]:
-        found = {}
+        """Every branch and tag: one listing per folder, then the ref files read together — one ranged GET
+        each, many in flight (fsspec's batches) — so that thousands of refs cost seconds, not minutes."""
+        named = []
         for folder in REF_FOLDERS:
             for entry in self._listing(folder):
                 name = self._relative(entry, folder)
@@ -301,14 +304,47 @@ class FsspecEnd(RemoteEnd):
                 if not valid_branch(name):
                     log.warning("%s: ignoring a ref of %s that is not a valid name (§13.1)", self.url, folder)
                     continue
-                text, _ = self._small(f"{folder}/{name}")
-                if text is None:
-                    continue  # deleted since listed
-                if not _ID_LINE.fullmatch(text):
-                    raise RepositoryError("MD801", f"{self.url}: {folder}/{name} is malformed: not a commit id and "
-                                                   "one newline (§13.1)")
-                found[f"{folder}/{name}"] = text[:-1]
+                if entry.get("type", "file") != "file":
+                    raise RepositoryError("MD801", f"{self.url}: .mdiff/{folder}/{name} is not a file")
+                named.append(f"{folder}/{name}")
+        if len(named) > MAX_REMOTE_REFS:
+            raise RepositoryError("MD801", f"{self.url}: the remote has {len(named):,} branches and tags, more than mdiff "
+                                           f"reads from one remote ({MAX_REMOTE_REFS:,}); delete refs there, or fetch "
+                                           "from a remote that holds fewer")
+        found = {}
+        for relative, text in zip(named, self._read_many(named)):
+            if text is None:
+                continue  # deleted since listed
+            if not _ID_LINE.fullmatch(text):
+                raise RepositoryError("MD801", f"{self.url}: {relative} is malformed: not a commit id and "
+                                               "one newline (§13.1)")
+            found[relative] = text[:-1]
         return found
+
+    def _read_many(self, relatives: list[str], limit: int = MAX_SMALL_FILE_BYTES) -> list[str | None]:
+        """The text of each small file (None where it is missing), at most ``limit`` bytes each, read
+        concurrently."""
+        paths = [self._path(relative) for relative in relatives]
+        for path in paths:
+            self.fs.invalidate_cache(path)
+        try:
+            contents = self.fs.cat_ranges(paths, [0] * len(paths), [limit + 1] * len(paths), on_error="return")
+        except Exception as exc:
+            raise _remote_error(self.url, "read .mdiff/refs", exc) from None
+        texts: list[str | None] = []
+        for relative, data in zip(relatives, contents):
+            if isinstance(data, FileNotFoundError):
+                texts.append(None)
+                continue
+            if isinstance(data, BaseException):
+                raise _remote_error(self.url, f"read .mdiff/{relative}", data) from None
+            if len(data) > limit:
+                raise RepositoryError("MD801", f"{self.url}: .mdiff/{relative} is malformed: longer than {limit} bytes")
+            try:
+                texts.append(data.decode("utf-8"))
+            except UnicodeDecodeError:
+                raise RepositoryError("MD801", f"{self.url}: .mdiff/{relative} is malformed: not UTF-8 text") from None
+        return texts
 
     def commit_sizes(self, directory: str = "commits") -> dict[str, int]:
         sizes = {}

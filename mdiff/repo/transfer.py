@@ -28,6 +28,7 @@ from mdiff.repo.store import Store
 log = logging.getLogger(__name__)
 
 WORKERS = 4
+REF_WORKERS = 16  # ref moves in flight at once: each mostly waits on fsync
 
 
 @dataclass
@@ -188,15 +189,19 @@ def _reachable(repo: Store, url: str, refs: dict[str, str], local: set[str], rec
 
 
 def _set_tracking_refs(repo: Store, remote: str, refs: dict[str, str], report: FetchReport) -> None:
+    """Move ``refs/remotes/<remote>/*`` to the remote's branches and create its missing tags. Each ref is
+    its own pair of files (the ref and its reflog, each written and synced as §13.6 says), so the moves
+    run side by side: a remote with thousands of refs waits on the disk's syncs together, not in turn."""
     before = tracking_refs(repo, remote)
     branches = {ref.removeprefix("refs/heads/"): c for ref, c in refs.items() if ref.startswith("refs/heads/")}
+    moves: list[tuple[str, str | None, str]] = []
     for branch, target in sorted(branches.items()):
         if before.get(branch) != target:
             repo.existing_commit(target, f"ref refs/remotes/{remote}/{branch}")
-            repo.move_ref(f"refs/remotes/{remote}/{branch}", target, f"fetch {remote}")
+            moves.append((f"refs/remotes/{remote}/{branch}", target, f"fetch {remote}"))
             report.branches[branch] = (before.get(branch), target)
     for branch in sorted(set(before) - set(branches)):
-        repo.move_ref(f"refs/remotes/{remote}/{branch}", None, f"fetch {remote}: gone from the remote")
+        moves.append((f"refs/remotes/{remote}/{branch}", None, f"fetch {remote}: gone from the remote"))
         report.branches[branch] = (before[branch], None)
     for ref, target in sorted(refs.items()):
         if not ref.startswith("refs/tags/"):
@@ -205,11 +210,17 @@ def _set_tracking_refs(repo: Store, remote: str, refs: dict[str, str], report: F
         mine = repo.read_ref(ref) if repo.kind(ref) not in (None, "a folder") else None
         if mine is None:
             repo.existing_commit(target, f"ref {ref}")
-            repo.move_ref(ref, target, f"fetch {remote}")
+            moves.append((ref, target, f"fetch {remote}"))
             report.tags[name] = target
         elif mine != target:
             log.warning("tag %s here names %s, on %s %s: the local tag is kept", name, mine[:12], remote, target[:12])
             report.tags_kept.append(name)
+    with ThreadPoolExecutor(max_workers=REF_WORKERS) as pool:
+        futures = [pool.submit(repo.move_ref, *move) for move in moves]
+    for future in futures:
+        error = future.exception()
+        if error is not None:
+            raise error
 
 
 # ---------------------------------------------------------------- push
