@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mdiff.cli import demo_command, file_commands, remote_commands, repo_commands, registry
-from mdiff.cli.dispatch import build_parser as _build_parser, run
+from mdiff.cli import demo_command, file_commands, remote_commands, repo_commands, registry, shell_commands
+from mdiff.cli.dispatch import build_parser as _build_parser, command_word, run
 from mdiff.cli.registry import Command
 
-BUILTIN = (file_commands, repo_commands, remote_commands, demo_command)
+BUILTIN = (file_commands, repo_commands, remote_commands, shell_commands, demo_command)
 
 
 def builtin_commands() -> list[Command]:
@@ -33,11 +33,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (default: sys.argv[1:]) and return its exit status."""
-    builtin = builtin_commands()
     words = sys.argv[1:] if argv is None else argv
+    if words[:1] == ["__complete"]:  # what a completion script asks at each TAB: names, quickly (cli/completion.py)
+        from mdiff.cli.completion import complete
+
+        return complete(words[1:])
+    builtin = builtin_commands()
     # Finding entry points reads every installed distribution's metadata (tens of ms): skip it when the
-    # command line names a built-in command, or only asks for the version.
-    needs_plugins = not words or words[0] not in {command.name for command in builtin} | {"--version"}
+    # command line names a built-in command — but for help and completion, which list every command —,
+    # or only asks for the version.
+    alone = {command.name for command in builtin} - {"help", "completion"} | {"--version"}
+    needs_plugins = not words or command_word(words) not in alone
     commands, problems = registry.collect(builtin, entry_points=needs_plugins)
     for problem in problems:
         print(f"mdiff: warning: {problem}", file=sys.stderr)

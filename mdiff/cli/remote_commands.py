@@ -161,6 +161,9 @@ def run_pull(args) -> int:
     if conflicts:
         lines += [f"mdiff: error MD804: {len(conflicts)} conflicts; nothing was committed:"]
         lines += [f"  {name}: {reason}" for name, reason in conflicts]
+        if not args.json:  # an error, which -q does not silence
+            print("\n".join(lines))
+            return 1
     else:
         lines.append(f"{outcome}: {_short(commit_id)}")
     print_result(args, data, "\n".join(lines))

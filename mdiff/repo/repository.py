@@ -37,7 +37,7 @@ from mdiff.repo import cleanup, snapshots, transfer
 from mdiff.repo.changes import Changes, CommitSummary, Unchanged, WholeState, open_new_state, updates_between
 from mdiff.repo.cleanup import DEFAULT_PRUNE_SECONDS, DEFAULT_REFLOG_EXPIRE_SECONDS, GcReport
 from mdiff.repo.fsck import fsck
-from mdiff.repo.history import ancestors, first_parent_line, merge_base, resolve
+from mdiff.repo.history import ancestors, first_parent_line, merge_base, reflog_ref, resolve
 from mdiff.repo.merge import MergedState, Strategy
 from mdiff.repo.names import COMMIT_ID
 from mdiff.repo.parent_values import ParentValues, open_predecessor, recall, remember
@@ -353,15 +353,12 @@ class Repository(Store):
             return self.delete_tag(name)
 
     def reflog(self, ref: str | None = None) -> tuple[str, list[ReflogEntry]]:
-        """(the ref, its reflog entries newest first): a branch name, ``HEAD``, ``refs/…``, or the
-        current branch (HEAD's log when detached) by default."""
-        if ref is None:
-            current = self.head_ref()[0]
-            ref = f"refs/heads/{current}" if current else "HEAD"
-        elif ref != "HEAD" and not ref.startswith("refs/"):
-            self.check_branch_name(ref)
-            ref = f"refs/heads/{ref}"
-        elif ref.startswith("refs/"):
+        """(the ref, its reflog entries newest first — entry N is what ``NAME@{N}`` names, §13.3): ``HEAD``,
+        ``refs/…``, a name looked up as ``NAME@{N}`` looks it up (a branch, a tag, a remote-tracking ref,
+        or one deleted whose reflog stays), or the current branch (HEAD's log when detached) by default."""
+        if ref is None or not ref.startswith("refs/"):
+            ref = reflog_ref(self, ref or "")
+        else:
             self.check_branch_name(ref)  # refs/heads/… and refs/tags/… are names of that form
         return ref, list(self.reflog_entries(ref))[::-1]
 
