@@ -61,7 +61,7 @@ def test_a_registered_command_is_listed_after_the_built_in_ones_and_has_help(gre
     with pytest.raises(SystemExit):
         main(["greet", "--help"])
     assert capsys.readouterr().out == textwrap.dedent("""\
-        usage: mdiff greet [-h] [--shout] [--fail] [--json] [-v] name
+        usage: mdiff greet [-h] [--shout] [--fail] [--json] [-v] [-q] name
 
         Print a greeting.
 
@@ -74,6 +74,8 @@ def test_a_registered_command_is_listed_after_the_built_in_ones_and_has_help(gre
           --fail         raise a usage error
           --json         print JSON
           -v, --verbose  say what the library does on stderr (-vv: more)
+          -q, --quiet    no progress bar and no summary: only errors, and what was asked for (a log, a
+                         list, --json)
         """)
 
 
@@ -84,7 +86,7 @@ def test_a_registered_commands_errors_are_reported_as_every_commands_are(greet, 
     assert capsys.readouterr().out == ('{"error": {"code": null, "message": "greet was told to fail", "path": null, '
                                        '"section": null}}\n')
     assert main(["greet"]) == 2
-    assert capsys.readouterr().err == ("usage: mdiff greet [-h] [--shout] [--fail] [--json] [-v] name\n"
+    assert capsys.readouterr().err == ("usage: mdiff greet [-h] [--shout] [--fail] [--json] [-v] [-q] name\n"
                                        "mdiff: error: the following arguments are required: name\n")
 
 
@@ -143,8 +145,15 @@ def test_a_command_of_an_entry_point_runs_and_is_listed(tmp_path):
     listed = _mdiff(env, "--help")
     assert listed.returncode == 0 and listed.stderr == ""
     assert "    push       send a branch's new commits to a remote\n" \
-           "    demo       train a small BERT, fine-tune it three ways, commit it all (needs the demo extra)\n" \
+           "    help       list the commands, or explain one\n" in listed.stdout
+    assert "    demo       train a small BERT, fine-tune it three ways, commit it all (needs the demo extra)\n" \
            "    hello      say hello (an installed plugin)\n" in listed.stdout
+    # help and completion know it too, and the options before a command find it
+    helped = _mdiff(env, "help", "hello")
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: mdiff hello [-h] [-v] [-q] name\n")
+    assert "'hello') _mdiff_options=" in _mdiff(env, "completion", "bash").stdout
+    done = _mdiff(env, "-q", "-C", str(tmp_path), "hello", "again")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "hello from a plugin, again\n", "")
 
 
 def test_a_broken_entry_point_is_named_on_stderr_and_the_rest_still_runs(tmp_path):

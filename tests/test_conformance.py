@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -188,6 +189,40 @@ def test_the_repository_cases_cover_section_13():
     refused = {c.id: c for c in MANIFEST.cases if c.is_repository and c.family == "invalid"}
     assert {c.code for c in refused.values()} == {"MD800", "MD801", "MD802", "MD805", "MD808"}
     assert len(refused) >= 12
+
+
+def test_the_reflog_cases_read_revisions_from_whole_reflogs_of_fixed_times():
+    """§13.3's REF@{N}, @{N}, HEAD@{N} and @: the valid case reads each from reflogs the case holds
+    (pinned times, every line whole and of §13.6's form), the entry numbered from the newest; the
+    invalid case refuses an entry past the oldest, a deletion, a malformed and a missing reflog."""
+    from mdiff.repo.reflog import entries
+
+    case = MANIFEST.case("repository-reflogs")
+    dot = case.path("repository") / ".mdiff"
+    ids = {c["label"]: c["id"] for c in next(r for r in MANIFEST.raw["cases"] if r["id"] == case.id)["commits"]}
+    revisions = {r["revision"]: r["commit"] for r in case.expect["revisions"]}
+    assert {"main@{1}", "main@{0}", "HEAD@{1}", "@{1}", "@", "main@{1}~1", "side@{1}"} <= set(revisions)
+
+    def newest_first(ref: str) -> list[str | None]:
+        fd = os.open(dot / "logs" / ref, os.O_RDONLY)
+        try:
+            found = list(entries(fd))
+        finally:
+            os.close(fd)
+        assert [e.time for e in found] == list(range(1767312000, 1767312000 + len(found)))
+        return [e.new for e in reversed(found)]
+
+    main, head, side = newest_first("refs/heads/main"), newest_first("HEAD"), newest_first("refs/heads/side")
+    assert main == [ids["root"], ids["k2"], ids["k1"], ids["root"]]
+    for n, want in enumerate(main):
+        assert revisions.get(f"main@{{{n}}}", want) == want
+    assert revisions["@{1}"] == main[1] and revisions["HEAD@{1}"] == head[1] != main[1]
+    assert revisions["main@{1}~1"] == ids["k1"] and revisions["@"] == ids["root"]
+    assert side == [None, ids["k1"]] and revisions["side@{1}"] == ids["k1"]
+    assert not (dot / "refs" / "heads" / "side").exists()  # deleted: its reflog answers
+    refused = MANIFEST.case("MD801-reflog_entry_names_nothing")
+    assert {"main@{4}", "main@{9}", "side@{0}", "broken@{0}", "unlogged@{0}"} <= {
+        r["revision"] for r in refused.expect["revisions"]}
 
 
 def test_the_valid_family_covers_the_matrix():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -136,6 +137,122 @@ def test_reset_moves_the_branch_back_and_the_reflog_undoes_it(repo, capsys):
     assert repo.head() == ("main", c) and same_state(repo.checkout("HEAD"), state(2))
 
 
+# ---------------------------------------------------------------- REF@{N}, @{N}, @ (§13.3)
+def test_reset_main_at_1_undoes_the_last_move_of_main(repo, capsys):
+    a, b, c = chain(repo, 3)
+    assert run(capsys, "reset", "HEAD~2", "-C", repo.root)[0] == 0
+    code, out, err = run(capsys, "reset", "main@{1}", "-C", repo.root)
+    assert (code, err) == (0, "") and repo.head() == ("main", c), out
+    assert out.startswith(f"main now at {c[:12]} (was {a[:12]};")
+    # each move is one entry more: main@{1} is now a again, main@{2} c, main@{3} back to b
+    assert [resolve(repo, f"main@{{{n}}}") for n in range(5)] == [c, a, c, b, a]
+    assert resolve(repo, "main@{1}~0") == a and resolve(repo, "main@{3}^") == a and resolve(repo, "main@{2}~2") == a
+    assert resolve(repo, "@") == c and resolve(repo, "@~1") == b and resolve(repo, "@^^") == a
+    assert resolve(repo, "@{0}") == c and resolve(repo, "@{1}") == a  # the current branch's reflog
+    assert resolve(repo, " main@{01} ") == a  # as the other forms: surrounding blanks, leading zeros
+    code, out, _ = run(capsys, "log", "--oneline", "main@{1}", "-C", repo.root)
+    assert out.splitlines() == [f"*  {a[:12]} c0"]
+    code, out, _ = run(capsys, "diff", "main@{1}", "@", "-C", repo.root, "--json")
+    assert code == 0 and json.loads(out)["parameters"]
+
+
+def test_every_reflog_line_names_its_commit_as_a_revision_does(repo, capsys):
+    """`mdiff reflog` shows the newest move first, as NAME@{0}, which is where the ref is now; each
+    line's NAME@{N} resolves to the commit on that line — for a branch, HEAD, a tag, a deleted branch and
+    a remote-tracking ref — and the line of a deletion names none (MD801)."""
+    from mdiff.repo.remotes import add_remote
+
+    a, b, c = chain(repo, 3)
+    repo.reset("HEAD~1")
+    repo.switch("exp", create=True, start=a)
+    repo.commit(state(9), "on exp", date=DATE)
+    repo.switch("main")
+    with repo.lock():
+        repo.set_head(commit_id=c)
+    repo.switch("main")
+    repo.tag("v1", a)
+    repo.tag("v1", "exp", force=True)
+    repo.switch("gone", create=True)
+    repo.switch("main")
+    with repo.lock():
+        repo.delete_branch("gone")
+    other = Repository.init(repo.root.parent / "other")
+    other.commit(state(3), "elsewhere", date=DATE)
+    add_remote(repo, "origin", str(other.root))
+    repo.fetch("origin")
+    for ref, name in [(None, "main"), ("main", "main"), ("HEAD", "HEAD"), ("exp", "exp"), ("v1", "v1"),
+                      ("refs/tags/v1", "v1"), ("gone", "gone"), ("origin/main", "origin/main")]:
+        argv = ["reflog", "-C", repo.root] + ([ref] if ref else [])
+        code, text, _ = run(capsys, *argv)
+        code_json, out, _ = run(capsys, *argv, "--json")
+        lines, rows = text.splitlines(), [json.loads(line) for line in out.splitlines()]
+        assert code == code_json == 0 and len(lines) == len(rows) > 0, ref
+        for n, (line, row) in enumerate(zip(lines, rows)):
+            assert row["name"] == f"{name}@{{{n}}}" and f" {name}@{{{n}}}: {row['message']}  (" in line, (ref, line)
+            if row["new"] is None:
+                assert line.startswith("(deleted)")
+                with pytest.raises(RepositoryError, match="MD801|names no commit") as info:
+                    resolve(repo, row["name"])
+                assert info.value.code == "MD801"
+            else:
+                assert line.startswith(row["new"][:12]) and resolve(repo, row["name"]) == row["new"], (ref, line)
+        if name not in ("gone",):  # the newest entry is where the ref is now
+            assert resolve(repo, f"{name}@{{0}}") == resolve(repo, name), ref
+    head = [json.loads(line) for line in run(capsys, "reflog", "HEAD", "-C", repo.root, "--json")[1].splitlines()]
+    assert [row["message"] for row in head[:3]] == ["switch to main", "switch to gone", "switch to main"]
+    assert resolve(repo, "HEAD@{3}") == c  # where the detached HEAD was
+
+
+@pytest.mark.parametrize("rev, why", [
+    ("main@{3}", "holds only 3 entries"), ("main@{99999999999999999999999}", "holds only 3 entries"),
+    ("nosuch@{0}", "neither a branch"), ("@{-1}", "not a revision"), ("main@{upstream}", "not a revision"),
+    ("main@", "not a revision"), ("main@{1}@{1}", "not a revision"), ("@@", "not a revision"), ("@{}", "not a revision"),
+    ("main@{1}~5", "goes back past a root commit"), ("x..y@{0}", "has no reflog"),
+])
+def test_a_reflog_revision_that_names_nothing_is_md801(repo, rev, why):
+    chain(repo, 3)
+    with pytest.raises(RepositoryError, match=re.escape(why)) as info:
+        resolve(repo, rev)
+    assert info.value.code == "MD801"
+
+
+def test_reflog_revisions_on_missing_malformed_and_expired_reflogs_are_md801(repo, capsys):
+    a, b = chain(repo, 2)
+    with pytest.raises(RepositoryError, match="has no reflog"):
+        resolve(repo, a + "@{0}")  # a commit id has none
+    log = repo.dir / "logs" / "refs" / "heads" / "main"
+    log.rename(log.with_name("away"))
+    with pytest.raises(RepositoryError, match=r"main@\{0\}: refs/heads/main has no reflog"):
+        resolve(repo, "main@{0}")
+    assert resolve(repo, "main") == b  # the ref itself still names its commit
+    log.with_name("away").rename(log)
+    log.write_bytes(log.read_bytes() + b"not a reflog line\n")
+    with pytest.raises(RepositoryError, match="is malformed"):
+        resolve(repo, "main@{0}")
+    code, _, err = run(capsys, "checkout", "main@{0}", "-o", repo.root / "x.safetensors", "-C", repo.root)
+    assert code == 1 and "MD801" in err and not (repo.root / "x.safetensors").exists()
+    log.write_bytes(b"".join(line + b"\n" for line in log.read_bytes().splitlines()[:2]))
+    log.write_bytes(log.read_bytes() + f"{b} {'f' * 64} 5 gone by gc\n".encode() + b"an unterminated line")
+    with pytest.raises(RepositoryError, match="names commit ffffffffffff, which is not in the repository"):
+        resolve(repo, "main@{0}")  # the entry's commit was removed (an expired entry kept by hand)
+    assert resolve(repo, "main@{1}") == b and resolve(repo, "main@{2}") == a  # the last, unterminated line is none
+    # a remote's reflogs are not read
+    code, out, _ = run(capsys, "checkout", "main@{0}", "--remote", repo.root, "-o", repo.root / "y.safetensors",
+                       "--json", "-q")
+    assert code == 1 and json.loads(out)["error"]["code"] == "MD801" and "reflog" in json.loads(out)["error"]["message"]
+    assert resolve(repo, "@{1}") == b and resolve(repo, "@") == b
+
+
+def test_a_long_reflog_is_read_a_line_at_a_time(repo):
+    a, b = chain(repo, 2)
+    log = repo.dir / "logs" / "refs" / "heads" / "main"
+    line_ab, line_ba = f"{a} {b} 1 to b\n".encode(), f"{b} {a} 2 to a\n".encode()
+    log.write_bytes((line_ab + line_ba) * 20000 + line_ab)  # 40001 entries, 5.6 MB
+    assert resolve(repo, "main@{0}") == b and resolve(repo, "main@{1}") == a and resolve(repo, "main@{40000}") == b
+    with pytest.raises(RepositoryError, match="holds only 40001 entries"):
+        resolve(repo, "main@{40001}")
+
+
 def test_branch_force_creates_or_moves_a_branch_the_current_one_included(repo, capsys):
     a, b = chain(repo, 2)
     code, out, _ = run(capsys, "branch", "-f", "exp", a, "-C", repo.root, "--json")
@@ -149,13 +266,25 @@ def test_branch_force_creates_or_moves_a_branch_the_current_one_included(repo, c
 
 
 def test_a_detached_head_and_a_deleted_branch_are_in_the_reflogs(repo):
+    """HEAD's reflog records every move of HEAD, as git's: the moves of the branch it names, switches,
+    detaching and attaching (§13.6); a branch's records its own moves only."""
     a, b = chain(repo, 2)
     with repo.lock():
         repo.set_head(commit_id=a)
     c = repo.commit(state(7), "detached", date=DATE)
     repo.switch("main")
+    repo.switch("main")  # HEAD does not move: nothing is recorded
+    repo.switch("side", create=True)
+    repo.reset(a)
     assert [line[:2] + line[3:] for line in log_lines(repo, "HEAD")] == [
-        [b, a, "switch"], [a, c, "commit: detached"], [c, b, "switch to main"]]
+        [ZEROS, a, "commit: c0"], [a, b, "commit: c1"], [b, a, "switch"], [a, c, "commit: detached"],
+        [c, b, "switch to main"], [b, b, "switch to side"], [b, a, "reset: moving to " + a]]
+    assert [line[:2] + line[3:] for line in log_lines(repo, "refs/heads/main")] == [
+        [ZEROS, a, "commit: c0"], [a, b, "commit: c1"]]
+    assert [line[:2] + line[3:] for line in log_lines(repo, "refs/heads/side")] == [
+        [ZEROS, b, "branch: created from HEAD"], [b, a, "reset: moving to " + a]]
+    assert resolve(repo, "HEAD@{1}") == b and resolve(repo, "HEAD@{3}") == c and resolve(repo, "@{1}") == b
+    repo.switch("main")
     repo.switch("gone", create=True, start=a)
     repo.switch("main")
     with repo.lock():
@@ -212,14 +341,15 @@ def test_gc_round_trip_reset_keeps_by_reflog_until_it_expires(repo, capsys):
     assert code == 0 and json.loads(out)["commits_removed"] == [] and repo.commit_ids() == sorted([a, b, c])
     code, out, _ = run(capsys, "gc", "--prune", "now", "--reflog-expire", "now", "--dry-run", "--json", "-C", repo.root)
     report = json.loads(out)
-    assert report["commits_removed"] == sorted([b, c]) and report["reflog_entries_expired"] == 4
+    # four moves of main, each in main's reflog and HEAD's (HEAD names main: §13.6)
+    assert report["commits_removed"] == sorted([b, c]) and report["reflog_entries_expired"] == 8
     assert {row["path"] for row in report["removed"]} == {f"commits/{b}.mdiff", f"commits/{c}.mdiff",
                                                            f"snapshots/{c}.mdiff"}
     assert repo.commit_ids() == sorted([a, b, c])  # a dry run removes nothing
     code, out, _ = run(capsys, "gc", "--prune", "now", "--reflog-expire", "now", "-C", repo.root)
     assert code == 0 and out.splitlines()[-1].startswith("3 entries (2 commits), ")
     assert repo.commit_ids() == [a] and not (repo.dir / "snapshots" / f"{c}.mdiff").exists()
-    assert not (repo.dir / "logs" / "refs" / "heads" / "main").exists()
+    assert not (repo.dir / "logs" / "refs" / "heads" / "main").exists() and not (repo.dir / "logs" / "HEAD").exists()
     assert repo.fsck() == [] and same_state(repo.checkout("main"), state(0))
 
 

@@ -507,14 +507,16 @@ class Corpus:
     def repository_case(self, case_id: str, family: str, section: str, description: str, repo_dir: Path,
                         revisions: list[tuple[str, str | None]], ids: dict[str, str] | None = None,
                         what: dict[str, str] | None = None, states: dict[str, Path] | None = None,
-                        bounds: dict[str, Path] | None = None, code: str | None = None) -> None:
+                        bounds: dict[str, Path] | None = None, code: str | None = None,
+                        reflogs: bool = False) -> None:
         """A repository and the revisions to check out: each giving a state (``family`` valid: the
         revision's label names the commit in ``ids`` and its state file) or refused with ``code``.
-        Every expectation is checked here against the reference's command line."""
+        Every expectation is checked here against the reference's command line. Its reflogs are
+        removed unless ``reflogs`` (a case whose revisions read them: see :func:`pin_reflogs`)."""
         bounds = bounds or {}
         entries = []
-        # reflogs (§13.6) record the time of each move, which no fixed date pins, and no checkout reads them
-        shutil.rmtree(repo_dir / ".mdiff" / "logs", ignore_errors=True)
+        if not reflogs:  # reflogs (§13.6) record the time of each move, which no fixed date pins
+            shutil.rmtree(repo_dir / ".mdiff" / "logs", ignore_errors=True)
         with tempfile.TemporaryDirectory(prefix="mdiff-conf-checkout-") as tmp:
             for i, (rev, label) in enumerate(revisions):
                 out = Path(tmp) / f"{i}.safetensors"
@@ -1179,7 +1181,9 @@ def build_repositories(c: Corpus) -> None:
         parented_snapshot_repository(c)
         commit_id_named_branches_repository(c)
         tags_repository(c)
+        reflogs_repository(c)
         refused_repositories(c)
+        refused_reflog_revisions(c)
 
 
 def branch_merge_repository(c: Corpus) -> None:
@@ -1477,6 +1481,84 @@ def tags_repository(c: Corpus) -> None:
                                  ("main", "k2"), (prefix, "root"), (ids["k2"], "k2")],
                       ids=ids, what={"root": "root: w, c (replace)", "k1": "k1: w dense", "k2": "k2: c sparse"},
                       states={k: d / "states" / f"{k}.safetensors" for k in states})
+
+
+def pin_reflogs(repo: Repository) -> None:
+    """Every reflog's times (§13.6) replaced by fixed ones — the i-th line of a reflog at 2026-01-02
+    00:00:00Z + i seconds — so that the corpus's bytes do not depend on when it was made."""
+    for path in sorted((repo.dir / "logs").rglob("*")):
+        if path.is_file():
+            lines = path.read_bytes().split(b"\n")
+            assert lines[-1] == b"", path  # every line whole
+            path.write_bytes(b"".join(b" ".join([*line.split(b" ", 3)[:2], str(1767312000 + i).encode(),
+                                                  line.split(b" ", 3)[3]]) + b"\n"
+                                      for i, line in enumerate(lines[:-1])))
+
+
+def reflog_repository(path: Path):
+    """small_repository's main (root, k1, k2), then moves the reflogs record (§13.6): a branch `side`
+    created at k1 and switched to and back, main reset to root, a switch to side and back, a tag v1 at
+    k2, side deleted. main@{0..3}: root, k2, k1, root; HEAD's reflog holds main's moves and the switches."""
+    repo, ids, updates, states = small_repository(path)
+    with repo.lock():
+        repo.create_tag("v1", ids["k2"])
+    repo.switch("side", create=True, start=ids["k1"])
+    repo.switch("main")
+    repo.reset("HEAD~2")
+    repo.switch("side")
+    repo.switch("main")
+    with repo.lock():
+        repo.delete_branch("side")
+    pin_reflogs(repo)
+    return repo, ids, updates, states
+
+
+def reflogs_repository(c: Corpus) -> None:
+    case_id = "repository-reflogs"
+    d = c.case_dir("valid", case_id)
+    repo, ids, _, states = reflog_repository(d / "repo")
+    (d / "states").mkdir()
+    for label, state in states.items():
+        assert same_state(repo.checkout(ids[label]), state), label
+        save_checkpoint(d / "states" / f"{label}.safetensors", state)
+    c.repository_case(case_id, "valid", "13.3", "revisions read from reflogs (§13.3, §13.6): main (root, k1, k2) "
+                      "reset to root, a branch side made at k1, switched to and back twice and deleted, a tag v1 at "
+                      "k2. main@{N} is entry N of logs/refs/heads/main from the newest (root, k2, k1, root); @{N} is "
+                      "the current branch's (main's); HEAD@{N} is logs/HEAD's, which records main's moves and the "
+                      "switches (HEAD@{1}: k1, where the last switch came from); @ is HEAD; side@{1} reads the "
+                      "reflog a deleted branch leaves; ~N and ^ follow", d / "repo",
+                      revisions=[("main@{0}", "root"), ("main@{1}", "k2"), ("main@{2}", "k1"), ("main@{3}", "root"),
+                                 ("@{1}", "k2"), ("@{0}", "root"), ("HEAD@{0}", "root"), ("HEAD@{1}", "k1"),
+                                 ("HEAD@{2}", "root"), ("HEAD@{3}", "k2"), ("@", "root"), ("main@{1}~1", "k1"),
+                                 ("main@{1}^^", "root"), ("@{1}~2", "root"), ("v1@{0}", "k2"), ("side@{1}", "k1"),
+                                 ("main@{00}", "root")],
+                      ids=ids, what={"root": "root: w, c (replace)", "k1": "k1: w dense", "k2": "k2: c sparse"},
+                      states={k: d / "states" / f"{k}.safetensors" for k in states}, reflogs=True)
+
+
+def refused_reflog_revisions(c: Corpus) -> None:
+    case_id = "MD801-reflog_entry_names_nothing"
+    d = c.case_dir("invalid", case_id)
+    repo, ids, _, _ = reflog_repository(d / "repo")
+    with repo.lock():
+        repo.create_branch("broken", ids["k1"])
+        repo.create_branch("unlogged", ids["k1"])
+    pin_reflogs(repo)
+    # a branch whose reflog holds a line not of the form `<old> <new> <seconds> <message>` (§13.6)
+    log = repo.dir / "logs" / "refs" / "heads" / "broken"
+    log.write_bytes(log.read_bytes() + f"{ids['k1']} {ids['k2']} 01 leading zero\n".encode())
+    # a branch whose reflog is missing
+    (repo.dir / "logs" / "refs" / "heads" / "unlogged").unlink()
+    c.repository_case(case_id, "invalid", RULES["MD801"].section,
+                      "MD801: reflog revisions that name nothing (§13.3): an entry past the oldest (main@{4}, main has "
+                      "4; main@{9}), the move that deleted side (side@{0}), a malformed reflog (broken@{0}: a line "
+                      "whose seconds have a leading zero), a missing reflog (unlogged@{0}), a name that is no ref and "
+                      "left no reflog, a commit id (which has none), ~N past the root, and forms of git that are no "
+                      "revisions of mdiff (@{-1}, main@{upstream}, main@, main@{1}@{1})", d / "repo",
+                      revisions=[(r, None) for r in ["main@{4}", "main@{9}", "side@{0}", "broken@{0}", "unlogged@{0}",
+                                                     "nosuch@{0}", ids["k1"] + "@{0}", "main@{1}~3", "@{-1}",
+                                                     "main@{upstream}", "main@", "main@{1}@{1}"]],
+                      code="MD801", reflogs=True)
 
 
 def refused_repositories(c: Corpus) -> None:

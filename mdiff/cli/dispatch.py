@@ -12,7 +12,7 @@ from typing import NoReturn
 
 from mdiff import __version__
 from mdiff import threads
-from mdiff.cli.options import add_threads, add_verbose
+from mdiff.cli.options import add_quiet, add_threads, add_verbose
 from mdiff.cli.registry import Command
 from mdiff.cli.usage import UsageError
 from mdiff.errors import InvalidFileError, MdiffError
@@ -31,7 +31,9 @@ EPILOG = """exit status (every command):
   2    a usage error, or a file that cannot be read at all (missing, no permission, not HDF5: MD100)
   130  interrupted; 141  the output was closed early (e.g. piped into head)
 With --json, an error is printed as {"error": {"code", "message", "path", "section"}} on stdout.
--v prints what the library does (-vv more) on stderr."""
+-v prints what the library does (-vv more) on stderr; -q prints no progress and no summary.
+Before the command: -C DIR (run as if started in DIR, as git -C), -q, --threads N.
+`mdiff help COMMAND` explains a command; `mdiff completion bash` (or zsh) prints a completion script."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,34 +43,74 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, self)
 
 
+# The options before the command (`mdiff -C DIR -q log`) that take a value.
+_GLOBAL_WITH_A_VALUE = ("-C", "--threads")
+
+
+def command_word(words: list[str]) -> str | None:
+    """The word of ``words`` that names the command: the first after the options before it (-C DIR,
+    --threads N, -q); None when there is none."""
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word in _GLOBAL_WITH_A_VALUE:
+            i += 2
+        elif word.startswith("-") and word != "-" and word != "--version":
+            i += 1  # -CDIR, --threads=N, -q, --quiet, or a mistake argparse will name
+        else:
+            return word
+    return None
+
+
 def build_parser(commands: Iterable[Command]) -> argparse.ArgumentParser:
-    """`mdiff` with one subcommand per command, in the order given, each taking -v and --threads as well
-    (--threads before the command too)."""
+    """`mdiff` with one subcommand per command, in the order given, each taking -v, -q and --threads as
+    well (-C DIR, -q and --threads before the command too)."""
     parser = _Parser(
         prog="mdiff", description="Version control for model weights: one .mdiff (HDF5) file per commit.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"mdiff {__version__}")
+    parser.add_argument("-C", dest="chdir", action="append", default=[], metavar="DIR",
+                        help="run as if mdiff was started in DIR (as git -C; several: each relative to the one before)")
+    parser.add_argument("-q", "--quiet", dest="quiet_before_the_command", action="store_true",
+                        help="as -q after the command: no progress and no summary, only errors and what was asked for")
     add_threads(parser)
+    parser.set_defaults(program=parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
     for command in commands:
         p = sub.add_parser(command.name, help=command.help, description=command.description)
         command.arguments(p)
         add_verbose(p)
+        if "-q" not in p._option_string_actions and "--quiet" not in p._option_string_actions:
+            add_quiet(p)  # every command takes -q (one that prints nothing but what was asked for ignores it)
         add_threads(p, after_the_command=True)
         p.set_defaults(run=command.run)
     return parser
 
 
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parser of each command of the program's ``parser``, by name, in help order."""
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
 def run(argv: list[str] | None, commands: Iterable[Command]) -> int:
     """Parse ``argv`` (default: sys.argv[1:]), run the command it names and return the exit status;
-    an error is printed (as JSON on stdout with --json), never raised, but for a bug's traceback."""
+    an error is printed (as JSON on stdout with --json), never raised, but for a bug's traceback.
+    With -C DIR the command runs in DIR, and the working folder is restored afterwards."""
     parser = build_parser(commands)
     wants_json = "--json" in (sys.argv[1:] if argv is None else argv)
+    started_in = None
     try:
         args = parser.parse_args(argv)
+        if args.quiet_before_the_command:
+            args.quiet = True
         _configure_logging(getattr(args, "verbose", 0))
         _check_threads(args.threads)
+        if args.chdir:
+            started_in = os.getcwd()
+            for folder in args.chdir:
+                os.chdir(folder)
         with threads.threads_for(args.threads):
             return args.run(args)
     except UsageError as exc:
@@ -88,6 +130,9 @@ def run(argv: list[str] | None, commands: Iterable[Command]) -> int:
     except KeyboardInterrupt:
         print("mdiff: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        if started_in is not None:
+            os.chdir(started_in)
 
 
 def _report(wants_json: bool, code: str | None, message: str, path: str | None, status: int, *,

@@ -11,7 +11,7 @@ from mdiff.cli.options import (
     add_author, add_date, add_engine, add_json, add_meta, add_quiet, add_repository, add_safety_options, isolation_of,
     limits_of, parse_meta, parse_size,
 )
-from mdiff.cli.output import format_size, print_description
+from mdiff.cli.output import format_size, print_description, quiet
 from mdiff.cli.progress import ProgressBar
 from mdiff.cli.registry import Commands
 from mdiff.errors import InvalidFileError
@@ -52,8 +52,9 @@ def run_validate(args) -> int:
             for f in findings:
                 print(f"{path}: {f.code} {f.severity} {f.path} §{f.section} {f.message}")
             scope = "; structure only, the data was not read" if args.no_data else ""
-            print(f"{path}: {'valid' if valid else 'INVALID'}"
-                  f" ({sum(f.is_error for f in findings)} errors, {sum(not f.is_error for f in findings)} warnings{scope})")
+            if not quiet(args):
+                print(f"{path}: {'valid' if valid else 'INVALID'}"
+                      f" ({sum(f.is_error for f in findings)} errors, {sum(not f.is_error for f in findings)} warnings{scope})")
     if args.json:
         print(json.dumps(reports if len(reports) != 1 else reports[0], indent=1))
     return status
@@ -155,6 +156,8 @@ def run_diff(args) -> int:
     if args.json:
         print(json.dumps({"output": args.output, "bytes": size if args.output else None, "parameters": summary.parameters,
                           "counts": counts, "files": summary.files, "layout_changed": summary.layout_changed}))
+    elif quiet(args):  # as git diff --quiet: the exit status (with --exit-code) says it
+        pass
     elif args.output:
         listed = ", ".join(f"{n} {t}" for t, n in counts.items()) or "no changes"
         files = f"; {len(summary.files)} files" if summary.files else ""
@@ -198,7 +201,7 @@ def run_apply(args) -> int:
         count = apply_maybe_isolated(args, bar)
     if args.json:
         print(json.dumps({"output": args.output, "parameters": count}))
-    else:
+    elif not quiet(args):
         print(f"wrote {args.output}: {count} parameters, verified")
     return 0
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mdiff.cli import demo_command, file_commands, remote_commands, repo_commands, registry
-from mdiff.cli.dispatch import build_parser as _build_parser, run
+from mdiff.cli import demo_command, file_commands, remote_commands, repo_commands, registry, shell_commands
+from mdiff.cli.dispatch import build_parser as _build_parser, command_word, run
 from mdiff.cli.registry import Command
 
-BUILTIN = (file_commands, repo_commands, remote_commands, demo_command)
+BUILTIN = (file_commands, repo_commands, remote_commands, shell_commands, demo_command)
 
 
 def builtin_commands() -> list[Command]:
@@ -33,14 +33,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (default: sys.argv[1:]) and return its exit status."""
-    builtin = builtin_commands()
     words = sys.argv[1:] if argv is None else argv
-    named = next((command for command in builtin if words and command.name == words[0]), None)
-    if named is not None:
-        # A built-in command named first is the one that runs, whatever else is registered (a name taken
-        # keeps its first command): its parser alone is built — not the other commands' (~30 parsers,
-        # each asking gettext for its help's words) — and no entry point is looked for (every installed
-        # distribution's metadata, tens of ms).
+    if words[:1] == ["__complete"]:  # what a completion script asks at each TAB: names, quickly (cli/completion.py)
+        from mdiff.cli.completion import complete
+
+        return complete(words[1:])
+    builtin = builtin_commands()
+    word = command_word(words) if words else None
+    named = next((command for command in builtin if command.name == word), None)
+    if named is not None and word not in ("help", "completion"):
+        # A built-in command is the one that runs, whatever else is registered (a name taken keeps its
+        # first command): its parser alone is built — not the other commands' (~30 parsers, each asking
+        # gettext for its help's words) — and no entry point is looked for (every installed
+        # distribution's metadata, tens of ms). help and completion list every command.
         return run(argv, [named])
     commands, problems = registry.collect(builtin, entry_points=words[:1] != ["--version"])
     for problem in problems:

@@ -1,7 +1,7 @@
 """The options commands share: each one's argparse shape, and what its value turns into.
 
-Every command takes ``-v`` and ``--threads`` (dispatch adds them); a command adds ``-C``, ``--json``,
-``-q``, ``--author``, ``--date``, ``--meta``, ``--storage-option``, the reader limits, ... with the
+Every command takes ``-v``, ``-q`` and ``--threads`` (dispatch adds them); a command adds ``-C``, ``--json``,
+``-q`` (to place it in its help), ``--author``, ``--date``, ``--meta``, ``--storage-option``, the reader limits, ... with the
 functions here, so that every command spells and explains an option the same way; a new shared option
 goes here too. Nothing here imports numpy or h5py: --help stays quick.
 """
@@ -44,7 +44,10 @@ def add_json(p: argparse.ArgumentParser, help: str = "print JSON") -> None:
 
 
 def add_quiet(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    """-q: no progress bar and no summary on stdout; errors still go to stderr, and what the command was
+    asked to show (a log, a listing, --json) is still printed. Every command takes it (dispatch adds it)."""
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bar and no summary: only errors, and what was asked for (a log, a list, --json)")
 
 
 def add_merge_options(p: argparse.ArgumentParser) -> None:

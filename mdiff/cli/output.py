@@ -17,8 +17,16 @@ def format_size(n: float) -> str:
 
 
 def print_result(args: argparse.Namespace, data, text: str) -> None:
-    """``data`` as one line of JSON with --json, else ``text``."""
-    print(json.dumps(data) if args.json else text)
+    """``data`` as one line of JSON with --json, else ``text`` — unless -q: a summary is not printed then."""
+    if args.json:
+        print(json.dumps(data))
+    elif not quiet(args):
+        print(text)
+
+
+def quiet(args: argparse.Namespace) -> bool:
+    """Whether -q asks for no summary (every command takes it: cli/dispatch.py)."""
+    return bool(getattr(args, "quiet", False))
 
 
 def print_description(args: argparse.Namespace, info: dict) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from mdiff.cli.options import add_json, add_merge_options, add_quiet, add_repository_options, add_storage_option, repository_of, storage_options_of
-from mdiff.cli.output import print_result
+from mdiff.cli.output import print_result, quiet
 from mdiff.cli.progress import ProgressBar
 from mdiff.cli.registry import Commands
 from mdiff.cli.usage import UsageError
@@ -166,7 +166,8 @@ def run_pull(args) -> int:
     rev = f"{args.remote}/{args.branch or current}"
     lines = _fetch_lines(report) + merge_lines(result, rev, current, args.strategy, args.everything,
                                                command="mdiff merge")
-    print_result(args, {"fetch": _fetch_data(report), **merge_data(result)}, "\n".join(lines))
+    if result.conflicts or args.json or not quiet(args):  # conflicts are an error, which -q does not silence
+        print_result(args, {"fetch": _fetch_data(report), **merge_data(result)}, "\n".join(lines))
     return 1 if result.conflicts else 0
 
 

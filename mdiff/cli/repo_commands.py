@@ -13,7 +13,7 @@ from mdiff.cli.options import (
     add_repository_options, add_storage_option, parse_duration, parse_meta, parse_size, repository_of,
     storage_options_of, store_of,
 )
-from mdiff.cli.output import format_size, print_description, print_result
+from mdiff.cli.output import format_size, print_description, print_result, quiet
 from mdiff.cli.progress import ProgressBar
 from mdiff.cli.registry import Commands
 from mdiff.cli.usage import UsageError
@@ -246,7 +246,8 @@ def run_show(args) -> int:
 
 # ---------------------------------------------------------------- checkout / status
 def checkout_arguments(p) -> None:
-    p.add_argument("rev", metavar="REV", help="a revision: HEAD, a branch, a commit id or prefix, with ~N or ^")
+    p.add_argument("rev", metavar="REV", help="a revision: HEAD (or @), a branch, a tag, a commit id or prefix, or "
+                                               "REF@{N} (where REF was N moves ago: `mdiff reflog`), with ~N or ^")
     p.add_argument("-o", "--output", required=True, metavar="OUT",
                    help="a new (or empty) folder, or a checkpoint file (an existing regular file is replaced, "
                         "keeping its mode; a device, FIFO, link or folder is refused)")
@@ -336,6 +337,8 @@ def run_status(args) -> int:
     if args.json:
         print(json.dumps({"branch": branch, "head": head, "changes": tensors, "files": files,
                           "layout_changed": layout_changed}))
+        return 1 if args.exit_code and changed else 0
+    if quiet(args):  # as git diff --quiet: the exit status (with --exit-code) says it
         return 1 if args.exit_code and changed else 0
     print(f"on branch {branch or '(detached)'} at {head[:12] if head else '(no commit yet)'}")
     for name, kind in tensors.items():
@@ -487,7 +490,7 @@ def run_merge(args) -> int:
         result = repo.merge(args.rev, args.strategy, args.message, args.author, args.date, parse_meta(args.meta), bar,
                             fast_forward=args.fast_forward, everything=args.everything, ff_only=args.ff_only)
     lines = merge_lines(result, args.rev, branch, args.strategy, args.everything)
-    if not args.quiet or result.conflicts:
+    if result.conflicts or args.json or not quiet(args):  # conflicts are an error, which -q does not silence
         print_result(args, merge_data(result), "\n".join(lines))
     return 1 if result.conflicts else 0
 
@@ -568,6 +571,8 @@ def run_gc(args) -> int:
                           "bytes_freed": report.bytes_freed, "commits_removed": report.commits,
                           "reflog_entries_expired": report.expired_entries}))
         return 0
+    if quiet(args):
+        return 0
     verb = "would remove" if args.dry_run else "removed"
     for item in report.removed:
         print(f"{verb} {item.path.relative_to(repo.dir)} ({format_size(item.size)}): {item.reason}")
@@ -599,7 +604,8 @@ def run_fsck(args) -> int:
     else:
         for f in findings:
             print(f"{f.code} {f.severity} {f.path}: {f.message}")
-        print(f"{len(repo.commit_ids())} commits checked: " + ("sound" if not errors else f"{len(errors)} problems"))
+        if not quiet(args):
+            print(f"{len(repo.commit_ids())} commits checked: " + ("sound" if not errors else f"{len(errors)} problems"))
     return 1 if errors else 0
 
 
@@ -663,7 +669,8 @@ def run_tag(args) -> int:
 
 
 def reset_arguments(p) -> None:
-    p.add_argument("rev", metavar="REV", help="the commit the branch moves to (e.g. HEAD~1)")
+    p.add_argument("rev", metavar="REV", help="the commit the branch moves to (e.g. HEAD~1; main@{1}: where main was "
+                                               "before its last move, which undoes a reset)")
     p.add_argument("--no-wait", action="store_true", help="fail at once if another process is writing")
     add_repository_options(p)
 
@@ -684,27 +691,42 @@ def run_reset(args) -> int:
 
 
 def reflog_arguments(p) -> None:
-    p.add_argument("ref", nargs="?", default=None, metavar="REF", help="a branch, HEAD or refs/tags/NAME")
+    p.add_argument("ref", nargs="?", default=None, metavar="REF",
+                   help="a branch (default: the current one), HEAD, a tag, a remote-tracking ref (origin/main), or "
+                        "refs/…")
     p.add_argument("-n", "--max-count", type=int, default=None, metavar="N", help="show at most N entries")
-    add_repository_options(p, "one JSON object per entry (old, new, time, date, message), newest first")
+    add_repository_options(p, "one JSON object per entry (ref, name, old, new, time, date, message), newest first")
+
+
+def _reflog_name(ref: str) -> str:
+    """What a revision calls ``ref`` (§13.3): HEAD, a branch, a tag or a remote-tracking ref by its short name."""
+    for prefix in ("refs/heads/", "refs/tags/", "refs/remotes/"):
+        if ref.startswith(prefix):
+            return ref[len(prefix):]
+    return ref
 
 
 @COMMANDS.command("reflog", help="where a branch has been", arguments=reflog_arguments,
-                  description="List the moves of REF, newest first: every commit, merge, reset, branch -f or "
-                              "deletion that moved it (.mdiff/logs/, SPEC.md §13.1). REF is a branch (default: "
-                              "the current one), HEAD (the moves of a detached HEAD) or refs/tags/NAME.")
+                  description="List the moves of REF, newest first, the newest being where REF is now: every "
+                              "commit, merge, reset, pull, branch -f or deletion that moved it (.mdiff/logs/, "
+                              "SPEC.md §13.6). Each line names its commit as a revision does: REF@{N} is where "
+                              "REF was N moves ago (REF@{0} where it is), and `mdiff reset main@{1}` undoes the "
+                              "last move of main. REF is a branch (default: the current one), HEAD (every move "
+                              "of HEAD: switches too), a tag or a remote-tracking ref.")
 def run_reflog(args) -> int:
     import datetime
 
+    from mdiff.repo.history import reflog_ref
+
     repo = store_of(args)
-    ref, entries = repo.reflog(args.ref)
-    name = ref.removeprefix("refs/heads/")
+    wanted = args.ref if args.ref is not None and args.ref.startswith("refs/") else reflog_ref(repo, args.ref or "")
+    ref, entries = repo.reflog(wanted)
+    name = _reflog_name(ref)
     for i, entry in enumerate(entries[:args.max_count] if args.max_count is not None else entries):
         date = datetime.datetime.fromtimestamp(entry.time, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         if args.json:
-            print(json.dumps({"ref": ref, "old": entry.old, "new": entry.new, "time": entry.time, "date": date,
-                              "message": entry.message}))
+            print(json.dumps({"ref": ref, "name": f"{name}@{{{i}}}", "old": entry.old, "new": entry.new,
+                              "time": entry.time, "date": date, "message": entry.message}))
         else:
             print(f"{entry.new[:12] if entry.new else '(deleted)':<12} {name}@{{{i}}}: {entry.message}  ({date})")
     return 0
-

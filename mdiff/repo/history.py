@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from mdiff.errors import RepositoryError
-from mdiff.repo.names import COMMIT_ID, shown
-from mdiff.repo.remotes import tracking_target
+from mdiff.repo.names import COMMIT_ID, shown, valid_branch
+from mdiff.repo.remotes import REMOTE_NAME, tracking_target
 
 if TYPE_CHECKING:
     from mdiff.format.commit import Commit
+    from mdiff.repo.reflog import ReflogEntry
     from mdiff.repo.remote_ends import RemoteEnd
     from mdiff.repo.store import Store
 
@@ -26,24 +28,94 @@ class CommitGraph(Protocol):
 
 log = logging.getLogger(__name__)
 
-_REV = re.compile(r"(?P<base>[^~^]+)(?P<moves>(?:~\d*|\^)*)")
+# §13.3: NAME, NAME@{N}, @{N} or @, then ~N / ^ moves. No branch, tag or remote name holds '@', '~' or '^' (§13.1).
+_REV = re.compile(r"(?P<base>[^~^@]*)(?:@\{(?P<nth>[0-9]+)\}|(?P<at>@))?(?P<moves>(?:~\d*|\^)*)")
 _PREFIX = re.compile(r"[0-9a-f]{4,63}")
+_FORMS = ("HEAD (or @), a branch, a tag or a commit id (or its first 4+ digits), or REF@{N} (REF's value N moves "
+          "ago, from its reflog), optionally followed by ~N or ^")
+_PAST_ANY = 10**18  # a count of this many digits is past any history or reflog
+
+
+def _parse(rev: str) -> tuple[str, int | None, str]:
+    """(the name: "HEAD" for `@`, "" for `@{N}`; N of `@{N}`, or None; the moves), MD801 if not a revision."""
+    m = _REV.fullmatch(rev.strip())
+    if not m or (m.group("at") and m.group("base")) or not (m.group("base") or m.group("nth") or m.group("at")):
+        hint = " (@{-N}, @{upstream} and dates are not revisions of mdiff)" if "@{" in rev else ""
+        raise RepositoryError("MD801", f"{shown(rev)[:80]!r} is not a revision: {_FORMS}{hint}")
+    nth = m.group("nth")
+    return ("HEAD" if m.group("at") else m.group("base"), None if nth is None else _count(nth), m.group("moves"))
+
+
+def _count(digits: str) -> int:
+    return int(digits) if len(digits) <= 18 else _PAST_ANY
+
+
+def reflog_ref(repo: Store, name: str) -> str:
+    """The ref whose reflog ``NAME@{N}`` reads (§13.3): ``HEAD`` for HEAD; for the empty name (``@{N}``)
+    the current branch's, HEAD's when detached (as git); else the name looked up as a revision's is —
+    branch, tag, remote-tracking ref — and then as a branch or tag that no longer exists but whose reflog
+    does. MD801 when the name has no reflog (a commit id has none)."""
+    if name == "":
+        branch = repo.head_ref()[0]
+        return f"refs/heads/{branch}" if branch else "HEAD"
+    if name == "HEAD":
+        return "HEAD"
+    if COMMIT_ID.fullmatch(name) or not (valid_branch(name) or "/" in name):
+        raise RepositoryError("MD801", f"{shown(name)[:80]!r} has no reflog: only HEAD, branches, tags and "
+                                       "remote-tracking refs have one (§13.3)")
+    if repo.has_branch(name):
+        return f"refs/heads/{name}"
+    if repo.has_tag(name):
+        return f"refs/tags/{name}"
+    remote, _, branch = name.partition("/")
+    tracking = f"refs/remotes/{name}" if (REMOTE_NAME.fullmatch(remote) and ".." not in remote
+                                          and not remote.endswith(".lock") and valid_branch(branch)) else None
+    if tracking is not None and repo.kind(tracking) not in (None, "a folder"):
+        return tracking
+    for ref in ([f"refs/heads/{name}", f"refs/tags/{name}"] if valid_branch(name) else []) + ([tracking] if tracking else []):
+        if repo.kind(f"logs/{ref}") is not None:  # a deleted ref's reflog stays (§13.6)
+            return ref
+    raise RepositoryError("MD801", f"{shown(name)[:80]!r} is neither a branch, a tag nor a remote-tracking ref, "
+                                   "and no reflog of one was left by that name")
+
+
+def reflog_target(repo: Store, name: str, nth: int) -> str:
+    """The commit ``NAME@{nth}`` names (§13.3): the new side of the ``nth`` newest entry of the reflog of
+    :func:`reflog_ref`, ``@{0}`` the newest. MD801 when the reflog is missing, malformed or shorter, when
+    that move deleted the ref, or when its commit is not in the repository (gc removed it once the entry
+    expired). The reflog is read a line at a time, keeping the last ``nth + 1`` entries."""
+    ref = reflog_ref(repo, name)
+    spelled = f"{shown(name)[:80]}@{{{nth}}}"
+    if repo.kind(f"logs/{ref}") is None:
+        raise RepositoryError("MD801", f"{spelled}: {ref} has no reflog (.mdiff/logs/{ref}; §13.6)")
+    window: deque[ReflogEntry] = deque(maxlen=nth + 1)
+    count = 0
+    for entry in repo.reflog_entries(ref):
+        window.append(entry)
+        count += 1
+    if count <= nth:
+        held = "no entry" if not count else f"only {count} entr{'y' if count == 1 else 'ies'} (@{{0}} to @{{{count - 1}}})"
+        raise RepositoryError("MD801", f"{spelled}: the reflog of {ref} holds {held}; `mdiff reflog` lists them")
+    entry = window[0]
+    if entry.new is None:
+        raise RepositoryError("MD801", f"{spelled} is the move that deleted {ref} ({entry.message}): it names no "
+                                       f"commit; {shown(name)[:80]}@{{{nth + 1}}} is where it was")
+    return repo.existing_commit(entry.new, spelled)
 
 
 def resolve(repo: Store, rev: str) -> str:
-    """A commit id from ``HEAD``, a full commit id, a branch, a tag, a remote-tracking ref (``origin/main``),
-    or a unique prefix (≥ 4 hex digits), looked up in that order (§13.3: a full id always means that
-    commit, whatever a ref may be called; a branch wins over a tag of its name, which no writer makes),
+    """A commit id from ``HEAD`` (or ``@``), a full commit id, a branch, a tag, a remote-tracking ref
+    (``origin/main``), or a unique prefix (≥ 4 hex digits), looked up in that order (§13.3: a full id
+    always means that commit, whatever a ref may be called; a branch wins over a tag of its name, which no
+    writer makes); or ``REF@{N}`` / ``@{N}``, the value a ref had N moves ago (:func:`reflog_target`);
     each optionally followed by ``~N`` / ``^`` (N first parents back). A move costs at most
     the history's length: it stops at a root, and parents are read from verified commits (MD800),
     which cannot form a cycle."""
-    m = _REV.fullmatch(rev.strip())
-    if not m:
-        raise RepositoryError("MD801", f"{shown(rev)[:80]!r} is not a revision: HEAD, a branch, a tag or a commit id (or its first "
-                                       "4+ digits), optionally followed by ~N or ^")
-    base = m.group("base")
+    base, nth, moves = _parse(rev)
     commit_id: str | None
-    if base == "HEAD":
+    if nth is not None:
+        commit_id = reflog_target(repo, base, nth)
+    elif base == "HEAD":
         commit_id = repo.head()[1]
         if commit_id is None:
             raise RepositoryError("MD801", "HEAD has no commit yet; make the first commit")
@@ -78,9 +150,9 @@ def resolve(repo: Store, rev: str) -> str:
                                        f"{', '.join(names[:8]) or 'none yet'}{' …' if len(names) > 8 else ''})")
     if commit_id is None:  # a ref that is a folder of refs: it names no commit
         raise RepositoryError("MD801", f"{shown(base)[:80]!r} names no commit")
-    for move in re.findall(r"~\d*|\^", m.group("moves")):
+    for move in re.findall(r"~\d*|\^", moves):
         digits = move[1:]
-        steps = 1 if not digits else int(digits) if len(digits) <= 18 else 10**18  # past any history
+        steps = 1 if not digits else _count(digits)  # past any history
         for _ in range(steps):
             parents = repo.parents(commit_id)
             if not parents:
@@ -168,14 +240,15 @@ def graph_lines(repo: CommitGraph, heads: list[str], describe: Callable[[str], s
 
 
 def resolve_on_remote(end: RemoteEnd, rev: str, sizes: dict[str, int], parents: Callable[[str], tuple[str, ...]]) -> str:
-    """The commit ``rev`` names on the remote ``end`` (§13.3: HEAD, a full id, a branch, a tag, a unique
+    """The commit ``rev`` names on the remote ``end`` (§13.3: HEAD or @, a full id, a branch, a tag, a unique
     prefix of its commit files — ``sizes``, as ``end.commit_sizes()`` lists them; ``~N`` / ``^`` through
-    ``parents``), MD801 when it names none."""
+    ``parents``), MD801 when it names none. A remote's reflogs are not read: ``REF@{N}`` is MD801."""
 
-    m = _REV.fullmatch(rev.strip())
-    if not m:
-        raise RepositoryError("MD801", f"{rev[:80]!r} is not a revision")
-    base, refs = m.group("base"), end.refs()
+    base, nth, moves = _parse(rev)
+    if nth is not None:
+        raise RepositoryError("MD801", f"{end.url}: {shown(rev)[:80]!r} names a reflog entry; a remote's reflogs "
+                                       "are not read (fetch it, or name the commit by its id)")
+    refs = end.refs()
     head = end.head_branch()
     candidates = [] if COMMIT_ID.fullmatch(base) else [f"refs/heads/{head}"] if base == "HEAD" and head else \
         [f"refs/heads/{base}", f"refs/tags/{base}"]
@@ -185,9 +258,9 @@ def resolve_on_remote(end: RemoteEnd, rev: str, sizes: dict[str, int], parents: 
         commit_id = matches[0] if len(matches) == 1 else None
     if commit_id is None:
         raise RepositoryError("MD801", f"{end.url}: {base[:80]!r} names no commit there")
-    for move in re.findall(r"~\d*|\^", m.group("moves")):
+    for move in re.findall(r"~\d*|\^", moves):
         digits = move[1:]
-        for _ in range(1 if not digits else int(digits) if len(digits) <= 18 else 10**18):
+        for _ in range(1 if not digits else _count(digits)):
             found = parents(commit_id)
             if not found:
                 raise RepositoryError("MD801", f"{rev[:80]!r} goes back past a root commit")

@@ -118,6 +118,8 @@ class Refs(CommitFiles):
             raise RepositoryError("MD801", f"{shown(relative)[:80]!r} is not a ref: refs/ and a name of §13.1's form")
         old = self._raw_target(relative)
         self.append_reflog(relative, old, commit_id, message)
+        if relative == self._head_names():  # HEAD moves with the branch it names: its reflog too (§13.6)
+            self.append_reflog("HEAD", old, commit_id, message)
         if commit_id is not None:
             self._write_small(relative, commit_id + "\n")
             return
@@ -147,19 +149,29 @@ class Refs(CommitFiles):
         self.set_branch(branch, commit_id, message)
 
     def set_head(self, branch: str | None = None, commit_id: str | None = None, message: str = "switch") -> None:
-        """Make HEAD name ``branch``, or ``commit_id`` (detached). A change from or to a detached HEAD is
-        recorded in ``logs/HEAD`` (§13.6): a detached HEAD's commits are named by no branch."""
+        """Make HEAD name ``branch``, or ``commit_id`` (detached). Every change of HEAD is recorded in
+        ``logs/HEAD`` (§13.6) — a switch of branch, detaching, attaching — as the moves of the branch it
+        names are (:meth:`move_ref`), so that ``HEAD@{N}`` is where HEAD was N moves ago, as in git."""
         if branch:
             self.check_branch_name(branch)
         try:
             before = self._read_small("HEAD")
         except RepositoryError:
             before = None  # a malformed HEAD is replaced; it named no commit
-        was_detached = before is not None and ID_LINE.fullmatch(before) is not None
-        if was_detached or not branch:
-            new = self._raw_target(f"refs/heads/{branch}") if branch else commit_id
-            self.append_reflog("HEAD", self._raw_head(before), new, message)
-        self._write_small("HEAD", f"{HEAD_PREFIX}{branch}\n" if branch else f"{commit_id}\n")
+        text = f"{HEAD_PREFIX}{branch}\n" if branch else f"{commit_id}\n"
+        old, new = self._raw_head(before), self._raw_target(f"refs/heads/{branch}") if branch else commit_id
+        if text != before and (old or new):  # a move of HEAD (a switch between branches without commits is none)
+            self.append_reflog("HEAD", old, new, message)
+        self._write_small("HEAD", text)
+
+    def _head_names(self) -> str | None:
+        """The ref HEAD names (``refs/heads/<branch>``), or None when it is detached, missing or malformed."""
+        try:
+            text = self._read_small("HEAD")
+        except RepositoryError:
+            return None
+        m = re.fullmatch(r"ref: (refs/heads/(\S+))\n", text or "")
+        return m.group(1) if m and valid_branch(m.group(2)) else None
 
     def _raw_head(self, text: str | None) -> str | None:
         """The commit id the HEAD text ``text`` leads to, unchecked; None when it leads to none."""

@@ -37,10 +37,11 @@ from mdiff.repo import cleanup, snapshots, transfer
 from mdiff.repo.changes import Changes, CommitSummary, Unchanged, WholeState, open_new_state, updates_between
 from mdiff.repo.cleanup import DEFAULT_PRUNE_SECONDS, DEFAULT_REFLOG_EXPIRE_SECONDS, GcReport
 from mdiff.repo.fsck import fsck
-from mdiff.repo.history import ancestors, first_parent_line, merge_base, resolve
+from mdiff.repo.history import ancestors, first_parent_line, merge_base, reflog_ref, resolve
 from mdiff.repo.merge import MergedState, MergeResult, Strategy
 from mdiff.repo.names import COMMIT_ID
 from mdiff.repo.parent_values import ParentValues, open_predecessor, recall, remember
+from mdiff.repo.reflog import ReflogEntry
 from mdiff.repo.remotes import add_remote, open_end, tracking_refs
 from mdiff.repo.states import StateView
 from mdiff.repo.store import Store
@@ -350,6 +351,16 @@ class Repository(Store):
         """Delete tag ``name``; returns the commit it named."""
         with self.lock(wait):
             return self.delete_tag(name)
+
+    def reflog(self, ref: str | None = None) -> tuple[str, list[ReflogEntry]]:
+        """(the ref, its reflog entries newest first — entry N is what ``NAME@{N}`` names, §13.3): ``HEAD``,
+        ``refs/…``, a name looked up as ``NAME@{N}`` looks it up (a branch, a tag, a remote-tracking ref,
+        or one deleted whose reflog stays), or the current branch (HEAD's log when detached) by default."""
+        if ref is None or not ref.startswith("refs/"):
+            ref = reflog_ref(self, ref or "")
+        else:
+            self.check_branch_name(ref)  # refs/heads/… and refs/tags/… are names of that form
+        return ref, list(self.reflog_entries(ref))[::-1]
 
     # ------------------------------------------------------------ merge, squash, snapshot, diff
     def merge(self, rev: str, strategy: str | None = None, message: str | None = None, author: AuthorLike = None,

@@ -15,7 +15,12 @@ export const FORMAT_LINE = "mdiff-repository 1\n";
 const COMMIT_ID = /^[0-9a-f]{64}$/;
 const COMMIT_FILE = /^([0-9a-f]{64})\.mdiff$/;
 const BRANCH = /^[A-Za-z0-9][A-Za-z0-9._-]*(\/[A-Za-z0-9][A-Za-z0-9._-]*)*$/;
-const REVISION = /^([^~^]+)((?:~[0-9]*|\^)*)$/;
+// §13.3: NAME, NAME@{N}, @{N} or @ (HEAD), then ~N / ^ moves; no name of §13.1 holds '@', '~' or '^'.
+const REVISION = /^([^~^@]*)(?:@\{([0-9]+)\}|(@))?((?:~[0-9]*|\^)*)$/;
+// §13.6: a reflog line; §13.1: a line is at most this long, its newline included.
+const REFLOG_LINE = /^([0-9a-f]{64}) ([0-9a-f]{64}) (0|[1-9][0-9]{0,19}) ([^\x00-\x1f\x7f]*)$/;
+const MAX_REFLOG_LINE_BYTES = 1152;
+const NO_COMMIT = "0".repeat(64);
 const PREFIX = /^[0-9a-f]{4,63}$/;
 const REMOTE = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
 
@@ -322,14 +327,104 @@ export class Repository {
     return parents[0];
   }
 
-  // §13.3: HEAD, a commit id, a branch, a tag or a unique prefix of at least 4 digits (looked up in
-  // that order), then ~N / ^ moves.
+  // §13.3: the ref whose reflog NAME@{N} reads: HEAD's for HEAD; for the empty name (@{N}) the current
+  // branch's, HEAD's when detached; else the name looked up as a revision's (branch, tag, remote-tracking
+  // ref), then as a branch, tag or remote-tracking ref that no longer exists but whose reflog does.
+  reflogRef(name) {
+    if (name === "") {
+      const text = this.readSmall(path.join(this.dir, "HEAD"));
+      const m = text === null ? null : /^ref: refs\/heads\/([^\n]+)\n$/.exec(text);
+      if (m && validBranch(m[1])) return `refs/heads/${m[1]}`;
+      this.head(); // a malformed or missing HEAD is MD801
+      return "HEAD";
+    }
+    if (name === "HEAD") return "HEAD";
+    // whether .mdiff/<relative> exists and is not a folder (the ref is not read: its reflog is)
+    const exists = (relative) => {
+      const file = path.join(this.dir, ...relative.split("/"));
+      this.checkFolders(file);
+      const kind = kindOf(file);
+      return kind !== null && kind !== "a folder";
+    };
+    const named = [];
+    if (validBranch(name)) {
+      if (exists(`refs/heads/${name}`)) return `refs/heads/${name}`;
+      if (exists(`refs/tags/${name}`)) return `refs/tags/${name}`;
+      named.push(`refs/heads/${name}`, `refs/tags/${name}`);
+    }
+    const slash = name.indexOf("/");
+    if (slash > 0) {
+      const [remote, branch] = [name.slice(0, slash), name.slice(slash + 1)];
+      if (REMOTE.test(remote) && !remote.includes("..") && !remote.endsWith(".lock") && validBranch(branch)) {
+        if (exists(`refs/remotes/${name}`)) return `refs/remotes/${name}`;
+        named.push(`refs/remotes/${name}`);
+      }
+    }
+    for (const ref of named) {
+      const file = path.join(this.dir, "logs", ...ref.split("/"));
+      this.checkFolders(file);
+      if (kindOf(file) !== null) return ref; // a deleted ref's reflog stays (§13.6)
+    }
+    throw md801(`${JSON.stringify(name.slice(0, 80))} has no reflog: not HEAD, a branch, a tag or a remote-tracking ref`);
+  }
+
+  // §13.3: the commit NAME@{nth} names: the new side of entry `nth` of the ref's reflog, counted from the
+  // newest (0). The reflog is read a line at a time (§13.1, §13.6), keeping the last nth + 1 entries.
+  reflogTarget(name, nth) {
+    const ref = this.reflogRef(name);
+    const spelled = `${name.slice(0, 80)}@{${nth}}`;
+    const file = path.join(this.dir, "logs", ...ref.split("/"));
+    const opened = this.openFile(file);
+    if (opened === null) throw md801(`${spelled}: ${ref} has no reflog`, file);
+    const window = [];
+    let count = 0;
+    try {
+      const buf = Buffer.alloc(1 << 16);
+      let pending = Buffer.alloc(0);
+      let at = 0;
+      for (let n; (n = fs.readSync(opened.fd, buf, 0, buf.length, at)) > 0; at += n) {
+        pending = Buffer.concat([pending, buf.subarray(0, n)]);
+        let newline;
+        while ((newline = pending.indexOf(0x0a)) >= 0) {
+          const line = pending.subarray(0, newline);
+          pending = pending.subarray(newline + 1);
+          count += 1;
+          if (line.length + 1 > MAX_REFLOG_LINE_BYTES) throw md801(`${file} is malformed: line ${count} is too long`, file);
+          let text;
+          try {
+            text = new TextDecoder("utf-8", { fatal: true }).decode(line);
+          } catch {
+            throw md801(`${file} is malformed: line ${count} is not UTF-8 text`, file);
+          }
+          const m = REFLOG_LINE.exec(text);
+          if (!m) throw md801(`${file} is malformed: line ${count} is not \`<old> <new> <seconds> <message>\``, file);
+          window.push(m[2]);
+          if (window.length > nth + 1) window.shift();
+        }
+        if (pending.length >= MAX_REFLOG_LINE_BYTES) throw md801(`${file} is malformed: line ${count + 1} is too long`, file);
+      }
+    } finally {
+      fs.closeSync(opened.fd);
+    }
+    // an unterminated last line (a writer killed while appending) is no entry
+    if (count <= nth) throw md801(`${spelled}: the reflog of ${ref} holds ${count} entries`, file);
+    const id = window[0];
+    if (id === NO_COMMIT) throw md801(`${spelled} is the move that deleted ${ref}: it names no commit`, file);
+    if (!this.hasCommit(id)) throw md801(`${spelled} names commit ${short(id)}, which is not in commits/`, file);
+    return id;
+  }
+
+  // §13.3: HEAD (or @), a commit id, a branch, a tag, a remote-tracking ref or a unique prefix of at least
+  // 4 digits (looked up in that order), or REF@{N} / @{N} (from a reflog), then ~N / ^ moves.
   async resolve(rev) {
     const m = REVISION.exec(rev);
-    if (!m) throw md801(`${JSON.stringify(rev)} is not a revision`);
-    const name = m[1];
+    if (!m || (m[3] && m[1]) || !(m[1] || m[2] !== undefined || m[3])) throw md801(`${JSON.stringify(rev)} is not a revision`);
+    const name = m[3] ? "HEAD" : m[1];
     let id;
-    if (name === "HEAD") {
+    if (m[2] !== undefined) {
+      // a count of more than 18 digits is past any reflog
+      id = this.reflogTarget(name, m[2].length > 18 ? Number.MAX_SAFE_INTEGER : Number(m[2]));
+    } else if (name === "HEAD") {
       id = this.head().id;
       if (id === null) throw md801("HEAD names a branch without commits");
     } else if (COMMIT_ID.test(name)) {
@@ -355,7 +450,7 @@ export class Repository {
     } else {
       throw md801(`no branch, tag or commit ${JSON.stringify(name.slice(0, 80))}`);
     }
-    for (const move of m[2].match(/~[0-9]*|\^/g) || []) {
+    for (const move of m[4].match(/~[0-9]*|\^/g) || []) {
       const steps = move === "^" || move === "~" ? 1 : Number(move.slice(1));
       for (let i = 0; i < steps; i++) {
         const parent = await this.firstParent(id);
