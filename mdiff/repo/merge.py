@@ -181,7 +181,8 @@ class Strategy:
             assert base is not None  # why_not checked it is there
             b = base.astype(np.float64)
             merged = b + self.weight * ((o - b) + (t - b))
-        return merged.astype(ours.dtype)
+        with np.errstate(over="ignore"):  # past the dtype's largest finite number is ±inf (§13.7): no warning
+            return merged.astype(ours.dtype)
 
 
 Outcome = Literal["unchanged", "alike", "ours", "theirs", "resolved", "combined", "conflict"]
