@@ -4,6 +4,8 @@
 - every rule code has a case, or a reason in the manifest why not;
 - the repository cases (SPEC.md §13) hold what they claim: a merge commit, branches, every form of
   revision, MD800-MD802;
+- the merge cases (§13.7) cover the merge rule, and the runner fails a merge that compares values by
+  number, merges element by element, rounds twice or lists other conflicts;
 - the reference passes every case (in process, through its command line ``main``; and a few cases
   through the real command line, as separate processes);
 - mdiff-js passes every case it claims (needs node and tools/mdiff-js/node_modules);
@@ -78,10 +80,15 @@ def test_manifest_families_files_and_sizes():
             continue
         for key, rel in case.files.items():
             assert (CORPUS / rel).is_file(), (case.id, key, rel)
+        if case.is_merge:
+            assert case.features == ("merge",) and case.id.startswith("merge-"), case.id
+            assert ("result" in case.files) == (case.expect["merge"] == "result"), case.id
+            continue
         if case.expect["apply"] == "result":
             assert case.expect["validate"] == "valid", case.id
-    assert set(families) == {"valid", "invalid", "hostile"}
+    assert set(families) == {"valid", "invalid", "hostile", "merge"}
     assert families["valid"] >= 30 and families["invalid"] >= 60 and families["hostile"] >= 40, families
+    assert families["merge"] >= 20, families
     total = 0
     for path in CORPUS.rglob("*"):
         if path.is_file():
@@ -98,7 +105,7 @@ def test_manifest_families_files_and_sizes():
 def test_every_rule_code_has_a_case_or_a_reason():
     """A code is covered by an invalid or hostile case expecting it, or — for a warning, which
     leaves the file valid — by a valid case whose expected findings include it."""
-    covered = {c.code for c in MANIFEST.cases if c.family in ("invalid", "hostile")}
+    covered = {c.code for c in MANIFEST.cases if c.family in ("invalid", "hostile", "merge") and c.code}
     covered |= {w for c in MANIFEST.cases if c.family == "valid" for w in c.expect.get("warnings", [])}
     for code, reason in MANIFEST.not_applicable.items():
         assert code in RULES, f"not_applicable names an unknown code {code}"
@@ -111,8 +118,8 @@ def test_every_rule_code_has_a_case_or_a_reason():
     warnings = {c for c, r in RULES.items() if r.severity == "warning"}
     assert warnings <= covered
     repository_codes = {c for c, r in RULES.items() if r.section.startswith("13.")}
-    assert {"MD800", "MD801", "MD802", "MD805"} <= covered
-    assert repository_codes - covered == {"MD803", "MD804", "MD806", "MD807"} <= set(MANIFEST.not_applicable)
+    assert {"MD800", "MD801", "MD802", "MD804", "MD805"} <= covered  # MD804: merge-file's conflicts
+    assert repository_codes - covered == {"MD803", "MD806", "MD807"} <= set(MANIFEST.not_applicable)
 
 
 def _commit_parents(path: Path) -> list[str]:
@@ -246,6 +253,35 @@ def test_the_valid_family_covers_the_matrix():
         assert needed in ids, needed
 
 
+def test_the_merge_cases_cover_section_13_7():
+    """Issue 27: every kind of §13.7 merge has a case — one-sided changes, each conflict, each strategy, rounding
+    once, unresolvable conflicts, --all, no common ancestor — and the expected outcomes say what the cases say."""
+    from mdiff.checkpoints import load_checkpoint
+
+    merges = {c.id: c for c in MANIFEST.cases if c.is_merge}
+    for needed in ("one-sided-changes", "changed-alike", "added-one-side", "deleted-one-side", "conflict-changed-both",
+                   "conflict-added-both-differently", "conflict-deleted-vs-changed", "conflict-reshaped",
+                   "conflict-retyped", "strategy-ours", "strategy-theirs", "strategy-average", "strategy-weighted-0.25",
+                   "strategy-task-arithmetic", "strategy-task-arithmetic-0.5", "round-once-float16",
+                   "round-once-bfloat16", "average-unresolvable", "task-arithmetic-absent-in-base", "all-average",
+                   "all-theirs", "no-common-ancestor", "unreadable-input"):
+        assert f"merge-{needed}" in merges, needed
+    strategies = {c.merge.get("strategy") for c in merges.values()}
+    assert {None, "ours", "theirs", "average", "weighted:0.25", "task-arithmetic", "task-arithmetic:0.5"} <= strategies
+    assert merges["merge-average-unresolvable"].expect["conflicts"] == ["absent", "bits", "i", "typed"]
+    assert merges["merge-task-arithmetic-absent-in-base"].expect["conflicts"] == ["new", "rebased"]
+    assert load_checkpoint(merges["merge-no-common-ancestor"].path("base")) == {}
+    # a one-sided change of -0.0 and NaN payloads: value comparison would take ours
+    case = merges["merge-one-sided-changes"]
+    ours, theirs, result = (load_checkpoint(case.path(k)) for k in ("ours", "theirs", "result"))
+    assert (ours["theirs_signed_zero"] == theirs["theirs_signed_zero"]).all()  # equal numbers, other bits
+    assert result["theirs_signed_zero"].tobytes() == theirs["theirs_signed_zero"].tobytes()
+    # --all theirs is theirs whole
+    case = merges["merge-all-theirs"]
+    theirs, result = load_checkpoint(case.path("theirs")), load_checkpoint(case.path("result"))
+    assert set(theirs) == set(result) and all(theirs[k].tobytes() == result[k].tobytes() for k in theirs)
+
+
 # ---------------------------------------------------------------- the reference
 
 
@@ -302,7 +338,7 @@ def test_mdiff_js_passes_every_case_it_claims(batch):
     would take minutes); and a few cases one command per file, for the per-file exit statuses."""
     impl = CommandImplementation([NODE, str(JS_CLI)])
     claimed = impl.features()
-    assert claimed is not None and {"embedded-update-types", "repository"} <= claimed
+    assert claimed is not None and {"embedded-update-types", "repository", "merge"} <= claimed
     select = None if batch else (lambda c: c.id in CLI_CASES or c.id in ("embedded-x-ia3", "MD303-root_member",
                                                                          "MD510-attribute_over_limit"))
     results = run_cases(impl, MANIFEST, select=select, jobs=2, claimed=claimed, batch=batch)
@@ -409,6 +445,91 @@ def test_compare_is_bit_exact_and_bounds_low_rank():
     assert compare_states({"x": np.array([0.0, 1.0, 5.0], np.float32)}, {"x": a}, {"x": bounds}) != []  # not NaN
     bf = np.array([1.0, np.inf], ml_dtypes.bfloat16)
     assert within_bounds(bf, np.array([[1.0, 1.0], [1.0, np.inf]])).all()
+
+
+def test_runner_catches_wrong_merges(tmp_path):
+    """A merge-file that compares values by number, merges element by element, rounds through float32, lists
+    a conflict too many or writes its output despite conflicts: each fails its case."""
+    import json
+
+    import ml_dtypes
+
+    from mdiff.checkpoints import load_checkpoint, save_checkpoint
+    from mdiff.cli.main import main
+
+    def merge_file(decide):
+        """A merge-file whose merged parameters come from ``decide(name, ours, base, theirs)`` (None: a conflict)."""
+        def run(argv: list[str]) -> int:
+            if argv[0] != "merge-file":
+                return main(argv)
+            ours, base, theirs = (load_checkpoint(path) for path in argv[1:4])
+            merged, conflicts = {}, []
+            for name in sorted(set(ours) | set(base) | set(theirs)):
+                value = decide(name, ours.get(name), base.get(name), theirs.get(name), argv)
+                if value is None:
+                    conflicts.append(name)
+                elif value is not False:
+                    merged[name] = value
+            if conflicts:
+                print(json.dumps({"findings": [{"code": "MD804", "severity": "error", "path": n} for n in conflicts]}))
+                return 1
+            save_checkpoint(argv[argv.index("-o") + 1], merged)
+            return 0
+        return InProcessImplementation(run, "a merge-file")
+
+    def by_number(a, b):
+        return (a is None and b is None) or (a is not None and b is not None and a.shape == b.shape
+                                             and a.dtype == b.dtype and bool(np.array_equal(a, b)))
+
+    def three_way(same):
+        def decide(name, o, b, t, argv):
+            if same(o, t):
+                return False if o is None else o
+            if same(o, b):
+                return False if t is None else t
+            if same(t, b):
+                return False if o is None else o
+            return None
+        return decide
+
+    one_sided = MANIFEST.case("merge-one-sided-changes")
+    numbers = run_case(merge_file(three_way(by_number)), one_sided, claimed=None)
+    assert numbers.status == "fail", numbers
+
+    def elementwise(name, o, b, t, argv):
+        if o is not None and b is not None and t is not None and o.shape == b.shape == t.shape and o.dtype == t.dtype:
+            return np.where(o != b, o, t)
+        return three_way(by_number)(name, o, b, t, argv)
+
+    changed_both = MANIFEST.case("merge-conflict-changed-both")
+    merged_anyway = run_case(merge_file(elementwise), changed_both, claimed=None)
+    assert merged_anyway.status == "fail" and any("exited 0" in p for p in merged_anyway.problems)
+
+    def twice(name, o, b, t, argv):  # task-arithmetic, rounded to float32 first
+        return ((b.astype(np.float64) + ((o.astype(np.float64) - b) + (t.astype(np.float64) - b)))
+                .astype(np.float32).astype(o.dtype))
+
+    for dtype in ("float16", "bfloat16"):
+        rounded_twice = run_case(merge_file(twice), MANIFEST.case(f"merge-round-once-{dtype}"), claimed=None)
+        assert rounded_twice.status == "fail" and any("bit for bit" in p for p in rounded_twice.problems), dtype
+    assert ml_dtypes.bfloat16  # the bfloat16 case above read and wrote bfloat16
+
+    def one_more(argv):
+        print(json.dumps({"findings": [{"code": "MD804", "severity": "error", "path": p} for p in ("i", "split", "w", "a")]}))
+        return 1
+
+    extra = run_case(InProcessImplementation(one_more, "one more"), changed_both, claimed=None)
+    assert extra.status == "fail" and extra.problems == ["conflicts differ: not conflicts ['a']"]
+
+    def writes_anyway(argv):
+        Path(argv[argv.index("-o") + 1]).write_bytes(b"")
+        return main(argv)
+
+    left = run_case(InProcessImplementation(writes_anyway, "writes"), changed_both, claimed=None)
+    assert left.status == "fail" and any("left merged.safetensors behind" in p for p in left.problems)
+    assert run_case(reference_in_process(), changed_both, claimed=None).passed
+    skipped = run_case(reference_in_process(), changed_both, claimed=frozenset({"repository"}))
+    assert skipped.status == "skip" and "merge" in skipped.reason
 
 
 def test_runner_catches_wrong_checkouts():

@@ -1106,3 +1106,87 @@ def test_a_second_datatype_message_is_not_read(tmp_path):
     assert mdiff.validate(path) == []
     rc, report = js_validate(path)
     assert (rc, report["findings"]) == (0, [])
+
+
+# ---------------------------------------------------------------------------------------------
+# merges (SPEC.md §13.7): `mdiff-js merge-file`; the corpus's merge cases run in tests/test_conformance.py,
+# this compares the two on random states
+
+
+def _random_merge_states(rng, resolvable: bool) -> tuple[dict, dict, dict]:
+    """Ours, base, theirs: parameters of each float dtype and int32, each unchanged, changed on one side or on
+    both (differently or alike), added, deleted or retyped — finite numbers only. ``resolvable``: no conflict
+    that average or task-arithmetic cannot resolve (an int32 one, one absent from base)."""
+    ours, base, theirs = {}, {}, {}
+    for i in range(40):
+        dtype = ["float16", "bfloat16", "float32", "float64", "int32"][i % 5]
+        shape = (int(rng.integers(1, 5)), 3)
+
+        def value(scale=1.0):
+            return (rng.standard_normal(shape) * scale * 100).astype(NP[dtype])
+
+        name = f"p{i:02d}/{dtype}"
+        b = value()
+        o, t = b.copy(), b.copy()
+        kind = i // 5 % 8
+        if kind in (1, 3):
+            o = value()
+        if kind in (2, 3) and not (resolvable and kind == 3 and dtype == "int32"):
+            t = value()
+        if kind == 4:
+            o = t = value()
+        if kind == 5:
+            o = None
+        if kind == 6:
+            b = None
+            if i % 2 or resolvable:
+                t = o.copy()
+        if kind == 7:
+            t = t.astype(np.float32 if dtype != "float32" else np.float64)
+        for state, v in ((ours, o), (base, b), (theirs, t)):
+            if v is not None:
+                state[name] = v
+    return ours, base, theirs
+
+
+def test_merge_file_agrees_with_the_reference_on_random_states(tmp_path):
+    """Each strategy, with and without --all: the same merged bits, or the same conflicts, as the reference's
+    merge-file — weighted:0.3 and task-arithmetic:0.7 included, whose binary64 products are rounded: both
+    evaluate the expression as written, one operation at a time, and round once to the dtype."""
+    import collections
+    import contextlib
+    import io
+
+    from mdiff.checkpoints import load_checkpoint, save_checkpoint
+    from mdiff.cli.main import main
+
+    rng = np.random.default_rng(27)
+    outcomes = collections.Counter()
+    for trial in range(3):
+        paths = [tmp_path / f"{trial}-{label}.safetensors" for label in ("ours", "base", "theirs")]
+        for path, state in zip(paths, _random_merge_states(rng, resolvable=trial > 0)):
+            save_checkpoint(path, state)
+        for strategy in (None, "ours", "theirs", "average", "weighted:0.3", "task-arithmetic", "task-arithmetic:0.7"):
+            for everything in ((False, True) if strategy else (False,)):
+                options = (["--strategy", strategy] if strategy else []) + (["--all"] if everything else [])
+                js_out, ref_out = tmp_path / "js.safetensors", tmp_path / "ref.safetensors"
+                for out in (js_out, ref_out):
+                    out.unlink(missing_ok=True)
+                rc, report, p = run_js("merge-file", *map(str, paths), "-o", str(js_out), *options, "--json")
+                buf = io.StringIO()
+                with contextlib.redirect_stdout(buf):
+                    ref_rc = main(["merge-file", *map(str, paths), "-o", str(ref_out), *options, "--json"])
+                ref = json.loads(buf.getvalue())
+                what = (trial, strategy, everything)
+                outcomes[strategy, rc] += 1
+                assert rc == ref_rc, (what, p.stderr)
+                assert sorted(f["path"] for f in report["findings"]) == sorted(f["path"] for f in ref["findings"]), what
+                if rc == 0:
+                    got, want = load_checkpoint(js_out), load_checkpoint(ref_out)
+                    assert set(got) == set(want), what
+                    for name in want:
+                        assert got[name].dtype == want[name].dtype and got[name].tobytes() == want[name].tobytes(), (what, name)
+                else:
+                    assert rc == 1 and not js_out.exists(), what
+    for strategy in (None, "average", "weighted:0.3", "task-arithmetic", "task-arithmetic:0.7"):  # both outcomes met
+        assert outcomes[strategy, 1] and outcomes[strategy, 0 if strategy else 1], outcomes

@@ -77,6 +77,7 @@ SPECIAL = {
 COMMANDS = {
     "diff": lambda d, out: ["diff", d / "old.safetensors", d / "new.safetensors", "-o", out, "--date", DATE],
     "apply": lambda d, out: ["apply", d / "old.safetensors", d / "d.mdiff", "-o", out],
+    "merge-file": lambda d, out: ["merge-file", d / "new.safetensors", d / "old.safetensors", d / "old.safetensors", "-o", out],
 }
 
 

@@ -57,7 +57,7 @@ from tests import ia3  # noqa: E402
 from tests import invalid_files as inv  # noqa: E402
 
 CORPUS = ROOT / "conformance"
-GENERATED = ("manifest.json", "bases", "valid", "invalid", "hostile")
+GENERATED = ("manifest.json", "bases", "valid", "invalid", "hostile", "merge")
 MAX_FILE_BYTES = 64 * 1024
 MAX_CORPUS_BYTES = 5 * 1024 * 1024
 
@@ -83,6 +83,8 @@ FEATURES = {
     "repository": "SPEC.md §13: reading a repository (.mdiff/format, HEAD, refs, commits, snapshots), resolving "
                   "revisions and reconstructing the state at a commit; these cases run the optional contract "
                   "command `checkout REVISION -o OUT -C REPO_DIR --json`",
+    "merge": "SPEC.md §13.7: the three-way merge of parameters and its strategies, without a repository; these "
+             "cases run the optional contract command `merge-file OURS BASE THEIRS -o OUT [--strategy S] [--all] --json`",
 }
 
 LIMITS_DOC = {
@@ -112,8 +114,6 @@ NOT_APPLICABLE = {
              ".safetensors, the interchange format every implementation must read",
     "MD803": "SPEC.md §13.6: the lock is held by a running writer (POSIX flock on .mdiff/lock), which files at rest "
              "cannot hold; and the contract's only repository command, checkout, reads and takes no lock",
-    "MD804": "SPEC.md §13.7: merge conflicts arise when a merge commit is written; the contract's only repository "
-             "command, checkout, reads merge commits (the repository-branch-merge case) and writes none",
     "MD704": "SPEC.md §10.1: model folders are checkpoints, read by writers of commits; the contract's apply and "
              "checkout read and write single .safetensors files",
     "MD705": "SPEC.md §10.1: model folders are checkpoints, read by writers of commits; the contract's apply and "
@@ -375,7 +375,7 @@ class Corpus:
     def __init__(self, out: Path):
         self.out = out
         self.cases: list[dict] = []
-        for sub in ("bases", "valid", "invalid", "hostile"):
+        for sub in ("bases", "valid", "invalid", "hostile", "merge"):
             (out / sub).mkdir(parents=True, exist_ok=True)
         self.rules_base = self.base("rules", inv.base_state())
         self.ia3_base = self.base("ia3-hostile", {"w32": np.ones((8, 6), np.float32)})
@@ -1741,6 +1741,356 @@ def refused_repositories(c: Corpus) -> None:
          "is refused whatever bits this applier computed", xor_after_low_rank, ["main", "HEAD"], small=False)
 
 
+# ---------------------------------------------------------------- merges (SPEC.md §13.7)
+#
+# Each case is three .safetensors states (ours, base, theirs) that `merge-file` merges, and its expected
+# outcome written out by hand here — the merged state, or the set of conflicting parameters — never
+# computed by mdiff/repo/merge.py; the reference's merge-file must agree with it (checked below).
+# Values a strategy combines are computed here in binary64 as the expression is written (Python floats),
+# each operation checked to be exact (rational arithmetic), then rounded once to the dtype by round_to
+# (§7.5's exact rounding above): so the expected numbers are the exact ones, rounded once.
+
+
+def f(dtype: str, *values) -> np.ndarray:
+    """An array of ``dtype`` holding ``values`` (Python numbers, each exactly representable)."""
+    out = np.array(values, np.float64).astype(NP[dtype])
+    assert (out.astype(np.float64) == np.array(values, np.float64)).all() or np.isnan(values).any(), values
+    return out
+
+
+def from_bits(dtype: str, *patterns: int) -> np.ndarray:
+    """An array of ``dtype`` with these bit patterns (NaN payloads, -0.0)."""
+    return np.array(patterns, BITS[np.dtype(NP[dtype]).itemsize]).view(NP[dtype])
+
+
+def combined_by_hand(kind: str, weight: float, ours: np.ndarray, theirs: np.ndarray,
+                     base: np.ndarray | None = None) -> np.ndarray:
+    """§13.7 `weighted:α` (α·ours + (1 − α)·theirs) or `task-arithmetic:λ` (base + λ·((ours − base) +
+    (theirs − base))), element by element: in binary64 as written, each operation checked to be exact,
+    then rounded once to the dtype (to nearest, ties to even; a zero keeps the sign binary64 gave it)."""
+    from mdiff.format.dtypes import dtype_of
+
+    def exactly(op, a: float, b: float) -> float:
+        r = op(a, b)
+        assert math.isfinite(r) and Fraction(r) == op(Fraction(a), Fraction(b)), (kind, weight, a, b)
+        return r
+
+    add, sub, mul = (lambda a, b: a + b), (lambda a, b: a - b), (lambda a, b: a * b)
+    dtype = dtype_of(ours).name
+    xs, ys = ours.astype(np.float64).ravel().tolist(), theirs.astype(np.float64).ravel().tolist()
+    zs = base.astype(np.float64).ravel().tolist() if base is not None else [0.0] * len(xs)
+    out = []
+    for x, y, z in zip(xs, ys, zs):
+        assert all(math.isfinite(v) for v in (x, y, z)), "the corpus combines only finite numbers"
+        if kind == "weighted":
+            r = exactly(add, exactly(mul, weight, x), exactly(mul, exactly(sub, 1.0, weight), y))
+        else:
+            r = exactly(add, z, exactly(mul, weight, exactly(add, exactly(sub, x, z), exactly(sub, y, z))))
+        out.append(r if r == 0 else round_to(Fraction(r), dtype))
+    return np.array(out, np.float64).astype(NP[dtype]).reshape(ours.shape)
+
+
+def double_rounding_witnesses(dtype: str, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``count`` elements (ours, theirs, base) of ``dtype`` whose `task-arithmetic` value rounded once to
+    ``dtype`` differs from that value rounded to float32 first and then to ``dtype``: found by search.
+    Each is exact in binary64 (checked by combined_by_hand)."""
+    rng = rng_for(f"merge-double-rounding-{dtype}")
+    width = {"float16": (5, 10), "bfloat16": (8, 7)}[dtype]
+    bias = 2 ** (width[0] - 1) - 1
+
+    def draw(exponents: range) -> float:
+        sign = int(rng.integers(2)) << (width[0] + width[1])
+        bits = sign | (int(rng.choice(exponents)) << width[1]) | int(rng.integers(2 ** width[1]))
+        return float(from_bits(dtype, bits).astype(np.float64)[0])
+
+    found: list[tuple[float, float, float]] = []
+    for _ in range(100_000):
+        o, t = draw(range(bias, bias + 2)), draw(range(bias, bias + 2))  # in [1, 4)
+        # tiny: below float32's precision at o + t, within binary64's (float16: its smallest subnormals)
+        b = float(rng.choice([-3, -2, -1, 1, 2, 3])) * 2.0**-24 if dtype == "float16" else draw(range(bias - 40, bias - 26))
+        exact = Fraction(o) + Fraction(t) - Fraction(b)
+        if exact == 0 or (o, t, b) in found:
+            continue
+        once = round_to(exact, dtype)
+        twice = round_to(Fraction(round_to(exact, "float32")), dtype)
+        if once != twice:
+            found.append((o, t, b))
+            if len(found) == count:
+                break
+    assert len(found) == count, (dtype, found)
+    return tuple(f(dtype, *column) for column in zip(*found))  # type: ignore[return-value]
+
+
+def reference_merge_file(ours: Path, base: Path, theirs: Path, out: Path, strategy: str | None,
+                         everything: bool) -> tuple[int, dict]:
+    """The reference's command line on the contract's merge-file command: (exit status, its JSON)."""
+    from mdiff.cli.main import main
+
+    argv = ["merge-file", str(ours), str(base), str(theirs), "-o", str(out), "--json"]
+    argv += (["--strategy", strategy] if strategy else []) + (["--all"] if everything else [])
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
+        status = main(argv)
+    return status, json.loads(buf.getvalue())
+
+
+def merge_case(c: Corpus, case_id: str, description: str, ours: dict, base: dict | bytes, theirs: dict | bytes, *,
+               strategy: str | None = None, everything: bool = False, result: dict | None = None,
+               conflicts: list[str] | None = None) -> None:
+    """A merge case (family `merge`): the three states, and either the merged ``result`` or the
+    ``conflicts`` (parameter names) left; bytes for ``base`` or ``theirs``: an unreadable input (exit 2).
+    The reference's merge-file must do exactly that."""
+    assert case_id.startswith("merge-") and (result is None) + (conflicts is None) >= 1
+    d = c.case_dir("merge", case_id)
+    files = {}
+    for label, state in (("ours", ours), ("base", base), ("theirs", theirs)):
+        path = d / f"{label}.safetensors"
+        if isinstance(state, bytes):
+            path.write_bytes(state)
+        else:
+            save_checkpoint(path, state)
+        files[label] = c.rel(path)
+    with tempfile.TemporaryDirectory(prefix="mdiff-conf-merge-") as tmp:
+        out = Path(tmp) / "merged.safetensors"
+        status, report = reference_merge_file(d / "ours.safetensors", d / "base.safetensors", d / "theirs.safetensors",
+                                              out, strategy, everything)
+        if result is not None:
+            assert status == 0 and same_state(load_checkpoint(out), result), (case_id, report)
+            save_checkpoint(d / "result.safetensors", result)
+            files["result"] = c.rel(d / "result.safetensors")
+            expect: dict = {"merge": "result"}
+        elif conflicts is not None:
+            reported = sorted(f["path"] for f in report["findings"] if f["code"] == "MD804")
+            assert status == 1 and not out.exists() and reported == sorted(conflicts), (case_id, report)
+            expect = {"merge": "conflicts", "code": "MD804", "conflicts": sorted(conflicts)}
+        else:
+            assert status == 2 and not out.exists(), (case_id, report)
+            expect = {"merge": "unreadable"}
+    c.add({"id": case_id, "family": "merge", "section": "13.7", "description": description, "files": files,
+           "features": ["merge"], "merge": {"strategy": strategy, "all": everything}, "expect": expect})
+
+
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def build_merges(c: Corpus) -> None:
+    rng = rng_for("merges")
+
+    # ------------------------------------------------------------ one side changes, or both alike
+    base = {"ours_only": f("float32", 0.0, 1.0, math.nan, 2.0, 3.0, -1.0),
+            "theirs_only": from_bits("float16", 0x0000, 0x7E00, 0x3C00, 0xC000),
+            "theirs_signed_zero": f("float32", 0.0, 1.0),
+            "theirs_nan_payload": from_bits("bfloat16", 0x7FC0, 0x3F80),
+            "ours_int": np.array([1, -2, 3], np.int64), "theirs_bool": np.array([True, False, True]),
+            "same_nan": from_bits("float64", 0x7FF8000000000001, 0x8000000000000000, 0x3FF0000000000000)}
+    ours = {**base, "ours_only": from_bits("float32", 0x80000000, 0x3F800000, 0x7FC00001, 0x40200000, 0x7F800000,
+                                           0xBF800000),
+            "ours_int": np.array([1, -2, 2**40], np.int64)}
+    theirs = {**base, "theirs_only": from_bits("float16", 0x8000, 0xFE01, 0x3C00, 0xC000),
+              "theirs_signed_zero": f("float32", -0.0, 1.0), "theirs_nan_payload": from_bits("bfloat16", 0x7FC1, 0x3F80),
+              "theirs_bool": np.array([True, True, True])}
+    merge_case(c, "merge-one-sided-changes", "§13.7 rules 2 and 3: each parameter changed on one side only takes that "
+               "side's bits exactly — -0.0 where base and ours hold +0.0, NaN payloads where base holds another NaN, "
+               "an int64 and a bool; a parameter holding a NaN that no side changed stays. Values are the same when "
+               "their bits are: a reader comparing by value (0.0 == -0.0, NaN != NaN) gets this wrong",
+               ours, base, theirs,
+               result={**base, "ours_only": ours["ours_only"], "ours_int": ours["ours_int"],
+                       "theirs_only": theirs["theirs_only"], "theirs_signed_zero": theirs["theirs_signed_zero"],
+                       "theirs_nan_payload": theirs["theirs_nan_payload"], "theirs_bool": theirs["theirs_bool"]})
+
+    base = {"w": f("float32", 1.0, 0.0, 2.0), "k": np.array([1, 2], np.int8), "z": f("float16", 1.0), "x": f("bfloat16", 3.0)}
+    alike = {"w": from_bits("float32", 0x7FC00005, 0x80000000, 0x40000000), "k": np.array([-1, 2], np.int8),
+             "x": base["x"]}
+    merge_case(c, "merge-changed-alike", "§13.7 rule 1: a parameter changed the same way on both sides (a NaN payload "
+               "and -0.0 among its values), an int8 changed alike, a parameter deleted on both sides (absent), one "
+               "unchanged: each takes that value", alike, base, dict(alike), result=alike)
+
+    base = {"w": f("float32", 1.0, 2.0)}
+    ours = {**base, "new_ours": f("float64", 0.5, -0.0)}
+    theirs = {**base, "new_theirs": np.array([0, 255], np.uint8), "both_same": from_bits("bfloat16", 0x7FC1, 0x8000)}
+    ours["both_same"] = theirs["both_same"].copy()
+    merge_case(c, "merge-added-one-side", "§13.7: a parameter added on one side (float64 in ours, uint8 in theirs) is "
+               "taken from it; one added on both sides with the same dtype, shape and bits (a NaN payload, -0.0) is "
+               "that value", ours, base, theirs,
+               result={**base, "new_ours": ours["new_ours"], "new_theirs": theirs["new_theirs"],
+                       "both_same": theirs["both_same"]})
+
+    base = {"gone_theirs": from_bits("float32", 0x7FC00002, 0x3F800000), "gone_ours": np.array([7], np.int32),
+            "kept": from_bits("float16", 0x7E03)}
+    merge_case(c, "merge-deleted-one-side", "§13.7 rules 2 and 3: a parameter deleted on one side and unchanged on the "
+               "other (its bits, a NaN payload among them) is absent from the result; the one left alone is kept",
+               {k: v for k, v in base.items() if k != "gone_ours"}, base,
+               {k: v for k, v in base.items() if k != "gone_theirs"}, result={"kept": base["kept"]})
+
+    # ------------------------------------------------------------ conflicts, no strategy
+    base = {"w": f("float32", 1.0, 2.0, 3.0), "i": np.array([1, 2], np.int16), "split": f("float32", 1.0, 2.0),
+            "a": f("float32", 5.0), "b": f("float16", 6.0)}
+    ours = {**base, "w": f("float32", 1.0, 2.5, 3.0), "i": np.array([1, 3], np.int16), "split": f("float32", 1.5, 2.0),
+            "a": f("float32", 5.5)}
+    theirs = {**base, "w": f("float32", 1.0, 2.25, 3.0), "i": np.array([0, 2], np.int16),
+              "split": f("float32", 1.0, 2.5), "b": f("float16", 6.5)}
+    merge_case(c, "merge-conflict-changed-both", "§13.7 rule 4: parameters changed differently on both sides conflict "
+               "(MD804, nothing written): a float32, an int16, and one whose sides changed different elements — a "
+               "parameter is one value, never merged element by element; the parameters changed on one side only "
+               "are no conflict", ours, base, theirs, conflicts=["i", "split", "w"])
+
+    base = {"w": f("float32", 1.0)}
+    ours = {**base, "new": f("float32", 1.0, 2.0), "new_typed": f("float32", 1.0), "same": f("float64", 4.0)}
+    theirs = {**base, "new": f("float32", 1.0, 2.5), "new_typed": f("float16", 1.0), "same": f("float64", 4.0)}
+    merge_case(c, "merge-conflict-added-both-differently", "§13.7 rule 4: parameters added on both sides with "
+               "different values conflict — other values, or the same number in another dtype; one added alike does "
+               "not", ours, base, theirs, conflicts=["new", "new_typed"])
+
+    base = {"del_ours": f("float32", 1.0, 2.0), "del_theirs": np.array([1, 2], np.int32), "other": f("float16", 1.0)}
+    merge_case(c, "merge-conflict-deleted-vs-changed", "§13.7 rule 4: deleted on one side and changed on the other, "
+               "each way round, is a conflict",
+               {"del_theirs": np.array([1, 3], np.int32), "other": base["other"]}, base,
+               {"del_ours": f("float32", 1.0, 2.5), "other": base["other"]}, conflicts=["del_ours", "del_theirs"])
+
+    six = np.arange(6, dtype=np.float32)
+    base = {"r1": six.reshape(2, 3), "r2": six.reshape(2, 3), "r3": six.reshape(2, 3)}
+    ours = {"r1": six.reshape(3, 2), "r2": six.reshape(6), "r3": six.reshape(6)}
+    theirs = {"r1": six.reshape(2, 3) + 1, "r2": six.reshape(2, 3), "r3": six.reshape(3, 2)}
+    merge_case(c, "merge-conflict-reshaped", "§13.7: a parameter reshaped on one side (its bytes unchanged) and changed "
+               "on the other conflicts, and so does one reshaped differently on both sides; one reshaped on one side "
+               "only takes that side's shape", ours, base, theirs, conflicts=["r1", "r3"])
+
+    base = {"t1": f("float32", 1.0, 2.0), "t2": f("float32", 1.0, 2.0), "t3": f("float32", 1.0, 2.0)}
+    ours = {"t1": base["t1"].view(np.int32), "t2": base["t2"], "t3": f("float16", 1.0, 2.0)}
+    theirs = {"t1": f("float32", 1.0, 3.0), "t2": f("float16", 1.0, 2.0), "t3": f("bfloat16", 1.0, 2.0)}
+    merge_case(c, "merge-conflict-retyped", "§13.7: a parameter retyped on one side (float32 to int32, the same bits) "
+               "and changed on the other conflicts, and so does one retyped differently on both sides (float16 and "
+               "bfloat16: the same numbers); one retyped on one side only takes that side's dtype",
+               ours, base, theirs, conflicts=["t1", "t3"])
+
+    # ------------------------------------------------------------ strategies resolving a float32 conflict
+    w_base = [1.0, 0.0, 0.0, -0.0, 2.0, 0.0, 0.0, 1.0]
+    w_ours = [1.0, 1 + 2**-23, -0.0, 0.0, 3.0, F32_MAX, 2.0**-149, 2.0**24]
+    w_theirs = [1 + 2**-23, 1 + 2**-22, -0.0, -0.0, 5.0, F32_MAX, 0.0, 1.0]
+    rand_base = floats(rng, "float32", (8,))
+    rand_ours = (rand_base + floats(rng, "float32", (8,), 0.5)).astype(np.float32)
+    rand_theirs = (rand_base + floats(rng, "float32", (8,), 2.0)).astype(np.float32)
+    base = {"w": np.concatenate([f("float32", *w_base), rand_base]), "u": from_bits("float16", 0x3C00, 0x7E00),
+            "v": f("bfloat16", 1.0, 2.0), "n": np.array([3, 4], np.int32)}
+    ours = {**base, "w": np.concatenate([f("float32", *w_ours), rand_ours]), "u": from_bits("float16", 0x3C01, 0x7E07)}
+    theirs = {**base, "w": np.concatenate([f("float32", *w_theirs), rand_theirs]), "v": from_bits("bfloat16", 0x8000, 0x4000)}
+    kept = {**base, "u": ours["u"], "v": theirs["v"]}  # changed on one side only: never recomputed
+    what = ("`w` (float32: ties, ±0, the largest float32, the smallest subnormal, 2^24 against 1, and random "
+            "values) changed on both sides; `u` (float16, a NaN payload) changed in ours only, `v` (bfloat16, -0.0) in "
+            "theirs only, `n` unchanged — these three keep their bits: a strategy resolves conflicts only")
+    wo, wt, wb = ours["w"], theirs["w"], base["w"]
+    strategies = [
+        ("ours", "ours", "ours' value", wo),
+        ("theirs", "theirs", "theirs' value", wt),
+        ("average", "average", "½·ours + ½·theirs", combined_by_hand("weighted", 0.5, wo, wt)),
+        ("weighted-0.25", "weighted:0.25", "0.25·ours + 0.75·theirs", combined_by_hand("weighted", 0.25, wo, wt)),
+        ("task-arithmetic", "task-arithmetic", "base + ((ours − base) + (theirs − base)): the largest float32 twice "
+         "overflows to +inf", combined_by_hand("task", 1.0, wo, wt, wb)),
+        ("task-arithmetic-0.5", "task-arithmetic:0.5", "base + 0.5·((ours − base) + (theirs − base))",
+         combined_by_hand("task", 0.5, wo, wt, wb)),
+    ]
+    for tag, strategy, formula, w in strategies:
+        merge_case(c, f"merge-strategy-{tag}", f"§13.7 --strategy {strategy}: the conflict `w` becomes {formula}, "
+                   "computed in binary64 and rounded once to float32 (to nearest, ties to even); " + what,
+                   ours, base, theirs, strategy=strategy, result={**kept, "w": w})
+    # the expected values hold what the case says
+    average = combined_by_hand("weighted", 0.5, wo, wt)
+    assert average[0] == 1.0 and average[1] == 1 + 2**-22 and average[7] == 2.0**23  # ties to even
+    assert np.signbit(average[2]) and not np.signbit(average[3]) and average[5] == F32_MAX and average[6] == 0
+    assert combined_by_hand("task", 1.0, wo, wt, wb)[5] == np.inf
+
+    base = {"d": f("float32", 1.0), "a2": f("float32", 0.0), "r": f("float32", 1.0, 2.0)}
+    ours = {"d": f("float32", 2.0), "a": f("float32", 1.0), "r": f("float32", 1.0, 2.0).reshape(2, 1)}
+    theirs = {"a": f("float16", 1.0), "a2": f("float32", 0.0), "r": f("float32", 1.0, 2.0).reshape(1, 2)}
+    merge_case(c, "merge-strategy-theirs-takes-a-deletion", "§13.7 --strategy theirs resolves every conflict by "
+               "theirs' value, absent where theirs deleted it: `d` (changed in ours, deleted in theirs) is absent, `a` "
+               "(added on both sides in different dtypes) and `r` (reshaped differently) are theirs', `a2` (deleted "
+               "in ours only) stays deleted", ours, base, theirs, strategy="theirs",
+               result={"a": theirs["a"], "r": theirs["r"]})
+
+    # ------------------------------------------------------------ rounded once, in float16 and bfloat16
+    for dtype in ("float16", "bfloat16"):
+        o, t, b = double_rounding_witnesses(dtype, 4)
+        expected = combined_by_hand("task", 1.0, o, t, b)
+        via_float32 = np.array([round_to(Fraction(round_to(Fraction(float(x)), "float32")), dtype) for x in
+                                (o.astype(np.float64) + t.astype(np.float64) - b.astype(np.float64))])
+        assert (expected.astype(np.float64) != via_float32).all(), dtype  # rounding twice gives other numbers
+        merge_case(c, f"merge-round-once-{dtype}", f"§13.7: the {dtype} conflict `h` resolved by task-arithmetic "
+                   "(base + (ours − base) + (theirs − base)), each element computed exactly in binary64 and rounded "
+                   f"once to {dtype}; rounded to float32 first, then to {dtype}, every element would be another "
+                   "number (values found by search in the generator)", {"h": o}, {"h": b}, {"h": t},
+                   strategy="task-arithmetic", result={"h": expected})
+
+    # ------------------------------------------------------------ conflicts a strategy cannot resolve
+    base = {"i": np.array([1, 2], np.int32), "bits": np.array([True, False]), "typed": f("float32", 1.0),
+            "absent": f("float32", 1.0), "f": f("float32", 1.0, 2.0)}
+    ours = {"i": np.array([1, 3], np.int32), "bits": np.array([False, False]), "typed": f("float16", 2.0),
+            "f": f("float32", 2.0, 2.0)}
+    theirs = {"i": np.array([2, 2], np.int32), "bits": np.array([True, True]), "typed": f("float32", 3.0),
+              "absent": f("float32", 4.0), "f": f("float32", 1.0, 3.0)}
+    merge_case(c, "merge-average-unresolvable", "§13.7: --strategy average cannot combine an int32 or a bool conflict, "
+               "a conflict whose sides differ in dtype, or one absent on a side: each stays a conflict (MD804, nothing "
+               "written), though the float32 conflict `f` is resolved", ours, base, theirs, strategy="average",
+               conflicts=["absent", "bits", "i", "typed"])
+
+    base = {"f": f("float32", 1.0), "rebased": f("float16", 1.0)}
+    ours = {"f": f("float32", 2.0), "new": f("float32", 1.0), "rebased": f("float32", 2.0)}
+    theirs = {"f": f("float32", 3.0), "new": f("float32", 2.0), "rebased": f("float32", 3.0)}
+    merge_case(c, "merge-task-arithmetic-absent-in-base", "§13.7: task-arithmetic needs the parameter in base, alike "
+               "in shape and dtype: `new` (added on both sides) and `rebased` (float16 in base, float32 on both sides) "
+               "stay conflicts, though `f` is resolved", ours, base, theirs, strategy="task-arithmetic",
+               conflicts=["new", "rebased"])
+
+    # ------------------------------------------------------------ --all
+    base = {"one_sided": f("float32", 1.0, 2.0, 3.0), "conflict": f("float32", 1.0), "zero": f("float32", 0.0),
+            "alike": from_bits("float32", 0x7FC00009, 0x3F800000), "int_one_sided": np.array([5], np.int32),
+            "retyped": f("float32", 1.0, 2.0), "bf": f("bfloat16", 1.0, 2.0)}
+    ours = {**base, "one_sided": f("float32", 2.0, 2.0, 3.0 + 2**-22), "conflict": f("float32", 2.0),
+            "zero": f("float32", -0.0), "alike": from_bits("float32", 0x7FC0000A, 0x3F800000),
+            "int_one_sided": np.array([6], np.int32), "bf": f("bfloat16", 1.0078125, 2.0)}
+    theirs = {**base, "conflict": f("float32", 4.0), "alike": ours["alike"].copy(), "retyped": f("float16", 1.0, 2.0),
+              "added": f("float32", 7.0)}
+    merge_case(c, "merge-all-average", "§13.7 --strategy average --all: every parameter present on both sides, not the "
+               "same, alike in shape and floating-point dtype is ½·ours + ½·theirs — `one_sided`, changed in ours only "
+               "(with a tie in float32), `bf` (bfloat16, a tie in bfloat16), `zero` (-0.0 against +0.0: +0.0) and the "
+               "conflict; the others follow the three-way rules: `alike` (the same NaN payload on both sides) keeps its "
+               "bits, `int_one_sided` (int32) is ours', `retyped` (float16 in theirs only) and `added` (in theirs only) "
+               "are theirs'", ours, base, theirs, strategy="average", everything=True,
+               result={"one_sided": combined_by_hand("weighted", 0.5, ours["one_sided"], theirs["one_sided"]),
+                       "conflict": f("float32", 3.0), "zero": f("float32", 0.0), "alike": ours["alike"],
+                       "int_one_sided": ours["int_one_sided"], "retyped": theirs["retyped"], "added": theirs["added"],
+                       "bf": combined_by_hand("weighted", 0.5, ours["bf"], theirs["bf"])})
+    assert combined_by_hand("weighted", 0.5, ours["one_sided"], theirs["one_sided"])[2] == 3.0  # the tie: to even
+    assert combined_by_hand("weighted", 0.5, ours["bf"], theirs["bf"])[0] == 1.0
+
+    base = {"a": f("float32", 1.0), "c": f("float32", 1.0), "d": np.array([1], np.int8), "same": f("float16", 2.0)}
+    ours = {**base, "a": f("float32", 2.0), "c": f("float32", 3.0), "x": f("float32", 9.0)}
+    theirs = {"a": base["a"], "c": f("float32", 4.0), "same": base["same"], "y": np.array([1, 2], np.uint16)}
+    merge_case(c, "merge-all-theirs", "§13.7 --strategy theirs --all: the result is theirs' state whole — `a`, changed "
+               "in ours only, is theirs' (base's) value, `x`, added in ours only, and `d`, deleted in theirs, are "
+               "absent, `y`, added in theirs, and the conflict `c` are theirs'", ours, base, theirs, strategy="theirs",
+               everything=True, result=theirs)
+
+    # ------------------------------------------------------------ no common ancestor
+    ours = {"same": f("float32", 1.0, -0.0), "differs": f("float32", 1.0), "only_ours": np.array([1], np.int64)}
+    theirs = {"same": f("float32", 1.0, -0.0), "differs": f("float32", 3.0), "only_theirs": f("bfloat16", 2.0)}
+    merge_case(c, "merge-no-common-ancestor", "§13.7: with no common ancestor the base is the empty state (a "
+               ".safetensors file with no tensors): a parameter on both sides with different values is a conflict "
+               "(added on both sides), one the same on both is no conflict, one on a side only is added there",
+               ours, {}, theirs, conflicts=["differs"])
+    merge_case(c, "merge-no-common-ancestor-soup", "§13.7 --strategy average --all with no common ancestor: the "
+               "parameters on both sides are averaged (a model soup), the same ones kept, one on a side only taken "
+               "from it", ours, {}, theirs, strategy="average", everything=True,
+               result={"same": ours["same"], "differs": f("float32", 2.0), "only_ours": ours["only_ours"],
+                       "only_theirs": theirs["only_theirs"]})
+
+    # ------------------------------------------------------------ an input that cannot be read
+    whole = raw_safetensors(raw_state({"w": f("float32", 1.0, 2.0)}))
+    merge_case(c, "merge-unreadable-input", "an input that is not a readable .safetensors file (theirs: cut short, in "
+               "the middle of its data) is refused with exit 2, and nothing is written",
+               {"w": f("float32", 1.0, 2.0)}, {"w": f("float32", 1.0, 2.0)}, whole[:-3])
+
+
 def manifest_text(manifest: dict) -> str:
     """JSON, one case per line (diffs of the corpus stay readable, the file small)."""
     dump = lambda v: json.dumps(v, ensure_ascii=False, separators=(", ", ": "))
@@ -1769,6 +2119,7 @@ def build(out: Path) -> dict:
     build_valid(c)
     build_invalid(c)
     build_repositories(c)
+    build_merges(c)
     manifest = c.manifest()
     (out / "manifest.json").write_text(manifest_text(manifest), encoding="utf-8")
     for path in out.rglob("*"):

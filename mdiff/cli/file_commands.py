@@ -1,14 +1,15 @@
-"""The commands on files: validate, dump, diff and apply — .mdiff files and checkpoints, no repository
-needed (diff also takes a repository's revisions)."""
+"""The commands on files: validate, dump, diff, apply and merge-file — .mdiff files and checkpoints, no
+repository needed (diff also takes a repository's revisions)."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 
 import mdiff
 from mdiff.cli.options import (
-    add_author, add_date, add_engine, add_json, add_meta, add_quiet, add_repository, add_safety_options, isolation_of,
+    add_author, add_date, add_engine, add_json, add_merge_options, add_meta, add_quiet, add_repository, add_safety_options, isolation_of,
     limits_of, parse_meta, parse_size,
 )
 from mdiff.cli.output import format_size, print_description, quiet
@@ -217,3 +218,79 @@ def apply_maybe_isolated(args, bar) -> int:
     except IsolationFailure as failure:
         raise InvalidFileError("MD515", failure.reason, args.diff) from None
 
+
+
+# ---------------------------------------------------------------- merge-file
+def merge_file_arguments(p) -> None:
+    p.add_argument("ours", metavar="OURS", help="the current checkpoint (a file): what you have")
+    p.add_argument("base", metavar="BASE", help="the checkpoint both were made from (their common ancestor); a file "
+                                                "with no tensors when they have none")
+    p.add_argument("theirs", metavar="THEIRS", help="the other checkpoint, to merge into OURS")
+    p.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="the merged checkpoint file (an existing regular file is replaced, keeping its mode); nothing "
+                        "is written when conflicts are left")
+    add_merge_options(p)
+    add_json(p, "print a JSON summary; conflicts as findings {code: MD804, severity, path: the parameter, ...}")
+
+
+@COMMANDS.command("merge-file", help="merge two checkpoints three-way against their common ancestor",
+                  arguments=merge_file_arguments,
+                  description="Merge THEIRS into OURS parameter by parameter, three-way against BASE (SPEC.md §13.7, "
+                              "git merge-file's order), without a repository: a parameter changed on one side only "
+                              "takes that side's bits exactly; one changed differently on both sides is a conflict, "
+                              "and a conflict stops the merge (exit 1, OUT not written) unless --strategy resolves "
+                              "it: ours, theirs, average, weighted:ALPHA (ALPHA·ours + (1−ALPHA)·theirs), "
+                              "task-arithmetic[:λ] (base + λ·((ours−base) + (theirs−base))), computed in float64 and "
+                              "rounded once to the dtype. --all applies the strategy to every parameter. Inputs and "
+                              "OUT are checkpoint files (.safetensors, .npz, .pt, ...); exit 2 when an input cannot "
+                              "be read.")
+def run_merge_file(args) -> int:
+    import contextlib
+
+    from mdiff.checkpoints import is_folder_input, open_checkpoint, write_checkpoint
+    from mdiff.cli.merge_report import merge_file_data, merge_file_lines
+    from mdiff.cli.usage import UsageError
+    from mdiff.errors import CheckpointError, RepositoryError
+    from mdiff.repo.merge import CheckpointInput, MergedState, Strategy
+
+    if args.everything and args.strategy is None:
+        raise UsageError("--all applies a strategy to every parameter: give one, e.g. --strategy average --all")
+    try:
+        strategy = None if args.strategy is None else Strategy.parse(args.strategy)
+    except RepositoryError as exc:
+        raise UsageError(exc.message) from None
+    for path in (args.ours, args.base, args.theirs):
+        if is_folder_input(path):
+            raise UsageError(f"{path}: merge-file merges checkpoint files; model folders (with their files and "
+                             "layout) merge in a repository: `mdiff merge`")
+    try:
+        with contextlib.ExitStack() as stack:
+            ours, base, theirs = (CheckpointInput(stack.enter_context(open_checkpoint(path)))
+                                  for path in (args.ours, args.base, args.theirs))
+            merged = MergedState(ours, theirs, base, strategy, args.everything)
+            conflicts = merged.conflicts()
+            names = [] if conflicts else list(merged)
+            if not conflicts:
+                write_checkpoint(args.output, [(name, *merged.spec(name)) for name in names], merged.__getitem__)
+            tally = merged.tally()
+    except CheckpointError as exc:
+        if exc.code == "MD703":  # the merged state cannot be written to OUT's format: a refusal
+            raise
+        return _unreadable(args, exc)  # an input that is not a checkpoint this reads: exit 2, as for a missing file
+    data = merge_file_data(args.output, conflicts, tally, len(names))
+    lines = merge_file_lines(args.output, conflicts, tally, len(names), args.strategy, args.everything)
+    if args.json:
+        print(json.dumps(data))
+    else:
+        print("\n".join(lines), file=sys.stderr if conflicts else sys.stdout)
+    return 1 if conflicts else 0
+
+
+def _unreadable(args, exc) -> int:
+    """An input that cannot be read: exit 2 (conformance/README.md's merge-file), reported as every error is."""
+    if args.json:
+        print(json.dumps({"error": {"code": exc.code, "message": exc.message, "path": exc.path,
+                                    "section": exc.rule.section}}))
+    else:
+        print(f"mdiff: error {exc.code}: {exc.message}" + (f" [{exc.path}]" if exc.path else ""), file=sys.stderr)
+    return 2

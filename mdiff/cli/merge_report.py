@@ -1,12 +1,13 @@
-"""How `merge` and `pull` say what a merge did (SPEC.md §13.7): a fast-forward, a three-way merge with
-what it took from each side, the strategy used, or the conflicts left and the ways to resolve them."""
+"""How `merge`, `pull` and `merge-file` say what a merge did (SPEC.md §13.7): a fast-forward, a three-way
+merge with what it took from each side, the strategy used, or the conflicts left and the ways to resolve them."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mdiff.repo.merge import MergeResult
+    from mdiff.repo.merge import Conflict, MergeResult
 
 _RESOLUTIONS = (
     ("--strategy ours", "keep this branch's value of each conflicting parameter (theirs: the other's)"),
@@ -47,9 +48,42 @@ def merge_lines(result: MergeResult, rev: str, branch: str | None, strategy: str
         return [f"three-way merge of {rev} into {into}: {', '.join(parts)}: {short}"]
     lines = [f"mdiff: error MD804: merging {rev} into {into} left {_count(len(result.conflicts), 'conflict')}; "
              "nothing was committed"]
-    rows = [("CONFLICT", "OURS", "THEIRS", "WHY")] + [(c.name, c.ours, c.theirs, c.reason) for c in result.conflicts]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines += ["  " + "  ".join(row[i].ljust(widths[i]) for i in range(3)) + "  " + row[3] for row in rows]
+    lines += conflict_table(result.conflicts)
     lines.append("to resolve, merge again with:")
     lines += [f"  {command} {rev} {option:<26} {meaning}" for option, meaning in _RESOLUTIONS]
     return lines
+
+
+def conflict_table(conflicts: list[Conflict]) -> list[str]:
+    """The conflicts as a table: what, how ours and theirs changed it, why it conflicts."""
+    rows = [("CONFLICT", "OURS", "THEIRS", "WHY")] + [(c.name, c.ours, c.theirs, c.reason) for c in conflicts]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return ["  " + "  ".join(row[i].ljust(widths[i]) for i in range(3)) + "  " + row[3] for row in rows]
+
+
+def merge_file_data(output: str, conflicts: list[Conflict], tally: Counter[str], written: int) -> dict[str, Any]:
+    """`merge-file --json`: the outcome, the outcome counts, and the conflicts left as findings (MD804, the
+    conformance contract's form: conformance/README.md), one per conflicting parameter."""
+    return {"outcome": "conflicts" if conflicts else "merged", "output": None if conflicts else output,
+            "parameters": None if conflicts else written, "counts": dict(sorted(tally.items())),
+            "findings": [{"code": "MD804", "severity": "error", "path": c.name, "section": "13.7", "message": c.reason,
+                          "ours": c.ours, "theirs": c.theirs} for c in conflicts]}
+
+
+def merge_file_lines(output: str, conflicts: list[Conflict], tally: Counter[str], written: int,
+                     strategy: str | None, everything: bool) -> list[str]:
+    """What a person reads after `mdiff merge-file`."""
+    if conflicts:
+        lines = [f"mdiff: error MD804: the merge left {_count(len(conflicts), 'conflict')}; {output} was not written"]
+        lines += conflict_table(conflicts)
+        lines.append("to resolve, merge again with --strategy ours, theirs, average, weighted:ALPHA or "
+                     "task-arithmetic[:LAMBDA] (add --all to apply it to every parameter)")
+        return lines
+    if strategy is not None and everything:
+        return [f"wrote {output}: {_count(written, 'parameter')}, {strategy} on every parameter"]
+    parts = [f"{tally['theirs']} from theirs", f"{tally['ours']} from ours"]
+    if tally["alike"]:
+        parts.append(f"{tally['alike']} changed alike on both")
+    if tally["resolved"]:
+        parts.append(f"{_count(tally['resolved'], 'conflict')} resolved by {strategy}")
+    return [f"wrote {output}: {_count(written, 'parameter')}, three-way: {', '.join(parts)}"]

@@ -5,6 +5,7 @@
     IMPL features                       (optional)
     IMPL apply-many --json [--limit NAME=N ...] BASE DIFF OUT ...   (optional: the claim `apply-many`)
     IMPL checkout REVISION -o OUT -C REPO_DIR --json   (optional: the `repository` feature)
+    IMPL merge-file OURS BASE THEIRS -o OUT [--strategy S] [--all] --json   (optional: the `merge` feature)
 """
 
 from __future__ import annotations
@@ -63,6 +64,13 @@ class Implementation:
     def checkout(self, repo: Path, revision: str, out: Path, timeout: float = DEFAULT_TIMEOUT) -> Completed:
         """The state at ``revision`` of the repository in the folder ``repo`` (holding ``.mdiff/``)."""
         return self.run(["checkout", revision, "-o", str(out), "-C", str(repo), "--json"], timeout)
+
+    def merge_file(self, ours: Path, base: Path, theirs: Path, out: Path, strategy: str | None = None,
+                   everything: bool = False, timeout: float = DEFAULT_TIMEOUT) -> Completed:
+        """Three checkpoints merged (SPEC.md §13.7): ``theirs`` into ``ours`` against ``base``, ``strategy``
+        resolving conflicts (or, with ``everything``, applied to all parameters), written to ``out``."""
+        options = (["--strategy", strategy] if strategy is not None else []) + (["--all"] if everything else [])
+        return self.run(["merge-file", str(ours), str(base), str(theirs), "-o", str(out), *options, "--json"], timeout)
 
     def features(self) -> frozenset[str] | None:
         """The features the implementation claims; None (it has no `features` command) claims all."""

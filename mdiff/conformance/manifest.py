@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-FAMILIES = ("valid", "invalid", "hostile")
+FAMILIES = ("valid", "invalid", "hostile", "merge")
 VALIDATE_OUTCOMES = ("valid", "invalid", "not-hdf5")
 APPLY_OUTCOMES = ("result", "refuse")
 CHECKOUT_OUTCOMES = ("result", "refuse")
+MERGE_OUTCOMES = ("result", "conflicts", "unreadable")
 _CODE = re.compile(r"MD[0-9]{3}")
 
 
@@ -40,6 +41,11 @@ class Case:
     A repository case's ``expect`` holds ``checkout``: ``result`` (each of ``revisions`` —
     ``{revision, commit, result, tolerance}`` — checks out to its ``result`` state) or ``refuse``
     (each of ``revisions`` — ``{revision}`` — is refused with ``code``).
+
+    A merge case (family ``merge``; ``files.ours``, ``files.base``, ``files.theirs``, SPEC.md §13.7) is
+    merged with ``merge`` (``{strategy, all}``); its ``expect`` holds ``merge``: ``result`` (exit 0, the
+    output equals ``files.result`` bit for bit), ``conflicts`` (exit 1, no output, MD804 for exactly the
+    parameters ``conflicts``) or ``unreadable`` (exit 2, no output).
     """
 
     id: str
@@ -51,6 +57,7 @@ class Case:
     features: tuple[str, ...] = ()
     limits: Mapping[str, int] = field(default_factory=dict)
     corpus: Path = Path(".")
+    merge: Mapping[str, Any] = field(default_factory=dict)
 
     def path(self, key: str) -> Path:
         return self.corpus / self.files[key]
@@ -61,18 +68,31 @@ class Case:
         return "repository" in self.files
 
     @property
+    def is_merge(self) -> bool:
+        """A merge case (SPEC.md §13.7): three checkpoints merged by `merge-file`, no validate or apply."""
+        return self.family == "merge"
+
+    @property
     def code(self) -> str | None:
         return self.expect.get("code")
 
     @property
     def apply_code(self) -> str | None:
         """The code apply must report: for a valid file apply refuses (§9.2, §9.3, §10)."""
-        if self.is_repository:
+        if self.is_repository or self.is_merge:
             return None
         return self.code if self.expect["validate"] == "valid" and self.expect["apply"] == "refuse" else None
 
     def expected_text(self) -> str:
         e = self.expect
+        if self.is_merge:
+            how = self.merge.get("strategy") or "three-way"
+            how += " --all" if self.merge.get("all") else ""
+            if e["merge"] == "result":
+                return f"merged ({how})"
+            if e["merge"] == "conflicts":
+                return f"MD804 × {len(e['conflicts'])} ({how})"
+            return "unreadable (exit 2)"
         if self.is_repository:
             n = len(e["revisions"])
             what = f"{n} checkout{'s' if n != 1 else ''}"
@@ -119,6 +139,9 @@ def _case(raw: Mapping[str, Any], corpus: Path, features: Mapping[str, str], lim
     if isinstance(files, dict) and "repository" in files:
         _check_repository_case(raw, need)
         return _make_case(raw, corpus, features, limits, need)
+    if raw["family"] == "merge":
+        _check_merge_case(raw, need)
+        return _make_case(raw, corpus, features, limits, need)
     need(isinstance(files, dict) and isinstance(files.get("diff"), str), "no files.diff")
     need(isinstance(expect, dict), "no expect")
     need(expect.get("validate") in VALIDATE_OUTCOMES, f"expect.validate must be one of {VALIDATE_OUTCOMES}")
@@ -159,6 +182,26 @@ def _check_repository_case(raw: Mapping[str, Any], need) -> None:
         need(isinstance(expect.get("code"), str) and bool(_CODE.fullmatch(expect["code"])), "no rule code")
 
 
+def _check_merge_case(raw: Mapping[str, Any], need) -> None:
+    files: Any = raw.get("files")
+    expect: Any = raw.get("expect")
+    options: Any = raw.get("merge", {})
+    need(isinstance(files, dict) and all(isinstance(files.get(k), str) for k in ("ours", "base", "theirs")),
+         "a merge case needs files.ours, files.base and files.theirs")
+    need(isinstance(options, dict) and set(options) <= {"strategy", "all"}
+         and (options.get("strategy") is None or isinstance(options["strategy"], str) and options["strategy"])
+         and isinstance(options.get("all", False), bool) and (options.get("strategy") or not options.get("all")),
+         "merge must be {strategy: null or a strategy, all: a boolean, true only with a strategy}")
+    need(isinstance(expect, dict) and expect.get("merge") in MERGE_OUTCOMES, f"expect.merge must be one of {MERGE_OUTCOMES}")
+    if expect["merge"] == "result":
+        need(isinstance(files.get("result"), str), "no files.result")
+    if expect["merge"] == "conflicts":
+        conflicts = expect.get("conflicts")
+        need(expect.get("code") == "MD804", "a merge with conflicts expects code MD804")
+        need(isinstance(conflicts, list) and conflicts and all(isinstance(c, str) for c in conflicts)
+             and len(set(conflicts)) == len(conflicts), "expect.conflicts must be a list of distinct parameter names")
+
+
 def _make_case(raw: Mapping[str, Any], corpus: Path, features: Mapping[str, str], limits: Mapping[str, Any],
                need) -> Case:
     feats = tuple(raw.get("features", ()))
@@ -166,7 +209,7 @@ def _make_case(raw: Mapping[str, Any], corpus: Path, features: Mapping[str, str]
     lims = dict(raw.get("limits", {}))
     need(all(k in limits and isinstance(v, int) for k, v in lims.items()), "names an unknown limit")
     return Case(raw["id"], raw["family"], str(raw.get("section", "")), str(raw.get("description", "")),
-                dict(raw["files"]), dict(raw["expect"]), feats, lims, corpus)
+                dict(raw["files"]), dict(raw["expect"]), feats, lims, corpus, dict(raw.get("merge", {})))
 
 
 def load_manifest(corpus: str | Path | None = None) -> Manifest:

@@ -1,5 +1,5 @@
 """Running cases, checked against the manifest: one validate and one apply per file case; one
-checkout per revision of a repository case (SPEC.md §13)."""
+checkout per revision of a repository case (SPEC.md §13); one merge-file per merge case (§13.7)."""
 
 from __future__ import annotations
 
@@ -231,13 +231,73 @@ def run_repository_case(impl: Implementation, case: Case, timeout: float = DEFAU
     return ", ".join(f"{n}× {got}" for got, n in outcomes.items()), problems
 
 
+def _check_merge(case: Case, done: Completed, out: Path) -> tuple[str, list[str]]:
+    """(what one merge-file did, its problems): the merged checkpoint bit for bit, or exactly the expected
+    conflicting parameters (MD804, nothing written), or exit 2 for an unreadable input."""
+    want = case.expect["merge"]
+    if done.returncode is None:
+        return "timed out", ["merge-file timed out"]
+    if done.returncode == 0:
+        if want != "result":
+            return "merged", [f"merge-file exited 0; expected exit {1 if want == 'conflicts' else 2}"
+                              + (" and nothing written" if out.exists() else "")]
+        if not out.is_file():
+            return "merged, no output", ["merge-file exited 0 but wrote no output file"]
+        problems = compare_files(out, case.path("result"))
+        return ("merged" if not problems else "merged, wrong result"), problems
+    problems = []
+    if out.exists():
+        problems.append(f"merge-file exited {done.returncode} but left {out.name} behind")
+    if done.returncode == 2:
+        if want != "unreadable":
+            problems.append(f"merge-file exited 2 (an unreadable input){_tail(done)}")
+        return "exit 2", problems
+    if done.returncode != 1:
+        return f"exit {done.returncode}", problems + [f"merge-file exited {done.returncode}{_tail(done)}"]
+    report = _json_object(done.stdout)
+    findings = report.get("findings") if report else None
+    if not isinstance(findings, list):
+        return "exit 1, no report", problems + [f"merge-file exited 1 but printed no JSON object with `findings`{_tail(done)}"]
+    names: list[str] = []
+    for f in findings:
+        if not isinstance(f, dict) or f.get("code") != "MD804" or f.get("severity", "error") != "error" \
+                or not isinstance(f.get("path"), str):
+            problems.append(f"a finding that is not {{code: MD804, severity: error, path: a parameter}}: {f!r}"[:300])
+        else:
+            names.append(f["path"])
+    got = f"MD804 × {len(names)}"
+    if want != "conflicts":
+        problems.append(f"merge-file reported conflicts {sorted(names)[:10]}; expected "
+                        + ("a merged checkpoint" if want == "result" else "exit 2"))
+        return got, problems
+    expected = set(case.expect["conflicts"])
+    if len(set(names)) != len(names):
+        problems.append(f"conflicts reported more than once: {sorted({n for n in names if names.count(n) > 1})}")
+    if set(names) != expected:
+        missing, extra = sorted(expected - set(names)), sorted(set(names) - expected)
+        problems.append("conflicts differ:" + (f" missing {missing}" if missing else "")
+                        + (f" not conflicts {extra}" if extra else ""))
+    return got, problems
+
+
+def run_merge_case(impl: Implementation, case: Case, timeout: float = DEFAULT_TIMEOUT,
+                   workdir: Path | None = None) -> tuple[str, list[str]]:
+    """One merge-file of a merge case's three checkpoints into a fresh directory; (got, problems)."""
+    with tempfile.TemporaryDirectory(prefix="mdiff-conf-", dir=workdir) as tmp:
+        out = Path(tmp) / "merged.safetensors"
+        done = impl.merge_file(case.path("ours"), case.path("base"), case.path("theirs"), out,
+                               case.merge.get("strategy"), bool(case.merge.get("all")), timeout)
+        return _check_merge(case, done, out)
+
+
 def run_case(impl: Implementation, case: Case, claimed: frozenset[str] | None = None,
              timeout: float = DEFAULT_TIMEOUT, workdir: Path | None = None,
              validated: Completed | None = None, first_error_only: bool = False,
              applied: BatchApplied | None = None) -> CaseResult:
     """Validate the case's file (unless ``validated`` holds that answer already), then apply it
     to its base (unless ``applied`` holds that answer and the output path it was given); compare
-    both with the manifest. A repository case: check out each revision.
+    both with the manifest. A repository case: check out each revision; a merge case: merge its three
+    checkpoints.
     ``first_error_only`` (or the implementation claiming FIRST_ERROR_ONLY) relaxes the exact code sets."""
     result = CaseResult(case.id, case.family, "fail", case.expected_text())
     missing = unclaimed_features(case, claimed)
@@ -245,8 +305,9 @@ def run_case(impl: Implementation, case: Case, claimed: frozenset[str] | None = 
         result.status = "skip"
         result.reason = f"unclaimed feature {', '.join(missing)}"
         return result
-    if case.is_repository:
-        result.got, result.problems = run_repository_case(impl, case, timeout, workdir)
+    if case.is_repository or case.is_merge:
+        run = run_merge_case if case.is_merge else run_repository_case
+        result.got, result.problems = run(impl, case, timeout, workdir)
         result.status = "fail" if result.problems else "pass"
         return result
     with tempfile.TemporaryDirectory(prefix="mdiff-conf-", dir=workdir) as tmp:
@@ -359,7 +420,8 @@ def run_cases(impl: Implementation, manifest: Manifest, select: Callable[[Case],
 
     With ``batch`` > 1, files are validated ``batch`` at a time (`validate --json FILE...`, an
     optional part of the contract) to save start-up time, and applied ``batch`` at a time where the
-    implementation claims `apply-many`; otherwise apply runs once per case.
+    implementation claims `apply-many`; otherwise apply runs once per case. Checkouts and merges run one
+    per command.
     """
     if claimed == "ask":
         claimed = impl.features()
@@ -371,7 +433,7 @@ def run_cases(impl: Implementation, manifest: Manifest, select: Callable[[Case],
         if batch > 1:
             groups: dict[tuple, list[Case]] = {}
             for c in cases:
-                if not c.is_repository and not unclaimed_features(c, claimed):  # type: ignore[arg-type]
+                if not c.is_repository and not c.is_merge and not unclaimed_features(c, claimed):  # type: ignore[arg-type]
                     groups.setdefault(tuple(sorted(c.limits.items())), []).append(c)
             chunks = [g[i:i + batch] for g in groups.values() for i in range(0, len(g), batch)]
             validated = _in_batches(lambda chunk: _validate_batch(impl, chunk, timeout), chunks, parallel, jobs)

@@ -9,15 +9,20 @@ only what it combines, what it takes from the other side, and inexact values.
 Floating-point parameters are combined in float64 and rounded once to their dtype (to nearest, ties
 to even); the inputs are each branch's own values, never values already combined — A = 1, B = 3
 merged ``weighted:0.5`` is 2.
+
+The three states are anything that offers what a merge reads (:class:`MergeInput`): a repository's
+state at a commit (``StateView``), or a checkpoint read through :class:`CheckpointInput` — parameters
+only, each compared by its bits — which is how ``mdiff merge-file`` merges three checkpoints without a
+repository, by the same code.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
@@ -25,12 +30,102 @@ from mdiff.errors import RepositoryError
 from mdiff.format import layout
 from mdiff.format.dtypes import DType, as_bits
 from mdiff.format.layout import Layout
+from mdiff.repo.claims import StateClaims
 
 if TYPE_CHECKING:
-    from mdiff.repo.states import StateView
+    from mdiff.checkpoints.base import CheckpointReader
 
 Side = Literal["ours", "theirs"]
 Spec = tuple[tuple[int, ...], DType]
+
+
+class MergeFiles(Protocol):
+    """The files of a merge's input, by path: their bytes, and their size and sha256 without reading them."""
+
+    def __contains__(self, path: object) -> bool: ...
+
+    def __iter__(self) -> Iterator[str]: ...
+
+    def __getitem__(self, path: str) -> bytes: ...
+
+    def size(self, path: str) -> int: ...
+
+    def sha256(self, path: str) -> str: ...
+
+
+class MergeInput(Protocol):
+    """What a merge reads of each of its three states (§13.7): the claims (each parameter's shape, dtype
+    and sha256 — None where the value is compared by its bits), the values, the files and the layout's
+    bytes (None: no layout). A repository's ``StateView`` is one; :class:`CheckpointInput` adapts a
+    checkpoint."""
+
+    @property
+    def claims(self) -> StateClaims: ...
+
+    @property
+    def files(self) -> MergeFiles: ...
+
+    @property
+    def layout_bytes(self) -> bytes | None: ...
+
+    def keys(self) -> Iterable[str]: ...
+
+    def __getitem__(self, name: str) -> np.ndarray: ...
+
+    def __contains__(self, name: object) -> bool: ...
+
+
+class _NoFiles(Mapping[str, bytes]):
+    """The files of an input that has none."""
+
+    def __getitem__(self, path: str) -> bytes:
+        raise KeyError(path)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def size(self, path: str) -> int:
+        raise KeyError(path)
+
+    def sha256(self, path: str) -> str:
+        raise KeyError(path)
+
+
+class CheckpointInput:
+    """A checkpoint (an open :class:`~mdiff.checkpoints.CheckpointReader`) as a merge's input: its
+    parameters, claimed with no sha256, so that two values are the same when their dtype, shape and bits
+    are (§13.7); no files, no layout. Each value is read when the merge needs it."""
+
+    def __init__(self, reader: CheckpointReader) -> None:
+        self.reader = reader
+        self.path = reader.path
+        self._claims: StateClaims | None = None
+
+    @property
+    def claims(self) -> StateClaims:
+        if self._claims is None:
+            self._claims = StateClaims({name: (*self.reader.spec(name), None) for name in self.reader.keys()}, {}, None)
+        return self._claims
+
+    @property
+    def files(self) -> MergeFiles:
+        return _NoFiles()
+
+    @property
+    def layout_bytes(self) -> bytes | None:
+        return None
+
+    def keys(self) -> Iterable[str]:
+        return self.reader.keys()
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.reader[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.reader
 
 
 @dataclass(frozen=True)
@@ -86,7 +181,8 @@ class Strategy:
             assert base is not None  # why_not checked it is there
             b = base.astype(np.float64)
             merged = b + self.weight * ((o - b) + (t - b))
-        return merged.astype(ours.dtype)
+        with np.errstate(over="ignore"):  # past the dtype's largest finite number is ±inf (§13.7): no warning
+            return merged.astype(ours.dtype)
 
 
 Outcome = Literal["unchanged", "alike", "ours", "theirs", "resolved", "combined", "conflict"]
@@ -133,10 +229,10 @@ class MergeResult:
 class MergedState(Mapping[str, np.ndarray]):
     """§13.7: ours, theirs and base combined, parameter by parameter and file by file, on access.
 
-    ``strategy`` None is a plain three-way merge; ``everything`` applies the strategy to all parameters
-    instead of to the conflicts only."""
+    The inputs are repository states or checkpoints (:class:`MergeInput`). ``strategy`` None is a plain
+    three-way merge; ``everything`` applies the strategy to all parameters instead of to the conflicts only."""
 
-    def __init__(self, ours: StateView, theirs: StateView, base: StateView, strategy: Strategy | None = None,
+    def __init__(self, ours: MergeInput, theirs: MergeInput, base: MergeInput, strategy: Strategy | None = None,
                  everything: bool = False) -> None:
         if everything and strategy is None:
             raise RepositoryError("MD804", "merging all parameters needs a strategy: --strategy ... --all")

@@ -5,10 +5,11 @@
 //   mdiff-js apply BASE.safetensors DIFF.mdiff -o OUT.safetensors [--json] [--limit NAME=N ...]
 //   mdiff-js apply-many BASE DIFF OUT [BASE DIFF OUT ...] [--json] [--limit NAME=N ...]
 //   mdiff-js checkout REVISION -o OUT.safetensors [-C REPO_DIR] [--json] [--limit NAME=N ...]
+//   mdiff-js merge-file OURS BASE THEIRS -o OUT [--strategy S] [--all] [--json]
 //   mdiff-js features          (conformance features claimed: conformance/README.md)
 //
-// Exit status: 0 success / valid; 1 invalid file or refused operation; 2 usage error or a file
-// that is not HDF5 (MD100).
+// Exit status: 0 success / valid; 1 invalid file or refused operation (merge-file: conflicts left);
+// 2 usage error, a file that is not HDF5 (MD100), or (merge-file) an input that cannot be read.
 
 import fs from "node:fs";
 import v8 from "node:v8";
@@ -37,12 +38,13 @@ const { validateFile, DEFAULT_LIMITS } = await import("../src/validate.js");
 const { applyFiles } = await import("../src/apply.js");
 const { MdiffError, CODES } = await import("../src/codes.js");
 const { Repository } = await import("../src/repository.js");
-const { writeSafetensors } = await import("../src/safetensors.js");
+const { readSafetensors, writeSafetensors } = await import("../src/safetensors.js");
+const { mergeStates, parseStrategy } = await import("../src/merge.js");
 
 // Optional capabilities of the conformance corpus (conformance/manifest.json `features`) that this
 // implementation claims: all of them ("embedded-update-types" runs on onnxruntime-node).
 // "apply-many" is a claim of the contract, no corpus feature: the command below.
-const FEATURES = ["configurable-limits", "checkpoint-rule-codes", "repository", "embedded-update-types", "apply-many"];
+const FEATURES = ["configurable-limits", "checkpoint-rule-codes", "repository", "merge", "embedded-update-types", "apply-many"];
 
 // The conformance contract's limit names (snake_case, as in the reference) -> ours.
 const LIMIT_ALIASES = {
@@ -62,6 +64,7 @@ const USAGE = `usage: mdiff-js validate [--json] [--no-data] [--limit NAME=N ...
        mdiff-js apply [--json] [--limit NAME=N ...] BASE DIFF -o OUT
        mdiff-js apply-many [--json] [--limit NAME=N ...] BASE DIFF OUT [BASE DIFF OUT ...]
        mdiff-js checkout [--json] [--limit NAME=N ...] REVISION -o OUT [-C REPO_DIR]
+       mdiff-js merge-file [--json] [--strategy S] [--all] OURS BASE THEIRS -o OUT
        mdiff-js features          (the conformance features claimed, as a JSON list)
 limits (SPEC.md §8.3) and their defaults: ${Object.entries(DEFAULT_LIMITS)
   .map(([k, v]) => `${k}=${v}`)
@@ -204,12 +207,57 @@ async function cmdCheckout(args) {
   }
 }
 
+// SPEC.md §13.7: THEIRS merged into OURS against BASE (.safetensors files; BASE may hold no tensors), written
+// to OUT; conflicts left: exit 1, nothing written, MD804 findings; an input that cannot be read: exit 2.
+async function cmdMergeFile(args) {
+  const p = parseOrUsage(args, ["--json", "--all", "-q", "--quiet"], ["-o", "--output", "--strategy"]);
+  if (!p) return;
+  const out = p.opts["-o"] || p.opts["--output"];
+  if (p.pos.length !== 3 || !out) return usage("merge-file needs OURS BASE THEIRS -o OUT");
+  const text = p.opts["--strategy"];
+  const strategy = text === undefined ? null : parseStrategy(text);
+  if (text !== undefined && !strategy) {
+    return usage(`unknown strategy ${JSON.stringify(text)}: use ours, theirs, average, weighted:ALPHA or task-arithmetic[:LAMBDA]`);
+  }
+  if (p.opts["--all"] && !strategy) return usage("--all applies a strategy to every parameter: give one with --strategy");
+  const json = p.opts["--json"];
+  let states;
+  try {
+    states = p.pos.map((file) => readSafetensors(file));
+  } catch (e) {
+    if (!(e instanceof MdiffError)) throw e;
+    refuse(e, json);
+    process.exitCode = 2; // an input that cannot be read
+    return;
+  }
+  const [ours, base, theirs] = states;
+  const { merged, conflicts } = mergeStates(ours, base, theirs, strategy, Boolean(p.opts["--all"]));
+  if (conflicts.length) {
+    const findings = conflicts.map((c) => ({ code: "MD804", severity: "error", path: c.name, section: "13.7", message: c.reason }));
+    if (json) process.stdout.write(`${JSON.stringify({ findings })}\n`);
+    else for (const c of conflicts) process.stderr.write(`mdiff-js: error MD804: conflict ${JSON.stringify(c.name)}: ${c.reason}\n`);
+    process.exitCode = 1;
+    return;
+  }
+  try {
+    writeSafetensors(out, merged);
+  } catch (e) {
+    if (!(e instanceof MdiffError)) throw e;
+    refuse(e, json);
+    return;
+  }
+  if (json) process.stdout.write(`${JSON.stringify({ output: out, parameters: merged.size, findings: [] })}\n`);
+  else process.stdout.write(`wrote ${out} (${merged.size} parameters)\n`);
+  process.exitCode = 0;
+}
+
 async function main(argv) {
   const [cmd, ...rest] = argv;
   if (cmd === "validate") return cmdValidate(rest);
   if (cmd === "apply") return cmdApply(rest);
   if (cmd === "apply-many") return cmdApplyMany(rest);
   if (cmd === "checkout") return cmdCheckout(rest);
+  if (cmd === "merge-file") return cmdMergeFile(rest);
   if (cmd === "features") {
     process.stdout.write(`${JSON.stringify(FEATURES)}\n`);
     return;
