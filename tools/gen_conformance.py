@@ -122,6 +122,8 @@ NOT_APPLICABLE = {
              "revision out from the commits, so no checkout refuses it (the valid repository-snapshots-disagree case "
              "checks that the state is the commits'); reporting it is a repository checker's (fsck), not the "
              "contract's",
+    "MD809": "SPEC.md §13.10: who owns a repository's folder is a fact of the machine it is on, which no file at "
+             "rest carries: a corpus checked out by its user is that user's own",
     "MD806": "SPEC.md §13.6: a guard of commit writers (a state lacking half its parent's parameters is confirmed "
              "first); no file at rest breaks it, and the contract's only repository command, checkout, reads",
 }

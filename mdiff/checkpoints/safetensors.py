@@ -347,6 +347,10 @@ def _header_bytes(entries: Sequence[Entry], metadata: dict[str, str] | None) -> 
             "data_offsets": [offset, offset + nbytes],
         }
         offset += nbytes
-    encoded = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    try:
+        encoded = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (an escape in a file's JSON text): UTF-8 cannot hold it
+        raise CheckpointError("MD703", "a safetensors header is UTF-8 JSON text, which cannot hold the lone "
+                                       "surrogate in a tensor name or the metadata") from None
     padding = -(_LENGTH.size + len(encoded)) % _ALIGNMENT
     return encoded + b" " * padding

@@ -14,6 +14,7 @@ from mdiff.atomic import atomic_output
 from mdiff.checkpoints.base import Entry, Fetch
 from mdiff.checkpoints.reading import MAX_RANK, is_valid_name, is_valid_unicode
 from mdiff.checkpoints.registry import format_module
+from mdiff.errors import CheckpointError
 from mdiff.format.dtypes import DType, dtype_of
 
 
@@ -141,7 +142,9 @@ def _checked_metadata(metadata: Mapping[str, str] | None) -> dict[str, str] | No
         if not (isinstance(key, str) and isinstance(value, str)):
             raise ValueError(f"metadata must map str to str; got {key!r}: {value!r}")
         if not (is_valid_unicode(key) and is_valid_unicode(value)):
-            raise ValueError(f"metadata entry {key!r} is not valid Unicode")
+            # a valid file's layout may carry one (an escaped lone surrogate): no checkpoint's UTF-8 holds it
+            raise CheckpointError("MD703", f"metadata entry {key!r} is not valid Unicode (a lone surrogate): the "
+                                           "checkpoint's UTF-8 text cannot hold it")
     # Sorted: the bytes written must not depend on the mapping's order.
     return {key: metadata[key] for key in sorted(metadata)}
 

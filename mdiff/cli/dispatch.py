@@ -100,6 +100,9 @@ def run(argv: list[str] | None, commands: Iterable[Command]) -> int:
     With -C DIR the command runs in DIR, and the working folder is restored afterwards."""
     parser = build_parser(commands)
     wants_json = "--json" in (sys.argv[1:] if argv is None else argv)
+    for stream in (sys.stdout, sys.stderr):  # text a file holds that UTF-8 cannot (a lone surrogate): escaped
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     started_in = None
     try:
         args = parser.parse_args(argv)

@@ -7,6 +7,7 @@ because `mdiff --help` lists commands in the order their module registers them (
 from __future__ import annotations
 
 import json
+import sys
 
 from mdiff.cli.options import (
     add_author, add_commit_metadata, add_date, add_engine, add_json, add_merge_options, add_meta, add_quiet,
@@ -112,31 +113,29 @@ def log_arguments(p) -> None:
     add_repository_options(p, "one JSON object per commit (id, parents, author, date, message, meta)")
 
 
-def _tracking(repo) -> dict[str, str]:
-    """The remote-tracking branches, "<remote>/<branch>" → commit id (SPEC.md §13.8)."""
-    from mdiff.repo.remotes import all_tracking_refs
-
-    return all_tracking_refs(repo)
-
-
 @COMMANDS.command("log", help="show the history graph", arguments=log_arguments,
                   description="Show the commits reachable from REV (default HEAD), newest first, with merges drawn as a graph.")
 def run_log(args) -> int:
-    from mdiff.repo.history import graph_lines, resolve, topological
+    from mdiff.repo.history import graph_lines, readable_heads, readable_refs, resolve, topological
 
     repo = store_of(args)  # commits seen before are read with hashlib and json alone (repo/objects.py)
-    targets = {name: target for name, target in repo.branches().items() if target is not None}
-    targets.update(_tracking(repo))  # shown, and with --all walked, as git shows origin/main
-    heads = sorted(set(targets.values())) if args.all else [resolve(repo, args.rev)]
+    # each ref and each head's history read on its own: an unreadable one is reported, the others shown
+    targets, tags, tracked, ref_problems = readable_refs(repo)
+    targets.update(tracked)  # shown, and with --all walked, as git shows origin/main
+    problems = [(str(repo.dir / where), exc) for where, exc in ref_problems]
+    heads = sorted(set(targets.values()) | set(tags.values())) if args.all else [resolve(repo, args.rev)]
     labels: dict[str, list[str]] = {}
     for name, target in targets.items():
         labels.setdefault(target, []).append(name)
-    tags = {name: target for name, target in repo.tags().items() if target is not None}
-    if args.all:
-        heads = sorted(set(heads) | set(tags.values()))
     for name, target in tags.items():
         labels.setdefault(target, []).append(f"tag: {name}")
-    head_branch, head_id = repo.head()
+    heads, unreadable = readable_heads(repo, heads)
+    problems += [(str(repo.commit_path(c)), exc) for c, exc in unreadable.items()]
+    try:
+        head_branch, head_id = repo.head()
+    except RepositoryError as exc:
+        problems.append((str(repo.dir / "HEAD"), exc))
+        head_branch, head_id = None, None
     shown = topological(repo, heads)[:args.max_count] if args.max_count is not None else None
     if args.json:
         for c in shown if shown is not None else topological(repo, heads):
@@ -146,7 +145,7 @@ def run_log(args) -> int:
             if args.stat:
                 entry["stat"] = _commit_stat(repo, c)
             print(json.dumps(entry))
-        return 0
+        return _report_unreadable(args, problems)
 
     def describe(c: str) -> str:
         m = repo.metadata(c)
@@ -177,7 +176,22 @@ def run_log(args) -> int:
                 print(f"{lanes}  {extra}".rstrip())
         else:
             print(line)
-    return 0
+    return _report_unreadable(args, problems)
+
+
+def _report_unreadable(args, problems: list[tuple[str, RepositoryError]]) -> int:
+    """Each ref or commit a listing could not read, as an error is reported (JSON lines on stdout with
+    --json), after what could be read: exit 1 if there is any, else 0."""
+    from mdiff.rules import RULES
+
+    for path, exc in problems:
+        if args.json:
+            print(json.dumps({"error": {"code": exc.code, "message": exc.message, "path": path,
+                                        "section": RULES[exc.code].section}}))
+        else:
+            where = "" if path in exc.message else f" [{path}]"
+            print(f"mdiff: error {exc.code}: {exc.message}{where}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 def _first_commits(lines: list[str], count: int) -> list[str]:
@@ -406,18 +420,24 @@ def run_branch(args) -> int:
     from mdiff.repo.history import resolve
 
     if args.name is None:
-        store = store_of(args)  # a list reads refs alone
-        current = store.head()[0]
-        branches = store.branches()
-        tracked = _tracking(store) if args.all else {}
+        from mdiff.repo.history import readable_refs
+
+        store = store_of(args)  # a list reads refs alone, each on its own: an unreadable one is reported
+        branches, _, tracked, ref_problems = readable_refs(store, remotes=args.all)
+        problems = [(str(store.dir / where), exc) for where, exc in ref_problems if not where.startswith("refs/tags")]
+        try:
+            current = store.head()[0]
+        except RepositoryError as exc:
+            problems.append((str(store.dir / "HEAD"), exc))
+            current = None
         if args.json:
             print(json.dumps({"current": current, "branches": branches, **({"remotes": tracked} if args.all else {})}))
-            return 0
+            return _report_unreadable(args, problems)
         for name, target in branches.items():
-            print(f"{'*' if name == current else ' '} {name:<20} {target[:12] if target else '(no commit)'}")
+            print(f"{'*' if name == current else ' '} {name:<20} {target[:12]}")
         for name, target in tracked.items():
             print(f"  remotes/{name:<12} {target[:12]}")
-        return 0
+        return _report_unreadable(args, problems)
     repo = repository_of(args)
     if args.delete:
         with repo.lock():

@@ -77,11 +77,19 @@ class RepositoryCheck:
     def check_fixed_files(self) -> None:
         """§13.1: ``format`` says the repository's version; HEAD names a branch or a commit (the branch it
         names is checked with the refs)."""
-        for check in (self.store.check_format, self.store.head_ref):
+        for check in (self.store.check_format, self.store.head_ref, self._check_lock):
             try:
                 check()
             except RepositoryError as exc:
                 self._report(exc, self.store.dir)
+
+    def _check_lock(self) -> None:
+        """§13.1, §13.6: the lock file is missing or a regular file; a link (dangling or not), FIFO, device
+        or folder there is MD801, which every writer refuses. Looked at, never opened."""
+        kind = self.store.kind("lock")
+        if kind not in (None, "a regular file"):
+            raise RepositoryError("MD801", f"{self.store.dir / 'lock'} is {kind}: every writer refuses to lock it "
+                                           "(§13.1, §13.6); remove it (a writer makes it again)")
 
     def _tag_files(self) -> list[str]:
         try:
@@ -173,16 +181,16 @@ class RepositoryCheck:
             self.findings.append(Finding("MD808", str(self.store.commit_path(commit_id)), why))
 
     def check_snapshots(self, snapshot_files: list[Path]) -> None:
-        """§13.5: a snapshot is a regular file that agrees with its commits (MD807); an unusable one is a
-        warning (MD303): checkouts ignore it."""
+        """§13.1, §13.5: a snapshot is a regular file (MD801: a link, FIFO or device there is never opened)
+        that agrees with its commits (MD807); an unusable one is a warning (MD303): checkouts ignore it."""
         for path in snapshot_files:
             if path.name.startswith("."):
                 continue  # a temporary file: check_leftovers
             self._done(str(path))
             kind = self.store.kind(f"snapshots/{path.name}")
-            if kind != "a regular file":  # not opened (§13.1)
-                self.findings.append(Finding("MD303", str(path), f"checkouts ignore this snapshot (it is {kind}); "
-                                                                 "`mdiff gc` removes it"))
+            if kind != "a regular file":  # not opened (§13.1): no writer makes one, a stranger's may hang a reader
+                self.findings.append(Finding("MD801", str(path), f"this snapshot is {kind}, not a regular file "
+                                                                 "(§13.1): checkouts ignore it; `mdiff gc` removes it"))
                 continue
             try:
                 verdict = cleanup.judge_snapshot(self.store, path, self.check_data)

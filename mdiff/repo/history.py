@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections import deque
@@ -194,6 +195,87 @@ def merge_base(repo: CommitGraph, a: str, b: str) -> str | None:
         dominated |= ancestors(repo, c) - {c}
     best = sorted(common - dominated, key=lambda c: (repo.metadata(c).date, c))
     return best[-1]
+
+
+def readable_refs(store: Store, remotes: bool = True) \
+        -> tuple[dict[str, str], dict[str, str], dict[str, str], list[tuple[str, RepositoryError]]]:
+    """(branches, tags, tracked, problems): every branch, tag and — with ``remotes`` — remote-tracking
+    branch ("<remote>/<branch>") that names a commit, each read on its own, so that one malformed ref
+    hides no other; ``problems`` holds (the ref's path under .mdiff/, its error) of each that cannot be
+    read."""
+    from mdiff.repo.remotes import remote_names
+
+    branches: dict[str, str] = {}
+    tags: dict[str, str] = {}
+    tracked: dict[str, str] = {}
+    problems: list[tuple[str, RepositoryError]] = []
+
+    def each(found: dict[str, str], where: str, names: Callable[[], list[str]],
+             target: Callable[[str], str | None], prefix: str = "") -> None:
+        try:
+            listed = names()
+        except RepositoryError as exc:
+            problems.append((where, exc))
+            return
+        for name in listed:
+            try:
+                commit = target(name)
+            except RepositoryError as exc:
+                problems.append((f"{where}/{name}", exc))
+                continue
+            if commit is not None:
+                found[prefix + name] = commit
+
+    each(branches, "refs/heads", store.branch_names, store.branch_target)
+    each(tags, "refs/tags", store.tag_names, store.tag_target)
+    if remotes:
+        try:
+            names = remote_names(store)
+        except RepositoryError as exc:
+            problems.append(("remotes", exc))
+            names = []
+        for remote in names:
+            folder = f"refs/remotes/{remote}"
+            each(tracked, folder, functools.partial(_tracking_names, store, folder),
+                 functools.partial(_tracking_target, store, folder), f"{remote}/")
+    return branches, tags, tracked, problems
+
+
+def _tracking_names(store: Store, folder: str) -> list[str]:
+    return [name for name in store.ref_files(folder) if valid_branch(name)]
+
+
+def _tracking_target(store: Store, folder: str, branch: str) -> str | None:
+    return store.read_ref(f"{folder}/{branch}")
+
+
+def readable_heads(repo: CommitGraph, heads: list[str]) -> tuple[list[str], dict[str, RepositoryError]]:
+    """(the heads whose whole history can be read, {commit id: its error} for each commit that cannot):
+    a head with an unreadable commit in its history is left out, the others kept — one bad commit
+    blinds a walk of every branch to none of the others."""
+    good: list[str] = []
+    bad: dict[str, RepositoryError] = {}
+    readable: set[str] = set()
+    for head in heads:
+        stack, seen, broken = [head], set(), False
+        while stack:
+            c = stack.pop()
+            if c in seen or c in readable:
+                continue
+            seen.add(c)
+            if c in bad:
+                broken = True
+                continue
+            try:
+                repo.metadata(c)
+                stack.extend(repo.parents(c))
+            except RepositoryError as exc:
+                bad[c] = exc
+                broken = True
+        if not broken:
+            readable |= seen
+            good.append(head)
+    return good, bad
 
 
 def topological(repo: CommitGraph, heads: list[str]) -> list[str]:

@@ -1,6 +1,6 @@
 """SPEC.md §13.1–§13.3, §13.6: a repository's folder as one object — commit files (objects.py), refs and
 reflogs (refs.py), the writers' lock (lock.py) over the files of ``.mdiff/`` (folder.py) — and how a
-repository is made and found; nothing about what the commits mean (states.py, repository.py)."""
+repository is made and found (discovery.py); nothing about what the commits mean (states.py, repository.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 from mdiff.atomic import TEMP_SUFFIX, fsync_directory
 from mdiff.errors import RepositoryError
+from mdiff.repo import discovery
 from mdiff.repo.lock import WriterLock
 from mdiff.repo.names import FORMAT_LINE, HEAD_PREFIX, REPO_DIR
 from mdiff.repo.refs import Refs
@@ -37,12 +38,11 @@ class Store(Refs, WriterLock):
 
     @staticmethod
     def locate(start: str | os.PathLike[str]) -> Path:
-        """The folder holding ``.mdiff/`` that contains ``start`` (searching upwards, like git)."""
-        here = Path(start).resolve()
-        for candidate in (here, *here.parents):
-            if os.path.lexists(candidate / REPO_DIR / "format"):  # whatever it is: check_format says what is wrong
-                return candidate
-        raise RepositoryError("MD801", f"no mdiff repository in {here} or its parents; run `mdiff init`")
+        """The folder holding ``.mdiff/`` that contains ``start`` (searching upwards, like git, §13.10), if
+        this process's user owns it or trusts it (MD809 otherwise)."""
+        root = discovery.locate(start)
+        discovery.check_owner(root)
+        return root
 
     def check_format(self) -> None:
         text = self._read_small("format")

@@ -37,7 +37,7 @@ if (!process.env.MDIFF_JS_NO_FAST_START && inputBytes(process.argv.slice(3)) < F
 const { validateFile, DEFAULT_LIMITS } = await import("../src/validate.js");
 const { applyFiles } = await import("../src/apply.js");
 const { MdiffError, CODES } = await import("../src/codes.js");
-const { Repository } = await import("../src/repository.js");
+const { Repository, checkOwner } = await import("../src/repository.js");
 const { readSafetensors, writeSafetensors } = await import("../src/safetensors.js");
 const { mergeStates, parseStrategy } = await import("../src/merge.js");
 
@@ -194,6 +194,7 @@ async function cmdCheckout(args) {
   if (p.pos.length !== 1 || !out) return usage("checkout needs REVISION -o OUT");
   const root = p.opts["-C"] || p.opts["--repo"] || ".";
   try {
+    checkOwner(root);
     const repo = new Repository(root, { limits: p.limits });
     const id = await repo.resolve(p.pos[0]);
     const state = await repo.state(id);

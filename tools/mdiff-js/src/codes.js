@@ -69,6 +69,7 @@ MD805 error 13.4 an exact update reads a base value that an inexact update (low_
 MD806 error 13.6 a commit would delete most of its parent's parameters, unconfirmed
 MD807 error 13.5 a snapshot disagrees with the commits of its commit id
 MD808 error 13.4 a commit's state_sha256 is not the digest of the state its first parent's state and its updates make
+MD809 error 13.10 a repository found for a command is owned by another user and not trusted
 MD700 error 10 the checkpoint format is not supported
 MD701 error 10 the checkpoint file is malformed
 MD702 error 10 the checkpoint holds a dtype the format does not support

@@ -85,6 +85,53 @@ function kindOf(p) {
   }
 }
 
+// §13.10: a repository whose .mdiff folder another user owns is refused (MD809) unless trusted:
+// MDIFF_SAFE_DIRECTORIES, or a `safe.directory = PATH` line of $XDG_CONFIG_HOME/mdiff/config; `*` trusts all.
+function safeDirectories(env = process.env) {
+  const listed = (env.MDIFF_SAFE_DIRECTORIES || "").split(":");
+  const base = env.XDG_CONFIG_HOME || path.join(env.HOME || "", ".config");
+  let text = "";
+  try {
+    text = fs.readFileSync(path.join(base, "mdiff", "config"), "utf8");
+  } catch {
+    text = "";
+  }
+  for (const line of text.split("\n")) {
+    const at = line.indexOf("=");
+    if (at >= 0 && line.slice(0, at).trim() === "safe.directory" && line.slice(at + 1).trim()) {
+      listed.push(line.slice(at + 1).trim());
+    }
+  }
+  return listed.filter((p) => p === "*" || path.isAbsolute(p));
+}
+
+const realOrNull = (p) => {
+  try {
+    return fs.realpathSync(p);
+  } catch {
+    return null;
+  }
+};
+
+export function checkOwner(root, env = process.env) {
+  if (typeof process.geteuid !== "function") return;
+  let me = process.geteuid();
+  if (me === 0 && /^[0-9]+$/.test(env.SUDO_UID || "")) me = Number(env.SUDO_UID);
+  let owner;
+  try {
+    owner = fs.statSync(path.join(root, ".mdiff")).uid;
+  } catch {
+    return; // nothing there: opening it says what is wrong
+  }
+  if (owner === me || (owner === 0 && process.geteuid() === 0)) return;
+  const real = realOrNull(root);
+  for (const entry of safeDirectories(env)) {
+    if (entry === "*" || (real !== null && realOrNull(entry) === real)) return;
+  }
+  throw new MdiffError("MD809", `the repository ${root} is owned by another user (uid ${owner}, not ${me}): ` +
+    `not used (§13.10); if you trust it, set MDIFF_SAFE_DIRECTORIES=${real || root}`, root);
+}
+
 const sameFile = (a, b) =>
   a.dev === b.dev && a.ino === b.ino && a.size === b.size && a.mtimeMs === b.mtimeMs && a.ctimeMs === b.ctimeMs;
 export class Repository {
