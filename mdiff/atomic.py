@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from mdiff.threads import Writeback
+from mdiff.words import count
 
 TEMP_SUFFIX = ".tmp"
 log = logging.getLogger(__name__)
@@ -70,8 +71,9 @@ def replace_with(temp_path: str | os.PathLike[str], path: str | os.PathLike[str]
             with contextlib.suppress(PermissionError):  # only root may give a file away
                 os.chown(temp_path, previous.st_uid, previous.st_gid)
         if previous.st_nlink > 1:
-            log.warning("%s had %d other hard links; they keep the old content (the output is a new file)",
-                        os.fspath(path), previous.st_nlink - 1)
+            others = previous.st_nlink - 1
+            log.warning("%s had %s; %s the old content (the output is a new file)", os.fspath(path),
+                        count(others, "other hard link"), "it keeps" if others == 1 else "they keep")
     os.replace(temp_path, path)
 
 

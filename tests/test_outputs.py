@@ -148,7 +148,7 @@ def test_a_hard_linked_output_is_replaced_and_the_other_links_keep_the_old_conte
     os.link(target, out / "other-link")
     code, _, err = run(capsys, *COMMANDS["apply"](d, target))
     assert code == 0
-    assert "had 1 other hard links; they keep the old content" in err
+    assert "had 1 other hard link; it keeps the old content" in err
     assert (out / "other-link").read_bytes() == b"old"
     assert load_checkpoint(target)["w"].tobytes() == new["w"].tobytes()
 

@@ -421,7 +421,7 @@ def test_credentials_are_never_stored_printed_or_logged(s3, bucket_url, tmp_path
                   "--storage-option", "retries=1", *secret]):
         code, out, err = run(capsys, *argv, "-C", repo.root)
         output += out + err
-    assert "pushed 1 commits" in output and "mdiff: error MD801" in output  # the last push cannot connect
+    assert "pushed 1 commit (" in output and "mdiff: error MD801" in output  # the last push cannot connect
     assert SECRET not in output
     for path in repo.dir.rglob("*"):
         assert not path.is_file() or SECRET.encode() not in path.read_bytes(), path

@@ -12,7 +12,7 @@ from mdiff.cli.options import (
     add_author, add_commit_metadata, add_date, add_engine, add_json, add_meta, add_quiet, add_repository_options,
     add_storage_option, parse_duration, parse_meta, parse_size, repository_of, storage_options_of,
 )
-from mdiff.cli.output import format_size, print_description, print_result
+from mdiff.cli.output import count, differ, format_size, print_description, print_result
 from mdiff.cli.progress import ProgressBar
 from mdiff.cli.registry import Commands
 from mdiff.cli.usage import UsageError
@@ -213,8 +213,8 @@ def _stat_lines(stat: dict) -> list[str]:
     for p in rows:
         types[p["type"]] = types.get(p["type"], 0) + 1
     by_type = ", ".join(f"{n} {t}" for t, n in sorted(types.items()))
-    files = f", {len(stat['files'])} files" if stat["files"] else ""
-    lines.append(f"{len(rows)} parameters ({by_type or 'none'}){files}; {format_size(stat['stored_bytes'])}")
+    files = f", {count(len(stat['files']), 'file')}" if stat["files"] else ""
+    lines.append(f"{count(len(rows), 'parameter')} ({by_type or 'none'}){files}; {format_size(stat['stored_bytes'])}")
     return lines
 
 
@@ -339,8 +339,7 @@ def run_status(args) -> int:
     if not changes:
         print("nothing changed")
     else:
-        counts = [f"{len(changes.tensors)} parameters"] + ([f"{len(changes.files)} files"] if changes.files else [])
-        print(f"{' and '.join(counts)} differ")
+        print(differ(len(changes.tensors), len(changes.files)))
     return 1 if args.exit_code and changes else 0
 
 
@@ -442,7 +441,7 @@ def run_merge(args) -> int:
         if args.json:
             print(json.dumps({"error": {"code": "MD804", "conflicts": [{"parameter": n, "reason": r} for n, r in conflicts]}}))
         else:
-            print(f"mdiff: error MD804: {len(conflicts)} conflicts; nothing was committed:")
+            print(f"mdiff: error MD804: {count(len(conflicts), 'conflict')}; nothing was committed:")
             for name, reason in conflicts:
                 print(f"  {name}: {reason}")
             print("  (use --strategy ours or theirs to take one side)")
@@ -488,7 +487,7 @@ def run_snapshot(args) -> int:
     if args.drop:
         commit_id, freed = repo.drop_snapshot(args.rev)
         print_result(args, {"dropped": commit_id, "bytes_freed": freed},
-               f"dropped the snapshot of {commit_id[:12]} ({freed} bytes freed)")
+               f"dropped the snapshot of {commit_id[:12]} ({format_size(freed)} freed)")
         return 0
     commit_id = repo.snapshot(args.rev)
     print_result(args, {"snapshot": commit_id}, f"snapshot stored for {commit_id[:12]}")
@@ -537,8 +536,8 @@ def run_gc(args) -> int:
     for item in report.kept:
         print(f"kept {item.path.relative_to(repo.dir)}: {item.reason}")
     total = f"{format_size(report.bytes_freed)} ({report.bytes_freed} bytes)"
-    expired = f"; {report.expired_entries} reflog entries expired" if report.expired_entries else ""
-    print(f"{len(report.removed)} entries ({len(report.commits)} commits), {total} "
+    expired = f"; {count(report.expired_entries, 'reflog entry', 'reflog entries')} expired" if report.expired_entries else ""
+    print(f"{count(len(report.removed), 'entry', 'entries')} ({count(len(report.commits), 'commit')}), {total} "
           f"{'would be freed' if args.dry_run else 'freed'}{expired}")
     return 0
 
@@ -562,7 +561,8 @@ def run_fsck(args) -> int:
     else:
         for f in findings:
             print(f"{f.code} {f.severity} {f.path}: {f.message}")
-        print(f"{len(repo.commit_ids())} commits checked: " + ("sound" if not errors else f"{len(errors)} problems"))
+        print(f"{count(len(repo.commit_ids()), 'commit')} checked: "
+              + ("sound" if not errors else count(len(errors), "problem")))
     return 1 if errors else 0
 
 
