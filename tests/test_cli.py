@@ -438,3 +438,10 @@ def test_one_of_a_thing_is_said_in_the_singular(capsys, tmp_path, monkeypatch):
     assert out.splitlines()[-1] == "1 commit checked: sound"
     code, out, _ = run(capsys, "status", tmp_path / "b.safetensors", "-C", repo.root)
     assert out.splitlines()[-1] == "2 parameters differ"
+
+
+def test_a_text_file_given_as_a_checkpoint_says_it_is_not_one(capsys, tmp_path):
+    (tmp_path / "x.safetensors").write_text("hello world\n", encoding="utf-8")
+    repo = mdiff.Repository.init(tmp_path / "r")
+    code, _, err = run(capsys, "commit", tmp_path / "x.safetensors", "-m", "x", "-C", repo.root)
+    assert code == 1 and err.startswith("mdiff: error MD701: x.safetensors is not a safetensors file (")
