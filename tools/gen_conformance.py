@@ -538,6 +538,8 @@ class Corpus:
                                  "parameters": sorted(load_checkpoint(bounds[label])), "bounds": self.rel(bounds[label])}
                 entries.append({"revision": rev, "commit": ids[label], "result": self.rel(states[label]),
                                 "tolerance": tolerance})
+        # the working records these checkouts left (§13.6) name this machine's paths, and no checkout reads them
+        shutil.rmtree(repo_dir / ".mdiff" / "working", ignore_errors=True)
         case = {"id": case_id, "family": family, "section": section, "description": description,
                 "files": {"repository": self.rel(repo_dir)}, "features": ["repository"]}
         if ids:

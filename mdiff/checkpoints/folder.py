@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fnmatch
 import hashlib
 import json
 import math
@@ -35,7 +34,7 @@ from mdiff.checkpoints.writing import write_entries
 from mdiff.errors import CheckpointError, UnsafeOutputError
 from mdiff.format.dtypes import DType
 from mdiff.format.layout import INDEX_SUFFIX, Layout, Shard
-from mdiff.format.paths import collisions, path_problem
+from mdiff.format.paths import collisions, matches_glob, path_problem
 from mdiff.regular_files import kind_of
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -285,7 +284,7 @@ class FolderFiles(Mapping[str, bytes]):
         self._max = max_file_bytes
         self._sizes: dict[str, int] = {}
         for relative, info in _walk(folder, guard):
-            if relative in ignored or _matches(relative, _WEIGHT_PATTERNS + TRAINING_STATE + exclude):
+            if relative in ignored or matches_glob(relative, _WEIGHT_PATTERNS + TRAINING_STATE + exclude):
                 continue
             problem = path_problem(relative)
             if problem:
@@ -317,11 +316,6 @@ class FolderFiles(Mapping[str, bytes]):
 
     def sha256(self, path: str) -> str:
         return hashlib.sha256(self[path]).hexdigest()
-
-
-def _matches(relative: str, patterns: Sequence[str]) -> bool:
-    name = relative.rsplit("/", 1)[-1]
-    return any(fnmatch.fnmatchcase(relative, p) or ("/" not in p and fnmatch.fnmatchcase(name, p)) for p in patterns)
 
 
 def _walk(folder: str, guard: _LinkGuard) -> Iterator[tuple[str, os.stat_result]]:

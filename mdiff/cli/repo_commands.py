@@ -299,11 +299,12 @@ def run_checkout(args) -> int:
         else:
             repo = repository_of(args)
             commit_id = resolve(repo, args.rev)
-        if not args.lazy:
-            written = repo.checkout(commit_id, args.output, template=args.template, progress=bar,
-                                    engine=args.engine, max_shard_size=args.max_shard_size)
-    what = f"{len(written)} files" if len(written) > 1 or written != [args.output] else ""
-    how = (f"; read in place: {moved['bytes_read']:,} bytes in {moved['requests']} requests, every value verified, "
+        if not args.lazy:  # the revision as given: a branch's name says whose working copy OUT is (working.py)
+            written = repo.checkout(args.rev if not args.remote else commit_id, args.output, template=args.template,
+                                    progress=bar, engine=args.engine, max_shard_size=args.max_shard_size)
+    what = count(len(written), "file") if len(written) > 1 or written != [args.output] else ""
+    how = (f"; read in place: {format_size(moved['bytes_read'])} in {count(moved['requests'], 'request')}, every "
+           "value verified, "
            "commit ids not" if moved else ", verified")
     print_result(args, {"commit": commit_id, "output": args.output, "written": written, **moved},
            f"wrote {args.output}{f' ({what})' if what else ''}: the state at {commit_id[:12]}{how}")
@@ -311,16 +312,30 @@ def run_checkout(args) -> int:
 
 
 def status_arguments(p) -> None:
-    p.add_argument("checkpoint", metavar="CHECKPOINT", help=CHECKPOINT_HELP)
+    p.add_argument("checkpoint", nargs="?", default=None, metavar="CHECKPOINT",
+                   help=CHECKPOINT_HELP + " (default: the branch, and the folder last committed or checked out on it)")
     _exclude_option(p)
-    p.add_argument("--exit-code", action="store_true", help="exit 1 when CHECKPOINT differs from HEAD, 0 when not (like git)")
+    p.add_argument("--exit-code", action="store_true",
+                   help="exit 1 when CHECKPOINT differs from HEAD — without CHECKPOINT, when the folder last committed "
+                        "or checked out on the branch changed since —, 0 when not (like git)")
     add_quiet(p)
     add_repository_options(p)
 
 
-@COMMANDS.command("status", help="what a checkpoint or model folder changes against HEAD", arguments=status_arguments,
-                  description="List the parameters and files CHECKPOINT adds, deletes or changes against HEAD's state.")
+@COMMANDS.command("status", help="the branch, and what a checkpoint or model folder changes against HEAD",
+                  arguments=status_arguments,
+                  description="With CHECKPOINT: list the parameters and files it adds, deletes or changes against "
+                              "HEAD's state. Without: the current branch and HEAD, how many commits the branch is "
+                              "ahead of and behind its remote-tracking branch (origin/BRANCH, else the one "
+                              "remote's that has it), and whether the folder or file last committed from or "
+                              "checked out to on this branch changed since — by the files' size and times, then "
+                              "by the sha256 of those whose times moved (the record is kept in "
+                              ".mdiff/working/, outside the commits: SPEC.md §13.1).")
 def run_status(args) -> int:
+    if args.checkpoint is None:
+        if args.exclude:
+            raise UsageError("--exclude is for CHECKPOINT: mdiff status CHECKPOINT --exclude GLOB")
+        return _branch_status(args)
     repo = repository_of(args)
     branch, head = repo.head()
     with ProgressBar.of(args, "status") as bar:
@@ -341,6 +356,82 @@ def run_status(args) -> int:
     else:
         print(differ(len(changes.tensors), len(changes.files)))
     return 1 if args.exit_code and changes else 0
+
+
+def _branch_status(args) -> int:
+    """`mdiff status` without CHECKPOINT: refs and the files' status, no state read (no tensor, no parameter)."""
+    from mdiff.repo import working
+    from mdiff.repo.history import ahead_behind
+    from mdiff.repo.remotes import upstream_of
+    from mdiff.repo.store import Store
+
+    store = Store(Store.locate(args.repo), "auto" if args.isolate else None)
+    store.check_format()
+    branch, head = store.head()
+    message = next(iter(store.metadata(head).message.splitlines()), "") if head else ""
+    upstream = upstream_of(store, branch) if branch else None
+    counts = ahead_behind(store, head, upstream[1]) if upstream else None
+    record = working.read(store, working.ref_of(branch))
+    since = working.changes_since(record) if record is not None else None
+    if record is not None and since is not None:
+        working.refresh(store, record, since)
+    changed = since is not None and bool(since)
+    if args.json:
+        print(json.dumps({
+            "branch": branch, "head": head, "message": message if head else None,
+            "upstream": {"name": upstream[0], "commit": upstream[1], "ahead": counts[0], "behind": counts[1]}
+            if upstream and counts else None,
+            "working": None if record is None or since is None else {
+                "path": record.path, "kind": record.kind, "action": record.action, "commit": record.commit,
+                "changed": changed, "missing": since.missing, "files": since.files, "incomplete": since.incomplete},
+        }))
+        return 1 if args.exit_code and changed else 0
+    where = f"On branch {branch}" if branch else "HEAD detached"
+    print(f"{where} at {head[:12]} {json.dumps(message, ensure_ascii=False)}" if head else f"{where} (no commits yet)")
+    if upstream and counts:
+        print(_tracking_line(upstream[0], *counts))
+    if record is None or since is None:
+        print(f"nothing recorded for {branch or 'HEAD'}: `mdiff commit PATH` and `mdiff checkout REV -o PATH` "
+              "remember PATH here")
+        return 0
+    shown = _shown_path(record.path)
+    at = f"{'committed' if record.action == 'commit' else 'checked out'} at {record.commit[:12]}"
+    if head != record.commit:
+        at += f"; {branch or 'HEAD'} is at {head[:12]} now" if head else f"; {branch or 'HEAD'} has no commit now"
+    if since.missing:
+        print(f"{shown} ({at}): gone since (or no longer a {record.kind})")
+    elif not since:
+        print(f"{shown} ({at}): unchanged since")
+    else:
+        more = " or more" if since.incomplete else ""
+        print(f"{shown} ({at}): {count(len(since.files), 'file')}{more} changed since — run "
+              f"`mdiff status {shown}` for the parameters")
+        for name, kind in since.files.items():
+            print(f"  {kind:<9} {name}")
+    return 1 if args.exit_code and changed else 0
+
+
+def _tracking_line(upstream: str, ahead: int, behind: int) -> str:
+    """git's line: up to date with, ahead of, behind, or both."""
+    if not ahead and not behind:
+        return f"Your branch is up to date with {upstream}."
+    if not behind:
+        return f"Your branch is {count(ahead, 'commit')} ahead of {upstream}."
+    if not ahead:
+        return f"Your branch is {count(behind, 'commit')} behind {upstream}."
+    return f"Your branch is {count(ahead, 'commit')} ahead of {upstream}, {behind} behind."
+
+
+def _shown_path(path: str) -> str:
+    """``path`` as the user would type it here: ./relative below the working folder, else absolute."""
+    import os
+
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return path
+    return path if relative == ".." or relative.startswith(".." + os.sep) else (
+        relative if relative == "." else os.path.join(".", relative))
 
 
 # ---------------------------------------------------------------- branches

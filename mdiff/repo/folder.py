@@ -210,6 +210,14 @@ class RepositoryFolder:
         walk([])
         return found
 
+    def remove_entry(self, relative: str) -> None:
+        """Remove the entry ``.mdiff/<relative>`` that is not a folder (whatever it is; nothing it points to)."""
+        *parts, name = relative.split("/")
+        with contextlib.suppress(FileNotFoundError):
+            with self._folder(parts) as (fd, prefix):
+                os.unlink(prefix + name, dir_fd=fd)
+                self._sync_folder(fd, prefix)
+
     def ref_files(self, folder: str) -> list[str]:
         """The names, relative to ``.mdiff/<folder>``, of the entries below it that are not folders
         (temporary ones aside), sub-folders walked without following a link; [] when it is missing."""
