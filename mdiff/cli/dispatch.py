@@ -55,11 +55,15 @@ def build_parser(commands: Iterable[Command]) -> argparse.ArgumentParser:
     add_threads(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
     for command in commands:
-        p = sub.add_parser(command.name, help=command.help, description=command.description)
-        command.arguments(p)
-        add_verbose(p)
-        add_threads(p, after_the_command=True)
-        p.set_defaults(run=command.run)
+        for name in command.names:  # an alias parses as its command, and is not listed (its help says it)
+            if name == command.name:
+                p = sub.add_parser(name, help=command.help, description=command.description)
+            else:  # argparse lists a sub-command given help=, and only those
+                p = sub.add_parser(name, description=command.description)
+            command.arguments(p)
+            add_verbose(p)
+            add_threads(p, after_the_command=True)
+            p.set_defaults(run=command.run)
     return parser
 
 

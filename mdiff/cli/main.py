@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     # Finding entry points reads every installed distribution's metadata (tens of ms): skip it when the
     # command line names a built-in command, or only asks for the version.
-    needs_plugins = not words or words[0] not in {command.name for command in builtin} | {"--version"}
+    needs_plugins = not words or words[0] not in {name for command in builtin for name in command.names} | {"--version"}
     commands, problems = registry.collect(builtin, entry_points=needs_plugins)
     for problem in problems:
         print(f"mdiff: warning: {problem}", file=sys.stderr)

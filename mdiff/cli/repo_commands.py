@@ -1,7 +1,7 @@
 """Repository commands (SPEC.md §13): init, commit, log, show, checkout, status, branch, switch,
-merge, squash, snapshot, gc, fsck, import-peft, tag, reset, reflog. Each is a thin layer over mdiff.repo.
+merge, squash, snapshot, gc, fsck, du, import-peft, tag, reset, reflog. Each is a thin layer over mdiff.repo.
 
-Seventeen commands make it ~700 lines, each an arguments function and a handler; they stay in one module
+Eighteen commands make it ~700 lines, each an arguments function and a handler; they stay in one module
 because `mdiff --help` lists commands in the order their module registers them (cli/main.py)."""
 
 from __future__ import annotations
@@ -655,6 +655,80 @@ def run_fsck(args) -> int:
         print(f"{count(len(repo.commit_ids()), 'commit')} checked: "
               + ("sound" if not errors else count(len(errors), "problem")))
     return 1 if errors else 0
+
+
+def du_arguments(p) -> None:  # -v (every command's) adds a row per commit
+    add_repository_options(p, "print JSON: every commit (id, reachable, stored_bytes, checkpoint_bytes, ratio, "
+                              "message) and the totals, in bytes")
+
+
+@COMMANDS.command("du", help="is it worth it? the repository's bytes against full checkpoints of every commit",
+                  arguments=du_arguments, aliases=("count-objects",),
+                  description="What .mdiff/ stores — commit files, snapshots, and the rest (refs, reflogs, "
+                              "working records) — against what a full checkpoint of every commit's state would "
+                              "take: its weights' bytes, the product of each parameter's shape and its dtype's "
+                              "size, as a .safetensors file or git-lfs holds them (from the commits' metadata; "
+                              "no value is read). Commits no branch, tag, remote-tracking ref or HEAD reaches "
+                              "are counted apart. With -v, a row per commit: its file's bytes, its state's full "
+                              "checkpoint and the ratio. Every commit file is verified (MD800) as it is read. "
+                              "`mdiff count-objects` is the same command.")
+def run_du(args) -> int:
+    from mdiff.repo.space import measure
+    from mdiff.repo.store import Store
+
+    store = Store(Store.locate(args.repo), "auto" if args.isolate else None)
+    store.check_format()
+    space = measure(store)
+    unreached = [c for c in space.commits if not c.reachable]
+    if args.json:
+        print(json.dumps({
+            "commits": [{"id": c.commit_id, "reachable": c.reachable, "stored_bytes": c.stored_bytes,
+                         "checkpoint_bytes": c.checkpoint_bytes, "ratio": c.ratio, "message": c.message}
+                        for c in space.commits],
+            "totals": {"commits": len(space.commits), "unreachable": len(unreached),
+                       "unreadable": space.unreadable, "commit_bytes": space.commit_bytes,
+                       "unreachable_commit_bytes": sum(c.stored_bytes for c in unreached),
+                       "snapshots": space.snapshots, "snapshot_bytes": space.snapshot_bytes,
+                       "other_bytes": space.other_bytes, "repository_bytes": space.repository_bytes,
+                       "checkpoint_bytes": space.checkpoint_bytes, "ratio": space.ratio},
+        }))
+        return 0
+    if args.verbose:
+        rows = [("COMMIT", "STORED", "CHECKPOINT", "RATIO", "MESSAGE")]
+        for c in space.commits:
+            if c is (unreached[0] if unreached else None):
+                rows.append(("unreachable:", "", "", "", ""))
+            rows.append((c.commit_id[:12], format_size(c.stored_bytes),
+                         format_size(c.checkpoint_bytes) if c.checkpoint_bytes is not None else "unreadable",
+                         _percent(c.ratio), c.message))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        for r in rows:
+            print(("  ".join(r[i].ljust(widths[i]) if i == 0 else r[i].rjust(widths[i]) for i in range(4))
+                   + "  " + r[4]).rstrip())
+        print()
+    commits = count(len(space.commits), "commit")
+    print(f".mdiff/ holds {format_size(space.repository_bytes)}: {commits} in {format_size(space.commit_bytes)}, "
+          f"{count(space.snapshots, 'snapshot')} in {format_size(space.snapshot_bytes)}, other files "
+          f"{format_size(space.other_bytes)}")
+    readable = len(space.commits) - space.unreadable
+    every = "every commit" if not space.unreadable else f"the {count(readable, 'commit')} whose state can be read"
+    if space.ratio is not None:
+        times = f"{1 / space.ratio:.1f}× smaller" if space.ratio <= 1 else f"{space.ratio:.1f}× larger"
+        print(f"full checkpoints of {every} would take {format_size(space.checkpoint_bytes)}: .mdiff/ is "
+              f"{_percent(space.ratio)} of that ({times})")
+    elif space.commits:
+        print(f"full checkpoints of {every} would take {format_size(space.checkpoint_bytes)}")
+    if unreached:
+        print(f"{count(len(unreached), 'commit')} ({format_size(sum(c.stored_bytes for c in unreached))}) "
+              f"{'is' if len(unreached) == 1 else 'are'} reached by no branch, tag or HEAD: `mdiff gc` removes "
+              f"{'it' if len(unreached) == 1 else 'them'} once no reflog entry keeps {'it' if len(unreached) == 1 else 'them'}")
+    if space.unreadable:
+        print(f"{count(space.unreadable, 'commit')} cannot be read (nor the states after them): `mdiff fsck` says why")
+    return 0
+
+
+def _percent(ratio: float | None) -> str:
+    return f"{ratio:.1%}" if ratio is not None else "-"
 
 
 def import_peft_arguments(p) -> None:
