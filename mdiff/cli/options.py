@@ -22,6 +22,7 @@ from mdiff.threads import ENVIRONMENT, parse_threads
 
 if TYPE_CHECKING:
     from mdiff.repo.repository import Repository
+    from mdiff.repo.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,16 @@ def repository_of(args: argparse.Namespace) -> Repository:
     from mdiff.repo.repository import Repository
 
     return Repository.find(args.repo, isolation="auto" if getattr(args, "isolate", True) else None)
+
+
+def store_of(args: argparse.Namespace) -> Store:
+    """The folder of that repository, for a command that reads refs and commits' metadata but no state: the
+    Repository facade (diffing, checkpoints, states) is not imported."""
+    from mdiff.repo.store import Store
+
+    store = Store(Store.locate(args.repo), "auto" if getattr(args, "isolate", True) else None)
+    store.check_format()
+    return store
 
 
 # ---------------------------------------------------------------- a commit's metadata

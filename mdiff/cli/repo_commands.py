@@ -10,7 +10,7 @@ import json
 
 from mdiff.cli.options import (
     add_author, add_commit_metadata, add_date, add_engine, add_json, add_meta, add_quiet, add_repository_options,
-    add_storage_option, parse_duration, parse_meta, parse_size, repository_of, storage_options_of,
+    add_storage_option, parse_duration, parse_meta, parse_size, repository_of, storage_options_of, store_of,
 )
 from mdiff.cli.output import count, differ, format_size, print_description, print_result
 from mdiff.cli.progress import ProgressBar
@@ -363,10 +363,8 @@ def _branch_status(args) -> int:
     from mdiff.repo import working
     from mdiff.repo.history import ahead_behind
     from mdiff.repo.remotes import upstream_of
-    from mdiff.repo.store import Store
 
-    store = Store(Store.locate(args.repo), "auto" if args.isolate else None)
-    store.check_format()
+    store = store_of(args)
     branch, head = store.head()
     message = next(iter(store.metadata(head).message.splitlines()), "") if head else ""
     upstream = upstream_of(store, branch) if branch else None
@@ -674,12 +672,9 @@ def du_arguments(p) -> None:  # -v (every command's) adds a row per commit
                               "`mdiff count-objects` is the same command.")
 def run_du(args) -> int:
     from mdiff.repo.space import measure
-    from mdiff.repo.store import Store
 
-    store = Store(Store.locate(args.repo), "auto" if args.isolate else None)
-    store.check_format()
-    space = measure(store)
-    unreached = [c for c in space.commits if not c.reachable]
+    space = measure(store_of(args))
+    unreached = space.unreached
     if args.json:
         print(json.dumps({
             "commits": [{"id": c.commit_id, "reachable": c.reachable, "stored_bytes": c.stored_bytes,
@@ -687,7 +682,7 @@ def run_du(args) -> int:
                         for c in space.commits],
             "totals": {"commits": len(space.commits), "unreachable": len(unreached),
                        "unreadable": space.unreadable, "commit_bytes": space.commit_bytes,
-                       "unreachable_commit_bytes": sum(c.stored_bytes for c in unreached),
+                       "unreachable_commit_bytes": space.unreached_bytes,
                        "snapshots": space.snapshots, "snapshot_bytes": space.snapshot_bytes,
                        "other_bytes": space.other_bytes, "repository_bytes": space.repository_bytes,
                        "checkpoint_bytes": space.checkpoint_bytes, "ratio": space.ratio},
@@ -719,7 +714,7 @@ def run_du(args) -> int:
     elif space.commits:
         print(f"full checkpoints of {every} would take {format_size(space.checkpoint_bytes)}")
     if unreached:
-        print(f"{count(len(unreached), 'commit')} ({format_size(sum(c.stored_bytes for c in unreached))}) "
+        print(f"{count(len(unreached), 'commit')} ({format_size(space.unreached_bytes)}) "
               f"{'is' if len(unreached) == 1 else 'are'} reached by no branch, tag or HEAD: `mdiff gc` removes "
               f"{'it' if len(unreached) == 1 else 'them'} once no reflog entry keeps {'it' if len(unreached) == 1 else 'them'}")
     if space.unreadable:

@@ -22,7 +22,6 @@ from mdiff.format.commit import Commit
 from mdiff.repo.history import topological
 from mdiff.repo.store import Store
 
-SNAPSHOT_NAME = ".mdiff"
 
 
 @dataclass(frozen=True)
@@ -72,6 +71,15 @@ class Space:
     @property
     def unreadable(self) -> int:
         return sum(c.checkpoint_bytes is None for c in self.commits)
+
+    @property
+    def unreached(self) -> list[CommitSpace]:
+        """The commits no ref or HEAD reaches (a reflog entry may still keep them from gc)."""
+        return [c for c in self.commits if not c.reachable]
+
+    @property
+    def unreached_bytes(self) -> int:
+        return sum(c.stored_bytes for c in self.unreached)
 
 
 def measure(store: Store) -> Space:
@@ -162,7 +170,7 @@ def _ref_targets(store: Store) -> list[str]:
 
 
 def _is_snapshot(path: Path) -> bool:
-    return path.parent.name == "snapshots" and path.name.endswith(SNAPSHOT_NAME) and not path.name.startswith(".")
+    return path.parent.name == "snapshots" and path.name.endswith(".mdiff") and not path.name.startswith(".")
 
 
 def _regular_files(folder: Path) -> Iterator[Path]:
