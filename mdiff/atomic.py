@@ -17,7 +17,6 @@ content at once and, cut short, leave all of them corrupt).
 from __future__ import annotations
 
 import contextlib
-import errno
 import io
 import logging
 import os
@@ -26,15 +25,14 @@ import stat
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from mdiff.errors import UnsafeOutputError
 from mdiff.threads import Writeback
+from mdiff.words import count
 
 TEMP_SUFFIX = ".tmp"
 log = logging.getLogger(__name__)
 
-
-class UnsafeOutputError(OSError):
-    """The output path names something a new file must not replace (a device, FIFO, socket, link or
-    folder): a usage error, raised before anything is written."""
+__all__ = ["UnsafeOutputError", "atomic_output", "check_output", "create_temp_file", "replace_with"]
 
 
 _KINDS = [(stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISCHR, "a character device"),
@@ -55,8 +53,7 @@ def check_output(path: str | os.PathLike[str]) -> os.stat_result | None:
         "a folder": "give the path of a file to write (a file name inside the folder, say)",
         "a symbolic link": "writing would replace the link, not what it points to; give the path of the file itself",
     }.get(kind, "writing would replace it with a regular file; give the path of a file to write")
-    raise UnsafeOutputError(errno.EISDIR if kind == "a folder" else errno.EEXIST,
-                            f"the output exists and is {kind}: {why}", os.fspath(path))
+    raise UnsafeOutputError("MD706", f"the output exists and is {kind}: {why}", os.fspath(path))
 
 
 def replace_with(temp_path: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
@@ -70,24 +67,64 @@ def replace_with(temp_path: str | os.PathLike[str], path: str | os.PathLike[str]
             with contextlib.suppress(PermissionError):  # only root may give a file away
                 os.chown(temp_path, previous.st_uid, previous.st_gid)
         if previous.st_nlink > 1:
-            log.warning("%s had %d other hard links; they keep the old content (the output is a new file)",
-                        os.fspath(path), previous.st_nlink - 1)
+            others = previous.st_nlink - 1
+            log.warning("%s had %s; %s the old content (the output is a new file)", os.fspath(path),
+                        count(others, "other hard link"), "it keeps" if others == 1 else "they keep")
     os.replace(temp_path, path)
 
 
 def create_temp_file(directory: str | os.PathLike[str], basename: str) -> tuple[str, int]:
     """A new, empty, hidden file in ``directory`` (the target's folder, so that the rename is atomic):
-    (its path, an fd open for writing)."""
+    (its path, an fd open for writing). An error names the target, ``directory``/``basename``."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
     if not os.path.isdir(directory):  # say which folder, not the temporary file's name
         raise FileNotFoundError(2, "the folder to write into does not exist; create it first", os.fspath(directory))
-    for _ in range(100):
-        temp_path = os.path.join(os.fspath(directory), f".{basename[:200]}.{secrets.token_hex(8)}{TEMP_SUFFIX}")
-        try:
-            return temp_path, os.open(temp_path, flags, 0o666)
-        except FileExistsError:
-            continue
+    with naming(os.path.join(os.fspath(directory), basename), doing=f"cannot create a file in {os.fspath(directory)}"):
+        for _ in range(100):
+            temp_path = os.path.join(os.fspath(directory), f".{basename[:200]}.{secrets.token_hex(8)}{TEMP_SUFFIX}")
+            try:
+                return temp_path, os.open(temp_path, flags, 0o666)
+            except FileExistsError:
+                continue
     raise FileExistsError(f"could not create a temporary file in {directory}")
+
+
+def is_internal_name(name: object) -> bool:
+    """Whether ``name`` (an OSError's filename) is one mdiff made for its own work, which a message must not
+    show: a temporary file or folder's hidden name (``.NAME.<random>.tmp``, alone or in a path) or a
+    descriptor's ``/proc/self/fd/N`` (regular_files.reopenable)."""
+    if not isinstance(name, (str, bytes, os.PathLike)):
+        return False
+    text = os.fsdecode(name)
+    return text.startswith("/proc/self/fd/") or any(
+        part.startswith(".") and part.endswith(TEMP_SUFFIX) for part in text.split(os.sep))
+
+
+@contextlib.contextmanager
+def naming(path: str | os.PathLike[str], staging: str | None = None, doing: str | None = None) -> Iterator[None]:
+    """An OSError of the block that names a temporary file, or an entry below ``staging`` (the temporary folder
+    the work is done in, or a descriptor's ``/proc/self/fd/N`` the block writes through), is raised naming ``path``
+    instead — the file or folder the user knows —, or the same entry below ``path``; ``doing`` says what failed,
+    before the system's reason. Errors naming anything else (an input) pass as they are."""
+    try:
+        yield
+    except OSError as exc:
+        if isinstance(exc, UnsafeOutputError):
+            raise
+        below = staging.rstrip(os.sep) + os.sep if staging is not None else None
+        for name in (exc.filename, exc.filename2):
+            inner = os.fsdecode(name) if isinstance(name, (str, bytes, os.PathLike)) else ""
+            if below is not None and inner.startswith(below):
+                rest = inner[len(below):]
+                shown = os.fspath(path) if is_internal_name(rest) else os.path.join(os.fspath(path), rest)
+                break
+            if inner and is_internal_name(inner) and not inner.startswith("/proc/self/fd/"):
+                shown = os.fspath(path)
+                break
+        else:
+            raise
+        reason = exc.strerror or str(exc)
+        raise OSError(exc.errno, f"{doing}: {reason}" if doing else reason, shown) from exc
 
 
 def fsync_path(path: str | os.PathLike[str]) -> None:
@@ -106,22 +143,35 @@ def fsync_directory(directory: str | os.PathLike[str]) -> None:
 
 
 class SyncingWriter(io.BufferedWriter):
-    """A buffered file that syncs what it has written on another thread as it goes (threads.Writeback)."""
+    """A buffered file that syncs what it has written on another thread as it goes (threads.Writeback).
+    An OSError of a write or a sync names ``shown`` — the file the user named — not its temporary name."""
 
-    def __init__(self, raw: io.FileIO):
+    def __init__(self, raw: io.FileIO, shown: str | os.PathLike[str] | None = None):
         super().__init__(raw)
         self.writeback = Writeback(lambda: os.fsync(raw.fileno()))
+        self.shown = os.fspath(shown) if shown is not None else None
 
     def write(self, data) -> int:
-        n = super().write(data)
-        self.writeback.wrote(n, self.flush)
+        try:
+            n = super().write(data)
+            self.writeback.wrote(n, self.flush)
+        except OSError as exc:
+            raise self._named(exc) from exc
         return n
 
     def finish(self) -> None:
         """Flush, wait for the sync in flight, sync the rest."""
-        self.flush()
-        self.writeback.wait()
-        os.fsync(self.fileno())
+        try:
+            self.flush()
+            self.writeback.wait()
+            os.fsync(self.fileno())
+        except OSError as exc:
+            raise self._named(exc) from exc
+
+    def _named(self, exc: OSError) -> OSError:
+        if self.shown is None or (exc.filename is not None and not is_internal_name(exc.filename)):
+            return exc
+        return OSError(exc.errno, exc.strerror or str(exc), self.shown)
 
 
 @contextlib.contextmanager
@@ -133,7 +183,7 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     directory = os.path.dirname(os.path.abspath(path))
     temp_path, fd = create_temp_file(directory, os.path.basename(path))
     try:
-        file = SyncingWriter(io.FileIO(fd, "wb"))
+        file = SyncingWriter(io.FileIO(fd, "wb"), path)
     except BaseException:
         os.close(fd)
         os.unlink(temp_path)
@@ -145,7 +195,8 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         finally:
             file.writeback.wait()  # no sync may outlive the file it syncs
             file.close()
-        replace_with(temp_path, path)
+        with naming(path):
+            replace_with(temp_path, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp_path)

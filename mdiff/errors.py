@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 from mdiff.rules import RULES
 
 
@@ -57,11 +59,24 @@ class CheckpointError(MdiffError):
     """A checkpoint file cannot be read or written (SPEC.md §10)."""
 
 
+class UnsafeOutputError(CheckpointError, FileExistsError):
+    """The output path names something a new file or folder must not replace (MD706, SPEC.md §10.2): a folder
+    that is not empty, a device, a FIFO, a socket or a symbolic link — or, for a model folder, a file. Raised
+    before anything is written; a FileExistsError too, as the operating system's refusal would be."""
+
+    def __init__(self, code: str, message: str, path: str | None = None):
+        super().__init__(code, message, path)
+        self.errno, self.strerror, self.filename = errno.EEXIST, message, path  # as an OSError says them
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)  # "MD706: … [path]", as every MdiffError
+
+
 class RepositoryError(MdiffError):
     """A repository is malformed, corrupt or busy (SPEC.md §13)."""
 
 
 _BY_NAME: dict[str, type[MdiffError]] = {
     cls.__name__: cls
-    for cls in (MdiffError, InvalidFileError, LimitError, ApplyError, CheckpointError, RepositoryError)
+    for cls in (MdiffError, InvalidFileError, LimitError, ApplyError, CheckpointError, UnsafeOutputError, RepositoryError)
 }

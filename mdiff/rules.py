@@ -107,6 +107,8 @@ _TABLE = [
     ("MD703", "error", "10", "the checkpoint format cannot hold the result (e.g. an ONNX graph would lose an initializer it uses)"),
     ("MD704", "error", "10.1", "a model folder's weight files and index disagree"),
     ("MD705", "error", "10.1", "a model folder holds an entry that is not versioned (a link out, a special file, an unsafe path, a file over the size limit)"),
+    ("MD706", "error", "10.2", "an output names something a writer must not replace (a folder that is not empty, a device, "
+                               "FIFO, socket or link)"),
 ]
 
 RULES: dict[str, Rule] = {code: Rule(code, sev, sec, title) for code, sev, sec, title in _TABLE}

@@ -678,3 +678,43 @@ def test_dtype_type_is_the_mdiff_dtype(tmp_path: Path) -> None:
     save_checkpoint(path, {"x": np.zeros(1, np.uint16)})
     with open_checkpoint(path) as reader:
         assert isinstance(reader.spec("x")[1], DType)
+
+
+# ---------------------------------------------------------------- issue 27: a file that is not a checkpoint says so
+NOT_SAFETENSORS = {
+    "text": (b"hello world\n", "its first 8 bytes, read as its header's length, say"),
+    "random bytes": (bytes(np.random.default_rng(5).integers(0, 256, 4000, dtype=np.uint8)), "its first 8 bytes"),
+    "too short": (b"\x02\x00", "it has 2 bytes, fewer than the 8 of a header's length"),
+    "a JSON list": (struct.pack("<Q", 2) + b"[]", "its header is a JSON list, not an object"),
+    "not JSON": (struct.pack("<Q", 4) + b"\xff\xfe{}", "its header is not UTF-8 JSON"),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_SAFETENSORS))
+def test_a_file_that_is_not_safetensors_says_so(tmp_path: Path, case: str) -> None:
+    """Before: "the header claims 8031924123371070824 bytes; at most 100000000 are allowed"."""
+    data, why = NOT_SAFETENSORS[case]
+    path = tmp_path / "x.safetensors"
+    path.write_bytes(data)
+    error = assert_code("MD701", path)
+    assert error.message.startswith("x.safetensors is not a safetensors file (") and why in error.message, error.message
+
+
+def test_a_cut_short_safetensors_file_says_it_may_be_either(tmp_path: Path) -> None:
+    path = tmp_path / "x.safetensors"
+    path.write_bytes(struct.pack("<Q", 16) + b"{}")
+    assert assert_code("MD701", path).message == ("x.safetensors is cut short, or is not a safetensors file (its header "
+                                                  "would have 16 bytes; the file has 10)")
+
+
+@pytest.mark.parametrize("name,said", [("x.npz", "x.npz is not an .npz file (not a zip archive)"),
+                                       ("x.pt", "x.pt is not a PyTorch checkpoint (neither a zip archive nor a pickle"),
+                                       ("x.onnx", "x.onnx is not an ONNX model (")])
+def test_a_file_that_is_not_of_its_extension_s_format_says_so(tmp_path: Path, name: str, said: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(b"this is text, not a checkpoint\n" * 3)
+    if name.endswith(".pt"):
+        pytest.importorskip("torch")
+    if name.endswith(".onnx"):
+        pytest.importorskip("onnx")
+    assert assert_code("MD701", path).message.startswith(said)

@@ -301,7 +301,7 @@ def test_log_takes_n_and_stat_and_switch_takes_a_start(tmp_path, capsys):
     assert code == 0 and out.splitlines() == [f"*  {ids[2][:12]} (HEAD -> main) step 2", f"*  {ids[1][:12]} step 1"]
     code, out, _ = run(capsys, "log", "-n", "1", "--stat", "-C", repo.root)
     assert "w | dense" in out.replace("  ", " ") or "w | sparse" in out.replace("  ", " ")
-    assert "1 parameters (1 " in out
+    assert "1 parameter (1 " in out
     code, out, _ = run(capsys, "log", "-n", "1", "--stat", "--json", "-C", repo.root)
     assert json.loads(out)["stat"]["parameters"][0]["name"] == "w"
     assert run(capsys, "switch", "-c", "old", "HEAD~2", "-C", repo.root)[0] == 0
@@ -391,3 +391,57 @@ def test_the_command_line_starts_without_the_heavy_libraries():
             "print(sorted(m for m in ('h5py', 'numpy', 'onnx', 'onnxruntime', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# ---------------------------------------------------------------- issue 27: one unit, singulars, what a file is not
+@pytest.mark.parametrize("n,said", [(0, "0 B"), (999, "999 B"), (1000, "1.0 kB"), (1499, "1.5 kB"), (999_949, "999.9 kB"),
+                                    (999_950, "1.0 MB"), (473_900_000, "473.9 MB"), (452 * 2**20, "474.0 MB"),
+                                    (3_200_000_000, "3.2 GB"), (5 * 10**12, "5.0 TB")])
+def test_sizes_are_decimal_everywhere(n, said):
+    from mdiff.cli.output import format_size as cli_size
+    from mdiff.words import format_size
+
+    assert format_size(n) == cli_size(n) == said
+
+
+def test_commit_show_and_diff_say_one_file_s_size_in_one_unit(capsys, tmp_path, monkeypatch):
+    """Before: commit said 473.9 MB where diff said 452.0 MiB of one file."""
+    from mdiff.words import format_size
+
+    monkeypatch.setenv("MDIFF_AUTHOR", "Ada <ada@example.org>")
+    rng = np.random.default_rng(3)
+    save_checkpoint(tmp_path / "a.safetensors", {"w": rng.standard_normal(300_000).astype(np.float32)})
+    repo = mdiff.Repository.init(tmp_path / "r")
+    code, out, _ = run(capsys, "commit", tmp_path / "a.safetensors", "-m", "a", "-C", repo.root)
+    size = os.path.getsize(repo.commit_path(repo.head()[1]))
+    assert code == 0 and f"; {format_size(size)} stored for 1.2 MB of weights" in out
+    code, out, _ = run(capsys, "show", "-C", repo.root)
+    assert f"(mdiff 1.3, {format_size(size)})" in out
+    save_checkpoint(tmp_path / "b.safetensors", {"w": rng.standard_normal(300_000).astype(np.float32)})
+    code, out, _ = run(capsys, "diff", tmp_path / "a.safetensors", tmp_path / "b.safetensors", "-o", tmp_path / "d.mdiff")
+    assert out.rstrip().endswith(f"1 parameter changed (1 dense), {format_size(os.path.getsize(tmp_path / 'd.mdiff'))}")
+    assert "iB" not in out
+
+
+def test_one_of_a_thing_is_said_in_the_singular(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("MDIFF_AUTHOR", "Ada <ada@example.org>")
+    save_checkpoint(tmp_path / "a.safetensors", {"w": np.ones(4, np.float32), "b": np.zeros(2, np.int8)})
+    save_checkpoint(tmp_path / "b.safetensors", {"w": np.ones(4, np.float32) * 2, "b": np.zeros(2, np.int8)})
+    code, out, _ = run(capsys, "diff", tmp_path / "a.safetensors", tmp_path / "b.safetensors")
+    assert out.splitlines()[-1] == f"1 parameter differs between {tmp_path / 'a.safetensors'} and {tmp_path / 'b.safetensors'}"
+    (tmp_path / "x.mdiff").write_bytes(b"not hdf5")
+    code, out, _ = run(capsys, "validate", tmp_path / "x.mdiff")
+    assert out.splitlines()[-1].endswith("INVALID (1 error, 0 warnings)")
+    repo = mdiff.Repository.init(tmp_path / "r")
+    repo.commit({"w": np.ones(4, np.float32)}, "one")
+    code, out, _ = run(capsys, "fsck", "-C", repo.root)
+    assert out.splitlines()[-1] == "1 commit checked: sound"
+    code, out, _ = run(capsys, "status", tmp_path / "b.safetensors", "-C", repo.root)
+    assert out.splitlines()[-1] == "2 parameters differ"
+
+
+def test_a_text_file_given_as_a_checkpoint_says_it_is_not_one(capsys, tmp_path):
+    (tmp_path / "x.safetensors").write_text("hello world\n", encoding="utf-8")
+    repo = mdiff.Repository.init(tmp_path / "r")
+    code, _, err = run(capsys, "commit", tmp_path / "x.safetensors", "-m", "x", "-C", repo.root)
+    assert code == 1 and err.startswith("mdiff: error MD701: x.safetensors is not a safetensors file (")

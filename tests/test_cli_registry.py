@@ -196,3 +196,25 @@ def test_no_module_of_the_command_line_imports_one_that_imports_it_back():
         return seen
 
     assert [module for module in graph if module in reaches(module)] == []
+
+
+def test_an_alias_is_a_name_of_its_command_and_taken_like_one(capsys):
+    """`mdiff count-objects` is `mdiff du` (issue 27); a third party's command of that name is left out."""
+    from mdiff.cli.main import builtin_commands
+
+    du = next(c for c in builtin_commands() if c.name == "du")
+    assert du.aliases == ("count-objects",)
+    commands, problems = registry.collect([*builtin_commands(), Command("count-objects", help="x", run=_greet)],
+                                          entry_points=False)
+    assert problems == ["the built-in command 'count-objects' was left out: the name is taken"]
+    with pytest.raises(ValueError, match="already a command 'count-objects'"):
+        taken = registry.Commands()
+        taken.add(du)
+        taken.add(Command("count-objects", help="x", run=_greet))
+    with pytest.raises(SystemExit):
+        main(["count-objects", "--help"])
+    assert "usage: mdiff count-objects [-h] [-C DIR] [--json]" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listed = capsys.readouterr().out
+    assert "    du         is it worth it?" in listed and "count-objects" not in listed

@@ -5,6 +5,7 @@ the character device is a node made in tmp_path.)"""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -149,7 +150,7 @@ def test_a_hard_linked_output_is_replaced_and_the_other_links_keep_the_old_conte
     os.link(target, out / "other-link")
     code, _, err = run(capsys, *COMMANDS["apply"](d, target))
     assert code == 0
-    assert "had 1 other hard links; they keep the old content" in err
+    assert "had 1 other hard link; it keeps the old content" in err
     assert (out / "other-link").read_bytes() == b"old"
     assert load_checkpoint(target)["w"].tobytes() == new["w"].tobytes()
 
@@ -188,3 +189,86 @@ def test_check_output(tmp_path):
     with pytest.raises(UnsafeOutputError) as info:
         check_output(tmp_path)
     assert isinstance(info.value, OSError) and info.value.filename == str(tmp_path)
+
+
+# ---------------------------------------------------------------- issue 27: every error carries its code; no internal names
+@pytest.fixture
+def committed(tmp_path, monkeypatch):
+    monkeypatch.setenv("MDIFF_AUTHOR", "Ada <ada@example.org>")
+    repo = mdiff.Repository.init(tmp_path / "p")
+    repo.commit({"w": np.arange(6000, dtype=np.float32)}, "first", date=DATE)
+    return repo
+
+
+@pytest.mark.parametrize("kind", ["a folder that is not empty", "a regular file", "a character device",
+                                  "a symbolic link"])
+def test_a_folder_output_that_must_not_be_replaced_is_md706_and_says_what_it_is(capsys, committed, tmp_path, kind):
+    """Before: "the output exists and is not an empty folder" with no code — said of /dev/null too."""
+    target = tmp_path / "out"
+    if kind == "a folder that is not empty":
+        target.mkdir()
+        (target / "keep.txt").write_text("mine", encoding="utf-8")
+    elif kind == "a regular file":
+        target.write_bytes(b"mine")
+    elif kind == "a character device":
+        _character_device(target)
+    else:
+        target.symlink_to(tmp_path)
+    before = os.lstat(target)
+    code, _, err = run(capsys, "checkout", "HEAD", "-o", target, "-C", committed.root)
+    assert code == 2, err
+    assert f"mdiff: error MD706: the output exists and is {kind}: " in err and "not an empty folder" not in err
+    assert os.lstat(target).st_ino == before.st_ino and leftovers(tmp_path) == []
+    code, out, _ = run(capsys, "checkout", "HEAD", "-o", target, "-C", committed.root, "--json")
+    assert code == 2 and json.loads(out)["error"]["code"] == "MD706" and json.loads(out)["error"]["path"] == str(target)
+
+
+def test_a_file_output_that_must_not_be_replaced_is_md706(capsys, project):
+    d, out, _ = project
+    target = _fifo(out / "x.safetensors")
+    code, _, err = run(capsys, *COMMANDS["apply"](d, target))
+    assert code == 2 and "mdiff: error MD706: the output exists and is a FIFO" in err
+
+
+def _shows_no_internal_name(text: str) -> bool:
+    return "/proc/self/fd" not in text and ".tmp" not in text
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="a folder nothing can be created in: Linux's /proc")
+@pytest.mark.parametrize("output", ["x.safetensors", "xdir", "d.mdiff"])
+def test_an_output_that_cannot_be_created_names_the_output_not_its_temporary_name(capsys, committed, output):
+    """Before: `mdiff: error: No such file or directory [/proc/.x.safetensors.94fa1f035ff4aa54.tmp]`."""
+    target = f"/proc/{output}"
+    argv = (["diff", "HEAD", "HEAD", "-o", target] if output.endswith(".mdiff") else ["checkout", "HEAD", "-o", target])
+    code, _, err = run(capsys, *argv, "-C", committed.root)
+    assert code == 2 and _shows_no_internal_name(err), err
+    assert err.startswith("mdiff: error: cannot create a f") and err.rstrip().endswith(f"[{target}]")
+
+
+_FULL_DISK = (
+    "import resource, signal, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536));"
+    "signal.signal(signal.SIGXFSZ, signal.SIG_IGN);"
+    "from mdiff.cli.main import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="RLIMIT_FSIZE: POSIX")
+@pytest.mark.parametrize("what", ["commit", "checkout to a file", "checkout to a folder"])
+def test_a_full_disk_names_the_repository_or_the_output_never_a_descriptor(committed, tmp_path, what):
+    """Before: `mdiff: error: File too large [/proc/self/fd/9/.commit.mdiff.….tmp]`, or no path at all."""
+    import subprocess
+    import sys
+
+    big = tmp_path / "big.safetensors"
+    save_checkpoint(big, {"w": np.random.default_rng(0).standard_normal(200_000).astype(np.float32)})
+    argv = {"commit": ["commit", big, "-m", "too big"], "checkout to a file": ["checkout", "HEAD", "-o", big.parent / "o.safetensors"],
+            "checkout to a folder": ["checkout", "HEAD", "-o", tmp_path / "o"]}[what]
+    if what != "commit":
+        committed.commit(str(big), "big", date=DATE)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.run([sys.executable, "-c", _FULL_DISK, *map(str, argv), "-C", str(committed.root)],
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 2 and "File too large" in proc.stderr and _shows_no_internal_name(proc.stderr), proc.stderr
+    where = {"commit": f"[{committed.dir / 'commits'}]", "checkout to a file": f"[{tmp_path / 'o.safetensors'}]",
+             "checkout to a folder": f"[{tmp_path / 'o' / 'model.safetensors'}]"}[what]
+    assert proc.stderr.rstrip().endswith(where), proc.stderr

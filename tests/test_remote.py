@@ -461,7 +461,7 @@ def test_credentials_are_never_stored_printed_or_logged(s3, bucket_url, tmp_path
                   "--storage-option", "retries=1", *secret]):
         code, out, err = run(capsys, *argv, "-C", repo.root)
         output += out + err
-    assert "pushed 1 commits" in output and "mdiff: error MD801" in output  # the last push cannot connect
+    assert "pushed 1 commit (" in output and "mdiff: error MD801" in output  # the last push cannot connect
     assert SECRET not in output
     for path in repo.dir.rglob("*"):
         assert not path.is_file() or SECRET.encode() not in path.read_bytes(), path
@@ -618,3 +618,28 @@ def test_fetch_and_push_record_their_ref_moves_in_reflogs(tmp_path):
     assert [line.split(" ")[:2] + line.split(" ")[3:] for line in pushed] == [
         ["0" * 64, first, "push", "origin", "main"], [first, second, "push", "origin", "main"]]
     assert [line.split(" ")[:2] for line in fetched][-1] == [first, second] and fetched[-1].endswith("fetch origin")
+
+
+# ---------------------------------------------------------------- issue 27: a missing bucket is not an empty prefix
+def test_a_missing_bucket_and_an_empty_prefix_are_told_apart(s3, bucket_url, tmp_path, capsys, monkeypatch):
+    _, options, _ = s3
+    monkeypatch.setenv("MDIFF_STORAGE_OPTIONS", json.dumps(options))
+    missing = "s3://no-such-bucket-27/models"
+    for argv in (["clone", missing, tmp_path / "a"], ["checkout", "main", "--remote", missing, "-o", tmp_path / "o.safetensors"]):
+        code, _, err = run(capsys, *argv)
+        assert code == 1 and err.startswith(f"mdiff: error MD801: {missing}: there is no bucket 'no-such-bucket-27'; "
+                                            "create it first (a first push creates a repository in a bucket, not "
+                                            "the bucket)"), err
+    code, _, err = run(capsys, "clone", bucket_url, tmp_path / "b")
+    assert code == 1 and err.startswith(f"mdiff: error MD801: {bucket_url} holds no mdiff repository: nothing is "
+                                        "stored there (a first `mdiff push` to it creates one)"), err
+    s3_files(options).pipe_file(f"{bucket_url[len('s3://'):]}/README", b"not a repository")
+    code, _, err = run(capsys, "clone", bucket_url, tmp_path / "c")
+    assert code == 1 and "holds no mdiff repository (no .mdiff/format, though other files are there)" in err
+    # a first push creates a repository under a prefix, never a bucket
+    repo = Repository.init(tmp_path / "r")
+    commit(repo, 1)
+    add_remote(repo, "gone", missing)
+    code, _, err = run(capsys, "push", "gone", "main", "-C", repo.root)
+    assert code == 1 and "there is no bucket 'no-such-bucket-27'" in err
+    assert not s3_files(options).exists("no-such-bucket-27")

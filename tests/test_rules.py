@@ -34,7 +34,8 @@ except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.
 SPEC = Path(__file__).resolve().parent.parent / "SPEC.md"
 
 APPLY_CODES = {"MD600", "MD601", "MD602", "MD603"}  # tested below through mdiff.apply
-CHECKPOINT_CODES = {"MD700", "MD701", "MD702", "MD703", "MD704", "MD705"}  # tests/test_checkpoints*.py, test_folders.py
+CHECKPOINT_CODES = {"MD700", "MD701", "MD702", "MD703", "MD704", "MD705", "MD706"}  # tests/test_checkpoints*.py, test_folders.py,
+# test_outputs.py
 REPOSITORY_CODES = {"MD800", "MD801", "MD802", "MD803", "MD804", "MD805", "MD806", "MD807",
                     "MD808", "MD809"}  # tests/test_repo.py, test_folders.py, test_snapshots.py, test_state_digest.py, test_discovery.py
 ISOLATION_CODES = {"MD515"}  # a crash of the reader's own process: tests/test_isolation.py

@@ -118,6 +118,8 @@ NOT_APPLICABLE = {
              "checkout read and write single .safetensors files",
     "MD705": "SPEC.md §10.1: model folders are checkpoints, read by writers of commits; the contract's apply and "
              "checkout read and write single .safetensors files",
+    "MD706": "SPEC.md §10.2: a guard of writers against the output path they are given (a folder that is not "
+             "empty, a device, FIFO, socket or link); no file at rest breaks it",
     "MD807": "SPEC.md §13.5: a reader takes nothing from a snapshot that disagrees with its commits and checks the "
              "revision out from the commits, so no checkout refuses it (the valid repository-snapshots-disagree case "
              "checks that the state is the commits'); reporting it is a repository checker's (fsck), not the "
@@ -540,6 +542,8 @@ class Corpus:
                                  "parameters": sorted(load_checkpoint(bounds[label])), "bounds": self.rel(bounds[label])}
                 entries.append({"revision": rev, "commit": ids[label], "result": self.rel(states[label]),
                                 "tolerance": tolerance})
+        # the working records these checkouts left (§13.6) name this machine's paths, and no checkout reads them
+        shutil.rmtree(repo_dir / ".mdiff" / "working", ignore_errors=True)
         case = {"id": case_id, "family": family, "section": section, "description": description,
                 "files": {"repository": self.rel(repo_dir)}, "features": ["repository"]}
         if ids:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fnmatch
 import hashlib
 import json
 import math
@@ -28,14 +27,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mdiff.atomic import SyncingWriter, fsync_directory
+from mdiff.atomic import SyncingWriter, fsync_directory, naming
 from mdiff.checkpoints.base import CheckpointReader, Entry, Fetch
 from mdiff.checkpoints.registry import format_module
 from mdiff.checkpoints.writing import write_entries
-from mdiff.errors import CheckpointError
+from mdiff.errors import CheckpointError, UnsafeOutputError
 from mdiff.format.dtypes import DType
 from mdiff.format.layout import INDEX_SUFFIX, Layout, Shard
-from mdiff.format.paths import collisions, path_problem
+from mdiff.format.paths import collisions, matches_glob, path_problem
+from mdiff.regular_files import kind_of
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 SAFETENSORS_SINGLE = "model.safetensors"
@@ -284,7 +284,7 @@ class FolderFiles(Mapping[str, bytes]):
         self._max = max_file_bytes
         self._sizes: dict[str, int] = {}
         for relative, info in _walk(folder, guard):
-            if relative in ignored or _matches(relative, _WEIGHT_PATTERNS + TRAINING_STATE + exclude):
+            if relative in ignored or matches_glob(relative, _WEIGHT_PATTERNS + TRAINING_STATE + exclude):
                 continue
             problem = path_problem(relative)
             if problem:
@@ -316,11 +316,6 @@ class FolderFiles(Mapping[str, bytes]):
 
     def sha256(self, path: str) -> str:
         return hashlib.sha256(self[path]).hexdigest()
-
-
-def _matches(relative: str, patterns: Sequence[str]) -> bool:
-    name = relative.rsplit("/", 1)[-1]
-    return any(fnmatch.fnmatchcase(relative, p) or ("/" not in p and fnmatch.fnmatchcase(name, p)) for p in patterns)
 
 
 def _walk(folder: str, guard: _LinkGuard) -> Iterator[tuple[str, os.stat_result]]:
@@ -416,26 +411,28 @@ def write_folder(
         raise CheckpointError("MD304", f"the state's paths {clash[0][0]!r} and {clash[0][1]!r}: {clash[0][2]}", target)
     _refuse_existing(target)
     parent = os.path.dirname(os.path.abspath(target))
-    staging = _make_staging_folder(parent, os.path.basename(os.path.abspath(target)))
+    with naming(target, doing=f"cannot create a folder in {parent}"):
+        staging = _make_staging_folder(parent, os.path.basename(os.path.abspath(target)))
     try:
-        by_name = {entry[0]: entry for entry in entries}
-        for shard in plan.shards:
-            shard_entries = [by_name[name] for name in shard.tensors]
-            with _new_file(staging, shard.path) as file:
-                write_entries(file, shard.path, shard_entries, fetch, shard.metadata, None)
-        if plan.index_path:
-            with _new_file(staging, plan.index_path) as file:
-                file.write(index_text(plan, entries).encode("utf-8"))
-        for path in sorted(files):
-            with _new_file(staging, path) as file:
-                file.write(files[path])
-        if before_commit is not None:
-            before_commit()
-        _fsync_tree(staging)
-        _refuse_existing(target)
-        if os.path.isdir(target):
-            os.rmdir(target)  # empty, checked just above
-        os.replace(staging, target)
+        with naming(target, staging):  # an error names the output's path, never the staging folder's
+            by_name = {entry[0]: entry for entry in entries}
+            for shard in plan.shards:
+                shard_entries = [by_name[name] for name in shard.tensors]
+                with _new_file(staging, shard.path) as file:
+                    write_entries(file, shard.path, shard_entries, fetch, shard.metadata, None)
+            if plan.index_path:
+                with _new_file(staging, plan.index_path) as file:
+                    file.write(index_text(plan, entries).encode("utf-8"))
+            for path in sorted(files):
+                with _new_file(staging, path) as file:
+                    file.write(files[path])
+            if before_commit is not None:
+                before_commit()
+            _fsync_tree(staging)
+            _refuse_existing(target)
+            if os.path.isdir(target):
+                os.rmdir(target)  # empty, checked just above
+            os.replace(staging, target)
     except BaseException:
         _remove_tree(staging)
         raise
@@ -444,8 +441,21 @@ def write_folder(
 
 
 def _refuse_existing(target: str) -> None:
-    if os.path.lexists(target) and not (os.path.isdir(target) and not os.path.islink(target) and not os.listdir(target)):
-        raise FileExistsError(17, "the output exists and is not an empty folder; remove it or choose another", target)
+    """MD706 unless ``target`` is nothing or an empty folder (not a link to one): a model folder replaces
+    nothing else."""
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        if not os.listdir(target):
+            return
+        raise UnsafeOutputError("MD706", "the output exists and is a folder that is not empty: a model folder is "
+                                         "written as a new folder, or into an empty one; remove it or choose "
+                                         "another", target)
+    raise UnsafeOutputError("MD706", f"the output exists and is {kind_of(mode)}: a path without a checkpoint "
+                                     "extension is written as a model folder, new or empty; give one, or a "
+                                     "file name ending in .safetensors, .npz, .pt or .onnx", target)
 
 
 def _make_staging_folder(parent: str, name: str) -> str:
@@ -474,7 +484,7 @@ def _new_file(root: str, relative: str) -> Iterator[SyncingWriter]:
     fd = os.open(os.path.join(directory, parts[-1]), flags, 0o666)
     import io
 
-    file = SyncingWriter(io.FileIO(fd, "wb"))
+    file = SyncingWriter(io.FileIO(fd, "wb"), os.path.join(directory, parts[-1]))
     try:
         yield file
         file.finish()

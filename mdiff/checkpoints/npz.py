@@ -149,7 +149,7 @@ def _refuse_non_zip(file: Any, path: str) -> None:  # a buffered reader (peek)
     magic = file.peek(4)[:4]
     file.seek(0)
     if magic not in (b"PK\x03\x04", b"PK\x05\x06"):
-        raise CheckpointError("MD701", "not a zip archive, so not an .npz file", path)
+        raise CheckpointError("MD701", f"{os.path.basename(path) or path} is not an .npz file (not a zip archive)", path)
 
 
 def _open_zip(file: Any, path: str) -> zipfile.ZipFile:

@@ -139,12 +139,14 @@ def _load_model(path: str) -> Any:
             if isinstance(exc, OSError) and exc.errno is not None:
                 raise
             raise CheckpointError(
-                "MD701", f"not a readable ONNX model ({type(exc).__name__}: {str(exc)[:300]})", path
+                "MD701", f"{os.path.basename(path) or path} is not an ONNX model ({type(exc).__name__}: "
+                         f"{str(exc)[:300]})", path
             ) from None
     # Protobuf parses many byte strings (an empty file among them) as a message of unknown
     # fields; a model has at least an IR version and a graph.
     if model.ir_version <= 0 or not model.HasField("graph"):
-        raise CheckpointError("MD701", "not an ONNX model: it has no IR version or no graph", path)
+        raise CheckpointError("MD701", f"{os.path.basename(path) or path} is not an ONNX model (it has no IR "
+                                       "version or no graph)", path)
     return model
 
 

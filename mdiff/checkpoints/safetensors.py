@@ -154,20 +154,21 @@ def _parse_file(file: Any, path: str) -> tuple[dict[str, _Tensor], dict[str, str
     return tensors, metadata, has_metadata
 
 
+def _not_safetensors(path: str, why: str, what: str = "is not a safetensors file") -> CheckpointError:
+    """MD701 for a file that is no safetensors file at all (text, another format, random bytes)."""
+    return CheckpointError("MD701", f"{os.path.basename(path) or path} {what} ({why})", path)
+
+
 def _read_header_length(file: Any, file_size: int, path: str) -> int:
     if file_size < _LENGTH.size:
-        raise CheckpointError(
-            "MD701", f"the file has {file_size} bytes, fewer than the 8 of a safetensors header length", path
-        )
+        raise _not_safetensors(path, f"it has {file_size} bytes, fewer than the 8 of a header's length")
     (length,) = _LENGTH.unpack(_read_bytes(file, _LENGTH.size, path))
     if length > MAX_HEADER_BYTES:
-        raise CheckpointError(
-            "MD701", f"the header claims {length} bytes; at most {MAX_HEADER_BYTES} are allowed", path
-        )
+        raise _not_safetensors(path, f"its first 8 bytes, read as its header's length, say {length} bytes; a "
+                                     f"header has at most {MAX_HEADER_BYTES}")
     if length > file_size - _LENGTH.size:
-        raise CheckpointError(
-            "MD701", f"the header claims {length} bytes but the file is only {file_size} bytes long", path
-        )
+        raise _not_safetensors(path, f"its header would have {length} bytes; the file has {file_size}",
+                               "is cut short, or is not a safetensors file")
     return length
 
 
@@ -208,13 +209,9 @@ def _decode_header(raw: bytearray, path: str) -> dict[str, Any]:
             "MD701", f"the header names {exc.args[0]!r} twice; the file is ambiguous", path
         ) from None
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise CheckpointError(
-            "MD701", f"the header is not UTF-8 JSON ({exc}); not a safetensors file?", path
-        ) from None
+        raise _not_safetensors(path, f"its header is not UTF-8 JSON: {str(exc)[:200]}") from None
     if not isinstance(header, dict):
-        raise CheckpointError(
-            "MD701", f"the header is a JSON {type(header).__name__}, not an object; not a safetensors file?", path
-        )
+        raise _not_safetensors(path, f"its header is a JSON {type(header).__name__}, not an object")
     return header
 
 

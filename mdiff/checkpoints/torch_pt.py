@@ -73,6 +73,8 @@ _DTYPE_NAMES = {
 }
 
 _ZIP_MAGIC = b"PK\x03\x04"
+_PICKLE_PROTOCOL = b"\x80"  # the PROTO opcode every pickle of protocol 2 or later starts with (torch.save's: 2)
+_TAR_MAGIC_END = 262  # "ustar" at bytes 257–261: the tar archives of torch before 0.4
 
 _HINT = "save model.state_dict() (a flat dict of name → tensor) with torch.save"
 
@@ -171,9 +173,14 @@ def _load(torch: ModuleType, path: str) -> Any:
     # Our own open first: a missing file stays OSError, a FIFO or directory is
     # MD701 without blocking, and the magic decides whether mmap is possible.
     with open_regular_file(path) as file:
-        magic = file.read(len(_ZIP_MAGIC))
+        start = file.read(_TAR_MAGIC_END)
+    magic = start[:len(_ZIP_MAGIC)]
+    name = os.path.basename(path) or path
     if not magic:
-        raise CheckpointError("MD701", "the file is empty; not a PyTorch checkpoint", path)
+        raise CheckpointError("MD701", f"{name} is not a PyTorch checkpoint (it is empty)", path)
+    if magic != _ZIP_MAGIC and magic[:1] != _PICKLE_PROTOCOL and start[_TAR_MAGIC_END - 5:] != b"ustar":
+        raise CheckpointError("MD701", f"{name} is not a PyTorch checkpoint (neither a zip archive nor a pickle, "
+                                       "as torch.save writes)", path)
     # Legacy (pre-1.6, non-zip) files cannot be memory-mapped; torch says so
     # in a RuntimeError, but the magic tells the same without parsing messages.
     mmap = magic == _ZIP_MAGIC
@@ -199,7 +206,7 @@ def _load_error_message(exc: Exception) -> str:
             "the file holds pickled objects other than tensors and containers, which mdiff never "
             f"unpickles{detail}; {_HINT}"
         )
-    return f"not a readable PyTorch checkpoint ({type(exc).__name__}: {text[:300]})"
+    return f"not a PyTorch checkpoint torch can read ({type(exc).__name__}: {text[:300]})"
 
 
 _Spec = tuple[tuple[int, ...], DType]

@@ -23,12 +23,15 @@ EXIT_FAILED = 1  # the input is invalid, the operation was refused or failed; di
 EXIT_USAGE = 2  # bad arguments, or a file that cannot be read at all (missing, no permission, not HDF5)
 EXIT_INTERRUPTED = 130  # Ctrl-C
 EXIT_BROKEN_PIPE = 141  # the reader of the output went away (`mdiff log | head`), as for git
+# errors about the command line's own paths: a file that cannot be read at all, an output that must not be replaced
+USAGE_CODES = frozenset({"MD100", "MD706"})
 
 EPILOG = """exit status (every command):
   0    success (validate: the file is valid; diff/status --exit-code: no differences)
   1    an invalid file, or a refused or failed operation (every error names a rule code, MD###, of
        SPEC.md §12); diff/status --exit-code: there are differences; commit: nothing to commit
-  2    a usage error, or a file that cannot be read at all (missing, no permission, not HDF5: MD100)
+  2    a usage error, a file that cannot be read at all (missing, no permission, not HDF5: MD100), or an
+       output that must not be replaced (a folder that is not empty, a device, FIFO or link: MD706)
   130  interrupted; 141  the output was closed early (e.g. piped into head)
 With --json, an error is printed as {"error": {"code", "message", "path", "section"}} on stdout.
 -v prints what the library does (-vv more) on stderr; -q prints no progress and no summary.
@@ -78,13 +81,17 @@ def build_parser(commands: Iterable[Command]) -> argparse.ArgumentParser:
     parser.set_defaults(program=parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
     for command in commands:
-        p = sub.add_parser(command.name, help=command.help, description=command.description)
-        command.arguments(p)
-        add_verbose(p)
-        if "-q" not in p._option_string_actions and "--quiet" not in p._option_string_actions:
-            add_quiet(p)  # every command takes -q (one that prints nothing but what was asked for ignores it)
-        add_threads(p, after_the_command=True)
-        p.set_defaults(run=command.run)
+        for name in command.names:  # an alias parses as its command, and is not listed (its help says it)
+            if name == command.name:
+                p = sub.add_parser(name, help=command.help, description=command.description)
+            else:  # argparse lists a sub-command given help=, and only those
+                p = sub.add_parser(name, description=command.description)
+            command.arguments(p)
+            add_verbose(p)
+            if "-q" not in p._option_string_actions and "--quiet" not in p._option_string_actions:
+                add_quiet(p)  # every command takes -q (one that prints nothing but what was asked for ignores it)
+            add_threads(p, after_the_command=True)
+            p.set_defaults(run=command.run)
     return parser
 
 
@@ -119,23 +126,33 @@ def run(argv: list[str] | None, commands: Iterable[Command]) -> int:
     except UsageError as exc:
         return _report(wants_json, None, exc.message, None, EXIT_USAGE, usage=exc.usage)
     except MdiffError as exc:
-        status = EXIT_USAGE if exc.code == "MD100" else EXIT_FAILED
+        status = EXIT_USAGE if exc.code in USAGE_CODES else EXIT_FAILED
         hint = None
         if isinstance(exc, InvalidFileError):  # a rule of the format: the spec explains it, validate lists all
             hint = f"SPEC.md §{exc.rule.section}: {exc.rule.title}; `mdiff validate FILE` lists every problem"
-        return _report(wants_json, exc.code, exc.message, exc.path, status, section=exc.rule.section, hint=hint)
+        return _report(wants_json, exc.code, exc.message, _shown(exc.path), status, section=exc.rule.section, hint=hint)
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     except OSError as exc:  # the operating system's word: a missing file, no permission, a full disk
         message = exc.strerror or str(exc)
-        return _report(wants_json, None, message, exc.filename and os.fspath(exc.filename), EXIT_USAGE)
+        return _report(wants_json, None, message, _shown(exc.filename), EXIT_USAGE)
     except KeyboardInterrupt:
         print("mdiff: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         if started_in is not None:
             os.chdir(started_in)
+
+
+def _shown(path: object) -> str | None:
+    """The path an error names, for a message — none where it is a name mdiff made for its own work (a
+    temporary file, a descriptor's /proc/self/fd/N), which the user never gave and cannot find."""
+    from mdiff.atomic import is_internal_name  # on error only: start-up stays quick
+
+    if not path or is_internal_name(path):
+        return None
+    return os.fsdecode(path) if isinstance(path, (bytes, os.PathLike)) else str(path)
 
 
 def _report(wants_json: bool, code: str | None, message: str, path: str | None, status: int, *,

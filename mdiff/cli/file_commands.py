@@ -12,7 +12,7 @@ from mdiff.cli.options import (
     add_author, add_date, add_engine, add_json, add_merge_options, add_meta, add_quiet, add_repository, add_safety_options, isolation_of,
     limits_of, parse_meta, parse_size,
 )
-from mdiff.cli.output import format_size, print_description, quiet
+from mdiff.cli.output import count, differ, format_size, print_description, quiet
 from mdiff.cli.progress import ProgressBar
 from mdiff.cli.registry import Commands
 from mdiff.errors import InvalidFileError
@@ -55,7 +55,8 @@ def run_validate(args) -> int:
             scope = "; structure only, the data was not read" if args.no_data else ""
             if not quiet(args):
                 print(f"{path}: {'valid' if valid else 'INVALID'}"
-                      f" ({sum(f.is_error for f in findings)} errors, {sum(not f.is_error for f in findings)} warnings{scope})")
+                      f" ({count(sum(f.is_error for f in findings), 'error')}, "
+                      f"{count(sum(not f.is_error for f in findings), 'warning')}{scope})")
     if args.json:
         print(json.dumps(reports if len(reports) != 1 else reports[0], indent=1))
     return status
@@ -161,8 +162,9 @@ def run_diff(args) -> int:
         pass
     elif args.output:
         listed = ", ".join(f"{n} {t}" for t, n in counts.items()) or "no changes"
-        files = f"; {len(summary.files)} files" if summary.files else ""
-        print(f"wrote {args.output}: {len(summary.parameters)} parameters changed ({listed}){files}, {format_size(size)}")
+        files = f"; {count(len(summary.files), 'file')}" if summary.files else ""
+        print(f"wrote {args.output}: {count(len(summary.parameters), 'parameter')} changed ({listed}){files}, "
+              f"{format_size(size)}")
     else:
         for name, kind in summary.parameters.items():
             print(f"  {kind:<9} {name}")
@@ -170,8 +172,7 @@ def run_diff(args) -> int:
             print(f"  {kind:<9} file {path}")
         if summary.layout_changed:
             print("  changed   the weights' shard layout")
-        print(f"{len(summary.parameters)} parameters{f' and {len(summary.files)} files' if summary.files else ''} "
-              f"differ between {args.old} and {args.new}")
+        print(f"{differ(len(summary.parameters), len(summary.files))} between {args.old} and {args.new}")
     return 1 if args.exit_code and summary else 0
 
 
@@ -199,11 +200,11 @@ def apply_arguments(p) -> None:
                               "checked against BASE first; every exact result is verified by its sha256.")
 def run_apply(args) -> int:
     with ProgressBar.of(args, "apply") as bar:
-        count = apply_maybe_isolated(args, bar)
+        parameters = apply_maybe_isolated(args, bar)
     if args.json:
-        print(json.dumps({"output": args.output, "parameters": count}))
+        print(json.dumps({"output": args.output, "parameters": parameters}))
     elif not quiet(args):
-        print(f"wrote {args.output}: {count} parameters, verified")
+        print(f"wrote {args.output}: {count(parameters, 'parameter')}, verified")
     return 0
 
 

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         return complete(words[1:])
     builtin = builtin_commands()
     word = command_word(words) if words else None
-    named = next((command for command in builtin if command.name == word), None)
+    named = next((command for command in builtin if word in command.names), None)
     if named is not None and word not in ("help", "completion"):
         # A built-in command is the one that runs, whatever else is registered (a name taken keeps its
         # first command): its parser alone is built — not the other commands' (~30 parsers, each asking

@@ -6,14 +6,15 @@ import argparse
 import json
 import sys
 
+from mdiff.words import count, format_size
 
-def format_size(n: float) -> str:
-    """Bytes for a person: "512 B", "1.5 KiB", ... "3.2 GiB"."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+__all__ = ["count", "differ", "format_size", "print_description", "print_result"]
+
+
+def differ(parameters: int, files: int) -> str:
+    """"1 parameter differs", "3 parameters and 1 file differ" (files named only when some differ)."""
+    what = count(parameters, "parameter") + (f" and {count(files, 'file')}" if files else "")
+    return f"{what} {'differs' if parameters == 1 and not files else 'differ'}"
 
 
 def print_result(args: argparse.Namespace, data, text: str) -> None:
@@ -72,12 +73,12 @@ def print_description(args: argparse.Namespace, info: dict) -> int:
     layout = info["layout"]
     if layout is not None:
         shards = "removed" if layout["type"] == "delete" else (
-            f"{len(layout['files'])} file{'s' if len(layout['files']) != 1 else ''}"
+            count(len(layout["files"]), "file")
             + (f" with index {layout['index']}" if layout["index"] else f": {', '.join(layout['files'])}"))
         print(f"\nweights layout: {shards}")
     t = info["totals"]
     by_type = ", ".join(f"{n} {k}" for k, n in t["by_type"].items())
-    print(f"\n{t['parameters']} parameters ({by_type or 'none'}); {format_size(t['stored_bytes'])} stored, "
+    print(f"\n{count(t['parameters'], 'parameter')} ({by_type or 'none'}); {format_size(t['stored_bytes'])} stored, "
           f"{format_size(t['data_bytes'])} uncompressed")
     for w in info["warnings"]:
         print(f"warning {w['code']} {w['path']}: {w['message']}", file=sys.stderr)

@@ -23,7 +23,7 @@ class ProgressBar:
         if self._bar is None:
             from tqdm import tqdm  # only when there is a bar to draw: start-up stays quick
 
-            self._bar = tqdm(total=total, desc=self.label, unit="B", unit_scale=True, unit_divisor=1024,
+            self._bar = tqdm(total=total, desc=self.label, unit="B", unit_scale=True, unit_divisor=1000,  # kB, MB: as words.format_size
                              file=self.stream, leave=False, dynamic_ncols=True, mininterval=0.2)
         if total != self._bar.total:
             self._bar.total = total

@@ -31,13 +31,18 @@ def no_arguments(parser: argparse.ArgumentParser) -> None:
 @dataclass(frozen=True)
 class Command:
     """One command: ``mdiff NAME ...`` parsed by what ``arguments`` adds, then run by ``run``, whose
-    return value is the exit status."""
+    return value is the exit status. ``aliases``: other names it answers to (`mdiff count-objects` is `du`)."""
 
     name: str
     help: str
     run: Handler
     arguments: Arguments = no_arguments
     description: str | None = None
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
 
 
 class Commands:
@@ -47,8 +52,9 @@ class Commands:
         self._by_name: dict[str, Command] = {}
 
     def add(self, command: Command) -> Command:
-        if command.name in self._by_name:
-            raise ValueError(f"there is already a command {command.name!r}")
+        taken = [name for name in command.names if name in self]
+        if taken:
+            raise ValueError(f"there is already a command {taken[0]!r}")
         self._by_name[command.name] = command
         return command
 
@@ -56,11 +62,11 @@ class Commands:
         del self._by_name[name]
 
     def command(self, name: str, *, help: str, arguments: Arguments = no_arguments,
-                description: str | None = None) -> Callable[[Handler], Handler]:
+                description: str | None = None, aliases: tuple[str, ...] = ()) -> Callable[[Handler], Handler]:
         """A decorator that adds its function as the handler of a new command, and returns it unchanged."""
 
         def decorate(run: Handler) -> Handler:
-            self.add(Command(name, help, run, arguments, description))
+            self.add(Command(name, help, run, arguments, description, aliases))
             return run
 
         return decorate
@@ -69,7 +75,8 @@ class Commands:
         return iter(list(self._by_name.values()))
 
     def __contains__(self, name: object) -> bool:
-        return name in self._by_name
+        """Whether a command has ``name`` as its name or an alias."""
+        return any(name in command.names for command in self._by_name.values())
 
     def __len__(self) -> int:
         return len(self._by_name)
@@ -117,10 +124,12 @@ def collect(builtin: Iterable[Command], *, entry_points: bool = True) -> tuple[l
     of entry points — and a line for each one left out: a name already taken keeps its first command."""
     plugins, problems = entry_point_commands() if entry_points else ([], [])
     commands: dict[str, Command] = {}
+    taken: set[str] = set()
     for source, group in (("built-in", builtin), ("registered", REGISTERED), ("entry point", plugins)):
         for command in group:
-            if command.name in commands:
+            if taken.intersection(command.names):
                 problems.append(f"the {source} command {command.name!r} was left out: the name is taken")
             else:
                 commands[command.name] = command
+                taken.update(command.names)
     return list(commands.values()), problems

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from mdiff.cli.options import add_json, add_merge_options, add_quiet, add_repository_options, add_storage_option, repository_of, storage_options_of
-from mdiff.cli.output import print_result, quiet
+from mdiff.cli.output import count, format_size, print_result, quiet
 from mdiff.cli.progress import ProgressBar
 from mdiff.cli.registry import Commands
 from mdiff.cli.usage import UsageError
@@ -89,7 +89,7 @@ def run_clone(args) -> int:
     branch, head = repo.head()
     print_result(args, {"repository": str(repo.dir), "branch": branch, "commit": head, "commits": len(report.commits),
                   "bytes": report.bytes},
-           f"cloned {args.url} into {repo.root}: {len(report.commits)} commits ({report.bytes} bytes), "
+           f"cloned {args.url} into {repo.root}: {count(len(report.commits), 'commit')} ({format_size(report.bytes)}), "
            f"branch {branch} at {_short(head)}")
     return 0
 
@@ -110,14 +110,14 @@ def _fetch_data(report) -> dict:
 
 
 def _fetch_lines(report) -> list[str]:
-    lines = [f"fetched {len(report.commits)} commits ({report.bytes} bytes) from {report.remote}"]
+    lines = [f"fetched {count(len(report.commits), 'commit')} ({format_size(report.bytes)}) from {report.remote}"]
     for branch, (old, new) in report.branches.items():
         lines.append(f"  {report.remote}/{branch}: {_short(old)} -> {_short(new)}" if new
                      else f"  {report.remote}/{branch}: deleted on the remote")
     lines += [f"  new tag {name} at {_short(target)}" for name, target in report.tags.items()]
     lines += [f"  tag {name}: the local one differs and is kept" for name in report.tags_kept]
     if report.snapshots:
-        lines.append(f"  {len(report.snapshots)} snapshots ({report.snapshot_bytes} bytes)")
+        lines.append(f"  {count(len(report.snapshots), 'snapshot')} ({format_size(report.snapshot_bytes)})")
     return lines
 
 
@@ -199,7 +199,7 @@ def run_push(args) -> int:
             "snapshots": report.snapshots, "snapshot_bytes": report.snapshot_bytes}
     moved = ("up to date" if report.before == report.after
              else f"{_short(report.before)} -> {_short(report.after)}{' (forced)' if report.forced else ''}")
-    print_result(args, data, f"pushed {len(report.commits)} commits ({report.bytes} bytes) to {report.remote}: "
+    print_result(args, data, f"pushed {count(len(report.commits), 'commit')} ({format_size(report.bytes)}) to {report.remote}: "
                        f"{report.branch} {moved}" + "".join(f"\n  new tag {t}" for t in report.tags))
     return 0
 

@@ -1,7 +1,7 @@
 """Repository commands (SPEC.md §13): init, commit, log, show, checkout, status, branch, switch,
-merge, squash, snapshot, gc, fsck, import-peft, tag, reset, reflog. Each is a thin layer over mdiff.repo.
+merge, squash, snapshot, gc, fsck, du, import-peft, tag, reset, reflog. Each is a thin layer over mdiff.repo.
 
-Seventeen commands make it ~700 lines, each an arguments function and a handler; they stay in one module
+Eighteen commands make it ~700 lines, each an arguments function and a handler; they stay in one module
 because `mdiff --help` lists commands in the order their module registers them (cli/main.py)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from mdiff.cli.options import (
     add_repository_options, add_storage_option, parse_duration, parse_meta, parse_size, repository_of,
     storage_options_of, store_of,
 )
-from mdiff.cli.output import format_size, print_description, print_result, quiet
+from mdiff.cli.output import count, differ, format_size, print_description, print_result, quiet
 from mdiff.cli.progress import ProgressBar
 from mdiff.cli.registry import Commands
 from mdiff.cli.usage import UsageError
@@ -228,8 +228,8 @@ def _stat_lines(stat: dict) -> list[str]:
     for p in rows:
         types[p["type"]] = types.get(p["type"], 0) + 1
     by_type = ", ".join(f"{n} {t}" for t, n in sorted(types.items()))
-    files = f", {len(stat['files'])} files" if stat["files"] else ""
-    lines.append(f"{len(rows)} parameters ({by_type or 'none'}){files}; {format_size(stat['stored_bytes'])}")
+    files = f", {count(len(stat['files']), 'file')}" if stat["files"] else ""
+    lines.append(f"{count(len(rows), 'parameter')} ({by_type or 'none'}){files}; {format_size(stat['stored_bytes'])}")
     return lines
 
 
@@ -315,11 +315,12 @@ def run_checkout(args) -> int:
         else:
             repo = repository_of(args)
             commit_id = resolve(repo, args.rev)
-        if not args.lazy:
-            written = repo.checkout(commit_id, args.output, template=args.template, progress=bar,
-                                    engine=args.engine, max_shard_size=args.max_shard_size)
-    what = f"{len(written)} files" if len(written) > 1 or written != [args.output] else ""
-    how = (f"; read in place: {moved['bytes_read']:,} bytes in {moved['requests']} requests, every value verified, "
+        if not args.lazy:  # the revision as given: a branch's name says whose working copy OUT is (working.py)
+            written = repo.checkout(args.rev if not args.remote else commit_id, args.output, template=args.template,
+                                    progress=bar, engine=args.engine, max_shard_size=args.max_shard_size)
+    what = count(len(written), "file") if len(written) > 1 or written != [args.output] else ""
+    how = (f"; read in place: {format_size(moved['bytes_read'])} in {count(moved['requests'], 'request')}, every "
+           "value verified, "
            "commit ids not" if moved else ", verified")
     print_result(args, {"commit": commit_id, "output": args.output, "written": written, **moved},
            f"wrote {args.output}{f' ({what})' if what else ''}: the state at {commit_id[:12]}{how}")
@@ -327,16 +328,30 @@ def run_checkout(args) -> int:
 
 
 def status_arguments(p) -> None:
-    p.add_argument("checkpoint", metavar="CHECKPOINT", help=CHECKPOINT_HELP)
+    p.add_argument("checkpoint", nargs="?", default=None, metavar="CHECKPOINT",
+                   help=CHECKPOINT_HELP + " (default: the branch, and the folder last committed or checked out on it)")
     _exclude_option(p)
-    p.add_argument("--exit-code", action="store_true", help="exit 1 when CHECKPOINT differs from HEAD, 0 when not (like git)")
+    p.add_argument("--exit-code", action="store_true",
+                   help="exit 1 when CHECKPOINT differs from HEAD — without CHECKPOINT, when the folder last committed "
+                        "or checked out on the branch changed since —, 0 when not (like git)")
     add_quiet(p)
     add_repository_options(p)
 
 
-@COMMANDS.command("status", help="what a checkpoint or model folder changes against HEAD", arguments=status_arguments,
-                  description="List the parameters and files CHECKPOINT adds, deletes or changes against HEAD's state.")
+@COMMANDS.command("status", help="the branch, and what a checkpoint or model folder changes against HEAD",
+                  arguments=status_arguments,
+                  description="With CHECKPOINT: list the parameters and files it adds, deletes or changes against "
+                              "HEAD's state. Without: the current branch and HEAD, how many commits the branch is "
+                              "ahead of and behind its remote-tracking branch (origin/BRANCH, else the one "
+                              "remote's that has it), and whether the folder or file last committed from or "
+                              "checked out to on this branch changed since — by the files' size and times, then "
+                              "by the sha256 of those whose times moved (the record is kept in "
+                              ".mdiff/working/, outside the commits: SPEC.md §13.1).")
 def run_status(args) -> int:
+    if args.checkpoint is None:
+        if args.exclude:
+            raise UsageError("--exclude is for CHECKPOINT: mdiff status CHECKPOINT --exclude GLOB")
+        return _branch_status(args)
     store = store_of(args)
     branch, head = store.head()
     tensors: dict[str, str] = {}
@@ -364,8 +379,7 @@ def run_status(args) -> int:
     if not changed:
         print("nothing changed")
     else:
-        counts = [f"{len(tensors)} parameters"] + ([f"{len(files)} files"] if files else [])
-        print(f"{' and '.join(counts)} differ")
+        print(differ(len(tensors), len(files)))
     return 1 if args.exit_code and changed else 0
 
 
@@ -400,6 +414,80 @@ def _holds_state_of(store, commit_id: str | None, checkpoint: str, exclude: list
     from mdiff.repo.checkpoint_digest import state_digest
 
     return state_digest(checkpoint) == claimed.state_sha256
+
+
+def _branch_status(args) -> int:
+    """`mdiff status` without CHECKPOINT: refs and the files' status, no state read (no tensor, no parameter)."""
+    from mdiff.repo import working
+    from mdiff.repo.history import ahead_behind
+    from mdiff.repo.remotes import upstream_of
+
+    store = store_of(args)
+    branch, head = store.head()
+    message = next(iter(store.metadata(head).message.splitlines()), "") if head else ""
+    upstream = upstream_of(store, branch) if branch else None
+    counts = ahead_behind(store, head, upstream[1]) if upstream else None
+    record = working.read(store, working.ref_of(branch))
+    since = working.changes_since(record) if record is not None else None
+    if record is not None and since is not None:
+        working.refresh(store, record, since)
+    changed = since is not None and bool(since)
+    if args.json:
+        print(json.dumps({
+            "branch": branch, "head": head, "message": message if head else None,
+            "upstream": {"name": upstream[0], "commit": upstream[1], "ahead": counts[0], "behind": counts[1]}
+            if upstream and counts else None,
+            "working": None if record is None or since is None else {
+                "path": record.path, "kind": record.kind, "action": record.action, "commit": record.commit,
+                "changed": changed, "missing": since.missing, "files": since.files, "incomplete": since.incomplete},
+        }))
+        return 1 if args.exit_code and changed else 0
+    where = f"On branch {branch}" if branch else "HEAD detached"
+    print(f"{where} at {head[:12]} {json.dumps(message, ensure_ascii=False)}" if head else f"{where} (no commits yet)")
+    if upstream and counts:
+        print(_tracking_line(upstream[0], *counts))
+    if record is None or since is None:
+        print(f"nothing recorded for {branch or 'HEAD'}: `mdiff commit PATH` and `mdiff checkout REV -o PATH` "
+              "remember PATH here")
+        return 0
+    shown = _shown_path(record.path)
+    at = f"{'committed' if record.action == 'commit' else 'checked out'} at {record.commit[:12]}"
+    if head != record.commit:
+        at += f"; {branch or 'HEAD'} is at {head[:12]} now" if head else f"; {branch or 'HEAD'} has no commit now"
+    if since.missing:
+        print(f"{shown} ({at}): gone since (or no longer a {record.kind})")
+    elif not since:
+        print(f"{shown} ({at}): unchanged since")
+    else:
+        more = " or more" if since.incomplete else ""
+        print(f"{shown} ({at}): {count(len(since.files), 'file')}{more} changed since — run "
+              f"`mdiff status {shown}` for the parameters")
+        for name, kind in since.files.items():
+            print(f"  {kind:<9} {name}")
+    return 1 if args.exit_code and changed else 0
+
+
+def _tracking_line(upstream: str, ahead: int, behind: int) -> str:
+    """git's line: up to date with, ahead of, behind, or both."""
+    if not ahead and not behind:
+        return f"Your branch is up to date with {upstream}."
+    if not behind:
+        return f"Your branch is {count(ahead, 'commit')} ahead of {upstream}."
+    if not ahead:
+        return f"Your branch is {count(behind, 'commit')} behind {upstream}."
+    return f"Your branch is {count(ahead, 'commit')} ahead of {upstream}, {behind} behind."
+
+
+def _shown_path(path: str) -> str:
+    """``path`` as the user would type it here: ./relative below the working folder, else absolute."""
+    import os
+
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return path
+    return path if relative == ".." or relative.startswith(".." + os.sep) else (
+        relative if relative == "." else os.path.join(".", relative))
 
 
 # ---------------------------------------------------------------- branches
@@ -548,7 +636,7 @@ def run_snapshot(args) -> int:
     if args.drop:
         commit_id, freed = repo.drop_snapshot(args.rev)
         print_result(args, {"dropped": commit_id, "bytes_freed": freed},
-               f"dropped the snapshot of {commit_id[:12]} ({freed} bytes freed)")
+               f"dropped the snapshot of {commit_id[:12]} ({format_size(freed)} freed)")
         return 0
     commit_id = repo.snapshot(args.rev)
     print_result(args, {"snapshot": commit_id}, f"snapshot stored for {commit_id[:12]}")
@@ -599,8 +687,8 @@ def run_gc(args) -> int:
     for item in report.kept:
         print(f"kept {item.path.relative_to(repo.dir)}: {item.reason}")
     total = f"{format_size(report.bytes_freed)} ({report.bytes_freed} bytes)"
-    expired = f"; {report.expired_entries} reflog entries expired" if report.expired_entries else ""
-    print(f"{len(report.removed)} entries ({len(report.commits)} commits), {total} "
+    expired = f"; {count(report.expired_entries, 'reflog entry', 'reflog entries')} expired" if report.expired_entries else ""
+    print(f"{count(len(report.removed), 'entry', 'entries')} ({count(len(report.commits), 'commit')}), {total} "
           f"{'would be freed' if args.dry_run else 'freed'}{expired}")
     return 0
 
@@ -625,8 +713,80 @@ def run_fsck(args) -> int:
         for f in findings:
             print(f"{f.code} {f.severity} {f.path}: {f.message}")
         if not quiet(args):
-            print(f"{len(repo.commit_ids())} commits checked: " + ("sound" if not errors else f"{len(errors)} problems"))
+            print(f"{count(len(repo.commit_ids()), 'commit')} checked: "
+                  + ("sound" if not errors else count(len(errors), "problem")))
     return 1 if errors else 0
+
+
+def du_arguments(p) -> None:  # -v (every command's) adds a row per commit
+    add_repository_options(p, "print JSON: every commit (id, reachable, stored_bytes, checkpoint_bytes, ratio, "
+                              "message) and the totals, in bytes")
+
+
+@COMMANDS.command("du", help="is it worth it? the repository's bytes against full checkpoints of every commit",
+                  arguments=du_arguments, aliases=("count-objects",),
+                  description="What .mdiff/ stores — commit files, snapshots, and the rest (refs, reflogs, "
+                              "working records) — against what a full checkpoint of every commit's state would "
+                              "take: its weights' bytes, the product of each parameter's shape and its dtype's "
+                              "size, as a .safetensors file or git-lfs holds them (from the commits' metadata; "
+                              "no value is read). Commits no branch, tag, remote-tracking ref or HEAD reaches "
+                              "are counted apart. With -v, a row per commit: its file's bytes, its state's full "
+                              "checkpoint and the ratio. Every commit file is verified (MD800) as it is read. "
+                              "`mdiff count-objects` is the same command.")
+def run_du(args) -> int:
+    from mdiff.repo.space import measure
+
+    space = measure(store_of(args))
+    unreached = space.unreached
+    if args.json:
+        print(json.dumps({
+            "commits": [{"id": c.commit_id, "reachable": c.reachable, "stored_bytes": c.stored_bytes,
+                         "checkpoint_bytes": c.checkpoint_bytes, "ratio": c.ratio, "message": c.message}
+                        for c in space.commits],
+            "totals": {"commits": len(space.commits), "unreachable": len(unreached),
+                       "unreadable": space.unreadable, "commit_bytes": space.commit_bytes,
+                       "unreachable_commit_bytes": space.unreached_bytes,
+                       "snapshots": space.snapshots, "snapshot_bytes": space.snapshot_bytes,
+                       "other_bytes": space.other_bytes, "repository_bytes": space.repository_bytes,
+                       "checkpoint_bytes": space.checkpoint_bytes, "ratio": space.ratio},
+        }))
+        return 0
+    if args.verbose:
+        rows = [("COMMIT", "STORED", "CHECKPOINT", "RATIO", "MESSAGE")]
+        for c in space.commits:
+            if c is (unreached[0] if unreached else None):
+                rows.append(("unreachable:", "", "", "", ""))
+            rows.append((c.commit_id[:12], format_size(c.stored_bytes),
+                         format_size(c.checkpoint_bytes) if c.checkpoint_bytes is not None else "unreadable",
+                         _percent(c.ratio), c.message))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        for r in rows:
+            print(("  ".join(r[i].ljust(widths[i]) if i == 0 else r[i].rjust(widths[i]) for i in range(4))
+                   + "  " + r[4]).rstrip())
+        print()
+    commits = count(len(space.commits), "commit")
+    print(f".mdiff/ holds {format_size(space.repository_bytes)}: {commits} in {format_size(space.commit_bytes)}, "
+          f"{count(space.snapshots, 'snapshot')} in {format_size(space.snapshot_bytes)}, other files "
+          f"{format_size(space.other_bytes)}")
+    readable = len(space.commits) - space.unreadable
+    every = "every commit" if not space.unreadable else f"the {count(readable, 'commit')} whose state can be read"
+    if space.ratio is not None:
+        times = f"{1 / space.ratio:.1f}× smaller" if space.ratio <= 1 else f"{space.ratio:.1f}× larger"
+        print(f"full checkpoints of {every} would take {format_size(space.checkpoint_bytes)}: .mdiff/ is "
+              f"{_percent(space.ratio)} of that ({times})")
+    elif space.commits:
+        print(f"full checkpoints of {every} would take {format_size(space.checkpoint_bytes)}")
+    if unreached:
+        print(f"{count(len(unreached), 'commit')} ({format_size(space.unreached_bytes)}) "
+              f"{'is' if len(unreached) == 1 else 'are'} reached by no branch, tag or HEAD: `mdiff gc` removes "
+              f"{'it' if len(unreached) == 1 else 'them'} once no reflog entry keeps {'it' if len(unreached) == 1 else 'them'}")
+    if space.unreadable:
+        print(f"{count(space.unreadable, 'commit')} cannot be read (nor the states after them): `mdiff fsck` says why")
+    return 0
+
+
+def _percent(ratio: float | None) -> str:
+    return f"{ratio:.1%}" if ratio is not None else "-"
 
 
 def import_peft_arguments(p) -> None:

@@ -8,7 +8,8 @@ of the weights layout (§5.6) and for the files read from a model folder (§10.1
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import fnmatch
+from collections.abc import Iterable, Sequence
 
 MAX_PATH_BYTES = 4096
 MAX_COMPONENTS = 64
@@ -85,3 +86,10 @@ def collisions(paths: Iterable[str]) -> list[tuple[str, str, str]]:
         if key in folders:
             found.append((path, folders[key], "a file and a folder of the same name"))
     return found
+
+
+def matches_glob(relative: str, patterns: Sequence[str]) -> bool:
+    """Whether a folder's file ``relative`` ("/"-separated) matches one of ``patterns``: a glob of the whole
+    path, or, for a glob without ``/``, of the file's name alone (a model folder's --exclude, §10.1)."""
+    name = relative.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatchcase(relative, p) or ("/" not in p and fnmatch.fnmatchcase(name, p)) for p in patterns)

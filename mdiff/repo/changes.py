@@ -22,6 +22,7 @@ from mdiff.frameworks import numpy_state
 from mdiff.threads import one_ahead
 from mdiff.updates import replace, sparse
 from mdiff.updates.base import Update, sha256_hex
+from mdiff.words import count, format_size
 
 if TYPE_CHECKING:
     from mdiff.repo.states import StateView
@@ -42,12 +43,9 @@ class CommitSummary:
     weights_bytes: int = 0  # the new state's tensors
 
     def line(self) -> str:
-        parts = [f"{self.changed} changed, {self.added} added, {self.deleted} deleted"]
-        if self.files:
-            parts[0] += f", {len(self.files)} file{'s' if len(self.files) != 1 else ''}"
-        unit, scale = ("MB", 1e6) if max(self.stored_bytes, self.weights_bytes) >= 1e6 else ("kB", 1e3)
-        return (f"{parts[0]}; {self.stored_bytes / scale:.1f} {unit} stored for "
-                f"{self.weights_bytes / scale:.1f} {unit} of weights")
+        files = f", {count(len(self.files), 'file')}" if self.files else ""
+        return (f"{self.changed} changed, {self.added} added, {self.deleted} deleted{files}; "
+                f"{format_size(self.stored_bytes)} stored for {format_size(self.weights_bytes)} of weights")
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import stat
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from mdiff.atomic import TEMP_SUFFIX, fsync_directory
+from mdiff.atomic import TEMP_SUFFIX, fsync_directory, naming
 from mdiff.errors import RepositoryError
 from mdiff.regular_files import BINARY, CLOEXEC, DIRECTORY, NOFOLLOW, NONBLOCK, NotRegularFile, kind_of, open_regular
 from mdiff.repo.names import MAX_BRANCH_BYTES, MAX_SMALL_FILE_BYTES, REPO_DIR, shown
@@ -158,7 +158,7 @@ class RepositoryFolder:
         atomically, as :meth:`_write_small` writes; returns the bytes written."""
         *parts, name = relative.split("/")
         written = 0
-        with self._folder(parts, create=True) as (fd, prefix):
+        with naming(self._shown_path(relative)), self._folder(parts, create=True) as (fd, prefix):
             with contextlib.suppress(FileNotFoundError):
                 kind = kind_of(os.stat(prefix + name, dir_fd=fd, follow_symlinks=False).st_mode)
                 if kind != "a regular file":
@@ -209,6 +209,14 @@ class RepositoryFolder:
 
         walk([])
         return found
+
+    def remove_entry(self, relative: str) -> None:
+        """Remove the entry ``.mdiff/<relative>`` that is not a folder (whatever it is; nothing it points to)."""
+        *parts, name = relative.split("/")
+        with contextlib.suppress(FileNotFoundError):
+            with self._folder(parts) as (fd, prefix):
+                os.unlink(prefix + name, dir_fd=fd)
+                self._sync_folder(fd, prefix)
 
     def ref_files(self, folder: str) -> list[str]:
         """The names, relative to ``.mdiff/<folder>``, of the entries below it that are not folders

@@ -174,6 +174,17 @@ def ancestors(repo: CommitGraph, commit_id: str) -> set[str]:
     return seen
 
 
+def ahead_behind(repo: CommitGraph, ours: str | None, theirs: str) -> tuple[int, int]:
+    """(the commits reachable from ``ours`` and not from ``theirs``, the commits reachable from ``theirs`` and
+    not from ``ours``), through every parent, as git counts a branch ahead of and behind its upstream. Each
+    side's history is walked whole, its commits verified (§13.2), unless the two are one commit."""
+    if ours == theirs:
+        return 0, 0
+    mine = ancestors(repo, ours) if ours is not None else set()
+    other = ancestors(repo, theirs)
+    return len(mine - other), len(other - mine)
+
+
 def first_parent_line(repo: CommitGraph, commit_id: str, stop: str | None = None) -> list[str]:
     """``commit_id`` and its first parents back to a root, or to ``stop`` (included)."""
     line = [commit_id]

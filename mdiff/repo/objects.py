@@ -24,7 +24,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from mdiff.atomic import TEMP_SUFFIX
+from mdiff.atomic import TEMP_SUFFIX, naming
 from mdiff.errors import InvalidFileError, RepositoryError
 from mdiff.format.limits import DEFAULT_LIMITS
 from mdiff.format.walk_cache import WalkCache
@@ -43,6 +43,11 @@ _HASH_BLOCK = 1 << 20
 # where a commit's `commit` attribute is looked for to keep its metadata (the root object's header: the
 # reference writes it within the first kilobyte); one found nowhere in these bytes is not kept
 _METADATA_SEARCH_BYTES = 1 << 20
+
+
+def what_is(directory: str) -> str:
+    """What a file of ``commits/`` or ``snapshots/`` is, in words."""
+    return "commit file" if directory == "commits" else "snapshot"
 
 
 def _sha256_of(fd: int, size: int) -> str | None:
@@ -109,7 +114,8 @@ class CommitFiles(RepositoryFolder):
             raise RepositoryError("MD801", f"{shown(commit_id)[:80]!r} is not a commit id")
         what = "commit" if directory == "commits" else "snapshot of"
         temp = f".receive.{commit_id[:16]}.{secrets.token_hex(8)}{TEMP_SUFFIX}"
-        with self._folder([directory], create=True) as (fd, prefix):
+        with naming(self.dir / directory, doing=f"{what} {commit_id[:12]} could not be written"), \
+                self._folder([directory], create=True) as (fd, prefix):
             out = create_exclusive(fd, prefix, temp)
             with removed_on_failure(fd, prefix, temp):
                 digest, size = hashlib.sha256(), 0
@@ -358,15 +364,17 @@ class CommitFiles(RepositoryFolder):
         with self._folder([directory]) as (fd, prefix):
             folder = reopenable(fd, self.dir / directory) if fd is not None else prefix
             temp = f".commit.mdiff.{secrets.token_hex(8)}{TEMP_SUFFIX}"
-            os.close(create_exclusive(fd, prefix, temp))  # the name is ours; libhdf5 writes it by name
-            with removed_on_failure(fd, prefix, temp):
-                sealed = SealedWriter(os.path.join(folder, temp), commit, compression)
-                with sealed as writer:
-                    write(writer)
-                    if seal is not None:
-                        sealed.seal(seal())
-                commit_id = self._read_back(fd, prefix + temp, self.dir / directory / temp, directory == "commits")
-                rename_in(fd, prefix, temp, f"{commit_id}.mdiff")
+            # an error names the repository's folder, never the temporary file or the descriptor's /proc path
+            with naming(self.dir / directory, folder, f"a new {what_is(directory)} could not be written"):
+                os.close(create_exclusive(fd, prefix, temp))  # the name is ours; libhdf5 writes it by name
+                with removed_on_failure(fd, prefix, temp):
+                    sealed = SealedWriter(os.path.join(folder, temp), commit, compression)
+                    with sealed as writer:
+                        write(writer)
+                        if seal is not None:
+                            sealed.seal(seal())
+                    commit_id = self._read_back(fd, prefix + temp, self.dir / directory / temp, directory == "commits")
+                    rename_in(fd, prefix, temp, f"{commit_id}.mdiff")
             self._sync_folder(fd, prefix)
         return commit_id
 

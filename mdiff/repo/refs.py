@@ -363,8 +363,4 @@ class Refs(CommitFiles):
 
     def remove_ref(self, relative: str) -> None:
         """Remove the entry ``.mdiff/<relative>`` (whatever it is; nothing it points to)."""
-        *parts, name = relative.split("/")
-        with contextlib.suppress(FileNotFoundError):
-            with self._folder(parts) as (fd, prefix):
-                os.unlink(prefix + name, dir_fd=fd)
-                self._sync_folder(fd, prefix)
+        self.remove_entry(relative)

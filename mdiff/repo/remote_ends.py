@@ -51,10 +51,41 @@ class RefMoved(RepositoryError):
 
 
 class NoRepository(RepositoryError):
-    """Nothing at the URL says a repository is there (no ``.mdiff/format``): MD801."""
+    """Nothing at the URL says a repository is there (no ``.mdiff/format``): MD801. ``empty``: nothing at all
+    is stored there (an empty prefix, a missing or empty folder: a first push makes one); False: other files are;
+    None: unknown."""
 
-    def __init__(self, url: str):
-        super().__init__("MD801", f"{url} holds no mdiff repository (no .mdiff/format)")
+    def __init__(self, url: str, empty: bool | None = None, missing_folder: bool = False):
+        why = (": the folder does not exist" if missing_folder else ": nothing is stored there" if empty
+               else " (no .mdiff/format, though other files are there)" if empty is False else " (no .mdiff/format)")
+        hint = " (a first `mdiff push` to it creates one)" if empty else ""
+        super().__init__("MD801", f"{url} holds no mdiff repository{why}{hint}")
+        self.empty = empty
+
+
+class NoBucket(RepositoryError):
+    """The store says the bucket the URL's path starts in does not exist: MD801. A first push creates no
+    bucket either: a bucket is the store's, made with its own tools and settings (region, access, billing)."""
+
+    def __init__(self, url: str, bucket: str):
+        super().__init__("MD801", f"{url}: there is no bucket {bucket!r}; create it first (a first push creates "
+                                  "a repository in a bucket, not the bucket)")
+
+
+def _no_such_bucket(exc: BaseException) -> bool:
+    """Whether the store's own error under ``exc`` is S3's NoSuchBucket (s3fs keeps botocore's as the cause of
+    the FileNotFoundError it raises) — said by the store, not guessed: a bucket these credentials may not
+    probe still holds what they may read and write."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict) and isinstance(response.get("Error"), dict) \
+                and response["Error"].get("Code") == "NoSuchBucket":
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _remote_error(url: str, what: str, exc: BaseException) -> RepositoryError:
@@ -124,7 +155,9 @@ class LocalEnd(RemoteEnd):
 
     def check_format(self) -> None:
         if not os.path.lexists(self.store.dir / "format"):
-            raise NoRepository(self.url)
+            if not os.path.isdir(self.store.root):
+                raise NoRepository(self.url, True, missing_folder=True)
+            raise NoRepository(self.url, not os.listdir(self.store.root))
         self.store.check_format()
 
     def create(self, branch: str) -> None:
@@ -239,7 +272,9 @@ class FsspecEnd(RemoteEnd):
             if info.get("type") != "file":
                 raise RepositoryError("MD801", f"{self.url}: .mdiff/{relative} is not a file")
             data = self.fs.cat_file(path, start=0, end=limit + 1)  # after the etag: see above
-        except FileNotFoundError:
+        except FileNotFoundError as exc:
+            if _no_such_bucket(exc):
+                raise NoBucket(self.url, self.fs._strip_protocol(self.dir).split("/", 1)[0]) from None
             return None, None
         except RepositoryError:
             raise
@@ -256,9 +291,18 @@ class FsspecEnd(RemoteEnd):
     def check_format(self) -> None:
         text, _ = self._small("format")
         if text is None:
-            raise NoRepository(self.url)
+            raise NoRepository(self.url, self._empty())
         if text != FORMAT_LINE:
             raise RepositoryError("MD801", f"{self.url}: .mdiff/format does not say {FORMAT_LINE.strip()!r}")
+
+    def _empty(self) -> bool | None:
+        """Whether nothing at all is stored under the URL's path (None: cannot be told)."""
+        root = self.dir.rsplit("/", 1)[0]
+        try:
+            self.fs.invalidate_cache(root)
+            return not self.fs.exists(root)
+        except Exception:
+            return None
 
     def create(self, branch: str) -> None:
         """``format`` and HEAD, each written only if absent (objects need no folders); ``format`` last, as

@@ -157,6 +157,19 @@ def all_tracking_refs(store: Store) -> dict[str, str]:
             for branch, target in tracking_refs(store, remote).items()}
 
 
+def upstream_of(store: Store, branch: str) -> tuple[str, str] | None:
+    """("<remote>/<branch>", its commit): the remote-tracking ref ``branch`` follows — ``origin``'s when origin has
+    the branch (what `mdiff pull` and `push` default to), else the one remote's that has it —; None when no remote
+    has it, or several do and none is origin."""
+    found = {}
+    for remote in remote_names(store):
+        target = tracking_target(store, f"{remote}/{branch}")
+        if target is not None:
+            found[f"{remote}/{branch}"] = target
+    name = f"origin/{branch}" if f"origin/{branch}" in found else next(iter(found)) if len(found) == 1 else None
+    return (name, found[name]) if name is not None else None
+
+
 def tracking_target(store: Store, name: str) -> str | None:
     """The commit the remote-tracking ref ``<remote>/<branch>`` names, or None when there is none."""
     remote, sep, branch = name.partition("/")

@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import re
 import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -23,6 +24,8 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from mdiff.checkpoints.folder import TRAINING_STATE
+from mdiff.checkpoints.registry import is_folder_input, is_folder_output
 from mdiff.diffing import file_updates
 from mdiff.errors import RepositoryError
 from mdiff.format.commit import Author, Commit, default_date, resolve_author
@@ -33,7 +36,7 @@ from mdiff.format.writer import DiffWriter
 from mdiff.frameworks import check_framework, numpy_state
 from mdiff.isolation import Isolation
 from mdiff.progress import ByteCounter, Progress, tensor_bytes
-from mdiff.repo import cleanup, snapshots, transfer
+from mdiff.repo import cleanup, snapshots, transfer, working
 from mdiff.repo.changes import Changes, CommitSummary, Unchanged, WholeState, open_new_state, updates_between
 from mdiff.repo.cleanup import DEFAULT_PRUNE_SECONDS, DEFAULT_REFLOG_EXPIRE_SECONDS, GcReport
 from mdiff.repo.fsck import fsck
@@ -150,6 +153,7 @@ class Repository(Store):
         """
         with self.lock(wait):
             branch, head = self.head()
+            watched = _watched(new_state, exclude)  # the folder or file, for `mdiff status` (working.py)
             with contextlib.ExitStack() as stack:
                 new = open_new_state(stack, new_state, exclude)
                 mine = self._last_committed  # else another process's, from the cache folder
@@ -164,6 +168,8 @@ class Repository(Store):
                     **_author_fields(author, date, meta))
             if summary is not None:
                 self.advance(branch, summary.commit_id, f"commit: {message.splitlines()[0] if message else ''}")
+                if watched is not None:
+                    working.remember(self, branch, "commit", summary.commit_id, *watched)
             made = summary.commit_id if summary is not None else head
             self._last_committed = (made, os.fspath(new_state), tuple(exclude)) \
                 if made and isinstance(new_state, (str, os.PathLike)) else None
@@ -265,10 +271,25 @@ class Repository(Store):
         tensors that ``load_state_dict(strict=True)`` accepts for a committed state dict). With it: written
         to a checkpoint file (.safetensors, .npz, .pt, .onnx with the base model as ``template``) or, for
         a path without such an extension, a model folder with the state's files (SPEC.md §10.2); returns
-        the paths written."""
+        the paths written, and remembered for `mdiff status` as the working copy of the branch ``rev`` names
+        (``main``, ``main~2``), else of the current branch (working.py)."""
         check_framework(framework)
-        with self.open_state(resolve(self, rev), engine) as view:
-            return view.write(output, template, progress, framework=framework, max_shard_size=max_shard_size)
+        commit_id = resolve(self, rev)
+        with self.open_state(commit_id, engine) as view:
+            written = view.write(output, template, progress, framework=framework, max_shard_size=max_shard_size)
+        if output is not None:
+            kind = "folder" if is_folder_output(output) else "file"
+            ignore = TRAINING_STATE if kind == "folder" else ()
+            working.remember(self, self._branch_of(rev), "checkout", commit_id, output, kind, ignore)
+        return written
+
+    def _branch_of(self, rev: str) -> str | None:
+        """The branch a revision is on: the one it names (``main``, ``main~2``), else the current one (None:
+        a detached HEAD)."""
+        base = re.split(r"[~^]", rev.strip(), maxsplit=1)[0]
+        if base != "HEAD" and self.has_branch(base):
+            return base
+        return self.head_ref()[0]
 
     def status(self, checkpoint: NewState, exclude: Iterable[str] = (), progress: Progress | None = None) -> Changes:
         """What a checkpoint (a file or a model folder) changes against HEAD."""
@@ -585,6 +606,20 @@ class Repository(Store):
 def _author_fields(author: AuthorLike, date: str | None, meta: Mapping[str, str] | None) -> dict[str, Any]:
     """The commit's author (given, else the environment's, as git finds it), date and meta."""
     return {"date": date or default_date(), "meta": dict(meta or {}), "author": resolve_author(author)}
+
+
+def _watched(state: NewState, exclude: Iterable[str]) -> tuple[str, str, tuple[str, ...], dict | None] | None:
+    """(path, kind, ignore globs, each file's status now) of the folder or file a commit reads ``state`` from,
+    for its working record — taken before the commit reads it, so that a file that moves meanwhile is recorded
+    as unknown —; None for a state in memory."""
+    if not isinstance(state, (str, os.PathLike)):
+        return None
+    path = os.fspath(state)
+    if is_folder_input(path):
+        folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
+        ignore = TRAINING_STATE + tuple(exclude)
+        return folder, "folder", ignore, working.scan(folder, "folder", ignore)[0]
+    return path, "file", (), working.scan(path, "file")[0]
 
 
 def _same_path(path: str, state: NewState) -> bool:

@@ -76,6 +76,7 @@ MD702 error 10 the checkpoint holds a dtype the format does not support
 MD703 error 10 the checkpoint format cannot hold the result
 MD704 error 10.1 a model folder's weight files and index disagree
 MD705 error 10.1 a model folder holds an entry that is not versioned
+MD706 error 10.2 an output names something a writer must not replace
 `;
 
 export const CODES = {};
