@@ -378,7 +378,8 @@ def test_a_file_size_limit_is_reported_as_the_operating_system_s_error(tmp_path,
                            preexec_fn=_with_file_size_limit(1 << 20), timeout=120)
     assert child.returncode == 2, child.stderr
     assert "Traceback" not in child.stderr
-    assert child.stderr.startswith("mdiff: error: File too large"), child.stderr
+    assert child.stderr.startswith("mdiff: error: ") and "File too large" in child.stderr, child.stderr
+    assert ".tmp" not in child.stderr and "/proc/" not in child.stderr  # no name mdiff made for itself
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     if command == "commit":
         assert os.listdir(tmp_path / ".mdiff/commits") == []
