@@ -2566,6 +2566,164 @@ def build_valid_files_and_layout(path) -> None:
                  _layout(layout))
 
 
+# ---------------------------------------------------------------- issue 28: points an implementer could not decide
+
+
+def _edit_text(obj, name: str, old: str, new: str, prefix: bytes = b"") -> None:
+    """Replace ``old`` by ``new`` in the JSON text of the attribute ``name`` (both as they are written, escapes
+    included), and put ``prefix``'s bytes before it."""
+    text = bytes(obj.attrs[name]).rstrip(b"\0").decode("utf-8")
+    assert old in text, (name, old, text)
+    _set_raw(obj, name, prefix + text.replace(old, new).encode("utf-8"))
+
+
+def build_MD201_commit_lone_surrogate(path) -> None:
+    """The commit's `message` holds the escape `\\ud800`, a high surrogate no low one follows: valid RFC 8259, but
+    no UTF-8 text can hold what it denotes (§4.1), so the file could not be written or shown as read — MD201."""
+    with _edit(path) as f:
+        _edit_text(f, "commit", '"message":"conformance case"', '"message":"conformance\\ud800case"')
+
+
+def build_MD201_commit_meta_key_lone_low_surrogate(path) -> None:
+    """A member name of the commit's `meta` is the escape `\\udc00`, a low surrogate with no high one before it (§4.1:
+    a member's name is a string too) — MD201, not a schema error."""
+    with _edit(path) as f:
+        _edit_text(f, "commit", '"meta":{}', '"meta":{"\\udc00":"x"}')
+
+
+def build_MD401_update_lone_surrogate(path) -> None:
+    """The update's `dtype` is `float32` followed by the escape `\\udbff` (a high surrogate at the end of the string):
+    not JSON an mdiff reader takes (§4.1), so MD401 — not MD404, the schema's finding on a dtype it does not know."""
+    with _edit(path) as f:
+        _edit_text(f["parameters/w"], "update", '"dtype":"float32"', '"dtype":"float32\\udbff"')
+
+
+def build_MD105_extensions_lone_surrogate(path) -> None:
+    """An optional extension named `x` and the escape `\\ud800` (§4.1: MD105 in `extensions`, not the MD107 warning an
+    unknown optional extension gets)."""
+    with _edit(path) as f:
+        _set_raw(f, "extensions", b'[{"must_understand":false,"name":"x\\ud800"}]')
+
+
+def build_MD420_definition_lone_surrogate(path) -> None:
+    """The x-ia3 type's `definition` has a `description` starting with the escape `\\ud800` (§4.1: MD420 in a definition); the
+    type is then not defined, and its parameter is MD402 (§7.8)."""
+    ia3.write_with_function(path, ia3.function("float32"))
+    with h5py.File(path, "r+") as f:
+        group = f["update_types/x-ia3"]
+        _edit_text(group, "definition", '"description":"IA3', '"description":"\\ud800IA3')
+
+
+def build_MD307_layout_lone_surrogate(path) -> None:
+    """The layout's tensor name is `w` and the escape `\\udfff` (§4.1: MD307 in the layout): not a name UTF-8 holds."""
+    _write_files(path, {}, _layout('{"files":[{"path":"model.safetensors","tensors":["w\\udfff"]}],"format":"safetensors"}'))
+
+
+def build_MD201_commit_byte_order_mark(path) -> None:
+    """The commit's JSON text starts with a UTF-8 byte-order mark (EF BB BF): not JSON whitespace, and an mdiff reader
+    never strips it (§4.1; RFC 8259 §8.1 lets other parsers ignore it, as a JavaScript TextDecoder does by default)."""
+    with _edit(path) as f:
+        _edit_text(f, "commit", "{", "{", prefix=b"\xef\xbb\xbf")
+
+
+def build_MD401_update_byte_order_mark(path) -> None:
+    """The update's JSON text starts with a UTF-8 byte-order mark (§4.1: MD401)."""
+    with _edit(path) as f:
+        _edit_text(f["parameters/w"], "update", "{", "{", prefix=b"\xef\xbb\xbf")
+
+
+def _nested(levels: int, innermost):
+    value = innermost
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def build_MD404_update_nested_512_levels_empty_innermost(path) -> None:
+    """`shape` is 511 arrays around an empty array `[]`, inside the update's object: the empty array is a value inside
+    512 arrays and objects, which every reader parses (§4.1) — then a schema error (MD404), not MD401."""
+    _edit_update(path, "w", lambda m: m.update(shape=_nested(511, [])))
+
+
+def build_MD404_update_nested_512_levels_empty_object_innermost(path) -> None:
+    """The same with an empty object `{}` innermost, inside 512 arrays and objects: JSON, then MD404."""
+    _edit_update(path, "w", lambda m: m.update(shape=_nested(511, {})))
+
+
+def build_MD401_update_nested_513_levels_empty_innermost(path) -> None:
+    """`shape` is 512 arrays around an empty array: the empty array lies inside 513 arrays and objects — MD401 (§4.1),
+    though it holds no value of its own."""
+    _edit_update(path, "w", lambda m: m.update(shape=_nested(512, [])))
+
+
+def build_MD202_date_year_0000(path) -> None:
+    """`date` 0000-01-01T00:00:00Z: RFC 3339 allows year 0000, §4.2 does not (years 0001–9999)."""
+    _edit_commit(path, lambda c: c.update(date="0000-01-01T00:00:00Z"))
+
+
+def build_valid_commit_date_year_0001(path) -> None:
+    """`date` 0001-01-01T00:00:00.000000001Z, the first instant §4.2 allows (with 9 fraction digits)."""
+    _edit_commit(path, lambda c: c.update(date="0001-01-01T00:00:00.000000001Z"))
+
+
+def build_MD404_version_string(path) -> None:
+    """The dense update's `version` is the string "1": no integer, so no version at all — MD404 (§7.1), not MD403."""
+    _edit_update(path, "w", lambda m: m.update(version="1"))
+
+
+def build_MD404_version_true(path) -> None:
+    """`version` true (a boolean is not an integer, though some languages count it as 1): MD404 (§7.1)."""
+    _edit_update(path, "w", lambda m: m.update(version=True))
+
+
+def build_MD404_version_null(path) -> None:
+    """`version` null: MD404 (§7.1)."""
+    _edit_update(path, "w", lambda m: m.update(version=None))
+
+
+def build_MD404_version_1_5(path) -> None:
+    """`version` 1.5, a number with a fraction: not an integer (2.0 would be 2, §4.1), so MD404 (§7.1), not MD403."""
+    _edit_update(path, "w", lambda m: m.update(version=1.5))
+
+
+def build_MD500_function_soft_link_beside_a_function(path) -> None:
+    """The x-ia3 type has its sound float32 function and a soft link `function.float64` (MD500): a refused
+    `function.<dtype>` member leaves the type undefined whatever its other functions (§7.8), so the float32
+    parameter that names it is MD402."""
+    ia3.write_with_function(path, ia3.function("float32"))
+    with h5py.File(path, "r+") as f:
+        f["update_types/x-ia3"]["function.float64"] = h5py.SoftLink("/update_types/x-ia3/function.float32")
+
+
+def _set_padded(obj, name: str, data: bytes, pad: int) -> None:
+    """A scalar fixed-length UTF-8 string attribute of exactly len(data) bytes and the padding type ``pad``."""
+    if name in obj.attrs:
+        del obj.attrs[name]
+    tid = h5py.h5t.C_S1.copy()
+    tid.set_size(len(data))
+    tid.set_strpad(pad)
+    tid.set_cset(h5py.h5t.CSET_UTF8)
+    attr = h5py.h5a.create(obj.id, name.encode(), tid, h5py.h5s.create(h5py.h5s.SCALAR))
+    attr.write(np.array(data, dtype=f"S{len(data)}"), mtype=tid)
+
+
+def build_valid_attributes_fill_their_size(path) -> None:
+    """Every attribute (`format`, `format_version`, `commit`, `update`) is a null-terminated string (H5T_STR_NULLTERM)
+    whose text fills its size, without a NUL: its value is all of its bytes (§8.2), `mdiff` — not the `mdif` a
+    conversion to a null-terminated string of 5 bytes gives, nor a `commit` cut before its last brace."""
+    with _edit(path) as f:
+        for obj in (f, f["parameters/w"]):
+            for name in sorted(obj.attrs):
+                _set_padded(obj, name, bytes(obj.attrs[name]).rstrip(b"\0"), h5py.h5t.STR_NULLTERM)
+
+
+def build_MD101_format_space_padded(path) -> None:
+    """`format` is the space-padded string (H5T_STR_SPACEPAD) `mdiff ` of 6 bytes: its value is its bytes, spaces
+    kept (§8.2), so not "mdiff" — though h5py's converting read gives "mdiff"."""
+    with _edit(path) as f:
+        _set_padded(f, "format", b"mdiff ", h5py.h5t.STR_SPACEPAD)
+
+
 # ---------------------------------------------------------------- registry
 
 # Limits a reader must use for a case (Limits field -> value); all other cases use the defaults.
@@ -2592,7 +2750,8 @@ LIMITS: dict[str, dict[str, int]] = {
 ALSO_REPORTED: dict[str, tuple[str, ...]] = {
     # §12.1 rule 6: a refused member of /layout (rule 3) does not keep its value from being checked
     "layout_soft_link_beside_a_malformed_value": ("MD307",),
-    "function_soft_link": ("MD402",),
+    "function_soft_link": ("MD402",), "function_soft_link_beside_a_function": ("MD402",),
+    "definition_lone_surrogate": ("MD402",),
     "update_type_soft_link_member": ("MD303",),
     # §12.1 rule 3: an attribute whose name cannot be read is not known by it
     "attribute_name_length_wrong": ("MD400",),
@@ -2625,7 +2784,7 @@ DATA_LEVEL: frozenset[str] = frozenset({
     "corrupt_chunk", "sparse_xor_corrupt_chunk", "fletcher32_mismatch", "chunk_inflates_past_its_size",
     "unfiltered_chunk_too_long", "sparse_sub_corrupt_chunk",
     "layout_not_json", "layout_without_files", "layout_unsafe_path", "layout_tensor_twice", "layout_not_safetensors",
-    "layout_path_inside_another",
+    "layout_path_inside_another", "layout_lone_surrogate",
 })
 
 

@@ -1190,3 +1190,56 @@ def test_merge_file_agrees_with_the_reference_on_random_states(tmp_path):
                     assert rc == 1 and not js_out.exists(), what
     for strategy in (None, "average", "weighted:0.3", "task-arithmetic", "task-arithmetic:0.7"):  # both outcomes met
         assert outcomes[strategy, 1] and outcomes[strategy, 0 if strategy else 1], outcomes
+
+
+# Issue 28 item 3: what mdiff-js must not strip (a byte-order mark, a CR) and a lock link it need not read.
+
+
+@pytest.mark.parametrize("which", ["HEAD", "detached HEAD", "ref", "tag", "format"])
+@pytest.mark.parametrize("change", ["CR before LF", "byte-order mark"])
+def test_checkout_refuses_a_cr_or_a_byte_order_mark_in_format_head_and_refs(tmp_path, which, change):
+    """§13.1: LF alone, nothing else: mdiff-js's TextDecoder would strip a byte-order mark unless told not to, and
+    the reference keeps it (MD801 in both; tests/test_repo_hostile.py has the reference's side)."""
+    repo, ids = _small_repo(tmp_path)
+    repo.create_tag("v1", ids[1])
+    path, text = {"HEAD": (repo.dir / "HEAD", "ref: refs/heads/main\n"), "detached HEAD": (repo.dir / "HEAD", ids[2] + "\n"),
+                  "ref": (repo.dir / "refs" / "heads" / "main", ids[2] + "\n"),
+                  "tag": (repo.dir / "refs" / "tags" / "v1", ids[1] + "\n"),
+                  "format": (repo.dir / "format", "mdiff-repository 1\n")}[which]
+    path.write_bytes((text[:-1] + "\r\n").encode() if change == "CR before LF" else b"\xef\xbb\xbf" + text.encode())
+    rc, report = js_checkout(repo.root, "v1" if which == "tag" else "HEAD", tmp_path / "o.safetensors")
+    assert rc == 1 and report["error"]["code"] == "MD801", report
+    assert not (tmp_path / "o.safetensors").exists()
+
+
+def test_checkout_takes_no_lock_so_a_dangling_lock_link_is_no_concern(tmp_path):
+    """§13.6: a lock file that is a dangling link is MD801 for a writer and a checker (the reference's side in
+    tests/test_repo_hostile.py); a checkout takes no lock, so mdiff-js reads the repository as before."""
+    repo, ids = _small_repo(tmp_path)
+    (repo.dir / "lock").unlink(missing_ok=True)
+    (repo.dir / "lock").symlink_to(tmp_path / "nowhere")
+    rc, report = js_checkout(repo.root, "HEAD~1", tmp_path / "o.safetensors")
+    assert rc == 0 and report["commit"] == ids[1], report
+    assert as_array(load_safetensors(tmp_path / "o.safetensors")["w"]).tobytes() == np.full(4, 1, np.float32).tobytes()
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_base_whose_header_starts_with_a_byte_order_mark_is_md701_in_both(tmp_path):
+    """A safetensors header is JSON text: a byte-order mark before it is kept, and is no JSON (MD701), in mdiff-js
+    (whose TextDecoder would strip it by default) as in the reference."""
+    save_safetensors(tmp_path / "good.safetensors", {"w": np.zeros(4, np.float32)})
+    data = (tmp_path / "good.safetensors").read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = b"\xef\xbb\xbf" + data[8:8 + n].rstrip(b" ")
+    header += b" " * (-len(header) % 8)
+    (tmp_path / "base.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + data[8 + n:])
+    mdiff.write(tmp_path / "d.mdiff", {"w": mdiff.dense(np.zeros(4, np.float32), np.ones(4, np.float32))},
+                mdiff.Commit("bom", date="2026-01-01T00:00:00Z"))
+    rc, report, _ = run_js("apply", str(tmp_path / "base.safetensors"), str(tmp_path / "d.mdiff"), "-o",
+                           str(tmp_path / "js.safetensors"), "--json")
+    assert rc != 0 and report["error"]["code"] == "MD701", report
+    p = subprocess.run([sys.executable, "-m", "mdiff", "apply", str(tmp_path / "base.safetensors"), str(tmp_path / "d.mdiff"),
+                        "-o", str(tmp_path / "ref.safetensors"), "--json"], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    assert p.returncode != 0 and json.loads(p.stdout)["error"]["code"] == "MD701", p.stdout + p.stderr
+    assert not (tmp_path / "js.safetensors").exists() and not (tmp_path / "ref.safetensors").exists()

@@ -555,3 +555,43 @@ def test_a_commit_file_that_crashes_libhdf5_is_a_typed_error_in_every_command(ma
         Repository(repo.root).open_commit(commit_id)
     assert info.value.code == "MD802" and "MD513: the group's links cannot be read" in info.value.message
     assert cli("checkout", ids[2], "-o", tmp_path / "good.safetensors", "-C", repo.root)[0] == 0
+
+
+# ---------------------------------------------------------------- issue 28 item 3 (§13.1, §13.6)
+
+
+@pytest.mark.parametrize("which", ["HEAD", "detached HEAD", "ref", "tag", "format"])
+@pytest.mark.parametrize("change", ["CR before LF", "byte-order mark"])
+def test_format_head_and_refs_are_lf_only_without_a_byte_order_mark(made, which, change):
+    """§13.1: the newline of `format`, HEAD and a ref is LF alone, and they hold nothing else: `<id>` CR LF, or a
+    UTF-8 byte-order mark first, is malformed (MD801) — never read as the id or branch it wraps."""
+    repo, ids = made
+    repo.create_tag("v1", ids[1])
+    path, text = {"HEAD": (repo.dir / "HEAD", "ref: refs/heads/main\n"), "detached HEAD": (repo.dir / "HEAD", ids[2] + "\n"),
+                  "ref": (repo.dir / "refs" / "heads" / "main", ids[2] + "\n"),
+                  "tag": (repo.dir / "refs" / "tags" / "v1", ids[1] + "\n"),
+                  "format": (repo.dir / "format", "mdiff-repository 1\n")}[which]
+    path.write_bytes((text[:-1] + "\r\n").encode() if change == "CR before LF" else b"\xef\xbb\xbf" + text.encode())
+    code, out = run("log", "v1" if which == "tag" else "HEAD", "-C", repo.root)
+    assert code == 1 and "MD801" in out and "Traceback" not in out, out
+
+
+def test_a_dangling_lock_link_is_md801_for_writers_and_fsck_and_no_concern_of_a_checkout(made, tmp_path):
+    """§13.6: a lock file that is a symbolic link, to nothing, is neither followed, created through nor replaced: a
+    writer refuses to lock (MD801, not MD803, which says another process holds the lock), fsck reports it (MD801),
+    and a checkout, which takes no lock, reads the repository as before."""
+    repo, ids = made
+    (repo.dir / "lock").unlink(missing_ok=True)
+    (repo.dir / "lock").symlink_to(tmp_path / "nowhere")
+    save_checkpoint(tmp_path / "s3.safetensors", state(3))
+    code, out = run("commit", tmp_path / "s3.safetensors", "-m", "three", "--date", DATE, "-q", "-C", repo.root)
+    assert code == 1 and "MD801" in out and "MD803" not in out, out
+    with pytest.raises(RepositoryError) as info:
+        with Repository(repo.root).lock(wait=False):
+            pass
+    assert info.value.code == "MD801"
+    assert not (tmp_path / "nowhere").exists() and (repo.dir / "lock").is_symlink()
+    assert [f.code for f in repo.fsck()] == ["MD801"]
+    code, out = run("checkout", "HEAD~1", "-o", tmp_path / "o.safetensors", "-C", repo.root)
+    assert code == 0 and same_state(load_checkpoint(tmp_path / "o.safetensors"), state(1)), out
+    assert repo.head() == ("main", ids[2])

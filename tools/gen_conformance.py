@@ -135,6 +135,8 @@ HOSTILE_CASES = {
     "not_hdf5", "empty_file", "truncated",
     "version_2_0",
     "extensions_deeply_nested", "commit_deeply_nested", "update_deeply_nested",
+    "commit_lone_surrogate", "commit_meta_key_lone_low_surrogate", "update_lone_surrogate",
+    "extensions_lone_surrogate", "definition_lone_surrogate", "layout_lone_surrogate",
     "commit_nan", "update_nan", "commit_duplicate_member", "update_duplicate_member",
     "commit_truncated", "update_truncated", "commit_trailing_text", "update_trailing_text",
     "link_not_utf8", "link_truncated_utf8", "link_stray_continuation_byte", "link_ends_with_continuation_byte",
@@ -169,6 +171,7 @@ IA3_BASE_CASES = {
     "function_external_data", "function_subgraph", "function_too_many_nodes", "function_of_another_dtype",
     "function_with_huge_intermediate", "function_shape_from_data", "embedded_inexact_with_sha256",
     "update_type_soft_link_needing_escape", "embedded_member_refused", "update_type_soft_link_member", "function_soft_link",
+    "function_soft_link_beside_a_function", "definition_lone_surrogate",
 }
 
 # A type refused for one of these is not defined: the parameters naming it are MD402 too (§7.8)
@@ -913,7 +916,8 @@ def build_valid(c: Corpus) -> None:
     # the reference's edge cases (tests/invalid_files.py VALID_CASES) and warning-only cases
     sections = {"valid_escaped_names": "5.2", "valid_empty_parameters": "5.1", "valid_every_type": "7.1",
                 "valid_sparse_without_entries": "7.4", "valid_storage_variants": "8.2",
-                "valid_json_integral_floats": "4.1", "valid_commit_edges": "4.2", "valid_empty_extensions": "3.4"}
+                "valid_json_integral_floats": "4.1", "valid_commit_edges": "4.2", "valid_empty_extensions": "3.4",
+                "valid_commit_date_year_0001": "4.2", "valid_attributes_fill_their_size": "8.2"}
     for case_id, build in inv.VALID_CASES:
         doc = first_sentence(build)
         c.valid(case_id, sections.get(case_id, "12"),

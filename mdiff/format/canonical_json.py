@@ -48,11 +48,26 @@ def _check_depth(text: str) -> None:
 
 MAX_NUMBER = 4096  # §4.1: characters of one number token
 _LONG_NUMBER = re.compile(r"-?[0-9][0-9.eE+-]{%d,}" % MAX_NUMBER)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")  # only then can a string hold one
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(value: Any) -> bool:
+    """Whether a string of ``value`` (a member name included) holds a surrogate: json.loads joins an escaped
+    pair into its character, so any left is lone (§4.1)."""
+    if isinstance(value, str):
+        return _SURROGATE.search(value) is not None
+    if isinstance(value, list):
+        return any(_lone_surrogate(v) for v in value)
+    if isinstance(value, dict):
+        return any(_SURROGATE.search(k) is not None or _lone_surrogate(v) for k, v in value.items())
+    return False
 
 
 def loads(text: str) -> Any:
-    """Strict JSON: NaN/Infinity, duplicate keys, a value inside more than 512 arrays and objects and a number of
-    more than 4096 characters are refused with ValueError."""
+    """Strict JSON (§4.1): NaN/Infinity, duplicate keys, a value inside more than 512 arrays and objects, a number of
+    more than 4096 characters, a byte-order mark before the value and a string holding a lone surrogate (an escape
+    `\\ud800` no UTF-8 text can hold) are refused with ValueError."""
     if text.count("[") + text.count("{") > MAX_DEPTH:  # only then can a value lie that deep
         _check_depth(text)
     if len(text) > MAX_NUMBER and _LONG_NUMBER.search(_STRING.sub('"', text)):
@@ -67,6 +82,11 @@ def loads(text: str) -> Any:
         return obj
 
     try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, object_pairs_hook=no_duplicates)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, object_pairs_hook=no_duplicates)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+    if "\\u" in text or not text.isascii():
+        if _SURROGATE_ESCAPE.search(text) and _lone_surrogate(value):
+            raise ValueError("a string holds a lone surrogate (an escape such as \\ud800 that is not half of a pair), "
+                             "which no UTF-8 text can hold")
+    return value

@@ -216,7 +216,12 @@ class DiffWriter:
     def _attribute(self, name: str, text: str) -> str:
         """``text`` if a reader takes it as an attribute (§8.3: MD510 past the size limit), checked
         before anything is written, so that no writer makes a file its readers refuse."""
-        size = len(text.encode("utf-8"))
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:  # a lone surrogate (a str from undecodable bytes, "\udcff"): §4.1 refuses it
+            code = {ATTR_COMMIT: "MD201", ATTR_UPDATE: "MD401", ATTR_EXTENSIONS: "MD105"}.get(name, "MD420")
+            raise InvalidFileError(code, f"attribute {name!r} would hold a lone surrogate, which no UTF-8 text can "
+                                         "hold (§4.1; a command-line argument that is not UTF-8 gives one)") from None
         if self._check_updates and size > DEFAULT_LIMITS.max_attribute_bytes:
             raise LimitError("MD510", f"attribute {name!r} would have {size} bytes; readers refuse more than "
                                       f"{DEFAULT_LIMITS.max_attribute_bytes} (§8.3)")

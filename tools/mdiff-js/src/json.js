@@ -1,6 +1,8 @@
 // Strict JSON (RFC 8259) parser, as SPEC.md §4.1 requires for every JSON attribute:
 // duplicate member names, NaN/Infinity tokens, numbers that round to infinity in binary64 and text
-// after the value are errors.
+// after the value are errors; so are a byte-order mark before the value (U+FEFF is no whitespace) and a
+// string holding a lone surrogate (`\ud800` not followed by `\udc00`-`\udfff`, or a low one alone),
+// which no UTF-8 text can hold.
 // Integers (no fraction, no exponent) beyond 2^53 are returned as BigInt so that
 // shapes are never silently rounded; every other number is a JS number.
 
@@ -8,6 +10,8 @@ export class JSONError extends Error {}
 
 const WS = new Set([0x20, 0x09, 0x0a, 0x0d]);
 const MAX_NUMBER = 4096; // characters of one number token (SPEC.md §4.1)
+// a high surrogate not followed by a low one, or a low one not after a high one (SPEC.md §4.1)
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 export function parseStrict(text) {
   let i = 0;
@@ -32,6 +36,7 @@ export function parseStrict(text) {
     if (c === "n") return literal("null", null);
     if (c === "-" || (c >= "0" && c <= "9")) return number();
     if (text.startsWith("NaN", i) || text.startsWith("Infinity", i)) fail("NaN and Infinity are not JSON");
+    if (c === "\uFEFF") fail("a byte-order mark (U+FEFF) is no JSON whitespace"); // SPEC.md §4.1, not stripped
     fail(`unexpected character ${JSON.stringify(c)}`);
   }
   function literal(word, v) {
@@ -101,6 +106,7 @@ export function parseStrict(text) {
       const ch = text.charCodeAt(i);
       if (ch === 0x22) {
         out += text.slice(start, i);
+        if (LONE_SURROGATE.test(out)) fail("a string holds a lone surrogate, which no UTF-8 text can hold");
         i++;
         return out;
       }

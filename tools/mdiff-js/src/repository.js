@@ -196,7 +196,7 @@ export class Repository {
     }
     if (got > MAX_SMALL_FILE_BYTES) throw md801(`${p} is malformed: longer than ${MAX_SMALL_FILE_BYTES} bytes (§13.1)`, p);
     try {
-      return new TextDecoder("utf-8", { fatal: true }).decode(buf.subarray(0, got));
+      return new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(buf.subarray(0, got)); // a BOM is kept: malformed (§13.1)
     } catch {
       throw md801(`${p} is malformed: not UTF-8 text`, p);
     }
@@ -439,7 +439,7 @@ export class Repository {
           if (line.length + 1 > MAX_REFLOG_LINE_BYTES) throw md801(`${file} is malformed: line ${count} is too long`, file);
           let text;
           try {
-            text = new TextDecoder("utf-8", { fatal: true }).decode(line);
+            text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(line); // a BOM is kept, as mdiff does
           } catch {
             throw md801(`${file} is malformed: line ${count} is not UTF-8 text`, file);
           }

@@ -32,7 +32,7 @@ export function readSafetensors(file) {
   if (n > BigInt(buf.length - 8)) throw bad(`the header length ${n} exceeds the file`);
   let header;
   try {
-    const text = new TextDecoder("utf-8", { fatal: true }).decode(buf.subarray(8, 8 + Number(n)));
+    const text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(buf.subarray(8, 8 + Number(n))); // a BOM is kept: not JSON
     header = parseStrict(text);
   } catch (e) {
     throw bad(`the header is not valid UTF-8 JSON: ${e.message}`);
