@@ -48,7 +48,7 @@ import mdiff  # noqa: E402
 from mdiff.checkpoints import load_checkpoint, save_checkpoint  # noqa: E402
 from mdiff.engines import apply_update  # noqa: E402
 from mdiff.format.attributes import overwrite_string, write_string  # noqa: E402
-from mdiff.format.dtypes import DTYPES  # noqa: E402
+from mdiff.format.dtypes import DTYPES, dtype_of  # noqa: E402
 from mdiff.rules import RULES  # noqa: E402
 from mdiff.repo import Repository  # noqa: E402
 from mdiff.repo.states import StateClaims  # noqa: E402
@@ -131,6 +131,90 @@ NOT_APPLICABLE = {
 }
 
 # tests/invalid_files.py cases that are attacks on a reader rather than mistakes of a writer
+# Profiles (SPEC.md §12.2). The top-level `expect` of a case is what the *hardened* profile must report. A
+# hostile case also states `expect.core`: the outcomes a *core* implementation (a standard HDF5 library,
+# isolated, §8.5) may give, one of which it must give exactly. By default that is the hardened outcome alone:
+# the library decides the case. The cases below break a rule of §8.1-§8.3 that only a reader parsing HDF5
+# metadata itself can see; each lists what a core reader gets instead (found with tests/core_impl/, an
+# implementation through h5py alone, and checked rule by rule against SPEC.md). "applied" is an outcome
+# where the library reads the file as valid: validate finds no error (and the hardened warnings), and apply must give the state the
+# updates' sha256 values name (`parameters`, computed here from the base and the updates), every value
+# verified. "MD515" is the isolated reader's crash, hang or runaway allocation, whatever code it would
+# have reported had it survived.
+_APPLIED = "applied"
+CORE_OUTCOMES: dict[str, tuple[tuple[str, ...] | str, ...]] = {
+    # a single chunk's size past 2^32: libhdf5 keeps its low 32 bits and reads the chunk whole
+    "MD509-single_chunk_size_past_2_32": (_APPLIED,),
+    # contiguous storage at address 0: h5py's H5Dget_offset raises; the library reads nothing there
+    "MD509-contiguous_storage_at_address_0": (("MD513",),),
+    # a chunk past the superblock's end-of-file address: the library refuses to read it (data does not decode)
+    "MD509-chunk_past_the_end_of_file_address": (("MD513",),),
+    # a layout message of version 5: HDF5 2.0 reads it (and finds the storage short), 1.x cannot open it
+    "MD513-layout_message_version_5": (("MD509",), ("MD513",)),
+    # dense attribute storage: fractal heap and v2 B-tree soundness, shared records, hashes (§8.1)
+    "MD513-dense_attribute_index_of_another_type": (("MD515",), ("MD513",)),
+    "MD513-dense_attribute_record_marked_shared": (("MD515",), ("MD513",)),
+    "MD513-dense_attribute_hash_not_its_name": (_APPLIED, ("MD513",)),
+    "MD513-dense_attribute_huge_object_past_the_end": (("MD101", "MD102", "MD513"), ("MD515",)),
+    "MD513-dense_attribute_heap_root_block_offset": (("MD101", "MD102", "MD513"), ("MD515",)),
+    "MD513-dense_attribute_huge_object_index_records_0_bytes": (("MD515",), ("MD513",)),
+    "MD513-dense_attribute_heap_table_width_0": (("MD515",), ("MD513",)),
+    "MD513-dense_attribute_index_root_over_full": (("MD515",), ("MD513",)),
+    # an attribute count read from the header's name index: the library cannot count them
+    "MD511-attributes_over_64_uncountable": (("MD513",),),
+    # a link's kind from its link message, not from a lookup by its name's hash
+    "MD500-dense_soft_link_hash_not_its_name": (("MD513",),),
+    # dense links: v2 B-tree and fractal heap soundness, record totals
+    "MD513-dense_link_index_of_another_type": (("MD515",), ("MD513",)),
+    "MD513-dense_link_count_wrong": (("MD515",), ("MD513",)),
+    "MD513-dense_link_count_wrong_over_the_object_limit": (("MD515",), ("MD513",)),
+    "MD513-dense_link_total_past_its_depth": (("MD515",), ("MD513",)),
+    # a symbol table's local heap whose free list loops: libhdf5 allocates without bound
+    "MD513-local_heap_free_list_loops": (("MD515",),),
+    # group info messages the library does not decode when it lists links
+    "MD513-group_info_unreadable": (_APPLIED,),
+    "MD513-root_group_info_unreadable": (_APPLIED,),
+    # datatype class bits HDF5 libraries ignore (§8.2: compared whole)
+    "MD505-float_byte_order_bit_6": (_APPLIED,),
+    "MD505-integer_reserved_bit": (_APPLIED,),
+}
+
+
+def applied_parameters(diff: Path, base: Path) -> dict:
+    """The state a file's updates name (SPEC.md §9.1), each parameter as {dtype, shape, sha256}: the base's
+    parameters, each updated one as its update's `dtype`, `shape` and `sha256`, no deleted one. Only for
+    files whose updates are all exact (a core outcome "applied")."""
+    state = {name: {"dtype": dtype_of(v).name, "shape": list(v.shape), "sha256": sha256_hex(v)}
+             for name, v in load_checkpoint(base).items()}
+    with h5py.File(diff, "r") as f:
+        for link, group in f["parameters"].items():
+            meta = json.loads(group.attrs["update"])
+            name = link  # the corpus's hostile files name their parameters plainly
+            assert "%" not in link and not link.startswith("."), link
+            if meta["type"] == "delete":
+                del state[name]
+            else:
+                assert meta["type"] in ("dense", "sparse", "replace"), (diff, meta["type"])
+                state[name] = {"dtype": meta["dtype"], "shape": meta["shape"], "sha256": meta["sha256"]}
+    return dict(sorted(state.items()))
+
+
+def core_outcomes(case: dict, corpus: Path) -> list[dict]:
+    """`expect.core` of a hostile case (see CORE_OUTCOMES)."""
+    e = case["expect"]
+    hardened = {"validate": e["validate"], "codes": e["codes"], "warnings": e["warnings"], "apply": e["apply"]}
+    out = []
+    for o in CORE_OUTCOMES.get(case["id"], (tuple(e["codes"]),)):
+        if o == _APPLIED:
+            params = applied_parameters(corpus / case["files"]["diff"], corpus / case["files"]["base"])
+            out.append({"validate": "valid", "warnings": e["warnings"], "apply": "result", "parameters": params})
+        elif list(o) == e["codes"]:
+            out.append(hardened)
+        else:
+            out.append({"validate": "invalid", "codes": sorted(o), "warnings": e["warnings"], "apply": "refuse"})
+    return out
+
+
 HOSTILE_CASES = {
     "not_hdf5", "empty_file", "truncated",
     "version_2_0",
@@ -565,6 +649,11 @@ class Corpus:
         assert not covered & set(not_applicable), sorted(covered & set(not_applicable))
         missing = sorted(set(RULES) - covered - set(not_applicable))
         assert not missing, f"rule codes with no case and no reason: {missing}"
+        unknown = sorted(set(CORE_OUTCOMES) - {c["id"] for c in self.cases if c["family"] == "hostile"})
+        assert not unknown, f"core outcomes for cases that are not hostile: {unknown}"
+        for case in self.cases:
+            if case["family"] == "hostile":
+                case["expect"]["core"] = core_outcomes(case, self.out)
         return {
             "format": "mdiff-conformance",
             "manifest_version": 1,

@@ -20,7 +20,7 @@ import sys
 
 from mdiff.conformance.implementations import DEFAULT_TIMEOUT, CommandImplementation, reference_command
 from mdiff.conformance.manifest import ManifestError, load_manifest
-from mdiff.conformance.runner import run_cases, summary_line
+from mdiff.conformance.runner import profile_of, run_cases, summary_line
 
 
 def _table(rows: Sequence[tuple[str, ...]]) -> list[str]:
@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mdiff.conformance: {exc}", file=sys.stderr)
         return 2
     needles = args.filter
+    profile = profile_of(claimed)
 
     def select(case) -> bool:
         return not needles or any(n in s for n in needles for s in (case.id, case.family, f"§{case.section}"))
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({
             "implementation": impl.name,
             "claimed_features": None if claimed is None else sorted(claimed),
+            "profile": profile,
             "results": [r.to_json() for r in results],
             "summary": line,
         }, indent=1, ensure_ascii=False))
@@ -81,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"implementation: {impl.name}")
     print(f"features claimed: {'all' if claimed is None else ', '.join(sorted(claimed)) or 'none'}")
+    print(f"profile judged: {profile}" + ("" if profile == "hardened" else " (the implementation does not claim `hardened`)"))
     print(f"corpus: {manifest.corpus} ({len(manifest.cases)} cases)\n")
     rows = [("ID", "FAMILY", "EXPECTED", "GOT", "STATUS")]
     for r in results:

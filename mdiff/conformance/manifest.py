@@ -38,6 +38,10 @@ class Case:
       within ``tolerance``) or ``refuse`` (non-zero exit, no output; when the file is valid,
       apply must report ``code``).
 
+    A hostile case's ``expect`` also holds ``core`` (SPEC.md §12.2): the outcomes a core implementation may
+    give instead (each ``{validate, codes, warnings, apply}``, ``parameters`` for one that applies); the rest
+    of ``expect`` is the hardened outcome.
+
     A repository case's ``expect`` holds ``checkout``: ``result`` (each of ``revisions`` —
     ``{revision, commit, result, tolerance}`` — checks out to its ``result`` state) or ``refuse``
     (each of ``revisions`` — ``{revision}`` — is refused with ``code``).
@@ -155,6 +159,16 @@ def _case(raw: Mapping[str, Any], corpus: Path, features: Mapping[str, str], lim
              and expect["code"] in codes, "expect.codes must be a list of rule codes that holds expect.code")
         need(isinstance(warnings, list) and all(isinstance(c, str) and _CODE.fullmatch(c) for c in warnings),
              "expect.warnings must be a list of rule codes")
+    if "core" in expect:  # SPEC.md §12.2: the outcomes a core implementation may give, one of them whole
+        core = expect["core"]
+        need(isinstance(core, list) and bool(core), "expect.core must be a non-empty list of outcomes")
+        for o in core:
+            need(isinstance(o, dict) and o.get("validate") in VALIDATE_OUTCOMES and o.get("apply") in APPLY_OUTCOMES
+                 and all(isinstance(c, str) and _CODE.fullmatch(c) for c in o.get("codes", []) + o.get("warnings", [])),
+                 "an expect.core outcome needs validate, apply and lists of rule codes")
+            need(o["validate"] == "valid" or bool(o.get("codes")), "an invalid expect.core outcome needs codes")
+            need(o["apply"] == "refuse" or isinstance(o.get("parameters"), dict),
+                 "an applied expect.core outcome needs parameters")
     if expect["apply"] == "result":
         need(isinstance(files.get("result"), str), "no files.result")
         tol = expect.get("tolerance")

@@ -3,6 +3,7 @@ checkout per revision of a repository case (SPEC.md §13); one merge-file per me
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -11,10 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from mdiff.conformance.compare import compare_files
+from mdiff.conformance.compare import compare_files, read_state
+from mdiff.format.dtypes import dtype_of
 from mdiff.conformance.implementations import DEFAULT_TIMEOUT, Completed, Implementation, limit_args
 from mdiff.conformance.manifest import Case, Manifest
 from mdiff.rules import RULES
+from mdiff.updates.base import sha256_hex
 
 _SEVERITIES = ("error", "warning")
 # A feature an implementation may claim (`IMPL features`): its validate stops at the first error, so an
@@ -23,6 +26,16 @@ FIRST_ERROR_ONLY = "first-error-only"
 # A claim that the implementation has the command `apply-many` (several applies per command): with a batch
 # size, the runner then applies that many cases per command too, saving a start-up per case.
 APPLY_MANY = "apply-many"
+# A claim that the implementation checks SPEC.md §8.1-§8.3 structure itself, before any HDF5 library reads the
+# file (SPEC.md §12.2, the profile `hardened`); an implementation that does not claim it is judged as `core`.
+HARDENED = "hardened"
+PROFILES = ("core", "hardened")
+
+
+def profile_of(claimed: frozenset[str] | None) -> str:
+    """The profile an implementation is judged by: `hardened` where it claims it (or has no `features`
+    command, which claims every feature), else `core`."""
+    return "hardened" if claimed is None or HARDENED in claimed else "core"
 
 
 @dataclass
@@ -290,15 +303,47 @@ def run_merge_case(impl: Implementation, case: Case, timeout: float = DEFAULT_TI
         return _check_merge(case, done, out)
 
 
+def _judge(case: Case, outcome: dict, validated: Completed, applied: Completed, out: Path,
+           relaxed: bool) -> tuple[str, list[str]]:
+    """(got, problems) of one validate and one apply against one outcome (`expect` or one of `expect.core`)."""
+    judged = dataclasses.replace(case, expect={**case.expect, **outcome})
+    v_got, problems, _ = _check_validate(judged, validated, relaxed)
+    if "parameters" in outcome:  # a core outcome "applied": the named state
+        a_got, a_problems = _check_applied_state(judged, applied, out, outcome["parameters"])
+    else:
+        a_got, a_problems = _check_apply(judged, applied, out)
+    return f"{v_got}, {a_got}", problems + a_problems
+
+
+def _check_applied_state(case: Case, done: Completed, out: Path, parameters: dict) -> tuple[str, list[str]]:
+    """apply succeeded and wrote exactly the parameters named, each of that dtype, shape and sha256."""
+    if done.returncode is None:
+        return "timed out", ["apply timed out"]
+    if done.returncode != 0 or not out.is_file():
+        return f"refused (exit {done.returncode})", [f"apply did not apply the file{_tail(done)}"]
+    try:
+        state = read_state(out)
+    except Exception as exc:  # noqa: BLE001 - an unreadable output is a problem to report
+        return "applied, unreadable", [f"apply wrote an unreadable checkpoint: {exc}"]
+    got = {name: {"dtype": dtype_of(v).name, "shape": list(v.shape), "sha256": sha256_hex(v)} for name, v in state.items()}
+    if got == parameters:
+        return "applied", []
+    wrong = sorted(n for n in set(got) | set(parameters) if got.get(n) != parameters.get(n))
+    return "applied, wrong result", [f"apply's result differs from the state the updates name at {wrong[:5]}"]
+
+
 def run_case(impl: Implementation, case: Case, claimed: frozenset[str] | None = None,
              timeout: float = DEFAULT_TIMEOUT, workdir: Path | None = None,
              validated: Completed | None = None, first_error_only: bool = False,
-             applied: BatchApplied | None = None) -> CaseResult:
+             applied: BatchApplied | None = None, profile: str | None = None) -> CaseResult:
     """Validate the case's file (unless ``validated`` holds that answer already), then apply it
     to its base (unless ``applied`` holds that answer and the output path it was given); compare
     both with the manifest. A repository case: check out each revision; a merge case: merge its three
     checkpoints.
-    ``first_error_only`` (or the implementation claiming FIRST_ERROR_ONLY) relaxes the exact code sets."""
+    ``first_error_only`` (or the implementation claiming FIRST_ERROR_ONLY) relaxes the exact code sets.
+    ``profile`` (default: :func:`profile_of` the claims) picks what a hostile case expects: `hardened` its
+    `expect`, `core` one of its `expect.core` outcomes (SPEC.md §12.2)."""
+    profile = profile or profile_of(claimed)
     result = CaseResult(case.id, case.family, "fail", case.expected_text())
     missing = unclaimed_features(case, claimed)
     if missing:
@@ -313,17 +358,22 @@ def run_case(impl: Implementation, case: Case, claimed: frozenset[str] | None = 
     with tempfile.TemporaryDirectory(prefix="mdiff-conf-", dir=workdir) as tmp:
         done = validated or impl.validate(case.path("diff"), case.limits, timeout)
         relaxed = first_error_only or (claimed is not None and FIRST_ERROR_ONLY in claimed)
-        v_got, problems, _ = _check_validate(case, done, relaxed)
         if applied:
-            done, out = applied.done, applied.out
+            a_done, out = applied.done, applied.out
         else:
             out = Path(tmp) / "out.safetensors"
-            done = impl.apply(case.path("base"), case.path("diff"), out, case.limits, timeout)
-        a_got, a_problems = _check_apply(case, done, out)
+            a_done = impl.apply(case.path("base"), case.path("diff"), out, case.limits, timeout)
+        outcomes = case.expect.get("core") if profile == "core" else None
+        if outcomes:  # one of the listed outcomes, whole
+            judged = [_judge(case, o, done, a_done, out, relaxed) for o in outcomes]
+            best = next((j for j in judged if not j[1]), judged[0])
+            result.got, result.problems = best[0], list(best[1])
+            if len(judged) > 1 and best[1]:
+                result.problems.append(f"(core accepts {len(outcomes)} outcomes; each fails, the first's problems shown)")
+        else:
+            result.got, result.problems = _judge(case, {}, done, a_done, out, relaxed)
         if applied and applied.problem:
-            a_problems.append(applied.problem)
-    result.got = f"{v_got}, {a_got}"
-    result.problems = problems + a_problems
+            result.problems.append(applied.problem)
     result.status = "fail" if result.problems else "pass"
     return result
 
@@ -415,7 +465,7 @@ def _in_batches(work: Callable[[list[Case]], dict], chunks: list[list[Case]], pa
 def run_cases(impl: Implementation, manifest: Manifest, select: Callable[[Case], bool] | None = None,
               jobs: int = 2, timeout: float = DEFAULT_TIMEOUT, claimed: frozenset[str] | None | str = "ask",
               on_result: Callable[[CaseResult], None] | None = None, batch: int = 0,
-              first_error_only: bool = False) -> list[CaseResult]:
+              first_error_only: bool = False, profile: str | None = None) -> list[CaseResult]:
     """Every (selected) case, in manifest order. ``claimed`` defaults to asking the implementation.
 
     With ``batch`` > 1, files are validated ``batch`` at a time (`validate --json FILE...`, an
@@ -425,6 +475,7 @@ def run_cases(impl: Implementation, manifest: Manifest, select: Callable[[Case],
     """
     if claimed == "ask":
         claimed = impl.features()
+    profile = profile or profile_of(claimed)  # type: ignore[arg-type]
     cases = [c for c in manifest.cases if select is None or select(c)]
     parallel = jobs > 1 and impl.parallel_safe
     with tempfile.TemporaryDirectory(prefix="mdiff-conf-") as tmp:
@@ -442,7 +493,7 @@ def run_cases(impl: Implementation, manifest: Manifest, select: Callable[[Case],
 
         def one(case: Case) -> CaseResult:
             r = run_case(impl, case, claimed, timeout, validated=validated.get(case.id),  # type: ignore[arg-type]
-                         first_error_only=first_error_only, applied=applied.get(case.id))
+                         first_error_only=first_error_only, applied=applied.get(case.id), profile=profile)
             if r.status == "skip":  # the manifest says why an implementation might not claim the feature
                 r.reason = "; ".join(f"unclaimed feature {f}: {manifest.features.get(f, '')}"
                                      for f in unclaimed_features(case, claimed))  # type: ignore[arg-type]

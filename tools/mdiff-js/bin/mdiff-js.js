@@ -44,7 +44,7 @@ const { mergeStates, parseStrategy } = await import("../src/merge.js");
 // Optional capabilities of the conformance corpus (conformance/manifest.json `features`) that this
 // implementation claims: all of them ("embedded-update-types" runs on onnxruntime-node).
 // "apply-many" is a claim of the contract, no corpus feature: the command below.
-const FEATURES = ["configurable-limits", "checkpoint-rule-codes", "repository", "merge", "embedded-update-types", "apply-many"];
+const FEATURES = ["configurable-limits", "checkpoint-rule-codes", "repository", "merge", "embedded-update-types", "apply-many", "hardened"];
 
 // The conformance contract's limit names (snake_case, as in the reference) -> ours.
 const LIMIT_ALIASES = {
