@@ -98,6 +98,11 @@ def parse_json(text):
     stack = [(value, 0)]
     while stack:
         v, d = stack.pop()
+        for text_value in ([v] if isinstance(v, str) else list(v) if isinstance(v, dict) else []):
+            try:
+                text_value.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate's escape: no UTF-8 text holds it (§4.1)
+                raise JSONError("a string holds a lone surrogate") from None
         if isinstance(v, (dict, list)):
             for child in (v.values() if isinstance(v, dict) else v):
                 if d + 1 > 512:
