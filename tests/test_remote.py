@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -386,13 +387,18 @@ def test_hostile_local_remotes_get_typed_errors_and_change_nothing(tmp_path):
     refused("MD801")
 
 
-def test_hostile_names_and_sizes_on_s3(s3, bucket_url, tmp_path):
+def pushed_to_s3(s3, bucket_url: str, tmp_path: Path) -> tuple[Repository, str, dict, Any]:
+    """alice, with one commit pushed to ``bucket_url``: (alice, the commit, storage options, the bucket's files)."""
     _, options, _ = s3
     alice = Repository.init(tmp_path / "alice")
     add_remote(alice, "origin", bucket_url)
     first = commit(alice, 0)
     push(alice, "origin", "main", options=options)
-    fs = s3_files(options)
+    return alice, first, options, s3_files(options)
+
+
+def test_hostile_names_and_sizes_on_s3(s3, bucket_url, tmp_path):
+    _, first, options, fs = pushed_to_s3(s3, bucket_url, tmp_path)
     fs.pipe_file(f"{bucket_url}/.mdiff/refs/heads/a..b", (first + "\n").encode())  # no valid branch name: ignored
     fs.pipe_file(f"{bucket_url}/.mdiff/refs/heads/.hidden", b"junk")  # a temporary file: ignored
     fs.pipe_file(f"{bucket_url}/.mdiff/commits/../../escape.mdiff", b"x")  # not a commit name: ignored
@@ -413,12 +419,7 @@ def test_a_remote_with_many_refs_is_read_in_one_listing_and_one_get_per_ref(s3, 
     ranged GET per ref, many in flight; the tracking refs are written side by side; and a cap, said."""
     import s3fs
 
-    _, options, _ = s3
-    alice = Repository.init(tmp_path / "alice")
-    add_remote(alice, "origin", bucket_url)
-    first = commit(alice, 0)
-    push(alice, "origin", "main", options=options)
-    fs = s3_files(options)
+    _, first, options, fs = pushed_to_s3(s3, bucket_url, tmp_path)
     fs.pipe({f"{bucket_url}/.mdiff/refs/heads/team/b{i:03d}".removeprefix("s3://"): (first + "\n").encode()
              for i in range(300)})
     fs.pipe({f"{bucket_url}/.mdiff/refs/tags/v{i}".removeprefix("s3://"): (first + "\n").encode() for i in range(50)})

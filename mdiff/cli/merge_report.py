@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from mdiff.words import count
+
 if TYPE_CHECKING:
     from mdiff.repo.merge import Conflict, MergeResult
 
@@ -15,9 +17,6 @@ _RESOLUTIONS = (
     ("--strategy average --all", "average every parameter both sides hold, not only the conflicts (a model soup)"),
 )
 
-
-def _count(n: int, what: str) -> str:
-    return f"{n} {what}" if n == 1 else f"{n} {what}s"
 
 
 def merge_data(result: MergeResult) -> dict[str, Any]:
@@ -40,13 +39,10 @@ def merge_lines(result: MergeResult, rev: str, branch: str | None, strategy: str
     if result.how == "merge":
         if strategy is not None and everything:
             return [f"merged {rev} into {into} with {strategy} on every parameter: {short}"]
-        parts = [f"{_count(tally['theirs'], 'parameter')} from {rev}", f"{tally['ours']} from {into}"]
-        if tally["alike"]:
-            parts.append(f"{tally['alike']} changed alike on both")
-        if tally["resolved"]:
-            parts.append(f"{_count(tally['resolved'], 'conflict')} resolved by {strategy}")
-        return [f"three-way merge of {rev} into {into}: {', '.join(parts)}: {short}"]
-    lines = [f"mdiff: error MD804: merging {rev} into {into} left {_count(len(result.conflicts), 'conflict')}; "
+        parts = _outcomes(tally, count(tally["theirs"], "parameter") + f" from {rev}", f"{tally['ours']} from {into}",
+                          strategy)
+        return [f"three-way merge of {rev} into {into}: {parts}: {short}"]
+    lines = [f"mdiff: error MD804: merging {rev} into {into} left {count(len(result.conflicts), 'conflict')}; "
              "nothing was committed"]
     lines += conflict_table(result.conflicts)
     lines.append("to resolve, merge again with:")
@@ -74,16 +70,22 @@ def merge_file_lines(output: str, conflicts: list[Conflict], tally: Counter[str]
                      strategy: str | None, everything: bool) -> list[str]:
     """What a person reads after `mdiff merge-file`."""
     if conflicts:
-        lines = [f"mdiff: error MD804: the merge left {_count(len(conflicts), 'conflict')}; {output} was not written"]
+        lines = [f"mdiff: error MD804: the merge left {count(len(conflicts), 'conflict')}; {output} was not written"]
         lines += conflict_table(conflicts)
         lines.append("to resolve, merge again with --strategy ours, theirs, average, weighted:ALPHA or "
                      "task-arithmetic[:LAMBDA] (add --all to apply it to every parameter)")
         return lines
     if strategy is not None and everything:
-        return [f"wrote {output}: {_count(written, 'parameter')}, {strategy} on every parameter"]
-    parts = [f"{tally['theirs']} from theirs", f"{tally['ours']} from ours"]
+        return [f"wrote {output}: {count(written, 'parameter')}, {strategy} on every parameter"]
+    parts = _outcomes(tally, f"{tally['theirs']} from theirs", f"{tally['ours']} from ours", strategy)
+    return [f"wrote {output}: {count(written, 'parameter')}, three-way: {parts}"]
+
+
+def _outcomes(tally: Counter[str], theirs: str, ours: str, strategy: str | None) -> str:
+    """What a three-way merge took from where: each side's changes, those alike, the conflicts resolved."""
+    parts = [theirs, ours]
     if tally["alike"]:
         parts.append(f"{tally['alike']} changed alike on both")
     if tally["resolved"]:
-        parts.append(f"{_count(tally['resolved'], 'conflict')} resolved by {strategy}")
-    return [f"wrote {output}: {_count(written, 'parameter')}, three-way: {', '.join(parts)}"]
+        parts.append(f"{count(tally['resolved'], 'conflict')} resolved by {strategy}")
+    return ", ".join(parts)
