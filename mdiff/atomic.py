@@ -17,6 +17,7 @@ content at once and, cut short, leave all of them corrupt).
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import logging
 import os
@@ -208,3 +209,31 @@ def write_text(path: str | os.PathLike[str], text: str) -> None:
     """``text`` (UTF-8) as the whole new content of ``path``, atomically (refs, HEAD)."""
     with atomic_output(path) as file:
         file.write(text.encode("utf-8"))
+
+
+def exchange(first: str | os.PathLike[str], second: str | os.PathLike[str]) -> bool:
+    """Swap two entries of the same file system in one step (Linux ``renameat2(RENAME_EXCHANGE)``, macOS
+    ``renamex_np(RENAME_SWAP)``): each path then names what the other named, and no moment exists at which
+    either names nothing. False where the platform or the file system cannot (the caller then takes two
+    renames); OSError when it could and failed."""
+    import ctypes
+    import sys
+
+    a, b = os.fsencode(first), os.fsencode(second)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return False
+    if sys.platform.startswith("linux") and hasattr(libc, "renameat2"):
+        at_fdcwd, rename_exchange = -100, 2
+        result = libc.renameat2(at_fdcwd, a, at_fdcwd, b, rename_exchange)
+    elif sys.platform == "darwin" and hasattr(libc, "renamex_np"):
+        result = libc.renamex_np(a, b, 2)  # RENAME_SWAP
+    else:
+        return False
+    if result == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):  # not on this system or file system
+        return False
+    raise OSError(code, os.strerror(code), os.fsdecode(b))

@@ -186,16 +186,95 @@ def test_torch_failed_write_leaves_nothing(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_torch_missing_is_md700(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    torch.save({"x": torch.zeros(1)}, tmp_path / "m.pt")
+def test_torch_missing_is_md700_for_writing_and_legacy_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.save({"x": torch.arange(3, dtype=torch.float32)}, tmp_path / "m.pt")
+    torch.save({"x": torch.zeros(1)}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    assert_bits_equal(load_checkpoint(tmp_path / "m.pt")["x"], np.arange(3, dtype=np.float32))  # zip: no torch needed
     for error in (
-        error_of(open_checkpoint, tmp_path / "m.pt"),
+        error_of(open_checkpoint, tmp_path / "legacy.pt"),
         error_of(save_checkpoint, tmp_path / "out.pt", {"x": np.zeros(1)}),
     ):
         assert error.code == "MD700"
         assert "pip install 'mdiff[torch]'" in error.message
     assert not (tmp_path / "out.pt").exists()
+
+
+def test_torch_zip_files_keep_their_order_and_any_pickle_protocol(tmp_path: Path) -> None:
+    state = OrderedDict((name, torch.arange(4, dtype=torch.float32) + i) for i, name in enumerate(["z", "a", "m"]))
+    for protocol in (2, 4, 5):
+        torch.save(state, tmp_path / f"p{protocol}.pt", pickle_protocol=protocol)
+        with open_checkpoint(tmp_path / f"p{protocol}.pt") as reader:
+            assert reader.order == ["z", "a", "m"] and reader.keys() == ["a", "m", "z"]
+            for name, tensor in state.items():
+                assert_bits_equal(reader.read(name), tensor.numpy())
+
+
+def _rewritten(source: Path, target: Path, pickle_edit=None, drop: str | None = None, compress: str | None = None,
+               records: dict[str, bytes] | None = None) -> Path:
+    """A copy of a torch.save zip, its records written again by zipfile (stored unless ``compress`` names one),
+    ``data.pkl`` passed through ``pickle_edit``, ``drop`` left out, ``records`` replacing or adding some."""
+    import zipfile
+
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
+        for info in old.infolist():
+            data = old.read(info)
+            if info.filename.endswith("/data.pkl") and pickle_edit is not None:
+                data = pickle_edit(data)
+            if drop is not None and info.filename.endswith(drop):
+                continue
+            data = (records or {}).get(info.filename.split("/", 1)[1], data)
+            method = zipfile.ZIP_DEFLATED if compress is not None and info.filename.endswith(compress) else zipfile.ZIP_STORED
+            new.writestr(info.filename, data, compress_type=method)
+    return target
+
+
+def test_torch_zip_saved_on_a_gpu_reads_without_one(tmp_path: Path) -> None:
+    torch.save({"w": torch.arange(6, dtype=torch.float32)}, tmp_path / "cpu.pt")
+    edit = lambda data: data.replace(b"X\x03\x00\x00\x00cpu", b"X\x06\x00\x00\x00cuda:0")  # noqa: E731
+    path = _rewritten(tmp_path / "cpu.pt", tmp_path / "gpu.pt", edit)
+    assert b"cuda:0" in __import__("zipfile").ZipFile(path).read("cpu/data.pkl")
+    assert_bits_equal(load_checkpoint(path)["w"], np.arange(6, dtype=np.float32))
+
+
+def test_torch_zip_written_big_endian_is_left_to_torch(tmp_path: Path) -> None:
+    torch.save({"w": torch.tensor([1.0, 2.0], dtype=torch.float32)}, tmp_path / "le.pt")
+    swapped = np.array([1.0, 2.0], dtype=">f4").tobytes()
+    path = _rewritten(tmp_path / "le.pt", tmp_path / "be.pt", records={"byteorder": b"big", "data/0": swapped})
+    assert_bits_equal(load_checkpoint(path)["w"], np.array([1.0, 2.0], dtype=np.float32))  # torch swaps it
+
+
+@pytest.mark.parametrize(
+    "how, words",
+    [
+        ("compressed", "stored bytes"),
+        ("missing-storage", "no record"),
+        ("past-the-storage", "past the end of its storage"),
+        ("unknown-opcode", "opcode"),
+        ("duplicate-key", "twice"),
+        ("no-pickle", "data.pkl"),
+        ("truncated-pickle", "malformed"),
+    ],
+)
+def test_torch_zip_hostile_records_are_md701(tmp_path: Path, how: str, words: str) -> None:
+    torch.save({"w": torch.arange(8, dtype=torch.float32), "v": torch.ones(2)}, tmp_path / "x.pt")
+    src, out = tmp_path / "x.pt", tmp_path / "bad.pt"
+    if how == "compressed":
+        _rewritten(src, out, compress="data/0")
+    elif how == "missing-storage":
+        _rewritten(src, out, drop="data/1")
+    elif how == "past-the-storage":  # the storage offset of 'w' (BININT1 0 after BINPERSID) made 5: 8 elements from 5
+        _rewritten(src, out, lambda d: d.replace(b"QK\x00K\x08", b"QK\x05K\x08", 1))
+    elif how == "unknown-opcode":  # an INST opcode (text-mode, never written by torch.save) instead of the first MARK
+        _rewritten(src, out, lambda d: d[:2] + b"i" + d[3:])
+    elif how == "duplicate-key":
+        _rewritten(src, out, lambda d: d.replace(b"X\x01\x00\x00\x00v", b"X\x01\x00\x00\x00w", 1))
+    elif how == "no-pickle":
+        _rewritten(src, out, drop="data.pkl")
+    else:
+        _rewritten(src, out, lambda d: d[: len(d) // 2])
+    error = error_of(open_checkpoint, out)
+    assert error.code == "MD701" and words in error.message, error.message
 
 
 # ------------------------------------------------------------ hostile .pt files

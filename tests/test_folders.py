@@ -133,8 +133,10 @@ def test_bin_folders_are_read_as_torch_state_dicts(tmp_path):
     repo.commit(folder, "from .bin", date=DATE)
     out = tmp_path / "out"
     written = repo.checkout("HEAD", out)
-    assert "model.safetensors" in written and "config.json" in written  # written as safetensors
-    assert not any(name.endswith(".bin") for name in written)
+    assert sorted(written) == sorted(os.listdir(folder))  # written as .bin again, the same names (tests/test_checkouts.py)
+    written_index = json.loads((out / "pytorch_model.bin.index.json").read_text())
+    assert written_index["weight_map"] == index["weight_map"]  # total_size set to the tensors' bytes (§10.2)
+    assert written_index["metadata"] == {"total_size": sum(v.numel() * v.element_size() for v in state.values())}
     with open_checkpoint(out) as checked_out:
         for name in names:
             assert torch.equal(torch.from_numpy(checked_out[name]), state[name])

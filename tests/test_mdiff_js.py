@@ -1243,3 +1243,22 @@ def test_a_base_whose_header_starts_with_a_byte_order_mark_is_md701_in_both(tmp_
                        env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
     assert p.returncode != 0 and json.loads(p.stdout)["error"]["code"] == "MD701", p.stdout + p.stderr
     assert not (tmp_path / "js.safetensors").exists() and not (tmp_path / "ref.safetensors").exists()
+
+
+@pytest.mark.parametrize("doc, code", [
+    ({"format": "torch", "files": [{"path": "pytorch_model-00001-of-00002.bin", "tensors": ["w"]},
+                                   {"path": "pytorch_model-00002-of-00002.bin", "tensors": ["big"]}],
+      "index": {"path": "pytorch_model.bin.index.json", "metadata": {"total_size": 8}}}, None),
+    ({"format": "torch", "files": [{"path": "pytorch_model.bin", "tensors": ["w"], "metadata": {"format": "pt"}}]}, "MD307"),
+    ({"format": "torch", "files": [{"path": "model.safetensors", "tensors": ["w"]}]}, "MD307"),
+    ({"format": "torch", "files": [], "index": {"path": "model.safetensors.index.json", "metadata": {}}}, "MD307"),
+], ids=["bin-shards", "metadata", "safetensors-path", "safetensors-index"])
+def test_torch_layouts_read_alike(tmp_path, doc, code):
+    """Revision 11: a layout of the format `torch` (`.bin` files, `.bin.index.json`, no metadata), by both readers."""
+    from tests import invalid_files as inv
+
+    path = tmp_path / "layout.mdiff"
+    inv._write_files(path, {}, inv._layout(doc))
+    ours = {f.code for f in mdiff.validate(path) if f.severity == "error"}
+    theirs = {f["code"] for f in js_validate(path)[1]["findings"] if f["severity"] == "error"}
+    assert ours == theirs == ({code} if code else set())

@@ -1,13 +1,13 @@
 """Checkpoint files (SPEC.md §10): the model files a diff is made from or applied to.
 
 Formats live in a registry (:data:`FORMATS`), one module each, chosen by file extension:
-``.safetensors``, ``.npz``, PyTorch state dicts (``.pt``, ``.pth``, ``.bin``; needs
-``mdiff[torch]``) and the initializers of ONNX models (``.onnx``); a folder (or the path of its
+``.safetensors``, ``.npz``, PyTorch state dicts (``.pt``, ``.pth``, ``.bin``; writing one, or
+reading a legacy one, needs ``mdiff[torch]``) and the initializers of ONNX models (``.onnx``); a folder (or the path of its
 ``*.index.json``) is a model folder (SPEC.md §10.1, :mod:`mdiff.checkpoints.folder`): its
 weights, shard by shard, and the files beside them. Another package adds a format by
 registering a :class:`CheckpointFormat` — with :func:`register_format`, or under the entry-point
 group ``mdiff.checkpoint_formats`` — and touches nothing here. Readers are lazy: opening a file
-reads and validates its header only, and :meth:`CheckpointReader.read`
+reads and validates its header only (a PyTorch file's pickle), and :meth:`CheckpointReader.read`
 reads the bytes of one tensor, so a checkpoint larger than memory can be
 processed one tensor at a time (``.onnx`` files, and legacy non-zip ``.pt``
 files, are held in memory whole; see their modules).

@@ -10,8 +10,8 @@ import numpy as np
 
 from mdiff.checkpoints.base import CheckpointReader, Entry, Fetch
 from mdiff.checkpoints.folder import open_reader as open_folder
-from mdiff.checkpoints.folder import plan_shards, write_folder
-from mdiff.checkpoints.registry import extension, format_module, is_folder_input, is_folder_output
+from mdiff.checkpoints.folder import WEIGHTS_FORMATS, plan_shards, write_folder
+from mdiff.checkpoints.registry import format_module, format_of, is_folder_input, is_folder_output
 from mdiff.checkpoints.writing import write_checkpoint
 from mdiff.format.layout import Layout
 
@@ -41,15 +41,20 @@ def save_state(
     template: str | os.PathLike[str] | None = None,
     max_shard_size: int | None = None,
     before_commit: Callable[[], None] | None = None,
+    weights_format: str | None = None,
+    replace: bool = False,
 ) -> list[str]:
     """Write a state — tensors, and the files and layout of a model folder — to ``output``: a model
-    folder (SPEC.md §10.2) when :func:`is_folder_output`, else one checkpoint file, which keeps
-    the layout's tensor order and ``__metadata__`` where the layout is one file of exactly these
-    tensors (so a committed ``.safetensors`` checks out to its own bytes). Returns the paths
-    written (for a single file, ``[output]``); files are dropped from a single-file output, which
-    cannot hold them."""
+    folder (SPEC.md §10.2) when :func:`is_folder_output`, its weights in ``weights_format``
+    (``safetensors`` or ``bin``; default: the layout's), replacing a folder or file there only with
+    ``replace`` (``folder.swap_in``); else one checkpoint file, which keeps the layout's tensor order
+    and ``__metadata__`` where the layout is one file of exactly these tensors of the output's format
+    (so a committed ``.safetensors`` checks out to its own bytes). Returns the paths written (for a
+    single file, ``[output]``); files are dropped from a single-file output, which cannot hold them."""
     if is_folder_output(output):
-        return write_folder(output, entries, fetch, files or {}, layout, max_shard_size, before_commit)
+        return write_folder(output, entries, fetch, files or {}, layout, max_shard_size, before_commit,
+                            weights_format=weights_format, replace=replace)
+    _check_file_format(output, weights_format)
     kept = _single_file_layout(output, entries, layout)
     if kept is not None:
         by_name = {entry[0]: entry for entry in entries}
@@ -61,18 +66,34 @@ def save_state(
 
 def write_order(
     output: str | os.PathLike[str], entries: Sequence[Entry], layout: Layout | None = None,
-    max_shard_size: int | None = None,
+    max_shard_size: int | None = None, weights_format: str | None = None,
 ) -> list[str]:
     """The order in which :func:`save_state` fetches the tensors of ``entries`` (for reading ahead)."""
     if is_folder_output(output):
-        return [name for shard in plan_shards(entries, layout, max_shard_size).shards for name in shard.tensors]
+        plan = plan_shards(entries, layout, max_shard_size, weights_format)
+        return [name for shard in plan.shards for name in shard.tensors]
     kept = _single_file_layout(output, entries, layout)
     return list(kept.tensors) if kept is not None else [name for name, _, _ in entries]
 
 
 def _single_file_layout(output, entries: Sequence[Entry], layout: Layout | None):
-    """The layout's one file, when a single .safetensors output can keep its order and metadata (§10.2)."""
-    if layout is None or extension(os.fspath(output)) != ".safetensors" or len(layout.shards) != 1:
+    """The layout's one file, when a single output of its format can keep its order and metadata (§10.2): a
+    ``.safetensors`` file of a safetensors layout, a ``.pt``/``.pth``/``.bin`` file of a torch layout."""
+    if layout is None or len(layout.shards) != 1:
+        return None
+    fmt = format_of(os.fspath(output))
+    if fmt is None or fmt.name != layout.format:
         return None
     shard = layout.shards[0]
     return shard if set(shard.tensors) == {name for name, _, _ in entries} else None
+
+
+def _check_file_format(output, weights_format: str | None) -> None:
+    """A weights format asked of a single file must be the one its extension names."""
+    if weights_format is None:
+        return
+    fmt = format_of(os.fspath(output))
+    wanted = WEIGHTS_FORMATS.get(weights_format)
+    if wanted is None or fmt is None or fmt.name != wanted:
+        raise ValueError(f"weights format {weights_format!r} is for a model folder, or a file of that format; "
+                         f"{os.fspath(output)}'s extension chooses its own")

@@ -22,18 +22,19 @@ import math
 import os
 import secrets
 import stat
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from mdiff.atomic import SyncingWriter, fsync_directory, naming
+from mdiff.atomic import SyncingWriter, exchange, fsync_directory, naming
 from mdiff.checkpoints.base import CheckpointReader, Entry, Fetch
 from mdiff.checkpoints.registry import format_module
-from mdiff.checkpoints.writing import write_entries
+from mdiff.checkpoints.writing import write_entries, write_named_entries, writes_by_name
 from mdiff.errors import CheckpointError, UnsafeOutputError
 from mdiff.format.dtypes import DType
-from mdiff.format.layout import INDEX_SUFFIX, Layout, Shard
+from mdiff.format.layout import FORMAT, INDEX_SUFFIX, SUFFIXES, TORCH, Layout, Shard
 from mdiff.format.paths import collisions, matches_glob, path_problem
 from mdiff.regular_files import kind_of
 
@@ -122,21 +123,38 @@ class ModelFolderReader(CheckpointReader):
         return self._files
 
     @property
+    def not_versioned(self) -> list[str]:
+        """What the folder holds besides its weights and its files (§10.1 step 2), sorted: hidden entries (a
+        hidden folder as ``NAME/``, not looked into), other files named like weights, training state, and what
+        ``exclude`` left out."""
+        return sorted(self._files.skipped)
+
+    @property
     def layout(self) -> Layout | None:
-        """The safetensors layout (§5.6): shards in path order, each with its tensor order and
-        ``__metadata__``; the index's path and ``metadata``. None for PyTorch ``.bin`` weights."""
+        """The weights' layout (§5.6): shards in path order, each with its tensor order (and, for
+        safetensors, its ``__metadata__``); the index's path and ``metadata``. For PyTorch ``.bin``
+        weights a ``torch`` layout (revision 11), so that a checkout writes ``.bin`` files again; None
+        for an index whose name no layout can hold (``*.index.json`` not ending in ``.bin.index.json``)."""
         weights = self._weights
-        if not weights.files or not weights.files[0].endswith(".safetensors"):
+        if not weights.files:
+            return None
+        torch = weights.files[0].endswith(".bin")
+        if torch and weights.index is not None and not weights.index.endswith(SUFFIXES[TORCH][1]):
             return None
         shards = []
         for path in sorted(weights.files):
-            own = self._shards[path].layout
-            assert own is not None  # a safetensors reader always has one
-            single = own.shards[0]  # the shard's own order and metadata
-            shards.append(Shard(path, single.tensors, single.metadata))
+            reader = self._shards[path]
+            if torch:
+                shards.append(Shard(path, tuple(reader.order), None))  # type: ignore[attr-defined]  # torch readers have it
+            else:
+                own = reader.layout
+                assert own is not None  # a safetensors reader always has one
+                single = own.shards[0]  # the shard's own order and metadata
+                shards.append(Shard(path, single.tensors, single.metadata))
+        fmt = TORCH if torch else FORMAT
         if weights.index is None:
-            return Layout(tuple(shards))
-        return Layout(tuple(shards), weights.index, weights.index_metadata or {})
+            return Layout(tuple(shards), format=fmt)
+        return Layout(tuple(shards), weights.index, weights.index_metadata or {}, fmt)
 
     @property
     def weight_files(self) -> list[str]:
@@ -283,8 +301,12 @@ class FolderFiles(Mapping[str, bytes]):
         self._guard = guard
         self._max = max_file_bytes
         self._sizes: dict[str, int] = {}
-        for relative, info in _walk(folder, guard):
-            if relative in ignored or matches_glob(relative, _WEIGHT_PATTERNS + TRAINING_STATE + exclude):
+        self.skipped: list[str] = []  # what is not versioned, besides the weights read
+        for relative, info in _walk(folder, guard, self.skipped):
+            if relative in ignored:
+                continue
+            if matches_glob(relative, _WEIGHT_PATTERNS + TRAINING_STATE + exclude):
+                self.skipped.append(relative)
                 continue
             problem = path_problem(relative)
             if problem:
@@ -318,17 +340,19 @@ class FolderFiles(Mapping[str, bytes]):
         return hashlib.sha256(self[path]).hexdigest()
 
 
-def _walk(folder: str, guard: _LinkGuard) -> Iterator[tuple[str, os.stat_result]]:
+def _walk(folder: str, guard: _LinkGuard, hidden: list[str]) -> Iterator[tuple[str, os.stat_result]]:
     """(path relative to ``folder``, stat of what it names) of every file below it, hidden entries
-    skipped; MD705 for a FIFO, socket or device, a link to a folder, or a link out."""
+    skipped — and added to ``hidden``, a folder as ``NAME/`` (what is below it is not looked at); MD705 for
+    a FIFO, socket or device, a link to a folder, or a link out."""
     pending = [""]
     while pending:
         prefix = pending.pop()
         with os.scandir(os.path.join(folder, prefix) if prefix else folder) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
-                if entry.name.startswith("."):
-                    continue
                 relative = f"{prefix}/{entry.name}" if prefix else entry.name
+                if entry.name.startswith("."):
+                    hidden.append(relative + ("/" if entry.is_dir(follow_symlinks=False) else ""))
+                    continue
                 if entry.is_dir(follow_symlinks=False):
                     pending.append(relative)
                 elif entry.is_symlink():
@@ -346,12 +370,29 @@ def _walk(folder: str, guard: _LinkGuard) -> Iterator[tuple[str, os.stat_result]
 # ---------------------------------------------------------------- writing
 
 
-def plan_shards(entries: Sequence[Entry], layout: Layout | None, max_shard_bytes: int | None) -> Layout:
-    """The layout to write: ``layout`` when it holds exactly the state's tensors (§10.2), else shards
-    of at most ``max_shard_bytes`` of tensor data filled in name order, as save_pretrained names them."""
+# The weights a checkout writes (--format): the choice → the layout's format (§5.6).
+WEIGHTS_FORMATS = {"safetensors": FORMAT, "bin": TORCH}
+
+
+def layout_format(weights_format: str | None, layout: Layout | None) -> str:
+    """The layout format a folder is written in: ``weights_format`` (``safetensors`` or ``bin``) when given,
+    else the committed layout's, else safetensors."""
+    if weights_format is not None:
+        if weights_format not in WEIGHTS_FORMATS:
+            raise ValueError(f"weights format {weights_format!r}: choose one of {', '.join(WEIGHTS_FORMATS)}")
+        return WEIGHTS_FORMATS[weights_format]
+    return layout.format if layout is not None else FORMAT
+
+
+def plan_shards(entries: Sequence[Entry], layout: Layout | None, max_shard_bytes: int | None,
+                weights_format: str | None = None) -> Layout:
+    """The layout to write: ``layout`` when it holds exactly the state's tensors (§10.2) — renamed into the
+    other format's files when ``weights_format`` asks for it —, else shards of at most ``max_shard_bytes`` of
+    tensor data filled in name order, as save_pretrained names them."""
+    fmt = layout_format(weights_format, layout)
     names = {name for name, _, _ in entries}
     if layout is not None and layout.tensors == names:
-        return layout
+        return layout if layout.format == fmt else _converted(layout, fmt, entries)
     limit = max_shard_bytes or DEFAULT_MAX_SHARD_BYTES
     groups: list[list[Entry]] = [[]]
     used = 0
@@ -362,11 +403,49 @@ def plan_shards(entries: Sequence[Entry], layout: Layout | None, max_shard_bytes
             used = 0
         groups[-1].append(entry)
         used += nbytes
+    if fmt == TORCH:  # transformers 4's names; a state dict's tensors in name order
+        if len(groups) == 1:
+            return Layout((Shard(TORCH_SINGLE, tuple(name for name, _, _ in groups[0]), None),), format=TORCH)
+        return Layout(tuple(Shard(f"pytorch_model-{i:05d}-of-{len(groups):05d}.bin",
+                                  tuple(name for name, _, _ in group), None) for i, group in enumerate(groups, 1)),
+                      TORCH_INDEX, {}, TORCH)
     if len(groups) == 1:
         return Layout((Shard(SAFETENSORS_SINGLE, _safetensors_order(groups[0]), {"format": "pt"}),))
     shards = tuple(Shard(f"model-{i:05d}-of-{len(groups):05d}.safetensors", _safetensors_order(group), {"format": "pt"})
                    for i, group in enumerate(groups, 1))
     return Layout(shards, SAFETENSORS_INDEX, {})
+
+
+def _converted(layout: Layout, fmt: str, entries: Sequence[Entry]) -> Layout:
+    """``layout``'s shards as files of the other format: ``model*.safetensors`` ↔ ``pytorch_model*.bin`` (and
+    their index), the same tensors in each; safetensors files in the order the safetensors library writes, with
+    ``{"format": "pt"}`` as ``__metadata__``, ``.bin`` files in the layout's order."""
+    by_name = {entry[0]: entry for entry in entries}
+    shards = []
+    for shard in layout.shards:
+        if fmt == TORCH:
+            shards.append(Shard(_renamed(shard.path, fmt), shard.tensors, None))
+        else:
+            order = _safetensors_order([by_name[name] for name in shard.tensors])
+            shards.append(Shard(_renamed(shard.path, fmt), order, {"format": "pt"}))
+    index = None
+    if layout.index_path is not None:
+        index = _renamed(layout.index_path.removesuffix(".index.json"), fmt) + ".index.json"
+    return Layout(tuple(shards), index, layout.index_metadata if index else None, fmt)
+
+
+def _renamed(path: str, fmt: str) -> str:
+    """A weights file's path in the other format: ``model-00001-of-00002.safetensors`` ↔
+    ``pytorch_model-00001-of-00002.bin``; a file named otherwise keeps its name, with the other suffix."""
+    folder, _, name = path.rpartition("/")
+    if fmt == TORCH:
+        stem = name.removesuffix(SUFFIXES[FORMAT][0])
+        name = ("pytorch_" + stem if stem.startswith("model") else stem) + SUFFIXES[TORCH][0]
+    else:
+        stem = name.removesuffix(SUFFIXES[TORCH][0])
+        name = stem.removeprefix("pytorch_") if stem.startswith("pytorch_model") else stem
+        name += SUFFIXES[FORMAT][0]
+    return f"{folder}/{name}" if folder else name
 
 
 def _safetensors_order(group: Sequence[Entry]) -> tuple[str, ...]:
@@ -392,14 +471,20 @@ def write_folder(
     layout: Layout | None,
     max_shard_bytes: int | None = None,
     before_commit: Callable[[], None] | None = None,
+    *,
+    weights_format: str | None = None,
+    replace: bool = False,
 ) -> list[str]:
     """Write a state as a model folder (SPEC.md §10.2); return the paths written, relative to it.
 
-    Refuses (before writing anything) an output that exists and is not an empty folder, and paths
-    that collide (MD304). ``fetch`` is asked for each tensor once, shard by shard.
+    The weights are written in ``weights_format`` (``safetensors`` or ``bin``), by default in the committed
+    layout's format. Refuses (before writing anything) an output that exists and is not an empty folder —
+    unless ``replace``: the folder is then written beside it and swapped in (:func:`swap_in`) —, paths that
+    collide (MD304), and ``.bin`` weights without PyTorch (MD700). ``fetch`` is asked for each tensor once,
+    shard by shard.
     """
     target = os.fspath(output).rstrip("/" + os.sep) or os.fspath(output)
-    plan = plan_shards(entries, layout, max_shard_bytes)
+    plan = plan_shards(entries, layout, max_shard_bytes, weights_format)
     written = [shard.path for shard in plan.shards] + ([plan.index_path] if plan.index_path else [])
     paths = written + sorted(files)
     for path in paths:
@@ -409,7 +494,12 @@ def write_folder(
     clash = collisions(paths)
     if clash:
         raise CheckpointError("MD304", f"the state's paths {clash[0][0]!r} and {clash[0][1]!r}: {clash[0][2]}", target)
-    _refuse_existing(target)
+    if plan.format == TORCH and plan.shards:
+        _require_torch(target, weights_format)
+    if replace:
+        check_replaceable(target)
+    else:
+        _refuse_existing(target)
     parent = os.path.dirname(os.path.abspath(target))
     with naming(target, doing=f"cannot create a folder in {parent}"):
         staging = _make_staging_folder(parent, os.path.basename(os.path.abspath(target)))
@@ -418,8 +508,12 @@ def write_folder(
             by_name = {entry[0]: entry for entry in entries}
             for shard in plan.shards:
                 shard_entries = [by_name[name] for name in shard.tensors]
-                with _new_file(staging, shard.path) as file:
-                    write_entries(file, shard.path, shard_entries, fetch, shard.metadata, None)
+                if writes_by_name(shard.path):  # torch names the archive's folder after the file it writes
+                    with _new_file_by_path(staging, shard.path) as named:
+                        write_named_entries(named, shard.path, shard_entries, fetch, shard.metadata)
+                else:
+                    with _new_file(staging, shard.path) as file:
+                        write_entries(file, shard.path, shard_entries, fetch, shard.metadata, None)
             if plan.index_path:
                 with _new_file(staging, plan.index_path) as file:
                     file.write(index_text(plan, entries).encode("utf-8"))
@@ -429,15 +523,78 @@ def write_folder(
             if before_commit is not None:
                 before_commit()
             _fsync_tree(staging)
-            _refuse_existing(target)
-            if os.path.isdir(target):
-                os.rmdir(target)  # empty, checked just above
-            os.replace(staging, target)
+            if replace:
+                swap_in(staging, target)
+            else:
+                _refuse_existing(target)
+                if os.path.isdir(target):
+                    os.rmdir(target)  # empty, checked just above
+                os.replace(staging, target)
     except BaseException:
         _remove_tree(staging)
         raise
     fsync_directory(parent)
     return paths
+
+
+def _require_torch(target: str, weights_format: str | None) -> None:
+    """MD700 before anything is written, when ``.bin`` weights are to be written without PyTorch."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        why = "--format bin asks for PyTorch .bin weights" if weights_format else \
+            "the state's weights are PyTorch .bin files, as its layout records (a pytorch_model*.bin folder committed)"
+        raise CheckpointError("MD700", f"{why}, and writing them needs PyTorch, which is not installed: pip install "
+                                       "'mdiff[torch]', or write .safetensors instead (checkout --format safetensors; "
+                                       "weights_format='safetensors')", target) from None
+
+
+def check_replaceable(target: str) -> None:
+    """What ``--force`` may replace: nothing, a folder or a regular file — not a link, a device, a FIFO or a
+    socket, and not a folder that holds the current folder (MD706)."""
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        here, there = os.path.realpath(os.getcwd()), os.path.realpath(target)
+        if os.path.commonpath([here, there]) == there:
+            raise UnsafeOutputError("MD706", "the output is the current folder or holds it; replacing it would "
+                                             "remove the folder this command runs in", target)
+        return
+    if not stat.S_ISREG(mode):
+        raise UnsafeOutputError("MD706", f"the output exists and is {kind_of(mode)}: --force replaces a folder or a "
+                                         "regular file, nothing else", target)
+
+
+def swap_in(new: str, target: str) -> None:
+    """Put the complete folder ``new`` (a sibling of ``target``) at ``target``, replacing the folder or file
+    there (``check_replaceable``): the two are exchanged in one step where the system can (``atomic.exchange``),
+    else the old entry is renamed aside and ``new`` renamed into its place, the old one renamed back should that
+    fail. The old entry is removed last. A failure at any point leaves at ``target`` the old entry or the new
+    folder, whole — never a mix; only a crash between the two renames of the fallback leaves nothing there, the
+    old entry beside it under a hidden name."""
+    check_replaceable(target)
+    parent = os.path.dirname(os.path.abspath(target))
+    if not os.path.lexists(target):
+        os.rename(new, target)
+        return
+    if exchange(new, target):
+        old = new  # now names what target named
+    else:
+        old = _make_staging_folder(parent, os.path.basename(os.path.abspath(target)) + ".old")
+        os.rmdir(old)  # a free, unique name: rename takes a file there, not into it
+        os.rename(target, old)
+        try:
+            os.rename(new, target)
+        except BaseException:
+            os.rename(old, target)
+            raise
+    fsync_directory(parent)
+    if os.path.isdir(old) and not os.path.islink(old):
+        _remove_tree(old)
+    else:
+        os.unlink(old)
 
 
 def _refuse_existing(target: str) -> None:
@@ -471,15 +628,21 @@ def _make_staging_folder(parent: str, name: str) -> str:
     raise FileExistsError(f"could not create a temporary folder in {parent}")
 
 
-@contextlib.contextmanager
-def _new_file(root: str, relative: str) -> Iterator[SyncingWriter]:
-    """A file created anew at ``relative`` below ``root`` (folders made here, nothing followed)."""
-    parts = relative.split("/")
+def _parent_of(root: str, parts: list[str]) -> str:
+    """The folder below ``root`` that holds ``parts``' last entry, its folders made here (never followed)."""
     directory = root
     for part in parts[:-1]:
         directory = os.path.join(directory, part)
         if not os.path.isdir(directory) or os.path.islink(directory):
             os.mkdir(directory, 0o777)
+    return directory
+
+
+@contextlib.contextmanager
+def _new_file(root: str, relative: str) -> Iterator[SyncingWriter]:
+    """A file created anew at ``relative`` below ``root`` (folders made here, nothing followed)."""
+    parts = relative.split("/")
+    directory = _parent_of(root, parts)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
     fd = os.open(os.path.join(directory, parts[-1]), flags, 0o666)
     import io
@@ -491,6 +654,32 @@ def _new_file(root: str, relative: str) -> Iterator[SyncingWriter]:
     finally:
         file.writeback.wait()
         file.close()
+
+
+@contextlib.contextmanager
+def _new_file_by_path(root: str, relative: str) -> Iterator[str]:
+    """A path at which a writer creates the file ``relative`` below ``root`` itself (torch.save by path): in a
+    private folder of its own (mode 0700: no one else can put an entry there first), synced once written, then
+    moved to its place."""
+    parts = relative.split("/")
+    directory = _parent_of(root, parts)
+    private = tempfile.mkdtemp(prefix=".mdiff-", dir=directory)
+    try:
+        written = os.path.join(private, parts[-1])
+        yield written
+        fd = os.open(written, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise CheckpointError("MD705", f"{relative} was not written as a regular file", root)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        final = os.path.join(directory, parts[-1])
+        if os.path.lexists(final):
+            raise FileExistsError(17, "the state writes this path twice", final)
+        os.rename(written, final)
+    finally:
+        _remove_tree(private)
 
 
 def _fsync_tree(root: str) -> None:

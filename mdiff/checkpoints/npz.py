@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import io
 import os
-import struct
 import zipfile
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -29,12 +27,15 @@ from numpy.lib import format as npy_format
 
 from mdiff.checkpoints.base import CheckpointReader, Entry, Fetch
 from mdiff.checkpoints.reading import (
+    ZIP_ERRORS,
     checked_shape,
     element_count,
     fill_from,
     is_valid_name,
     open_regular_file,
+    open_zip,
     refuse_invalid_bools,
+    zip_data_offsets,
 )
 from mdiff.errors import CheckpointError
 from mdiff.format.dtypes import DType, dtype_of
@@ -51,25 +52,6 @@ _MAX_NPY_HEADER_BYTES = 10_000  # numpy's own default limit
 _ZIP_DATE_TIME = (1980, 1, 1, 0, 0, 0)
 _ZIP_CREATE_SYSTEM_UNIX = 3
 _ZIP_FILE_MODE = 0o100644 << 16  # a regular file, rw-r--r--
-
-# What a corrupt archive can make zipfile or numpy's header parser raise.
-_DECODING_ERRORS = (
-    zipfile.BadZipFile,
-    zipfile.LargeZipFile,
-    zlib.error,
-    struct.error,
-    EOFError,
-    OSError,
-    ValueError,
-    TypeError,
-    KeyError,
-    IndexError,
-    OverflowError,
-    RuntimeError,  # zipfile: encrypted members; RecursionError is one too
-    NotImplementedError,
-    SyntaxError,
-)
-
 
 @dataclass(frozen=True)
 class _Member:
@@ -90,7 +72,7 @@ class NpzReader(CheckpointReader):
         self._file = io.BufferedReader(raw)
         try:
             _refuse_non_zip(self._file, path)
-            self._zip = _open_zip(self._file, path)
+            self._zip = open_zip(self._file, path)
             try:
                 self._members = _parse_members(self._zip, self._file, os.fstat(raw.fileno()).st_size, path)
             except BaseException:
@@ -120,7 +102,7 @@ class NpzReader(CheckpointReader):
                 fill_from(stream.readinto, array, self.path, name)  # type: ignore[attr-defined]  # ZipExtFile has it
                 if stream.read(1):
                     raise CheckpointError("MD701", f"member {name!r} has bytes after its array data", self.path)
-        except _DECODING_ERRORS as exc:
+        except ZIP_ERRORS as exc:
             raise CheckpointError("MD701", f"cannot read tensor {name!r}: {exc}", self.path) from None
         refuse_invalid_bools(array, self.path, name)
         if member.fortran_order:
@@ -152,13 +134,6 @@ def _refuse_non_zip(file: Any, path: str) -> None:  # a buffered reader (peek)
         raise CheckpointError("MD701", f"{os.path.basename(path) or path} is not an .npz file (not a zip archive)", path)
 
 
-def _open_zip(file: Any, path: str) -> zipfile.ZipFile:
-    try:
-        return zipfile.ZipFile(file, "r")
-    except _DECODING_ERRORS as exc:
-        raise CheckpointError("MD701", f"the zip archive is corrupt ({exc})", path) from None
-
-
 def _parse_members(archive: zipfile.ZipFile, file: BinaryIO, archive_size: int, path: str) -> dict[str, _Member]:
     infos: dict[str, zipfile.ZipInfo] = {}
     for info in archive.infolist():
@@ -167,40 +142,8 @@ def _parse_members(archive: zipfile.ZipFile, file: BinaryIO, archive_size: int, 
             raise CheckpointError("MD701", f"the archive holds {info.filename!r} twice; it is ambiguous", path)
         _refuse_implausible_sizes(info, archive_size, path)
         infos[name] = info
-    _refuse_overlaps(archive, file, path)
+    zip_data_offsets(archive, file, path)  # refuses members that share bytes
     return {name: _parse_member(archive, info, name, path) for name, info in infos.items()}
-
-
-_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, …, file name length, extra field length
-
-
-def _refuse_overlaps(archive: zipfile.ZipFile, file: BinaryIO, path: str) -> None:
-    """Every member's bytes — local header, name, extra field, compressed data — are its own.
-
-    A zip bomb can point many members at one deflate stream (local headers whose extra fields
-    reach over the headers after them, or that quote them in stored blocks): zipfile before Python
-    3.12.4/3.11.10 reads such an archive and inflates the stream once per member, so a 1 MB file
-    becomes 32 × 1 GiB. Checked from the directory and the 30-byte local headers, before any
-    member is inflated."""
-    spans = []
-    for info in archive.infolist():
-        header = b""
-        if info.header_offset >= 0:  # zipfile subtracts what it takes for data before the archive
-            file.seek(info.header_offset)
-            header = file.read(_LOCAL_HEADER.size)
-        if len(header) != _LOCAL_HEADER.size or header[:4] != b"PK\x03\x04":
-            raise CheckpointError("MD701", f"member {info.filename!r} has no local header where the directory says", path)
-        _, name_length, extra_length = _LOCAL_HEADER.unpack(header)
-        end = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length + info.compress_size
-        spans.append((info.header_offset, end, info.filename))
-    spans.sort()
-    for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
-        if start < end:
-            raise CheckpointError("MD701", f"members {first!r} and {second!r} overlap: each member's bytes must be "
-                                           "its own (a zip bomb shares one stream among many)", path)
-    directory = getattr(archive, "start_dir", None)
-    if spans and directory is not None and spans[-1][1] > directory:
-        raise CheckpointError("MD701", f"member {spans[-1][2]!r} overlaps the archive's directory", path)
 
 
 def _tensor_name(info: zipfile.ZipInfo, path: str) -> str:
@@ -245,7 +188,7 @@ def _parse_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str, pa
             read_header = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
             shape, fortran_order, stored_dtype = read_header(stream, max_header_size=_MAX_NPY_HEADER_BYTES)
             header_bytes = stream.tell()
-    except _DECODING_ERRORS as exc:
+    except ZIP_ERRORS as exc:
         raise CheckpointError("MD701", f"member {info.filename!r} is not a valid .npy array ({exc})", path) from None
     dtype = _supported_dtype(stored_dtype, name, path)
     shape = checked_shape(shape, dtype.itemsize, path, name)

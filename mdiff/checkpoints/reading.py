@@ -1,5 +1,5 @@
-"""What the format readers share: fail-closed checks of tensor names and shapes, and reads of a
-regular file that never go past its end (MD701)."""
+"""What the format readers share: fail-closed checks of tensor names and shapes, reads of a
+regular file that never go past its end, and zip archives whose members' bytes are their own (MD701)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,11 @@ import io
 import math
 import os
 import stat
+import struct
+import zipfile
+import zlib
 from collections.abc import Callable
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -103,3 +107,66 @@ def refuse_invalid_bools(array: np.ndarray, path: str, name: str) -> None:
         raise CheckpointError(
             "MD701", f"bool tensor {name!r} holds a byte other than 0 or 1; the file is corrupt", path
         )
+
+
+# ---------------------------------------------------------------- zip archives (.npz, PyTorch's .pt/.bin)
+
+# What a corrupt archive can make zipfile (or a parser of its members) raise.
+ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    zlib.error,
+    struct.error,
+    EOFError,
+    OSError,
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    OverflowError,
+    RuntimeError,  # zipfile: encrypted members; RecursionError is one too
+    NotImplementedError,
+    SyntaxError,
+)
+
+_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, …, file name length, extra field length
+
+
+def open_zip(file: Any, path: str) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(file, "r")
+    except ZIP_ERRORS as exc:
+        raise CheckpointError("MD701", f"the zip archive is corrupt ({exc})", path) from None
+
+
+def zip_data_offsets(archive: zipfile.ZipFile, file: BinaryIO, path: str) -> dict[str, int]:
+    """Where each member's data starts in the file, by name; MD701 unless every member's bytes — local
+    header, name, extra field, compressed data — are its own.
+
+    A zip bomb can point many members at one deflate stream (local headers whose extra fields
+    reach over the headers after them, or that quote them in stored blocks): zipfile before Python
+    3.12.4/3.11.10 reads such an archive and inflates the stream once per member, so a 1 MB file
+    becomes 32 × 1 GiB. Checked from the directory and the 30-byte local headers, before any
+    member is inflated."""
+    spans = []
+    offsets: dict[str, int] = {}
+    for info in archive.infolist():
+        header = b""
+        if info.header_offset >= 0:  # zipfile subtracts what it takes for data before the archive
+            file.seek(info.header_offset)
+            header = file.read(_LOCAL_HEADER.size)
+        if len(header) != _LOCAL_HEADER.size or header[:4] != b"PK\x03\x04":
+            raise CheckpointError("MD701", f"member {info.filename!r} has no local header where the directory says", path)
+        _, name_length, extra_length = _LOCAL_HEADER.unpack(header)
+        start = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
+        offsets[info.filename] = start
+        spans.append((info.header_offset, start + info.compress_size, info.filename))
+    spans.sort()
+    for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
+        if start < end:
+            raise CheckpointError("MD701", f"members {first!r} and {second!r} overlap: each member's bytes must be "
+                                           "its own (a zip bomb shares one stream among many)", path)
+    directory = getattr(archive, "start_dir", None)
+    if spans and directory is not None and spans[-1][1] > directory:
+        raise CheckpointError("MD701", f"member {spans[-1][2]!r} overlaps the archive's directory", path)
+    return offsets

@@ -46,7 +46,7 @@ for _fmt in (
     CheckpointFormat("safetensors", (".safetensors",), "mdiff.checkpoints.safetensors", "safetensors, every dtype"),
     CheckpointFormat("npz", (".npz",), "mdiff.checkpoints.npz", "NumPy archives, never unpickled"),
     CheckpointFormat("torch", (".pt", ".pth", ".bin"), "mdiff.checkpoints.torch_pt",
-                     "PyTorch state dicts, torch.load(weights_only=True)"),
+                     "PyTorch state dicts, never unpickled (torch's zip format read without torch)"),
     CheckpointFormat("onnx", (".onnx",), "mdiff.checkpoints.onnx_model", "the initializers of an ONNX model"),
 ):
     register_format(_fmt)

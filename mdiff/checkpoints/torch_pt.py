@@ -1,37 +1,38 @@
-"""PyTorch state-dict files (``.pt``, ``.pth``): a dict of name → tensor saved by ``torch.save``.
+"""PyTorch state-dict files (``.pt``, ``.pth``, ``.bin``): a dict of name → tensor saved by ``torch.save``.
 
-Reading never unpickles code: files are loaded with ``torch.load(weights_only=True)``,
-whose restricted unpickler builds only tensors, containers and primitive
-values and refuses any other global; such a file is MD701 and nothing in it
-runs. The loaded object must be a flat ``dict``/``OrderedDict`` of ``str`` →
-dense CPU tensor, as ``torch.save(model.state_dict(), path)`` writes;
-anything else (a training checkpoint ``{"model": ..., "optimizer": ...}``,
-non-tensor values) is MD701, tensor dtypes outside SPEC.md §6.1 (complex,
-float8, quantized ...) MD702.
+Reading never unpickles code. Files in torch's zip format (the default since PyTorch 1.6) are
+read by :mod:`mdiff.checkpoints.torch_zip` without torch: their pickle is parsed by a machine
+that knows only what a state dict holds, each tensor read from its storage's record when asked
+for. Legacy non-zip files (and zip files written on a big-endian machine) are loaded with
+``torch.load(weights_only=True)``, whose restricted unpickler builds only tensors, containers and
+primitive values and refuses any other global; such a file is MD701 and nothing in it runs.
+Legacy files cannot be memory-mapped and are read whole into memory by torch on open, storages
+sized as the file claims.
 
-Files in torch's zip format (the default since PyTorch 1.6) are memory-mapped
-(``mmap=True``): opening one parses its pickle only, and :meth:`read` copies
-the bytes of one tensor. Legacy non-zip files cannot be memory-mapped and are
-read whole into memory by torch on open, storages sized as the file claims.
-A tensor is read as exactly its own elements, also when it is a view into a
-larger storage shared with other tensors; a tensor claiming more element
-bytes than its storage holds (a broadcast view) is refused, so a read never
-allocates more than the file's storage can back. Storage sharing (tied
-weights) is not preserved on write: each tensor gets its own storage.
+Either way the object must be a flat ``dict``/``OrderedDict`` of ``str`` → dense CPU tensor, as
+``torch.save(model.state_dict(), path)`` writes; anything else (a training checkpoint ``{"model":
+..., "optimizer": ...}``, non-tensor values) is MD701, tensor dtypes outside SPEC.md §6.1 (complex,
+float8, quantized ...) MD702. A tensor is read as exactly its own elements, also when it is a view
+into a larger storage shared with other tensors; a tensor claiming more element bytes than its
+storage holds (a broadcast view) is refused, so a read never allocates more than the file's
+storage can back. Storage sharing (tied weights) is not preserved on write: each tensor gets its
+own storage.
 
-Writing is *not* streaming: ``torch.save`` needs the whole dict, so the
-writer fetches every tensor first and holds the complete model in memory
-while it writes. Output is a plain state dict (no metadata: a non-empty
-metadata mapping is MD703) that ``torch.load(path, weights_only=True)``
-reads. It is deterministic for this torch version: torch's zip writer uses
-fixed timestamps, names records by storage order, and derives the
-``.data/serialization_id`` record from the content (checked with torch
-2.13); we pass torch a file object, so the archive's inner folder is always
-``archive/`` rather than derived from the file name. Other torch versions
-may write other bytes for the same tensors.
+Writing is *not* streaming: ``torch.save`` needs the whole dict, so the writer fetches every tensor
+first and holds the complete model in memory while it writes. Output is a plain ``dict`` (no
+metadata: a non-empty metadata mapping is MD703) that ``torch.load(path, weights_only=True)``
+reads, its tensors in the order of the entries. It is deterministic for this torch version:
+torch's zip writer uses fixed timestamps, names records by storage order, and derives the
+``.data/serialization_id`` record from the content (checked with torch 2.13). A single file is
+written through a file object, so the archive's inner folder is always ``archive/`` rather than
+derived from the file name; a model folder's shard is written by path (:func:`write_named`), so
+that its folder is named after the file as ``torch.save(state, path)`` names it: the bytes
+transformers 4's ``save_pretrained(safe_serialization=False)`` wrote for a shard of unshared tensors
+with the same torch version (tests/test_checkouts.py). Other torch versions may write other bytes for
+the same tensors.
 
-PyTorch is an optional dependency, imported only when a ``.pt``/``.pth``
-file is used: ``pip install 'mdiff[torch]'``.
+PyTorch is an optional dependency, imported only to write these files or to read legacy ones:
+``pip install 'mdiff[torch]'``.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ from mdiff.checkpoints.reading import (
     open_regular_file,
     refuse_invalid_bools,
 )
+from mdiff.checkpoints.torch_zip import HINT as _HINT
+from mdiff.checkpoints.torch_zip import TorchUnsupported, TorchZipReader
 from mdiff.errors import CheckpointError
 from mdiff.format.dtypes import DType, dtype_named
 
@@ -76,8 +79,6 @@ _ZIP_MAGIC = b"PK\x03\x04"
 _PICKLE_PROTOCOL = b"\x80"  # the PROTO opcode every pickle of protocol 2 or later starts with (torch.save's: 2)
 _TAR_MAGIC_END = 262  # "ustar" at bytes 257–261: the tar archives of torch before 0.4
 
-_HINT = "save model.state_dict() (a flat dict of name → tensor) with torch.save"
-
 
 def _import_torch() -> ModuleType:
     try:
@@ -85,7 +86,8 @@ def _import_torch() -> ModuleType:
     except ImportError:
         raise CheckpointError(
             "MD700",
-            "reading or writing .pt/.pth files needs PyTorch, which is not installed: pip install 'mdiff[torch]'",
+            "writing .pt/.pth/.bin files (or reading one in the legacy, pre-1.6 format) needs PyTorch, which is not "
+            "installed: pip install 'mdiff[torch]'",
         ) from None
     return torch
 
@@ -98,13 +100,14 @@ def _torch_dtypes(torch: ModuleType) -> dict[Any, DType]:
 
 
 class TorchReader(CheckpointReader):
-    """A ``torch.save`` state dict, loaded with ``weights_only=True``; tensors converted on demand."""
+    """A legacy ``torch.save`` state dict, loaded with ``weights_only=True``; tensors converted on demand."""
 
     def __init__(self, path: str):
         self.path = path
         torch = _import_torch()
         tensors, self._specs = _validated(torch, _load(torch, path), path)
         self._tensors: dict[str, Any] | None = tensors
+        self._order = list(tensors)
 
     def _index(self) -> dict[str, _Spec]:
         return self._specs
@@ -121,6 +124,11 @@ class TorchReader(CheckpointReader):
             raise CheckpointError("MD701", f"tensor {name!r} changed shape while read", self.path)
         refuse_invalid_bools(array, self.path, name)
         return array
+
+    @property
+    def order(self) -> list[str]:
+        """The tensor names in the order the state dict holds them."""
+        return list(self._order)
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -162,7 +170,15 @@ def numpy_to_tensor(array: np.ndarray) -> Any:
     return _to_tensor(_import_torch(), array, dtype_of(array))
 
 
-def open_reader(path: str) -> TorchReader:
+def open_reader(path: str) -> CheckpointReader:
+    """A zip-format file read without torch (torch_zip); a legacy one, or one torch_zip leaves to torch, loaded by torch."""
+    with open_regular_file(path) as file:  # a missing file stays OSError; a FIFO is MD701 without blocking
+        magic = file.read(len(_ZIP_MAGIC))
+    if magic == _ZIP_MAGIC:
+        try:
+            return TorchZipReader(path)
+        except TorchUnsupported:
+            pass
     return TorchReader(path)
 
 
@@ -298,11 +314,21 @@ def write(
     """Fetch every tensor, then ``torch.save`` the dict (the whole model is in memory)."""
     del metadata, template  # refused by check_writable / not used by this format
     torch = _import_torch()
-    state: dict[str, Any] = {}
-    for name, _, dt in entries:
-        state[name] = _to_tensor(torch, fetch(name), dt)
     # A file object, not a path: torch would name the archive's folder after the file.
-    torch.save(state, file)
+    torch.save(_state(torch, entries, fetch), file)
+
+
+def write_named(target: str, entries: Sequence[Entry], fetch: Fetch, metadata: dict[str, str] | None) -> None:
+    """As :func:`write`, into a new file at ``target``, by path: torch names the archive's folder after it, as
+    ``torch.save(state_dict, path)`` does (a model folder's ``.bin`` files, so that they come back as written)."""
+    del metadata  # refused by check_writable
+    torch = _import_torch()
+    torch.save(_state(torch, entries, fetch), target)
+
+
+def _state(torch: ModuleType, entries: Sequence[Entry], fetch: Fetch) -> dict[str, Any]:
+    """Every tensor fetched, in the entries' order: a plain dict, as transformers' save_pretrained saved its shards."""
+    return {name: _to_tensor(torch, fetch(name), dt) for name, _, dt in entries}
 
 
 def _to_tensor(torch: ModuleType, array: np.ndarray, dt: DType) -> Any:

@@ -63,7 +63,33 @@ def write_entries(
     _prepared_writer(path, entries, fetch, metadata, template)(file)
 
 
+def writes_by_name(path: str) -> bool:
+    """Whether the format of ``path`` writes bytes that depend on the file's name, so that a model folder
+    has it create its file by path (:func:`write_named_entries`): PyTorch's, whose archive folder
+    ``torch.save`` names after the file."""
+    return hasattr(format_module(path), "write_named")
+
+
+def write_named_entries(
+    target: str,
+    path: str,
+    entries: Sequence[tuple[str, Sequence[int], DType]],
+    fetch: Fetch,
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Write a checkpoint of the format ``path``'s extension names as a new file at ``target`` (a path in a
+    folder of the caller's, ending in ``path``'s name), checked as :func:`write_checkpoint` checks."""
+    module, checked_entries, checked_fetch, checked_metadata = _checked(path, entries, fetch, metadata, None)
+    module.write_named(target, checked_entries, checked_fetch, checked_metadata)
+
+
 def _prepared_writer(path, entries, fetch, metadata, template) -> Callable[[BinaryIO], None]:
+    module, checked_entries, checked_fetch, checked_metadata = _checked(path, entries, fetch, metadata, template)
+    return lambda file: module.write(file, checked_entries, checked_fetch, checked_metadata, template)
+
+
+def _checked(path, entries, fetch, metadata, template):
+    """(the format's module, the entries, a fetch and the metadata, each checked); refusals before any write."""
     module = format_module(path)
     checked_entries = _checked_entries(entries)
     checked_metadata = _checked_metadata(metadata)
@@ -77,7 +103,7 @@ def _prepared_writer(path, entries, fetch, metadata, template) -> Callable[[Bina
         shape, dt = shapes[name]
         return _canonical_fetched(fetch(name), name, shape, dt)
 
-    return lambda file: module.write(file, checked_entries, checked_fetch, checked_metadata, template)
+    return module, checked_entries, checked_fetch, checked_metadata
 
 
 def save_checkpoint(

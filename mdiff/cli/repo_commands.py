@@ -95,9 +95,12 @@ def run_commit(args) -> int:
         return 1
     data = {"commit": summary.commit_id, "branch": summary.branch, "changed": summary.changed, "added": summary.added,
             "deleted": summary.deleted, "files": summary.files, "layout_changed": summary.layout_changed,
-            "stored_bytes": summary.stored_bytes, "weights_bytes": summary.weights_bytes}
+            "stored_bytes": summary.stored_bytes, "weights_bytes": summary.weights_bytes,
+            "not_versioned": list(summary.not_versioned)}
     first_line = args.message.splitlines()[0] if args.message else ""
-    print_result(args, data, f"[{summary.branch or 'detached'} {summary.commit_id[:12]}] {first_line}\n {summary.line()}")
+    skipped = summary.not_versioned_line()
+    print_result(args, data, f"[{summary.branch or 'detached'} {summary.commit_id[:12]}] {first_line}\n {summary.line()}"
+                             + (f"\n {skipped}" if skipped else ""))
     return 0
 
 
@@ -263,11 +266,17 @@ def checkout_arguments(p) -> None:
     p.add_argument("rev", metavar="REV", help="a revision: HEAD (or @), a branch, a tag, a commit id or prefix, or "
                                                "REF@{N} (where REF was N moves ago: `mdiff reflog`), with ~N or ^")
     p.add_argument("-o", "--output", required=True, metavar="OUT",
-                   help="a new (or empty) folder, or a checkpoint file (an existing regular file is replaced, "
-                        "keeping its mode; a device, FIFO, link or folder is refused)")
+                   help="a new (or empty) folder — any folder, or a file, with --force —, or a checkpoint file (an "
+                        "existing regular file is replaced, keeping its mode; a device, FIFO, link or folder is refused)")
     p.add_argument("--max-shard-size", type=parse_size, default=None, metavar="SIZE",
                    help="for a folder whose committed shard layout no longer fits: the largest shard, e.g. 5GB "
                         "(default 50GB, as save_pretrained)")
+    p.add_argument("--format", dest="weights_format", choices=("safetensors", "bin"), default=None,
+                   help="for a folder: its weights as .safetensors or as PyTorch pytorch_model*.bin (torch.save; needs "
+                        "PyTorch) — by default as they were committed")
+    p.add_argument("-f", "--force", action="store_true",
+                   help="replace OUT when it is a folder that is not empty (or a file): the new folder is written "
+                        "beside it and swapped in once complete, so that a failure leaves OUT as it was")
     p.add_argument("--template", metavar="BASE.onnx", help="for .onnx output: the model whose initializers are replaced")
     add_engine(p)
     add_quiet(p)
@@ -285,17 +294,27 @@ def checkout_arguments(p) -> None:
 @COMMANDS.command("checkout", help="write the state at a commit to a checkpoint or model folder",
                   arguments=checkout_arguments,
                   description="Reconstruct the state at REV and write it to OUT: a model folder when OUT has no "
-                              "checkpoint extension (the committed shards, index, config and tokenizer files; "
-                              "transformers' from_pretrained loads it), else a file (.safetensors, .npz, .pt, or "
-                              ".onnx with --template BASE.onnx). Every exact update is verified by its sha256.")
+                              "checkpoint extension (the committed shards — .safetensors, or pytorch_model*.bin as "
+                              "committed; --format to choose —, index, config and tokenizer files; transformers' "
+                              "from_pretrained loads it), else a file (.safetensors, .npz, .pt, or .onnx with "
+                              "--template BASE.onnx). Every exact update is verified by its sha256.")
 def run_checkout(args) -> int:
     import contextlib
     import tempfile
 
+    from mdiff.checkpoints import format_of, is_folder_output
+    from mdiff.checkpoints.folder import WEIGHTS_FORMATS
     from mdiff.repo.history import resolve  # on use: it brings h5py and numpy
 
     if args.lazy and not args.remote:
         raise UsageError("--lazy reads a remote in place: give it with --remote URL")
+    if args.weights_format and not is_folder_output(args.output):
+        fmt = format_of(args.output)
+        if fmt is None or fmt.name != WEIGHTS_FORMATS[args.weights_format]:
+            raise UsageError(f"--format {args.weights_format} chooses the weights of a model folder; the extension of "
+                             f"{args.output} chooses a file's format")
+    options = {"template": args.template, "engine": args.engine, "max_shard_size": args.max_shard_size,
+               "weights_format": args.weights_format, "force": args.force}
     moved: dict = {}
     with contextlib.ExitStack() as stack:
         bar = stack.enter_context(ProgressBar.of(args, "checkout"))
@@ -304,8 +323,7 @@ def run_checkout(args) -> int:
 
             remote = RemoteRepository(args.remote, storage_options_of(args))
             commit_id = remote.resolve(args.rev)
-            written = remote.checkout(commit_id, args.output, template=args.template, progress=bar,
-                                      engine=args.engine, max_shard_size=args.max_shard_size)
+            written = remote.checkout(commit_id, args.output, progress=bar, **options)
             moved = {"requests": remote.requests, "bytes_read": remote.bytes_read}
         elif args.remote:
             from mdiff.repo import Repository
@@ -316,8 +334,7 @@ def run_checkout(args) -> int:
             repo = repository_of(args)
             commit_id = resolve(repo, args.rev)
         if not args.lazy:  # the revision as given: a branch's name says whose working copy OUT is (working.py)
-            written = repo.checkout(args.rev if not args.remote else commit_id, args.output, template=args.template,
-                                    progress=bar, engine=args.engine, max_shard_size=args.max_shard_size)
+            written = repo.checkout(args.rev if not args.remote else commit_id, args.output, progress=bar, **options)
     what = count(len(written), "file") if len(written) > 1 or written != [args.output] else ""
     how = (f"; read in place: {format_size(moved['bytes_read'])} in {count(moved['requests'], 'request')}, every "
            "value verified, "

@@ -2,7 +2,9 @@
 
 The layout is a JSON document stored as the value of ``/layout`` (a ``uint8`` vector). It changes
 no tensor; writers of checkpoints use it (§10.2) to give a model folder, or a single
-``.safetensors`` file, its committed shape back.
+``.safetensors`` file, its committed shape back. Its ``format`` says what kind of files it describes:
+``safetensors`` (``*.safetensors`` with ``*.safetensors.index.json``), or, since revision 11, ``torch``
+(PyTorch state dicts ``*.bin`` with ``*.bin.index.json``, as a ``pytorch_model*.bin`` folder holds them).
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ from mdiff.format import canonical_json
 from mdiff.format.paths import collisions, path_problem
 from mdiff.format.schemas import first_errors
 
-FORMAT = "safetensors"
+FORMAT = "safetensors"  # the format of every layout before revision 11, and the default
+TORCH = "torch"
 SHARD_SUFFIX = ".safetensors"
 INDEX_SUFFIX = ".safetensors.index.json"
+# format → (the suffix of its files' paths, the suffix of its index's path)
+SUFFIXES = {FORMAT: (SHARD_SUFFIX, INDEX_SUFFIX), TORCH: (".bin", ".bin.index.json")}
 
 _STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 
@@ -30,7 +35,7 @@ SCHEMA: dict[str, Any] = {
     "required": ["format", "files"],
     "additionalProperties": False,
     "properties": {
-        "format": {"const": FORMAT},
+        "format": {"enum": [FORMAT, TORCH]},
         "files": {
             "type": "array",
             "items": {
@@ -58,7 +63,7 @@ SCHEMA: dict[str, Any] = {
 class Shard:
     path: str
     tensors: tuple[str, ...]
-    metadata: Mapping[str, str] | None  # the file's __metadata__, when it has one
+    metadata: Mapping[str, str] | None  # the file's __metadata__, when it has one (never for torch files)
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ class Layout:
     shards: tuple[Shard, ...]
     index_path: str | None = None
     index_metadata: Mapping[str, Any] | None = None
+    format: str = FORMAT  # "safetensors" or "torch"
 
     @property
     def tensors(self) -> set[str]:
@@ -80,7 +86,7 @@ class Layout:
             if shard.metadata is not None:
                 entry["metadata"] = dict(shard.metadata)
             files.append(entry)
-        doc: dict[str, Any] = {"format": FORMAT, "files": files}
+        doc: dict[str, Any] = {"format": self.format, "files": files}
         if self.index_path is not None:
             doc["index"] = {"path": self.index_path, "metadata": dict(self.index_metadata or {})}
         return doc
@@ -105,11 +111,14 @@ def layout_problems(doc: Any) -> list[str]:
         problem = path_problem(path)
         if problem:
             problems.append(f"path {path!r}: {problem}")
+    shard_suffix, index_suffix = SUFFIXES[doc["format"]]
     for f in doc["files"]:
-        if not f["path"].endswith(SHARD_SUFFIX):
-            problems.append(f"file path {f['path']!r} does not end in {SHARD_SUFFIX}")
-    if "index" in doc and not doc["index"]["path"].endswith(INDEX_SUFFIX):
-        problems.append(f"index path {doc['index']['path']!r} does not end in {INDEX_SUFFIX}")
+        if not f["path"].endswith(shard_suffix):
+            problems.append(f"file path {f['path']!r} does not end in {shard_suffix}")
+        if doc["format"] == TORCH and "metadata" in f:
+            problems.append(f"file {f['path']!r} has metadata, which a torch file cannot hold")
+    if "index" in doc and not doc["index"]["path"].endswith(index_suffix):
+        problems.append(f"index path {doc['index']['path']!r} does not end in {index_suffix}")
     for path, other, why in collisions(paths):
         problems.append(f"paths {path!r} and {other!r}: {why}")
     names = [name for f in doc["files"] for name in f["tensors"]]
@@ -134,7 +143,7 @@ def parse(data: bytes | bytearray | memoryview, path: str = "/layout") -> Layout
 def from_json(doc: Mapping[str, Any]) -> Layout:
     shards = tuple(Shard(f["path"], tuple(f["tensors"]), f.get("metadata")) for f in doc["files"])
     index = doc.get("index")
-    return Layout(shards, index["path"] if index else None, index["metadata"] if index else None)
+    return Layout(shards, index["path"] if index else None, index["metadata"] if index else None, doc["format"])
 
 
 def single_file(tensors: Sequence[str], metadata: Mapping[str, str] | None, path: str = "model.safetensors") -> Layout:

@@ -41,11 +41,21 @@ class CommitSummary:
     layout_changed: bool = False
     stored_bytes: int = 0  # the commit file
     weights_bytes: int = 0  # the new state's tensors
+    not_versioned: tuple[str, ...] = ()  # what a committed folder holds that the commit left out (SPEC.md §10.1)
 
     def line(self) -> str:
         files = f", {count(len(self.files), 'file')}" if self.files else ""
         return (f"{self.changed} changed, {self.added} added, {self.deleted} deleted{files}; "
                 f"{format_size(self.stored_bytes)} stored for {format_size(self.weights_bytes)} of weights")
+
+    def not_versioned_line(self, shown: int = 8) -> str | None:
+        """"not versioned: .gitattributes, .git/, optimizer.pt": what the folder holds that the commit did not
+        take — hidden entries, other weights, training state, what --exclude left out; None when nothing."""
+        if not self.not_versioned:
+            return None
+        names = list(self.not_versioned[:shown])
+        more = len(self.not_versioned) - len(names)
+        return "not versioned: " + ", ".join(names) + (f" and {more} more" if more else "")
 
 
 @dataclass(frozen=True)

@@ -124,8 +124,8 @@ class RemoteRepository:
 
     def checkout(self, rev: str = "HEAD", output: str | os.PathLike[str] | None = None,
                  template: str | os.PathLike[str] | None = None, progress: Progress | None = None,
-                 engine: str | None = None, *, framework: str = "np",
-                 max_shard_size: int | None = None) -> dict[str, Any] | list[str]:
+                 engine: str | None = None, *, framework: str = "np", max_shard_size: int | None = None,
+                 weights_format: str | None = None, force: bool = False) -> dict[str, Any] | list[str]:
         """As :meth:`Repository.checkout`, read in place: MD801 when the remote fails to serve a range. It
         reads about every byte of the files it opens, so each is downloaded whole, in one request, as it is
         opened (RangedFile.spool: into a private temporary file, removed when done)."""
@@ -133,7 +133,8 @@ class RemoteRepository:
         self._spooling = True
         try:
             with self.served(), self.open_state(commit_id, engine) as view:
-                return view.write(output, template, progress, framework=framework, max_shard_size=max_shard_size)
+                return view.write(output, template, progress, framework=framework, max_shard_size=max_shard_size,
+                                  weights_format=weights_format, force=force)
         finally:
             self._spooling = False
 

@@ -27,7 +27,7 @@ import numpy as np
 from mdiff.checkpoints.folder import TRAINING_STATE
 from mdiff.checkpoints.registry import is_folder_input, is_folder_output
 from mdiff.diffing import file_updates
-from mdiff.errors import RepositoryError
+from mdiff.errors import RepositoryError, UnsafeOutputError
 from mdiff.format.commit import Author, Commit, default_date, resolve_author
 from mdiff.format.dtypes import xor_bits
 from mdiff.format.findings import Finding
@@ -166,6 +166,8 @@ class Repository(Store):
                     old, new, message, (head,) if head else (), explicit or {}, progress, masks,
                     allow_empty=allow_empty, allow_deletions=allow_deletions, branch=branch,
                     **_author_fields(author, date, meta))
+                if summary is not None:  # what a folder holds that the commit left out (dot files, …)
+                    summary = dataclasses.replace(summary, not_versioned=tuple(getattr(new, "not_versioned", ())))
             if summary is not None:
                 self.advance(branch, summary.commit_id, f"commit: {message.splitlines()[0] if message else ''}")
                 if watched is not None:
@@ -250,33 +252,43 @@ class Repository(Store):
     # ------------------------------------------------------------ checkout and status
     @overload
     def checkout(self, rev: str = ..., output: None = None, template: None = None, progress: Progress | None = None,
-                 engine: str | None = None, *, framework: str = "np",
-                 max_shard_size: int | None = None) -> dict[str, Any]: ...
+                 engine: str | None = None, *, framework: str = "np", max_shard_size: int | None = None,
+                 weights_format: str | None = None, force: bool = False) -> dict[str, Any]: ...
 
     @overload
     def checkout(self, rev: str, output: str | os.PathLike[str], template: str | os.PathLike[str] | None = None,
                  progress: Progress | None = None, engine: str | None = None, *, framework: str = "np",
-                 max_shard_size: int | None = None) -> list[str]: ...
+                 max_shard_size: int | None = None, weights_format: str | None = None,
+                 force: bool = False) -> list[str]: ...
 
     @overload
     def checkout(self, rev: str = ..., *, output: str | os.PathLike[str],
                  template: str | os.PathLike[str] | None = None, progress: Progress | None = None,
-                 engine: str | None = None, framework: str = "np", max_shard_size: int | None = None) -> list[str]: ...
+                 engine: str | None = None, framework: str = "np", max_shard_size: int | None = None,
+                 weights_format: str | None = None, force: bool = False) -> list[str]: ...
 
     def checkout(self, rev: str = "HEAD", output: str | os.PathLike[str] | None = None,
                  template: str | os.PathLike[str] | None = None, progress: Progress | None = None,
-                 engine: str | None = None, *, framework: str = "np",
-                 max_shard_size: int | None = None) -> dict[str, Any] | list[str]:
+                 engine: str | None = None, *, framework: str = "np", max_shard_size: int | None = None,
+                 weights_format: str | None = None, force: bool = False) -> dict[str, Any] | list[str]:
         """The state at ``rev``. Without ``output``: a dict of numpy arrays (``framework="pt"``: torch
         tensors that ``load_state_dict(strict=True)`` accepts for a committed state dict). With it: written
         to a checkpoint file (.safetensors, .npz, .pt, .onnx with the base model as ``template``) or, for
         a path without such an extension, a model folder with the state's files (SPEC.md §10.2); returns
         the paths written, and remembered for `mdiff status` as the working copy of the branch ``rev`` names
-        (``main``, ``main~2``), else of the current branch (working.py)."""
+        (``main``, ``main~2``), else of the current branch (working.py). A folder's weights are written as
+        they were committed — ``.safetensors``, or ``pytorch_model*.bin`` for a folder of ``.bin`` weights —
+        unless ``weights_format`` (``"safetensors"`` or ``"bin"``) says otherwise. A folder output that exists
+        and is not empty is refused (MD706), unless ``force``: the new folder is then written beside it and
+        swapped in once complete (the old one, or a file there, removed), so that a failure leaves the old one
+        as it was; never a folder that holds the repository."""
         check_framework(framework)
+        if force and output is not None:
+            self._refuse_replacing_the_repository(output)
         commit_id = resolve(self, rev)
         with self.open_state(commit_id, engine) as view:
-            written = view.write(output, template, progress, framework=framework, max_shard_size=max_shard_size)
+            written = view.write(output, template, progress, framework=framework, max_shard_size=max_shard_size,
+                                 weights_format=weights_format, force=force)
         if output is not None:
             kind = "folder" if is_folder_output(output) else "file"
             ignore = TRAINING_STATE if kind == "folder" else ()
@@ -290,6 +302,12 @@ class Repository(Store):
         if base != "HEAD" and self.has_branch(base):
             return base
         return self.head_ref()[0]
+
+    def _refuse_replacing_the_repository(self, output: str | os.PathLike[str]) -> None:
+        there = os.path.realpath(output)
+        if os.path.isdir(there) and os.path.commonpath([there, os.path.realpath(self.dir)]) == there:
+            raise UnsafeOutputError("MD706", "the output holds this repository; --force would remove it",
+                                    os.fspath(output))
 
     def status(self, checkpoint: NewState, exclude: Iterable[str] = (), progress: Progress | None = None) -> Changes:
         """What a checkpoint (a file or a model folder) changes against HEAD."""

@@ -275,8 +275,8 @@ class StateView(CheckpointReader):
         return True
 
     def write(self, output: str | os.PathLike[str] | None = None, template: str | os.PathLike[str] | None = None,
-              progress: Progress | None = None, *, framework: str = "np",
-              max_shard_size: int | None = None) -> dict[str, Any] | list[str]:
+              progress: Progress | None = None, *, framework: str = "np", max_shard_size: int | None = None,
+              weights_format: str | None = None, force: bool = False) -> dict[str, Any] | list[str]:
         """Every tensor, each read and verified once: without ``output`` a dict (of numpy arrays, or of
         ``framework``'s tensors); with it, written as a checkpoint file or a model folder (SPEC.md §10.2)
         and the paths written returned (see Repository.checkout)."""
@@ -297,7 +297,8 @@ class StateView(CheckpointReader):
 
         entries = [(name, *self.spec(name)) for name in names]
         layout = self.layout
-        with contextlib.closing(one_ahead(write_order(output, entries, layout, max_shard_size), self.read)) as values:
+        order = write_order(output, entries, layout, max_shard_size, weights_format)
+        with contextlib.closing(one_ahead(order, self.read)) as values:
 
             def fetch(name: str) -> np.ndarray:  # the next tensor is read while the writer writes this one
                 ahead_name, value = next(values)
@@ -306,7 +307,7 @@ class StateView(CheckpointReader):
                 return value
 
             return save_state(output, entries, fetch, files=self.files, layout=layout, template=template,
-                              max_shard_size=max_shard_size)
+                              max_shard_size=max_shard_size, weights_format=weights_format, replace=force)
 
     # ------------------------------------------------------------ tensors
     def _index(self) -> dict[str, tuple[tuple[int, ...], DType]]:

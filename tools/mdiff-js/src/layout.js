@@ -5,8 +5,11 @@
 import { parseStrict, isPlainObject, describe } from "./json.js";
 import { pathProblem, asciiLower } from "./paths.js";
 
-const FILE_SUFFIX = ".safetensors";
-const INDEX_SUFFIX = ".safetensors.index.json";
+// format → the suffixes of its files' paths and of its index's path (`torch`: revision 11)
+const SUFFIXES = {
+  safetensors: { file: ".safetensors", index: ".safetensors.index.json" },
+  torch: { file: ".bin", index: ".bin.index.json" },
+};
 
 function closed(errs, where, obj, required, optional) {
   for (const k of required) if (!(k in obj)) errs.push(`${where}: '${k}' is a required member`);
@@ -20,7 +23,9 @@ export function checkLayoutSchema(doc) {
   const errs = [];
   if (!isPlainObject(doc)) return [`(root): ${Array.isArray(doc) ? "an array" : describe(doc)} is not an object`];
   closed(errs, "(root)", doc, ["format", "files"], ["index"]);
-  if ("format" in doc && doc.format !== "safetensors") errs.push(`format: ${describe(doc.format)} is not "safetensors"`);
+  if ("format" in doc && !Object.hasOwn(SUFFIXES, doc.format)) {
+    errs.push(`format: ${describe(doc.format)} is not "safetensors" or "torch"`);
+  }
   if ("files" in doc) {
     if (!Array.isArray(doc.files)) errs.push("files: is not an array");
     else {
@@ -63,8 +68,14 @@ export function checkLayoutSchema(doc) {
 // The rules of §5.6 besides the schema, for a document that matches it.
 function checkLayoutRules(doc) {
   const errs = [];
-  const paths = doc.files.map((f, i) => ({ where: `files/${i}/path`, path: f.path, suffix: FILE_SUFFIX }));
-  if (doc.index) paths.push({ where: "index/path", path: doc.index.path, suffix: INDEX_SUFFIX });
+  const want = SUFFIXES[doc.format];
+  const paths = doc.files.map((f, i) => ({ where: `files/${i}/path`, path: f.path, suffix: want.file }));
+  if (doc.index) paths.push({ where: "index/path", path: doc.index.path, suffix: want.index });
+  if (doc.format === "torch") {
+    doc.files.forEach((f, i) => {
+      if ("metadata" in f) errs.push(`files/${i}/metadata: a torch file holds no metadata`);
+    });
+  }
   const lowered = new Map();
   for (const { where, path, suffix } of paths) {
     const why = pathProblem(path);
