@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import platformdirs
 import pytest
 
 import mdiff
@@ -128,6 +129,8 @@ def test_the_default_folder_is_the_user_s_cache(tmp_path, monkeypatch):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert WalkCache.default().folder == tmp_path / "home" / ".cache" / "mdiff"
+    # where the platform keeps a user's caches (on Linux the XDG folder above; on macOS ~/Library/Caches)
+    assert WalkCache.default().folder == Path(platformdirs.user_cache_dir("mdiff", appauthor=False))
 
 
 def test_a_folder_that_cannot_be_written_leaves_the_cache_unused(tmp_path, monkeypatch, children):

@@ -13,8 +13,10 @@ entry is bound to the bytes: it holds the attribute's text and the offset at whi
 in the commit file, and is used only where the file, verified against its id, holds them there — an
 entry edited to say another message, author or parent is found out and ignored (repo/objects.py).
 
-The cache lives in the user's cache folder — ``$MDIFF_CACHE_DIR``, else ``$XDG_CACHE_HOME/mdiff``,
-else ``~/.cache/mdiff``; ``MDIFF_CACHE_DIR=off`` turns it off — never in ``.mdiff/``, which whoever
+The cache lives in the user's cache folder — ``$MDIFF_CACHE_DIR``, else where the platform keeps a
+user's caches (platformdirs: ``$XDG_CACHE_HOME/mdiff`` or ``~/.cache/mdiff`` on Linux,
+``~/Library/Caches/mdiff`` on macOS, ``%LOCALAPPDATA%\\mdiff\\Cache`` on Windows);
+``MDIFF_CACHE_DIR=off`` turns it off — never in ``.mdiff/``, which whoever
 handed over a repository could have filled with walks of other bytes. That folder, and each folder
 below it that an entry lies in, must be the user's own and writable by no one else (group and others):
 otherwise it is not used, with one warning. Entries are keyed by the commit id, the limits and the
@@ -221,9 +223,14 @@ def configured_folder() -> Path | None:
     configured = os.environ.get(ENV)
     if configured is not None:
         return None if configured.strip().lower() in _OFF or not configured.strip() else Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or (os.path.join(os.path.expanduser("~"), ".cache")
-                                               if os.path.expanduser("~") != "~" else "")
-    return Path(base) / "mdiff" if base else None
+    import platformdirs  # here, not at the top: only where the folder is computed (start-up time)
+
+    try:
+        base = platformdirs.user_cache_dir("mdiff", appauthor=False)
+    except (OSError, KeyError, RuntimeError) as exc:  # no home to be found
+        log.debug("no user cache folder: %s", exc)
+        return None
+    return Path(base) if os.path.isabs(base) else None
 
 
 @lru_cache(maxsize=1)
