@@ -85,6 +85,8 @@ def test_the_commit_is_hashed_before_a_kept_walk_is_used(tmp_path, monkeypatch, 
     pytest.param(lambda p: p.write_text(json.dumps({"id": p.stem, "inventory": 7, "findings": []})), id="not-a-walk"),
     pytest.param(lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "id": "0" * 64})), id="another-id"),
     pytest.param(lambda p: p.unlink(), id="missing"),
+    pytest.param(lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "findings": [["MD104", "/", "x"]]})),
+                 id="edited-under-its-seal"),
 ])
 def test_a_damaged_or_missing_entry_is_walked_again_and_kept_anew(tmp_path, monkeypatch, children, damage):
     cache = tmp_path / "cache"
@@ -97,6 +99,22 @@ def test_a_damaged_or_missing_entry_is_walked_again_and_kept_anew(tmp_path, monk
     mdiff.Repository(root).checkout("HEAD")
     assert children == ["vet", "vet", "vet"]
     assert json.loads(kept.read_text()) == good
+
+
+def test_another_commit_s_walk_under_this_id_is_not_believed(tmp_path, monkeypatch, children):
+    """Issue 31: a walk is a statement about bytes that cannot be checked without walking them again; relabelled
+    from another commit (its id and all, well-formed), it was used, and the checkout failed untyped. Walks
+    are sealed with the cache's own key (mode 0600, the user's): an entry that this user's mdiff did not
+    write for this id is walked again."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(ENV, str(cache))
+    root, ids = _repository(tmp_path)
+    want = mdiff.Repository(root).checkout("HEAD")
+    entries = _entries(cache)
+    entries[ids[1]].write_text(entries[ids[0]].read_text().replace(ids[0], ids[1]))
+    got = mdiff.Repository(root).checkout("HEAD")
+    assert children == ["vet", "vet", "vet"] and all(np.array_equal(want[k], got[k]) for k in want)
+    assert oct((cache / "key").stat().st_mode & 0o777) == "0o600"
 
 
 def test_other_limits_are_another_key(tmp_path):

@@ -28,6 +28,7 @@ an error are kept.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 import os
@@ -108,14 +109,51 @@ class WalkCache:
         """The walk kept for ``commit_id`` under ``limits`` (the JSON :meth:`Vetted.to_json` made, without
         its identity), or None."""
         entry = self._read(self._path("walks", commit_id, limits), MAX_ENTRY_BYTES)
-        return entry if isinstance(entry, dict) and entry.get("id") == commit_id else None
+        if not (isinstance(entry, dict) and entry.get("id") == commit_id and isinstance(entry.get("seal"), str)):
+            return None
+        key = self._key(create=False)
+        walk = {name: value for name, value in entry.items() if name != "seal"}
+        if key is None or not hmac.compare_digest(entry["seal"], _seal(key, walk)):
+            return None  # not what this user's mdiff kept for these bytes: another file's walk, or edited
+        return walk
 
     def put(self, commit_id: str, limits: Limits, walk: dict) -> None:
-        """Keep ``walk`` (a :meth:`Vetted.to_json` of a file with no error) for ``commit_id``; quietly
-        nothing where the folder cannot be written."""
+        """Keep ``walk`` (a :meth:`Vetted.to_json` of a file with no error) for ``commit_id``, sealed with the
+        cache's key; quietly nothing where the folder cannot be written."""
         entry = {key: value for key, value in walk.items() if key != "identity"}
         entry["id"] = commit_id
-        self._write(self._path("walks", commit_id, limits), entry)
+        key = self._key(create=True)
+        if key is not None:
+            self._write(self._path("walks", commit_id, limits), {**entry, "seal": _seal(key, entry)})
+
+    def _key(self, create: bool) -> bytes | None:
+        """The cache's secret (``key``: 32 random bytes, the user's own, mode 0600), made when ``create`` and
+        missing; None where there is none to be had. A walk cannot be checked against the bytes it
+        describes without walking them again, so a kept walk is believed only under this seal: an entry
+        this user's mdiff wrote for that id — never one copied from another commit or edited."""
+        if self.folder is None or not self.folders_usable(self.folder):
+            return None
+        path = self.folder / "key"
+        if create and not path.exists():
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _FILE_FLAGS, 0o600)
+                with os.fdopen(fd, "w", encoding="ascii") as f:
+                    f.write(secrets.token_hex(32))
+            except FileExistsError:
+                pass  # another process made it first: read it
+            except OSError:
+                return None
+        try:
+            fd = os.open(path, os.O_RDONLY | _FILE_FLAGS)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            found = os.fstat(f.fileno())
+            if not stat.S_ISREG(found.st_mode) or stat.S_IMODE(found.st_mode) & 0o077 or (
+                    os.name == "posix" and found.st_uid != os.geteuid()):
+                return None
+            text = f.read(65)
+        return bytes.fromhex(text.decode("ascii")) if re.fullmatch(rb"[0-9a-f]{64}", text) else None
 
     # ------------------------------------------------------------ commits' metadata
     def get_metadata(self, commit_id: str, limits: Limits) -> tuple[str, int] | None:
@@ -216,6 +254,11 @@ class WalkCache:
             return None
         key = hashlib.sha256(json.dumps([source, asdict(limits)], sort_keys=True).encode()).hexdigest()[:16]
         return self.folder / kind / key / commit_id[:2] / f"{commit_id}.json"
+
+
+def _seal(key: bytes, entry: dict) -> str:
+    """HMAC-SHA256 of the entry's canonical JSON under the cache's key."""
+    return hmac.new(key, json.dumps(entry, sort_keys=True, separators=(",", ":")).encode("utf-8"), "sha256").hexdigest()
 
 
 def configured_folder() -> Path | None:

@@ -314,9 +314,7 @@ def mutate_cache(cache: Path, rng: random.Random) -> list[str]:
             path.write_bytes(data[:rng.randrange(len(data) + 1)])
         elif op in ("swap", "relabel"):
             others = [p for p in entries if p != path and p.relative_to(cache).parts[0] == kind]
-            # A walk relabelled with another commit's id is believed today (its id is all that binds it to the
-            # bytes): checkout then fails untyped (KeyError) — left out until walks are bound to their bytes.
-            if not others or (op == "relabel" and kind == "walks"):
+            if not others:
                 continue
             other = rng.choice(others)
             theirs = other.read_bytes()
