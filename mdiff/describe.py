@@ -12,6 +12,7 @@ from mdiff.format.dtypes import from_storage
 from mdiff.format.limits import DEFAULT_LIMITS, Limits
 from mdiff.format.reader import open_diff
 from mdiff.isolation import Isolation
+from mdiff.ranged_file import no_collection
 from mdiff.updates.base import Update
 
 
@@ -67,7 +68,7 @@ def _head(ds, n: int) -> np.ndarray:
 
 def describe(path, values: int = 0, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None = None) -> dict[str, Any]:
     """What ``mdiff dump`` shows of the file at ``path`` (JSON-able). ``isolation``: see ``mdiff.open``."""
-    with open_diff(path, limits, isolation) as diff:
+    with no_collection(), open_diff(path, limits, isolation) as diff:  # see DiffFile: what is made here is all kept
         parameters = []
         for name, update in diff.items():
             entry = {

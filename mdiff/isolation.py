@@ -7,6 +7,7 @@ finding with a code (MD515) instead of taking the caller down with it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -19,12 +20,51 @@ from typing import Any, Callable
 
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_MEMORY_BYTES = 8 * 2**30
+# The work of reading a file grows with it: a diff of 10^5 parameters (70 MB) takes ~15 s of CPU to walk and check,
+# and several times that in wall time on a loaded machine. 2 s more per megabyte keeps any valid file clear of
+# the limit (SPEC.md §8.5) while a hang is still caught: on a file of no size, after timeout_s.
+DEFAULT_SECONDS_PER_MB = 2.0
 
 
 @dataclass(frozen=True)
 class Isolation:
+    """The limits of an isolated child: ``memory_bytes`` of address space, and, for work on files of ``n``
+    bytes in all, ``timeout_s + seconds_per_mb * n / 10^6`` seconds (:meth:`time_limit`)."""
+
     timeout_s: float = DEFAULT_TIMEOUT_S
     memory_bytes: int = DEFAULT_MEMORY_BYTES
+    seconds_per_mb: float = DEFAULT_SECONDS_PER_MB
+
+    def time_limit(self, nbytes: int = 0) -> float:
+        """Seconds the child may take for work on files of ``nbytes`` in all: the base, and an allowance that
+        grows with them, so that a file is never MD515 for being large."""
+        return self.timeout_s + self.seconds_per_mb * max(nbytes, 0) / 1e6
+
+
+def input_bytes(*paths: str | os.PathLike[str]) -> int:
+    """The bytes of the regular files at ``paths``, a folder's counted whole (the first 10,000 files found in
+    it; what cannot be looked at counts nothing): what an isolated child's time limit grows with."""
+    import stat
+
+    total = 0
+    for path in paths:
+        try:
+            if not os.path.isdir(path):
+                found = os.stat(path)
+                total += found.st_size if stat.S_ISREG(found.st_mode) else 0
+                continue
+            seen = 0
+            for folder, _, names in os.walk(path):
+                for name in names:
+                    seen += 1
+                    if seen > 10_000:
+                        return total
+                    with contextlib.suppress(OSError):
+                        found = os.stat(os.path.join(folder, name), follow_symlinks=False)
+                        total += found.st_size if stat.S_ISREG(found.st_mode) else 0
+        except (OSError, TypeError, ValueError):
+            continue
+    return total
 
 
 def isolation_supported() -> bool:
@@ -60,8 +100,10 @@ def _limit_child(limits: Isolation) -> None:
 
 def _child(conn, limits: Isolation, fn: Callable, args: tuple) -> None:
     import faulthandler
+    import gc
 
     faulthandler.disable()  # a crash here is reported as MD515; a Python stack dump on stderr would only be noise
+    gc.disable()  # one task, then the process ends: what it makes is kept to the end, and looking at it again is waste
     _limit_child(limits)
     try:
         conn.send_bytes(_message(_outcome(fn, args)))
@@ -95,14 +137,15 @@ def _message(answer: dict[str, Any]) -> bytes:
         return json.dumps({"failed": f"an answer that is not JSON: {exc}"}).encode()
 
 
-def run_isolated(fn: Callable[..., Any], *args, limits: Isolation = Isolation()) -> Any:
+def run_isolated(fn: Callable[..., Any], *args, limits: Isolation = Isolation(), work_bytes: int = 0) -> Any:
     """``fn(*args)`` in a forked child; its result, or its error raised here.
 
     ``fn`` returns JSON-able data, and that is all that comes back: the child reads a stranger's file with
     libhdf5, and a child whose memory a crafted file corrupted must not get to run code here (no pickle).
     An MdiffError or OSError of the child is raised again here as what it was.
-    IsolationFailure when the child is killed by a signal, exceeds ``limits.timeout_s``, cannot allocate
-    within ``limits.memory_bytes``, fails in another way, or answers something that is not an answer.
+    IsolationFailure when the child is killed by a signal, exceeds ``limits.time_limit(work_bytes)`` (the
+    bytes of the files it reads: see :func:`input_bytes`), cannot allocate within ``limits.memory_bytes``,
+    fails in another way, or answers something that is not an answer.
     """
     import multiprocessing
 
@@ -115,9 +158,10 @@ def run_isolated(fn: Callable[..., Any], *args, limits: Isolation = Isolation())
     process.start()
     child.close()
     try:
-        if not parent.poll(limits.timeout_s):
+        seconds = limits.time_limit(work_bytes)
+        if not parent.poll(seconds):
             process.kill()
-            raise IsolationFailure(f"no answer within {limits.timeout_s:g} s (killed)")
+            raise IsolationFailure(f"no answer within {seconds:g} s (killed)")
         try:
             message = parent.recv_bytes(MAX_ANSWER_BYTES)
         except EOFError:
@@ -186,8 +230,9 @@ class Worker:
     """One child process, forked on first use, that reads the files this process sends it (by file
     descriptor) with the registered tasks and answers JSON: what :func:`run_isolated` gives, without a fork
     per file — a repository's history is many small files. The child runs with ``limits.memory_bytes``;
-    each request with ``limits.timeout_s``. A child that crashed, hung, ran out of memory or answered
-    nonsense is gone (IsolationFailure for that request) and the next request forks a fresh one."""
+    each request within ``limits.time_limit`` of the size of the file it sends. A child that crashed, hung,
+    ran out of memory or answered nonsense is gone (IsolationFailure for that request) and the next request
+    forks a fresh one."""
 
     def __init__(self, limits: Isolation = Isolation()):
         self.limits = limits
@@ -236,12 +281,13 @@ class Worker:
             assert self._socket is not None
             module = _TASKS[name].__module__  # the child imports it if it had not when it was forked
             request = json.dumps([module, name, os.fspath(path), list(args)]).encode()
+            seconds = self.limits.time_limit(os.fstat(fd).st_size)  # the work grows with the file
             try:
                 socket.send_fds(self._socket, [len(request).to_bytes(4, "big") + request], [fd])
-                message = _receive(self._socket, self.limits.timeout_s)
+                message = _receive(self._socket, seconds)
             except _Silent as silence:
                 how = self._stop()
-                raise IsolationFailure(f"no answer within {self.limits.timeout_s:g} s (killed)" if silence.timed_out
+                raise IsolationFailure(f"no answer within {seconds:g} s (killed)" if silence.timed_out
                                        else f"the reading process died ({how})") from None
             except OSError as exc:
                 how = self._stop()
@@ -287,6 +333,7 @@ def _serve(sock: socket.socket, parents_end: socket.socket, limits: Isolation) -
     pair, which the fork copied here, is closed first, or the child would never see the parent go)."""
     parents_end.close()
     import faulthandler
+    import gc
 
     faulthandler.disable()
     _limit_child(limits)
@@ -303,9 +350,11 @@ def _serve(sock: socket.socket, parents_end: socket.socket, limits: Isolation) -
             if not more:
                 return
             data += more
+        gc.disable()  # what a task makes (a walk: ~10 objects a parameter) is kept until it answers
         try:
             message = _message(_outcome(_run_request, (data[4:], fds)))
         finally:
+            gc.enable()
             for fd in fds:
                 os.close(fd)
         try:

@@ -278,3 +278,57 @@ print(validate(sys.argv[1], isolation=Isolation()))
     proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "d.mdiff")], capture_output=True, text=True,
                           timeout=60, env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1])))
     assert (proc.returncode, proc.stdout) == (0, "[]\n"), proc.stderr
+
+
+# ---------------------------------------------------------------- a time limit that grows with the work (issue 31.3)
+
+def _many_parameters(path: Path, n: int) -> None:
+    with mdiff.DiffWriter(path, mdiff.Commit("many", date="2026-01-01T00:00:00Z")) as writer:
+        for i in range(n):
+            old = np.full(4, i, np.float32)
+            writer.add(f"layer.{i:05d}.w", mdiff.dense(old, old + 1))
+
+
+def test_the_time_limit_is_a_base_and_an_allowance_per_megabyte(tmp_path):
+    from mdiff.isolation import DEFAULT_SECONDS_PER_MB, DEFAULT_TIMEOUT_S, input_bytes
+
+    assert Isolation().time_limit(0) == DEFAULT_TIMEOUT_S == 120
+    assert Isolation().time_limit(70_000_000) == 120 + 70 * DEFAULT_SECONDS_PER_MB == 260  # a 10^5-parameter diff
+    assert Isolation(timeout_s=1, seconds_per_mb=0.5).time_limit(4_000_000) == 3
+    (tmp_path / "a").write_bytes(bytes(1000))
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "b").write_bytes(bytes(300))
+    os.mkfifo(tmp_path / "folder" / "fifo")  # not a regular file: counts nothing, and is not opened
+    assert input_bytes(tmp_path / "a", tmp_path / "folder", tmp_path / "missing") == 1300
+
+
+def test_a_large_valid_file_is_not_md515_for_its_size(tmp_path):
+    """The limit grows with the file: a base too small for any walk, and an allowance per megabyte, pass a file
+    of 2,000 parameters that the base alone refuses."""
+    path = tmp_path / "many.mdiff"
+    _many_parameters(path, 2000)
+    megabytes = path.stat().st_size / 1e6
+    assert megabytes > 0.5
+    refused = validate(path, isolation=Isolation(timeout_s=0.001, seconds_per_mb=0))
+    assert [f.code for f in refused] == ["MD515"] and "no answer within 0.001 s" in refused[0].message
+    assert validate(path, isolation=Isolation(timeout_s=0.001, seconds_per_mb=120 / megabytes)) == []
+    with mdiff.open(path, isolation=Isolation(timeout_s=0.001, seconds_per_mb=120 / megabytes)) as diff:
+        assert len(diff) == 2000 and diff.isolated
+    for extra, code in ((["--timeout-per-mb", str(120 / megabytes)], 0), (["--timeout-per-mb", "0"], 1)):
+        done = subprocess.run([sys.executable, "-m", "mdiff.cli.main", "validate", "--timeout", "0.001", *extra, str(path)],
+                              capture_output=True, text=True)
+        assert done.returncode == code and ("MD515" in done.stdout) == bool(code), done.stdout + done.stderr
+
+
+def test_a_hang_is_caught_within_the_limit_the_work_allows(tmp_path, monkeypatch):
+    with pytest.raises(IsolationFailure) as info:
+        run_isolated(_sleep_forever, limits=Isolation(timeout_s=0.5, seconds_per_mb=1), work_bytes=1_000_000)
+    assert "no answer within 1.5 s" in info.value.reason
+    path = tmp_path / "few.mdiff"
+    _many_parameters(path, 3)
+    monkeypatch.setattr(sys.modules["mdiff.validation"], "_validate", lambda *a: time.sleep(60))  # the child inherits it
+    limits = Isolation(timeout_s=1, seconds_per_mb=1)
+    start = time.monotonic()
+    found = validate(path, isolation=limits)
+    assert [f.code for f in found] == ["MD515"] and f"no answer within {limits.time_limit(path.stat().st_size):g} s" in found[0].message
+    assert time.monotonic() - start < 30

@@ -398,3 +398,96 @@ def test_a_lazy_reader_walks_only_the_parameter_it_reads(tmp_path):
     whole = {p: _calls(lambda p=p: DiffFile(p).close()) for p in (small, large)}
     # each further parameter costs a lazy reader its link alone: a tenth of what checking it costs, at most
     assert (lazy[large] - lazy[small]) * 10 <= whole[large] - whole[small], (lazy, whole)
+
+
+# ---------------------------------------------------------------- the work of a large file, counted (issue 31.3)
+
+def test_libhdf5_is_asked_about_each_attribute_once_and_about_each_kind_of_storage_once(tmp_path, monkeypatch):
+    """The walk still opens every object and reads every attribute through libhdf5, but asks it what is the same for
+    objects stored alike — a dataset's properties, an attribute's type, how an object's attributes are stored —
+    once for each way of storing them (safety_walk.py): a file of 10^5 alike parameters made 40 calls of libhdf5
+    each, and the walk cost 2.5 times what it does."""
+    import h5py
+
+    path = tmp_path / "d.mdiff"
+    _many(path, 1200)
+    calls: dict[str, int] = {}
+
+    def counted(module, name):
+        real = getattr(module, name)
+
+        def call(*args, **kwargs):
+            key = f"{module.__name__.rsplit('.', 1)[-1]}.{name}"
+            calls[key] = calls.get(key, 0) + 1
+            return real(*args, **kwargs)
+        monkeypatch.setattr(module, name, call)
+
+    for module, name in ((h5py.h5a, "open"), (h5py.h5a, "get_num_attrs"), (h5py.h5o, "open"), (h5py.h5i, "get_type")):
+        counted(module, name)
+    with h5py.File(path, "r") as f:
+        inventory, findings = inspect_structure(f, os.path.getsize(path), DEFAULT_LIMITS)
+    assert findings == [] and len(inventory.objects["/parameters"].members) == 1200
+    assert calls["h5o.open"] == 2 * 1200 + 1  # each parameter's group and dataset, and /parameters
+    assert calls.get("h5i.get_type", 0) == 0  # h5py's class of an object says its kind
+    assert calls["h5a.get_num_attrs"] <= 4  # the root, /parameters, a parameter's group, its dataset
+    # each attribute opened by name once (3 at the root, one `update` a parameter), and by index only where
+    # libhdf5 is asked to list them (the first of each kind)
+    opened = {}
+    monkeypatch.undo()
+    real_open = h5py.h5a.open
+
+    def by_kind(*args, **kwargs):
+        key = "index" if "index" in kwargs else "name"
+        opened[key] = opened.get(key, 0) + 1
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(h5py.h5a, "open", by_kind)
+    with h5py.File(path, "r") as f:
+        inspect_structure(f, os.path.getsize(path), DEFAULT_LIMITS)
+    assert opened["name"] == 3 + 1200 and opened.get("index", 0) < 20
+
+
+def test_fsck_reads_each_commit_in_one_isolated_child_request(tmp_path, monkeypatch):
+    """A commit is validated and its metadata summarized by one child's reading of it (it was a validation, a
+    second child's walk, a parse here, and a third walk and parse for the state digests)."""
+    if not isolation_supported():
+        pytest.skip("isolation needs fork()")
+    from mdiff.isolation import Worker
+
+    repo = mdiff.Repository.init(tmp_path / "repo")
+    state = {f"layer.{i}": np.full(4, i, np.float32) for i in range(50)}
+    repo.commit(state, "first", date=inv.DATE)
+    repo.commit({k: v + 1 for k, v in state.items()}, "second", date=inv.DATE)
+    requests: list[str] = []
+    real = Worker.call
+    monkeypatch.setattr(Worker, "call", lambda self, name, *a: requests.append(name) or real(self, name, *a))
+    fresh = mdiff.Repository(tmp_path / "repo")
+    assert fresh.fsck() == []
+    assert requests == ["validate-and-summarize"] * 2
+
+
+def test_an_isolated_open_is_one_request_and_the_child_does_not_parse(tmp_path, monkeypatch):
+    """The child walks (§8) and answers the walk; the rules of §3–§7 are checked once, here, on reading by it."""
+    if not isolation_supported():
+        pytest.skip("isolation needs fork()")
+    from mdiff.format import parameters
+    from mdiff.isolation import Worker
+
+    path = tmp_path / "d.mdiff"
+    _many(path, 30)
+    requests: list[str] = []
+    real = Worker.call
+    monkeypatch.setattr(Worker, "call", lambda self, name, *a: requests.append(name) or real(self, name, *a))
+    here = os.getpid()
+    parsed = []
+
+    def parse(*args, **kwargs):
+        if os.getpid() != here:  # the child (forked after this patch: an Isolation no other test uses) parses
+            os._exit(3)
+        parsed.append(here)
+        return parameters.parse_parameters(*args, **kwargs)
+
+    monkeypatch.setattr(reader_module, "parse_parameters", parse)
+    with open_diff(path, isolation=Isolation(timeout_s=61.25)) as diff:
+        assert len(diff) == 30 and diff.isolated
+    assert requests == ["vet"] and parsed == [here]

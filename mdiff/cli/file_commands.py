@@ -16,7 +16,7 @@ from mdiff.cli.output import count, differ, format_size, print_description, quie
 from mdiff.cli.progress import ProgressBar
 from mdiff.cli.registry import Commands
 from mdiff.errors import InvalidFileError
-from mdiff.isolation import Isolation, IsolationFailure, isolation_supported, run_isolated
+from mdiff.isolation import Isolation, IsolationFailure, input_bytes, isolation_supported, run_isolated
 
 COMMANDS = Commands()
 
@@ -78,7 +78,8 @@ def run_dump(args) -> int:
     isolation = isolation_of(args)
     if isolation is not None:  # a stranger's file: a libhdf5 crash becomes MD515, not a dead shell command
         try:
-            info = run_isolated(describe, args.file, args.values, limits_of(args), limits=isolation)
+            info = run_isolated(describe, args.file, args.values, limits_of(args), limits=isolation,
+                                work_bytes=input_bytes(args.file))
         except IsolationFailure as failure:
             raise InvalidFileError("MD515", failure.reason, args.file) from None
     else:
@@ -212,10 +213,11 @@ def apply_maybe_isolated(args, bar) -> int:
     isolation = isolation_of(args)
     work = (args.base, args.diff, args.output, None if isolation else bar, limits_of(args), args.engine)
     if isolation is None:
-        preflight = Isolation(args.timeout, args.memory) if args.preflight and isolation_supported() else None
+        preflight = Isolation(args.timeout, args.memory, args.timeout_per_mb) if args.preflight and isolation_supported() else None
         return mdiff.apply_files(*work, isolation=preflight, max_shard_size=args.max_shard_size)
     try:
-        return run_isolated(mdiff.apply_files, *work, None, args.max_shard_size, limits=isolation)
+        return run_isolated(mdiff.apply_files, *work, None, args.max_shard_size, limits=isolation,
+                            work_bytes=input_bytes(args.base, args.diff))
     except IsolationFailure as failure:
         raise InvalidFileError("MD515", failure.reason, args.diff) from None
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from mdiff.cli.usage import UsageError
 from mdiff.engines import ENGINES
 from mdiff.format.limits import Limits
-from mdiff.isolation import DEFAULT_MEMORY_BYTES, DEFAULT_TIMEOUT_S, Isolation, isolation_supported
+from mdiff.isolation import DEFAULT_MEMORY_BYTES, DEFAULT_SECONDS_PER_MB, DEFAULT_TIMEOUT_S, Isolation, isolation_supported
 from mdiff.threads import ENVIRONMENT, parse_threads
 
 if TYPE_CHECKING:
@@ -179,7 +179,11 @@ def add_safety_options(p: argparse.ArgumentParser, isolate_default: bool) -> Non
     else:
         p.add_argument("--isolate", action="store_true",
                        help="do the work in a child process with time and memory limits (a crash becomes MD515)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS", help="for the isolated child")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                   help="for the isolated child, plus --timeout-per-mb for each megabyte of the files it reads")
+    p.add_argument("--timeout-per-mb", type=float, default=DEFAULT_SECONDS_PER_MB, metavar="SECONDS",
+                   help="the isolated child's time limit grows by this much per megabyte of the files it reads "
+                        "(default %(default)g): a large valid file is not MD515 for its size")
     p.add_argument("--memory", type=int, default=DEFAULT_MEMORY_BYTES, metavar="BYTES", help="for the isolated child")
 
 
@@ -198,7 +202,7 @@ def isolation_of(args: argparse.Namespace) -> Isolation | None:
     if args.isolate and not isolation_supported():  # POSIX only: say so, and read in this process
         log.warning("reading in this process: isolating a reader needs fork() and resource limits (POSIX)")
         args.isolate = False
-    return Isolation(args.timeout, args.memory) if args.isolate else None
+    return Isolation(args.timeout, args.memory, args.timeout_per_mb) if args.isolate else None
 
 
 # ---------------------------------------------------------------- argument types

@@ -6,6 +6,8 @@ size from its datatype before it reads a byte, and can refuse it first.
 
 from __future__ import annotations
 
+import functools
+
 import h5py
 import numpy as np
 
@@ -23,9 +25,14 @@ def string_attribute_size(attr_id: h5py.h5a.AttrID, tid: h5py.h5t.TypeID | None 
     return tid.get_size()
 
 
+@functools.lru_cache(maxsize=256)
+def _string_dtype(size: int) -> np.dtype:
+    return np.dtype(f"S{size}")
+
+
 def read_string(attr_id: h5py.h5a.AttrID, size: int, tid: h5py.h5t.TypeID | None = None) -> str | None:
     """The attribute's text (trailing NULs dropped), or None if it is not UTF-8."""
-    buf = np.zeros((), dtype=f"S{max(size, 1)}")
+    buf = np.zeros((), dtype=_string_dtype(max(size, 1)))
     attr_id.read(buf, mtype=tid if tid is not None else attr_id.get_type())
     try:
         return bytes(buf[()]).rstrip(b"\0").decode("utf-8")

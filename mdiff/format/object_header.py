@@ -24,6 +24,13 @@ _ATTRIBUTE_NAME_INDEX = 8  # a v2 B-tree's type: attribute names of dense storag
 _LINK_INFO = 0x02
 _LAYOUT = 0x08
 _DATATYPE = 0x03
+_DATASPACE, _OLD_FILL_VALUE, _FILL_VALUE, _EXTERNAL_FILES, _FILTER_PIPELINE = 0x01, 0x04, 0x05, 0x07, 0x0B
+_GROUP_INFO = 0x0A
+_LINK = 0x06
+# what libhdf5 makes a dataset's properties of (H5D__open_oid), and a group's creation properties
+_DATASET_PROPERTIES = frozenset({_DATASPACE, _DATATYPE, _OLD_FILL_VALUE, _FILL_VALUE, _EXTERNAL_FILES, _LAYOUT,
+                                 _FILTER_PIPELINE})
+_GROUP_PROPERTIES = frozenset({_LINK_INFO, _GROUP_INFO, _FILTER_PIPELINE})
 _LINK_NAME_INDEX, _LINK_ORDER_INDEX = 5, 6  # v2 B-tree types: a group's dense links by name, by creation order
 _SYMBOL_TABLE = 0x11
 _HEAP_SIGNATURE = b"HEAP"
@@ -43,6 +50,8 @@ _NO_FREE_BLOCK = 1  # a local heap's free list offset that ends the list
 MIN_NODE, MAX_NODE = 64, 1 << 16  # bytes in a node of that B-tree (libhdf5 writes 512)
 _MAX_BLOCK = 1 << 30
 _MAX_BLOCKS = 100_000
+_WINDOW = 4096  # bytes read at once for a small read (HeaderReader._read)
+_RECENT = 4  # object headers whose messages a HeaderReader keeps (each is asked several questions in a row)
 
 
 ReadAt = Callable[[int, int], bytes]  # (n, offset) -> up to n bytes of the file at offset, as positional_io.pread
@@ -52,6 +61,21 @@ class HeaderError(ValueError):
     """An object header that does not decode."""
 
 
+class DecodedHeader:
+    """An object header's messages, up to its first fault: each (type, body) in order, their flags, where each
+    type first comes, and the fault (None: the header decoded whole)."""
+
+    __slots__ = ("version", "messages", "flags", "first", "counts", "fault")
+
+    def __init__(self) -> None:
+        self.version = 0  # of the header: 1 or 2 (0: not known, the header does not decode)
+        self.messages: list[tuple[int, bytes]] = []
+        self.flags: list[int] = []
+        self.first: dict[int, int] = {}  # by type: the place of its first message
+        self.counts: dict[int, int] = {}  # by type: how many messages of it there are
+        self.fault: Exception | None = None
+
+
 class HeaderReader:
     """Reads object headers of a file of ``size`` bytes through ``read_at(n, offset)`` (``positional_io.pread`` of its
     descriptor, or a remote file's ranged read); HDF5 addresses start at ``base``."""
@@ -59,16 +83,27 @@ class HeaderReader:
     def __init__(self, read_at: ReadAt, size: int, base: int, offset_size: int, length_size: int):
         self.read_at, self.size, self.base = read_at, size, base
         self.offset_size, self.length_size = offset_size, length_size
+        self._window: tuple[int, bytes] = (0, b"")  # the bytes last read, from that offset (see _read)
+        self._recent: dict[int, DecodedHeader] = {}  # by address: the last few headers decoded (see header())
 
     def _read(self, address: int, n: int, up_to: bool = False) -> bytes:
         start = self.base + address
         if address < 0 or start >= self.size or (not up_to and start + n > self.size):
             raise HeaderError(f"bytes {address}..{address + n} lie outside the file")
         n = min(n, self.size - start)
-        data = self.read_at(n, start)
-        if len(data) != n:
+        # A walk reads an object's header in a few small pieces (its prefix, then its blocks), and a writer puts
+        # an object's header beside its neighbours': one read of at least _WINDOW bytes serves most of them
+        # (10^5 parameters made 1.2 million reads of a few bytes each).
+        at, window = self._window
+        if at <= start and start + n <= at + len(window):
+            return window[start - at:start - at + n]
+        ahead = min(max(n, _WINDOW), self.size - start)
+        data = self.read_at(ahead, start)
+        if len(data) < n:
             raise HeaderError("unexpected end of file")
-        return data
+        if ahead <= _WINDOW:
+            self._window = (start, data)
+        return data[:n] if len(data) > n else data
 
     def _int(self, data: bytes, at: int, width: int) -> int:
         if at + width > len(data):
@@ -98,48 +133,164 @@ class HeaderReader:
 
     def messages(self, address: int) -> Iterator[tuple[int, bytes]]:
         """(type, body) of each message of the object header at ``address`` (version 1 or 2), through its
-        continuation blocks."""
-        first = self._read(address, 16, up_to=True)
-        return self._v2_messages(address, first) if first[:4] == _V2_SIGNATURE else self._v1_messages(address, first)
+        continuation blocks; a header that does not decode raises where its first fault is, after the messages
+        before it."""
+        header = self.header(address)
+        yield from header.messages
+        if header.fault is not None:
+            raise header.fault
+
+    def header(self, address: int) -> DecodedHeader:
+        """The object header at ``address``, decoded. The walk asks an object's header several questions in a
+        row (its link count, attribute count, layout, datatype): the last few headers are kept, each decoded once."""
+        kept = self._recent.get(address)
+        if kept is not None:
+            return kept
+        kept = DecodedHeader()
+        try:
+            head = self._read(address, 16, up_to=True)
+            if head[:4] == _V2_SIGNATURE:
+                self._v2_messages(address, head, kept.messages, kept.flags, kept)
+                kept.version = 2
+            else:
+                self._v1_messages(address, head, kept.messages, kept.flags, kept)
+                kept.version = 1
+        except Exception as exc:  # raised again, after the messages before it, to every asker
+            kept.fault = exc
+        if len(self._recent) >= _RECENT:
+            del self._recent[next(iter(self._recent))]
+        self._recent[address] = kept
+        return kept
+
+    def _first(self, address: int, *types: int) -> tuple[int, bytes] | None:
+        """The first message of one of ``types`` in the header at ``address`` (as iterating :meth:`messages`
+        until one comes: its fault raised when none comes before it); None when it has none."""
+        header = self.header(address)
+        places = [header.first[t] for t in types if t in header.first]
+        if places:
+            return header.messages[min(places)]
+        if header.fault is not None:
+            raise header.fault
+        return None
+
+    def profile(self, address: int, dataset: bool) -> tuple | None:
+        """What an HDF5 library makes an object's properties of — a dataset's dataspace, datatype, fill value,
+        external storage, layout and filter pipeline messages (``dataset``), or a group's link info, group info
+        and filter pipeline messages — each with its flags, in the header's order, less where a dataset's data
+        lies (a contiguous layout's address and size, a compact layout's bytes). Two objects of one profile are
+        read alike by every HDF5 library: the same shape, datatype, layout class, filters and creation
+        properties (the walk checks one and knows the other). None where that cannot be said: a header that
+        does not decode whole, a message shared with another object (its body names another), a dataset whose
+        layout is not contiguous or compact of version 3 or 4."""
+        header = self.header(address)
+        if header.fault is not None:
+            return None
+        kinds = _DATASET_PROPERTIES if dataset else _GROUP_PROPERTIES
+        key: list[tuple[int, int, bytes, int]] = []
+        layouts = 0
+        for (mtype, body), flags in zip(header.messages, header.flags):
+            if mtype not in kinds:
+                continue
+            if flags & _SHARED:
+                return None
+            size = len(body)
+            if dataset and mtype == _LAYOUT:
+                layouts += 1
+                if size < 4 or body[0] not in (3, 4) or body[1] not in (0, 1):
+                    return None
+                body = body[:4] if body[1] == 0 else body[:2]  # compact: its version, class, size; contiguous: version, class
+            key.append((mtype, flags, body, size))
+        return tuple(key) if layouts or not dataset else None
+
+    def attribute_profiles(self, address: int) -> dict[bytes, tuple[tuple, int]] | None:
+        """By name, what an HDF5 library makes the type and dataspace of each attribute stored in the header at
+        ``address`` of (its attribute message's version, flags, name encoding, datatype and dataspace, as
+        bytes: two attributes of one profile have the same type and dataspace), with the bytes of data its
+        message holds. None where that cannot be said of them all: a header that does not decode whole, one whose
+        attribute info message names dense storage (an HDF5 library then lists the attributes stored there), an
+        attribute message shared with another object or whose datatype or dataspace is, one that does not
+        decode, or two of one name."""
+        header = self.header(address)
+        if header.fault is not None:
+            return None
+        found: dict[bytes, tuple] = {}
+        undefined = (1 << 8 * self.offset_size) - 1
+        for (mtype, body), flags in zip(header.messages, header.flags):
+            if mtype == _ATTRIBUTE_INFO:
+                at = 2 + (2 if len(body) > 1 and body[1] & 1 else 0)  # version, flags, (maximum creation index)
+                if len(body) < at + self.offset_size or self._int(body, at, self.offset_size) != undefined:
+                    return None  # its fractal heap: dense storage
+                continue
+            if mtype != _ATTRIBUTE:
+                continue
+            if flags & _SHARED or len(body) < 8 or body[0] not in (1, 2, 3):
+                return None
+            version = body[0]
+            name_size, type_size, space_size = (int.from_bytes(body[i:i + 2], "little") for i in (2, 4, 6))
+            sharing, encoding, at = (0, 0, 8) if version == 1 else (body[1], body[8] if version == 3 else 0, 9 if version == 3 else 8)
+            if sharing & 3 or name_size == 0:
+                return None
+            padded = (lambda size: (size + 7) & ~7) if version == 1 else (lambda size: size)
+            name = body[at:at + name_size - 1].split(b"\0", 1)[0]  # libhdf5: strndup(name, size - 1)
+            at += padded(name_size)
+            datatype = body[at:at + type_size]
+            at += padded(type_size)
+            dataspace = body[at:at + space_size]
+            at += padded(space_size)
+            if at > len(body) or name in found:
+                return None
+            found[name] = ((version, sharing, encoding, datatype, dataspace), len(body) - at)
+        return found
+
+    def attribute_storage(self, address: int) -> tuple | None:
+        """What an HDF5 library counts an object's attributes by: its header's version and attribute info messages
+        (each with its flags) — the attribute messages of a header without dense storage, else the name index the
+        message names. Two objects alike here are counted alike (or both cannot be: the walk asks of one). None
+        where the header does not decode whole."""
+        header = self.header(address)
+        if header.fault is not None:
+            return None
+        return header.version, tuple((flags, body) for (mtype, body), flags in zip(header.messages, header.flags)
+                                     if mtype == _ATTRIBUTE_INFO)
+
+    def link_messages(self, address: int) -> int | None:
+        """How many link messages (compact link storage) the header at ``address`` holds; None where it does not
+        decode whole."""
+        header = self.header(address)
+        return None if header.fault is not None else header.counts.get(_LINK, 0)
 
     def layout_version(self, address: int) -> int | None:
         """The version of the data layout message (0x08) in the object header at ``address``; None without one."""
-        for mtype, body in self.messages(address):
-            if mtype == _LAYOUT:
-                return self._int(body, 0, 1)
-        return None
+        layout = self._first(address, _LAYOUT)
+        return None if layout is None else self._int(layout[1], 0, 1)
 
     def datatype_bits(self, address: int) -> int | None:
         """The class bit field (24 bits after the class and version) of the datatype message (0x03) in the object
         header at ``address``; None without one. libhdf5 decodes some bit fields that are not the standard
         type's as the standard type (a float whose bit 6, the second byte order bit, alone is set: as
         little-endian), so §8.2 compares the bits themselves."""
-        for mtype, body in self.messages(address):
-            if mtype == _DATATYPE:
-                return self._int(body, 1, 3)
-        return None
+        datatype = self._first(address, _DATATYPE)
+        return None if datatype is None else self._int(datatype[1], 1, 3)
 
     def single_chunk_size(self, address: int) -> int | None:
         """The stored size a chunked dataset's single-chunk index records for its filtered chunk (a layout message of
         version 4, index type 1, with filters), whole: libhdf5 keeps only its low 32 bits. None for other layouts."""
-        for mtype, body in self.messages(address):
-            if mtype != _LAYOUT:
-                continue
-            if self._int(body, 0, 1) != 4 or self._int(body, 1, 1) != 2 or not self._int(body, 2, 1) & 2:
-                return None  # version, class (chunked), flags (a single chunk with filters)
-            at = 5 + self._int(body, 3, 1) * self._int(body, 4, 1)  # dimensionality × bytes of each dimension
-            return self._int(body, at + 1, self.length_size) if self._int(body, at, 1) == 1 else None
-        return None
+        layout = self._first(address, _LAYOUT)
+        if layout is None:
+            return None
+        body = layout[1]
+        if self._int(body, 0, 1) != 4 or self._int(body, 1, 1) != 2 or not self._int(body, 2, 1) & 2:
+            return None  # version, class (chunked), flags (a single chunk with filters)
+        at = 5 + self._int(body, 3, 1) * self._int(body, 4, 1)  # dimensionality × bytes of each dimension
+        return self._int(body, at + 1, self.length_size) if self._int(body, at, 1) == 1 else None
 
     def link_count(self, address: int) -> int:
         """The reference count of the object whose header is at ``address``."""
-        first = self._read(address, 16, up_to=True)
-        if first[:4] != _V2_SIGNATURE:
-            return self._int(first, 4, 4)  # version 1: version, reserved, messages (2), reference count (4)
-        for mtype, body in self._v2_messages(address, first):
-            if mtype == _REFCOUNT:
-                return self._int(body, 1, 4)  # version (1), count (4)
-        return 1
+        head = self._read(address, 16, up_to=True)
+        if head[:4] != _V2_SIGNATURE:
+            return self._int(head, 4, 4)  # version 1: version, reserved, messages (2), reference count (4)
+        refcount = self._first(address, _REFCOUNT)
+        return 1 if refcount is None else self._int(refcount[1], 1, 4)  # version (1), count (4)
 
     def attribute_count(self, address: int) -> int:
         """How many attributes the object at ``address`` has: its attribute messages, and the records of its
@@ -147,26 +298,28 @@ class HeaderReader:
         record size of 17 bytes and a node size of MIN_NODE to MAX_NODE bytes (§8.1): libhdf5 trusts those fields
         (it builds the tree with the callbacks its type byte names, divides by the record size, allocates a
         node of the node size) and crashes on them (tests/fuzz/known.py)."""
+        header = self.header(address)
         count = 0
-        for mtype, body in self.messages(address):
-            if mtype == _ATTRIBUTE:
-                count += 1
-            elif mtype == _ATTRIBUTE_INFO:
-                count += self._dense_attributes(body)
-        return count
+        if _ATTRIBUTE_INFO in header.first:
+            for mtype, body in header.messages[header.first[_ATTRIBUTE_INFO]:]:
+                if mtype == _ATTRIBUTE_INFO:
+                    count += self._dense_attributes(body)
+        if header.fault is not None:
+            raise header.fault
+        return count + header.counts.get(_ATTRIBUTE, 0)
 
     def checked_link_count(self, address: int) -> int | None:
         """Checks the link storage of the group whose header is at ``address`` (§8.1) and returns how many links
         it stores densely — the records of its link name index, a version 2 B-tree (type 5) checked as the
         attribute name index is, as is its creation order index (type 6) when it has one; None for a group whose
         links are not stored densely. A symbol table's local heap is checked instead (:meth:`_local_heap`)."""
-        for mtype, body in self.messages(address):
+        message = self._first(address, _SYMBOL_TABLE, _LINK_INFO)
+        if message is not None:
+            mtype, body = message
             if mtype == _SYMBOL_TABLE:
                 o = self.offset_size
                 self._symbol_table(self._int(body, 0, o), self._local_heap(self._int(body, o, o)))  # B-tree, heap
                 return None
-            if mtype != _LINK_INFO:
-                continue
             o = self.offset_size
             flags = self._int(body, 1, 1)
             at = 2 + (8 if flags & 1 else 0)  # version, flags, (maximum creation index)
@@ -404,28 +557,41 @@ class HeaderReader:
             below.append((most[level] + 1) * below[level - 1] + most[level])
         return most, below, pointers
 
-    def _v1_messages(self, address: int, first: bytes) -> Iterator[tuple[int, bytes]]:
+    def _v1_messages(self, address: int, first: bytes, found: list[tuple[int, bytes]], flags: list[int],
+                     decoded: DecodedHeader | None = None) -> None:
         if len(first) < 16 or first[0] != 1:
             raise HeaderError("not an object header")
-        yield from self._blocks([(address + 16, self._int(first, 8, 4), False)], 8, version=1)
+        self._blocks([(address + 16, self._int(first, 8, 4), False)], 8, 1, found, flags, decoded)
 
-    def _v2_messages(self, address: int, first: bytes) -> Iterator[tuple[int, bytes]]:
+    def _v2_messages(self, address: int, first: bytes, found: list[tuple[int, bytes]], flags: list[int],
+                     decoded: DecodedHeader | None = None) -> None:
         if len(first) < 6 or first[4] != 2:
             raise HeaderError("object header version is not 2")
-        flags = first[5]
-        prefix = 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
-        width = 1 << (flags & 3)
-        head = self._read(address, prefix + width)
+        header_flags = first[5]
+        prefix = 6 + (16 if header_flags & 0x20 else 0) + (4 if header_flags & 0x10 else 0)
+        width = 1 << (header_flags & 3)
+        head = first if prefix + width <= len(first) else self._read(address, prefix + width)
         blocks = [(address + prefix + width, self._int(head, prefix, width), False)]
-        yield from self._blocks(blocks, 6 if flags & 0x04 else 4, version=2)  # type, size, flags (creation order)
+        self._blocks(blocks, 6 if header_flags & 0x04 else 4, 2, found, flags, decoded)  # type, size, flags (creation order)
 
-    def _blocks(self, blocks: list[tuple[int, int, bool]], header: int, version: int) -> Iterator[tuple[int, bytes]]:
+    def _blocks(self, blocks: list[tuple[int, int, bool]], header: int, version: int,
+                found: list[tuple[int, bytes]] | None = None, flags: list[int] | None = None,
+                decoded: DecodedHeader | None = None) -> list[tuple[int, bytes]]:
+        """The messages of a header's ``blocks`` and those they continue into, in order, appended to ``found`` (their
+        flags to ``flags``, where each type first comes and how many of it to ``decoded``) as they are decoded: a
+        fault raises with those before it in ``found``."""
+        found = [] if found is None else found
+        flags = [] if flags is None else flags
+        first, counts = (decoded.first, decoded.counts) if decoded is not None else ({}, {})
         seen: set[int] = set()
         total = 0  # the blocks of one header do not overlap: together they fit in the file
-        while blocks:
+        next_block = 0
+        o, n = self.offset_size, self.length_size
+        while next_block < len(blocks):
             if len(seen) >= _MAX_BLOCKS:
                 raise HeaderError("too many object header blocks")
-            start, length, continued = blocks.pop(0)
+            start, length, continued = blocks[next_block]
+            next_block += 1
             if start in seen:
                 raise HeaderError("object header continuation cycle")
             seen.add(start)
@@ -439,16 +605,22 @@ class HeaderReader:
                     raise HeaderError("bad continuation block signature")
                 pos, end = 4, len(block) - 4  # a continuation chunk's length includes its checksum
             while end - pos >= header:
-                if version == 2:
-                    mtype, size = block[pos], self._int(block, pos + 1, 2)
+                if version == 2:  # type (1), size (2), flags (1), (creation order (2))
+                    mtype, size, flag = block[pos], block[pos + 1] | block[pos + 2] << 8, block[pos + 3]
                 else:  # type (2), size (2), flags (1), reserved (3)
-                    mtype, size = self._int(block, pos, 2), self._int(block, pos + 2, 2)
+                    mtype, size, flag = block[pos] | block[pos + 1] << 8, block[pos + 2] | block[pos + 3] << 8, block[pos + 4]
                 pos += header
                 if pos + size > len(block):
                     raise HeaderError("truncated structure")
                 body = block[pos:pos + size]
                 pos += size
                 if mtype == _CONTINUATION:
-                    o, n = self.offset_size, self.length_size
                     blocks.append((self._int(body, 0, o), self._int(body, o, n), True))
-                yield mtype, body
+                if mtype in counts:
+                    counts[mtype] += 1
+                else:
+                    counts[mtype] = 1
+                    first[mtype] = len(found)
+                found.append((mtype, body))
+                flags.append(flag)
+        return found

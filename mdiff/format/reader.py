@@ -231,6 +231,8 @@ def read_contents(f: h5py.File | None, file_size: int, limits: Limits, vetted: V
         files, file_findings = parse_files(inventory, datasets, header.version[1], limits)
         layout, layout_findings = parse_layout(inventory, datasets, header.version[1], limits)
         parameter_findings += file_findings + layout_findings
+    if not keep_inventory and walk is None and vetted is None:  # made here, needed no more (a caller's is its own)
+        inventory.release()
     return Contents(header, parameters, findings + type_findings + parameter_findings, files, layout,
                     inventory if keep_inventory else None, walk_findings, lazy_parameters)
 
@@ -271,11 +273,13 @@ class DiffFile(Mapping[str, Update]):
         try:
             if vetted is not None and vetted.identity != self._identity():
                 raise InvalidFileError("MD515", "the file changed after the isolated child read it", self.path)
-            if self._file is None:
-                assert self._fd is not None and vetted is not None
-                contents = read_contents(None, size, limits, vetted, datasets=Datasets.detached(self._fd))
-            else:
-                with self._reading():
+            # the walk and the parse make objects that are all kept, ~10 a parameter: the collector would only look
+            # at them again and again (a sixth of the time at 10^5 parameters)
+            with no_collection():
+                if self._file is None:
+                    assert self._fd is not None and vetted is not None
+                    contents = read_contents(None, size, limits, vetted, datasets=Datasets.detached(self._fd))
+                else:
                     contents = read_contents(self._file, size, limits, lazy=lazy, keep_inventory=keep_structure,
                                              source=self._remote)
             # what an isolated child hands its parent (open_diff); otherwise not kept: it is ~1 KB a parameter
@@ -440,14 +444,19 @@ def open_diff(path: str | os.PathLike[str] | RangedFile, limits: Limits = DEFAUL
         return DiffFile(path, limits, lazy=lazy)
     if isinstance(path, RangedFile):
         raise ValueError("an isolated child reads local files only: a remote file is read in this process")
-    return DiffFile(path, limits, vet(path, limits, isolation, commit_id))
+    vetted = vet(path, limits, isolation, commit_id)
+    try:
+        return DiffFile(path, limits, vetted)
+    finally:
+        vetted.inventory.release()  # read by now: freed at once (see Inventory.release)
 
 
 def vet(path: str | os.PathLike[str], limits: Limits, isolation: Isolation, commit_id: str | None = None) -> Vetted:
-    """The structure walk of the file at ``path``, made by an isolated child (the file's first error
-    raised as the child found it; MD515 when the child crashed, hung, ran out of memory or answered
-    nonsense) — or, for a commit file whose bytes the caller verified against ``commit_id``, the walk
-    kept in the walk cache from an earlier child's."""
+    """The structure walk of the file at ``path``, made by an isolated child, with its findings (MD100 raised
+    as the child found it; MD515 when the child crashed, hung, ran out of memory or answered nonsense) —
+    or, for a commit file whose bytes the caller verified against ``commit_id``, the walk kept in the walk
+    cache from an earlier child's. The child walks (§8) and no more: the rules of §3–§7 are checked here
+    when the file is read by the walk (DiffFile), as they would be there — once, not in both processes."""
     from mdiff.format.walk_cache import WalkCache
 
     cache = WalkCache.default() if commit_id is not None else None
@@ -460,9 +469,10 @@ def vet(path: str | os.PathLike[str], limits: Limits, isolation: Isolation, comm
                     return Vetted.from_json({**kept, "identity": list(_identity(fd))})
                 except ValueError:
                     pass  # not a walk this code made: walk again (and keep the new one)
-        answer = shared_worker(isolation).call("vet", fd, path, asdict(limits))
-        vetted = Vetted.from_json(answer)
-        if cache is not None and commit_id is not None:
+        with no_collection():  # the walk's records, decoded and rebuilt: objects that are all kept (see DiffFile)
+            answer = shared_worker(isolation).call("vet", fd, path, asdict(limits))
+            vetted = Vetted.from_json(answer)
+        if cache is not None and commit_id is not None and not any(x.is_error for x in vetted.findings):
             cache.put(commit_id, limits, answer)  # from_json accepted it: a dict
         return vetted
     except IsolationFailure as failure:
@@ -501,7 +511,15 @@ def open_url(url: str, storage_options: dict | None = None) -> RangedFile:
 
 
 @task("vet")
-def _metadata_only(path: str, shown: str, limits: dict[str, Any]) -> dict | None:
-    """Open the file (every check of its metadata); its structure walk as JSON, for the parent to read by."""
-    with DiffFile(path, Limits(**limits), keep_structure=True) as diff:
-        return None if diff.structure is None else diff.structure.to_json()
+def _metadata_only(path: str, shown: str, limits: dict[str, Any]) -> dict:
+    """The file's structure walk (§8.1–§8.3: every object, attribute and limit, with its findings) and its
+    compact datasets' bytes, as JSON, for the parent to read the file by (vet)."""
+    with FILTER_PLUGINS.off():
+        f, size = open_hdf5(path)
+        try:
+            inventory, findings = inspect_structure(f, size, Limits(**limits))
+            if not any(x.code in ("MD511", "MD512") for x in findings):  # past those the parent reads nothing
+                _with_compact_data(f, inventory)
+            return Vetted(_identity(f.id.get_vfd_handle()), inventory, findings).to_json()
+        finally:
+            f.close()

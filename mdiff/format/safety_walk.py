@@ -75,6 +75,7 @@ class DatasetInfo:
 
 
 _NO_ATTRIBUTES: Mapping[str, str] = MappingProxyType({})
+_NONE_REFUSED: frozenset[str] = frozenset()  # shared: each empty frozenset() is an object of 216 bytes
 _NO_CHILDREN: Mapping[str, "ObjectInfo"] = MappingProxyType({})
 MAX_REPORTED_PATH = 4096  # characters of a path in a finding; longer ones keep their two ends
 
@@ -93,7 +94,7 @@ class ObjectInfo:
         self.kind = kind
         self.depth: int = 0 if parent is None else parent.depth + 1
         self.attrs: Mapping[str, str] = _NO_ATTRIBUTES  # well-formed attributes only
-        self.refused_attrs: frozenset[str] | set[str] = frozenset()  # present, but reported under §8 (not "missing")
+        self.refused_attrs: frozenset[str] | set[str] = _NONE_REFUSED  # present, but reported under §8 (not "missing")
         # by link name, in name order; groups only (one shared empty mapping for the rest: a file may hold 10^5)
         self.children: Mapping[str, ObjectInfo] = {} if kind == "group" else _NO_CHILDREN
         self.dataset: DatasetInfo | None = None  # None for groups and refused datasets
@@ -184,6 +185,20 @@ class Inventory:
     def objects(self) -> _ByPath:
         return _ByPath(self.root)
 
+    def release(self) -> None:
+        """Unlink the tree (each node knows its parent and its members: a cycle the garbage collector alone
+        would free) so that it is freed as soon as nothing else holds it: ~1.7 KB a parameter, which a reader
+        that has parsed the file by it no longer needs. The inventory is empty afterwards."""
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            children = node.children
+            if children:
+                stack.extend(children.values())
+                node.children = {}
+            node.parent = None
+        self.root = ObjectInfo("", None, "group")
+
     def to_records(self) -> list:
         """The walk as JSON-able records, in walk order: a record per object with its parent's index, so
         that neither encoding nor decoding recurses (an isolated child hands its walk to the parent, §8.5)."""
@@ -222,7 +237,7 @@ class Inventory:
                 if attrs:
                     if not all(isinstance(k, str) and isinstance(v, str) for k, v in attrs.items()):
                         raise ValueError("a malformed attribute")
-                    node.attrs = dict(attrs)
+                    node.attrs = attrs  # a dict of its own, decoded from JSON
                 if refused:
                     node.refused_attrs = {str(x) for x in refused}
                 node.dataset = _dataset_from_record(flat, dtypes)
@@ -353,6 +368,14 @@ class _Walk:
             self.headers.size = self.file_size
         self.count = 1  # the root group: §8.3 counts every object of the file and every attribute, in one total
         self.stopped = False  # a global limit was reached: nothing more is walked
+        # What libhdf5 made of objects checked already, by their profile (HeaderReader.profile): another object
+        # of the same profile is read alike, so its properties are taken from here instead of asked of libhdf5
+        # again (every object is still opened by libhdf5, and where its data lies asked of it: a file of 10^5
+        # parameters is mostly objects alike). Only what passed every check is kept.
+        self.dataset_kinds: dict[tuple, tuple[int, np.dtype, tuple[int, ...], Pipeline]] = {}
+        self.group_kinds: set[tuple] = set()  # groups whose creation properties libhdf5 read
+        self.attribute_storages: set[tuple] = set()  # attribute storage libhdf5 counted (HeaderReader.attribute_storage)
+        self.attribute_kinds: dict[tuple, tuple[int, h5py.h5t.TypeID]] = {}  # an attribute's size and type
 
     def finding(self, code: str, where: ObjectInfo, message: str, name: str | None = None) -> None:
         self.findings.append(Finding(code, report_path(where, name), message))
@@ -515,10 +538,16 @@ class _Walk:
             return None if recorded is not None else 1
 
         try:
-            group.get_create_plist()
+            profile = None
+            if address is not None and self.headers is not None:
+                profile = self.headers.profile(address, dataset=False)
+            if profile is None or profile not in self.group_kinds:
+                group.get_create_plist()
+                if profile is not None:
+                    self.group_kinds.add(profile)
             # in the index's own order, sorted below: ITER_INC has libhdf5 build and sort a table of every
             # link first (0.8 s for 10^5 members, against 0.14 s)
-            if gid.get_num_objs() > _MANY_LINKS:
+            if self._member_count(gid, recorded, address) > _MANY_LINKS:
                 with metadata_cache(self.file, LISTING_CACHE_BYTES):  # the group's heap and index, held
                     gid.links.iterate(collect, info=True, order=h5py.h5.ITER_NATIVE)
             else:
@@ -532,6 +561,14 @@ class _Walk:
             return None
         links.sort()
         return links
+
+    def _member_count(self, gid: h5py.h5g.GroupID, recorded: int | None, address: int | None) -> int:
+        """About how many links a group holds (to size libhdf5's cache while they are listed): its dense storage's
+        count, else its link messages, else (a symbol table) libhdf5's count."""
+        if recorded is not None:
+            return recorded
+        compact = self.headers.link_messages(address) if address is not None and self.headers is not None else None
+        return compact if compact else gid.get_num_objs()
 
     def _visit(self, parent: ObjectInfo, gid: h5py.h5g.GroupID, raw: bytes, link_type: int,
                address: int | None = None) -> tuple[ObjectInfo, h5py.h5g.GroupID, int] | _Stop | None:
@@ -550,7 +587,9 @@ class _Walk:
             return _STOP
         try:
             oid = h5py.h5o.open(gid, raw)
-            kind = h5py.h5i.get_type(oid)
+            # h5py gives an object the class of its kind (asking libhdf5 again costs a call per object)
+            kind = h5py.h5i.GROUP if isinstance(oid, h5py.h5g.GroupID) else h5py.h5i.DATASET \
+                if isinstance(oid, h5py.h5d.DatasetID) else h5py.h5i.get_type(oid)
             if address is None:
                 address = gid.links.get_info(raw).u
         except Exception as exc:
@@ -607,8 +646,16 @@ class _Walk:
                     return False
             if n is None:
                 # libhdf5's own count can be lower than the header's (a damaged header flag makes it 0 while its
-                # attributes can still be opened one by one): each attribute the header records is read
-                n = max(stored, h5py.h5a.get_num_attrs(oid))
+                # attributes can still be opened one by one): each attribute the header records is read. It is
+                # asked all the same: an object whose attributes it cannot count cannot be read (MD513) — once
+                # for each way of storing them (HeaderReader.attribute_storage), which it counts alike.
+                storage = self.headers.attribute_storage(address) if address is not None and self.headers is not None else None
+                if storage is not None and storage in self.attribute_storages:
+                    n = stored
+                else:
+                    n = max(stored, h5py.h5a.get_num_attrs(oid))
+                    if storage is not None:
+                        self.attribute_storages.add(storage)
         except Exception as exc:
             self.finding("MD513", info, f"attributes cannot be read: {exc}")
             info.kind = "refused"  # an object that cannot be read (§12.1): nothing else looks at it
@@ -624,10 +671,13 @@ class _Walk:
             return True
         attrs: dict[str, str] = {}
         refused: set[str] = set()
+        kinds = self.headers.attribute_profiles(address) if address is not None and self.headers is not None else None
+        names = self._listed_attributes(kinds, n)
         for i in range(n):
             name = None
             try:
-                raw_name = h5py.h5a.open(oid, index=i).get_name()  # closed at once: see below
+                # libhdf5's list of the attributes, by name, where it is known without asking (_listed_attributes)
+                raw_name = names[i] if names is not None else h5py.h5a.open(oid, index=i).get_name()  # closed at once
                 name = raw_name.decode("utf-8", "replace")
                 if name.encode("utf-8") != raw_name:  # §8.2: an attribute's name is UTF-8, as a link's is
                     self.finding("MD506", info, f"an attribute name {raw_name[:200]!r} is not UTF-8")
@@ -636,8 +686,16 @@ class _Walk:
                 # §8.1: an attribute is read by its name — through its name index, by the name's hash, for dense
                 # storage (libhdf5 hands back an attribute still open under that name without that lookup)
                 aid = h5py.h5a.open(oid, name=raw_name)
-                tid = aid.get_type()
-                size = string_attribute_size(aid, tid)
+                profile = kinds[raw_name][0] if kinds is not None and raw_name in kinds else None
+                known = self.attribute_kinds.get(profile) if profile is not None else None
+                size: int | None
+                if known is not None:  # an attribute stored alike has this size and type (HeaderReader.profile)
+                    size, tid = known
+                else:
+                    tid = aid.get_type()
+                    size = string_attribute_size(aid, tid)
+                    if size is not None and profile is not None:
+                        self.attribute_kinds[profile] = (size, tid)
                 if size is None:
                     self.finding("MD506", info, f"attribute {name[:200]!r} is not a scalar fixed-length UTF-8 string")
                     refused.add(name)
@@ -663,62 +721,33 @@ class _Walk:
             info.refused_attrs = refused
         return True
 
+    def _listed_attributes(self, kinds: dict[bytes, tuple[tuple, int]] | None, n: int) -> list[bytes] | None:
+        """The names libhdf5 lists an object's ``n`` attributes under (in its order: by name), known without asking
+        it where every one is stored in the header in a message this walk has seen libhdf5 read alike — the same
+        datatype and dataspace (HeaderReader.attribute_profiles) — that holds its data: libhdf5 then decodes each
+        as it decoded those. None otherwise: libhdf5 is asked."""
+        if kinds is None or len(kinds) != n:
+            return None
+        for profile, data_bytes in kinds.values():
+            known = self.attribute_kinds.get(profile)
+            if known is None or data_bytes < known[0]:  # a scalar string: its size in bytes of data
+                return None
+        return sorted(kinds)
+
     def _check_dataset(self, info: ObjectInfo, did: h5py.h5d.DatasetID, address: int | None = None) -> DatasetInfo | None:
-        if address is not None and self.headers is not None:
-            try:  # §8.2: a layout message of version 1 to 4 (HDF5 1.x libraries, h5wasm's among them, read no other)
-                version = self.headers.layout_version(address)
-                if version is not None and not 1 <= version <= 4:
-                    raise ValueError(f"its data layout message has version {version}")
-            except Exception as exc:
-                self.finding("MD513", info, f"the dataset's header cannot be read: {exc}")
-                return None
+        profile = self.headers.profile(address, dataset=True) if address is not None and self.headers is not None else None
+        known = self.dataset_kinds.get(profile) if profile is not None else None
         try:
-            dcpl = did.get_create_plist()
-            layout = dcpl.get_layout()
-            if layout == h5py.h5d.VIRTUAL:
-                self.finding("MD503", info, "virtual dataset")
-                return None
-            if dcpl.get_external_count() > 0:
-                self.finding("MD502", info, "external raw storage")
-                return None
-            pipeline: Pipeline = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())]
-            filters = [f[0] for f in pipeline]
-            bad = [f for f in filters if f not in ALLOWED_FILTERS]
-            if bad:
-                self.finding("MD504", info, f"filter id(s) {bad}; allowed: deflate (1), shuffle (2), fletcher32 (3)")
-                return None
-            for code, _, values, _ in pipeline:  # the parameters every HDF5 library decodes with (§8.2)
-                if ((code == FILTER_DEFLATE and (len(values) != 1 or values[0] > 9))
-                        or (code == FILTER_SHUFFLE and (len(values) != 1 or values[0] == 0))):
-                    name = ALLOWED_FILTERS[code]
-                    self.finding("MD504", info, f"the {name} filter has the parameters {list(values)}")
+            dcpl = None
+            if known is not None:  # a dataset stored alike passed every check of its properties: these pass too
+                layout, dtype, shape, pipeline = known
+            else:
+                checked = self._dataset_properties(info, did, address)
+                if checked is None:  # refused (reported)
                     return None
-            tid = did.get_type()
-            if tid.committed():  # its datatype is an object of its own (§8.1: groups and datasets only)
-                self.finding("MD501", info, "the dataset's datatype is a committed datatype")
-                return None
-            dtype = self._storage_dtype(tid)
-            if dtype is None:
-                self.finding("MD505", info, "datatype is not a little-endian IEEE float or two's-complement integer")
-                return None
-            bits = self.headers.datatype_bits(address) if address is not None and self.headers is not None else None
-            if bits is not None and bits != _standard_bits(dtype):  # §8.2: every field the standard type's
-                self.finding("MD505", info, f"datatype's class bit field is {bits:#08x}, not the standard type's "
-                                            f"{_standard_bits(dtype):#08x}")
-                return None
-            space = did.get_space()
-            extent_type = space.get_simple_extent_type()
-            if extent_type not in (h5py.h5s.SCALAR, h5py.h5s.SIMPLE):
-                self.finding("MD505", info, "null dataspace")
-                return None
-            shape = tuple(int(d) for d in space.shape)
-            if extent_type == h5py.h5s.SIMPLE and tuple(space.get_simple_extent_dims(True)) != shape:
-                self.finding("MD509", info, "the dataset is extendible (its maximum shape is not its shape)")
-                return None
-            problem = shape_problem(shape, dtype.itemsize, self.limits)  # MD507/MD508; a 0 counts as 1
-            if problem:
-                self.finding(problem[0], info, problem[1])
-                return None
+                layout, dcpl, dtype, shape, pipeline = checked
+                if profile is not None and layout in (h5py.h5d.CONTIGUOUS, h5py.h5d.COMPACT):
+                    self.dataset_kinds[profile] = (layout, dtype, shape, pipeline)
             nbytes = math.prod(shape) * dtype.itemsize
             planned = self._storage_plan(info, did, layout, dcpl, shape, dtype, nbytes, pipeline, address)
             if planned is False:  # refused (reported)
@@ -730,6 +759,66 @@ class _Walk:
         self.inventory.total_bytes += nbytes
         return DatasetInfo(shape, dtype, nbytes, plan, stored)
 
+    def _dataset_properties(self, info: ObjectInfo, did: h5py.h5d.DatasetID, address: int | None
+                            ) -> tuple[int, h5py.h5p.PropDCID, np.dtype, tuple[int, ...], Pipeline] | None:
+        """A dataset's layout class, creation properties, dtype, shape and filters, as libhdf5 reads them, once
+        they pass §8.2 and §8.3; None when one does not (reported). What libhdf5 cannot read raises."""
+        if address is not None and self.headers is not None:
+            try:  # §8.2: a layout message of version 1 to 4 (HDF5 1.x libraries, h5wasm's among them, read no other)
+                version = self.headers.layout_version(address)
+                if version is not None and not 1 <= version <= 4:
+                    raise ValueError(f"its data layout message has version {version}")
+            except Exception as exc:
+                self.finding("MD513", info, f"the dataset's header cannot be read: {exc}")
+                return None
+        dcpl = did.get_create_plist()
+        layout = dcpl.get_layout()
+        if layout == h5py.h5d.VIRTUAL:
+            self.finding("MD503", info, "virtual dataset")
+            return None
+        if dcpl.get_external_count() > 0:
+            self.finding("MD502", info, "external raw storage")
+            return None
+        pipeline: Pipeline = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())]
+        filters = [f[0] for f in pipeline]
+        bad = [f for f in filters if f not in ALLOWED_FILTERS]
+        if bad:
+            self.finding("MD504", info, f"filter id(s) {bad}; allowed: deflate (1), shuffle (2), fletcher32 (3)")
+            return None
+        for code, _, values, _ in pipeline:  # the parameters every HDF5 library decodes with (§8.2)
+            if ((code == FILTER_DEFLATE and (len(values) != 1 or values[0] > 9))
+                    or (code == FILTER_SHUFFLE and (len(values) != 1 or values[0] == 0))):
+                name = ALLOWED_FILTERS[code]
+                self.finding("MD504", info, f"the {name} filter has the parameters {list(values)}")
+                return None
+        tid = did.get_type()
+        if tid.committed():  # its datatype is an object of its own (§8.1: groups and datasets only)
+            self.finding("MD501", info, "the dataset's datatype is a committed datatype")
+            return None
+        dtype = self._storage_dtype(tid)
+        if dtype is None:
+            self.finding("MD505", info, "datatype is not a little-endian IEEE float or two's-complement integer")
+            return None
+        bits = self.headers.datatype_bits(address) if address is not None and self.headers is not None else None
+        if bits is not None and bits != _standard_bits(dtype):  # §8.2: every field the standard type's
+            self.finding("MD505", info, f"datatype's class bit field is {bits:#08x}, not the standard type's "
+                                        f"{_standard_bits(dtype):#08x}")
+            return None
+        space = did.get_space()
+        extent_type = space.get_simple_extent_type()
+        if extent_type not in (h5py.h5s.SCALAR, h5py.h5s.SIMPLE):
+            self.finding("MD505", info, "null dataspace")
+            return None
+        shape = tuple(int(d) for d in space.shape)
+        if extent_type == h5py.h5s.SIMPLE and tuple(space.get_simple_extent_dims(True)) != shape:
+            self.finding("MD509", info, "the dataset is extendible (its maximum shape is not its shape)")
+            return None
+        problem = shape_problem(shape, dtype.itemsize, self.limits)  # MD507/MD508; a 0 counts as 1
+        if problem:
+            self.finding(problem[0], info, problem[1])
+            return None
+        return layout, dcpl, dtype, shape, pipeline
+
     @staticmethod
     def _storage_dtype(tid: h5py.h5t.TypeID) -> np.dtype | None:
         """The one allowed dtype of the same class, size and sign, if ``tid`` equals it in every field."""
@@ -738,7 +827,7 @@ class _Walk:
             return candidate[0]
         return None
 
-    def _storage_plan(self, info: ObjectInfo, did: h5py.h5d.DatasetID, layout: int, dcpl: h5py.h5p.PropDCID,
+    def _storage_plan(self, info: ObjectInfo, did: h5py.h5d.DatasetID, layout: int, dcpl: h5py.h5p.PropDCID | None,
                       shape: tuple[int, ...], dtype: np.dtype, nbytes: int, pipeline: Pipeline,
                       address: int | None = None) -> tuple[StoragePlan | None, int] | Literal[False]:
         """Every byte the dataset declares is stored inside the file; nothing is left to fill values.
@@ -762,6 +851,7 @@ class _Walk:
                 self.finding("MD509", info, f"its storage ({stored} bytes at {offset}) does not end within the file")
                 return False
             return plan_for(shape, dtype.itemsize, contiguous_offset=offset), int(stored)
+        assert dcpl is not None  # only a contiguous or compact dataset's properties are known without it
         chunk = dcpl.get_chunk()
         expected = math.prod(math.ceil(d / c) for d, c in zip(shape, chunk))
         chunk_bytes = math.prod(chunk) * dtype.itemsize

@@ -14,6 +14,7 @@ from mdiff.format.commit import Commit
 from mdiff.format.dtypes import DType
 from mdiff.format.reader import DiffFile
 from mdiff.updates.base import Update
+from mdiff.validation import Summary
 
 
 class CommitHistory(Protocol):
@@ -65,11 +66,52 @@ class StateClaims:
         self.layout = None if update.type == "delete" else update.sha256
 
 
-def state_digest_problems(repo: CommitHistory, commit_ids: list[str]) -> dict[str, str]:
+Claim = tuple[tuple[int, ...], DType, "str | None"]  # a parameter's shape, dtype and sha256 (None: inexact)
+
+
+@dataclass(frozen=True)
+class ClaimChanges:
+    """What a commit's updates do to the claims of its first parent's state (§13.5), taken from its file's
+    metadata once (what StateClaims.after, after_file and after_layout would do), to apply to claims later
+    without the file: None for a deleted parameter or file; ``layout`` None when the commit leaves the
+    layout as it is, else the new layout's sha256 in a 1-tuple (None in it: deleted)."""
+
+    parameters: tuple[tuple[str, Claim | None], ...]
+    files: tuple[tuple[str, str | None], ...]
+    layout: tuple[str | None] | None
+
+    @classmethod
+    def of(cls, summary: Summary) -> "ClaimChanges":
+        """What a commit's file says (validation.Summary: of a DiffFile, Summary.of_diff)."""
+        parameters = tuple((name, None if u.type == "delete" else (u.shape, u.dtype, u.sha256 if u.carries_sha256 else None))
+                           for name, u in summary.parameters.items())
+        files = tuple((path, None if u.type == "delete" else u.sha256 or "") for path, u in summary.files.items())
+        layout = None if summary.layout is None else (None if summary.layout.type == "delete" else summary.layout.sha256,)
+        return cls(parameters, files, layout)
+
+    def applied(self, claims: StateClaims) -> None:
+        """Apply these changes to ``claims``."""
+        for name, claim in self.parameters:
+            if claim is None:
+                claims.parameters.pop(name, None)
+            else:
+                claims.parameters[name] = claim
+        for path, sha256 in self.files:
+            if sha256 is None:
+                claims.files.pop(path, None)
+            else:
+                claims.files[path] = sha256
+        if self.layout is not None:
+            claims.layout = self.layout[0]
+
+
+def state_digest_problems(repo: CommitHistory, commit_ids: list[str],
+                          changes: Mapping[str, ClaimChanges] | None = None) -> dict[str, str]:
     """MD808 for a checker (§4.2, §13.4): of the commits given, those whose `state_sha256` is not the digest
     of the state their first parent's state and their updates make, with why. Each commit's claims are
-    computed once, from its first parent's, its file's metadata alone; a commit whose file or first-parent
-    line cannot be read is left out (the checker reports it otherwise)."""
+    computed once, from its first parent's, its file's metadata alone — or from ``changes``, where the
+    checker has taken them already; a commit whose file or first-parent line cannot be read is left out
+    (the checker reports it otherwise)."""
     known: dict[str, StateClaims] = {}
     problems: dict[str, str] = {}
     for commit_id in commit_ids:
@@ -83,13 +125,11 @@ def state_digest_problems(repo: CommitHistory, commit_ids: list[str]) -> dict[st
             claims = known[cursor] if cursor is not None else StateClaims({}, {}, None)
             for cid in reversed(line):
                 claims = StateClaims(dict(claims.parameters), dict(claims.files), claims.layout)
-                with repo.open_commit(cid) as diff:
-                    for name in diff:
-                        claims.after(diff[name], name)
-                    for path, update in diff.files.items():
-                        claims.after_file(update, path)
-                    if diff.layout is not None:
-                        claims.after_layout(diff.layout)
+                taken = changes.get(cid) if changes is not None else None
+                if taken is None:
+                    with repo.open_commit(cid) as diff:
+                        taken = ClaimChanges.of(Summary.of_diff(diff))
+                taken.applied(claims)
                 known[cid] = claims
         except (RepositoryError, InvalidFileError):
             continue

@@ -15,14 +15,13 @@ from pathlib import Path
 
 from mdiff.errors import RepositoryError
 from mdiff.format.findings import Finding
-from mdiff.format.reader import open_diff
 from mdiff.progress import ByteCounter, Progress
 from mdiff.repo import cleanup
-from mdiff.repo.claims import state_digest_problems
+from mdiff.repo.claims import ClaimChanges, state_digest_problems
 from mdiff.repo.names import branch_problem, shown
 from mdiff.repo.remotes import REMOTE_NAME, remote_url
 from mdiff.repo.store import Store
-from mdiff.validation import validate
+from mdiff.validation import validate_and_summarize
 
 
 def fsck(store: Store, check_data: bool = True, progress: Progress | None = None) -> list[Finding]:
@@ -47,6 +46,9 @@ class RepositoryCheck:
         self.store, self.check_data, self.progress = store, check_data, progress
         self.findings: list[Finding] = []
         self.commit_ids: list[str] = []
+        # by commit id: what each commit found sound changes in the claims of its state (§4.2), taken as it is
+        # checked, so that the digests' check does not read every commit again
+        self.changes: dict[str, ClaimChanges] = {}
         self._done: Callable[[str], None] = lambda path: None
 
     def _report(self, exc: RepositoryError, where: Path | str) -> None:
@@ -158,13 +160,15 @@ class RepositoryCheck:
             self._done(str(path))
             try:
                 with store.commit_file(commit_id) as readable:
+                    # validated, and what its metadata says taken from the same reading (by one isolated child)
+                    findings, summary = validate_and_summarize(readable, check_data=self.check_data,
+                                                               isolation=store.isolation)
                     # reported at the commit's file, the object in it named first
                     problems = [Finding(f.code, str(path), f.message if f.path == readable else f"{f.path}: {f.message}")
-                                for f in validate(readable, check_data=self.check_data, isolation=store.isolation)
-                                if f.is_error]
-                    if not problems:
-                        with open_diff(readable, isolation=store.isolation) as diff:
-                            store._remember(commit_id, diff)
+                                for f in findings if f.is_error]
+                    if not problems and summary is not None:
+                        store.remember_summary(commit_id, summary)
+                        self.changes[commit_id] = ClaimChanges.of(summary)
             except RepositoryError as exc:
                 self._report(exc, path)
                 continue
@@ -177,7 +181,7 @@ class RepositoryCheck:
     def check_state_digests(self) -> None:
         """§4.2: a commit's `state_sha256` is the digest of the state its chain makes (MD808)."""
         present = [c for c in self.commit_ids if self.store.commit_path(c).is_file()]
-        for commit_id, why in state_digest_problems(self.store, present).items():
+        for commit_id, why in state_digest_problems(self.store, present, self.changes).items():
             self.findings.append(Finding("MD808", str(self.store.commit_path(commit_id)), why))
 
     def check_snapshots(self, snapshot_files: list[Path]) -> None:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # each imported where it is used: a log of commits seen befor
     from mdiff.format.commit import Commit
     from mdiff.format.reader import DiffFile
     from mdiff.format.writer import DiffWriter
+    from mdiff.validation import Summary
 
 _HASH_BLOCK = 1 << 20
 # where a commit's `commit` attribute is looked for to keep its metadata (the root object's header: the
@@ -252,6 +253,13 @@ class CommitFiles(RepositoryFolder):
         self._facts[commit_id] = CommitFacts(
             diff.commit, diff.commit.parents, sum(diff[name].stored_bytes for name in diff),
             {name: diff[name].type != "delete" and not diff[name].update_type.carries_sha256 for name in diff},
+        )
+
+    def remember_summary(self, commit_id: str, summary: Summary) -> None:
+        """What :meth:`_remember` keeps, from what a validator found the commit's verified file to say."""
+        self._facts[commit_id] = CommitFacts(
+            summary.commit, summary.commit.parents, sum(u.stored_bytes for u in summary.parameters.values()),
+            {name: u.type != "delete" and not u.carries_sha256 for name, u in summary.parameters.items()},
         )
 
     def remember_inexact(self, commit_id: str, names: frozenset[str]) -> None:

@@ -161,7 +161,8 @@ class Update:
     @property
     def stored_bytes(self) -> int:
         """Bytes of the datasets as declared (before compression)."""
-        return sum(int(np.prod(d.shape)) * np.dtype(d.dtype).itemsize for d in self.data.values())
+        # math.prod, not numpy's reduction: ~10× less for the small shapes of a file of 10^5 parameters
+        return sum(math.prod(d.shape) * np.dtype(d.dtype).itemsize for d in self.data.values())
 
     @property
     def update_type(self) -> "UpdateType":

@@ -2,14 +2,16 @@
 """How mdiff's cost grows with the number of parameters: "many small parameters".
 
 A diff of N parameters of 4 float32 values each (what a large mixture-of-experts model looks like to
-the format: many groups, little data) is written once per N, with its base as a .safetensors file.
-Each operation then runs in a fresh child process, and its wall time and peak RSS (the child's and
-of its isolated child if larger: VmHWM) are recorded:
+the format: many groups, little data) is written once per N, with its base as a .safetensors file and a
+repository whose one commit it is. Each operation then runs in a fresh child process, and its wall time,
+CPU time and peak RSS are recorded:
 
   in-process   mdiff.validate (data checked, no isolation), mdiff.describe.describe (what `dump`
-               shows), mdiff.apply_files — timed after the imports
-  cli          `python -m mdiff validate FILE`, `dump --json FILE`, `apply BASE FILE -o OUT`, as a user
-               runs them: the interpreter's start, the imports and the isolated child included
+               shows), mdiff.apply_files, Repository.fsck (no isolation) — timed after the imports
+  cli          `python -m mdiff validate FILE`, `dump --json FILE`, `apply BASE FILE -o OUT`, `fsck` in the
+               repository, as a user runs them: the interpreter's start, the imports and the isolated child
+               included. CPU is the command's and its children's together (user + system); peak RSS the
+               larger of the command's VmHWM and its isolated child's
   diff         `python -m mdiff diff OLD NEW -o OUT` of two .safetensors files of N one-element tensors
                (--diff-counts), and of two ONNX models of N one-element initializers (--onnx-counts), one
                value changed (reading and comparing N tensors); at the smallest N also every value (writing
@@ -20,10 +22,12 @@ of its isolated child if larger: VmHWM) are recorded:
 Each figure is the median of --repeat runs (min–max beside it); the load average is recorded before each
 one. The slope is the exponent k of time ∝ N^k between the two largest counts (1 = linear).
 
-    python tools/bench/scale.py [--counts 1000,4000,16000,100000] [--repeat 3] [--json FILE] [--markdown FILE]
+    python tools/bench/scale.py [--counts 10000,100000,1000000] [--repeat 3] [--json FILE] [--markdown FILE]
+                                [--source DIR]
 
-With --markdown the report replaces the "Many small parameters" section of that file (docs/benchmarks.md),
-which tools/bench/run.py keeps when it rewrites the rest.
+--source DIR measures the mdiff package of another checkout (the code before a change, say) with this
+script. With --markdown the report replaces the "Many small parameters" section of that file
+(docs/benchmarks.md), which tools/bench/run.py keeps when it rewrites the rest.
 """
 
 from __future__ import annotations
@@ -40,7 +44,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+SOURCE = ROOT  # the checkout whose mdiff is measured (--source)
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, os.environ.get("MDIFF_BENCH_SOURCE", str(ROOT)))  # a --child measures --source's mdiff
 sys.path.insert(0, str(ROOT / "tools" / "bench"))
 
 import report_sections  # noqa: E402  (the marked section of docs/benchmarks.md this script writes)
@@ -48,7 +54,7 @@ import report_sections  # noqa: E402  (the marked section of docs/benchmarks.md 
 SECTION_BEGIN, SECTION_END = report_sections.SCALE
 DATE = "2026-01-01T00:00:00Z"
 ELEMENTS = 4  # values per parameter: the data is negligible, the count is what is measured
-OPS = ("validate", "dump", "apply")
+OPS = ("validate", "dump", "apply", "fsck")
 MODES = ("in-process", "cli")
 
 
@@ -91,6 +97,27 @@ def write_case(folder: Path, n: int) -> tuple[Path, Path]:
     return diff_path, base_path
 
 
+def write_repository(folder: Path, n: int, diff_path: Path) -> Path:
+    """A repository whose one commit (on main) is the N-parameter diff: what `fsck` checks."""
+    import hashlib
+    import shutil
+
+    root = folder / f"repo-{n}"
+    if (root / ".mdiff").exists():
+        return root
+    import mdiff
+
+    mdiff.Repository.init(root)
+    digest = hashlib.sha256()
+    with open(diff_path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    commit_id = digest.hexdigest()
+    shutil.copyfile(diff_path, root / ".mdiff" / "commits" / f"{commit_id}.mdiff")
+    (root / ".mdiff" / "refs" / "heads" / "main").write_text(commit_id + "\n")
+    return root
+
+
 def write_checkpoints(folder: Path, n: int, kind: str, changed: str = "one") -> tuple[Path, Path]:
     """Two checkpoints of N one-element tensors, .safetensors or .onnx: the second with one value changed
     (``changed="one"``: the cost of reading and comparing N tensors) or every value (``"all"``: of writing
@@ -125,12 +152,13 @@ def write_checkpoints(folder: Path, n: int, kind: str, changed: str = "one") -> 
 
 
 def run_child(argv: list[str], cwd: Path) -> dict:
-    """Run ``argv``: its wall time, and what it reports on its last line of output ({"bench": {...}})."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    """Run ``argv``: its wall time, CPU time (its own and its children's), and what it reports on its last line
+    of output ({"bench": {...}})."""
+    env = {**os.environ, "PYTHONPATH": str(SOURCE), "MDIFF_BENCH_SOURCE": str(SOURCE)}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=err)
-        _, status = os.waitpid(proc.pid, 0)
+        _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
@@ -138,7 +166,7 @@ def run_child(argv: list[str], cwd: Path) -> dict:
         stdout, stderr = out.read().decode(), err.read().decode()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[:4])} exited {proc.returncode}: {stderr[-2000:]}")
-    result: dict = {"seconds": seconds}
+    result: dict = {"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime}
     for stream in (stdout, stderr):
         lines = stream.strip().splitlines()
         if lines and lines[-1].startswith('{"bench"'):
@@ -148,7 +176,10 @@ def run_child(argv: list[str], cwd: Path) -> dict:
 
 def floor_child(path: str) -> None:
     """The structure walk of ``path`` (its CPU time), and the libhdf5 calls it makes per parameter alone,
-    through h5py, without the walk's own work: what no walk on libhdf5 can go below. Prints a JSON line."""
+    through h5py, without the walk's own work: what no walk on libhdf5 can go below. Prints a JSON line.
+    Those calls: each parameter's group and dataset opened, the group's links listed, its attribute opened by
+    name and read, where the dataset's bytes lie (its properties are asked once per kind of dataset, and its
+    attributes' type once per kind of attribute: safety_walk.py)."""
     import h5py
     import numpy as np
 
@@ -166,24 +197,17 @@ def floor_child(path: str) -> None:
     start = time.process_time()
     links: list = []
     group.links.iterate(lambda name, info: links.append((name, info.type)), info=True)
+    tid = buffer = None
     for name, _ in links:
         gid = h5py.h5o.open(group, name)
-        h5py.h5o.get_info(gid)
-        aid = h5py.h5a.open(gid, index=0)
-        aid.get_name()
-        tid = aid.get_type()
-        tid.get_class(), tid.is_variable_str(), tid.get_cset(), aid.get_space().get_simple_extent_type()
-        aid.read(np.zeros((), f"S{tid.get_size()}"), mtype=tid)
         members: list = []
         gid.links.iterate(lambda n, i, found=members: found.append(n), info=True)
+        aid = h5py.h5a.open(gid, name=b"update")
+        if tid is None:
+            tid = aid.get_type()
+            buffer = np.zeros((), f"S{tid.get_size()}")
+        aid.read(buffer, mtype=tid)
         did = h5py.h5o.open(gid, members[0])
-        h5py.h5o.get_info(did)
-        dcpl = did.get_create_plist()
-        dcpl.get_layout(), dcpl.get_external_count(), [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())]
-        dt = did.get_type()
-        dt.get_class(), dt.get_size(), dt.get_sign()
-        space = did.get_space()
-        space.get_simple_extent_type(), space.get_simple_extent_dims(), space.get_simple_extent_dims(True)
         did.get_offset(), did.get_storage_size()
     floor = time.process_time() - start
     print(json.dumps({"bench": {"walk_cpu": walk, "floor_cpu": floor}}))
@@ -199,7 +223,7 @@ def timed_child(op: str, *paths: str) -> None:
     import mdiff.updates.dense  # noqa: F401
     import mdiff.validation
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     if op == "validate":
         findings = mdiff.validation.validate(paths[0])
         assert not any(f.is_error for f in findings), findings[:3]
@@ -207,11 +231,14 @@ def timed_child(op: str, *paths: str) -> None:
         json.dumps(mdiff.describe.describe(paths[0]))
     elif op == "apply":
         mdiff.apply_files(paths[1], paths[0], paths[2])
+    elif op == "fsck":
+        found = mdiff.Repository(paths[3], isolation=None).fsck()
+        assert not any(f.is_error for f in found), found[:3]
     elif op == "read-one":
         with mdiff.open(paths[0]) as diff:
             diff[paths[1]].array(paths[2])
-    seconds = time.perf_counter() - start
-    print(json.dumps({"bench": {"op_seconds": seconds, "op_peak": vm_hwm()}}))
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    print(json.dumps({"bench": {"op_seconds": seconds, "op_cpu": cpu, "op_peak": vm_hwm()}}))
 
 
 def vm_hwm() -> int:
@@ -220,14 +247,17 @@ def vm_hwm() -> int:
 
 
 # `python -m mdiff ARGS`, which then reports its peak RSS: the larger of its own VmHWM and its children's
-# (the isolated reader). wait4's ru_maxrss cannot say it: a child forked from this (large) process keeps
-# this process's high-water mark across exec.
+# (the isolated reader, ended and waited for first: a child still running is not counted). wait4's ru_maxrss
+# cannot say it: a child forked from this (large) process keeps this process's high-water mark across exec.
 CLI = ("import json, resource, sys\n"
        "from mdiff.cli.main import main\n"
        "rc = main(sys.argv[1:])\n"
+       "import mdiff.isolation\n"
+       "for worker in list(getattr(mdiff.isolation, '_WORKERS', {}).values()):\n"
+       "    worker.close()\n"
        "own = int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]) * 1024\n"
        "kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024\n"
-       "print(json.dumps({'bench': {'cli_peak': max(own, kids)}}), file=sys.stderr)\n"
+       "print(json.dumps({'bench': {'cli_peak': max(own, kids), 'own_peak': own, 'child_peak': kids}}), file=sys.stderr)\n"
        "raise SystemExit(rc)")
 
 
@@ -235,14 +265,16 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-c", CLI, *args]
 
 
-def argv_of(mode: str, op: str, diff: Path, base: Path, out: Path) -> list[str]:
+def argv_of(mode: str, op: str, diff: Path, base: Path, out: Path, repo: Path) -> tuple[list[str], Path | None]:
+    """The command line, and the folder it runs in (None: anywhere)."""
     if mode == "in-process":
-        return [sys.executable, __file__, "--child", op, str(diff), str(base), str(out)]
+        return [sys.executable, __file__, "--child", op, str(diff), str(base), str(out), str(repo)], None
     return {
         "validate": cli("validate", str(diff)),
         "dump": cli("dump", "--json", str(diff)),
         "apply": cli("apply", str(base), str(diff), "-o", str(out), "-q"),
-    }[op]
+        "fsck": cli("fsck", "-q"),
+    }[op], (repo if op == "fsck" else None)
 
 
 def median_of(runs: list[dict], key: str) -> dict:
@@ -261,27 +293,34 @@ def measure(args, log) -> dict:
     work = Path(args.work or tempfile.mkdtemp(prefix="mdiff-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     report: dict = {"counts": args.counts, "repeat": args.repeat, "diff_repeat": args.diff_repeat, "load_at_start": loadavg(), "many": {},
-                    "diff": {}, "read_one": {}, "cpus": os.cpu_count()}
+                    "diff": {}, "read_one": {}, "cpus": os.cpu_count(), "sizes": {}}
     for n in args.counts:
         start = time.perf_counter()
+        # written by a child: this process stays small (10^6 parameters would hold gigabytes here)
+        run_child([sys.executable, __file__, "--child", "write-case", str(work), str(n)], work)
         diff, base = write_case(work, n)
+        repo = write_repository(work, n, diff)
         log(f"{n} parameters: case written in {time.perf_counter() - start:.1f} s ({diff.stat().st_size / 1e6:.1f} MB)")
+        report["sizes"][str(n)] = diff.stat().st_size
         out = work / f"out-{n}.safetensors"
         for mode in args.modes:
             for op in args.ops:
                 runs = []
                 for _ in range(args.repeat):
                     load = loadavg()
-                    got = run_child(argv_of(mode, op, diff, base, out), work)
+                    argv, cwd = argv_of(mode, op, diff, base, out, repo)
+                    got = run_child(argv, cwd or work)
                     got["load"] = load
                     runs.append(got)
                     out.unlink(missing_ok=True)
                 key = "op_seconds" if mode == "in-process" else "seconds"
+                cpu = "op_cpu" if mode == "in-process" else "cpu"
                 peak = "op_peak" if mode == "in-process" else "cli_peak"
-                entry = {"seconds": median_of(runs, key), "peak": median_of(runs, peak), "loads": [r["load"] for r in runs]}
+                entry = {"seconds": median_of(runs, key), "cpu": median_of(runs, cpu), "peak": median_of(runs, peak),
+                         "loads": [r["load"] for r in runs]}
                 report["many"].setdefault(f"{mode} {op}", {})[str(n)] = entry
-                log(f"  {mode:10s} {op:8s} {entry['seconds']['median']:7.2f} s  {entry['peak']['median'] / 2**20:6.0f} MiB  "
-                    f"(load {runs[-1]['load']})")
+                log(f"  {mode:10s} {op:8s} {entry['seconds']['median']:7.2f} s  {entry['cpu']['median']:7.2f} s CPU  "
+                    f"{entry['peak']['median'] / 2**20:6.0f} MiB  (load {runs[-1]['load']})")
         name = names(n)[n // 2]
         argv = [sys.executable, __file__, "--child", "read-one", str(diff), name, "xor"]
         run_child(argv, work)  # untimed: the page cache
@@ -371,35 +410,54 @@ def fmt(entry: dict, scale: float = 1.0, digits: int = 3, unit: str = "") -> str
     return f"{m:.{digits}g}{unit} ({lo:.{digits}g}–{hi:.{digits}g})"
 
 
-def markdown(r: dict, command: str) -> str:
+def _cell(entry: dict) -> str:
+    return (f"{entry['seconds']['median']:.3g} s, {entry['cpu']['median']:.3g} s CPU, {entry['peak']['median'] / 1e6:.0f} MB"
+            if entry.get("cpu") else f"{entry['seconds']['median']:.3g} s, {entry['peak']['median'] / 1e6:.0f} MB")
+
+
+def _row(label: str, by_n: dict, counts: list[str]) -> str:
+    key = "cpu" if all(by_n[c].get("cpu") for c in counts if c in by_n) else "seconds"
+    spent = [by_n[c][key]["median"] for c in counts if c in by_n]
+    k = slope([int(c) for c in counts if c in by_n], spent)
+    largest = max((int(c) for c in counts if c in by_n), default=0)
+    per = f"{by_n[str(largest)][key]['median'] / largest * 1e6:.0f}" if largest else "—"
+    cells = [_cell(by_n[c]) if c in by_n else "—" for c in counts]
+    return f"| {label} | " + " | ".join(cells) + f" | {'—' if k is None else f'{k:.2f}'} | {per} |"
+
+
+def markdown(r: dict, command: str, before: dict | None = None) -> str:
     counts = [str(n) for n in r["counts"]]
+    sizes = ", ".join(f"{int(n):,}: {size / 1e6:.1f} MB" for n, size in r.get("sizes", {}).items())
     lines = [SECTION_BEGIN, "## Many small parameters", "",
              f"Generated by `{command}` ({r['cpus']} CPUs; load average {r['load_at_start']} at start, "
              f"{r['load_at_end']} at the end; medians of {r['repeat']} runs "
              f"({r.get('diff_repeat') or r['repeat']} for `diff`), min–max in brackets). A dense diff of "
-             f"N parameters of {ELEMENTS} float32 values each, gzip, and its base as .safetensors. Each run is a fresh "
-             "process: in-process figures are timed after the imports, CLI figures are the whole command (interpreter, "
-             "imports and the isolated child included). Peak RSS: VmHWM of the process, or of its isolated child if "
-             "larger. Slope: k in "
-             "time ∝ N^k between the two largest counts (1 is linear). Target (issue 14.10): validate, dump and apply "
-             "of 100,000 parameters ≤ 10 s and ≤ 500 MB.", "",
-             "| operation | " + " | ".join(f"N = {c}" for c in counts) + " | slope | µs per parameter at the largest N |",
+             f"N parameters of {ELEMENTS} float32 values each, gzip ({sizes}), its base as .safetensors, and a "
+             "repository whose one commit it is (`fsck`). Each run is a fresh process: in-process figures are "
+             "timed after the imports, without isolation; CLI figures are the whole command as a user runs it "
+             "(interpreter, imports and the isolated child included). Each cell: wall time, CPU time (user + "
+             "system, of the command and its isolated child together), peak RSS (VmHWM of the process, or of its "
+             "isolated child if larger). Slope: k in CPU time ∝ N^k between the two largest counts (1 is "
+             "linear). Target (issue 31.3): validate, dump, apply and fsck of 100,000 parameters ≤ 10 s of CPU "
+             "and ≤ 500 MB, isolated as by default (the `cli` rows).", "",
+             "| operation | " + " | ".join(f"N = {int(c):,}" for c in counts) + " | slope | µs CPU per parameter at the largest N |",
              "|---|" + "---|" * (len(counts) + 2)]
     for label, by_n in r["many"].items():
-        secs = [by_n[c]["seconds"]["median"] for c in counts if c in by_n]
-        cells = [f"{fmt(by_n[c]['seconds'], digits=3, unit=' s')}, {by_n[c]['peak']['median'] / 1e6:.0f} MB" if c in by_n else "—"
-                 for c in counts]
-        k = slope([int(c) for c in counts if c in by_n], secs)
-        per = secs[-1] / int(counts[-1]) * 1e6 if secs else float("nan")
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {k:.2f} |" if k is not None else " | — |")
-        lines[-1] += f" {per:.0f} |"
+        lines.append(_row(label, by_n, counts))
+    if before:
+        lines += ["", f"The same operations before this work ({before.get('source', 'the code before')}, the same "
+                  f"machine, load average {before.get('load_at_start', '?')} at start):", "",
+                  "| operation | " + " | ".join(f"N = {int(c):,}" for c in counts) + " | slope | µs CPU per parameter at the largest N |",
+                  "|---|" + "---|" * (len(counts) + 2)]
+        for label, by_n in before.get("many", {}).items():
+            lines.append(_row(label, by_n, counts))
     floor = r.get("floor")
     if floor:
         lines += ["", f"Where the time goes at N = {floor['n']}: the structure walk (SPEC §8, every object checked) "
                   f"takes {fmt(floor['walk_cpu'], unit=' s')} of CPU; the libhdf5 calls it makes, through h5py and "
                   f"without any of the walk's own work, take {fmt(floor['floor_cpu'], unit=' s')} — "
                   f"{floor['floor_cpu']['median'] / floor['n'] * 1e6:.0f} µs per parameter (a group and its dataset "
-                  "opened, an attribute read, a dataset's creation properties, datatype and dataspace copied), "
+                  "opened, the group's links listed, its attribute opened and read, where the dataset's bytes lie), "
                   f"{floor['floor_cpu']['median'] / floor['n'] * 1e5:.1f} s for 100,000 parameters: no walk through "
                   "libhdf5 goes below that on this machine"
                   + (", so a complete check of 100,000 parameters cannot meet the 10 s target here"
@@ -449,13 +507,16 @@ def main(argv=None) -> int:
         if sys.argv[2] == "write-checkpoints":
             work, n, kind, changed = sys.argv[3:7]
             write_checkpoints(Path(work), int(n), kind, changed)
+        elif sys.argv[2] == "write-case":
+            work, n = sys.argv[3:5]
+            write_case(Path(work), int(n))
         elif sys.argv[2] == "floor":
             floor_child(sys.argv[3])
         else:
             timed_child(*sys.argv[2:])
         return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--counts", type=counts, default=[1000, 4000, 16000, 100000])
+    p.add_argument("--counts", type=counts, default=[10000, 100000, 1000000])
     p.add_argument("--diff-counts", type=counts, default=[10000, 100000, 1000000])
     p.add_argument("--onnx-counts", type=counts, default=[10000, 100000])
     p.add_argument("--ops", type=lambda s: s.split(","), default=list(OPS))
@@ -465,15 +526,22 @@ def main(argv=None) -> int:
     p.add_argument("--work", help="where the cases are written (kept; reused when present)")
     p.add_argument("--json", type=Path, help="write the raw figures here")
     p.add_argument("--markdown", type=Path, help="replace the section in this file (docs/benchmarks.md)")
+    p.add_argument("--source", type=Path, help="the checkout whose mdiff package is measured (default: this one)")
+    p.add_argument("--before", type=Path, help="a --json report of the same bench on earlier code, shown beside")
     args = p.parse_args(argv)
+    global SOURCE
+    if args.source is not None:
+        SOURCE = args.source.resolve()
 
     def log(message: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
     report = measure(args, log)
+    report["source"] = str(args.source) if args.source else "this checkout"
     if args.json:
         args.json.write_text(json.dumps(report, indent=1), encoding="utf-8")
-    section = markdown(report, "python tools/bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    before = json.loads(args.before.read_text(encoding="utf-8")) if args.before else None
+    section = markdown(report, "python tools/bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:]), before)
     print(section)
     if args.markdown:
         replace_section(args.markdown, section)
