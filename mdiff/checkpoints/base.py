@@ -40,9 +40,11 @@ class CheckpointReader(Mapping):
         except KeyError:
             raise KeyError(f"no tensor named {name!r} in {self.path}") from None
 
-    @abc.abstractmethod
     def spec(self, name: str) -> tuple[tuple[int, ...], DType]:
-        """Shape and dtype of tensor ``name``, without reading its data."""
+        """Shape and dtype of tensor ``name``, without reading its data: by default its entry's ``shape`` and
+        ``dtype`` (a format whose entries keep them otherwise says so)."""
+        entry = self._entry(name)
+        return entry.shape, entry.dtype
 
     @abc.abstractmethod
     def read(self, name: str) -> np.ndarray:

@@ -85,10 +85,6 @@ class NpzReader(CheckpointReader):
     def _index(self) -> dict[str, _Member]:
         return self._members
 
-    def spec(self, name: str) -> tuple[tuple[int, ...], DType]:
-        member = self._entry(name)
-        return member.shape, member.dtype
-
     def read(self, name: str) -> np.ndarray:
         member = self._entry(name)
         if self._file.closed:

@@ -99,10 +99,6 @@ class OnnxReader(CheckpointReader):
         self._initializers: dict[str, _Initializer] | None = _initializers(model, path)
         self._metadata = _metadata(model, path)
 
-    def spec(self, name: str) -> tuple[tuple[int, ...], DType]:
-        init = self._entry(name)
-        return init.shape, init.dtype
-
     def read(self, name: str) -> np.ndarray:
         init = self._entry(name)
         return _to_array(init, self.path, name)

@@ -98,10 +98,6 @@ class SafetensorsReader(CheckpointReader):
     def _index(self) -> dict[str, _Tensor]:
         return self._tensors
 
-    def spec(self, name: str) -> tuple[tuple[int, ...], DType]:
-        tensor = self._entry(name)
-        return tensor.shape, tensor.dtype
-
     def read(self, name: str) -> np.ndarray:
         tensor = self._entry(name)
         if self._file.closed:

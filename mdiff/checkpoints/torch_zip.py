@@ -421,10 +421,6 @@ class TorchZipReader(CheckpointReader):
     def _index(self) -> dict[str, _Entry]:
         return self._entries
 
-    def spec(self, name: str) -> tuple[tuple[int, ...], DType]:
-        entry = self._entry(name)
-        return entry.shape, entry.dtype
-
     @property
     def order(self) -> list[str]:
         """The tensor names in the order the state dict holds them."""
