@@ -7,6 +7,12 @@ one parameter of a large file moves that parameter's stored bytes and a few page
 that will read every byte anyway (a full checkout) calls :meth:`RangedFile.spool`: the file is then
 downloaded whole, as the store downloads a file (``get_file``: one request, or its parts at once), into a
 private temporary file, and every read waits for it — each byte moves once, in one request.
+
+A commit file of a format-2 repository is read only as bytes verified against its id (SPEC.md §13.2):
+given a :class:`LeafVerifier`, every read is widened to whole 8 KiB leaves, each checked against its leaf
+hash (anchored in the id by the block list) before any of it is served, and verified leaves are kept; a
+spooled file is checked whole (``check_whole``) before any of it is served. A leaf that does not verify
+is :class:`BlockMismatch` (MD800).
 """
 
 from __future__ import annotations
@@ -21,11 +27,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
-from mdiff import positional_io
+from mdiff import block_ids, positional_io
 
 PAGE = 4096  # the unit of small reads: an object header, a B-tree node or a heap block is usually within one
 SMALL_READ = 4 * PAGE  # reads up to this size go through the page cache
 CACHED_PAGES = 1024  # 4 MiB: libhdf5 keeps its own cache of decoded metadata above this one
+CACHED_LEAVES = 512  # 4 MiB of verified leaves, likewise
 
 
 _collection_lock = threading.Lock()
@@ -57,6 +64,79 @@ def no_collection() -> Iterator[None]:
 class RangeReadError(OSError):
     """The store failed to serve a range, or served fewer bytes than the file's listed size promises."""
 
+    code = "MD801"
+
+
+class BlockMismatch(RangeReadError):
+    """The store served bytes that are not the commit's its id names (§13.2): MD800."""
+
+    code = "MD800"
+
+
+class LeafVerifier:
+    """What checks a file's leaves against its commit id (§13.2, block_ids.py): the block list's head,
+    fetched and verified on creation (RepositoryError MD800 or MD801), then each group of leaf hashes when a
+    read first touches it, verified against the head. ``fetch_list(start, end)`` serves the block list's
+    bytes [start, end) (``commits/<id>.blocks``). ``requests`` and ``bytes_fetched`` count what moved."""
+
+    def __init__(self, commit_id: str, size: int, fetch_list: Callable[[int, int], bytes], name: str):
+        self.commit_id, self.size, self.name, self._fetch = commit_id, size, name, fetch_list
+        head = fetch_list(0, block_ids.head_size(size))
+        self.requests, self.bytes_fetched = 1, len(head)
+        blocks = block_ids.parse_head(head, commit_id, name)  # MD800 unless it hashes to the id
+        if blocks.length != size:
+            raise BlockMismatch(f"{name}: the store lists {size} bytes; commit {commit_id[:12]} has {blocks.length}")
+        self.groups = blocks.groups
+        self._base = len(head)  # where the leaf hashes start
+        self._leaves: dict[int, bytes] = {}  # group → its leaf hashes, verified
+        self._lock = threading.Lock()
+
+    def _group_leaves(self, first: int, last: int) -> None:
+        """Fetch and verify the leaf hashes of groups first..last not held yet (one request per run)."""
+        missing = [g for g in range(first, last + 1) if g not in self._leaves]
+        while missing:
+            run = [missing[0]]
+            while len(run) < len(missing) and missing[len(run)] == run[-1] + 1:
+                run.append(missing[len(run)])
+            missing = missing[len(run):]
+            leaves_total = block_ids.leaf_count(self.size)
+            start_leaf = run[0] * block_ids.GROUP
+            end_leaf = min((run[-1] + 1) * block_ids.GROUP, leaves_total)
+            start, end = self._base + block_ids.HASH * start_leaf, self._base + block_ids.HASH * end_leaf
+            try:
+                data = self._fetch(start, end)
+            except Exception as exc:
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+                raise RangeReadError(f"{self.name}: its block list cannot be read ({reason})") from None
+            with self._lock:
+                self.requests += 1
+                self.bytes_fetched += len(data)
+            if len(data) != end - start:
+                raise RangeReadError(f"{self.name}: the store served {len(data)} bytes of its block list's "
+                                     f"{start}..{end}")
+            step = block_ids.GROUP * block_ids.HASH
+            for i, group in enumerate(run):
+                part = data[i * step:(i + 1) * step]
+                if block_ids.group_hashes(part) != self.groups[group * block_ids.HASH:(group + 1) * block_ids.HASH]:
+                    raise BlockMismatch(f"{self.name}: its block list does not hash to commit {self.commit_id[:12]}")
+                with self._lock:
+                    self._leaves[group] = part
+
+    def check(self, first_leaf: int, data: bytes) -> None:
+        """BlockMismatch unless ``data`` (whole leaves from ``first_leaf``) are the commit's."""
+        count = -(-len(data) // block_ids.LEAF)
+        last_leaf = first_leaf + count - 1
+        self._group_leaves(first_leaf // block_ids.GROUP, last_leaf // block_ids.GROUP)
+        got = block_ids.leaf_hashes(data)
+        for i in range(count):
+            leaf = first_leaf + i
+            group = self._leaves[leaf // block_ids.GROUP]
+            at = (leaf % block_ids.GROUP) * block_ids.HASH
+            if got[i * block_ids.HASH:(i + 1) * block_ids.HASH] != group[at:at + block_ids.HASH]:
+                start = leaf * block_ids.LEAF
+                end = min(start + block_ids.LEAF, self.size)
+                raise BlockMismatch(f"{self.name}: bytes {start}..{end} are not those of commit {self.commit_id[:12]}")
+
 
 class _Spool:
     """The whole of ``file``, downloaded by ``download(local_path)`` on a thread of its own into a private
@@ -84,6 +164,8 @@ class _Spool:
                 raise RangeReadError(f"{self._file.name}: the store served {size} bytes, not the {self._file.size} "
                                      "it lists")
             self._file._count(size)
+            if self._file.check_whole is not None:
+                self._file.check_whole(self._fd, size)  # BlockMismatch: not the bytes its id names
             with self._ready:
                 self._complete = True
         except BaseException as exc:  # kept for the reader waiting on these bytes
@@ -131,7 +213,12 @@ class RangedFile(io.RawIOBase):
 
     def __init__(self, fetch: Callable[[int, int], bytes], size: int, name: str,
                  release: Callable[[], None] | None = None, download: Callable[[str], None] | None = None):
+        """``verifier`` and ``check_whole``, set before the first read, verify what is served (see the module):
+        ``check_whole(fd, size)`` raises BlockMismatch unless a spooled file is the commit's."""
         super().__init__()
+        self.verifier: LeafVerifier | None = None
+        self.check_whole: Callable[[int, int], None] | None = None
+        self._leaf_cache: OrderedDict[int, bytes] = OrderedDict()
         self._fetch, self.size, self.name, self._release = fetch, size, name, release
         self._download = download  # the whole file to a local path, in one request (None: ranges only)
         self._spool: _Spool | None = None
@@ -179,11 +266,51 @@ class RangedFile(io.RawIOBase):
         end = min(offset + n, self.size)
         if offset >= end:
             return b""
+        if self.verifier is not None and self._spool is None:
+            return self._verified(offset, end)
         if end - offset > SMALL_READ:
             return self._large(offset, end)
         first, last = offset // PAGE, (end - 1) // PAGE
         data = b"".join(self._page(index) for index in range(first, last + 1))
         return data[offset - first * PAGE:end - first * PAGE]
+
+    def _verified(self, offset: int, end: int) -> bytes:
+        """Bytes [offset, end) from whole leaves, each verified (see the module): those kept, and each run
+        of the others fetched in one request."""
+        assert self.verifier is not None
+        leaf = block_ids.LEAF
+        first, last = offset // leaf, (end - 1) // leaf
+        parts: list[bytes] = []
+        index = first
+        while index <= last:
+            with self._lock:
+                held = self._leaf_cache.get(index)
+                if held is not None:
+                    self._leaf_cache.move_to_end(index)
+            if held is not None:
+                parts.append(held)
+                index += 1
+                continue
+            stop = index
+            while stop < last and stop + 1 not in self._leaf_cache:
+                stop += 1
+            start_byte, end_byte = index * leaf, min((stop + 1) * leaf, self.size)
+            data = self._get(start_byte, end_byte)
+            try:
+                self.verifier.check(index, data)
+            except RangeReadError as exc:
+                self.failure = self.failure or exc
+                raise
+            keep = range(index, stop + 1) if stop - index < 4 else (index, stop)  # a large run: its edges only
+            with self._lock:
+                for k in keep:
+                    self._leaf_cache[k] = data[(k - index) * leaf:(k - index + 1) * leaf]
+                while len(self._leaf_cache) > CACHED_LEAVES:
+                    self._leaf_cache.popitem(last=False)
+            parts.append(data)
+            index = stop + 1
+        joined = b"".join(parts) if len(parts) > 1 else parts[0]
+        return joined[offset - first * leaf:end - first * leaf]
 
     def spool(self) -> None:
         """Download the whole file now, and read it from there (see the module); a file without a download

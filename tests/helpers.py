@@ -76,3 +76,25 @@ def special_values(name: str) -> np.ndarray:
         return np.array([True, False, False, True, True, True, False, True])
     info = np.iinfo(dt.value)
     return np.array([info.min, info.max, 0, 1, info.max - 1, info.min + 1, 7, info.max // 3], dtype=dt.value)
+
+
+def commit_id(data: bytes, repository_format: int = 2) -> str:
+    """The id of a commit file of these bytes in a repository of that format (SPEC.md §4.3): the SHA-256 of
+    its block list (2, what `mdiff init` makes), of the bytes (1)."""
+    import hashlib
+
+    from mdiff import block_ids
+
+    return hashlib.sha256(data).hexdigest() if repository_format == 1 else block_ids.of_chunks([data]).commit_id
+
+
+def plant_commit(repo, data: bytes) -> str:
+    """``data`` filed in ``repo`` as a commit under its id (with its block list in a format-2 repository), as
+    a hostile repository would hold it; returns the id."""
+    from mdiff import block_ids
+
+    cid = commit_id(data, repo.repository_format)
+    (repo.dir / "commits" / f"{cid}.mdiff").write_bytes(data)
+    if repo.repository_format == 2:
+        (repo.dir / "commits" / f"{cid}.blocks").write_bytes(block_ids.of_chunks([data]).encoded())
+    return cid

@@ -11,7 +11,6 @@ for the 512 MiB chunk below), and a loaded machine stretches wall time, not CPU 
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import subprocess
@@ -25,6 +24,7 @@ import pytest
 
 import mdiff
 from mdiff.checkpoints import open_checkpoint
+from tests.helpers import plant_commit
 
 BOUND_MIB = 200  # what a refused bomb may cost; libhdf5 took 2 GiB on the 1 MB chunk bomb below
 # Seconds of CPU an attack may cost. Measured (median of 3 runs, 2 cores shared with other work): the
@@ -154,8 +154,7 @@ def test_a_chunk_bomb_is_md513_in_bounded_memory_and_time_on_every_path(tmp_path
     save_file({"v": np.ones_like(VALUE)}, str(tmp_path / "base.safetensors"))
     repo = mdiff.Repository.init(tmp_path / "project")
     data = chunk_bomb.read_bytes()
-    commit_id = hashlib.sha256(data).hexdigest()
-    (tmp_path / "project/.mdiff/commits" / f"{commit_id}.mdiff").write_bytes(data)
+    commit_id = plant_commit(repo, data)
     (tmp_path / "project/.mdiff/refs/heads/main").write_text(commit_id + "\n")
     report = attack(PATHS[path], diff=chunk_bomb, base=tmp_path / "base.safetensors", out=tmp_path / "out.safetensors",
                     repo=repo.root)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 
 from mdiff.repo import Repository
+from tests.helpers import plant_commit
 from tests.test_cli import run
 from tests.test_repo import DATE
 
@@ -27,8 +27,7 @@ def side_broken(tmp_path):
     with repo.lock():
         repo.create_tag("v0", ids[0])
     data = CRASHER.read_bytes()
-    bad = hashlib.sha256(data).hexdigest()
-    repo.commit_path(bad).write_bytes(data)
+    bad = plant_commit(repo, data)
     repo.set_branch("evil", bad)
     return repo, ids, bad
 

@@ -6,7 +6,6 @@ remote leaves the local repository as it was; credentials are never stored or sh
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -29,6 +28,7 @@ from mdiff.repo.history import resolve
 from mdiff.repo.remote_ends import FsspecEnd, RefMoved
 from mdiff.repo.remotes import add_remote, open_end
 from mdiff.repo.transfer import fetch, push
+from tests.helpers import plant_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "s3cr3t-Never-Shown-4f9a"
@@ -363,8 +363,7 @@ def test_hostile_local_remotes_get_typed_errors_and_change_nothing(tmp_path):
     refused("MD800")
     path.write_bytes(good)
     junk = b"not an mdiff file"  # named by its sha256, reached by no ref: not filed, and no obstacle
-    junk_id = hashlib.sha256(junk).hexdigest()
-    remote.commit_path(junk_id).write_bytes(junk)
+    junk_id = plant_commit(remote, junk)
     assert fetch(bob, "origin").commits == [second] and junk_id not in bob.commit_ids()
     with bob.lock():
         bob.write_ref("refs/remotes/origin/main", first)
@@ -593,9 +592,8 @@ def test_a_remote_commit_that_crashed_libhdf5_is_a_typed_error_and_changes_nothi
     bob, _ = Repository.clone(str(origin), tmp_path / "bob")
     before = snapshot_of(bob)
     crasher = (Path(__file__).parent / "fuzz" / "regressions" / "crash-hdf5-dense-links-iterate-seed9-task1462.mdiff").read_bytes()
-    crasher_id = hashlib.sha256(crasher).hexdigest()
     remote = Repository(origin)
-    remote.commit_path(crasher_id).write_bytes(crasher)
+    crasher_id = plant_commit(remote, crasher)
     with remote.lock():
         remote.create_branch("evil", crasher_id)
     with pytest.raises(RepositoryError) as caught:

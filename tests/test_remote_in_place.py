@@ -15,14 +15,16 @@ import numpy as np
 import pytest
 
 import mdiff
+from mdiff import block_ids
 from mdiff.engines import apply_update
-from mdiff.checkpoints import load_checkpoint
 from mdiff.errors import InvalidFileError, RepositoryError
 from mdiff.ranged_file import PAGE
 from mdiff.repo import Repository
 from mdiff.repo.remote_repository import RemoteRepository
 from mdiff.repo.remotes import add_remote
 from mdiff.repo.transfer import push
+from tests import helpers
+from tests.helpers import plant_commit
 from tests.test_remote import bucket_url, run, s3, s3_files  # noqa: F401  (fixtures)
 
 NAMES = [f"layer{i}.weight" for i in range(12)]
@@ -74,13 +76,15 @@ def test_reading_one_parameter_moves_its_stored_bytes_and_a_few_pages(remote):
     url, options, repo, ids, values = remote
     far = RemoteRepository(url, options)
     assert far.resolve("main") == ids[1] and far.resolve("main~1") == ids[0]
-    assert far.requests == 2 and far.bytes_read == 2 * PAGE  # the tip's metadata, to learn its parent
+    # the tip's metadata, to learn its parent: its block list's head and leaf hashes, then its first leaf, verified
+    size = repo.commit_path(ids[1]).stat().st_size
+    assert far.requests == 3 and far.bytes_read == block_ids.list_size(size) + block_ids.LEAF
     with far.open_state(ids[1]) as state:
         before = far.bytes_read
         got = state.read("layer3.weight")  # changed by the second commit: both commits' data
     assert np.array_equal(got, values["layer3.weight"])
     data = stored(repo, ids[0], "layer3.weight") + stored(repo, ids[1], "layer3.weight")
-    assert data <= far.bytes_read - before <= data + 4 * PAGE  # its chunks, and their index pages
+    assert data <= far.bytes_read - before <= data + 4 * block_ids.LEAF  # its chunks, and their index, in whole leaves
     whole = sum(repo.commit_path(c).stat().st_size for c in ids)
     assert far.bytes_read < whole / 5
 
@@ -106,16 +110,32 @@ def test_a_full_checkout_in_place_gives_the_bytes_of_a_local_one(remote, tmp_pat
     assert 0 < report["requests"] < 200
 
 
-def _remote_file(url: str, options, commit_id: str) -> tuple[bytes, callable]:
-    """The bytes the remote holds for a commit, and a way to replace them there."""
+def _remote_file(url: str, options, commit_id: str, suffix: str = ".mdiff") -> tuple[bytes, callable]:
+    """The bytes the remote holds for a commit (or, ``suffix`` ".blocks", its block list), and a way to replace
+    them there."""
+    return _remote_object(url, options, f"commits/{commit_id}{suffix}")
+
+
+def _remote_object(url: str, options, relative: str) -> tuple[bytes | None, callable]:
+    """The bytes of ``.mdiff/<relative>`` on the remote (None: missing), and a way to write them there."""
     if options is None:
-        path = Path(url) / ".mdiff" / "commits" / f"{commit_id}.mdiff"
-        return path.read_bytes(), path.write_bytes
-    fs, key = s3_files(options), f"{url[len('s3://'):]}/.mdiff/commits/{commit_id}.mdiff"
-    return fs.cat_file(key), lambda data: fs.pipe_file(key, data)
+        path = Path(url) / ".mdiff" / relative
+        return path.read_bytes() if path.exists() else None, path.write_bytes
+    fs, key = s3_files(options), f"{url[len('s3://'):]}/.mdiff/{relative}"
+    return fs.cat_file(key) if fs.exists(key) else None, lambda data: fs.pipe_file(key, data)
 
 
-def test_a_remote_serving_wrong_data_is_a_typed_error_and_writes_nothing(remote, tmp_path):
+def _plant_on_remote(url: str, options, data: bytes, branch: str) -> str:
+    """``data`` filed on the remote as a commit under its own id, with its block list, on ``branch``: a remote
+    whose ids verify, serving a file that is bad in another way."""
+    commit_id = helpers.commit_id(data)
+    _remote_file(url, options, commit_id)[1](data)
+    _remote_file(url, options, commit_id, ".blocks")[1](block_ids.of_chunks([data]).encoded())
+    _remote_object(url, options, f"refs/heads/{branch}")[1](f"{commit_id}\n".encode())
+    return commit_id
+
+
+def test_a_remote_serving_wrong_data_is_md800_and_writes_nothing(remote, tmp_path):
     url, options, repo, ids, _ = remote
     data, replace = _remote_file(url, options, ids[0])
     with repo.open_commit(ids[0]) as diff:
@@ -128,7 +148,8 @@ def test_a_remote_serving_wrong_data_is_a_typed_error_and_writes_nothing(remote,
         assert np.array_equal(state.read("layer0.weight"), repo.checkout(ids[1])["layer0.weight"])
         with pytest.raises(mdiff.MdiffError) as caught:
             state.read("layer5.weight")
-    assert caught.value.code == "MD802" and "MD513" in str(caught.value)  # its chunk no longer inflates
+    # the leaf holding the byte no longer hashes to its leaf hash: refused before libhdf5 or zlib sees it
+    assert caught.value.code == "MD800" and f"commits/{ids[0][:12]}: bytes " in caught.value.message
     with pytest.raises(mdiff.MdiffError):
         far.checkout("main", tmp_path / "out.safetensors")
     assert not (tmp_path / "out.safetensors").exists()
@@ -158,14 +179,18 @@ def test_a_remote_serving_fewer_bytes_than_it_listed_is_md801(remote, tmp_path):
     assert not (tmp_path / "out.safetensors").exists()
 
 
-def test_broken_metadata_in_place_is_md802(remote):
+def test_broken_metadata_in_place_is_md800_under_its_id_and_md802_under_its_own(remote):
     url, options, repo, ids, _ = remote
     data, replace = _remote_file(url, options, ids[1])
-    replace(data[:8] + b"\0" * 64 + data[72:])  # the superblock
-    far = RemoteRepository(url, options)
+    broken = data[:8] + b"\0" * 64 + data[72:]  # the superblock
+    bad = _plant_on_remote(url, options, broken, "evil")
     with pytest.raises(RepositoryError) as caught:
-        far.open_state(ids[1])
-    assert caught.value.code == "MD802"
+        RemoteRepository(url, options).open_state(RemoteRepository(url, options).resolve("evil"))
+    assert caught.value.code == "MD802" and bad == helpers.commit_id(broken)
+    replace(broken)
+    with pytest.raises(RepositoryError) as caught:
+        RemoteRepository(url, options).open_state(ids[1])
+    assert caught.value.code == "MD800"
 
 
 def test_mdiff_open_of_a_url_reads_the_parameters_used(s3, bucket_url, tmp_path):
@@ -191,22 +216,20 @@ def test_lazy_needs_a_remote(capsys, tmp_path):
 def test_values_read_in_place_are_verified_by_their_sha256(tmp_path):
     """An uncompressed commit whose data the remote alters (same size, same name): the values still
     decode, and their sha256 refuses them."""
-    import hashlib
 
     values = model(3)
     plain = tmp_path / "plain.mdiff"
     mdiff.write(plain, {name: mdiff.replace(v) for name, v in values.items()}, mdiff.Commit("root"), compression="none")
     data = plain.read_bytes()
-    commit_id = hashlib.sha256(data).hexdigest()
     origin = Repository.init(tmp_path / "origin")
-    (origin.dir / "commits" / f"{commit_id}.mdiff").write_bytes(data)
+    commit_id = plant_commit(origin, data)
     origin.write_ref("refs/heads/main", commit_id)
     assert np.array_equal(RemoteRepository(str(tmp_path / "origin")).checkout("main")["layer2.weight"],
                           values["layer2.weight"])
     with h5py.File(plain, "r") as f:
         offset = f["parameters/layer2.weight/value"].id.get_offset() + 4096
-    (origin.dir / "commits" / f"{commit_id}.mdiff").write_bytes(
-        data[:offset] + bytes([data[offset] ^ 0x40]) + data[offset + 1:])
+    altered = plant_commit(origin, data[:offset] + bytes([data[offset] ^ 0x40]) + data[offset + 1:])
+    origin.write_ref("refs/heads/main", altered)  # its id verifies: only the value's sha256 can catch it
     far = RemoteRepository(str(tmp_path / "origin"))
     with far.open_state(far.resolve("main")) as state:
         assert np.array_equal(state.read("layer1.weight"), values["layer1.weight"])

@@ -31,6 +31,7 @@ from mdiff.format.limits import DEFAULT_LIMITS
 from mdiff.format.reader import open_diff
 from mdiff.repo import Repository
 from mdiff.repo.history import resolve
+from tests.helpers import plant_commit
 from tests.test_repo import DATE, same_state, state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -260,8 +261,7 @@ def test_fsck_names_the_commit_and_the_object_in_it(made):
     reported at that commit's file, the object in it named first in the message."""
     repo, ids = made
     data = (ROOT / "conformance" / "invalid" / "MD405-required_dataset_is_a_group" / "diff.mdiff").read_bytes()
-    filed = repo.commit_path(hashlib.sha256(data).hexdigest())
-    filed.write_bytes(data)
+    filed = repo.commit_path(plant_commit(repo, data))
     code, out = cli("fsck", "-C", repo.root)
     assert code == 1
     assert out.splitlines()[0] == f"MD405 error {filed}: /parameters/w/xor: `xor` is a group; a dense update needs a dataset"
@@ -328,7 +328,8 @@ def test_writes_never_follow_a_link_out_of_the_repository(made, tmp_path):
     for argv in (["commit", tmp_path / "s3.safetensors", "-m", "three", "--date", DATE, "-q"], ["log"]):
         code, out = run(*argv, "-C", repo.root)
         assert (code, "MD801" in out) == (1, True), (argv, out)
-    assert sorted(p.name for p in (outside / "commits").iterdir()) == sorted(f"{c}.mdiff" for c in ids)
+    assert sorted(p.name for p in (outside / "commits").iterdir()) == sorted(f"{c}.{kind}" for c in ids
+                                                                             for kind in ("blocks", "mdiff"))
     # the lock file linked to a file of the victim's: not opened, not truncated
     (repo.dir / "commits").unlink()
     os.replace(outside / "commits", repo.dir / "commits")
@@ -533,8 +534,7 @@ LIBHDF5_CRASHERS = ["crash-hdf5-dense-links-iterate-seed9-task1462.mdiff"]
 def _filed(repo: Repository, name: str) -> str:
     """The regression file ``name`` filed as a commit under its true sha256 (MD800 passes), on branch evil."""
     data = (ROOT / "tests" / "fuzz" / "regressions" / name).read_bytes()
-    commit_id = hashlib.sha256(data).hexdigest()
-    repo.commit_path(commit_id).write_bytes(data)
+    commit_id = plant_commit(repo, data)
     repo.set_branch("evil", commit_id)
     return commit_id
 

@@ -343,11 +343,13 @@ def test_gc_round_trip_reset_keeps_by_reflog_until_it_expires(repo, capsys):
     report = json.loads(out)
     # four moves of main, each in main's reflog and HEAD's (HEAD names main: §13.6)
     assert report["commits_removed"] == sorted([b, c]) and report["reflog_entries_expired"] == 8
-    assert {row["path"] for row in report["removed"]} == {f"commits/{b}.mdiff", f"commits/{c}.mdiff",
+    assert {row["path"] for row in report["removed"]} == {f"commits/{b}.mdiff", f"commits/{c}.mdiff",  # with their
+                                                           f"commits/{b}.blocks", f"commits/{c}.blocks",  # lists
                                                            f"snapshots/{c}.mdiff"}
     assert repo.commit_ids() == sorted([a, b, c])  # a dry run removes nothing
     code, out, _ = run(capsys, "gc", "--prune", "now", "--reflog-expire", "now", "-C", repo.root)
-    assert code == 0 and out.splitlines()[-1].startswith("3 entries (2 commits), ")
+    assert code == 0 and out.splitlines()[-1].startswith("5 entries (2 commits), ")
+    assert sorted(p.name for p in (repo.dir / "commits").iterdir()) == [f"{a}.blocks", f"{a}.mdiff"]
     assert repo.commit_ids() == [a] and not (repo.dir / "snapshots" / f"{c}.mdiff").exists()
     assert not (repo.dir / "logs" / "refs" / "heads" / "main").exists() and not (repo.dir / "logs" / "HEAD").exists()
     assert repo.fsck() == [] and same_state(repo.checkout("main"), state(0))

@@ -286,8 +286,9 @@ def checkout_arguments(p) -> None:
     add_storage_option(p, "with --remote: an fsspec option for its store (as for `mdiff fetch`); never stored")
     p.add_argument("--lazy", action="store_true",
                    help="with --remote: read the commits in place, by byte ranges — their metadata and the data "
-                        "the state needs — instead of fetching each whole; every value is still verified by its "
-                        "sha256, but commit ids are not (they vouch only for whole files: SPEC.md §13.9)")
+                        "the state needs — instead of fetching each whole; what is read is verified against the "
+                        "commit ids, leaf by leaf (a repository of format 1: each commit whole), and every value by "
+                        "its sha256 (SPEC.md §13.9)")
     add_repository_options(p)
 
 
@@ -336,9 +337,8 @@ def run_checkout(args) -> int:
         if not args.lazy:  # the revision as given: a branch's name says whose working copy OUT is (working.py)
             written = repo.checkout(args.rev if not args.remote else commit_id, args.output, progress=bar, **options)
     what = count(len(written), "file") if len(written) > 1 or written != [args.output] else ""
-    how = (f"; read in place: {format_size(moved['bytes_read'])} in {count(moved['requests'], 'request')}, every "
-           "value verified, "
-           "commit ids not" if moved else ", verified")
+    how = (f"; read in place: {format_size(moved['bytes_read'])} in {count(moved['requests'], 'request')}, "
+           "verified" if moved else ", verified")
     print_result(args, {"commit": commit_id, "output": args.output, "written": written, **moved},
            f"wrote {args.output}{f' ({what})' if what else ''}: the state at {commit_id[:12]}{how}")
     return 0

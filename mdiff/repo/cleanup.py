@@ -175,6 +175,9 @@ def collect(repo: Store, dry_run: bool = False, prune: float = DEFAULT_PRUNE_SEC
                 report.removed.append(Leftover(path, _size(path), "a commit no ref, HEAD or young reflog entry "
                                                                   "reaches"))
                 report.commits.append(commit_id)
+                blocks = repo.blocks_path(commit_id)
+                if blocks.is_file() and not blocks.is_symlink():  # after its commit: the list goes with it (§13.1)
+                    report.removed.append(Leftover(blocks, _size(blocks), "the block list of a commit gc removes"))
         report.expired_entries = sum(keep.expiring.values())
     folder = repo.dir / "snapshots"
     for path in sorted(folder.glob("*.mdiff")) if folder.is_dir() else []:

@@ -9,11 +9,13 @@ through the descriptor its id was checked on.
 
 from __future__ import annotations
 
+import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
 
 from mdiff.errors import RepositoryError
+from mdiff.positional_io import pread
 from mdiff.format.findings import Finding
 from mdiff.progress import ByteCounter, Progress
 from mdiff.repo import cleanup
@@ -71,6 +73,7 @@ class RepositoryCheck:
             files = [self.store.commit_path(c) for c in self.commit_ids] + snapshot_files
             self._done = ByteCounter(self.progress, ((str(p), _file_size(p)) for p in files))
         self.check_commits()
+        self.check_block_lists()
         self.check_state_digests()
         self.check_snapshots(snapshot_files)
         self.check_leftovers()
@@ -177,6 +180,42 @@ class RepositoryCheck:
                 for parent in store.parents(commit_id):
                     if parent not in known:
                         self.findings.append(Finding("MD801", str(path), f"parent {parent[:12]} is not in the repository"))
+
+    def check_block_lists(self) -> None:
+        """§13.1–§13.2: a format-2 commit's ``commits/<id>.blocks``, where there is one, is its block list:
+        its head hashes to the id and its leaf hashes to the head (MD800), it is one (MD801), and it is the
+        commit file's (MD800). A commit without one is sound: a block list is made from the file."""
+        store = self.store
+        try:
+            if store.repository_format != 2:
+                return
+        except RepositoryError:
+            return  # reported with format
+        from mdiff import block_ids
+
+        for commit_id in self.commit_ids:
+            relative = f"commits/{commit_id}.blocks"
+            kind = store.kind(relative)
+            if kind is None:
+                continue
+            path = store.blocks_path(commit_id)
+            try:
+                if kind != "a regular file":
+                    raise RepositoryError("MD801", f"{path} is {kind}: a block list is a regular file (§13.1)")
+                fd, before = store._open_file(relative)
+                try:
+                    data = pread(fd, before.st_size + 1, 0)
+                finally:
+                    os.close(fd)
+                listed = block_ids.parse(data, commit_id, "")
+                with store._verified_commit(commit_id) as (commit_fd, _):
+                    made = block_ids.of_fd(commit_fd, os.fstat(commit_fd).st_size, keep_leaves=True)
+                if made is None or made.encoded() != listed.encoded():
+                    raise RepositoryError("MD800", f"{path} is not the block list of the commit file")
+            except RepositoryError as exc:
+                if exc.message.startswith(f"commit file {commit_id[:12]} "):
+                    continue  # the commit file itself: reported by check_commits
+                self._report(exc, path)
 
     def check_state_digests(self) -> None:
         """§4.2: a commit's `state_sha256` is the digest of the state its chain makes (MD808)."""

@@ -7,7 +7,16 @@ import os
 import re
 
 REPO_DIR = ".mdiff"
-FORMAT_LINE = "mdiff-repository 1\n"
+FORMAT_LINES = {1: "mdiff-repository 1\n", 2: "mdiff-repository 2\n"}  # §13.1: what kind of ids it holds (§4.3)
+FORMAT = 2  # what a new repository is
+FORMAT_LINE = FORMAT_LINES[FORMAT]
+
+
+def format_of(text: str | None) -> int | None:
+    """The repository format ``format``'s text says, None when it says none of them."""
+    return next((version for version, line in FORMAT_LINES.items() if line == text), None)
+
+
 COMMIT_ID = re.compile(r"[0-9a-f]{64}")
 ID_LINE = re.compile(r"[0-9a-f]{64}\n")  # a ref or detached HEAD: the id and one newline, nothing else (§13.1)
 BRANCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from mdiff import block_ids
 from mdiff.atomic import TEMP_SUFFIX, naming
 from mdiff.errors import InvalidFileError, RepositoryError
 from mdiff.format.limits import DEFAULT_LIMITS
@@ -32,7 +33,7 @@ from mdiff.isolation import Isolation, isolation_supported
 from mdiff.positional_io import pread
 from mdiff.regular_files import open_regular, reopenable, same_file
 from mdiff.repo.folder import RepositoryFolder, create_exclusive, removed_on_failure, rename_in, write_all
-from mdiff.repo.names import COMMIT_ID, shown
+from mdiff.repo.names import COMMIT_ID, FORMAT_LINES, format_of, shown
 
 if TYPE_CHECKING:  # each imported where it is used: a log of commits seen before needs none of them
     from mdiff.format.commit import Commit
@@ -49,6 +50,15 @@ _METADATA_SEARCH_BYTES = 1 << 20
 def what_is(directory: str) -> str:
     """What a file of ``commits/`` or ``snapshots/`` is, in words."""
     return "commit file" if directory == "commits" else "snapshot"
+
+
+def id_of(fd: int, size: int, repository_format: int) -> str | None:
+    """The id of the first ``size`` bytes of ``fd`` in a repository of that format (§4.3): the SHA-256 of the
+    bytes (format 1), of the block list (format 2, hashed on every core); None if the file ends sooner."""
+    if repository_format == 1:
+        return _sha256_of(fd, size)
+    blocks = block_ids.of_fd(fd, size)
+    return blocks.commit_id if blocks is not None else None
 
 
 def _sha256_of(fd: int, size: int) -> str | None:
@@ -97,6 +107,20 @@ class CommitFiles(RepositoryFolder):
         # come from the bytes alone)
         self.use_cache = True
         self._cache: WalkCache | None = None
+        self._repository_format: int | None = None
+
+    @property
+    def repository_format(self) -> int:
+        """1 or 2: which kind of commit ids the repository holds (§4.3, §13.1), read from ``format`` once;
+        MD801 when it says neither."""
+        if self._repository_format is None:
+            text = self._read_small("format")
+            version = format_of(text)
+            if version is None:
+                raise RepositoryError("MD801", f"{self.dir / 'format'} is missing or says no repository format this "
+                                               f"mdiff reads ({' or '.join(repr(v.strip()) for v in FORMAT_LINES.values())})")
+            self._repository_format = version
+        return self._repository_format
 
     def existing_commit(self, commit_id: str, what: str) -> str:
         if self.kind(f"commits/{commit_id}.mdiff") is None:
@@ -118,8 +142,10 @@ class CommitFiles(RepositoryFolder):
         with naming(self.dir / directory, doing=f"{what} {commit_id[:12]} could not be written"), \
                 self._folder([directory], create=True) as (fd, prefix):
             out = create_exclusive(fd, prefix, temp)
-            with removed_on_failure(fd, prefix, temp):
-                digest, size = hashlib.sha256(), 0
+            with removed_on_failure(fd, prefix, temp), removed_on_failure(fd, prefix, temp + ".blocks"):
+                version = self.repository_format if directory == "commits" else 1
+                digest = hashlib.sha256() if version == 1 else block_ids.StreamHasher()
+                size = 0
                 try:
                     for chunk in chunks:
                         size += len(chunk)
@@ -130,12 +156,20 @@ class CommitFiles(RepositoryFolder):
                     os.fsync(out)
                 finally:
                     os.close(out)
-                if directory == "commits" and digest.hexdigest() != commit_id:
+                if isinstance(digest, block_ids.StreamHasher):
+                    blocks = digest.result()
+                    got = blocks.commit_id
+                    if got == commit_id:
+                        self._write_blocks(fd, prefix, temp + ".blocks", blocks)
+                else:
+                    got = digest.hexdigest()
+                if directory == "commits" and got != commit_id:
                     raise RepositoryError("MD800", f"commit {commit_id[:12]} is corrupt: the {size} bytes received "
-                                                   f"hash to {digest.hexdigest()[:12]}")
+                                                   f"hash to {got[:12]}")
                 folder = reopenable(fd, self.dir / directory) if fd is not None else prefix
                 try:
-                    self._read_back(fd, prefix + temp, Path(folder) / temp, directory == "commits", untrusted=True)
+                    self._read_back(fd, prefix + temp, Path(folder) / temp, directory == "commits", untrusted=True,
+                                    known=commit_id if directory == "commits" else None)
                 except InvalidFileError as exc:
                     code = "MD802" if directory == "commits" else "MD801"
                     raise RepositoryError(code, f"{what} {commit_id[:12]} is no valid mdiff file: "
@@ -145,6 +179,8 @@ class CommitFiles(RepositoryFolder):
     def file_received(self, temp: str, commit_id: str, directory: str = "commits") -> None:
         """Give the temporary file ``temp`` (from :meth:`receive_commit`) its name: ``<commit_id>.mdiff``."""
         with self._folder([directory]) as (fd, prefix):
+            if directory == "commits" and self.kind(f"commits/{temp}.blocks") is not None:
+                rename_in(fd, prefix, temp + ".blocks", f"{commit_id}.blocks")  # first: a commit comes with its list
             rename_in(fd, prefix, temp, f"{commit_id}.mdiff")
             self._sync_folder(fd, prefix)
 
@@ -153,9 +189,42 @@ class CommitFiles(RepositoryFolder):
         return self._facts[commit_id].parents
 
     def discard_received(self, temp: str, directory: str = "commits") -> None:
-        with contextlib.suppress(FileNotFoundError):
-            with self._folder([directory]) as (fd, prefix):
-                os.unlink(prefix + temp, dir_fd=fd)
+        for name in (temp, temp + ".blocks"):
+            with contextlib.suppress(FileNotFoundError):
+                with self._folder([directory]) as (fd, prefix):
+                    os.unlink(prefix + name, dir_fd=fd)
+
+    @staticmethod
+    def _write_blocks(fd: int | None, prefix: str, name: str, blocks: block_ids.BlockList) -> None:
+        """The block list ``blocks`` as the new file ``name`` of the folder (written and synced)."""
+        out = create_exclusive(fd, prefix, name)
+        try:
+            write_all(out, blocks.encoded())
+            os.fsync(out)
+        finally:
+            os.close(out)
+
+    def blocks_path(self, commit_id: str) -> Path:
+        return self.dir / "commits" / f"{commit_id}.blocks"
+
+    def commit_blocks(self, commit_id: str) -> bytes:
+        """The block list of a commit of a format-2 repository (§13.1: ``commits/<id>.blocks``), verified
+        against the id (MD800): the file's when it is there and verifies, else made from the commit file,
+        verified whole (MD800), and written for the next reader (under the lock: see :meth:`keep_blocks`)."""
+        length = os.stat(self.commit_path(commit_id), follow_symlinks=False).st_size
+        if self.kind(f"commits/{commit_id}.blocks") == "a regular file":
+            fd, _ = self._open_file(f"commits/{commit_id}.blocks")
+            try:
+                data = pread(fd, block_ids.list_size(length) + 1, 0)
+            finally:
+                os.close(fd)
+            with contextlib.suppress(RepositoryError):
+                return block_ids.parse(data, commit_id, str(self.blocks_path(commit_id))).encoded()
+        with self._verified_commit(commit_id) as (fd, _):
+            blocks = block_ids.of_fd(fd, os.fstat(fd).st_size, keep_leaves=True)
+        if blocks is None or blocks.commit_id != commit_id:
+            raise RepositoryError("MD800", f"commit file {commit_id[:12]} changed while it was read")
+        return blocks.encoded()
 
     def snapshot_chunks(self, commit_id: str, block: int = 8 << 20) -> Iterator[bytes]:
         """The bytes of ``snapshots/<commit_id>.mdiff`` (a regular file, opened as §13.1 says), in blocks."""
@@ -290,7 +359,7 @@ class CommitFiles(RepositoryFolder):
         try:
             known = self._verified.get(commit_id)
             if known is None or not same_file(known, before):  # else: the very file hashed before, unchanged
-                got = _sha256_of(fd, before.st_size)
+                got = id_of(fd, before.st_size, self.repository_format)
                 if got != commit_id:
                     self._check_unchanged(fd, before, commit_id)
                     raise RepositoryError("MD800", f"commit file {commit_id[:12]} is corrupt: its bytes hash to "
@@ -381,22 +450,39 @@ class CommitFiles(RepositoryFolder):
                         write(writer)
                         if seal is not None:
                             sealed.seal(seal())
-                    commit_id = self._read_back(fd, prefix + temp, self.dir / directory / temp, directory == "commits")
+                    with removed_on_failure(fd, prefix, temp + ".blocks"):
+                        commit_id = self._read_back(fd, prefix + temp, self.dir / directory / temp,
+                                                    directory == "commits", blocks_to=(fd, prefix, temp + ".blocks"))
+                        if directory == "commits" and self.repository_format == 2:
+                            rename_in(fd, prefix, temp + ".blocks", f"{commit_id}.blocks")
                     rename_in(fd, prefix, temp, f"{commit_id}.mdiff")
             self._sync_folder(fd, prefix)
         return commit_id
 
-    def _read_back(self, folder: int | None, name: str, path: Path, remember: bool, untrusted: bool = False) -> str:
+    def _read_back(self, folder: int | None, name: str, path: Path, remember: bool, untrusted: bool = False,
+                   blocks_to: tuple[int | None, str, str] | None = None, known: str | None = None) -> str:
         """The sha256 of the file ``name`` (relative to ``folder``; ``path`` by its full name) just
         written, which is opened as a reader opens it (the reader's error when it would refuse it);
         with ``remember``, its metadata is kept as a commit's. ``untrusted``: bytes this process did not
-        make (a remote's), parsed with the repository's isolation (§8.5)."""
+        make (a remote's), parsed with the repository's isolation (§8.5). ``blocks_to``: (folder, prefix,
+        name) where a commit of a format-2 repository gets its block list written. ``known``: the id, verified
+        as the bytes arrived (not hashed again)."""
         from mdiff.format.reader import open_diff
 
         fd, before = open_regular(name, follow_links=False, dir_fd=folder)
         try:
-            commit_id = _sha256_of(fd, before.st_size)
-            assert commit_id is not None  # written and synced by this process, under the lock
+            if known is not None:
+                commit_id = known
+            elif remember and self.repository_format == 2:
+                blocks = block_ids.of_fd(fd, before.st_size, keep_leaves=True)
+                assert blocks is not None  # written and synced by this process, under the lock
+                commit_id = blocks.commit_id
+                if blocks_to is not None:
+                    self._write_blocks(*blocks_to[:2], blocks_to[2], blocks)
+            else:
+                got = _sha256_of(fd, before.st_size)
+                assert got is not None  # written and synced by this process, under the lock
+                commit_id = got
             with open_diff(reopenable(fd, path), isolation=self.isolation if untrusted else None,
                            commit_id=commit_id if self.use_cache else None) as diff:
                 if remember:

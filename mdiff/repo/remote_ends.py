@@ -19,7 +19,8 @@ import logging
 import os
 import re
 import secrets
-from collections.abc import Iterable, Iterator
+import shutil
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from mdiff import positional_io
 from mdiff.errors import RepositoryError
 from mdiff.format.limits import DEFAULT_LIMITS
 from mdiff.ranged_file import RangedFile
-from mdiff.repo.names import FORMAT_LINE, HEAD_PREFIX, MAX_SMALL_FILE_BYTES, valid_branch
+from mdiff.repo.names import FORMAT, FORMAT_LINES, HEAD_PREFIX, MAX_SMALL_FILE_BYTES, format_of, valid_branch
 from mdiff.repo.store import Store
 
 log = logging.getLogger(__name__)
@@ -100,11 +101,12 @@ class RemoteEnd(abc.ABC):
     url: str
 
     @abc.abstractmethod
-    def check_format(self) -> None:
-        """MD801 unless a repository is there ("holds no mdiff repository" when there is none)."""
+    def check_format(self) -> int:
+        """The repository's format (1 or 2: which kind of commit ids it holds, §4.3); MD801 unless a
+        repository is there ("holds no mdiff repository" when there is none)."""
 
     @abc.abstractmethod
-    def create(self, branch: str) -> None:
+    def create(self, branch: str, repository_format: int = FORMAT) -> None:
         """An empty repository whose HEAD names ``branch``, unless one is there."""
 
     @abc.abstractmethod
@@ -129,21 +131,29 @@ class RemoteEnd(abc.ABC):
         ranges (§13.9): what it serves is never checked against the commit's id."""
 
     @abc.abstractmethod
-    def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int, directory: str = "commits") -> None:
-        """The commit (or snapshot) file, made visible under its name only once whole."""
+    def blocks_reader(self, commit_id: str) -> Callable[[int, int], bytes] | None:
+        """What serves byte ranges of the commit's block list (``commits/<id>.blocks``, §13.1), None when the
+        remote has none for it; never trusted (ranged_file.LeafVerifier checks what it serves)."""
+
+    @abc.abstractmethod
+    def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int, directory: str = "commits",
+                     blocks: bytes | None = None) -> None:
+        """The commit (or snapshot) file, made visible under its name only once whole — after its block list
+        ``blocks`` (format 2), so that every commit listed has one."""
 
     @abc.abstractmethod
     def update_ref(self, ref: str, old: str | None, new: str) -> None:
         """Make ``ref`` name ``new`` if it still names ``old`` (None: does not exist); RefMoved otherwise."""
 
-    def ensure(self, branch: str) -> None:
-        """A repository there: the one found (checked), else a new one (a first push creates it)."""
+    def ensure(self, branch: str, repository_format: int = FORMAT) -> int:
+        """A repository there: the one found (checked), else a new one of ``repository_format`` (a first push
+        creates it). Returns its format."""
         try:
-            self.check_format()
+            return self.check_format()
         except NoRepository:
             log.info("%s holds no repository: creating one", self.url)
-            self.create(branch)
-            self.check_format()
+            self.create(branch, repository_format)
+            return self.check_format()
 
 
 class LocalEnd(RemoteEnd):
@@ -153,16 +163,16 @@ class LocalEnd(RemoteEnd):
         self.url = url
         self.store = Store(root)
 
-    def check_format(self) -> None:
+    def check_format(self) -> int:
         if not os.path.lexists(self.store.dir / "format"):
             if not os.path.isdir(self.store.root):
                 raise NoRepository(self.url, True, missing_folder=True)
             raise NoRepository(self.url, not os.listdir(self.store.root))
-        self.store.check_format()
+        return self.store.check_format()
 
-    def create(self, branch: str) -> None:
+    def create(self, branch: str, repository_format: int = FORMAT) -> None:
         with contextlib.suppress(RepositoryError):  # made meanwhile by another pusher: checked next
-            Store.create(self.store.root, branch)
+            Store.create(self.store.root, branch, repository_format)
 
     def head_branch(self) -> str | None:
         return self.store.head_ref()[0]
@@ -199,10 +209,29 @@ class LocalEnd(RemoteEnd):
         except FileNotFoundError:
             raise RepositoryError("MD801", f"{self.url} lists or names commit {commit_id[:12]} but does not "
                                            "serve it") from None
-        return RangedFile(lambda start, end: positional_io.pread(fd, end - start, start), size,
-                          f"{self.url} {directory}/{commit_id[:12]}", lambda: os.close(fd))
+        def copy(local: str) -> None:  # a whole file, for a reader that verifies it whole (§13.2)
+            with open(local, "wb") as out, open(os.dup(fd), "rb", closefd=True) as source:
+                source.seek(0)
+                shutil.copyfileobj(source, out, BLOCK)
 
-    def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int, directory: str = "commits") -> None:
+        return RangedFile(lambda start, end: positional_io.pread(fd, end - start, start), size,
+                          f"{self.url} {directory}/{commit_id[:12]}", lambda: os.close(fd), copy)
+
+    def blocks_reader(self, commit_id: str) -> Callable[[int, int], bytes] | None:
+        if self.store.kind(f"commits/{commit_id}.blocks") is None:
+            return None
+
+        def read(start: int, end: int) -> bytes:
+            fd, _ = self.store._open_file(f"commits/{commit_id}.blocks")  # MD801: a link, FIFO, … there
+            try:
+                return positional_io.pread(fd, end - start, start)
+            finally:
+                os.close(fd)
+
+        return read
+
+    def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int, directory: str = "commits",
+                     blocks: bytes | None = None) -> None:
         temp = self.store.receive_commit(commit_id, chunks, MAX_COMMIT_FILE_BYTES, directory)
         self.store.file_received(temp, commit_id, directory)
 
@@ -288,12 +317,15 @@ class FsspecEnd(RemoteEnd):
             raise RepositoryError("MD801", f"{self.url}: .mdiff/{relative} is malformed: not UTF-8 text") from None
         return text, info.get("ETag")
 
-    def check_format(self) -> None:
+    def check_format(self) -> int:
         text, _ = self._small("format")
         if text is None:
             raise NoRepository(self.url, self._empty())
-        if text != FORMAT_LINE:
-            raise RepositoryError("MD801", f"{self.url}: .mdiff/format does not say {FORMAT_LINE.strip()!r}")
+        version = format_of(text)
+        if version is None:
+            raise RepositoryError("MD801", f"{self.url}: .mdiff/format says no repository format this mdiff reads "
+                                           f"({' or '.join(repr(line.strip()) for line in FORMAT_LINES.values())})")
+        return version
 
     def _empty(self) -> bool | None:
         """Whether nothing at all is stored under the URL's path (None: cannot be told)."""
@@ -304,10 +336,10 @@ class FsspecEnd(RemoteEnd):
         except Exception:
             return None
 
-    def create(self, branch: str) -> None:
+    def create(self, branch: str, repository_format: int = FORMAT) -> None:
         """``format`` and HEAD, each written only if absent (objects need no folders); ``format`` last, as
         it is what says a repository is there."""
-        for relative, text in (("HEAD", f"{HEAD_PREFIX}{branch}\n"), ("format", FORMAT_LINE)):
+        for relative, text in (("HEAD", f"{HEAD_PREFIX}{branch}\n"), ("format", FORMAT_LINES[repository_format])):
             try:
                 self._put(relative, text, **({"IfNoneMatch": "*"} if self.conditional else {}))
             except FileExistsError:
@@ -425,11 +457,23 @@ class FsspecEnd(RemoteEnd):
                           f"{self.url} {directory}/{commit_id[:12]}",
                           download=lambda local: self.fs.get_file(path, local, callback=_AtMost(size)))
 
-    def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int, directory: str = "commits") -> None:
+    def blocks_reader(self, commit_id: str) -> Callable[[int, int], bytes] | None:
+        path = self._path(f"commits/{commit_id}.blocks")
+
+        def read(start: int, end: int) -> bytes:
+            return self.fs.cat_file(path, start=start, end=end)
+
+        return read  # a missing one: FileNotFoundError on the first read
+
+    def write_commit(self, commit_id: str, chunks: Iterable[bytes], size: int, directory: str = "commits",
+                     blocks: bytes | None = None) -> None:
         """An object appears whole or not at all (a multipart upload is invisible until completed): the
-        commit is written under its own name; one there already has these bytes or is refused by readers."""
+        commit is written under its own name, after its block list; one there already has these bytes or is
+        refused by readers."""
         path = self._path(f"{directory}/{commit_id}.mdiff")
         try:
+            if blocks is not None:
+                self.fs.pipe_file(self._path(f"commits/{commit_id}.blocks"), blocks)
             with self.fs.open(path, "wb", block_size=max(BLOCK, 5 << 20)) as file:
                 for chunk in chunks:
                     file.write(chunk)

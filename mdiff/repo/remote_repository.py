@@ -3,9 +3,12 @@
 A revision is resolved against the remote's refs (§13.3); each commit of its first-parent line is then read
 by byte ranges (ranged_file.py): its metadata when the walk reaches it, a parameter's data when that
 parameter is read. Reading one parameter of a large commit moves about that parameter's stored bytes.
-What is read is never checked against a commit's id, which vouches only for a whole file (§13.2): it is
-trusted as far as the remote's refs are, checked as a stranger's file (§8), and every exact value is
-checked against its sha256 (§13.4). Nothing read here is kept: no file, and no walk in the walk cache.
+What is read is verified against the commit's id before anything parses it (§13.2, §13.9): in a format-2
+repository leaf by leaf, through the commit's block list (``commits/<id>.blocks``), whose head hashes to the
+id; in a format-1 repository, whose ids vouch only for whole files, each commit file is downloaded whole
+and hashed first (one warning says so). A branch or tag resolved on the remote is trusted as far as the
+remote is; a full id means those bytes. Every exact value is checked against its sha256 too (§13.4), and
+the file as a stranger's (§8). Nothing read here is kept: no file, and no walk in the walk cache.
 libhdf5 reads in this process, as ``mdiff.open`` does; a fetch, then a local checkout, reads each commit
 in an isolated child (§8.5).
 """
@@ -13,6 +16,7 @@ in an isolated child (§8.5).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -23,11 +27,14 @@ from mdiff.errors import InvalidFileError, RepositoryError
 from mdiff.format.commit import Commit
 from mdiff.format.reader import DiffFile
 from mdiff.progress import Progress
-from mdiff.ranged_file import RangedFile, RangeReadError, no_collection
+from mdiff.ranged_file import BlockMismatch, LeafVerifier, RangedFile, RangeReadError, no_collection
+from mdiff.repo.objects import id_of
 from mdiff.repo.remote_ends import MAX_COMMIT_FILE_BYTES
 from mdiff.repo.remotes import open_end
 from mdiff.repo.states import StateView
 from mdiff.repo.history import resolve_on_remote
+
+log = logging.getLogger(__name__)
 
 
 class RemoteRepository:
@@ -43,7 +50,8 @@ class RemoteRepository:
     def __init__(self, url: str, storage_options: dict | None = None):
         self.url = url
         self._end = open_end(url, storage_options)
-        self._end.check_format()
+        self.repository_format = self._end.check_format()
+        self._warned = False
         self._sizes = self._end.commit_sizes()
         self._snapshot_sizes: dict[str, int] | None = None
         self._commits: dict[str, Commit] = {}
@@ -52,11 +60,12 @@ class RemoteRepository:
 
     @property
     def requests(self) -> int:
-        return sum(file.requests for file in self._opened)
+        return sum(file.requests + (file.verifier.requests if file.verifier else 0) for file in self._opened)
 
     @property
     def bytes_read(self) -> int:
-        return sum(file.bytes_fetched for file in self._opened)
+        """Bytes of the remote's commit files and their block lists read so far."""
+        return sum(file.bytes_fetched + (file.verifier.bytes_fetched if file.verifier else 0) for file in self._opened)
 
     # ------------------------------------------------------------ revisions and commits
     def resolve(self, rev: str = "HEAD") -> str:
@@ -105,13 +114,50 @@ class RemoteRepository:
 
     def _open(self, commit_id: str, size: int, directory: str) -> DiffFile:
         ranged = self._end.ranged(commit_id, size, directory)
+        self._opened.append(ranged)
+        if directory == "commits":
+            self._guard(ranged, commit_id)
         if self._spooling:
             ranged.spool()
-        self._opened.append(ranged)
         try:
             return DiffFile(ranged)  # which reads a remote file's metadata with no garbage collected meanwhile
         except RangeReadError as exc:
-            raise RepositoryError("MD801", str(exc)) from None
+            raise RepositoryError(exc.code, str(exc)) from None
+
+    def _guard(self, ranged: RangedFile, commit_id: str) -> None:
+        """Have ``ranged`` serve only bytes verified against ``commit_id`` (§13.2, §13.9): leaf by leaf through
+        the commit's block list (format 2); else — a format-1 repository, or a commit without a block list —
+        downloaded whole and hashed before anything of it is read (MD800 when it is not the commit's)."""
+        version = self.repository_format
+
+        def check_whole(fd: int, size: int) -> None:
+            got = id_of(fd, size, version)
+            if got != commit_id:
+                raise BlockMismatch(f"{ranged.name}: the bytes served hash to {(got or 'nothing')[:12]}, not to "
+                                    f"commit {commit_id[:12]}")
+
+        ranged.check_whole = check_whole
+        if version == 2:
+            reader = self._end.blocks_reader(commit_id)
+            if reader is not None:
+                try:
+                    ranged.verifier = LeafVerifier(commit_id, ranged.size, reader, ranged.name)
+                    return
+                except FileNotFoundError:
+                    pass  # no block list there: verified whole, below
+                except RangeReadError as exc:  # BlockMismatch (MD800): it lists another size than the id says
+                    raise RepositoryError(exc.code, str(exc)) from None
+                except RepositoryError:
+                    raise
+                except Exception as exc:
+                    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+                    raise RepositoryError("MD801", f"{ranged.name}: its block list cannot be read ({reason})") from None
+        if not self._warned:
+            self._warned = True
+            log.warning("%s: %s, so each commit read is downloaded whole and verified before it is used",
+                        self.url, "its commit ids (format 1) vouch only for whole files" if version == 1 else
+                        f"commit {commit_id[:12]} has no block list there")
+        ranged.spool()
 
     def remember_inexact(self, commit_id: str, names: frozenset[str]) -> None:
         """Nothing is kept of a remote read in place."""
@@ -149,7 +195,7 @@ class RemoteRepository:
         except Exception as exc:
             failure = next((file.failure for file in self._opened if file.failure is not None), None)
             if failure is not None:
-                raise RepositoryError("MD801", str(failure)) from exc
+                raise RepositoryError(failure.code, str(failure)) from exc
             raise
 
 

@@ -42,7 +42,7 @@ from mdiff.repo.cleanup import DEFAULT_PRUNE_SECONDS, DEFAULT_REFLOG_EXPIRE_SECO
 from mdiff.repo.fsck import fsck
 from mdiff.repo.history import ancestors, first_parent_line, merge_base, reflog_ref, resolve
 from mdiff.repo.merge import MergedState, MergeResult, Strategy
-from mdiff.repo.names import COMMIT_ID
+from mdiff.repo.names import COMMIT_ID, FORMAT
 from mdiff.repo.parent_values import ParentValues, open_predecessor, recall, remember
 from mdiff.repo.reflog import ReflogEntry
 from mdiff.repo.remotes import add_remote, open_end, tracking_refs
@@ -83,8 +83,11 @@ class Repository(Store):
 
     # ------------------------------------------------------------ creation and discovery
     @classmethod
-    def init(cls, root: str | os.PathLike[str] = ".", branch: str = "main", isolation: Isolation | None | str = "auto") -> Repository:
-        Store.create(Path(root), branch)
+    def init(cls, root: str | os.PathLike[str] = ".", branch: str = "main", isolation: Isolation | None | str = "auto",
+             repository_format: int = FORMAT) -> Repository:
+        """A new repository in ``root``, of ``repository_format`` (2: commit ids by block list; 1: the SHA-256 of
+        the whole file, as before revision 12 — SPEC.md §4.3)."""
+        Store.create(Path(root), branch, repository_format)
         return cls(Path(root), isolation)
 
     @staticmethod
@@ -520,11 +523,11 @@ class Repository(Store):
         ``origin``, every commit fetched, and the remote's current branch (else ``main``) made the local one.
         If anything fails, the folder is removed again (when this call made it)."""
         end = open_end(url, options)
-        end.check_format()
+        version = end.check_format()
         branch = end.head_branch() or "main"
         target = Path(directory) if directory else Path(urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1] or "repository")
         made_folder = not target.exists()
-        repo = cls.init(target, branch)
+        repo = cls.init(target, branch, repository_format=version)
         try:
             add_remote(repo, "origin", url)
             report = transfer.fetch(repo, "origin", options, progress, snapshots)
@@ -581,7 +584,8 @@ class Repository(Store):
         names on the remote at ``url``): see transfer.fetch_first_parent_line. ``cache`` is a folder this
         call may create a repository in, and reuses."""
         folder = Path(cache)
-        repo = cls(folder) if (folder / ".mdiff" / "format").exists() else cls.init(folder)
+        version = open_end(url, options).check_format()
+        repo = cls(folder) if (folder / ".mdiff" / "format").exists() else cls.init(folder, repository_format=version)
         repo.check_format()
         return repo, transfer.fetch_first_parent_line(repo, url, rev, options, progress)
 

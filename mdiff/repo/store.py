@@ -12,7 +12,7 @@ from mdiff.atomic import TEMP_SUFFIX, fsync_directory
 from mdiff.errors import RepositoryError
 from mdiff.repo import discovery
 from mdiff.repo.lock import WriterLock
-from mdiff.repo.names import FORMAT_LINE, HEAD_PREFIX, REPO_DIR
+from mdiff.repo.names import FORMAT, FORMAT_LINES, HEAD_PREFIX, REPO_DIR, format_of
 from mdiff.repo.refs import Refs
 
 
@@ -20,9 +20,13 @@ class Store(Refs, WriterLock):
     """The folder ``.mdiff/`` of a repository (SPEC.md §13.1). ``Store(root, isolation)``: see CommitFiles."""
 
     @classmethod
-    def create(cls, root: Path, branch: str) -> None:
-        """Make ``root/.mdiff`` with an empty ``branch``, atomically."""
+    def create(cls, root: Path, branch: str, repository_format: int = FORMAT) -> None:
+        """Make ``root/.mdiff`` with an empty ``branch``, atomically; ``repository_format`` says which kind of
+        commit ids it holds (§4.3, §13.1: a new repository is of format 2)."""
         cls.check_branch_name(branch)
+        if repository_format not in FORMAT_LINES:
+            raise RepositoryError("MD801", f"there is no repository format {repository_format} (formats: "
+                                           f"{', '.join(map(str, FORMAT_LINES))})")
         directory = Path(root) / REPO_DIR
         if directory.exists():
             raise RepositoryError("MD801", f"{directory} already exists; it is a repository already")
@@ -31,7 +35,7 @@ class Store(Refs, WriterLock):
         staging.mkdir(0o777)  # the umask decides, as for any folder
         for sub in ("commits", "snapshots", "refs/heads", "refs/tags"):
             (staging / sub).mkdir(parents=True)
-        (staging / "format").write_text(FORMAT_LINE, encoding="utf-8")
+        (staging / "format").write_text(FORMAT_LINES[repository_format], encoding="utf-8")
         (staging / "HEAD").write_text(f"{HEAD_PREFIX}{branch}\n", encoding="utf-8")
         os.replace(staging, directory)  # the repository appears whole or not at all
         fsync_directory(Path(root).resolve())
@@ -44,9 +48,15 @@ class Store(Refs, WriterLock):
         discovery.check_owner(root)
         return root
 
-    def check_format(self) -> None:
+    def check_format(self) -> int:
+        """The repository's format (1 or 2: which kind of commit ids it holds, §4.3); MD801 when ``format``
+        is missing or says another."""
         text = self._read_small("format")
         if text is None:
             raise RepositoryError("MD801", f"{self.dir / 'format'} is missing")
-        if text != FORMAT_LINE:
-            raise RepositoryError("MD801", f"{self.dir / 'format'} does not say {FORMAT_LINE.strip()!r}")
+        version = format_of(text)
+        if version is None:
+            raise RepositoryError("MD801", f"{self.dir / 'format'} says no repository format this mdiff reads "
+                                           f"({' or '.join(repr(line.strip()) for line in FORMAT_LINES.values())})")
+        self._repository_format = version
+        return version

@@ -79,6 +79,16 @@ def _in_parallel(items: Iterable[str], sizes: dict[str, int], work: Callable[[st
             raise error
 
 
+def same_format(repo: Store, url: str, theirs: int) -> None:
+    """MD801 unless the remote's commit ids are of this repository's kind (§4.3: the same commit has another
+    id in a repository of the other format, so no commit can move between them)."""
+    mine = repo.repository_format
+    if theirs != mine:
+        raise RepositoryError("MD801", f"{url} is a repository of format {theirs} and this one of format {mine}: their "
+                                       "commit ids are of different kinds (SPEC.md §4.3), so no commit moves between "
+                                       "them; clone it into a repository of its own")
+
+
 def _missing_ancestors(store: Store, tips: Iterable[str], have: set[str]) -> list[str]:
     """The commits reachable from ``tips`` that ``have`` lacks, walking no further than ``have``."""
     seen: set[str] = set()
@@ -102,7 +112,7 @@ def fetch(repo: Store, remote: str, options: dict | None = None, progress: Progr
     checkout reads them; one that cannot be opened is left behind, with a warning)."""
     url = remote_url(repo, remote)
     end = open_end(url, options)
-    end.check_format()
+    same_format(repo, url, end.check_format())
     refs = end.refs()
     sizes = end.commit_sizes()
     local = set(repo.commit_ids())
@@ -237,7 +247,7 @@ def push(repo: Store, remote: str, branch: str, force: bool = False, options: di
     if tip is None:
         raise RepositoryError("MD801", f"no branch {branch!r} with commits to push")
     end = open_end(url, options)
-    end.ensure(branch)
+    same_format(repo, url, end.ensure(branch, repo.repository_format))
     refs = end.refs()
     ref = f"refs/heads/{branch}"
     before = refs.get(ref)
@@ -285,9 +295,13 @@ def _upload(repo: Store, end: RemoteEnd, needed: list[str], sizes: dict[str, int
     killed): in waves, each of the commits whose parents are all on the remote already, in parallel."""
     counter = ByteCounter(progress, sizes)
     left = set(needed)
+
+    def blocks(commit_id: str) -> bytes | None:  # §13.8: a format-2 commit goes with its block list
+        return repo.commit_blocks(commit_id) if repo.repository_format == 2 else None
+
     while left:
         wave = sorted(c for c in left if not set(repo.parents(c)) & left)
-        _in_parallel(wave, sizes, lambda c: end.write_commit(c, repo.commit_chunks(c), sizes[c]),
+        _in_parallel(wave, sizes, lambda c: end.write_commit(c, repo.commit_chunks(c), sizes[c], blocks=blocks(c)),
                      lambda item, done, total: counter(item), {})
         left -= set(wave)
 
@@ -313,7 +327,7 @@ def fetch_first_parent_line(repo: Store, url: str, rev: str, options: dict | Non
     from mdiff.repo.history import resolve_on_remote
 
     end = open_end(url, options)
-    end.check_format()
+    same_format(repo, url, end.check_format())
     sizes = end.commit_sizes()
     counter = ByteCounter(progress, sizes)
 

@@ -11,7 +11,46 @@ import { validateFile } from "./validate.js";
 import { applyValidated, applyFileUpdates, refuseInvalid, asMdiffError } from "./apply.js";
 import { parseStrict } from "./json.js";
 
-export const FORMAT_LINE = "mdiff-repository 1\n";
+// §13.1: a repository's format says which kind of commit ids it holds (§4.3).
+export const FORMAT_LINES = { "mdiff-repository 1\n": 1, "mdiff-repository 2\n": 2 };
+export const FORMAT_LINE = "mdiff-repository 2\n"; // what a writer creates
+const LEAF = 8192; // §4.3: bytes of a leaf
+const GROUP = 128; // leaves of a group (1 MiB of the file)
+
+// §4.3: a format-2 commit id, from the file's bytes given in order: the SHA-256 of the block list's
+// head (the length, 8 bytes big-endian, then each group's hash of its leaves' hashes).
+export class BlockIdHasher {
+  constructor() {
+    this.length = 0;
+    this.pending = Buffer.alloc(0);
+    this.leaves = []; // leaf hashes of the group being filled
+    this.groups = [];
+  }
+  leaf(bytes) {
+    this.leaves.push(crypto.createHash("sha256").update(bytes).digest());
+    if (this.leaves.length === GROUP) this.closeGroup();
+  }
+  closeGroup() {
+    if (this.leaves.length) this.groups.push(crypto.createHash("sha256").update(Buffer.concat(this.leaves)).digest());
+    this.leaves = [];
+  }
+  update(chunk) {
+    this.length += chunk.length;
+    let data = this.pending.length ? Buffer.concat([this.pending, chunk]) : Buffer.from(chunk);
+    let at = 0;
+    for (; at + LEAF <= data.length; at += LEAF) this.leaf(data.subarray(at, at + LEAF));
+    this.pending = Buffer.from(data.subarray(at));
+    return this;
+  }
+  digest() {
+    if (this.pending.length) this.leaf(this.pending);
+    this.pending = Buffer.alloc(0);
+    this.closeGroup();
+    const length = Buffer.alloc(8);
+    length.writeBigUInt64BE(BigInt(this.length));
+    return crypto.createHash("sha256").update(Buffer.concat([length, ...this.groups])).digest("hex");
+  }
+}
 const COMMIT_ID = /^[0-9a-f]{64}$/;
 const COMMIT_FILE = /^([0-9a-f]{64})\.mdiff$/;
 const BRANCH = /^[A-Za-z0-9][A-Za-z0-9._-]*(\/[A-Za-z0-9][A-Za-z0-9._-]*)*$/;
@@ -143,9 +182,11 @@ export class Repository {
     this.parentsOf = new Map();
     const format = this.readSmall(path.join(this.dir, "format"));
     if (format === null) throw md801(`${root} holds no repository: ${path.join(this.dir, "format")} is missing`, this.dir);
-    if (format !== FORMAT_LINE) {
-      throw md801(`${path.join(this.dir, "format")} does not say ${JSON.stringify(FORMAT_LINE)}`, this.dir);
+    if (!Object.hasOwn(FORMAT_LINES, format)) {
+      throw md801(`${path.join(this.dir, "format")} says no repository format this reader reads ` +
+        `(${Object.keys(FORMAT_LINES).map((l) => JSON.stringify(l)).join(" or ")})`, this.dir);
     }
+    this.format = FORMAT_LINES[format];
   }
 
   // §13.1: every folder from .mdiff/ (which may itself be a link) down to `p`'s is a real folder.
@@ -298,7 +339,8 @@ export class Repository {
   }
 
   // §13.2: the commit file of `id`, validated (with its data when `data`) from the very bytes that
-  // were hashed: it is opened once, hashed through that descriptor, and read through the same
+  // were hashed (§4.3: by block list in a format-2 repository, the bytes' SHA-256 in format 1): it is
+  // opened once, hashed through that descriptor, and read through the same
   // descriptor (/proc/self/fd/N); refused (MD800) if its bytes do not hash to its name or it
   // changed meanwhile. Returns {v, file, done}: `done()` closes it, checking it did not change.
   async openVerified(id, data) {
@@ -312,7 +354,7 @@ export class Repository {
       if (!sameFile(st, now)) throw new MdiffError("MD800", `commit file ${short(id)} changed while it was read`, file);
     };
     try {
-      const hash = crypto.createHash("sha256");
+      const hash = this.format === 2 ? new BlockIdHasher() : crypto.createHash("sha256");
       const buf = Buffer.alloc(Math.max(1, Math.min(st.size, 1 << 20)));
       let done = 0;
       while (done < st.size) {
