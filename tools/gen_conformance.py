@@ -1283,13 +1283,14 @@ def build_repositories(c: Corpus) -> None:
         reflogs_repository(c)
         refused_repositories(c)
         refused_reflog_revisions(c)
+        format_2_repositories(c)
 
 
 def branch_merge_repository(c: Corpus) -> None:
     """Two branches off `main` (one with a `/` in its name), a merge, a snapshot; every update type."""
     case_id = "repository-branch-merge"
     d = c.case_dir("valid", case_id)
-    repo = Repository.init(d / "repo")
+    repo = Repository.init(d / "repo", repository_format=1)
     rng = rng_for(case_id)
     ids: dict[str, str] = {}
     states: dict[str, dict[str, np.ndarray]] = {}
@@ -1412,9 +1413,10 @@ def branch_merge_repository(c: Corpus) -> None:
                       bounds={"lora-1": d / "states" / "lora-1.bounds.safetensors"})
 
 
-def small_repository(path: Path, detach: bool = False):
-    """root (w float32 [2, 4] and c int32 [3], replaced), k1 (w dense), k2 (c sparse) on main."""
-    repo = Repository.init(path)
+def small_repository(path: Path, detach: bool = False, repository_format: int = 1):
+    """root (w float32 [2, 4] and c int32 [3], replaced), k1 (w dense), k2 (c sparse) on main; of format 1
+    (ids the SHA-256 of each file: the cases written before revision 12) unless told."""
+    repo = Repository.init(path, repository_format=repository_format)
     ids, updates = {}, {}
     root = {"w": inv.W.copy(), "c": np.array([7, -1, 3], np.int32)}
     updates["root"] = {k: mdiff.replace(v) for k, v in root.items()}
@@ -1508,7 +1510,7 @@ def inexact_snapshot_repository(c: Corpus) -> None:
     the commits — the snapshot's, zeros, are far outside §7.5's tolerance."""
     case_id = "repository-snapshot-inexact-value"
     d = c.case_dir("valid", case_id)
-    repo = Repository.init(d / "repo")
+    repo = Repository.init(d / "repo", repository_format=1)
     A = np.array([[1.0], [2.0]], np.float32)
     B = np.array([[0.5, 0.25, -1.0, 2.0]], np.float32)
     v = np.array([3, 1, 4], np.int16)
@@ -1635,6 +1637,64 @@ def reflogs_repository(c: Corpus) -> None:
                       states={k: d / "states" / f"{k}.safetensors" for k in states}, reflogs=True)
 
 
+def format_2_repositories(c: Corpus) -> None:
+    """Repositories of format 2 (§4.3, §13.1): commit ids by block list, `commits/<id>.blocks` beside each."""
+    case_id = "repository-format-2"
+    d = c.case_dir("valid", case_id)
+    repo, ids, _, states = small_repository(d / "repo", repository_format=2)
+    (d / "states").mkdir()
+    for label, state in states.items():
+        assert same_state(repo.checkout(ids[label]), state), label
+        save_checkpoint(d / "states" / f"{label}.safetensors", state)
+    what = {"root": "root: w, c (replace)", "k1": "k1: w dense", "k2": "k2: c sparse"}
+    revisions = [("main", "k2"), ("HEAD~1", "k1"), (ids["root"], "root"), (ids["k1"][:8], "k1")]
+    c.repository_case(case_id, "valid", "4.3", "a repository of format 2 (`mdiff-repository 2`): each commit's id is "
+                      "the SHA-256 of its block list's head (the file's length, then each 1 MiB group's hash of its "
+                      "8 KiB leaves' hashes), and commits/<id>.blocks holds the block list", d / "repo",
+                      revisions=revisions, ids=ids, what=what, states={k: d / "states" / f"{k}.safetensors" for k in states})
+
+    case_id = "repository-format-2-block-list-ignored"
+    d = c.case_dir("valid", case_id)
+    repo, ids, _, states = small_repository(d / "repo", repository_format=2)
+    (d / "states").mkdir()
+    for label, state in states.items():
+        save_checkpoint(d / "states" / f"{label}.safetensors", state)
+    # k2's block list: k1's (it hashes to k1's id); k1's: cut short; the root's: gone
+    repo.blocks_path(ids["k2"]).write_bytes(repo.blocks_path(ids["k1"]).read_bytes())
+    repo.blocks_path(ids["k1"]).write_bytes(repo.blocks_path(ids["k1"]).read_bytes()[:-1])
+    repo.blocks_path(ids["root"]).unlink()
+    c.repository_case(case_id, "valid", "13.2", "a repository of format 2 whose block lists are wrong: main's commit's "
+                      "`.blocks` is another commit's (it does not hash to its id), k1's is cut short, the root's is "
+                      "missing. A checkout reads whole files and verifies them from their bytes: it reads no `.blocks` "
+                      "(a reader of ranges, and a checker, would refuse these: MD800, MD801)", d / "repo",
+                      revisions=[("main", "k2"), ("main~1", "k1")], ids=ids, what=what,
+                      states={k: d / "states" / f"{k}.safetensors" for k in states})
+
+    def refused(case_id: str, description: str, edit, revisions: list[str]) -> None:
+        d = c.case_dir("invalid", case_id)
+        repo, ids, _, _ = small_repository(d / "repo", repository_format=2)
+        edit(repo, ids)
+        c.repository_case(case_id, "invalid", RULES["MD800"].section, f"MD800: {description}", d / "repo",
+                          revisions=[(r, None) for r in revisions], code="MD800")
+
+    def swap(repo, ids):
+        repo.commit_path(ids["k2"]).write_bytes(repo.commit_path(ids["k1"]).read_bytes())
+        repo.blocks_path(ids["k2"]).write_bytes(repo.blocks_path(ids["k1"]).read_bytes())
+
+    refused("MD800-format2_commit_swapped", "a repository of format 2 whose commits/<k2>.mdiff holds k1's bytes (and "
+            "its .blocks k1's block list): a well-formed commit under another commit's id", swap, ["main", "HEAD"])
+
+    def leaf(repo, ids):
+        path = repo.commit_path(ids["root"])
+        data = bytearray(path.read_bytes())
+        data[-1] ^= 1  # the last leaf's last byte: its leaf hash (and so the id) no longer matches
+        path.write_bytes(bytes(data))
+
+    refused("MD800-format2_leaf_differs", "a repository of format 2 whose root commit file differs from its block "
+            "list in one byte of its last leaf (its .blocks untouched): the bytes do not hash to the id",
+            leaf, ["main", "main~2"])
+
+
 def refused_reflog_revisions(c: Corpus) -> None:
     case_id = "MD801-reflog_entry_names_nothing"
     d = c.case_dir("invalid", case_id)
@@ -1661,13 +1721,14 @@ def refused_reflog_revisions(c: Corpus) -> None:
 
 
 def refused_repositories(c: Corpus) -> None:
-    def case(case_id: str, code: str, description: str, edit, revisions, small: bool = True) -> None:
+    def case(case_id: str, code: str, description: str, edit, revisions, small: bool = True,
+             repository_format: int = 1) -> None:
         """``edit`` breaks a small repository (``small``) or makes its own; ``revisions`` (a list, or a
         function of the small repository's ids) must each be refused with ``code``."""
         d = c.case_dir("invalid", case_id)
         ids: dict[str, str] = {}
         if small:
-            repo, ids, updates, _ = small_repository(d / "repo")
+            repo, ids, updates, _ = small_repository(d / "repo", repository_format=repository_format)
             edit(repo, ids, updates)
         else:
             edit(d / "repo")
@@ -1705,8 +1766,8 @@ def refused_repositories(c: Corpus) -> None:
     case("MD801-first_parent_missing", "MD801", "the file of k1, the first parent of main's commit k2, is gone "
          "from commits/: a checkout of main cannot walk past k2",
          lambda repo, ids, ups: repo.commit_path(ids["k1"]).unlink(), ["main", "HEAD", "main~2"])
-    case("MD801-format_unknown", "MD801", ".mdiff/format says `mdiff-repository 2`",
-         lambda repo, ids, ups: write(repo.dir / "format", "mdiff-repository 2\n"), ["main", "HEAD"])
+    case("MD801-format_unknown", "MD801", ".mdiff/format says `mdiff-repository 3`",
+         lambda repo, ids, ups: write(repo.dir / "format", "mdiff-repository 3\n"), ["main", "HEAD"])
 
     def invalid_ref_names(repo, ids, ups):
         for name in ("x..y", "v1.lock", "a b"):
@@ -1774,7 +1835,7 @@ def refused_repositories(c: Corpus) -> None:
 
     def chain(root_updates, k1_updates):
         def edit(path: Path):
-            repo = Repository.init(path)
+            repo = Repository.init(path, repository_format=1)
             r0 = repo.store(lambda w: [w.add(k, u) for k, u in sorted(root_updates.items())],
                             commit("root", date=repo_date(0)))
             k1 = repo.store(lambda w: [w.add(k, u) for k, u in sorted(k1_updates.items())],
@@ -1795,7 +1856,7 @@ def refused_repositories(c: Corpus) -> None:
          small=False)
 
     def merge_against_second_parent(path: Path):
-        repo = Repository.init(path)
+        repo = Repository.init(path, repository_format=1)
         w1, w2, wm = inv.W + 1, inv.W * 2, inv.W * 3
         r0 = repo.store(lambda w: w.add("w", mdiff.replace(inv.W.copy())), commit("root", date=repo_date(0)))
         p1 = repo.store(lambda w: w.add("w", mdiff.dense(inv.W, w1)), commit("main", parents=[r0], date=repo_date(1)))
@@ -1810,7 +1871,7 @@ def refused_repositories(c: Corpus) -> None:
 
     def xor_after_low_rank(path: Path):
         """root: w replaced; lora: w low_rank; next: w dense against the writer's own low_rank bits."""
-        repo = Repository.init(path)
+        repo = Repository.init(path, repository_format=1)
         lora = inv._low_rank_update()
         r0 = repo.store(lambda w: w.add("w", mdiff.replace(inv.W.copy())), commit("root", date=repo_date(0)))
         p1 = repo.store(lambda w: w.add("w", lora), commit("lora", parents=[r0], date=repo_date(1)))
@@ -1822,7 +1883,7 @@ def refused_repositories(c: Corpus) -> None:
 
     def state_digest_differs(path: Path):
         """root: w replaced; next: w dense, its commit's state_sha256 the digest of another value of w."""
-        repo = Repository.init(path)
+        repo = Repository.init(path, repository_format=1)
         r0 = repo.store(lambda w: w.add("w", mdiff.replace(inv.W.copy())), commit("root", date=repo_date(0)))
         other = inv.W_NEW.copy()
         other[0, 0] += np.float32(1)

@@ -60,7 +60,7 @@ MD600 error 9.2 the base lacks a parameter the update needs
 MD601 error 9.2 the base parameter's shape or dtype differs from the update's
 MD602 error 9.3 the result does not match the update's sha256
 MD603 error 9.2 the base value is not the one the update was made from (base_sha256)
-MD800 error 13.2 a commit file's bytes do not hash to its name, or changed while it was read
+MD800 error 13.2 a commit file's bytes, a range of them or its block list do not hash to its name, or changed while it was read
 MD801 error 13.3 a repository file, ref or HEAD is malformed, is not a regular file, or names a missing commit; a ref's name is not a branch name
 MD802 error 13.4 a commit cannot be applied to its first parent's state
 MD803 error 13.6 another process holds the repository's lock, or moved a remote's branch first (§13.8)
