@@ -1205,7 +1205,7 @@ def test_checkout_refuses_a_cr_or_a_byte_order_mark_in_format_head_and_refs(tmp_
     path, text = {"HEAD": (repo.dir / "HEAD", "ref: refs/heads/main\n"), "detached HEAD": (repo.dir / "HEAD", ids[2] + "\n"),
                   "ref": (repo.dir / "refs" / "heads" / "main", ids[2] + "\n"),
                   "tag": (repo.dir / "refs" / "tags" / "v1", ids[1] + "\n"),
-                  "format": (repo.dir / "format", "mdiff-repository 1\n")}[which]
+                  "format": (repo.dir / "format", (repo.dir / "format").read_text())}[which]
     path.write_bytes((text[:-1] + "\r\n").encode() if change == "CR before LF" else b"\xef\xbb\xbf" + text.encode())
     rc, report = js_checkout(repo.root, "v1" if which == "tag" else "HEAD", tmp_path / "o.safetensors")
     assert rc == 1 and report["error"]["code"] == "MD801", report

@@ -570,7 +570,7 @@ def test_format_head_and_refs_are_lf_only_without_a_byte_order_mark(made, which,
     path, text = {"HEAD": (repo.dir / "HEAD", "ref: refs/heads/main\n"), "detached HEAD": (repo.dir / "HEAD", ids[2] + "\n"),
                   "ref": (repo.dir / "refs" / "heads" / "main", ids[2] + "\n"),
                   "tag": (repo.dir / "refs" / "tags" / "v1", ids[1] + "\n"),
-                  "format": (repo.dir / "format", "mdiff-repository 1\n")}[which]
+                  "format": (repo.dir / "format", (repo.dir / "format").read_text())}[which]
     path.write_bytes((text[:-1] + "\r\n").encode() if change == "CR before LF" else b"\xef\xbb\xbf" + text.encode())
     code, out = run("log", "v1" if which == "tag" else "HEAD", "-C", repo.root)
     assert code == 1 and "MD801" in out and "Traceback" not in out, out

@@ -7,9 +7,10 @@ synthetic model (float32, N(0, 0.02²); --mib MiB) is pushed; then a commit chan
 values a little (a sparse or dense update, as the writer chooses) is made, and its push, and a fetch
 of it by a clone, are measured. The report gives each one's bytes sent and received, the commit
 file's size and the ratio (wire bytes / file bytes), and the time; then what `checkout --remote`
-moves: the whole first-parent line, since a commit's id is checked against all its bytes (§13.2).
+moves: the whole first-parent line, each commit fetched whole and verified (§13.2, §13.8).
 Last, the remote read in place (§13.9, `Repository.open(URL)`, `checkout --remote --lazy`): one
-parameter of the root commit — wire bytes against that parameter's stored bytes, and requests —, and a
+parameter of the root commit — wire bytes (the block list's, verified against the id, included) against
+that parameter's stored bytes, and requests —, and a
 full checkout of the root commit in place, timed against s3fs downloading the same file.
 
     python tools/bench/remote.py [--mib 64] [--tensors 16] [--changed 0.1]
@@ -133,7 +134,7 @@ def main() -> None:
             wire = relay.up + relay.down
             print(f"{name}: {relay.up} bytes sent, {relay.down} received, {relay.connections} connections, "
                   f"{wire / size:.4f}x the commit file, {seconds:.2f} s")
-        # checkout --remote: the first-parent line moves whole (§13.2: an id is checked against all its bytes)
+        # checkout --remote: the first-parent line moves whole, each commit verified (§13.8)
         line = sum(repo.commit_path(c).stat().st_size for c in repo.commit_ids())
         relay.reset()
         began = time.perf_counter()
