@@ -24,6 +24,7 @@ from mdiff.repo import Repository
 from mdiff.repo.remote_repository import RemoteRepository
 from mdiff.repo.remotes import add_remote
 from mdiff.repo.transfer import fetch, push
+from tests import helpers
 from tests.test_remote import bucket_url, run, s3, s3_files  # noqa: F401  (fixtures)
 
 DATE = "2026-05-01T00:00:00Z"
@@ -237,3 +238,32 @@ def test_fsck_reports_a_block_list_that_is_not_its_commits_and_a_checkout_ignore
                                                                                (f"{ids[2]}.blocks", "MD800")])
     assert repo.checkout(ids[2])[NAMES[2]].tobytes() == states[2][NAMES[2]].tobytes()
     assert repo.commit_blocks(ids[0]) == block_ids.of_chunks([repo.commit_path(ids[0]).read_bytes()]).encoded()
+
+
+def test_migrate_copies_a_format_1_repository_into_format_2_with_the_same_states(tmp_path, capsys):
+    old, old_ids, states = three_commits(tmp_path / "old", repository_format=1)
+    with old.lock():
+        old.create_tag("v1", old_ids[1])
+    old.switch("side", create=True, start=old_ids[0])
+    old.switch("main")
+    old.snapshot(old_ids[2])
+    before = sorted(p.relative_to(old.dir) for p in old.dir.rglob("*"))
+    code, out, err = run(capsys, "migrate", tmp_path / "new", "--json", "-C", old.root)
+    assert code == 0, err
+    report = json.loads(out)
+    new = Repository(tmp_path / "new")
+    ids = [report["ids"][c] for c in old_ids]
+    assert new.repository_format == 2 and sorted(report["ids"]) == sorted(old_ids) and len(set(ids)) == 3
+    assert report["branches"] == {"main": ids[2], "side": ids[0]} and report["tags"] == {"v1": ids[1]}
+    assert report["head"] == "main" and report["snapshots_dropped"] == 1
+    assert new.head() == ("main", ids[2]) and new.tag_target("v1") == ids[1]
+    assert [new.parents(c) for c in ids] == [(), (ids[0],), (ids[1],)]
+    for commit_id, state in zip(ids, states):
+        assert helpers.commit_id(new.commit_path(commit_id).read_bytes()) == commit_id
+        got = new.checkout(commit_id)
+        assert all(got[k].tobytes() == state[k].tobytes() for k in state)
+    assert new.metadata(ids[2]).message == old.metadata(old_ids[2]).message
+    assert new.fsck() == []
+    assert sorted(p.relative_to(old.dir) for p in old.dir.rglob("*")) == before  # the old one as it was
+    code, _, err = run(capsys, "migrate", tmp_path / "newer", "-C", new.root)
+    assert code == 1 and "MD801" in err and "format 2 already" in err and not (tmp_path / "newer" / ".mdiff").exists()

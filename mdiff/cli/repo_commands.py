@@ -710,6 +710,33 @@ def run_gc(args) -> int:
     return 0
 
 
+def migrate_arguments(p) -> None:
+    p.add_argument("destination", metavar="DEST", help="the project folder for the new repository (it must hold none)")
+    add_repository_options(p, "print JSON: destination, ids (old id → new id), branches, tags, head, snapshots_dropped")
+
+
+@COMMANDS.command("migrate", help="copy a format-1 repository into a new repository of format 2",
+                  arguments=migrate_arguments,
+                  description="Make a new repository of format 2 in DEST (SPEC.md §4.3, §13.1: commit ids by block "
+                              "list, so that a pinned id is verified on every path, a read in place included) with "
+                              "every commit of this format-1 repository, its branches, tags and HEAD. Every commit "
+                              "gets a new id, since each names its parents' ids: this repository is left as it is. "
+                              "Reflogs, snapshots, remotes and working records are not copied (`mdiff snapshot` and "
+                              "`mdiff remote add` make them again; a format-1 remote takes no format-2 commits).")
+def run_migrate(args) -> int:
+    from mdiff.repo.migrate import migrate
+
+    repo = repository_of(args)
+    with ProgressBar.of(args, "migrate") as bar:
+        report = migrate(repo, args.destination, bar)
+    print_result(args, {"destination": str(report.destination), "ids": report.ids, "branches": report.branches,
+                        "tags": report.tags, "head": report.head, "snapshots_dropped": report.snapshots_dropped},
+                 f"migrated {count(len(report.ids), 'commit')}, {count(len(report.branches), 'branch', 'branches')} and "
+                 f"{count(len(report.tags), 'tag')} into a repository of format 2 in {report.destination}"
+                 + (f" ({count(report.snapshots_dropped, 'snapshot')} not copied)" if report.snapshots_dropped else ""))
+    return 0
+
+
 def fsck_arguments(p) -> None:
     p.add_argument("--no-data", action="store_true", help="skip the rules that read datasets")
     add_quiet(p)
