@@ -198,6 +198,27 @@ def test_the_repository_cases_cover_section_13():
     assert len(refused) >= 12
 
 
+def test_the_format_2_cases_hold_ids_by_block_list_and_the_others_format_1():
+    """§4.3, §13.1: the repository cases written before revision 12 stay of format 1 (ids the SHA-256 of each
+    file); repository-format-2's ids are block list hashes, each `.blocks` beside its commit."""
+    import hashlib
+
+    from tests.helpers import commit_id
+
+    for case in (c for c in MANIFEST.cases if c.is_repository):
+        dot = case.path("repository") / ".mdiff"
+        version = 2 if "format2" in case.id or "format-2" in case.id else 1
+        assert (dot / "format").read_text() == f"mdiff-repository {version}\n" or case.id == "MD801-format_unknown"
+    dot = MANIFEST.case("repository-format-2").path("repository") / ".mdiff"
+    ids = sorted(p.name[:-len(".mdiff")] for p in (dot / "commits").glob("*.mdiff"))
+    assert len(ids) == 3 and sorted(p.name for p in (dot / "commits").iterdir()) == sorted(
+        f"{c}.{kind}" for c in ids for kind in ("blocks", "mdiff"))
+    for cid in ids:
+        data = (dot / "commits" / f"{cid}.mdiff").read_bytes()
+        assert commit_id(data) == cid != hashlib.sha256(data).hexdigest()
+        assert hashlib.sha256((dot / "commits" / f"{cid}.blocks").read_bytes()[:8 + 32]).hexdigest() == cid
+
+
 def test_the_reflog_cases_read_revisions_from_whole_reflogs_of_fixed_times():
     """§13.3's REF@{N}, @{N}, HEAD@{N} and @: the valid case reads each from reflogs the case holds
     (pinned times, every line whole and of §13.6's form), the entry numbered from the newest; the
