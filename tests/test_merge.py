@@ -95,7 +95,7 @@ def test_the_diverged_pull_of_the_issue_stops_with_a_conflict_and_commits_nothin
     before = sorted(p.name for p in (bob.dir / "commits").iterdir())
     code, out, _ = run(capsys, "pull", "-m", "merge A into B", "-C", bob.root)
     assert code == 1 and bob.head() == ("main", mine)
-    assert sorted(p.name for p in (bob.dir / "commits").iterdir()) == sorted(before + [f"{theirs}.mdiff"])  # A's only
+    assert sorted(p.name for p in (bob.dir / "commits").iterdir()) == sorted(before + [f"{theirs}.blocks", f"{theirs}.mdiff"])  # A's only
     lines = out.splitlines()
     assert "mdiff: error MD804: merging origin/main into main left 16 conflicts; nothing was committed" in lines
     rows = [line.split() for line in lines if line.startswith("  encoder.layer.")]
