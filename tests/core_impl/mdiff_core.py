@@ -572,6 +572,18 @@ COMMIT_SCHEMA = schema("commit.schema.json")
 LAYOUT_SCHEMA = schema("layout.schema.json")
 
 
+def real_date(text):
+    """Whether a `date` that matches the schema's pattern is a real day of the years 0001-9999 (§4.2)."""
+    import datetime
+    if not isinstance(text, str):
+        return True  # absent or not a string: the schema decides
+    try:
+        datetime.date(int(text[0:4]), int(text[5:7]), int(text[8:10]))
+    except ValueError:
+        return False
+    return True
+
+
 class Checker:
     def __init__(self, walker, root):
         self.w, self.root = walker, root
@@ -670,7 +682,7 @@ class Checker:
             del sch["properties"]["state_sha256"]
         if self.minor > FORMAT_MINOR:
             v = {k: x for k, x in v.items() if k in sch["properties"]}
-        if not schema_ok(sch, v):
+        if not schema_ok(sch, v) or not real_date(v.get("date")):
             self.add("MD202", "/@commit")
 
     def check_container(self, group, is_file):
@@ -778,7 +790,7 @@ class Checker:
                 continue
             if name in need and node.kind == "dataset":
                 found[name] = node
-            else:
+            elif name not in need:  # a group named like a required dataset is MD405, not unknown (§7.1)
                 self.add("MD303", f"{where}/{name}", "warning")
             if node.kind == "dataset":
                 for a, value in node.attrs.items():
@@ -931,6 +943,11 @@ class CheckpointError(Exception):
         self.code = code
 
 
+def count(x):
+    """A JSON non-negative integer (not `true`, not 1.5)."""
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
 def read_safetensors(path):
     raw = Path(path).read_bytes()
     if len(raw) < 8:
@@ -952,15 +969,22 @@ def read_safetensors(path):
     for name, e in header.items():
         if not isinstance(e, dict) or set(e) != {"dtype", "shape", "data_offsets"}:
             raise CheckpointError("MD701", f"entry {name}")
+        if not isinstance(e["dtype"], str):
+            raise CheckpointError("MD701", f"entry {name}")
         if e["dtype"] in ST_OTHER:
             raise CheckpointError("MD702", f"dtype {e['dtype']}")
         if e["dtype"] not in ST_TAGS:
             raise CheckpointError("MD701", f"dtype {e['dtype']}")
         dtype = ST_TAGS[e["dtype"]]
-        shape, (b, end) = e["shape"], e["data_offsets"]
-        if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)) \
-                or not 0 <= b <= end or end - b != math.prod(shape) * WIDTH[dtype]:
+        shape, offsets = e["shape"], e["data_offsets"]
+        if not (isinstance(shape, list) and all(count(d) for d in shape)
+                and isinstance(offsets, list) and len(offsets) == 2 and all(count(o) for o in offsets)):
             raise CheckpointError("MD701", f"entry {name}")
+        b, end = offsets
+        if not b <= end or end - b != math.prod(shape) * WIDTH[dtype]:
+            raise CheckpointError("MD701", f"entry {name}")
+        if end > len(data):
+            raise CheckpointError("MD701", "data offsets past the end of the file")
         spans.append((b, end))
         values = np.frombuffer(data[b:end], dtype=DTYPES[dtype][1]).reshape(shape)
         if dtype == "bool" and np.any(values > 1):
@@ -1047,7 +1071,7 @@ def low_rank(old, A, B, scale, dtype, shape):
     else:
         base = (old.astype(np.uint32) << 16).view("<f4").astype("<f8")
     with np.errstate(all="ignore"):
-        r = base.reshape(m, -1) + scale * (A.astype("<f8") @ B.astype("<f8"))
+        r = base.reshape(m, math.prod(shape[1:])) + scale * (A.astype("<f8") @ B.astype("<f8"))
     if dtype == "float64":
         return r.reshape(shape).view("<u8")
     if dtype == "float32":
@@ -1098,6 +1122,8 @@ def _apply(base_path, diff, out, limits):
         state = apply_updates(base, updates)
     except CheckpointError as exc:
         return {"error": {"code": exc.code, "message": str(exc)}}
+    if "__metadata__" in state:  # the reserved key is never a tensor (§10)
+        return {"error": {"code": "MD703", "message": "a .safetensors file cannot hold a parameter named __metadata__"}}
     write_safetensors(out, state)
     return {"written": out}
 
