@@ -124,18 +124,18 @@ class V:
 
 
 def _entries(t):
-    n = math.prod(t.dims)
-    if t.data_type not in (INT32, INT64) or len(t.dims) > 1 or n > KNOWN_MAX:
+    """The entries of an INT32/INT64 initializer or Constant tensor of rank <= 1 and at most 64 of them, or None
+    (not a known value); its raw_data must be exactly those entries, else its int32_data/int64_data (§7.9)."""
+    count = math.prod(t.dims)
+    if t.data_type not in (INT32, INT64) or len(t.dims) > 1 or count > KNOWN_MAX:
         return None
-    if t.HasField("raw_data"):
-        w = 4 if t.data_type == INT32 else 8
-        if len(t.raw_data) != n * w:
-            raise ShapeError(f"tensor {t.name} has raw data of another size")
-        return [int.from_bytes(t.raw_data[i * w:(i + 1) * w], "little", signed=True) for i in range(n)]
-    data = list(t.int64_data if t.data_type == INT64 else t.int32_data)
-    if len(data) != n:
-        raise ShapeError(f"tensor {t.name} has another number of entries")
-    return data
+    little = np.dtype("<i4" if t.data_type == INT32 else "<i8")
+    listed = t.int32_data if t.data_type == INT32 else t.int64_data
+    values = (np.frombuffer(t.raw_data, little) if t.HasField("raw_data") and len(t.raw_data) == count * little.itemsize
+              else None if t.HasField("raw_data") else np.array(listed, dtype=np.int64) if len(listed) == count else None)
+    if values is None:
+        raise ShapeError(f"tensor {t.name} does not hold exactly its {count} entries")
+    return [int(v) for v in values]
 
 
 def _tensor(t):
@@ -145,14 +145,11 @@ def _tensor(t):
 
 
 def broadcast(*shapes):
-    r = max(len(s) for s in shapes)
-    out = []
-    for i in range(r):
-        dims = {s[i - r + len(s)] for s in shapes if i - r + len(s) >= 0} - {1}
-        if len(dims) > 1:
-            raise ShapeError(f"shapes {shapes} do not broadcast")
-        out.append(dims.pop() if dims else 1)
-    return tuple(out)
+    """numpy's broadcasting of ``shapes`` (ONNX's multidirectional broadcasting is numpy's)."""
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ShapeError(f"shapes {shapes} do not broadcast") from None
 
 
 def _axis(a, r):
@@ -375,19 +372,14 @@ class Shapes:
             zero = iattr("allowzero", 0) == 1
             if any(d < -1 for d in s) or s.count(-1) > 1 or (zero and 0 in s and -1 in s):
                 raise ShapeError("Reshape's shape")
-            out = []
-            for i, d in enumerate(s):
-                if d == 0 and not zero:
-                    if i >= len(x.shape):
-                        raise ShapeError("Reshape copies a dimension that does not exist")
-                    d = x.shape[i]
-                out.append(d)
-            total = math.prod(x.shape)
-            if -1 in out:
-                rest = math.prod(d for d in out if d != -1)
-                if rest == 0 or total % rest:
+            if not zero and any(d == 0 and i >= len(x.shape) for i, d in enumerate(s)):
+                raise ShapeError("Reshape copies a dimension that does not exist")
+            out = [x.shape[i] if d == 0 and not zero else d for i, d in enumerate(s)]
+            total, known = math.prod(x.shape), math.prod(d for d in out if d != -1)
+            if -1 in out:  # the one inferred dimension: the element count over the others, a whole number
+                if known == 0 or total % known:
                     raise ShapeError("Reshape's -1 is not a whole number")
-                out[out.index(-1)] = total // rest
+                out = [total // known if d == -1 else d for d in out]
             if math.prod(out) != total:
                 raise ShapeError("Reshape changes the element count")
             return V(x.t, out, x.known if len(out) <= 1 else None)

@@ -667,6 +667,41 @@ class Checker:
             else:
                 self.layout = self.check_update(layout, "/layout", is_file=True)
 
+    def unknown_attributes(self, node, where, known=()):
+        for name, value in node.attrs.items():
+            if name not in known and value is not Refused:
+                self.add("MD303", f"{where}@{name}", "warning")
+
+    def named_members(self, group, where):
+        """(name, node, path) of each member of ``group`` not refused under §8 whose link name encodes a name
+        (§5.2; MD302 otherwise)."""
+        for raw, node in group.members.items():
+            path = where + "/" + raw.decode("utf-8", "replace")
+            if node is Refused:
+                continue
+            name = decode_name(raw)
+            if name is None:
+                self.add("MD302", path)
+                continue
+            yield name, node, path
+
+    def required_datasets(self, group, where, needed):
+        """The datasets of ``needed`` names among the members of an update's group, and whether one of those
+        names is refused under §8; every other member, and each attribute of a dataset, is MD303."""
+        found, refused = {}, False
+        for raw, node in group.members.items():
+            name = raw.decode("utf-8", "replace")
+            if node is Refused:
+                refused = refused or name in needed
+                continue
+            if name in needed and node.kind == "dataset":
+                found[name] = node
+            elif name not in needed:  # a group named like a required dataset is MD405, not unknown (§7.1)
+                self.add("MD303", f"{where}/{name}", "warning")
+            if node.kind == "dataset":
+                self.unknown_attributes(node, f"{where}/{name}")
+        return found, refused
+
     def check_update_types(self, group):
         """§7.8: the types /update_types defines soundly, name -> (definition, {dtype: (model, bytes)})."""
         types = {}
@@ -675,23 +710,12 @@ class Checker:
         if group.kind != "group":
             self.add("MD420", "/update_types")
             return types
-        for a, value in group.attrs.items():
-            if value is not Refused:
-                self.add("MD303", f"/update_types@{a}", "warning")
-        for raw, node in group.members.items():
-            where = "/update_types/" + raw.decode("utf-8", "replace")
-            if node is Refused:
-                continue
-            name = decode_name(raw)
-            if name is None:
-                self.add("MD302", where)
-                continue
+        self.unknown_attributes(group, "/update_types")
+        for name, node, where in self.named_members(group, "/update_types"):
             if node.kind != "group" or not re.fullmatch(r"x-[a-z0-9][a-z0-9_-]{0,62}", name):
                 self.add("MD420", where)
                 continue
-            for a, value in node.attrs.items():
-                if a != "definition" and value is not Refused:
-                    self.add("MD303", f"{where}@{a}", "warning")
+            self.unknown_attributes(node, where, known=("definition",))
             text = node.attrs.get("definition")
             if text is Refused:
                 continue
@@ -780,18 +804,9 @@ class Checker:
             self.add("MD202", "/@commit")
 
     def check_container(self, group, is_file):
-        for name, value in group.attrs.items():
-            if value is not Refused:
-                self.add("MD303", f"{group.path}@{name}", "warning")
+        self.unknown_attributes(group, group.path)
         paths = []
-        for raw, node in group.members.items():
-            where = group.path + "/" + raw.decode("utf-8", "replace")
-            if node is Refused:
-                continue
-            name = decode_name(raw)
-            if name is None:
-                self.add("MD302", where)
-                continue
+        for name, node, where in self.named_members(group, group.path):
             if node.kind != "group":
                 self.add("MD301", where)
                 continue
@@ -808,9 +823,7 @@ class Checker:
 
     def check_update(self, group, where, is_file):
         """§12.1 rules 5 and 6 for one group: (meta, data) when it is sound, else None."""
-        for name, value in group.attrs.items():
-            if name != "update" and value is not Refused:
-                self.add("MD303", f"{where}@{name}", "warning")
+        self.unknown_attributes(group, where, known=("update",))
         text = group.attrs.get("update")
         if text is Refused:
             return None
@@ -876,20 +889,7 @@ class Checker:
         """§7.8 for one parameter of an embedded type: its datasets, checks 7-8, then its data."""
         inputs = embedded[0]["inputs"]
         model, model_bytes = embedded[1][meta["dtype"]]
-        found, refused = {}, False
-        for raw, node in group.members.items():
-            name = raw.decode("utf-8", "replace")
-            if node is Refused:
-                refused = refused or name in inputs
-                continue
-            if name in inputs and node.kind == "dataset":
-                found[name] = node
-            elif name not in inputs:
-                self.add("MD303", f"{where}/{name}", "warning")
-            if node.kind == "dataset":
-                for a, value in node.attrs.items():
-                    if value is not Refused:
-                        self.add("MD303", f"{where}/{name}@{a}", "warning")
+        found, refused = self.required_datasets(group, where, inputs)
         missing = [n for n in inputs if n not in found]
         if not refused:
             for name in missing:
@@ -920,21 +920,8 @@ class Checker:
                 ("sparse", 2): {"gaps": np.dtype("<u8"), "sub": bits},
                 ("low_rank", 1): {"A": compute, "B": compute}, ("replace", 1): {"value": store},
                 ("delete", 1): {}}[(kind, v)]
-        found, refused, error = {}, False, False
-        for raw, node in group.members.items():
-            name = raw.decode("utf-8", "replace")
-            if node is Refused:
-                if name in need:
-                    refused = True
-                continue
-            if name in need and node.kind == "dataset":
-                found[name] = node
-            elif name not in need:  # a group named like a required dataset is MD405, not unknown (§7.1)
-                self.add("MD303", f"{where}/{name}", "warning")
-            if node.kind == "dataset":
-                for a, value in node.attrs.items():
-                    if value is not Refused:
-                        self.add("MD303", f"{where}/{name}@{a}", "warning")
+        found, refused = self.required_datasets(group, where, need)
+        error = False
         for name, want in need.items():
             if name not in found:
                 if not any(raw.decode("utf-8", "replace") == name and n is Refused for raw, n in group.members.items()):
