@@ -47,7 +47,7 @@ import numpy as np  # noqa: E402
 import mdiff  # noqa: E402
 from mdiff.checkpoints import load_checkpoint, save_checkpoint  # noqa: E402
 from mdiff.engines import apply_update  # noqa: E402
-from mdiff.format.attributes import overwrite_string, write_string  # noqa: E402
+from mdiff.hdf5walk.attributes import overwrite_string, write_string  # noqa: E402
 from mdiff.format.dtypes import DTYPES, dtype_of  # noqa: E402
 from mdiff.rules import RULES  # noqa: E402
 from mdiff.repo import Repository  # noqa: E402

@@ -23,9 +23,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from mdiff import positional_io
+from mdiff.hdf5walk import positional_io
 from mdiff.errors import RepositoryError
-from mdiff.format.limits import DEFAULT_LIMITS
+from mdiff.hdf5walk.limits import DEFAULT_LIMITS
 from mdiff.ranged_file import RangedFile
 from mdiff.repo.names import FORMAT_LINE, HEAD_PREFIX, MAX_SMALL_FILE_BYTES, valid_branch
 from mdiff.repo.store import Store
