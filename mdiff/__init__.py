@@ -43,7 +43,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Author": ("mdiff.format.commit", "Author"),
     "Commit": ("mdiff.format.commit", "Commit"),
     "Finding": ("mdiff.format.findings", "Finding"),
-    "Limits": ("mdiff.format.limits", "Limits"),
+    "Limits": ("mdiff.hdf5walk.limits", "Limits"),
     "DiffFile": ("mdiff.format.reader", "DiffFile"),
     "open": ("mdiff.format.reader", "open_file"),
     "DiffWriter": ("mdiff.format.writer", "DiffWriter"),
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from mdiff.errors import ApplyError, CheckpointError, InvalidFileError, LimitError, MdiffError, RepositoryError
     from mdiff.format.commit import Author, Commit
     from mdiff.format.findings import Finding
-    from mdiff.format.limits import Limits
+    from mdiff.hdf5walk.limits import Limits
     from mdiff.format.reader import DiffFile
     from mdiff.format.reader import open_file as open
     from mdiff.format.writer import DiffWriter, write

@@ -82,7 +82,7 @@ def apply_files(base_path, diff_path, out_path, progress: Progress | None = None
     ``mdiff.open``): the way to apply a stranger's diff.
     """
     from mdiff.checkpoints import is_folder_output, open_checkpoint, save_state, write_order
-    from mdiff.format.limits import DEFAULT_LIMITS
+    from mdiff.hdf5walk.limits import DEFAULT_LIMITS
     from mdiff.format.reader import open_diff
     from mdiff.ranged_file import no_collection
 

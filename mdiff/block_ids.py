@@ -21,7 +21,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mdiff import positional_io
+from mdiff.hdf5walk import positional_io
 from mdiff.errors import RepositoryError
 
 LEAF = 8 << 10  # bytes of a leaf

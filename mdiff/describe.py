@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from mdiff.format.dtypes import from_storage
-from mdiff.format.limits import DEFAULT_LIMITS, Limits
+from mdiff.hdf5walk.limits import DEFAULT_LIMITS, Limits
 from mdiff.format.reader import open_diff
 from mdiff.isolation import Isolation
 from mdiff.ranged_file import no_collection

@@ -27,7 +27,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
-from mdiff import block_ids, positional_io
+from mdiff import block_ids
+from mdiff.hdf5walk import positional_io
 
 PAGE = 4096  # the unit of small reads: an object header, a B-tree node or a heap block is usually within one
 SMALL_READ = 4 * PAGE  # reads up to this size go through the page cache

@@ -10,7 +10,7 @@ from mdiff.errors import InvalidFileError
 from mdiff.format.commit import Commit
 from mdiff.format.dtypes import DType, dtype_named
 from mdiff.format.findings import Finding
-from mdiff.format.limits import DEFAULT_LIMITS, Limits
+from mdiff.hdf5walk.limits import DEFAULT_LIMITS, Limits
 from mdiff.format.parameters import Parameter
 from mdiff.format.reader import FILTER_PLUGINS, DiffFile, _open_regular_file, open_hdf5, read_contents
 from mdiff.isolation import Isolation, IsolationFailure, shared_worker, task

@@ -35,7 +35,7 @@ import numpy as np
 import mdiff
 from tests import ia3
 from mdiff.format import canonical_json
-from mdiff.format.attributes import write_string
+from mdiff.hdf5walk.attributes import write_string
 from mdiff.format.dtypes import dtype_named
 from mdiff.updates.base import sha256_hex
 
@@ -1794,7 +1794,7 @@ def build_MD513_dense_link_total_past_its_depth(path) -> None:
 def _symbol_table_group(path) -> tuple[int, int]:
     """`/parameters/w` rebuilt as a group of the earliest format, whose links are a symbol table: the addresses of
     its B-tree and its local heap (those its symbol table message names)."""
-    from mdiff.format.safety_walk import _header_reader
+    from mdiff.hdf5walk.walk import _header_reader
 
     with _edit(path) as f:  # opened with h5py's default, the earliest format: new groups get a symbol table
         f.move("parameters/w", "parameters/old")
@@ -1997,7 +1997,7 @@ def build_MD514_link_to_root_whose_count_is_1(path) -> None:
     reference count message edited back from 2): the walk reaches the root a second time, so the link is refused
     (MD514) though no header counts two links (found by differential fuzzing, seed 16: the reference looked only at
     the count for the root, which it reaches through no link)."""
-    from mdiff.format.safety_walk import _header_reader
+    from mdiff.hdf5walk.walk import _header_reader
     from tests.fuzz import hdf5bytes
 
     build_MD514_link_to_root(path)
@@ -2358,7 +2358,7 @@ def build_MD513_chunk_index_key_off_grid(path) -> None:
     offset (1, 1): not a multiple of the chunk's dimension, so every HDF5 library refuses the index ("bad
     coordinate offset") — a part of the header that §8.3's checks need cannot be read: MD513, not MD509 (found by
     differential fuzzing, seed 13: mdiff-js read the index itself and found a chunk off the grid)."""
-    from mdiff.format.safety_walk import _header_reader
+    from mdiff.hdf5walk.walk import _header_reader
 
     with _edit(path) as f:
         _replace_dataset(f["parameters/w"], "xor", data=_dense_xor(), dtype="<u4", chunks=(1, 4))
@@ -2383,7 +2383,7 @@ def build_MD513_chunk_index_node_past_the_end_of_file(path) -> None:
     whole, at the size of one of 2K = 64 entries (2,616 bytes), which does not end within the file, so every
     HDF5 library refuses the index — it does not decode (§8.3): MD513, not MD509 for the chunks that lie past
     that address too (found by differential fuzzing, seed 14: mdiff-js read only the node's entries)."""
-    from mdiff.format.safety_walk import _header_reader
+    from mdiff.hdf5walk.walk import _header_reader
     from tests.fuzz import hdf5bytes
 
     with _edit(path) as f:

@@ -198,7 +198,7 @@ def test_a_declared_shape_over_the_limits_is_MD508(tmp_path, shape):
     """The declared shape becomes `base`'s ONNX shape (int64): checked against §8.3 first."""
     import h5py
 
-    from mdiff.format.attributes import write_string
+    from mdiff.hdf5walk.attributes import write_string
 
     path = tmp_path / "declared.mdiff"
     ia3.write_with_function(path, ia3.function("float32"))
@@ -278,7 +278,7 @@ RULE_CASES = _rule_cases()
 @pytest.mark.parametrize("name", list(RULE_CASES))
 def test_the_shape_rules_agree_with_onnx_on_valid_graphs(name):
     """§7.9's shape rules, which the reference implements itself, give what ONNX's inference gives."""
-    from mdiff.format.limits import Limits
+    from mdiff.hdf5walk.limits import Limits
     from mdiff.updates.function_shapes import Value, _constant, infer_node
 
     nodes, inputs = RULE_CASES[name]
@@ -292,7 +292,7 @@ def test_the_shape_rules_agree_with_onnx_on_valid_graphs(name):
 def test_known_values_are_folded_as_a_runtime_computes_them():
     from onnx import TensorProto as T, helper
 
-    from mdiff.format.limits import Limits
+    from mdiff.hdf5walk.limits import Limits
     from mdiff.updates.function_shapes import Value, _constant, infer_node
 
     N = helper.make_node

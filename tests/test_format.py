@@ -227,7 +227,7 @@ def test_an_object_header_s_blocks_together_fit_in_the_file(tmp_path):
     """§8.1: continuation messages that point into each other's blocks would make the header walk read
     the same bytes once per message (up to 100,000 blocks of up to the file's size); the blocks of one
     header do not overlap, so more bytes than the file holds is an error (MD513), not a long read."""
-    from mdiff.format.object_header import HeaderError, HeaderReader
+    from mdiff.hdf5walk.object_header import HeaderError, HeaderReader
 
     messages = 40
     step = 8 + 16  # a version-1 message: type, size, flags, reserved; a continuation's offset and length
@@ -251,8 +251,8 @@ def test_a_symbol_table_of_several_levels_reads_whole(tmp_path):
     """§8.1: the walk of a symbol table's B-tree follows every node libhdf5 lists a group through — here a root of
     level 1 above nodes of level 0 above a hundred symbol table nodes — and refuses one whose name offset lies past the local heap, as
     libhdf5 does when it lists the group."""
-    from mdiff.format.object_header import HeaderError
-    from mdiff.format.safety_walk import _header_reader
+    from mdiff.hdf5walk.object_header import HeaderError
+    from mdiff.hdf5walk.walk import _header_reader
 
     path = tmp_path / "groups.h5"
     with h5py.File(path, "w", libver="earliest") as f:  # groups of the earliest format: symbol tables

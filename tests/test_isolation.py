@@ -141,13 +141,13 @@ REGRESSIONS = Path(__file__).parent / "fuzz" / "regressions"
 # (§8.1) turned off — in this process, and so in the children it forks, or in the command's own process: every crash
 # the fuzzers found is now refused before libhdf5 reads it, and isolation is for the one nobody has found yet.
 LIBHDF5_CRASH = Path(__file__).parent.parent / "conformance/hostile/MD513-dense_attribute_record_marked_shared/diff.mdiff"
-UNCHECKED = "import mdiff.format.object_header as h; h.HeaderReader._attribute_records = lambda self, names: None"
+UNCHECKED = "import mdiff.hdf5walk.object_header as h; h.HeaderReader._attribute_records = lambda self, names: None"
 ROOMY = str(8 << 30)  # bytes of address space the child gets
 
 
 @pytest.fixture
 def unchecked(monkeypatch):
-    from mdiff.format.object_header import HeaderReader
+    from mdiff.hdf5walk.object_header import HeaderReader
 
     monkeypatch.setattr(HeaderReader, "_attribute_records", lambda self, names: None)
 
@@ -240,7 +240,7 @@ def test_a_file_changed_after_the_child_read_it_is_not_read(tmp_path, monkeypatc
 
     path = tmp_path / "d.mdiff"
     mdiff.write(path, mdiff.diff({"w": np.zeros(4, np.float32)}, {"w": np.ones(4, np.float32)}), mdiff.Commit("m"))
-    vetted = reader.vet(path, mdiff.format.limits.DEFAULT_LIMITS, Isolation(timeout_s=30))
+    vetted = reader.vet(path, mdiff.hdf5walk.limits.DEFAULT_LIMITS, Isolation(timeout_s=30))
     os.utime(path, ns=(1, 1))
     with pytest.raises(mdiff.InvalidFileError) as info:
         reader.DiffFile(path, vetted=vetted)

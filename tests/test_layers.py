@@ -164,3 +164,17 @@ def test_floor_of_prefers_the_module_named_over_its_package():
     rows = [(1, "format", ["format"]), (3, "file", ["format.reader"]), (9, "surface", ["__init__", "cli"])]
     assert [floor_of(m, rows) for m in ("mdiff.format.dtypes", "mdiff.format.reader", "mdiff", "mdiff.cli.main",
                                         "mdiff.repo")] == [1, 3, 9, 9, None]
+
+
+def test_hdf5walk_needs_nothing_of_mdiff():
+    """mdiff.hdf5walk (the §8 walk, importable on its own) imports only the standard library, numpy, h5py
+    and itself, so that it can be taken out of mdiff as it is."""
+    import sys
+
+    allowed = set(sys.stdlib_module_names) | {"numpy", "h5py", "_typeshed"}  # _typeshed: for type checking only
+    modules = module_files(ROOT / "mdiff" / "hdf5walk", "mdiff.hdf5walk")
+    assert set(modules) == {"mdiff.hdf5walk", *(f"mdiff.hdf5walk.{m}" for m in (
+        "attributes", "findings", "limits", "object_header", "positional_io", "storage", "walk"))}
+    outside = sorted((m, name) for m, path in modules.items() for name in imported_names(path, m)
+                     if name.split(".")[0] not in allowed and not name.startswith("mdiff.hdf5walk"))
+    assert outside == []

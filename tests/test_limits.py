@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import mdiff
-from mdiff.format.attributes import write_string
-from mdiff.format.limits import DEFAULT_LIMITS, Limits, extent, shape_problem
+from mdiff.hdf5walk.attributes import write_string
+from mdiff.hdf5walk.limits import DEFAULT_LIMITS, Limits, extent, shape_problem
 from mdiff.updates.base import empty_array, read_array
 from tests import invalid_files as inv
 

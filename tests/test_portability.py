@@ -87,7 +87,7 @@ def test_files_are_created_as_the_umask_says(tmp_path):
 def test_reading_at_an_offset_without_pread_leaves_the_position_and_other_threads_alone(tmp_path, monkeypatch):
     from concurrent.futures import ThreadPoolExecutor
 
-    from mdiff import positional_io
+    from mdiff.hdf5walk import positional_io
 
     monkeypatch.delattr(os, "pread")
     monkeypatch.delattr(os, "preadv")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -44,18 +45,21 @@ def test_profile_is_the_claim() -> None:
     assert profile_of(frozenset({"hardened", "merge"})) == "hardened"
     assert profile_of(frozenset({"configurable-limits"})) == "core"
     done = subprocess.run([*CORE, "features"], capture_output=True, text=True, check=True)
-    assert json.loads(done.stdout) == ["configurable-limits", "checkpoint-rule-codes"]
+    assert json.loads(done.stdout) == ["configurable-limits", "checkpoint-rule-codes", "embedded-update-types"]
 
 
-def test_core_implementation_passes_every_hostile_case_as_core(manifest) -> None:
+def test_core_implementation_passes_the_whole_corpus_as_core(manifest) -> None:
+    """Every case of every family, embedded update types included; only the features it does not claim
+    (repository, merge: optional contract commands) are skipped."""
     impl = CommandImplementation(CORE)
-    results = run_cases(impl, manifest, lambda c: c.family == "hostile", jobs=2)
+    results = run_cases(impl, manifest, lambda c: True, jobs=2)
     failed = [(r.id, r.got, r.problems) for r in results if r.status == "fail"]
     assert failed == []
-    assert sum(r.status == "pass" for r in results) == 144
-    assert sorted(r.id for r in results if r.status == "skip") == [  # embedded-update-types, not claimed
-        "MD420-definition_lone_surrogate", "MD421-function_not_onnx", "MD423-function_random_op", "MD424-function_external_data",
-        "MD425-function_subgraph", "MD426-function_too_many_nodes", "MD428-function_with_huge_intermediate"]
+    passed = Counter(r.family for r in results if r.status == "pass")
+    assert passed == {"hostile": 151, "valid": 45, "invalid": 179}
+    skipped = {c.id: c for c in manifest.cases if c.id in {r.id for r in results if r.status == "skip"}}
+    assert len(skipped) == 54
+    assert {f for c in skipped.values() for f in c.features} == {"repository", "merge"}
 
 
 def test_core_implementation_fails_the_hardened_outcomes_it_cannot_reach(manifest) -> None:

@@ -27,7 +27,7 @@ from mdiff.checkpoints import load_checkpoint, save_checkpoint
 from mdiff.cli.main import main
 from mdiff.errors import LimitError, RepositoryError
 from mdiff.format.commit import Author, Commit
-from mdiff.format.limits import DEFAULT_LIMITS
+from mdiff.hdf5walk.limits import DEFAULT_LIMITS
 from mdiff.format.reader import open_diff
 from mdiff.repo import Repository
 from mdiff.repo.history import resolve

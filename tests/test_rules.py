@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import mdiff
-from mdiff.format.attributes import write_string
+from mdiff.hdf5walk.attributes import write_string
 from mdiff.format.dtypes import dtype_named
 from mdiff.format.findings import Finding
 from mdiff.rules import RULES

@@ -22,11 +22,11 @@ import pytest
 import mdiff
 from mdiff.describe import describe
 from mdiff.format import reader as reader_module
-from mdiff.format.attributes import write_string
-from mdiff.format.limits import DEFAULT_LIMITS
+from mdiff.hdf5walk.attributes import write_string
+from mdiff.hdf5walk.limits import DEFAULT_LIMITS
 from mdiff.format.reader import DiffFile, Vetted, open_diff
 from mdiff.format.schemas import _Unsure, compiled_check, ecma_validator, first_errors
-from mdiff.format.safety_walk import MAX_REPORTED_PATH, WALK_CACHE_BYTES, Inventory, inspect_structure
+from mdiff.hdf5walk.walk import MAX_REPORTED_PATH, WALK_CACHE_BYTES, Inventory, inspect_structure
 from mdiff.isolation import Isolation, isolation_supported
 from mdiff.updates import REGISTRY
 from tests import invalid_files as inv
@@ -405,7 +405,7 @@ def test_a_lazy_reader_walks_only_the_parameter_it_reads(tmp_path):
 def test_libhdf5_is_asked_about_each_attribute_once_and_about_each_kind_of_storage_once(tmp_path, monkeypatch):
     """The walk still opens every object and reads every attribute through libhdf5, but asks it what is the same for
     objects stored alike — a dataset's properties, an attribute's type, how an object's attributes are stored —
-    once for each way of storing them (safety_walk.py): a file of 10^5 alike parameters made 40 calls of libhdf5
+    once for each way of storing them (hdf5walk/walk.py): a file of 10^5 alike parameters made 40 calls of libhdf5
     each, and the walk cost 2.5 times what it does."""
     import h5py
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import mdiff
-from mdiff.format.attributes import overwrite_string
+from mdiff.hdf5walk.attributes import overwrite_string
 from mdiff.errors import InvalidFileError, RepositoryError
 from mdiff.format.commit import Commit
 from mdiff.format.dtypes import DTYPES

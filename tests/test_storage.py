@@ -13,9 +13,10 @@ import pytest
 import mdiff
 from mdiff.engines import apply_update
 from mdiff.errors import InvalidFileError
-from mdiff.format.limits import DEFAULT_LIMITS
-from mdiff.format.chunk_reader import Chunk, PlannedDataset, coverage_problem, fletcher32, plan_for
-from mdiff.format.safety_walk import inspect_structure
+from mdiff.hdf5walk.limits import DEFAULT_LIMITS
+from mdiff.format.chunk_reader import PlannedDataset, fletcher32
+from mdiff.hdf5walk.storage import Chunk, coverage_problem, plan_for
+from mdiff.hdf5walk.walk import inspect_structure
 
 # (shape, chunks, filters): slabs along the leading axes, edge chunks, every order of the allowed filters
 PLANNED = [

@@ -17,7 +17,7 @@ import pytest
 import mdiff
 from mdiff.checkpoints import save_checkpoint
 from mdiff.errors import CheckpointError
-from mdiff.format.attributes import write_string
+from mdiff.hdf5walk.attributes import write_string
 from mdiff.format.commit import Commit
 
 ROOT = Path(__file__).resolve().parents[1]

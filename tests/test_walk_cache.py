@@ -13,7 +13,7 @@ import pytest
 import mdiff
 from mdiff.errors import RepositoryError
 from mdiff.format import reader
-from mdiff.format.limits import DEFAULT_LIMITS, Limits
+from mdiff.hdf5walk.limits import DEFAULT_LIMITS, Limits
 from mdiff.format.walk_cache import ENV, WalkCache
 from mdiff.isolation import isolation_supported
 

@@ -47,7 +47,7 @@ import numpy as np  # noqa: E402
 import mdiff  # noqa: E402
 from mdiff.checkpoints import load_checkpoint, save_checkpoint  # noqa: E402
 from mdiff.engines import apply_update  # noqa: E402
-from mdiff.format.attributes import overwrite_string, write_string  # noqa: E402
+from mdiff.hdf5walk.attributes import overwrite_string, write_string  # noqa: E402
 from mdiff.format.dtypes import DTYPES, dtype_of  # noqa: E402
 from mdiff.rules import RULES  # noqa: E402
 from mdiff.repo import Repository  # noqa: E402
@@ -159,7 +159,9 @@ CORE_OUTCOMES: dict[str, tuple[tuple[str, ...] | str, ...]] = {
     "MD513-dense_attribute_heap_root_block_offset": (("MD101", "MD102", "MD513"), ("MD515",)),
     "MD513-dense_attribute_huge_object_index_records_0_bytes": (("MD515",), ("MD513",)),
     "MD513-dense_attribute_heap_table_width_0": (("MD515",), ("MD513",)),
-    "MD513-dense_attribute_index_root_over_full": (("MD515",), ("MD513",)),
+    # the root node's records past its one-node buffer: libhdf5 crashes (MD515), or reads what lies past it
+    # and then fails to open the attributes one by one, as for the two above (found by tests/core_impl/)
+    "MD513-dense_attribute_index_root_over_full": (("MD515",), ("MD513",), ("MD101", "MD102", "MD513")),
     # an attribute count read from the header's name index: the library cannot count them
     "MD511-attributes_over_64_uncountable": (("MD513",),),
     # a link's kind from its link message, not from a lookup by its name's hash

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from mdiff.cli.usage import UsageError
 from mdiff.engines import ENGINES
-from mdiff.format.limits import Limits
+from mdiff.hdf5walk.limits import Limits
 from mdiff.isolation import DEFAULT_MEMORY_BYTES, DEFAULT_SECONDS_PER_MB, DEFAULT_TIMEOUT_S, Isolation, isolation_supported
 from mdiff.threads import ENVIRONMENT, parse_threads
 

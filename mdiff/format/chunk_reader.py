@@ -1,6 +1,6 @@
 """Reading a dataset's stored bytes straight from the file, never through libhdf5's filter pipeline.
 
-The structure walk (safety_walk.py) has already checked every chunk of a dataset against the file's
+The structure walk (mdiff/hdf5walk/walk.py) has already checked every chunk of a dataset against the file's
 bounds and the filter allowlist, and recorded where each one lies. Every contiguous and every
 chunked dataset is read here: the stored bytes with ``pread`` (positional_io.py), decoded through
 the dataset's filters (deflate, shuffle, fletcher32) on a pool of threads (inflating releases the
@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import math
 import zlib as _zlib
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, Protocol, TypeVar, Union
 
 import numpy as np
 from numpy.typing import DTypeLike
 
-from mdiff import positional_io
 from mdiff.errors import InvalidFileError
+from mdiff.hdf5walk import positional_io
+from mdiff.hdf5walk.storage import FILTER_DEFLATE, FILTER_FLETCHER32, FILTER_SHUFFLE, Chunk, StoragePlan
 from mdiff.threads import in_pool, pool_size, shared_pool
 
 
@@ -57,7 +57,6 @@ class StoredDataset(Protocol):
     def __len__(self) -> int: ...
 
 
-Filters = Iterable[tuple[int, tuple[int, ...]]]  # (filter id, client data) of each step, in pipeline order
 _T = TypeVar("_T")
 
 
@@ -70,60 +69,8 @@ try:  # ISA-L inflates the same streams ~1.5× faster than zlib; zlib is the fal
 except ImportError:  # pragma: no cover - isal is a dependency; kept for platforms without a wheel
     _inflate_lib = _zlib
 
-FILTER_DEFLATE, FILTER_SHUFFLE, FILTER_FLETCHER32 = 1, 2, 3
 _PARALLEL_BYTES = 4 << 20  # below this, a thread pool costs more than it saves
 _FLETCHER_BYTES = 4
-
-
-@dataclass(frozen=True)
-class Chunk:
-    offset: tuple[int, ...]  # the chunk's first element, in dataset coordinates
-    byte_offset: int  # where its stored bytes start in the file
-    size: int  # how many bytes are stored
-
-
-@dataclass(frozen=True)
-class StoragePlan:
-    """Where a dataset's bytes lie and how to decode them: contiguous, or chunked with its filters."""
-
-    contiguous_offset: int | None = None
-    chunk_shape: tuple[int, ...] | None = None
-    chunks: tuple[Chunk, ...] = ()
-    filters: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (filter id, client data), pipeline order
-
-
-def plan_for(shape: Sequence[int], itemsize: int, contiguous_offset: int | None = None,
-             chunk_shape: Sequence[int] | None = None, chunks: Iterable[Chunk] = (), filters: Filters = ()) -> StoragePlan | None:
-    """The plan for a contiguous dataset, or for a chunked one whose chunks passed
-    :func:`coverage_problem`; None when there is nothing to plan (a chunked scalar)."""
-    if contiguous_offset is not None:
-        return StoragePlan(contiguous_offset=int(contiguous_offset))
-    if chunk_shape is None or not shape:
-        return None
-    return StoragePlan(chunk_shape=tuple(int(c) for c in chunk_shape), chunks=tuple(chunks), filters=tuple(filters))
-
-
-def coverage_problem(shape: Sequence[int], chunk_shape: Sequence[int], chunks: Iterable[Chunk]) -> str | None:
-    """Why a dataset's chunks do not cover it exactly once (MD509), or None.
-
-    Each chunk must start on a multiple of the chunk shape inside the dataset, and each such place
-    must hold exactly one chunk: libhdf5 would read a missing chunk as fill values and one of two
-    chunks at the same place silently."""
-    shape, chunk_shape = tuple(shape), tuple(chunk_shape)
-    if not shape or len(chunk_shape) != len(shape) or any(c < 1 for c in chunk_shape):
-        return f"chunks of shape {list(chunk_shape)} for a dataset of shape {list(shape)}"
-    seen: set[tuple[int, ...]] = set()
-    for chunk in chunks:
-        place = chunk.offset
-        if len(place) != len(shape) or any(o % k or not 0 <= o < d for o, k, d in zip(place, chunk_shape, shape)):
-            return f"a chunk at {list(place)} does not start on the chunk grid inside the dataset"
-        if place in seen:
-            return f"two chunks at {list(place)}"
-        seen.add(place)
-    expected = math.prod(math.ceil(d / c) for d, c in zip(shape, chunk_shape))
-    if len(seen) != expected:
-        return f"{len(seen)} of {expected} chunks are stored"
-    return None
 
 
 def _cut_axis(chunk: tuple[int, ...]) -> int:

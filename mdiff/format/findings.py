@@ -5,16 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mdiff.errors import InvalidFileError, LimitError
+from mdiff.hdf5walk import findings as walk_findings
 from mdiff.rules import RULES
-
-_LIMIT_CODES = {"MD507", "MD508", "MD510", "MD511", "MD512"}
 
 
 @dataclass(frozen=True)
-class Finding:
-    code: str
-    path: str
-    message: str
+class Finding(walk_findings.Finding):
+    """A finding of any rule of SPEC.md §12, with the severity and section its table row gives; the
+    structure walk's (mdiff.hdf5walk) become these through :meth:`of`."""
+
+    @classmethod
+    def of(cls, finding: walk_findings.Finding) -> "Finding":
+        return finding if isinstance(finding, cls) else cls(finding.code, finding.path, finding.message)
 
     @property
     def severity(self) -> str:
@@ -38,7 +40,7 @@ class Finding:
         }
 
     def to_error(self) -> InvalidFileError:
-        cls = LimitError if self.code in _LIMIT_CODES else InvalidFileError
+        cls = LimitError if self.code in walk_findings.LIMIT_CODES else InvalidFileError
         return cls(self.code, self.message, self.path)
 
     @classmethod

@@ -13,7 +13,7 @@ from mdiff.format.constants import (
     FILES_GROUP, KNOWN_EXTENSIONS, LAYOUT_GROUP, PARAMETERS_GROUP, UPDATE_TYPES_GROUP,
 )
 from mdiff.format.findings import Finding
-from mdiff.format.safety_walk import Inventory
+from mdiff.hdf5walk.walk import Inventory
 
 _VERSION = re.compile(r"(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})")  # at most 9 digits each
 ROOT_ATTRIBUTES = {ATTR_FORMAT, ATTR_VERSION, ATTR_EXTENSIONS, ATTR_COMMIT}

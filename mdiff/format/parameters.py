@@ -14,13 +14,13 @@ from mdiff.errors import InvalidFileError
 from mdiff.format import canonical_json
 from mdiff.format.constants import ATTR_UPDATE, BASE_SHA256_MINOR, FILES_GROUP, FORMAT_MINOR, LAYOUT_GROUP, PARAMETERS_GROUP
 from mdiff.format.dtypes import dtype_named
-from mdiff.format.limits import DEFAULT_LIMITS, Limits, shape_problem
+from mdiff.hdf5walk.limits import DEFAULT_LIMITS, Limits, shape_problem
 from mdiff.format.findings import Finding
 from mdiff.format.names import decode_name, encode_name
 from mdiff.format.paths import collisions, path_problem
 from mdiff.format.schemas import first_errors
 from mdiff.format.chunk_reader import DetachedDataset, PlannedDataset, RangeSource, Source
-from mdiff.format.safety_walk import DatasetInfo, Inventory, LazyWalk, ObjectInfo
+from mdiff.hdf5walk.walk import DatasetInfo, Inventory, LazyWalk, ObjectInfo
 from mdiff.updates import REGISTRY, VERSIONS
 from mdiff.updates.base import Update, UpdateType
 
@@ -171,7 +171,7 @@ class LazyParameters:
         assert self._container is not None
         link = self.links[name]
         node = self._container.children[link]
-        findings = self._walk.expand(node) if node.kind == "deferred" else []
+        findings = [Finding.of(x) for x in self._walk.expand(node)] if node.kind == "deferred" else []
         if any(x.is_error for x in findings):
             return None, findings
         info = self._container.children.get(link)

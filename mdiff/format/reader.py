@@ -17,10 +17,10 @@ from mdiff.errors import InvalidFileError
 from mdiff.format.commit import Commit
 from mdiff.format.findings import Finding
 from mdiff.format.header import Header, parse_header
-from mdiff.format.limits import DEFAULT_LIMITS, Limits
+from mdiff.hdf5walk.limits import DEFAULT_LIMITS, Limits
 from mdiff.format.chunk_reader import RangeSource
 from mdiff.format.parameters import PARAMETERS_PATH, Datasets, LazyParameters, Parameter, parse_files, parse_layout, parse_parameters
-from mdiff.format.safety_walk import WALK_CACHE_BYTES, Inventory, LazyWalk, inspect_structure, set_metadata_cache
+from mdiff.hdf5walk.walk import WALK_CACHE_BYTES, Inventory, LazyWalk, inspect_structure, set_metadata_cache
 from mdiff.format.update_types import parse_update_types
 from mdiff.isolation import Isolation, IsolationFailure, shared_worker, task
 from mdiff.ranged_file import RangedFile, no_collection
@@ -202,10 +202,11 @@ def read_contents(f: h5py.File | None, file_size: int, limits: Limits, vetted: V
     elif lazy:
         assert f is not None
         walk = LazyWalk(f, file_size, limits, frozenset({PARAMETERS_PATH}), read_at)
-        inventory, findings = walk.inventory, list(walk.findings)
+        inventory, findings = walk.inventory, [Finding.of(x) for x in walk.findings]
     else:
         assert f is not None
-        inventory, findings = inspect_structure(f, file_size, limits, read_at)
+        inventory, walked = inspect_structure(f, file_size, limits, read_at)
+        findings = [Finding.of(x) for x in walked]
     for code in ("MD511", "MD512"):  # past a limit of the whole file nothing more is looked at or reported (§12.1)
         if any(x.code == code for x in findings):
             return Contents(None, {}, [x for x in findings if x.code == code])
@@ -520,6 +521,6 @@ def _metadata_only(path: str, shown: str, limits: dict[str, Any]) -> dict:
             inventory, findings = inspect_structure(f, size, Limits(**limits))
             if not any(x.code in ("MD511", "MD512") for x in findings):  # past those the parent reads nothing
                 _with_compact_data(f, inventory)
-            return Vetted(_identity(f.id.get_vfd_handle()), inventory, findings).to_json()
+            return Vetted(_identity(f.id.get_vfd_handle()), inventory, [Finding.of(x) for x in findings]).to_json()
         finally:
             f.close()

@@ -8,11 +8,11 @@ from mdiff.errors import InvalidFileError
 from mdiff.format import canonical_json
 from mdiff.format.findings import Finding
 from mdiff.format.constants import ATTR_DEFINITION, UPDATE_TYPES_GROUP
-from mdiff.format.limits import Limits
+from mdiff.hdf5walk.limits import Limits
 from mdiff.format.names import decode_name
 from mdiff.format.schemas import first_errors
 from mdiff.format.parameters import Datasets
-from mdiff.format.safety_walk import Inventory
+from mdiff.hdf5walk.walk import Inventory
 from mdiff.updates import REGISTRY
 from mdiff.updates.base import UpdateType
 

@@ -39,7 +39,7 @@ from dataclasses import asdict
 from functools import lru_cache
 from pathlib import Path
 
-from mdiff.format.limits import Limits
+from mdiff.hdf5walk.limits import Limits
 
 log = logging.getLogger(__name__)
 

@@ -16,14 +16,14 @@ import numpy as np
 
 from mdiff.atomic import UnsafeOutputError, check_output, create_temp_file, fsync_directory, fsync_path, replace_with
 from mdiff.format import canonical_json
-from mdiff.format.attributes import overwrite_string, write_string
+from mdiff.hdf5walk.attributes import overwrite_string, write_string
 from mdiff.format.commit import Commit
 from mdiff.format.constants import (
     ATTR_COMMIT, ATTR_DEFINITION, ATTR_EXTENSIONS, ATTR_FORMAT, ATTR_UPDATE, ATTR_VERSION, BASE_SHA256_MINOR, FILES_GROUP, FILES_MINOR,
     FORMAT_NAME, FORMAT_VERSION, LAYOUT_GROUP, LIBVER, PARAMETERS_GROUP, UPDATE_TYPES_GROUP,
 )
 from mdiff.errors import InvalidFileError, LimitError
-from mdiff.format.limits import DEFAULT_LIMITS
+from mdiff.hdf5walk.limits import DEFAULT_LIMITS
 from mdiff.format.names import encode_name
 from mdiff.format.schemas import first_errors
 from mdiff.format.chunk_reader import Slabs
@@ -393,7 +393,7 @@ def _checked_type(name: str, definition: Mapping[str, Any], functions: Mapping[s
 def _check_update(name: str, update: Update, kind: UpdateType) -> None:
     """The writer never writes an invalid file: the same checks a reader makes, on the metadata —
     §8.3's limits on the shape it declares and on its datasets (LimitError) included."""
-    from mdiff.format.limits import shape_problem
+    from mdiff.hdf5walk.limits import shape_problem
 
     try:
         declared = [(update.shape, update.dtype.itemsize)]

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mdiff.errors import RepositoryError
-from mdiff.positional_io import pread
+from mdiff.hdf5walk.positional_io import pread
 from mdiff.format.findings import Finding
 from mdiff.progress import ByteCounter, Progress
 from mdiff.repo import cleanup

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING
 from mdiff import block_ids
 from mdiff.atomic import TEMP_SUFFIX, naming
 from mdiff.errors import InvalidFileError, RepositoryError
-from mdiff.format.limits import DEFAULT_LIMITS
+from mdiff.hdf5walk.limits import DEFAULT_LIMITS
 from mdiff.format.walk_cache import WalkCache
 from mdiff.isolation import Isolation, isolation_supported
-from mdiff.positional_io import pread
+from mdiff.hdf5walk.positional_io import pread
 from mdiff.regular_files import open_regular, reopenable, same_file
 from mdiff.repo.folder import RepositoryFolder, create_exclusive, removed_on_failure, rename_in, write_all
 from mdiff.repo.names import COMMIT_ID, FORMAT_LINES, format_of, shown

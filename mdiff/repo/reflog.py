@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
-from mdiff.positional_io import pread
+from mdiff.hdf5walk.positional_io import pread
 
 NO_COMMIT = "0" * 64  # the side of a move where the ref did not exist
 MAX_MESSAGE_BYTES = 1000

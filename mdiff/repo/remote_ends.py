@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from mdiff import positional_io
+from mdiff.hdf5walk import positional_io
 from mdiff.errors import RepositoryError
-from mdiff.format.limits import DEFAULT_LIMITS
+from mdiff.hdf5walk.limits import DEFAULT_LIMITS
 from mdiff.ranged_file import RangedFile
 from mdiff.repo.names import FORMAT, FORMAT_LINES, HEAD_PREFIX, MAX_SMALL_FILE_BYTES, format_of, valid_branch
 from mdiff.repo.store import Store

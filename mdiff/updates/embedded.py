@@ -20,7 +20,7 @@ from onnx import AttributeProto, TensorProto, helper
 
 from mdiff.errors import InvalidFileError
 from mdiff.format.dtypes import DTYPES, dtype_named
-from mdiff.format.limits import Limits, shape_problem
+from mdiff.hdf5walk.limits import Limits, shape_problem
 from mdiff.format.onnx_functions import IR_VERSION, OPSET, VALUE_TYPES
 from mdiff.updates.function_shapes import check_graph
 from mdiff.updates.base import Problem, Runner, Update, UpdateType, empty_array, no_models, no_problems, update_schema

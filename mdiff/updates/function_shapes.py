@@ -20,7 +20,7 @@ from typing import Callable, Mapping, Sequence
 import onnx
 from onnx import AttributeProto, TensorProto
 
-from mdiff.format.limits import Limits, extent
+from mdiff.hdf5walk.limits import Limits, extent
 from mdiff.format.onnx_functions import VALUE_TYPES
 
 MAX_KNOWN_ELEMENTS = 64  # a shape, its axes or the starts of a Slice: never more than twice the rank limit

@@ -11,8 +11,9 @@ speaks the conformance contract (conformance/README.md):
 
 It does not import mdiff: it exists to show that the core expectations of the corpus are reachable by
 an implementation that uses a standard HDF5 library, not to be fast. It implements the update types of
-§7.3-§7.7 (no embedded types, §7.8: it does not claim `embedded-update-types`), applies to
-`.safetensors` bases, and claims `configurable-limits`.
+§7.3-§7.7 and embedded ones (§7.8-§7.9, core_functions.py: the `onnx` package parses a function, the
+shape rules are applied there, onnxruntime runs it), applies to `.safetensors` bases, and claims
+`configurable-limits`, `checkpoint-rule-codes` and `embedded-update-types`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+
+import core_functions
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 FORMAT_MINOR = 3
@@ -567,9 +570,37 @@ def canonical_sha(values, dtype_name):
 
 # ---------------------------------------------------------------------------------------------- §3-§7
 
+DEFINITION_SCHEMA = schema("update-type-definition.schema.json")
 UPDATE_SCHEMAS = {t: schema(f"updates/{t}.schema.json") for t in ("dense", "sparse", "low_rank", "replace", "delete")}
 COMMIT_SCHEMA = schema("commit.schema.json")
 LAYOUT_SCHEMA = schema("layout.schema.json")
+
+
+def embedded_schema(name, definition):
+    """The schema of an `update` of an embedded type (§7.1's members; `sha256` iff the type is exact)."""
+    sch = json.loads(json.dumps(UPDATE_SCHEMAS["dense"]))
+    props = sch["properties"]
+    props["type"] = {"const": name}
+    props["version"] = {"const": definition["version"]}
+    required = [r for r in sch["required"] if r != "sha256"]
+    if definition["exact"]:
+        required.append("sha256")
+    else:
+        props.pop("sha256", None)
+    sch["required"] = required
+    return sch
+
+
+def real_date(text):
+    """Whether a `date` that matches the schema's pattern is a real day of the years 0001-9999 (§4.2)."""
+    import datetime
+    if not isinstance(text, str):
+        return True  # absent or not a string: the schema decides
+    try:
+        datetime.date(int(text[0:4]), int(text[5:7]), int(text[8:10]))
+    except ValueError:
+        return False
+    return True
 
 
 class Checker:
@@ -579,6 +610,7 @@ class Checker:
         self.updates = {}  # parameter name -> (meta, group node, data dict) for a sound group
         self.files = {}
         self.layout = None
+        self.types = {}
 
     def check(self):
         root = self.root
@@ -616,6 +648,7 @@ class Checker:
                 self.add("MD306", "/" + raw.decode())
             elif raw not in known:
                 self.add("MD303", "/" + raw.decode("utf-8", "replace"), "warning")
+        self.types = self.check_update_types(members.get(b"update_types"))
         params = members.get(b"parameters")
         if params is None or (params is not Refused and params.kind != "group"):
             self.add("MD300", "/parameters")
@@ -633,6 +666,103 @@ class Checker:
                 self.add("MD305", "/layout")
             else:
                 self.layout = self.check_update(layout, "/layout", is_file=True)
+
+    def unknown_attributes(self, node, where, known=()):
+        for name, value in node.attrs.items():
+            if name not in known and value is not Refused:
+                self.add("MD303", f"{where}@{name}", "warning")
+
+    def named_members(self, group, where):
+        """(name, node, path) of each member of ``group`` not refused under §8 whose link name encodes a name
+        (§5.2; MD302 otherwise)."""
+        for raw, node in group.members.items():
+            path = where + "/" + raw.decode("utf-8", "replace")
+            if node is Refused:
+                continue
+            name = decode_name(raw)
+            if name is None:
+                self.add("MD302", path)
+                continue
+            yield name, node, path
+
+    def required_datasets(self, group, where, needed):
+        """The datasets of ``needed`` names among the members of an update's group, and whether one of those
+        names is refused under §8; every other member, and each attribute of a dataset, is MD303."""
+        found, refused = {}, False
+        for raw, node in group.members.items():
+            name = raw.decode("utf-8", "replace")
+            if node is Refused:
+                refused = refused or name in needed
+                continue
+            if name in needed and node.kind == "dataset":
+                found[name] = node
+            elif name not in needed:  # a group named like a required dataset is MD405, not unknown (§7.1)
+                self.add("MD303", f"{where}/{name}", "warning")
+            if node.kind == "dataset":
+                self.unknown_attributes(node, f"{where}/{name}")
+        return found, refused
+
+    def check_update_types(self, group):
+        """§7.8: the types /update_types defines soundly, name -> (definition, {dtype: (model, bytes)})."""
+        types = {}
+        if group is None or group is Refused:
+            return types
+        if group.kind != "group":
+            self.add("MD420", "/update_types")
+            return types
+        self.unknown_attributes(group, "/update_types")
+        for name, node, where in self.named_members(group, "/update_types"):
+            if node.kind != "group" or not re.fullmatch(r"x-[a-z0-9][a-z0-9_-]{0,62}", name):
+                self.add("MD420", where)
+                continue
+            self.unknown_attributes(node, where, known=("definition",))
+            text = node.attrs.get("definition")
+            if text is Refused:
+                continue
+            try:
+                definition = parse_json(text) if text is not None else None
+            except JSONError:
+                definition = None
+            if definition is None or not schema_ok(DEFINITION_SCHEMA, definition):
+                self.add("MD420", where)
+                continue
+            functions, broken = {}, False
+            for mraw, member in node.members.items():
+                mname = mraw.decode("utf-8", "replace")
+                mwhere = f"{where}/{mname}"
+                dtype = mname[len("function."):] if mname.startswith("function.") else None
+                if dtype not in DTYPES:
+                    if member is not Refused:
+                        self.add("MD303", mwhere, "warning")
+                    continue
+                if member is Refused:  # its own finding; the type is not defined (§7.8)
+                    broken = True
+                    continue
+                if member.kind != "dataset" or member.info["dtype"] != np.dtype("<u1") or len(member.info["shape"]) != 1:
+                    self.add("MD420", mwhere)
+                    broken = True
+                    continue
+                if member.info["shape"][0] > self.w.limits.get("max_function_bytes", 2**20):
+                    self.add("MD421", mwhere)
+                    broken = True
+                    continue
+                data = read_dataset(member)
+                if data is None:
+                    self.add("MD513", mwhere)
+                    broken = True
+                    continue
+                model, problems = core_functions.check_function(data.tobytes(), dtype, definition["inputs"], self.w.limits)
+                for code, _message in problems:
+                    self.add(code, mwhere)
+                if model is None:
+                    broken = True
+                else:
+                    functions[dtype] = (model, data.tobytes())
+            if not functions and not broken:
+                self.add("MD420", where)
+            if functions and not broken:
+                types[name] = (definition, functions)
+        return types
 
     def check_extensions(self, text):
         if text is None or text is Refused:
@@ -670,22 +800,13 @@ class Checker:
             del sch["properties"]["state_sha256"]
         if self.minor > FORMAT_MINOR:
             v = {k: x for k, x in v.items() if k in sch["properties"]}
-        if not schema_ok(sch, v):
+        if not schema_ok(sch, v) or not real_date(v.get("date")):
             self.add("MD202", "/@commit")
 
     def check_container(self, group, is_file):
-        for name, value in group.attrs.items():
-            if value is not Refused:
-                self.add("MD303", f"{group.path}@{name}", "warning")
+        self.unknown_attributes(group, group.path)
         paths = []
-        for raw, node in group.members.items():
-            where = group.path + "/" + raw.decode("utf-8", "replace")
-            if node is Refused:
-                continue
-            name = decode_name(raw)
-            if name is None:
-                self.add("MD302", where)
-                continue
+        for name, node, where in self.named_members(group, group.path):
             if node.kind != "group":
                 self.add("MD301", where)
                 continue
@@ -702,9 +823,7 @@ class Checker:
 
     def check_update(self, group, where, is_file):
         """§12.1 rules 5 and 6 for one group: (meta, data) when it is sound, else None."""
-        for name, value in group.attrs.items():
-            if name != "update" and value is not Refused:
-                self.add("MD303", f"{where}@{name}", "warning")
+        self.unknown_attributes(group, where, known=("update",))
         text = group.attrs.get("update")
         if text is Refused:
             return None
@@ -722,18 +841,19 @@ class Checker:
         if not isinstance(kind, str):
             self.add("MD404", where)
             return None
-        if kind not in UPDATE_SCHEMAS or (is_file and kind not in ("replace", "delete")):
+        embedded = self.types.get(kind) if kind not in UPDATE_SCHEMAS and not is_file else None
+        if (kind not in UPDATE_SCHEMAS and embedded is None) or (is_file and kind not in ("replace", "delete")):
             self.add("MD305" if is_file else "MD402", where)
             return None
         version = meta.get("version")
         if isinstance(version, float) and version.is_integer():
             version = meta["version"] = int(version)
         if isinstance(version, int) and not isinstance(version, bool):
-            known = (1, 2) if kind in ("dense", "sparse") else (1,)
+            known = ((embedded[0]["version"],) if embedded else (1, 2) if kind in ("dense", "sparse") else (1,))
             if version not in known or (version == 2 and self.minor < 3) or (version == 2 and meta.get("dtype") == "bool"):
                 self.add("MD403", where)
                 return None
-        sch = json.loads(json.dumps(UPDATE_SCHEMAS[kind]))
+        sch = embedded_schema(kind, embedded[0]) if embedded else json.loads(json.dumps(UPDATE_SCHEMAS[kind]))
         if self.minor > FORMAT_MINOR:
             meta = {k: x for k, x in meta.items() if k in sch["properties"]}
         if self.minor < 2:
@@ -747,6 +867,9 @@ class Checker:
         if is_file and (dtype != "uint8" or len(shape) != 1):
             self.add("MD305", where)
             return None
+        if embedded and dtype not in embedded[1]:
+            self.add("MD427", where)
+            return None
         lim = self.w.limits
         if len(shape) > lim["max_rank"]:
             self.add("MD507", where)
@@ -758,7 +881,35 @@ class Checker:
         if kind == "low_rank" and (dtype not in ("float16", "bfloat16", "float32", "float64") or not shape):
             self.add("MD411", where)
             return None
+        if embedded:
+            return self.check_embedded(group, where, meta, embedded)
         return self.check_datasets(group, where, meta)
+
+    def check_embedded(self, group, where, meta, embedded):
+        """§7.8 for one parameter of an embedded type: its datasets, checks 7-8, then its data."""
+        inputs = embedded[0]["inputs"]
+        model, model_bytes = embedded[1][meta["dtype"]]
+        found, refused = self.required_datasets(group, where, inputs)
+        missing = [n for n in inputs if n not in found]
+        if not refused:
+            for name in missing:
+                self.add("MD405", f"{where}/{name}")
+        if refused or missing:
+            return None
+        problem = core_functions.check_parameter(model, meta["dtype"], meta["shape"], {
+            n: (found[n].info["shape"], found[n].info["dtype"]) for n in inputs}, self.w.limits)
+        if problem:
+            self.add(problem[0], where)
+            return None
+        data = {}
+        for name in inputs:
+            values = read_dataset(found[name])
+            if values is None:
+                self.add("MD513", where)
+                return None
+            data[name] = values
+        meta["_function"] = model_bytes
+        return meta, data
 
     def check_datasets(self, group, where, meta):
         kind, dtype, shape, v = meta["type"], meta["dtype"], meta["shape"], meta.get("version", 1)
@@ -769,21 +920,8 @@ class Checker:
                 ("sparse", 2): {"gaps": np.dtype("<u8"), "sub": bits},
                 ("low_rank", 1): {"A": compute, "B": compute}, ("replace", 1): {"value": store},
                 ("delete", 1): {}}[(kind, v)]
-        found, refused, error = {}, False, False
-        for raw, node in group.members.items():
-            name = raw.decode("utf-8", "replace")
-            if node is Refused:
-                if name in need:
-                    refused = True
-                continue
-            if name in need and node.kind == "dataset":
-                found[name] = node
-            else:
-                self.add("MD303", f"{where}/{name}", "warning")
-            if node.kind == "dataset":
-                for a, value in node.attrs.items():
-                    if value is not Refused:
-                        self.add("MD303", f"{where}/{name}@{a}", "warning")
+        found, refused = self.required_datasets(group, where, need)
+        error = False
         for name, want in need.items():
             if name not in found:
                 if not any(raw.decode("utf-8", "replace") == name and n is Refused for raw, n in group.members.items()):
@@ -931,6 +1069,11 @@ class CheckpointError(Exception):
         self.code = code
 
 
+def count(x):
+    """A JSON non-negative integer (not `true`, not 1.5)."""
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
 def read_safetensors(path):
     raw = Path(path).read_bytes()
     if len(raw) < 8:
@@ -952,15 +1095,22 @@ def read_safetensors(path):
     for name, e in header.items():
         if not isinstance(e, dict) or set(e) != {"dtype", "shape", "data_offsets"}:
             raise CheckpointError("MD701", f"entry {name}")
+        if not isinstance(e["dtype"], str):
+            raise CheckpointError("MD701", f"entry {name}")
         if e["dtype"] in ST_OTHER:
             raise CheckpointError("MD702", f"dtype {e['dtype']}")
         if e["dtype"] not in ST_TAGS:
             raise CheckpointError("MD701", f"dtype {e['dtype']}")
         dtype = ST_TAGS[e["dtype"]]
-        shape, (b, end) = e["shape"], e["data_offsets"]
-        if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)) \
-                or not 0 <= b <= end or end - b != math.prod(shape) * WIDTH[dtype]:
+        shape, offsets = e["shape"], e["data_offsets"]
+        if not (isinstance(shape, list) and all(count(d) for d in shape)
+                and isinstance(offsets, list) and len(offsets) == 2 and all(count(o) for o in offsets)):
             raise CheckpointError("MD701", f"entry {name}")
+        b, end = offsets
+        if not b <= end or end - b != math.prod(shape) * WIDTH[dtype]:
+            raise CheckpointError("MD701", f"entry {name}")
+        if end > len(data):
+            raise CheckpointError("MD701", "data offsets past the end of the file")
         spans.append((b, end))
         values = np.frombuffer(data[b:end], dtype=DTYPES[dtype][1]).reshape(shape)
         if dtype == "bool" and np.any(values > 1):
@@ -1009,6 +1159,18 @@ def apply_updates(base, updates):
             del out[name]
             continue
         bits = np.dtype(DTYPES[dtype][1])
+        if "_function" in meta:  # an embedded type (§7.8): its checked function, run by onnxruntime
+            value_type = np.dtype("?") if dtype == "bool" else np.dtype(DTYPES[dtype][0])
+            result = np.empty(shape, dtype=value_type)
+            try:
+                core_functions.run_function(meta["_function"], old.view(value_type), data, result)
+            except Exception as exc:
+                raise CheckpointError("MD428", f"the function of {kind} failed to run: {exc}") from None
+            new = result.view(bits)
+            if "sha256" in meta and canonical_sha(new, dtype) != meta["sha256"]:
+                raise CheckpointError("MD602", name)
+            out[name] = (dtype, shape, np.ascontiguousarray(new).reshape(shape))
+            continue
         if kind == "replace":
             new = data["value"].view(bits).reshape(shape)
         elif kind == "dense":
@@ -1047,7 +1209,7 @@ def low_rank(old, A, B, scale, dtype, shape):
     else:
         base = (old.astype(np.uint32) << 16).view("<f4").astype("<f8")
     with np.errstate(all="ignore"):
-        r = base.reshape(m, -1) + scale * (A.astype("<f8") @ B.astype("<f8"))
+        r = base.reshape(m, math.prod(shape[1:])) + scale * (A.astype("<f8") @ B.astype("<f8"))
     if dtype == "float64":
         return r.reshape(shape).view("<u8")
     if dtype == "float32":
@@ -1098,6 +1260,8 @@ def _apply(base_path, diff, out, limits):
         state = apply_updates(base, updates)
     except CheckpointError as exc:
         return {"error": {"code": exc.code, "message": str(exc)}}
+    if "__metadata__" in state:  # the reserved key is never a tensor (§10)
+        return {"error": {"code": "MD703", "message": "a .safetensors file cannot hold a parameter named __metadata__"}}
     write_safetensors(out, state)
     return {"written": out}
 
@@ -1108,7 +1272,7 @@ def main(argv):
         return 2
     cmd, rest = argv[0], argv[1:]
     if cmd == "features":
-        print(json.dumps(["configurable-limits", "checkpoint-rule-codes"]))
+        print(json.dumps(["configurable-limits", "checkpoint-rule-codes", "embedded-update-types"]))
         return 0
     args, limits, out = parse_args(rest)
     if cmd == "validate" and len(args) == 1:

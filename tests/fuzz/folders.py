@@ -157,7 +157,7 @@ def _retarget_commit(mdiff_dir: Path, commit_id: str, parents: list[str]) -> Non
     """Rewrite a commit's parents in place, keeping its (now wrong) name."""
     import h5py
 
-    from mdiff.format.attributes import write_string
+    from mdiff.hdf5walk.attributes import write_string
 
     path = mdiff_dir / "commits" / f"{commit_id}.mdiff"
     with h5py.File(path, "r+") as f:

@@ -39,9 +39,9 @@ FIXED: list[KnownBug] = [
         "(fuzz-sigsegv-h5o-open-...) makes the allocation fail under that limit, and libhdf5's error path "
         "then corrupts the heap: the open is typed (MD513) but the process may die later. Fixed: the 2 GiB node is "
         "that of an attribute heap's index of huge objects, whose header the walk now checks as it checks a name "
-        "index's, with the heap's own header (format/object_header.py, §8.1 revision 9; found again by the "
+        "index's, with the heap's own header (hdf5walk/object_header.py, §8.1 revision 9; found again by the "
         "differential run, seed 14, file 12651)",
-        r"^CRASH \S+ (SIGFPE at mdiff/format/safety_walk\.py:|SIG(SEGV|BUS|ABRT) at mdiff/format/safety_walk\.py:_visit)",
+        r"^CRASH \S+ (SIGFPE at mdiff/hdf5walk/walk\.py:|SIG(SEGV|BUS|ABRT) at mdiff/hdf5walk/walk\.py:_visit)",
     ),
     KnownBug(
         "hdf5-dense-links-iterate",
@@ -50,8 +50,8 @@ FIXED: list[KnownBug] = [
         "(SIGSEGV) while the walk lists the group's links (H5Literate2 in the index's own order); h5wasm, the "
         "same library in WebAssembly, reads garbage there and reports MD513. Found by the differential run, seed 9 (its link name index header said type 7). Fixed: the walk reads the "
         "header of a dense link storage's name index itself first and refuses (MD513) one that is not a B-tree of "
-        "link names (type 5) with sane sizes, or whose record count is not the links listed (format/object_header.py, §8.1)",
-        r"^CRASH \S+ SIG(SEGV|BUS) at mdiff/format/safety_walk\.py:_links",
+        "link names (type 5) with sane sizes, or whose record count is not the links listed (hdf5walk/object_header.py, §8.1)",
+        r"^CRASH \S+ SIG(SEGV|BUS) at mdiff/hdf5walk/walk\.py:_links",
     ),
     KnownBug(
         "hdf5-btree2-type-confusion",
@@ -61,8 +61,8 @@ FIXED: list[KnownBug] = [
         "expects, and passes them the caller's context: H5B2__hdr_init -> H5B2__test_crt_context -> "
         "H5F_sizeof_size(NULL), SIGSEGV, when mdiff counts the attributes of an object that stores them densely. Fixed: the walk reads the "
         "dense storage's name index header itself first and refuses (MD513) one that is not a B-tree of attribute "
-        "names (type 8) with records above 0 bytes and nodes of 64 B to 64 KiB (format/object_header.py, §8.1)",
-        r"^CRASH \S+ SIG(SEGV|BUS) at mdiff/format/safety_walk\.py:_read_attributes",
+        "names (type 8) with records above 0 bytes and nodes of 64 B to 64 KiB (hdf5walk/object_header.py, §8.1)",
+        r"^CRASH \S+ SIG(SEGV|BUS) at mdiff/hdf5walk/walk\.py:_read_attributes",
     ),
     KnownBug(
         "hdf5-btree2-record-size-0",
@@ -71,9 +71,9 @@ FIXED: list[KnownBug] = [
         "libhdf5 2.0.0 divides by a v2 B-tree header's record size without checking it is not 0, and a node size "
         "of 0 fails an allocation whose error path corrupts the heap (H5B2__hdr_init): SIGFPE, or a crash later, "
         "when mdiff counted the attributes of an object that stores them densely. Fixed with the one above: the "
-        "walk reads the name index's header itself first (format/object_header.py, §8.1). The 2 GiB node of "
+        "walk reads the name index's header itself first (hdf5walk/object_header.py, §8.1). The 2 GiB node of "
         "fuzz-hdf5-btree2-2gib-node-sigfpe-8gib is not in that index and stays open",
-        r"^CRASH \S+ SIGFPE at mdiff/format/safety_walk\.py:_read_attributes",
+        r"^CRASH \S+ SIGFPE at mdiff/hdf5walk/walk\.py:_read_attributes",
     ),
     KnownBug(
         "hdf5-fletcher32-short-chunk",
@@ -91,7 +91,7 @@ FIXED: list[KnownBug] = [
         "for dense attribute storage libhdf5 rebuilds and sorts the object's whole attribute table, "
         "reading every attribute, on each call: O(n^2 log n) time and O(n x total attribute bytes) copying "
         "- 4000 one-byte attributes take ~20 s, 10,000 ~290 s, within the 1,000,000-object limit",
-        r"^HANG \S+ over [\d.]+ s (CPU|wall) at mdiff/format/(safety_walk\.py:_read_attributes|attributes\.py:\w+)",
+        r"^HANG \S+ over [\d.]+ s (CPU|wall) at mdiff/hdf5walk/(walk\.py:_read_attributes|attributes\.py:\w+)",
     ),
     KnownBug(
         "format-version-digits",
@@ -162,7 +162,7 @@ FIXED: list[KnownBug] = [
         "in name order; the structure walk now lists them in the index's own order (H5_ITER_NATIVE, walking "
         "the B-tree's records) and sorts them itself, so the table is never built: all three files end typed "
         "or valid in 8 of 8 runs each (fuzz-hdf5-dense-links-heap-overflow.mdiff too)",
-        r"^(CRASH \S+ SIG(ABRT|SEGV|BUS)|HANG \S+ over [\d.]+ s (CPU|wall)) at mdiff/format/safety_walk\.py:_link(_name)?s",
+        r"^(CRASH \S+ SIG(ABRT|SEGV|BUS)|HANG \S+ over [\d.]+ s (CPU|wall)) at mdiff/hdf5walk/walk\.py:_link(_name)?s",
     ),
     KnownBug(
         "zero-size-huge-dimension",

@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 
 import mdiff
-from mdiff.format.attributes import write_string
+from mdiff.hdf5walk.attributes import write_string
 from tests import ia3
 from tests import invalid_files as inv
 from tests.fuzz import hdf5bytes

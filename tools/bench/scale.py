@@ -179,12 +179,12 @@ def floor_child(path: str) -> None:
     through h5py, without the walk's own work: what no walk on libhdf5 can go below. Prints a JSON line.
     Those calls: each parameter's group and dataset opened, the group's links listed, its attribute opened by
     name and read, where the dataset's bytes lie (its properties are asked once per kind of dataset, and its
-    attributes' type once per kind of attribute: safety_walk.py)."""
+    attributes' type once per kind of attribute: hdf5walk/walk.py)."""
     import h5py
     import numpy as np
 
     from mdiff.format.reader import open_hdf5
-    from mdiff.format.safety_walk import inspect_structure
+    from mdiff.hdf5walk.walk import inspect_structure
 
     f, size = open_hdf5(path)
     start = time.process_time()
@@ -242,7 +242,7 @@ def timed_child(op: str, *paths: str) -> None:
 
 def bench_limits():
     """The reader limits --limit gave (to a --child through the environment), else the defaults."""
-    from mdiff.format.limits import Limits
+    from mdiff.hdf5walk.limits import Limits
 
     return Limits(**json.loads(os.environ.get("MDIFF_BENCH_LIMITS", "{}")))
 

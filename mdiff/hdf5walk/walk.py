@@ -18,6 +18,7 @@ import contextlib
 import enum
 import functools
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -26,14 +27,13 @@ from typing import Any, Final, Iterator, Literal, Mapping
 import h5py
 import numpy as np
 
-from mdiff import positional_io
-from mdiff.format.attributes import read_string, string_attribute_size
-from mdiff.format.findings import Finding
-from mdiff.format.limits import MAX_DEFLATE_RATIO, Limits, shape_problem
-from mdiff.format.object_header import MAX_ATTRIBUTES_PER_OBJECT, HeaderReader, ReadAt
-from mdiff.format.chunk_reader import Chunk, StoragePlan, coverage_problem, plan_for
+from mdiff.hdf5walk import positional_io
+from mdiff.hdf5walk.attributes import read_string, string_attribute_size
+from mdiff.hdf5walk.findings import Finding
+from mdiff.hdf5walk.limits import DEFAULT_LIMITS, MAX_DEFLATE_RATIO, Limits, shape_problem
+from mdiff.hdf5walk.object_header import MAX_ATTRIBUTES_PER_OBJECT, HeaderReader, ReadAt
+from mdiff.hdf5walk.storage import FILTER_DEFLATE, FILTER_FLETCHER32, FILTER_SHUFFLE, Chunk, StoragePlan, coverage_problem, plan_for
 
-FILTER_DEFLATE, FILTER_SHUFFLE, FILTER_FLETCHER32 = 1, 2, 3
 ALLOWED_FILTERS = {FILTER_DEFLATE: "deflate", FILTER_SHUFFLE: "shuffle", FILTER_FLETCHER32: "fletcher32"}
 
 # The only dataset datatypes a file may use (§8.2): little-endian IEEE floats and two's-complement integers.
@@ -902,9 +902,24 @@ class _Walk:
 
 def inspect_structure(f: h5py.File, file_size: int, limits: Limits,
                       read_at: ReadAt | None = None) -> tuple[Inventory, list[Finding]]:
+    """Walk the open file ``f`` of ``file_size`` bytes: the objects that passed, and every finding. Its object
+    headers are read through ``read_at(n, offset)``, else through the file's descriptor."""
     walk = _Walk(f, file_size, limits, read_at=read_at)
     walk.run()
     return walk.inventory, walk.findings
+
+
+def walk_file(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS) -> tuple[Inventory, list[Finding]]:
+    """Walk the HDF5 file at ``path`` under ``limits``: :func:`inspect_structure` of it, opened read-only.
+    OSError when libhdf5 cannot open it (mdiff reports that as MD100). libhdf5 reads the superblock and the
+    root group's header when it opens the file: run this in an isolated process for a stranger's file
+    (SPEC.md §8.5)."""
+    f = h5py.File(os.fspath(path), "r", locking=False)
+    try:
+        set_metadata_cache(f, WALK_CACHE_BYTES)
+        return inspect_structure(f, os.path.getsize(path), limits)
+    finally:
+        f.close()
 
 
 class LazyWalk:
