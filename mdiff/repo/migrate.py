@@ -76,7 +76,7 @@ def migrate(source: Store, destination: str | os.PathLike[str], progress: Progre
     the format-1 repository ``source`` (MD801 when it is of format 2 already), its branches, tags and HEAD."""
     import h5py
 
-    from mdiff.format.attributes import overwrite_string
+    from mdiff.hdf5walk.attributes import overwrite_string
     from mdiff.format.constants import ATTR_COMMIT
     from mdiff.repo.remote_ends import MAX_COMMIT_FILE_BYTES
 
