@@ -229,7 +229,7 @@ function renderTable(params) {
       el("td", { class: "shape" }, p.shape ? `[${p.shape.join(", ")}]` : "?"),
       el("td", { class: "num stored", "data-value": p.stored }, grouped(p.stored)),
       el("td", { class: "num rel", "data-value": p.relChange ?? "" }, formatChange(p.relChange)))));
-    info.textContent = rows.length ? `rows ${t.page * PAGE_ROWS + 1}–${t.page * PAGE_ROWS + shown.length} of ${rows.length}` : "no parameter matches";
+    info.textContent = rows.length ? `rows ${grouped(t.page * PAGE_ROWS + 1)}–${grouped(t.page * PAGE_ROWS + shown.length)} of ${grouped(rows.length)}` : "no parameter matches";
     prev.disabled = t.page === 0;
     next.disabled = t.page >= pages - 1;
     for (const b of table.querySelectorAll("th button")) b.textContent = COLUMNS.find((c) => c.key === b.dataset.sort).label + (b.dataset.sort === t.key ? (t.descending ? " ▼" : " ▲") : "");

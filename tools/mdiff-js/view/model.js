@@ -86,8 +86,9 @@ export function layerOf(name) {
   return { stack, index: Number(m[3]), layer: `${stack}.${m[3]}`, kind: m[4] };
 }
 
-// The heat map's grid: rows (layers, by stack then index), columns (kinds, in the order names first show
-// them), cells (row|column -> {name, value}), and the parameters outside any numbered layer.
+// The heat map's grid: rows (layers, by stack then index), columns (kinds, sorted: attention.output…,
+// attention.self…, intermediate…, output…), cells (row|column -> {name, value}), and the parameters outside
+// any numbered layer.
 export function heatmap(params) {
   const rows = new Map();
   const kinds = [];
@@ -107,6 +108,7 @@ export function heatmap(params) {
     }
     cells.set(`${at.layer}|${at.kind}`, { name: p.name, value: p.relChange, type: p.type });
   }
+  kinds.sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
   const layers = [...rows.values()].sort((a, b) => (a.stack < b.stack ? -1 : a.stack > b.stack ? 1 : a.index - b.index)).map((r) => r.layer);
   const values = [...cells.values()].map((c) => c.value).filter((x) => typeof x === "number" && x > 0 && Number.isFinite(x));
   const min = values.length ? Math.min(...values) : null;
