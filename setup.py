@@ -15,6 +15,8 @@ HERE = Path(__file__).resolve().parent
 class BuildPyWithPage(build_py):
     def run(self) -> None:
         super().run()
+        if getattr(self, "editable_mode", False):
+            return  # an editable install serves the page from tools/mdiff-js/ itself (mdiff/view/site.py)
         sys.path.insert(0, str(HERE))  # mdiff.view.site imports the standard library only (and mdiff's lazy __init__)
         try:
             site = importlib.import_module("mdiff.view.site")

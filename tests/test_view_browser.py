@@ -34,6 +34,8 @@ try:
 except ImportError:  # pragma: no cover - the reason is given below
     sync_playwright = None
 
+if os.environ.get("MDIFF_REQUIRE_BROWSER") == "1" and (CHROMIUM is None or sync_playwright is None):  # .ci/run sets it
+    raise RuntimeError("MDIFF_REQUIRE_BROWSER=1 but chromium or playwright is missing: the browser tests would be skipped")
 pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium chromium-driver; .ci/run does)"),
     pytest.mark.skipif(sync_playwright is None, reason="playwright is not installed (pip install -c tools/constraints.txt playwright)"),
