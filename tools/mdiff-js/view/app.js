@@ -130,7 +130,7 @@ function renderCommit(target, s, entry) {
   if (entry.checkpoint_bytes !== undefined && entry.checkpoint_bytes !== null) {
     row("full checkpoint", `${formatBytes(entry.checkpoint_bytes)} (${((100 * entry.stored_bytes) / entry.checkpoint_bytes).toFixed(1)}% stored)`, "checkpoint");
   }
-  if (s.files.length || s.layout) row("files", `${s.files.length} files${s.layout ? ", a weights layout" : ""}`, "files");
+  if (s.files.length || s.layout) row("files", `${s.files.length} ${s.files.length === 1 ? "file" : "files"}${s.layout ? ", a weights layout" : ""}`, "files");
 
   const findings = el("ul", { id: "findings" });
   for (const f of s.findings) {
@@ -161,7 +161,8 @@ function renderHeatmap(params) {
   const longest = Math.max(...h.kinds.map((k) => k.length)) * 6;
   const top = longest * 0.87 + 12; // labels at 60°: sin 60° of their length
   const barWidth = 280;
-  const width = Math.max(left + h.kinds.length * cell + longest * 0.5 + 10, left + barWidth + 30);
+  const legend = h.min === null ? "" : `‖Δ‖/‖W‖, log scale: ${formatChange(h.min)} to ${formatChange(h.max)}; grey: unchanged; outlined: not recorded`;
+  const width = Math.max(left + h.kinds.length * cell + longest * 0.5 + 10, left + barWidth + 30, left + legend.length * 6.4);
   const legendY = top + h.layers.length * cell + 30;
   const image = svg("svg", { width, height: legendY + 34, role: "img", "aria-label": "relative change per layer and module kind, log scale" });
   h.kinds.forEach((k, j) => {
@@ -192,7 +193,7 @@ function renderHeatmap(params) {
       if (x < left - 0.5 || x > left + barWidth + 0.5) continue;
       image.append(svg("line", { x1: x, x2: x, y1: legendY + 10, y2: legendY + 14, stroke: "#333" }), svg("text", { x, y: legendY + 25, "text-anchor": "middle", class: "tick" }, `1e${e}`));
     }
-    image.append(svg("text", { x: left, y: legendY - 6, id: "legend" }, `‖Δ‖/‖W‖, log scale: ${formatChange(h.min)} to ${formatChange(h.max)}; grey: unchanged; outlined: not recorded`));
+    image.append(svg("text", { x: left, y: legendY - 6, id: "legend" }, legend));
   }
   box.append(image);
   if (h.outside.length) box.append(el("p", { class: "muted" }, `${h.outside.length} parameters outside numbered layers (embeddings, heads, …): in the table`));
