@@ -99,7 +99,7 @@ def test_help_of_an_unknown_command_is_a_usage_error_with_a_hint(capsys):
 # ---------------------------------------------------------------- -q on every command
 def test_every_command_takes_minus_q():
     commands = _commands()
-    assert {c.name for c in builtin_commands()} <= set(commands) and len(builtin_commands()) == 33  # migrate: issue 31
+    assert {c.name for c in builtin_commands()} <= set(commands) and len(builtin_commands()) == 34  # migrate (issue 31), view (issue 29)
     missing = [name for name, p in commands.items()
                if not {"-q", "--quiet"} <= set(p._option_string_actions)]
     assert missing == []

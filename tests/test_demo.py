@@ -285,3 +285,4 @@ def test_the_command_prints_the_story_and_makes_the_same_commits(demo, tmp_path,
                  "$ mdiff dump", "meta     step=20", "6 valid, 0 errors", "relative-change.png"):
         assert text in out, text
     assert "INVALID" not in out
+    assert out.endswith(f"\nsee it in your browser (the history graph, each commit's parameters and heat map):\n  mdiff view {tmp_path / 'again'}\n")

@@ -185,5 +185,6 @@ def run_demo(args) -> int:
     print(f"repository: {d} (branches {', '.join(result.branches)}; HEAD on {result.head_branch}); the base in "
           f"{d / 'base'}, the Trainer's checkpoints in {d / 'runs'}, every commit checked out in {d / 'checkouts'}")
     print(f"done in {time.perf_counter() - started:.1f} s")
+    print(f"\nsee it in your browser (the history graph, each commit's parameters and heat map):\n  mdiff view {d}")
     return 1 if any(codes) else 0
 

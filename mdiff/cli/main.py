@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mdiff.cli import demo_command, file_commands, remote_commands, repo_commands, registry, shell_commands
+from mdiff.cli import demo_command, file_commands, remote_commands, repo_commands, registry, shell_commands, view_command
 from mdiff.cli.dispatch import build_parser as _build_parser, command_word, run
 from mdiff.cli.registry import Command
 
-BUILTIN = (file_commands, repo_commands, remote_commands, shell_commands, demo_command)
+BUILTIN = (file_commands, repo_commands, remote_commands, shell_commands, view_command, demo_command)
 
 
 def builtin_commands() -> list[Command]:

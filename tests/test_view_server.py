@@ -1,0 +1,193 @@
+"""`mdiff view`'s server (mdiff/view/server.py, site.py) over plain HTTP, no browser: it answers the page's
+files, the index and the commit files shown, and 404 to everything else — traversal in every spelling, names
+not listed, another Host — and logs method, path and status only."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mdiff.repo.repository import Repository
+from mdiff.view import site as view_site
+from mdiff.view.server import ViewServer, safe_path
+
+ROOT = Path(__file__).resolve().parents[1]
+H5WASM = ROOT / "tools" / "mdiff-js" / "node_modules" / "h5wasm"
+pytestmark = pytest.mark.skipif(not H5WASM.is_dir(), reason="tools/mdiff-js/node_modules is missing; run `npm ci --prefix tools/mdiff-js`")
+DATE = "2026-01-01T00:00:00Z"
+
+
+@pytest.fixture
+def repo(tmp_path):
+    r = Repository.init(tmp_path / "project")
+    r.commit({"w": np.arange(6, dtype=np.float32)}, "first", author="A", date=DATE)
+    r.commit({"w": np.arange(6, dtype=np.float32) + 1}, "second", author="A", date=DATE)
+    return r
+
+
+def raw_get(port: int, target: bytes, host: bytes | None = None, method: bytes = b"GET", headers: bytes = b"") -> tuple[int, bytes]:
+    """Status and body of one request whose target goes on the wire byte for byte (urllib and http.client
+    would normalise or refuse the hostile ones)."""
+    host = host if host is not None else f"127.0.0.1:{port}".encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(method + b" " + target + b" HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n" + headers + b"\r\n")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+@pytest.fixture
+def served(repo):
+    lines: list[str] = []
+    site = view_site.repository_site(repo)
+    server = ViewServer(site.resources, site.redirects, log=lines.append)
+    server.start()
+    yield server, site, lines
+    server.stop()
+
+
+def test_the_page_the_index_and_the_commit_files_are_served(served, repo):
+    server, site, _ = served
+    status, body = raw_get(server.port, b"/api/index.json")
+    index = json.loads(body)
+    assert status == 200 and index["kind"] == "repository"
+    ids = [c["id"] for c in index["commits"]]
+    head = repo.head()[1]
+    assert index["selected"] == head == ids[0] and len(ids) == 2
+    assert [c["message"] for c in index["commits"]] == ["second", "first"]
+    assert index["commits"][0]["parents"] == [ids[1]] and index["refs"]["branches"] == {"main": ids[0]}
+    assert index["commits"][0]["checkpoint_bytes"] == 24
+    for c in index["commits"]:
+        status, body = raw_get(server.port, c["blob"].encode())
+        assert status == 200 and body == (repo.dir / "commits" / f"{c['id']}.mdiff").read_bytes()
+        assert c["stored_bytes"] == len(body)
+    for path in ("/view/", "/view/index.html", "/view/app.js", "/view/shims/zlib.js", "/src/validate.js",
+                 "/node_modules/h5wasm/dist/esm/hdf5_hl.js"):
+        assert raw_get(server.port, path.encode())[0] == 200, path
+    assert raw_get(server.port, b"/")[0] == 302
+
+
+@pytest.mark.parametrize("target", [
+    b"/../README.md", b"/view/../../README.md", b"/view/../view/index.html", b"/%2e%2e/README.md",
+    b"/view/%2e%2e/%2e%2e/README.md", b"/view%2f..%2f..%2fREADME.md", b"/view/%2E%2E%2Fapp.js", b"/view/app%2ejs",
+    b"/%2fetc%2fpasswd", b"//etc/passwd", b"/etc/passwd", b"/view\\..\\..\\README.md", b"/view/app.js\x00.png",
+    b"/view/app.js%00", b"/view/./app.js", b"/view//app.js", b"/view/.", b"/..", b"/.mdiff/HEAD", b"/api/../README.md",
+    b"/package.json", b"/node_modules/h5wasm/package.json", b"/node_modules/h5wasm/dist/node/hdf5_hl.js",
+    b"/src/../bin/mdiff-js.js", b"/api/commits/HEAD", b"/api/commits/" + b"0" * 64 + b".mdiff", b"http://127.0.0.1/../README.md",
+    b"/view/%C0%AE%C0%AE/README.md", b"/view/%252e%252e/README.md", b"C:\\Windows\\win.ini", b"*",
+])
+def test_traversal_and_unlisted_names_are_404(served, target):
+    server, _, _ = served
+    status, body = raw_get(server.port, target)
+    assert (status, body) == (404, b"not found\n")
+
+
+def test_another_host_and_other_methods_are_refused(served):
+    server, _, _ = served
+    assert raw_get(server.port, b"/api/index.json", host=b"attacker.example:80")[0] == 404  # DNS rebinding
+    assert raw_get(server.port, b"/api/index.json", host=b"")[0] == 404
+    assert raw_get(server.port, b"/api/index.json", host=f"localhost:{server.port}".encode())[0] == 200
+    assert raw_get(server.port, b"/api/index.json", method=b"POST")[0] == 501
+    assert raw_get(server.port, b"/api/index.json", method=b"PUT")[0] == 501
+
+
+def test_a_commit_file_replaced_by_a_link_is_not_followed(served, repo, tmp_path):
+    server, site, _ = served
+    first = site.index["commits"][1]
+    path = repo.dir / "commits" / f"{first['id']}.mdiff"
+    secret = tmp_path / "secret.txt"
+    secret.write_text("secret")
+    path.unlink()
+    path.symlink_to(secret)
+    assert raw_get(server.port, first["blob"].encode()) == (404, b"not found\n")
+
+
+def test_requests_are_logged_without_query_or_headers(served):
+    server, _, lines = served
+    raw_get(server.port, b"/view/app.js?token=s3cr3t", headers=b"Authorization: Bearer s3cr3t\r\nCookie: id=s3cr3t\r\n")
+    raw_get(server.port, b"/view/%2e%2e/x")
+    assert lines == ["GET /view/app.js 200", "GET /view/%2e%2e/x 404"]
+
+
+def test_safe_path_takes_plain_names_only():
+    assert [safe_path(p) for p in ("/", "/view/", "/a/b.c.js", "/a/b?x=../..")] == ["/", "/view/", "/a/b.c.js", "/a/b"]
+    assert {safe_path(p) for p in ("/a/../b", "/a/./b", "/.a", "/a//b", "/a%2fb", "/a\\b", "/a\0b", "a", "")} == {None}
+
+
+def test_a_file_and_the_page_alone(tmp_path, repo):
+    commit = next((repo.dir / "commits").iterdir())
+    site = view_site.file_site(commit)
+    assert site.index == {"kind": "file", "name": commit.name, "selected": "file", "refs": {},
+                          "commits": [{"id": "file", "blob": "/api/commits/file.mdiff", "stored_bytes": commit.stat().st_size}]}
+    assert site.resources["/api/commits/file.mdiff"].path == commit
+    assert view_site.page_site().index == {"kind": "none"} and "/api/commits/file.mdiff" not in view_site.page_site().resources
+
+
+def test_the_wheel_copy_holds_exactly_what_is_served(tmp_path):
+    copied = view_site.copy_page(tmp_path / "static")
+    served = {path for path in view_site.page_site(tmp_path / "static").resources if path.startswith(("/view/", "/src/", "/node_modules/"))}
+    assert {"/" + c for c in copied} | {"/view/"} == served
+    assert "node_modules/h5wasm/dist/esm/hdf5_util.js" in copied and "view/index.html" in copied
+    assert (tmp_path / "static" / "node_modules/h5wasm/LICENSE.txt").is_file()
+
+
+# ---------------------------------------------------------------- the command
+def _start(*args: str, cwd: Path) -> tuple[subprocess.Popen, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "mdiff", "view", "--no-browser", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    return proc, line
+
+
+def test_the_command_prints_its_address_serves_and_stops_cleanly_on_ctrl_c(repo):
+    proc, line = _start("HEAD~1", cwd=repo.root)
+    try:
+        match = re.fullmatch(r"mdiff view: the repository (.+) \(2 commits\) at http://127\.0\.0\.1:(\d+)/  \(Ctrl-C stops\)\n", line)
+        assert match, line
+        status, body = raw_get(int(match.group(2)), b"/api/index.json")
+        index = json.loads(body)
+        assert status == 200 and index["selected"] == index["commits"][1]["id"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and out == "mdiff view: stopped\n"
+    assert err == "mdiff view: GET /api/index.json 200\n"
+
+
+def test_a_port_in_use_is_an_error_that_says_what_to_do(repo):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "mdiff", "view", "--no-browser", "--port", str(port)], cwd=repo.root,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith(f"mdiff view: cannot listen on 127.0.0.1:{port}: ") and "choose another --port" in done.stderr
+
+
+def test_a_file_argument_and_no_repository(repo, tmp_path):
+    commit = next((repo.dir / "commits").iterdir())
+    proc, line = _start(str(commit), cwd=tmp_path)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    assert line.startswith(f"mdiff view: the file {commit.name} at http://127.0.0.1:") and proc.returncode == 0
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    proc, line = _start(cwd=outside)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    assert line.startswith("mdiff view: the page (drop or pick a .mdiff file on it) at http://127.0.0.1:") and proc.returncode == 0
+    time.sleep(0)  # nothing left running
