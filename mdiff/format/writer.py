@@ -28,6 +28,7 @@ from mdiff.format.limits import DEFAULT_LIMITS
 from mdiff.format.names import encode_name
 from mdiff.format.schemas import first_errors
 from mdiff.format.chunk_reader import Slabs
+from mdiff.format.shuffling import shuffle_into  # noqa: F401 - the writer's shuffle (tests import it from here)
 from mdiff.updates import REGISTRY, VERSIONS
 from mdiff.updates.base import TYPES, Update, UpdateType
 from mdiff.threads import Writeback
@@ -115,20 +116,6 @@ def _choose_encoder() -> Any:
                            zlib_ng.ZLIBNG_VERSION, zlib.ZLIB_RUNTIME_VERSION)
             return zlib
     return zlib_ng
-
-
-def shuffle_into(data: np.ndarray, itemsize: int, out: np.ndarray) -> None:
-    """libhdf5's shuffle filter of the whole elements ``data`` holds, written to ``out`` and padded with zeros
-    (an edge chunk, as libhdf5 pads it with the fill value): byte plane k, the k-th byte of every element,
-    is the k-th of ``itemsize`` equal runs of ``out``.
-
-    Plane by plane (a strided read, a contiguous write each), as the reader unshuffles: into a buffer
-    the caller keeps, which a transposed copy (``np.ascontiguousarray(x.T)``) cannot reuse.
-    """
-    elements, plane = data.size // itemsize, out.size // itemsize
-    for byte in range(itemsize):
-        out[byte * plane:byte * plane + elements] = data[byte::itemsize]
-        out[byte * plane + elements:(byte + 1) * plane] = 0
 
 
 _scratch = threading.local()
