@@ -243,3 +243,23 @@ def test_a_large_delta_s_parts_on_the_pool_give_the_values_of_one_thread(kind):
     expected = (old ^ new) if kind == "xor" else None
     if expected is not None:
         assert delta.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
+def test_the_change_statistic_of_a_large_tensor_is_the_same_on_any_number_of_threads(dtype):
+    """diffing.relative_change sums its blocks on the pool (threads.in_parts), then adds them in block order:
+    the very float of one thread (it is written in a file's `stats`: §11), and the ratio it should be."""
+    from mdiff.diffing import _BLOCK, relative_change
+
+    kind = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(11)
+    old = rng.standard_normal(3 * _BLOCK + 4321).astype(kind)
+    new = (old.astype(np.float64) + 1e-2 * rng.standard_normal(old.size)).astype(kind)
+    found = {}
+    for n in (1, 2):
+        with threads.threads_for(n):
+            found[n] = relative_change(old, new)
+    assert found[1] == found[2]
+    wide_old, wide_new = old.astype(np.float64), new.astype(np.float64)
+    expected = np.linalg.norm(wide_new - wide_old) / np.linalg.norm(wide_old)
+    assert found[2] == pytest.approx(expected, rel=1e-3)
