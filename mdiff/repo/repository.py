@@ -154,6 +154,7 @@ class Repository(Store):
         with self.lock(wait):
             branch, head = self.head()
             watched = _watched(new_state, exclude)  # the folder or file, for `mdiff status` (working.py)
+            ahead = working.hash_ahead(watched[0], watched[1], watched[3]) if watched else {}  # while it is read
             with contextlib.ExitStack() as stack:
                 new = open_new_state(stack, new_state, exclude)
                 mine = self._last_committed  # else another process's, from the cache folder
@@ -169,10 +170,13 @@ class Repository(Store):
                     **_author_fields(author, date, meta))
                 if summary is not None:  # what a folder holds that the commit left out (dot files, …)
                     summary = dataclasses.replace(summary, not_versioned=tuple(getattr(new, "not_versioned", ())))
+            if summary is None:  # nothing committed, nothing to record: what has not started is not hashed
+                for future in ahead.values():
+                    future.cancel()
             if summary is not None:
                 self.advance(branch, summary.commit_id, f"commit: {message.splitlines()[0] if message else ''}")
                 if watched is not None:
-                    working.remember(self, branch, "commit", summary.commit_id, *watched)
+                    working.remember(self, branch, "commit", summary.commit_id, *watched, ahead=ahead)
             made = summary.commit_id if summary is not None else head
             self._last_committed = (made, os.fspath(new_state), tuple(exclude)) \
                 if made and isinstance(new_state, (str, os.PathLike)) else None
