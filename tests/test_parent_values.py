@@ -197,3 +197,20 @@ def test_a_copy_changed_since_is_not_believed(tmp_path, replays):
     assert replays == list(NAMES)  # "a" fails its hash first: the history serves every value
     fresh, _ = _written_over(tmp_path, states, tmp_path / "fresh", False, replays)
     assert fresh == [*ids, last]
+
+
+def test_the_cache_keeps_the_copies_of_the_newest_repositories_only(tmp_path, replays):
+    """parent_values.MAX_COPIES: each repository's copy replaces its own; past that many repositories, the
+    oldest copies are removed (a repository gone leaves no model's bytes behind for good)."""
+    from mdiff.repo import parent_values
+
+    states = versions(2)
+    copies = []
+    for r in range(parent_values.MAX_COPIES + 2):
+        _written_over(tmp_path, states, tmp_path / f"repo{r}", True, replays)
+        copy = parent_values.copy_path(Repository(tmp_path / f"repo{r}").dir, "model.safetensors")
+        assert copy is not None and os.path.exists(copy)
+        copies.append(copy)
+        os.utime(copy, ns=(r * 10**9, r * 10**9))  # oldest first, whatever the clock's resolution
+    kept = [os.path.exists(c) for c in copies]
+    assert kept == [False, False] + [True] * parent_values.MAX_COPIES

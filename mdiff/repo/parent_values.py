@@ -17,8 +17,9 @@ Where one checkpoint file is committed again and again at one path (``mdiff comm
 after each epoch, the file written over in between), the parent's values are gone from it by the next
 commit, which would replay the history back to the last snapshot — more each commit. So once a
 repository's commits are seen writing over their file, each such commit keeps a copy of the file it
-committed in the cache folder (:func:`keep_copy`: one per repository, replaced by the next; copied by the
-kernel, where it can, and only where the disk keeps twice its size free), and the next commit reads the
+committed in the cache folder (:func:`keep_copy`: one per repository, replaced by the next, those of the
+newest 4 repositories kept; copied by the kernel, where it can, and only where the disk keeps twice its size
+free), and the next commit reads the
 parent's values from that copy — hashed as any predecessor's, so a copy changed since is never believed.
 """
 
@@ -211,6 +212,7 @@ def keep_copy(repository: os.PathLike[str] | str, last: LastCommitted) -> LastCo
         finally:
             os.close(out)
         os.replace(temp, target)
+        _forget_old_copies(Path(target))
     except OSError as exc:
         log.debug("no copy of %s: %s", last[1], exc)
         with contextlib.suppress(OSError):
@@ -219,6 +221,24 @@ def keep_copy(repository: os.PathLike[str] | str, last: LastCommitted) -> LastCo
     finally:
         os.close(source)
     return last[0], target, last[2]
+
+
+MAX_COPIES = 4  # kept in the cache folder, of as many repositories (the newest); older ones are removed
+
+
+def _forget_old_copies(kept: Path) -> None:
+    """Remove all but the :data:`MAX_COPIES` newest copies (``kept``, just written, among them): a repository
+    gone or no longer committed to leaves no model's bytes behind for good."""
+    copies = []
+    for entry in os.scandir(kept.parent):
+        if f".{_COPY_NAME}." in entry.name and not entry.name.endswith(".tmp") and entry.is_file(follow_symlinks=False):
+            with contextlib.suppress(OSError):
+                copies.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.path))
+    copies.sort(reverse=True)
+    for _, path in copies[MAX_COPIES:]:
+        if path != os.fspath(kept):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
 
 def _copy(source: int, out: int, size: int) -> None:
