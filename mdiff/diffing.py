@@ -18,7 +18,7 @@ import numpy as np
 
 from mdiff.format.dtypes import as_bits, canonical, dtype_of, xor_bits
 from mdiff.progress import ByteCounter, Progress, tensor_bytes
-from mdiff.threads import shared_pool
+from mdiff.threads import in_parts, shared_pool
 from mdiff.updates import delete, dense, replace, sparse
 from mdiff.updates.base import Update, sha256_hex
 from mdiff.updates.bit_deltas import SubDelta
@@ -43,24 +43,31 @@ def relative_change(old: np.ndarray, new: np.ndarray) -> float | None:
 
 
 def _norm_ratio(o: np.ndarray, n: np.ndarray, compute: type) -> float | None:
+    blocks = [(0.0, 0.0)] * -(-o.size // _BLOCK)  # each block's (change, base), added below in block order
+
+    def part(first: int, last: int) -> None:  # whole blocks, on the pool beside the other parts (in_parts)
+        block = min(_BLOCK, last - first)
+        d: np.ndarray = np.empty(block, compute)  # one buffer for every block's difference (and, if needed, its conversion)
+        a = d if o.dtype == compute else np.empty(block, compute)
+        with np.errstate(invalid="ignore", over="ignore"):  # inf − inf: the ratio is dropped below
+            for start in range(first, last, _BLOCK):
+                stop = min(start + _BLOCK, last)
+                if o.dtype == compute:  # no conversion: the blocks are read where they lie
+                    old_block, new_block = o[start:stop], n[start:stop]
+                    diff = np.subtract(new_block, old_block, out=d[:stop - start])
+                else:
+                    old_block = a[:stop - start]
+                    old_block[...] = o[start:stop]
+                    diff = d[:stop - start]
+                    diff[...] = n[start:stop]
+                    np.subtract(diff, old_block, out=diff)
+                blocks[start // _BLOCK] = (float(np.dot(diff, diff)), float(np.dot(old_block, old_block)))
+
+    in_parts(o.size, 1, part, part_bytes=_BLOCK)  # a part is one block: the sums are those of one thread
     change = base = 0.0
-    block = min(_BLOCK, o.size)
-    d: np.ndarray = np.empty(block, compute)  # one buffer for every block's difference (and, if needed, its conversion)
-    a = d if o.dtype == compute else np.empty(block, compute)
-    with np.errstate(invalid="ignore", over="ignore"):  # inf − inf: the ratio is dropped below
-        for start in range(0, o.size, _BLOCK):
-            stop = min(start + _BLOCK, o.size)
-            if o.dtype == compute:  # no conversion: the blocks are read where they lie
-                old_block, new_block = o[start:stop], n[start:stop]
-                diff = np.subtract(new_block, old_block, out=d[:stop - start])
-            else:
-                old_block = a[:stop - start]
-                old_block[...] = o[start:stop]
-                diff = d[:stop - start]
-                diff[...] = n[start:stop]
-                np.subtract(diff, old_block, out=diff)
-            change += float(np.dot(diff, diff))
-            base += float(np.dot(old_block, old_block))
+    for block_change, block_base in blocks:
+        change += block_change
+        base += block_base
     if not (math.isfinite(change) and math.isfinite(base)) or base == 0:
         return None if change else 0.0
     return math.sqrt(change) / math.sqrt(base)

@@ -157,6 +157,26 @@ def in_pool() -> bool:
     return threading.current_thread().name.startswith("mdiff_")
 
 
+PART_BYTES = 4 << 20  # of an array's elements one task of in_parts works on: a few per core for a 64 MiB tensor
+
+
+def in_parts(size: int, itemsize: int, work: Callable[[int, int], None], part_bytes: int = PART_BYTES) -> None:
+    """``work(start, stop)`` over the elements ``[0, size)`` cut in parts of about ``part_bytes``, the parts
+    side by side on the pool — on this thread instead where there is one part, one thread, or this is
+    one of the pool's (which must not wait on it). Each part must write only its own elements: the
+    result is then the same however the parts ran. Every part has ended when this returns or raises."""
+    step = max(1, part_bytes // max(1, itemsize))
+    if size <= step or pool_size() <= 1 or in_pool():
+        work(0, size)
+        return
+    pool = shared_pool()
+    futures = [pool.submit(work, start, min(start + step, size)) for start in range(0, size, step)]
+    for future in futures:  # all ended before the first error is raised: none still writes to the caller's arrays
+        future.exception()
+    for future in futures:
+        future.result()
+
+
 class Writeback:
     """Syncs a file being written on the pool every ``every`` bytes, one sync at a time: the disk
     works while the writer goes on, and the final fsync has little left (1 GiB: ~0.4 s less here)."""

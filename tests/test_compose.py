@@ -57,6 +57,30 @@ def test_a_change_applies_in_the_base_s_own_buffer():
     assert result is base and bits_equal(base, new)
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_run_of_one_dense_update_is_applied_to_the_base_in_one_pass_with_the_fold_s_checks(version):
+    """§13.4: a lone dense update is kept, not folded into a change of zeros, and applied straight to the base
+    (the same bits a fold then an apply give); its change is folded only when asked for; and a bool pattern
+    other than 0 or 1 is refused (MD409) before the base is touched."""
+    base = with_specials(random_tensor("float32", (300, 7), 5), "float32")
+    new = _changed(base, 2, 6)
+    update = dense.encode(base, new, version=version)
+    change = Change.fold_first(update, "w")
+    assert change._bits is None  # nothing allocated for a run of one
+    result = change.applied_to(base.copy())
+    assert bits_equal(result, new) and sha256_hex(result) == update.sha256
+    kept = Change.fold_first(update, "w")
+    expected = update.update_type.delta.fold(np.zeros(base.size, np.uint32), update.array(update.update_type.delta.dataset).reshape(-1))
+    assert kept.bits.tobytes() == expected.tobytes()
+    flags = np.zeros(4, np.bool_)
+    good = dense.encode(flags, flags, version=version)
+    bad = Update({**good.meta}, {good.update_type.delta.dataset: np.array([0, 3, 0, 0], np.uint8)})
+    target = flags.copy()
+    with pytest.raises(InvalidFileError) as err:
+        Change.fold_first(bad, "b").applied_to(target)
+    assert err.value.code == "MD409" and not target.any()
+
+
 def test_only_updates_that_compose_are_folded():
     w = np.ones(4, np.float32)
     with pytest.raises(ValueError, match="replace update does not compose"):

@@ -5,6 +5,9 @@ Counted by work, not time: how many values the parent's state replays (StateView
 
 from __future__ import annotations
 
+import os
+import stat
+
 import numpy as np
 import pytest
 
@@ -134,12 +137,80 @@ def test_a_removed_checkpoint_or_one_written_over_falls_back_to_the_history(tmp_
     replays.clear()
     repo.commit(paths[2], "v2", date=DATE)
     assert sorted(replays) == sorted(NAMES)
-    # one path written over with each new state: its old values are gone, nothing is read from it twice
+    # one path written over with each new state: its old values are gone, nothing is read from it twice; from
+    # the second commit of that path on, the copy kept in the cache folder serves (below)
     same = tmp_path / "model.safetensors"
     again = Repository.init(tmp_path / "again")
     for i, state in enumerate(states):
         save_file(state, str(same))
         replays.clear()
         again.commit(str(same), f"v{i}", date=DATE)
-        assert sorted(replays) == (sorted(NAMES) if i else [])
+        assert sorted(replays) == (sorted(NAMES) if i == 1 else [])
     assert {k: v.tolist() for k, v in again.checkout("HEAD").items()} == {k: v.tolist() for k, v in states[2].items()}
+
+
+def _written_over(tmp_path, states, root, fresh: bool, replays: list[str]) -> tuple[list[str], list[list[str]]]:
+    """Each state saved over one file and committed (a new Repository object each: another process); the ids
+    and, for each commit, the names its parent replayed."""
+    same = tmp_path / "model.safetensors"
+    repo = Repository.init(root)
+    ids, replayed = [], []
+    for i, state in enumerate(states):
+        save_file(state, str(same))
+        replays.clear()
+        repo = Repository(root) if fresh else repo
+        ids.append(repo.commit(str(same), f"v{i}", date=DATE))
+        replayed.append(sorted(replays))
+    return ids, replayed
+
+
+def test_a_file_written_over_is_copied_to_the_cache_and_the_next_process_reads_its_parent_there(tmp_path, replays, monkeypatch):
+    """Issue 32: `mdiff commit model.safetensors` after each epoch, a process each. The root's commit and the
+    first of the same path replay (nothing is kept yet); from then on each commit keeps a copy of its file in
+    the cache folder (the user's only: 0600), and the next reads its parent's values there: no replay, and
+    the very ids of a repository that replays every time."""
+    from mdiff.repo import parent_values
+
+    states = versions(5)
+    ids, replayed = _written_over(tmp_path, states, tmp_path / "repo", True, replays)
+    assert replayed == [[], sorted(NAMES), [], [], []]
+    copy = parent_values.copy_path(Repository(tmp_path / "repo").dir, "model.safetensors")
+    assert copy is not None and stat.S_IMODE(os.stat(copy).st_mode) == 0o600
+    assert parent_values.recall(Repository(tmp_path / "repo").dir) == (ids[-1], copy, ())
+    assert (tmp_path / "model.safetensors").read_bytes() == open(copy, "rb").read()  # the copy of the last commit
+    monkeypatch.setenv("MDIFF_CACHE_DIR", "off")
+    other, replayed_off = _written_over(tmp_path, states, tmp_path / "other", True, replays)
+    assert other == ids and replayed_off == [[]] + [sorted(NAMES)] * 4
+
+
+def test_a_copy_changed_since_is_not_believed(tmp_path, replays):
+    from mdiff.repo import parent_values
+
+    states = versions(4)
+    ids, _ = _written_over(tmp_path, states[:3], tmp_path / "repo", True, replays)
+    copy = parent_values.copy_path(Repository(tmp_path / "repo").dir, "model.safetensors")
+    assert copy is not None
+    save_file(dict(states[2], a=states[2]["a"] + np.float32(1)), copy)  # the copy now holds another "a"
+    save_file(states[3], str(tmp_path / "model.safetensors"))
+    replays.clear()
+    last = Repository(tmp_path / "repo").commit(str(tmp_path / "model.safetensors"), "v3", date=DATE)
+    assert replays == list(NAMES)  # "a" fails its hash first: the history serves every value
+    fresh, _ = _written_over(tmp_path, states, tmp_path / "fresh", False, replays)
+    assert fresh == [*ids, last]
+
+
+def test_the_cache_keeps_the_copies_of_the_newest_repositories_only(tmp_path, replays):
+    """parent_values.MAX_COPIES: each repository's copy replaces its own; past that many repositories, the
+    oldest copies are removed (a repository gone leaves no model's bytes behind for good)."""
+    from mdiff.repo import parent_values
+
+    states = versions(2)
+    copies = []
+    for r in range(parent_values.MAX_COPIES + 2):
+        _written_over(tmp_path, states, tmp_path / f"repo{r}", True, replays)
+        copy = parent_values.copy_path(Repository(tmp_path / f"repo{r}").dir, "model.safetensors")
+        assert copy is not None and os.path.exists(copy)
+        copies.append(copy)
+        os.utime(copy, ns=(r * 10**9, r * 10**9))  # oldest first, whatever the clock's resolution
+    kept = [os.path.exists(c) for c in copies]
+    assert kept == [False, False] + [True] * parent_values.MAX_COPIES

@@ -62,3 +62,22 @@ def test_unshuffle_undoes_shuffle(itemsize):
     out = np.empty_like(data)
     shuffle_into(data, itemsize, out)
     assert _unshuffle(out, itemsize).tobytes() == data.tobytes()
+
+
+@pytest.mark.parametrize("itemsize", [1, 2, 3, 4, 8, 16])
+@pytest.mark.parametrize("elements", [1, 2, 5, 1021, 262144], ids=str)
+def test_the_word_shuffle_and_unshuffle_give_the_transposed_bytes_of_every_element_size(itemsize, elements):
+    """shuffling.py moves 2-, 4- and 8-byte elements as words (shifts), others plane by plane: the same bytes."""
+    from mdiff.format.shuffling import shuffle_into as shuffled_into, unshuffle_into
+
+    data = np.random.default_rng(elements * itemsize).integers(0, 256, elements * itemsize, dtype=np.uint8)
+    out = np.full(data.size, 0xCD, np.uint8)
+    shuffled_into(data, itemsize, out)
+    assert out.tobytes() == data.reshape(-1, itemsize).T.tobytes()
+    back = np.full((elements, itemsize), 0xCD, np.uint8)
+    unshuffle_into(out.reshape(itemsize, elements), back)
+    assert back.tobytes() == data.tobytes()
+    if elements > 2:  # a run of the planes, as a read of some rows of a chunk takes (strided rows)
+        part = np.empty((elements - 2, itemsize), np.uint8)
+        unshuffle_into(out.reshape(itemsize, elements)[:, 1:-1], part)
+        assert part.tobytes() == data[itemsize:-itemsize].tobytes()

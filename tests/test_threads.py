@@ -176,3 +176,90 @@ def test_the_pool_let_go_finishes_its_work_and_its_threads_end():
             for worker in workers:
                 worker.join(timeout=60)  # a bound against a hang, not a measure
             assert [w.name for w in workers if w.is_alive()] == []
+
+
+def test_in_parts_covers_every_element_once_on_the_pool_and_inline_where_it_must():
+    """threads.in_parts: parts of part_bytes, side by side on the pool's threads (named mdiff_…); one call on
+    this thread with one thread, one part, or from a pool thread (which must not wait on the pool)."""
+    import threading
+
+    seen: list[tuple[int, int, str]] = []
+
+    def work(start: int, stop: int) -> None:
+        seen.append((start, stop, threading.current_thread().name))
+
+    with threads.threads_for(2):
+        threads.in_parts(10_000, 4, work, part_bytes=4 * 3000)
+        assert sorted((a, b) for a, b, _ in seen) == [(0, 3000), (3000, 6000), (6000, 9000), (9000, 10_000)]
+        assert all(name.startswith("mdiff_") for _, _, name in seen)
+        seen.clear()
+        threads.in_parts(3000, 4, work, part_bytes=4 * 3000)
+        assert [(a, b) for a, b, _ in seen] == [(0, 3000)] and seen[0][2] == threading.current_thread().name
+        seen.clear()
+        threads.shared_pool().submit(threads.in_parts, 10_000, 4, work, 4 * 3000).result()
+        assert [(a, b) for a, b, _ in seen] == [(0, 10_000)]
+    seen.clear()
+    with threads.threads_for(1):
+        threads.in_parts(10_000, 4, work, part_bytes=4 * 3000)
+    assert [(a, b) for a, b, _ in seen] == [(0, 10_000)]
+
+
+def test_in_parts_raises_a_part_s_error_once_every_part_has_ended():
+    ended: list[int] = []
+
+    def work(start: int, stop: int) -> None:
+        if start == 0:
+            raise ValueError("the first part fails")
+        ended.append(start)
+
+    with threads.threads_for(2), pytest.raises(ValueError, match="first part"):
+        threads.in_parts(40, 1, work, part_bytes=10)
+    assert sorted(ended) == [10, 20, 30]
+
+
+@pytest.mark.parametrize("kind", ["sub", "xor"])
+def test_a_large_delta_s_parts_on_the_pool_give_the_values_of_one_thread(kind):
+    """bit_deltas: between, apply and apply_folded of a tensor of several parts (PART_BYTES each) give,
+    on two threads, exactly what they give on one."""
+    from mdiff.updates.bit_deltas import SubDelta, XorDelta
+
+    delta_kind = SubDelta if kind == "sub" else XorDelta
+    rng = np.random.default_rng(3)
+    old = rng.integers(0, 2**32, 3 * threads.PART_BYTES // 4 + 12345, dtype=np.uint32)
+    new = old + rng.integers(0, 5000, old.size, dtype=np.uint32) - np.uint32(2500)
+    results = {}
+    for n in (1, 2):
+        with threads.threads_for(n):
+            delta = delta_kind.between(old, new)
+            applied = delta_kind.apply(old, delta, out=np.empty_like(old))
+            in_place = old.copy()
+            delta_kind.apply(in_place, delta, out=in_place)
+            folded = delta_kind.apply_folded(old, old, out=np.empty_like(old))
+            results[n] = (delta, applied, in_place, folded)
+    for one, two in zip(results[1], results[2]):
+        assert one.tobytes() == two.tobytes()
+    delta, applied, in_place, _ = results[2]
+    assert applied.tobytes() == in_place.tobytes() == new.tobytes()
+    expected = (old ^ new) if kind == "xor" else None
+    if expected is not None:
+        assert delta.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
+def test_the_change_statistic_of_a_large_tensor_is_the_same_on_any_number_of_threads(dtype):
+    """diffing.relative_change sums its blocks on the pool (threads.in_parts), then adds them in block order:
+    the very float of one thread (it is written in a file's `stats`: §11), and the ratio it should be."""
+    from mdiff.diffing import _BLOCK, relative_change
+
+    kind = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(11)
+    old = rng.standard_normal(3 * _BLOCK + 4321).astype(kind)
+    new = (old.astype(np.float64) + 1e-2 * rng.standard_normal(old.size)).astype(kind)
+    found = {}
+    for n in (1, 2):
+        with threads.threads_for(n):
+            found[n] = relative_change(old, new)
+    assert found[1] == found[2]
+    wide_old, wide_new = old.astype(np.float64), new.astype(np.float64)
+    expected = np.linalg.norm(wide_new - wide_old) / np.linalg.norm(wide_old)
+    assert found[2] == pytest.approx(expected, rel=1e-3)

@@ -248,3 +248,27 @@ def test_the_working_record_module_needs_neither_numpy_nor_libhdf5():
 def test_exclude_without_a_checkpoint_is_a_usage_error(project, capsys):
     code, _, err = run(capsys, "status", "--exclude", "*.bin", "-C", project.root)
     assert code == 2 and "--exclude is for CHECKPOINT" in err
+
+
+def test_a_commit_s_files_hashed_ahead_are_recorded_where_their_status_stayed(tmp_path):
+    """working.hash_ahead: a commit's files hashed on the pool while it reads them; make() records such a
+    sha256 where the file's status is still the one before (a file that moved since: no sha256, as ever)."""
+    import hashlib
+
+    folder = save_folder(tmp_path / "m", 1)
+    before = working.scan(folder, "folder")[0]
+    assert before is not None
+    ahead = working.hash_ahead(folder, "folder", before)
+    assert sorted(ahead) == sorted(before) == ["config.json", "model.safetensors"]
+    record = working.make("refs/heads/main", "commit", "0" * 64, folder, "folder", (), before, ahead)
+    for name, facts in record.files.items():
+        assert facts.sha256 == hashlib.sha256((folder / name).read_bytes()).hexdigest()
+    (folder / "config.json").write_text('{"step": 22}', encoding="utf-8")  # moved since `before`
+    moved = working.make("refs/heads/main", "commit", "0" * 64, folder, "folder", (), before, ahead)
+    assert moved.files["config.json"].sha256 is None
+    assert moved.files["model.safetensors"].sha256 == record.files["model.safetensors"].sha256
+    repo = Repository.init(tmp_path / "repo")
+    repo.commit(str(folder), "v1", date=DATE)
+    committed = working.read(repo, "refs/heads/main")
+    assert committed is not None
+    assert committed.files["config.json"].sha256 == hashlib.sha256(b'{"step": 22}').hexdigest()

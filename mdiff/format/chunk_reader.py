@@ -29,6 +29,7 @@ from numpy.typing import DTypeLike
 from mdiff.errors import InvalidFileError
 from mdiff.hdf5walk import positional_io
 from mdiff.hdf5walk.storage import FILTER_DEFLATE, FILTER_FLETCHER32, FILTER_SHUFFLE, Chunk, StoragePlan
+from mdiff.format.shuffling import unshuffle_into
 from mdiff.threads import in_pool, pool_size, shared_pool
 
 
@@ -289,8 +290,8 @@ def _read_slabs(fd: Source, plan: StoragePlan, shape: tuple[int, ...], flat: np.
     decoder = _ChunkDecoder(plan, itemsize, name)
     slabs = Slabs(shape, plan.chunk_shape, itemsize)
     end = first + flat.size
-    # The usual last step, unshuffling a whole chunk, copies plane by plane into the result
-    # (~3× faster than copying numpy's transposed view).
+    # The usual last step, unshuffling a whole chunk, writes straight into the result (shuffling.py: as words,
+    # ~5× faster than copying numpy's transposed view).
     planes = decoder.ends_with_unshuffle()
     wanted: list[tuple[Chunk, int, int, int, int]] = []  # chunk, its bytes wanted [lo, hi), its elements [a, b)
     for chunk in plan.chunks:
@@ -304,9 +305,7 @@ def _read_slabs(fd: Source, plan: StoragePlan, shape: tuple[int, ...], flat: np.
         array = decoder.read(fd, chunk, defer_unshuffle=planes)
         target = flat[lo - first:hi - first].reshape(-1, itemsize)
         if planes:
-            by_plane = array.reshape(itemsize, -1)
-            for byte in range(itemsize):
-                target[:, byte] = by_plane[byte, a:b]
+            unshuffle_into(array.reshape(itemsize, -1)[:, a:b], target)
         else:
             target[...] = array.reshape(-1, itemsize)[a:b]
 
@@ -377,9 +376,7 @@ def _unshuffle(array: np.ndarray, itemsize: int) -> np.ndarray:
     if itemsize <= 1 or elements <= 1:
         return array
     out = np.empty(array.size, np.uint8)
-    whole = out[:elements * itemsize]
-    for byte in range(itemsize):  # plane by plane: 2.7–5× the speed of copying the transposed view
-        whole[byte::itemsize] = array[byte * elements:(byte + 1) * elements]
+    unshuffle_into(array[:elements * itemsize].reshape(itemsize, elements), out[:elements * itemsize].reshape(elements, itemsize))
     out[elements * itemsize:] = array[elements * itemsize:]
     return out
 

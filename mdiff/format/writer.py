@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -27,6 +28,7 @@ from mdiff.hdf5walk.limits import DEFAULT_LIMITS
 from mdiff.format.names import encode_name
 from mdiff.format.schemas import first_errors
 from mdiff.format.chunk_reader import Slabs
+from mdiff.format.shuffling import shuffle_into  # noqa: F401 - the writer's shuffle (tests import it from here)
 from mdiff.updates import REGISTRY, VERSIONS
 from mdiff.updates.base import TYPES, Update, UpdateType
 from mdiff.threads import Writeback
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
 COMPRESSIONS = ("gzip", "none")
+logger = logging.getLogger(__name__)
 _CHUNK_BYTES = 1 << 20  # 1 MiB chunks: cheap partial reads, good deflate ratio
 _SMALLEST_COMPRESSED = 4096  # below this, a chunk index costs more than deflate saves
 
@@ -56,25 +59,63 @@ def deflate_rle(data: ReadableBuffer) -> bytes:
 
     Run-length deflate suits the byte planes of a delta (runs of zeros above the changed bits, then
     skewed literals): with SUB deltas it is 0.90× (fp32) and 0.97× (bf16) the XOR floor where default
-    deflate is 1.12× / 1.47×, at 1.3× its speed (docs/codec-study.md). Every inflater reads it, and
-    stdlib zlib gave the same bytes on every CPU measured (zlib-ng's Z_RLE too), which §11 needs.
+    deflate is 1.12× / 1.47×, at 1.3× its speed (docs/codec-study.md). Every inflater reads it. The bytes
+    are those of zlib 1.x's encoder (§11); zlib-ng's makes the same ones ~1.8× faster, and is used where it
+    is installed and agrees (:func:`encoder`).
     """
-    encoder = zlib.compressobj(1, zlib.DEFLATED, 15, 8, zlib.Z_RLE)
-    return encoder.compress(data) + encoder.flush()
+    lib = encoder()
+    compressor = lib.compressobj(1, lib.DEFLATED, 15, 8, lib.Z_RLE)
+    return compressor.compress(data) + compressor.flush()
 
 
-def shuffle_into(data: np.ndarray, itemsize: int, out: np.ndarray) -> None:
-    """libhdf5's shuffle filter of the whole elements ``data`` holds, written to ``out`` and padded with zeros
-    (an edge chunk, as libhdf5 pads it with the fill value): byte plane k, the k-th byte of every element,
-    is the k-th of ``itemsize`` equal runs of ``out``.
+def _stdlib_deflate(data: bytes) -> bytes:
+    compressor = zlib.compressobj(1, zlib.DEFLATED, 15, 8, zlib.Z_RLE)
+    return compressor.compress(data) + compressor.flush()
 
-    Plane by plane (a strided read, a contiguous write each), as the reader unshuffles: into a buffer
-    the caller keeps, which a transposed copy (``np.ascontiguousarray(x.T)``) cannot reuse.
-    """
-    elements, plane = data.size // itemsize, out.size // itemsize
-    for byte in range(itemsize):
-        out[byte * plane:byte * plane + elements] = data[byte::itemsize]
-        out[byte * plane + elements:(byte + 1) * plane] = 0
+
+def _probes() -> list[bytes]:
+    """A few chunks of the kinds a writer deflates (a shuffled float32 SUB delta, sparse bytes, runs, noise,
+    a repeated pattern), on which a faster encoder must give zlib's bytes before it is used."""
+    rng = np.random.default_rng(11)
+    old = rng.standard_normal(16384).astype(np.float32)
+    new = (old + 1e-4 * rng.standard_normal(old.size)).astype(np.float32)
+    difference = (new.view(np.int32) - old.view(np.int32)).astype(np.int32)
+    delta = ((difference << 1) ^ (difference >> 31)).view(np.uint8)
+    sparse = np.zeros(70000, np.uint8)
+    sparse[rng.integers(0, sparse.size, 500)] = rng.integers(1, 256, 500, dtype=np.uint8)
+    runs = np.repeat(rng.integers(0, 3, 2000, dtype=np.uint8) * 90, rng.integers(1, 400, 2000))
+    return [delta.reshape(-1, 4).T.tobytes(), sparse.tobytes(), runs.tobytes(),
+            rng.integers(0, 256, 40000, dtype=np.uint8).tobytes(), bytes(range(7, 40)) * 3000, b"", b"\0" * 259]
+
+
+_encoder_lock = threading.Lock()
+_encoder: Any = None
+
+
+def encoder() -> Any:
+    """The module whose ``compressobj`` deflates chunks: zlib-ng's (the ``zlib-ng`` package) where it is installed
+    and gives stdlib zlib's bytes on :func:`_probes` (tools/deflate_agreement.py checks a broad corpus; the test
+    suite a smaller one), else stdlib zlib. Chosen once a process."""
+    global _encoder
+    if _encoder is None:
+        with _encoder_lock:
+            if _encoder is None:
+                _encoder = _choose_encoder()
+    return _encoder
+
+
+def _choose_encoder() -> Any:
+    try:
+        from zlib_ng import zlib_ng
+    except ImportError:  # pragma: no cover - a dependency; kept for platforms without a wheel
+        return zlib
+    for data in _probes():
+        compressor = zlib_ng.compressobj(1, zlib_ng.DEFLATED, 15, 8, zlib_ng.Z_RLE)
+        if compressor.compress(data) + compressor.flush() != _stdlib_deflate(data):
+            logger.warning("zlib-ng %s deflates differently from zlib %s: using zlib (slower; SPEC.md §11)",
+                           zlib_ng.ZLIBNG_VERSION, zlib.ZLIB_RUNTIME_VERSION)
+            return zlib
+    return zlib_ng
 
 
 _scratch = threading.local()

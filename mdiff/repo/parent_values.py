@@ -12,6 +12,15 @@ wrong value.
 Which checkpoint that was is remembered by the Repository object, and between processes in the user's
 cache folder (``$MDIFF_CACHE_DIR``, as the walks: format/walk_cache.py), one small entry per repository:
 the commit and the checkpoint's path. An entry only suggests where to look; what is found there is hashed.
+
+Where one checkpoint file is committed again and again at one path (``mdiff commit model.safetensors``
+after each epoch, the file written over in between), the parent's values are gone from it by the next
+commit, which would replay the history back to the last snapshot — more each commit. So once a
+repository's commits are seen writing over their file, each such commit keeps a copy of the file it
+committed in the cache folder (:func:`keep_copy`: one per repository, replaced by the next, those of the
+newest 4 repositories kept; copied by the kernel, where it can, and only where the disk keeps twice its size
+free), and the next commit reads the
+parent's values from that copy — hashed as any predecessor's, so a copy changed since is never believed.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -161,3 +171,100 @@ def recall(repository: os.PathLike[str] | str) -> LastCommitted | None:
             and isinstance(entry.get("exclude"), list) and all(isinstance(g, str) for g in entry["exclude"])):
         return None
     return entry["commit"], entry["path"], tuple(entry["exclude"])
+
+
+_COPY_NAME = "state"  # the copy of a repository's file written over: last-committed/<key>.state<suffix>
+
+
+def copy_path(repository: os.PathLike[str] | str, committed: str | os.PathLike[str]) -> str | None:
+    """Where :func:`keep_copy` keeps the copy of ``committed`` for ``repository`` (None without a cache folder)."""
+    found = _cache_and_entry(repository)
+    if found is None:
+        return None
+    return f"{found[1][:-len('.json')]}.{_COPY_NAME}{Path(os.fspath(committed)).suffix}"
+
+
+def keep_copy(repository: os.PathLike[str] | str, last: LastCommitted) -> LastCommitted:
+    """``last`` with the path of a copy of its checkpoint file in the cache folder, for the next commit to read
+    the parent's values from once the file is written over; ``last`` unchanged where none can be made (a
+    folder, no usable cache folder, less than twice the file's size free there, an error)."""
+    from mdiff.regular_files import NotRegularFile, open_regular
+
+    found = _cache_and_entry(repository)
+    target = copy_path(repository, last[1])
+    if found is None or target is None or not os.path.isfile(last[1]):
+        return last
+    cache = found[0]
+    temp = f"{target}.{secrets.token_hex(6)}.tmp"
+    try:
+        source, status = open_regular(last[1])
+    except (OSError, NotRegularFile) as exc:
+        log.debug("no copy of %s: %s", last[1], exc)
+        return last
+    try:
+        cache.make_folders(Path(target).parent)
+        if shutil.disk_usage(Path(target).parent).free < 2 * status.st_size:
+            log.debug("no copy of %s: the cache folder's disk has less than twice its size free", last[1])
+            return last
+        out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            _copy(source, out, status.st_size)
+        finally:
+            os.close(out)
+        os.replace(temp, target)
+        _forget_old_copies(Path(target))
+    except OSError as exc:
+        log.debug("no copy of %s: %s", last[1], exc)
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        return last
+    finally:
+        os.close(source)
+    return last[0], target, last[2]
+
+
+MAX_COPIES = 4  # kept in the cache folder, of as many repositories (the newest); older ones are removed
+
+
+def _forget_old_copies(kept: Path) -> None:
+    """Remove all but the :data:`MAX_COPIES` newest copies (``kept``, just written, among them): a repository
+    gone or no longer committed to leaves no model's bytes behind for good."""
+    copies = []
+    for entry in os.scandir(kept.parent):
+        if f".{_COPY_NAME}." in entry.name and not entry.name.endswith(".tmp") and entry.is_file(follow_symlinks=False):
+            with contextlib.suppress(OSError):
+                copies.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.path))
+    copies.sort(reverse=True)
+    for _, path in copies[MAX_COPIES:]:
+        if path != os.fspath(kept):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def _copy(source: int, out: int, size: int) -> None:
+    """``size`` bytes of ``source`` from its start into ``out``: in the kernel (copy_file_range), else read and written."""
+    done = 0
+    copy_range = getattr(os, "copy_file_range", None)
+    while done < size and copy_range is not None:
+        try:
+            n = copy_range(source, out, size - done, done, done)
+        except OSError:  # another file system, or not supported: the plain way from where it stopped
+            break
+        if n <= 0:
+            break
+        done += n
+    while done < size:
+        block = os.pread(source, min(16 << 20, size - done), done)
+        if not block:
+            raise OSError(f"the file ended {size - done} bytes early while it was copied")
+        os.pwrite(out, block, done)
+        done += len(block)
+
+
+def writes_over(repository: os.PathLike[str] | str, last: LastCommitted | None, new_state: object) -> bool:
+    """Whether committing ``new_state`` after ``last`` is a repository's file written over: the same path
+    again, or a commit after one whose copy was kept."""
+    if last is None or not isinstance(new_state, (str, os.PathLike)):
+        return False
+    same = os.path.realpath(last[1]) == os.path.realpath(os.fspath(new_state))
+    return same or last[1] == copy_path(repository, last[1])

@@ -43,7 +43,7 @@ from mdiff.repo.fsck import fsck
 from mdiff.repo.history import ancestors, first_parent_line, merge_base, reflog_ref, resolve
 from mdiff.repo.merge import MergedState, MergeResult, Strategy
 from mdiff.repo.names import COMMIT_ID, FORMAT
-from mdiff.repo.parent_values import ParentValues, open_predecessor, recall, remember
+from mdiff.repo.parent_values import ParentValues, keep_copy, open_predecessor, recall, remember, writes_over
 from mdiff.repo.reflog import ReflogEntry
 from mdiff.repo.remotes import add_remote, open_end, tracking_refs
 from mdiff.repo.states import StateView
@@ -157,10 +157,12 @@ class Repository(Store):
         with self.lock(wait):
             branch, head = self.head()
             watched = _watched(new_state, exclude)  # the folder or file, for `mdiff status` (working.py)
+            ahead = working.hash_ahead(watched[0], watched[1], watched[3]) if watched else {}  # while it is read
             with contextlib.ExitStack() as stack:
                 new = open_new_state(stack, new_state, exclude)
                 mine = self._last_committed  # else another process's, from the cache folder
                 last = mine if mine is not None and mine[0] == head else recall(self.dir)
+                over = head is not None and last is not None and last[0] == head and writes_over(self.dir, last, new_state)
                 predecessor = open_predecessor(stack, last[1], last[2]) if last and head and last[0] == head \
                     and not _same_path(last[1], new_state) else None  # a file written over holds the new state
                 old = ParentValues(stack.enter_context(self.open_state(head)), predecessor)
@@ -171,14 +173,19 @@ class Repository(Store):
                     **_author_fields(author, date, meta))
                 if summary is not None:  # what a folder holds that the commit left out (dot files, …)
                     summary = dataclasses.replace(summary, not_versioned=tuple(getattr(new, "not_versioned", ())))
+            if summary is None:  # nothing committed, nothing to record: what has not started is not hashed
+                for future in ahead.values():
+                    future.cancel()
             if summary is not None:
                 self.advance(branch, summary.commit_id, f"commit: {message.splitlines()[0] if message else ''}")
                 if watched is not None:
-                    working.remember(self, branch, "commit", summary.commit_id, *watched)
+                    working.remember(self, branch, "commit", summary.commit_id, *watched, ahead=ahead)
             made = summary.commit_id if summary is not None else head
             self._last_committed = (made, os.fspath(new_state), tuple(exclude)) \
                 if made and isinstance(new_state, (str, os.PathLike)) else None
             if self._last_committed is not None and summary is not None:
+                if over:  # the file will be written over again: the next commit reads its parent's values from a copy
+                    self._last_committed = keep_copy(self.dir, self._last_committed)
                 remember(self.dir, self._last_committed)
         return summary
 

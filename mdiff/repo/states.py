@@ -377,7 +377,8 @@ class StateView(CheckpointReader):
                 with self._failure(run[0], name):
                     check_base(run[0].update, spec_of(value, name), name)
                 assert value is not None  # checked just above (MD600)
-                value = change.applied_to(value)
+                with self._failure(run[-1], name):  # a run of one update is applied here, not folded
+                    value = change.applied_to(value)
                 pending = run[-1]
         if pending is not None:
             self._verify(pending, value, name)

@@ -23,6 +23,7 @@ import os
 import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from mdiff.errors import RepositoryError
@@ -171,30 +172,47 @@ def write(folder: RepositoryFolder, record: WorkingRecord) -> None:
     folder._write_atomic(relative, [data])
 
 
+def hash_ahead(path: str | os.PathLike[str], kind: str, before: Mapping[str, os.stat_result] | None) -> dict[str, Future]:
+    """Each file of ``before`` (a :func:`scan` of ``path``) hashed on the pool from now on, while a commit reads it:
+    :func:`make` takes such a sha256 where the file's status is still ``before``'s, as it takes its own."""
+    from mdiff.threads import in_pool, shared_pool
+
+    if not before or in_pool():
+        return {}
+    root = os.path.abspath(os.fspath(path))
+    pool = shared_pool()
+    return {name: pool.submit(_sha256, _target(root, kind, name)) for name in before}
+
+
 def remember(folder: RepositoryFolder, branch: str | None, action: str, commit_id: str, path: str | os.PathLike[str],
-             kind: str, ignore: Sequence[str] = (), before: Mapping[str, os.stat_result] | None = None) -> None:
+             kind: str, ignore: Sequence[str] = (), before: Mapping[str, os.stat_result] | None = None,
+             ahead: Mapping[str, Future] | None = None) -> None:
     """Record ``path`` as ``action`` left it at ``commit_id`` on ``branch`` (None: detached HEAD), each file
     hashed; a file whose status moved since ``before`` (its status when the commit began to read it) is recorded
     without a sha256. Never raises for the record's sake: a record that cannot be made or written is logged, and
     the commit or checkout it follows stands."""
     try:
-        write(folder, make(ref_of(branch), action, commit_id, path, kind, ignore, before))
+        write(folder, make(ref_of(branch), action, commit_id, path, kind, ignore, before, ahead))
     except (OSError, RepositoryError, ValueError) as exc:
         log.warning("%s is not recorded for `mdiff status`: %s", os.fspath(path),
                     exc.message if isinstance(exc, RepositoryError) else exc)
 
 
 def make(ref: str, action: str, commit_id: str, path: str | os.PathLike[str], kind: str, ignore: Sequence[str] = (),
-         before: Mapping[str, os.stat_result] | None = None) -> WorkingRecord:
-    """The record of ``path`` now: every file's status and sha256 (in the shared pool, hashing runs in parallel).
-    ValueError when a folder holds more than :data:`MAX_FILES` files."""
+         before: Mapping[str, os.stat_result] | None = None, ahead: Mapping[str, Future] | None = None) -> WorkingRecord:
+    """The record of ``path`` now: every file's status and sha256 (in the shared pool, hashing runs in parallel;
+    where ``ahead`` (:func:`hash_ahead`) hashed a file since ``before``, that sha256, the file's status being
+    checked against ``before``'s as for any). ValueError when a folder holds more than :data:`MAX_FILES` files."""
     root = os.path.abspath(os.fspath(path))
     found, complete = scan(root, kind, ignore)
     if found is None:
         raise ValueError("it is gone")
     if not complete:
         raise ValueError(f"the folder holds more than {MAX_FILES} files")
-    hashes = _hash_all([_target(root, kind, name) for name in found])
+    ahead = ahead if before is not None else None  # a sha256 hashed ahead stands only on the status before it
+    hashed = {name: ahead[name].result() for name in found if ahead and name in ahead}
+    rest = iter(_hash_all([_target(root, kind, name) for name in found if name not in hashed]))
+    hashes = [hashed[name] if name in hashed else next(rest) for name in found]
     files = {}
     for (name, status), sha256 in zip(found.items(), hashes):
         try:

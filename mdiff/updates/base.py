@@ -327,6 +327,9 @@ class Composition:
     delta: Any  # the BitDelta whose fold and apply_folded do the arithmetic (bit_deltas.py)
     # A type that changes every element: (change, update, parameter name), folded into the change in place.
     fold: Callable[[np.ndarray, "Update", str], None] | None = None
+    # The same type: (flat base bits, update, parameter name), the update applied to the base in place, with
+    # fold's checks: what folding it alone into a change and applying that gives, in one pass over the base.
+    apply: Callable[[np.ndarray, "Update", str], None] | None = None
     # A type that changes some elements: (update, parameter name, size) → (positions as int64, stored
     # deltas there), each checked as its apply checks it (InvalidFileError otherwise).
     entries: Callable[["Update", str, int], tuple[np.ndarray, np.ndarray]] | None = None
@@ -345,25 +348,43 @@ class Change:
     _BLOCK = 1 << 20  # elements of the change a block of the fold works in (4 MiB of float32: 31 ms there, 40 ms with 1 MiB)
     _HELD_BYTES = 64 << 20  # of sparse entries held before they are folded
 
-    def __init__(self, composition: Composition, bits: np.ndarray):
+    def __init__(self, composition: Composition, bits: np.ndarray | None, size: int | None = None):
         self.composition = composition
-        self._bits = bits
+        self._bits = bits  # None until a second update comes (a run of one dense update is never folded)
+        self._size = bits.size if bits is not None else int(size or 0)
+        self._dtype = bits.dtype if bits is not None else None
+        self._first: tuple[Update, str] | None = None  # a lone dense update, applied straight to the base
         self._held: list[tuple[np.ndarray, np.ndarray]] = []
         self._held_bytes = 0
 
     @property
     def bits(self) -> np.ndarray:
         self._fold_held()
-        return self._bits
+        return self._folded()
 
     @classmethod
     def fold_first(cls, update: "Update", name: str) -> "Change":
         composition = update.update_type.composition
         if composition is None:
             raise ValueError(f"a {update.type} update does not compose")
-        change = cls(composition, np.zeros(math.prod(update.shape), update.dtype.bits))
-        change.fold(update, name)
+        change = cls(composition, None, math.prod(update.shape))
+        change._dtype = update.dtype.bits
+        if composition.apply is not None:  # kept as it is: alone, it is applied to the base in one pass
+            change._first = (update, name)
+        else:
+            change.fold(update, name)
         return change
+
+    def _folded(self) -> np.ndarray:
+        """The change as an array, the lone update kept so far folded into it."""
+        if self._bits is None:
+            self._bits = np.zeros(self._size, self._dtype)
+        if self._first is not None:
+            update, name = self._first
+            self._first = None
+            assert self.composition.fold is not None
+            self.composition.fold(self._bits, update, name)
+        return self._bits
 
     def fold(self, update: "Update", name: str) -> None:
         """The update's change added after those folded so far; refused (InvalidFileError) where the
@@ -372,7 +393,7 @@ class Change:
         if composition is None or composition.name != self.composition.name:
             raise ValueError(f"a {update.type} update does not compose with {self.composition.name} updates")
         if composition.entries is not None:
-            at, values = composition.entries(update, name, self._bits.size)
+            at, values = composition.entries(update, name, self._size)
             self._held.append((at, values))
             self._held_bytes += at.nbytes + values.nbytes
             if self._held_bytes >= self._HELD_BYTES:
@@ -380,16 +401,17 @@ class Change:
         else:
             assert composition.fold is not None
             self._fold_held()
-            composition.fold(self._bits, update, name)
+            composition.fold(self._folded(), update, name)
 
     def _fold_held(self) -> None:
         if not self._held:
             return
-        delta, size = self.composition.delta, self._bits.size
+        bits = self._folded()
+        delta, size = self.composition.delta, self._size
         starts = np.arange(self._BLOCK, size, self._BLOCK)
         cuts = [(at, values, [0, *np.searchsorted(at, starts).tolist(), at.size]) for at, values in self._held]
         for block, start in enumerate(range(0, size, self._BLOCK)):
-            window = self._bits[start:start + self._BLOCK]
+            window = bits[start:start + self._BLOCK]
             for at, values, cut in cuts:
                 low, high = cut[block], cut[block + 1]
                 if low < high:
@@ -398,9 +420,16 @@ class Change:
         self._held, self._held_bytes = [], 0
 
     def applied_to(self, base: np.ndarray) -> np.ndarray:
-        """``base`` with the change applied, in its own buffer (the caller owns it)."""
+        """``base`` with the change applied, in its own buffer (the caller owns it). A run of one dense update
+        is applied straight to it (refused, as its fold would be, with InvalidFileError)."""
+        assert self._dtype is not None
+        flat = base.view(self._dtype).reshape(-1)
+        if self._first is not None and not self._held:
+            update, name = self._first
+            assert self.composition.apply is not None
+            self.composition.apply(flat, update, name)
+            return base
         bits = self.bits
-        flat = base.view(bits.dtype).reshape(-1)
         self.composition.delta.apply_folded(flat, bits, out=flat)
         return base
 

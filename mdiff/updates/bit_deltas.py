@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mdiff.threads import in_parts
+
 
 class BitDelta:
     """An exact delta between two arrays of bit patterns (unsigned integers of one width)."""
@@ -62,7 +64,7 @@ class XorDelta(BitDelta):
 
     @classmethod
     def apply(cls, bits: np.ndarray, delta: np.ndarray, out: np.ndarray) -> np.ndarray:
-        return np.bitwise_xor(bits, delta, out=out)
+        return _elementwise(np.bitwise_xor, bits, delta, out)
 
     @classmethod
     def undo(cls, bits: np.ndarray, delta: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -70,7 +72,7 @@ class XorDelta(BitDelta):
 
     @classmethod
     def apply_folded(cls, bits: np.ndarray, change: np.ndarray, out: np.ndarray) -> np.ndarray:
-        return np.bitwise_xor(bits, change, out=out)
+        return _elementwise(np.bitwise_xor, bits, change, out)
 
 
 class SubDelta(BitDelta):
@@ -128,10 +130,14 @@ class SubDelta(BitDelta):
     def between(cls, old_bits: np.ndarray, new_bits: np.ndarray) -> np.ndarray:
         old_flat, new_flat = np.asarray(old_bits).reshape(-1), np.asarray(new_bits).reshape(-1)
         out = np.empty_like(new_flat)
-        for start in range(0, out.size, cls._BLOCK):  # each block subtracted and zigzagged while in cache
-            stop = min(start + cls._BLOCK, out.size)
-            np.subtract(new_flat[start:stop], old_flat[start:stop], out=out[start:stop])
-            cls.zigzag(out[start:stop], in_place=True)
+
+        def part(first: int, last: int) -> None:  # on the pool, parts of a large tensor side by side
+            for start in range(first, last, cls._BLOCK):  # each block subtracted and zigzagged while in cache
+                stop = min(start + cls._BLOCK, last)
+                np.subtract(new_flat[start:stop], old_flat[start:stop], out=out[start:stop])
+                cls.zigzag(out[start:stop], in_place=True)
+
+        in_parts(out.size, out.itemsize, part)
         return out.reshape(np.shape(new_bits))
 
     @classmethod
@@ -139,13 +145,17 @@ class SubDelta(BitDelta):
         if not (out.flags.c_contiguous and np.shape(bits) == np.shape(delta) == out.shape):  # no flat view to write
             return np.add(bits, cls.unzigzag(delta), out=out)
         flat_bits, flat_delta, flat_out = (np.asarray(a).reshape(-1) for a in (bits, delta, out))
-        difference = np.empty(min(cls._BLOCK, flat_delta.size), flat_delta.dtype)
-        scratch = np.empty_like(difference)
-        for start in range(0, flat_delta.size, cls._BLOCK):
-            stop = min(start + cls._BLOCK, flat_delta.size)
-            block = difference[:stop - start]
-            cls._unzigzag_block(flat_delta[start:stop], block, scratch)
-            np.add(flat_bits[start:stop], block, out=flat_out[start:stop])
+
+        def part(first: int, last: int) -> None:  # on the pool, parts of a large tensor side by side
+            difference = np.empty(min(cls._BLOCK, last - first), flat_delta.dtype)
+            scratch = np.empty_like(difference)
+            for start in range(first, last, cls._BLOCK):
+                stop = min(start + cls._BLOCK, last)
+                block = difference[:stop - start]
+                cls._unzigzag_block(flat_delta[start:stop], block, scratch)
+                np.add(flat_bits[start:stop], block, out=flat_out[start:stop])
+
+        in_parts(flat_delta.size, flat_delta.itemsize, part)
         return out
 
     @classmethod
@@ -154,4 +164,19 @@ class SubDelta(BitDelta):
 
     @classmethod
     def apply_folded(cls, bits: np.ndarray, change: np.ndarray, out: np.ndarray) -> np.ndarray:
-        return np.add(bits, change, out=out)
+        return _elementwise(np.add, bits, change, out)
+
+
+def _elementwise(ufunc: np.ufunc, bits: np.ndarray, other: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``ufunc(bits, other, out=out)``, a large array's parts side by side on the pool (threads.in_parts)
+    where all three are flat views of the same shape, as one call otherwise."""
+    if not (out.flags.c_contiguous and np.shape(bits) == np.shape(other) == out.shape
+            and np.asarray(bits).flags.c_contiguous and np.asarray(other).flags.c_contiguous):
+        return ufunc(bits, other, out=out)
+    flat_bits, flat_other, flat_out = (np.asarray(a).reshape(-1) for a in (bits, other, out))
+
+    def part(start: int, stop: int) -> None:
+        ufunc(flat_bits[start:stop], flat_other[start:stop], out=flat_out[start:stop])
+
+    in_parts(flat_out.size, flat_out.itemsize, part)
+    return out

@@ -86,14 +86,22 @@ def _type(version: int) -> UpdateType:
         delta.undo(bits, update.array(key), out=bits)
         return from_bits(bits, update.dtype)
 
-    def fold(change: np.ndarray, update: Update, name: str) -> None:
-        """§13.4: this update's delta composed into a run's change (refused as its apply would refuse it)."""
+    def checked(update: Update, name: str) -> np.ndarray:
+        """The stored delta, refused as apply's result check would refuse it."""
         stored = update.array(key).reshape(-1)
         if update.dtype.name == "bool":  # a 0/1 base stays 0/1 under 0/1 patterns: what apply's result check says
             problem = next(bool_values_problems(stored, key), None)
             if problem:
                 raise InvalidFileError("MD409", "the update makes a bool value other than 0 or 1", name)
-        delta.fold(change, stored)
+        return stored
+
+    def fold(change: np.ndarray, update: Update, name: str) -> None:
+        """§13.4: this update's delta composed into a run's change (refused as its apply would refuse it)."""
+        delta.fold(change, checked(update, name))
+
+    def apply_alone(bits: np.ndarray, update: Update, name: str) -> None:
+        """§13.4: a run of this one update applied to the base's flat bits in place (fold and apply in one pass)."""
+        delta.apply(bits, checked(update, name), out=bits)
 
     def apply_onnx(update: Update, base: np.ndarray, run: Runner, scratch: bool) -> np.ndarray:
         bits = as_bits(base)
@@ -109,7 +117,7 @@ def _type(version: int) -> UpdateType:
         apply_numpy=apply_numpy, apply_onnx=apply_onnx, onnx_models=lambda: _onnx_models(version),
         # onnxruntime 1.32's BitwiseXor kernel is not vectorised: 1.5–1.8× numpy's in-place XOR
         preferred_engine="numpy", since_minor=SUB_MINOR if version > 1 else 0, delta=delta,
-        composition=Composition(key, delta, fold=fold), recover_base=recover_base,
+        composition=Composition(key, delta, fold=fold, apply=apply_alone), recover_base=recover_base,
     )
 
 

@@ -1,0 +1,67 @@
+"""libhdf5's shuffle filter (SPEC.md §8.2) and its inverse on whole elements, as integer shifts.
+
+Shuffled, a chunk of n elements of ``itemsize`` bytes holds byte plane k — the k-th byte in memory of every
+element — as the k-th run of n bytes. Elements of 2, 4 or 8 bytes are moved here as words: a plane is the
+words shifted right by 8k and cut to a byte, and a word is its planes shifted left by 8k and or-ed, each a
+contiguous pass that numpy vectorises (1 MiB of float32: 4.7–4.9 GiB/s here, against 1.5–1.6 GiB/s for
+the byte-strided copy of a plane, and 1.0 for a transposed copy). That is the bytes' order in memory only
+where words are little-endian, so elsewhere, and for other sizes, each plane is copied with a stride.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import numpy as np
+
+_WORDS = {2: np.uint16, 4: np.uint32, 8: np.uint64} if sys.byteorder == "little" else {}
+_local = threading.local()
+
+
+def _scratch(size: int, word: type) -> np.ndarray:
+    """This thread's buffer of ``size`` words, kept from call to call (a new one costs its pages' faults)."""
+    buffer = getattr(_local, "buffer", None)
+    nbytes = size * np.dtype(word).itemsize
+    if buffer is None or buffer.size < nbytes:
+        buffer = _local.buffer = np.empty(max(nbytes, 1), np.uint8)
+    return buffer[:nbytes].view(word)
+
+
+def shuffle_into(data: np.ndarray, itemsize: int, out: np.ndarray) -> None:
+    """The shuffle of the whole elements ``data`` (uint8, contiguous) holds, into ``out`` (uint8) padded with
+    zeros: plane k at ``out[k·p : k·p + elements]`` where ``p = out.size // itemsize``, zeros after it."""
+    elements, plane = data.size // itemsize, out.size // itemsize
+    word = _WORDS.get(itemsize)
+    if word is not None and elements and data.flags.c_contiguous:
+        words = data[:elements * itemsize].view(word)
+        scratch = _scratch(elements, word)
+        for byte in range(itemsize):
+            shifted = words
+            if byte:
+                np.right_shift(words, 8 * byte, out=scratch)
+                shifted = scratch
+            np.copyto(out[byte * plane:byte * plane + elements], shifted, casting="unsafe")  # the low byte
+            out[byte * plane + elements:(byte + 1) * plane] = 0
+        return
+    for byte in range(itemsize):
+        out[byte * plane:byte * plane + elements] = data[byte:elements * itemsize:itemsize]
+        out[byte * plane + elements:(byte + 1) * plane] = 0
+
+
+def unshuffle_into(by_plane: np.ndarray, target: np.ndarray) -> None:
+    """``target[i, k] = by_plane[k, i]``: planes (uint8, ``itemsize`` rows of n, each row contiguous) back into
+    n whole elements (uint8, ``(n, itemsize)``)."""
+    itemsize, elements = by_plane.shape
+    word = _WORDS.get(itemsize)
+    if word is not None and elements and target.flags.c_contiguous:
+        words = target.reshape(-1).view(word)
+        np.left_shift(by_plane[itemsize - 1], 8 * (itemsize - 1), out=words, dtype=word)
+        scratch = _scratch(elements, word)
+        for byte in range(itemsize - 2, 0, -1):
+            np.left_shift(by_plane[byte], 8 * byte, out=scratch, dtype=word)
+            np.bitwise_or(words, scratch, out=words)
+        np.bitwise_or(words, by_plane[0], out=words, dtype=word)
+        return
+    for byte in range(itemsize):
+        target[:, byte] = by_plane[byte]
