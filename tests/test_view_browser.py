@@ -175,8 +175,12 @@ def test_a_repository_graph_heat_map_table_and_comparison(browser, tmp_path):
         page.open()
         head = repo.head()[1]
         assert page.js("window.mdiffView.rendered") == head == site.index["selected"]
-        # the graph: every commit, in the index's order, with its refs and sizes
+        # the graph: every commit, in the index's order (site.graph_order: children first, the merge's first-parent
+        # line, then its side, never by id), with its refs and sizes
+        assert [c["message"] for c in site.index["commits"]] == ["merge side", "fine-tune", "head only", "base"]
         assert page.js("[...document.querySelectorAll('.graph-row')].map(r => r.dataset.id)") == ids
+        assert page.js("[...document.querySelectorAll('.graph-row .message')].map(m => m.textContent)") == \
+            ["merge side", "fine-tune", "head only", "base"]
         badges = page.js("[...document.querySelectorAll('.graph-row')].map(r => [...r.querySelectorAll('.badge')].map(b => b.textContent))")
         assert badges == [["HEAD → main"], ["tag: v1"], ["side"], []]  # the merge, its first parent line, then the side
         assert page.js("document.querySelectorAll('svg.lanes circle').length") == 4
@@ -208,6 +212,47 @@ def test_a_repository_graph_heat_map_table_and_comparison(browser, tmp_path):
         side = next(r for r in compared if r[0] == SIDE)
         assert side[1] == "—" and side[4] == "dense"
         page.shot("repository-compare")
+    finally:
+        page.close()
+
+
+def _codes_of_every_commit(page: Page, ids: list[str]) -> dict[str, list[str]]:
+    shown = {}
+    for cid in ids:
+        page.js(f"window.mdiffView.open({json.dumps(cid)})")
+        page.wait(cid)
+        shown[cid] = page.js("[...document.querySelectorAll('#findings li')].map(li => li.dataset.code)")
+    return shown
+
+
+def test_commit_ids_are_checked_as_the_repository_format_says(browser, tmp_path):
+    repos = {}
+    for repository_format in (1, 2):
+        r = Repository.init(tmp_path / f"format{repository_format}", isolation=None, repository_format=repository_format)
+        r.commit({"w": np.arange(6, dtype=np.float32)}, "first", author="A", date=DATE)
+        r.commit({"w": np.arange(6, dtype=np.float32) + 1}, "second", author="A", date=DATE)
+        repos[repository_format] = r
+        site = view_site.repository_site(r)
+        assert site.index["format"] == repository_format
+        ids = [c["id"] for c in site.index["commits"]]
+        page = Page(browser, site)
+        try:
+            page.open()
+            assert _codes_of_every_commit(page, ids) == {cid: [] for cid in ids}, repository_format
+            assert page.js("document.querySelector('[data-field=verdict]').textContent") == "valid"
+        finally:
+            page.close()
+    # a format-2 commit file holding another commit's bytes: MD800, naming the id those bytes have
+    r = repos[2]
+    second, first = [c["id"] for c in view_site.repository_site(r).index["commits"]]
+    (r.dir / "commits" / f"{first}.mdiff").write_bytes((r.dir / "commits" / f"{second}.mdiff").read_bytes())
+    page = Page(browser, view_site.repository_site(r))
+    try:
+        page.open()
+        assert _codes_of_every_commit(page, [second, first]) == {second: [], first: ["MD800"]}
+        assert page.js("document.querySelector('#findings li').textContent") == \
+            f"MD800 error at /: the commit file's id (repository format 2, §4.3) is {second}, not its name (SPEC §13.2)"
+        assert page.js("document.querySelector('[data-field=verdict]').textContent") == "invalid: 1 errors"
     finally:
         page.close()
 

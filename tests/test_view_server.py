@@ -126,6 +126,37 @@ def test_safe_path_takes_plain_names_only():
     assert {safe_path(p) for p in ("/a/../b", "/a/./b", "/.a", "/a//b", "/a%2fb", "/a\\b", "/a\0b", "a", "")} == {None}
 
 
+def test_the_index_says_the_repository_format(tmp_path):
+    for repository_format in (1, 2):
+        r = Repository.init(tmp_path / f"f{repository_format}", isolation=None, repository_format=repository_format)
+        r.commit({"w": np.arange(3, dtype=np.float32)}, "one", author="A", date=DATE)
+        assert view_site.repository_site(r).index["format"] == repository_format
+
+
+def _commit(cid: str, parents: list[str], date: str = DATE, message: str = "", reachable: bool = True) -> dict:
+    return {"id": cid, "parents": parents, "date": date, "message": message, "reachable": reachable}
+
+
+def test_the_graph_order_is_topological_first_parent_lines_together_and_not_by_id():
+    # git log --graph --topo-order on the same shape: m (merge of f2 and s2), f2, f1, s2, s1, b; t: another tip
+    #   b <- f1 <- f2 <- m;  b <- s1 <- s2 <- m (second parent);  b <- t (branch "topic", older)
+    shape = {"m": ["f2", "s2"], "f2": ["f1"], "f1": ["b"], "s2": ["s1"], "s1": ["b"], "b": [], "t": ["b"]}
+    refs = {"head": "m", "branches": {"main": "m", "topic": "t"}, "tags": {}}
+    expected = ["m", "f2", "f1", "s2", "s1", "t", "b"]
+    for names in (sorted(shape), sorted(shape, reverse=True)):  # ids in either order: the same rows
+        ids = {name: f"{i:02d}{name}" for i, name in enumerate(names)}
+        commits = [_commit(ids[n], [ids[p] for p in shape[n]], message=n) for n in names]
+        order = view_site.graph_order(commits, {**refs, "head": ids["m"], "branches": {"main": ids["m"], "topic": ids["t"]}})
+        assert [c["message"] for c in order] == expected
+    # tips without refs: reachable first, newest date first, then the message; a parent outside the list is ignored
+    tips = [_commit("a", ["gone"], "2026-01-01T00:00:00Z", "old"), _commit("b", [], "2026-02-01T00:00:00+00:00", "new"),
+            _commit("c", [], "2026-01-01T00:00:00Z", "another old"), _commit("d", [], "2027-01-01T00:00:00Z", "lost", reachable=False),
+            _commit("e", [], "not a date", "undated")]
+    assert [c["id"] for c in view_site.graph_order(tips, {})] == ["b", "c", "a", "e", "d"]
+    # a cycle of parents (hostile) still lists every commit once
+    assert sorted(c["id"] for c in view_site.graph_order([_commit("x", ["y"]), _commit("y", ["x"])], {})) == ["x", "y"]
+
+
 def test_a_file_and_the_page_alone(tmp_path, repo):
     commit = next((repo.dir / "commits").iterdir())
     site = view_site.file_site(commit)

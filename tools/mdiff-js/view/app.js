@@ -1,6 +1,6 @@
 // The page: a commit (or a dropped file) read with mdiff-js, a repository's history, two commits compared.
 // No framework: the DOM is built with createElement and textContent only (nothing of a file is ever parsed as HTML).
-import { inspectBytes, sha256hex } from "./load.js";
+import { commitId, inspectBytes } from "./load.js";
 import { COLUMNS, colourOf, compareRows, formatBytes, formatChange, graphLayout, heatmap, tableRows, toJson } from "./model.js";
 
 const PAGE_ROWS = 100;
@@ -45,10 +45,13 @@ async function summaryOf(entry) {
     const bytes = new Uint8Array(await response.arrayBuffer());
     const summary = await inspectBytes(bytes);
     if (state.index.kind === "repository") {
-      const digest = sha256hex(bytes);
+      const format = state.index.format;
+      const digest = format === 1 || format === 2 ? commitId(bytes, format) : null;
       if (digest !== entry.id) {
         summary.valid = false;
-        summary.findings.unshift({ code: "MD800", severity: "error", path: "/", section: "13.2", message: `the commit file hashes to ${digest}, not to its id` });
+        const message = digest === null ? "the repository's format is unreadable: the commit's id cannot be checked"
+          : `the commit file's id (repository format ${format}, §4.3) is ${digest}, not its name`;
+        summary.findings.unshift({ code: "MD800", severity: "error", path: "/", section: "13.2", message });
       }
     }
     return summary;

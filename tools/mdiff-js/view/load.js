@@ -3,14 +3,15 @@
 // is validated, and what the page shows is taken from the validation (model.js).
 import "./shims/globals.js";
 import { register, unregister } from "./shims/fs.js";
-import { createHash } from "./shims/crypto.js";
+import { commitIdOf } from "../src/block_ids.js";
 import h5wasm from "./shims/h5wasm.js";
 import { summarize } from "./model.js";
 
 let counter = 0;
 
-export function sha256hex(bytes) {
-  return createHash("sha256").update(bytes).digest("hex");
+// §4.3: the id of a commit file's bytes in a repository of `format` (1: their SHA-256; 2: the block list's)
+export function commitId(bytes, format) {
+  return commitIdOf(bytes, format);
 }
 
 export async function inspectBytes(bytes) {

@@ -126,6 +126,12 @@ export class Buffer extends Uint8Array {
     return this.view().getBigInt64(o, true);
   }
 
+  writeBigUInt64BE(value, o = 0) {
+    this.check(o, 8);
+    this.view().setBigUint64(o, BigInt(value), false);
+    return o + 8;
+  }
+
   readFloatLE(o = 0) {
     this.check(o, 4);
     return this.view().getFloat32(o, true);
