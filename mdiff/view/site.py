@@ -1,14 +1,15 @@
 """What `mdiff view` serves: the page's static files and the bytes of the file or repository shown.
 
-The page lives with mdiff-js (``tools/mdiff-js/view/``, its modules importing ``tools/mdiff-js/src/`` and
-h5wasm's browser build, ``node_modules/h5wasm/dist/esm/``), and is served at the same relative paths, so
-that the page also works from any static server of ``tools/mdiff-js/``. In a checkout those folders are read
-where they are; a wheel carries a copy in ``mdiff/view/static/``, which ``setup.py``'s build step makes with
-:func:`copy_page` (this module imports only the standard library at load, for that step).
+The page lives with mdiff-js (``tools/mdiff-js/view/``): ``index.html``, ``view.css`` and ``dist/page.js``, one
+classic script that ``view/build.mjs`` bundles from the page's modules, its Web Worker, ``src/`` and h5wasm's
+browser build (committed, checked up to date by the tests), so that the page also works opened from disk. In a
+checkout those files are read where they are; a wheel carries a copy in ``mdiff/view/static/``, which
+``setup.py``'s build step makes with :func:`copy_page` (this module imports only the standard library at load,
+for that step), with h5wasm's licence (its code is in the bundle).
 
-URLs: ``/view/…``, ``/src/…``, ``/node_modules/h5wasm/dist/esm/…`` (the page), ``/api/index.json`` (what is
-shown: the repository's format, refs, commits with parents, metadata and sizes, in :func:`graph_order`) and ``/api/commits/<id>.mdiff`` (a commit file's bytes;
-for a single file, ``/api/commits/file.mdiff``). Nothing else.
+URLs: ``/view/…`` (the page), ``/node_modules/h5wasm/LICENSE.txt``, ``/api/index.json`` (what is shown: the
+repository's format, refs, commits with parents, metadata and sizes, in :func:`graph_order`) and
+``/api/commits/<id>.mdiff`` (a commit file's bytes; for a single file, ``/api/commits/file.mdiff``). Nothing else.
 """
 
 from __future__ import annotations
@@ -29,12 +30,10 @@ if TYPE_CHECKING:
 
 PACKAGED = Path(__file__).resolve().parent / "static"
 SOURCE = Path(__file__).resolve().parents[2] / "tools" / "mdiff-js"
-H5WASM = "node_modules/h5wasm/dist/esm"
 # (folder below the mdiff-js root, the names served from it: "*" every file of a served suffix, recursively)
 PAGE_PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("view", ("*",)),
-    ("src", ("*",)),
-    (H5WASM, ("hdf5_hl.js", "hdf5_util.js")),
+    ("view", ("index.html", "view.css")),
+    ("view/dist", ("page.js",)),
     ("node_modules/h5wasm", ("LICENSE.txt",)),
 )
 
@@ -44,7 +43,7 @@ class PageMissing(FileNotFoundError):
 
 
 def page_root() -> Path:
-    """The folder holding ``view/``, ``src/`` and h5wasm's build: the wheel's copy, else the checkout's mdiff-js."""
+    """The folder holding ``view/`` and h5wasm's licence: the wheel's copy, else the checkout's mdiff-js."""
     if (PACKAGED / "view" / "index.html").is_file():
         return PACKAGED
     return SOURCE
