@@ -1,6 +1,7 @@
-"""The wheel's build step beside pyproject.toml: `mdiff view`'s page (mdiff-js's view/, src/ and h5wasm's
-browser build, tools/mdiff-js/) is copied into the package as mdiff/view/static/ (docs/architecture.md). A
-checkout runs the page from tools/mdiff-js/ itself; the build needs `npm ci --prefix tools/mdiff-js` first."""
+"""The wheel's build step beside pyproject.toml: `mdiff view`'s page (tools/mdiff-js/view/'s index.html, view.css
+and the committed bundle dist/page.js, with h5wasm's licence) is copied into the package as mdiff/view/static/
+(docs/architecture.md). A checkout runs the page from tools/mdiff-js/ itself; the build needs
+`npm ci --prefix tools/mdiff-js` first (for the licence)."""
 
 import importlib
 import sys

@@ -175,8 +175,12 @@ def test_a_repository_graph_heat_map_table_and_comparison(browser, tmp_path):
         page.open()
         head = repo.head()[1]
         assert page.js("window.mdiffView.rendered") == head == site.index["selected"]
-        # the graph: every commit, in the index's order, with its refs and sizes
+        # the graph: every commit, in the index's order (site.graph_order: children first, the merge's first-parent
+        # line, then its side, never by id), with its refs and sizes
+        assert [c["message"] for c in site.index["commits"]] == ["merge side", "fine-tune", "head only", "base"]
         assert page.js("[...document.querySelectorAll('.graph-row')].map(r => r.dataset.id)") == ids
+        assert page.js("[...document.querySelectorAll('.graph-row .message')].map(m => m.textContent)") == \
+            ["merge side", "fine-tune", "head only", "base"]
         badges = page.js("[...document.querySelectorAll('.graph-row')].map(r => [...r.querySelectorAll('.badge')].map(b => b.textContent))")
         assert badges == [["HEAD → main"], ["tag: v1"], ["side"], []]  # the merge, its first parent line, then the side
         assert page.js("document.querySelectorAll('svg.lanes circle').length") == 4
@@ -212,6 +216,47 @@ def test_a_repository_graph_heat_map_table_and_comparison(browser, tmp_path):
         page.close()
 
 
+def _codes_of_every_commit(page: Page, ids: list[str]) -> dict[str, list[str]]:
+    shown = {}
+    for cid in ids:
+        page.js(f"window.mdiffView.open({json.dumps(cid)})")
+        page.wait(cid)
+        shown[cid] = page.js("[...document.querySelectorAll('#findings li')].map(li => li.dataset.code)")
+    return shown
+
+
+def test_commit_ids_are_checked_as_the_repository_format_says(browser, tmp_path):
+    repos = {}
+    for repository_format in (1, 2):
+        r = Repository.init(tmp_path / f"format{repository_format}", isolation=None, repository_format=repository_format)
+        r.commit({"w": np.arange(6, dtype=np.float32)}, "first", author="A", date=DATE)
+        r.commit({"w": np.arange(6, dtype=np.float32) + 1}, "second", author="A", date=DATE)
+        repos[repository_format] = r
+        site = view_site.repository_site(r)
+        assert site.index["format"] == repository_format
+        ids = [c["id"] for c in site.index["commits"]]
+        page = Page(browser, site)
+        try:
+            page.open()
+            assert _codes_of_every_commit(page, ids) == {cid: [] for cid in ids}, repository_format
+            assert page.js("document.querySelector('[data-field=verdict]').textContent") == "valid"
+        finally:
+            page.close()
+    # a format-2 commit file holding another commit's bytes: MD800, naming the id those bytes have
+    r = repos[2]
+    second, first = [c["id"] for c in view_site.repository_site(r).index["commits"]]
+    (r.dir / "commits" / f"{first}.mdiff").write_bytes((r.dir / "commits" / f"{second}.mdiff").read_bytes())
+    page = Page(browser, view_site.repository_site(r))
+    try:
+        page.open()
+        assert _codes_of_every_commit(page, [second, first]) == {second: [], first: ["MD800"]}
+        assert page.js("document.querySelector('#findings li').textContent") == \
+            f"MD800 error at /: the commit file's id (repository format 2, §4.3) is {second}, not its name (SPEC §13.2)"
+        assert page.js("document.querySelector('[data-field=verdict]').textContent") == "invalid: 1 errors"
+    finally:
+        page.close()
+
+
 # ---------------------------------------------------------------- hostile files show their codes
 HOSTILE = ["hostile/MD100-not_hdf5", "hostile/MD100-truncated", "hostile/MD201-commit_nan", "hostile/MD302-link_not_utf8",
            "hostile/MD408-sparse_out_of_range", "hostile/MD410-replace_value_changed", "hostile/MD500-soft_link",
@@ -240,7 +285,7 @@ def test_hostile_corpus_files_show_their_codes(browser):
 
 
 # ---------------------------------------------------------------- 10^4 parameters
-def test_ten_thousand_parameters_render_paged(browser, tmp_path):
+def test_ten_thousand_parameters_table_first_and_the_page_answers_while_validating(browser, tmp_path):
     n = 10_000
     names = [f"model.layers.{i // 10}.mlp.p{i % 10}.weight" for i in range(n)]
     rng = np.random.default_rng(1)
@@ -250,19 +295,57 @@ def test_ten_thousand_parameters_render_paged(browser, tmp_path):
     repo.commit({name: v * np.float32(1.5) for name, v in base.items()}, "every value", author="A", date=DATE)
     page = Page(browser, view_site.repository_site(repo))
     try:
-        seconds = page.open()
-        render = page.js("window.mdiffView.lastRender")
-        print(f"\n10^4 parameters: first render {render['ms']:.0f} ms in the page (read, validated, drawn); "
-              f"{seconds:.1f} s from navigation")
-        assert render["parameters"] == n
+        page.open(shows=False)
+        page.page.wait_for_function("window.mdiffView.listed !== null", timeout=180_000)
+        # the table is drawn from the listing while the worker validates: the page answers meanwhile
+        assert page.js("window.mdiffView.validating") == page.js("window.mdiffView.listed")
+        assert page.js("document.getElementById('validating').textContent").startswith("validating…")
+        assert page.js("document.getElementById('page-info').textContent") == f"rows 1–100 of {n:,}"
+        page.page.fill("#filter", "layers.999.")
+        assert [r[0] for r in page.table()] == [f"model.layers.999.mlp.p{k}.weight" for k in range(10)]
+        page.wait()
+        events = page.js("window.mdiffView.events")
+        kinds = [e["event"] for e in events]
+        filtered = next(i for i, e in enumerate(events) if e["event"] == "draw" and e["filter"] == "layers.999.")
+        assert kinds.index("table") < filtered < kinds.index("validated")  # counted by events, not by time
+        assert events[filtered]["validating"] is True and events[filtered]["rows"] == 10
+        first, done = page.js("window.mdiffView.firstTable"), page.js("window.mdiffView.lastRender")
+        print(f"\n10^4 parameters: table after {first['ms']:.0f} ms, validation done after {done['ms']:.0f} ms (in the page, from opening)")
+        assert first["parameters"] == done["parameters"] == n
+        # the validated table keeps the filter; stored bytes filled in
+        assert page.js("document.getElementById('page-info').textContent") == "rows 1–10 of 10"
+        assert all(r[4].isdigit() and int(r[4]) > 0 for r in page.table())
+        assert page.js("document.querySelector('#findings').textContent").startswith("none")
+        page.page.fill("#filter", "")
         assert page.js("document.getElementById('page-info').textContent") == f"rows 1–100 of {n:,}"
         assert len(page.table()) == 100 and page.table()[0][0] == "model.layers.0.mlp.p0.weight"
         assert page.js("document.querySelectorAll('#heatmap rect.cell').length") == n
         page.page.click("#next")
         assert page.table()[0][0] == sorted(names)[100]
-        page.page.fill("#filter", "layers.999.")
-        assert [r[0] for r in page.table()] == [f"model.layers.999.mlp.p{k}.weight" for k in range(10)]
         page.shot("ten-thousand-parameters")
+    finally:
+        page.close()
+
+
+# ---------------------------------------------------------------- the page opened from disk
+def test_the_page_works_from_file_urls_with_a_picked_file(browser, tmp_path):
+    static = tmp_path / "static"
+    view_site.copy_page(static)  # what the wheel carries: the page's files alone, no server
+    case = CORPUS / "valid" / "valid_every_type" / "diff.mdiff"
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto((static / "view" / "index.html").as_uri())
+        page.wait_for_function("window.mdiffView && window.mdiffView.ready", timeout=60_000)
+        assert page.evaluate("document.getElementById('status').textContent") == "drop or pick a .mdiff file"
+        page.set_input_files("#picker", str(case))
+        page.wait_for_function("window.mdiffView.rendered === 'diff.mdiff'", timeout=180_000)
+        rows = page.evaluate("""[...document.querySelectorAll('#param-table tbody tr')].map(tr =>
+            [...tr.children].map(td => td.dataset.value !== undefined ? td.dataset.value : td.textContent))""")
+        assert as_values(rows) == expected_rows(case)
+        assert page.evaluate("document.querySelector('[data-field=verdict]').textContent") == "valid"
+        assert errors == []
     finally:
         page.close()
 

@@ -73,9 +73,10 @@ def test_the_page_the_index_and_the_commit_files_are_served(served, repo):
         status, body = raw_get(server.port, c["blob"].encode())
         assert status == 200 and body == (repo.dir / "commits" / f"{c['id']}.mdiff").read_bytes()
         assert c["stored_bytes"] == len(body)
-    for path in ("/view/", "/view/index.html", "/view/app.js", "/view/shims/zlib.js", "/src/validate.js",
-                 "/node_modules/h5wasm/dist/esm/hdf5_hl.js"):
+    for path in ("/view/", "/view/index.html", "/view/view.css", "/view/dist/page.js", "/node_modules/h5wasm/LICENSE.txt"):
         assert raw_get(server.port, path.encode())[0] == 200, path
+    for path in ("/view/app.js", "/view/build.mjs", "/src/validate.js", "/node_modules/h5wasm/dist/esm/hdf5_hl.js"):
+        assert raw_get(server.port, path.encode())[0] == 404, path  # bundled into dist/page.js: not served
     assert raw_get(server.port, b"/")[0] == 302
 
 
@@ -116,14 +117,45 @@ def test_a_commit_file_replaced_by_a_link_is_not_followed(served, repo, tmp_path
 
 def test_requests_are_logged_without_query_or_headers(served):
     server, _, lines = served
-    raw_get(server.port, b"/view/app.js?token=s3cr3t", headers=b"Authorization: Bearer s3cr3t\r\nCookie: id=s3cr3t\r\n")
+    raw_get(server.port, b"/view/view.css?token=s3cr3t", headers=b"Authorization: Bearer s3cr3t\r\nCookie: id=s3cr3t\r\n")
     raw_get(server.port, b"/view/%2e%2e/x")
-    assert lines == ["GET /view/app.js 200", "GET /view/%2e%2e/x 404"]
+    assert lines == ["GET /view/view.css 200", "GET /view/%2e%2e/x 404"]
 
 
 def test_safe_path_takes_plain_names_only():
     assert [safe_path(p) for p in ("/", "/view/", "/a/b.c.js", "/a/b?x=../..")] == ["/", "/view/", "/a/b.c.js", "/a/b"]
     assert {safe_path(p) for p in ("/a/../b", "/a/./b", "/.a", "/a//b", "/a%2fb", "/a\\b", "/a\0b", "a", "")} == {None}
+
+
+def test_the_index_says_the_repository_format(tmp_path):
+    for repository_format in (1, 2):
+        r = Repository.init(tmp_path / f"f{repository_format}", isolation=None, repository_format=repository_format)
+        r.commit({"w": np.arange(3, dtype=np.float32)}, "one", author="A", date=DATE)
+        assert view_site.repository_site(r).index["format"] == repository_format
+
+
+def _commit(cid: str, parents: list[str], date: str = DATE, message: str = "", reachable: bool = True) -> dict:
+    return {"id": cid, "parents": parents, "date": date, "message": message, "reachable": reachable}
+
+
+def test_the_graph_order_is_topological_first_parent_lines_together_and_not_by_id():
+    # git log --graph --topo-order on the same shape: m (merge of f2 and s2), f2, f1, s2, s1, b; t: another tip
+    #   b <- f1 <- f2 <- m;  b <- s1 <- s2 <- m (second parent);  b <- t (branch "topic", older)
+    shape = {"m": ["f2", "s2"], "f2": ["f1"], "f1": ["b"], "s2": ["s1"], "s1": ["b"], "b": [], "t": ["b"]}
+    refs = {"head": "m", "branches": {"main": "m", "topic": "t"}, "tags": {}}
+    expected = ["m", "f2", "f1", "s2", "s1", "t", "b"]
+    for names in (sorted(shape), sorted(shape, reverse=True)):  # ids in either order: the same rows
+        ids = {name: f"{i:02d}{name}" for i, name in enumerate(names)}
+        commits = [_commit(ids[n], [ids[p] for p in shape[n]], message=n) for n in names]
+        order = view_site.graph_order(commits, {**refs, "head": ids["m"], "branches": {"main": ids["m"], "topic": ids["t"]}})
+        assert [c["message"] for c in order] == expected
+    # tips without refs: reachable first, newest date first, then the message; a parent outside the list is ignored
+    tips = [_commit("a", ["gone"], "2026-01-01T00:00:00Z", "old"), _commit("b", [], "2026-02-01T00:00:00+00:00", "new"),
+            _commit("c", [], "2026-01-01T00:00:00Z", "another old"), _commit("d", [], "2027-01-01T00:00:00Z", "lost", reachable=False),
+            _commit("e", [], "not a date", "undated")]
+    assert [c["id"] for c in view_site.graph_order(tips, {})] == ["b", "c", "a", "e", "d"]
+    # a cycle of parents (hostile) still lists every commit once
+    assert sorted(c["id"] for c in view_site.graph_order([_commit("x", ["y"]), _commit("y", ["x"])], {})) == ["x", "y"]
 
 
 def test_a_file_and_the_page_alone(tmp_path, repo):
@@ -139,8 +171,15 @@ def test_the_wheel_copy_holds_exactly_what_is_served(tmp_path):
     copied = view_site.copy_page(tmp_path / "static")
     served = {path for path in view_site.page_site(tmp_path / "static").resources if path.startswith(("/view/", "/src/", "/node_modules/"))}
     assert {"/" + c for c in copied} | {"/view/"} == served
-    assert "node_modules/h5wasm/dist/esm/hdf5_util.js" in copied and "view/index.html" in copied
+    assert sorted(copied) == ["node_modules/h5wasm/LICENSE.txt", "view/dist/page.js", "view/index.html", "view/view.css"]
     assert (tmp_path / "static" / "node_modules/h5wasm/LICENSE.txt").is_file()
+
+
+@pytest.mark.skipif(not (ROOT / "tools/mdiff-js/node_modules/esbuild").is_dir(), reason="run `npm ci --prefix tools/mdiff-js` (esbuild)")
+def test_the_bundled_page_is_what_its_sources_give():
+    # view/dist/page.js is committed: regenerated byte for byte by view/build.mjs (as gen_conformance.py --check)
+    done = subprocess.run(["node", "view/build.mjs", "--check"], cwd=ROOT / "tools" / "mdiff-js", capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr + " (run node tools/mdiff-js/view/build.mjs and commit view/dist/page.js)"
 
 
 # ---------------------------------------------------------------- the command

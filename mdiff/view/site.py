@@ -1,14 +1,15 @@
 """What `mdiff view` serves: the page's static files and the bytes of the file or repository shown.
 
-The page lives with mdiff-js (``tools/mdiff-js/view/``, its modules importing ``tools/mdiff-js/src/`` and
-h5wasm's browser build, ``node_modules/h5wasm/dist/esm/``), and is served at the same relative paths, so
-that the page also works from any static server of ``tools/mdiff-js/``. In a checkout those folders are read
-where they are; a wheel carries a copy in ``mdiff/view/static/``, which ``setup.py``'s build step makes with
-:func:`copy_page` (this module imports only the standard library at load, for that step).
+The page lives with mdiff-js (``tools/mdiff-js/view/``): ``index.html``, ``view.css`` and ``dist/page.js``, one
+classic script that ``view/build.mjs`` bundles from the page's modules, its Web Worker, ``src/`` and h5wasm's
+browser build (committed, checked up to date by the tests), so that the page also works opened from disk. In a
+checkout those files are read where they are; a wheel carries a copy in ``mdiff/view/static/``, which
+``setup.py``'s build step makes with :func:`copy_page` (this module imports only the standard library at load,
+for that step), with h5wasm's licence (its code is in the bundle).
 
-URLs: ``/view/…``, ``/src/…``, ``/node_modules/h5wasm/dist/esm/…`` (the page), ``/api/index.json`` (what is
-shown: refs, commits with parents, metadata and sizes) and ``/api/commits/<id>.mdiff`` (a commit file's bytes;
-for a single file, ``/api/commits/file.mdiff``). Nothing else.
+URLs: ``/view/…`` (the page), ``/node_modules/h5wasm/LICENSE.txt``, ``/api/index.json`` (what is shown: the
+repository's format, refs, commits with parents, metadata and sizes, in :func:`graph_order`) and
+``/api/commits/<id>.mdiff`` (a commit file's bytes; for a single file, ``/api/commits/file.mdiff``). Nothing else.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,12 +30,10 @@ if TYPE_CHECKING:
 
 PACKAGED = Path(__file__).resolve().parent / "static"
 SOURCE = Path(__file__).resolve().parents[2] / "tools" / "mdiff-js"
-H5WASM = "node_modules/h5wasm/dist/esm"
 # (folder below the mdiff-js root, the names served from it: "*" every file of a served suffix, recursively)
 PAGE_PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("view", ("*",)),
-    ("src", ("*",)),
-    (H5WASM, ("hdf5_hl.js", "hdf5_util.js")),
+    ("view", ("index.html", "view.css")),
+    ("view/dist", ("page.js",)),
     ("node_modules/h5wasm", ("LICENSE.txt",)),
 )
 
@@ -43,7 +43,7 @@ class PageMissing(FileNotFoundError):
 
 
 def page_root() -> Path:
-    """The folder holding ``view/``, ``src/`` and h5wasm's build: the wheel's copy, else the checkout's mdiff-js."""
+    """The folder holding ``view/`` and h5wasm's licence: the wheel's copy, else the checkout's mdiff-js."""
     if (PACKAGED / "view" / "index.html").is_file():
         return PACKAGED
     return SOURCE
@@ -125,10 +125,62 @@ def file_site(path: Path, root: Path | None = None) -> Site:
     return _with_index(index, {"/api/commits/file.mdiff": Resource.of_file(path, "application/octet-stream", cache=False)}, root)
 
 
+def _date_key(entry: dict[str, Any]) -> float:
+    """A commit's date as seconds since the epoch, for ordering (a date that does not parse: oldest)."""
+    date = entry.get("date")
+    if not isinstance(date, str):
+        return float("-inf")
+    try:
+        when = datetime.fromisoformat(date.replace("Z", "+00:00"))
+    except ValueError:
+        return float("-inf")
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def graph_order(commits: list[dict[str, Any]], refs: dict[str, Any]) -> list[dict[str, Any]]:
+    """The history graph's rows, as ``git log --graph`` (topo order) draws them, never by commit id: children
+    before parents; from each commit its first parent's line is followed down as far as no other child of a
+    commit waits, a merge's other parents after it (depth first: a stack). The lines start at the tips
+    (commits no commit of the list names as a parent), taken in this order: reachable before unreachable;
+    HEAD's commit; the other branches' tips, by branch name; tags', by tag name; then the newest date first,
+    then the message; the id last, for tips that equal in all of these."""
+    by_id = {c["id"]: c for c in commits}
+    parents = {c["id"]: [p for p in (c.get("parents") or []) if isinstance(p, str) and p in by_id] for c in commits}
+    waiting = dict.fromkeys(by_id, 0)  # children not yet placed
+    for ps in parents.values():
+        for p in dict.fromkeys(ps):
+            waiting[p] += 1
+    named: dict[str, tuple[int, str]] = {}
+    for rank, kind in ((1, "branches"), (2, "tags")):
+        for name, target in sorted((refs.get(kind) or {}).items()):
+            named.setdefault(target, (rank, name))
+    if refs.get("head") in by_id:
+        named[refs["head"]] = (0, "")
+
+    def tip_key(c: dict[str, Any]) -> tuple:
+        rank, name = named.get(c["id"], (3, ""))
+        message = c.get("message") if isinstance(c.get("message"), str) else ""
+        return (not c.get("reachable", True), rank, name, -_date_key(c), message, c["id"])
+
+    tips = sorted((c for c in commits if waiting[c["id"]] == 0), key=tip_key)
+    stack = [c["id"] for c in reversed(tips)]
+    order: list[dict[str, Any]] = []
+    while stack:
+        here = stack.pop()
+        order.append(by_id[here])
+        for p in reversed(list(dict.fromkeys(parents[here]))):  # the first parent on top
+            waiting[p] -= 1
+            if waiting[p] == 0:
+                stack.append(p)
+    placed = {c["id"] for c in order}
+    # a cycle of parents (a hostile repository) leaves commits unplaced: after the others, by the same key
+    return order + sorted((c for c in commits if c["id"] not in placed), key=tip_key)
+
+
 def repository_site(store: Store, selected: str | None = None, root: Path | None = None) -> Site:
-    """A repository: every commit of ``.mdiff/commits/`` (reachable ones first, children before parents, as
-    `mdiff du` lists them) with its metadata, its file's bytes and its state's as a full checkpoint; the
-    branches, tags and HEAD; ``selected`` (default HEAD's commit) opened first."""
+    """A repository: every commit of ``.mdiff/commits/`` in :func:`graph_order` with its metadata, its file's
+    bytes and its state's as a full checkpoint; the repository's format (which kind of commit ids, §4.3);
+    the branches, tags and HEAD; ``selected`` (default HEAD's commit) opened first."""
     from mdiff.errors import MdiffError
     from mdiff.repo.space import measure
 
@@ -150,6 +202,12 @@ def repository_site(store: Store, selected: str | None = None, root: Path | None
         refs["head_branch"], refs["head"] = store.head()
     except MdiffError as exc:
         refs["error"] = {"code": exc.code, "message": str(exc)}
-    index = {"kind": "repository", "name": str(store.root), "refs": refs, "commits": commits,
+    try:
+        repository_format: int | None = store.check_format()
+    except MdiffError as exc:
+        repository_format = None
+        refs.setdefault("error", {"code": exc.code, "message": str(exc)})
+    commits = graph_order(commits, refs)
+    index = {"kind": "repository", "name": str(store.root), "format": repository_format, "refs": refs, "commits": commits,
              "selected": selected or refs["head"] or (commits[0]["id"] if commits else None)}
     return _with_index(index, blobs, root)

@@ -10,47 +10,12 @@ import { MdiffError } from "./codes.js";
 import { validateFile } from "./validate.js";
 import { applyValidated, applyFileUpdates, refuseInvalid, asMdiffError } from "./apply.js";
 import { parseStrict } from "./json.js";
+import { BlockIdHasher } from "./block_ids.js";
 
 // §13.1: a repository's format says which kind of commit ids it holds (§4.3).
 export const FORMAT_LINES = { "mdiff-repository 1\n": 1, "mdiff-repository 2\n": 2 };
 export const FORMAT_LINE = "mdiff-repository 2\n"; // what a writer creates
-const LEAF = 8192; // §4.3: bytes of a leaf
-const GROUP = 128; // leaves of a group (1 MiB of the file)
-
-// §4.3: a format-2 commit id, from the file's bytes given in order: the SHA-256 of the block list's
-// head (the length, 8 bytes big-endian, then each group's hash of its leaves' hashes).
-export class BlockIdHasher {
-  constructor() {
-    this.length = 0;
-    this.pending = Buffer.alloc(0);
-    this.leaves = []; // leaf hashes of the group being filled
-    this.groups = [];
-  }
-  leaf(bytes) {
-    this.leaves.push(crypto.createHash("sha256").update(bytes).digest());
-    if (this.leaves.length === GROUP) this.closeGroup();
-  }
-  closeGroup() {
-    if (this.leaves.length) this.groups.push(crypto.createHash("sha256").update(Buffer.concat(this.leaves)).digest());
-    this.leaves = [];
-  }
-  update(chunk) {
-    this.length += chunk.length;
-    let data = this.pending.length ? Buffer.concat([this.pending, chunk]) : Buffer.from(chunk);
-    let at = 0;
-    for (; at + LEAF <= data.length; at += LEAF) this.leaf(data.subarray(at, at + LEAF));
-    this.pending = Buffer.from(data.subarray(at));
-    return this;
-  }
-  digest() {
-    if (this.pending.length) this.leaf(this.pending);
-    this.pending = Buffer.alloc(0);
-    this.closeGroup();
-    const length = Buffer.alloc(8);
-    length.writeBigUInt64BE(BigInt(this.length));
-    return crypto.createHash("sha256").update(Buffer.concat([length, ...this.groups])).digest("hex");
-  }
-}
+export { BlockIdHasher } from "./block_ids.js";
 const COMMIT_ID = /^[0-9a-f]{64}$/;
 const COMMIT_FILE = /^([0-9a-f]{64})\.mdiff$/;
 const BRANCH = /^[A-Za-z0-9][A-Za-z0-9._-]*(\/[A-Za-z0-9][A-Za-z0-9._-]*)*$/;

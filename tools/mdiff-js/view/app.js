@@ -1,13 +1,13 @@
 // The page: a commit (or a dropped file) read with mdiff-js, a repository's history, two commits compared.
 // No framework: the DOM is built with createElement and textContent only (nothing of a file is ever parsed as HTML).
-import { inspectBytes, sha256hex } from "./load.js";
+import { inspect } from "./reader.js";
 import { COLUMNS, colourOf, compareRows, formatBytes, formatChange, graphLayout, heatmap, tableRows, toJson } from "./model.js";
 
 const PAGE_ROWS = 100;
 const SVG = "http://www.w3.org/2000/svg";
 const state = { index: { kind: "none" }, summaries: new Map(), selected: null, compare: [], table: null };
 // what tests and people at the console can reach
-const api = { ready: false, rendered: null, lastRender: null, error: null };
+const api = { ready: false, rendered: null, lastRender: null, error: null, listed: null, firstTable: null, validating: null, events: [] };
 window.mdiffView = api;
 
 function el(tag, attrs = {}, ...children) {
@@ -37,25 +37,42 @@ const grouped = (n) => Number(n).toLocaleString("en-US");
 const short = (id) => (id && /^[0-9a-f]{64}$/.test(id) ? id.slice(0, 12) : id);
 
 // ------------------------------------------------------------------ reading a commit
-async function summaryOf(entry) {
+// A commit's summary: its bytes (fetched, or dropped) read and validated in the worker (reader.js). The
+// table and heat map are drawn from the listing the worker sends first; findings when validation ends.
+function summaryOf(entry, onListing = null) {
   if (state.summaries.has(entry.id)) return state.summaries.get(entry.id);
+  const repository = state.index.kind === "repository";
   const pending = (async () => {
-    const response = await fetch(entry.blob);
-    if (!response.ok) throw new Error(`the server answered ${response.status} for ${entry.blob}`);
-    const bytes = new Uint8Array(await response.arrayBuffer());
-    const summary = await inspectBytes(bytes);
-    if (state.index.kind === "repository") {
-      const digest = sha256hex(bytes);
-      if (digest !== entry.id) {
-        summary.valid = false;
-        summary.findings.unshift({ code: "MD800", severity: "error", path: "/", section: "13.2", message: `the commit file hashes to ${digest}, not to its id` });
-      }
+    let bytes = entry.bytes;
+    if (!bytes) {
+      const response = await fetch(entry.blob);
+      if (!response.ok) throw new Error(`the server answered ${response.status} for ${entry.blob}`);
+      bytes = new Uint8Array(await response.arrayBuffer());
+    }
+    const format = repository ? state.index.format : null;
+    const summary = await inspect(bytes, { format: format === 1 || format === 2 ? format : null, onListing });
+    if (repository && summary.id !== entry.id) {
+      summary.valid = false;
+      const message = summary.id === undefined ? "the repository's format is unreadable: the commit's id cannot be checked"
+        : `the commit file's id (repository format ${format}, §4.3) is ${summary.id}, not its name`;
+      summary.findings.unshift({ code: "MD800", severity: "error", path: "/", section: "13.2", message });
     }
     return summary;
   })();
-  state.summaries.set(entry.id, pending);
+  if (!entry.bytes) state.summaries.set(entry.id, pending);
   pending.catch(() => state.summaries.delete(entry.id));
   return pending;
+}
+
+// What the page shows of a commit before its validation ends: the listed parameters, the index's metadata.
+function listedSummary(params, entry) {
+  const known = ["message", "author", "date", "parents", "writer", "meta", "state_sha256"].filter((k) => entry[k] !== undefined);
+  return { valid: null, version: null, commit: known.length ? Object.fromEntries(known.map((k) => [k, entry[k]])) : null,
+    findings: [], params, files: [], layout: false, size: entry.stored_bytes };
+}
+
+function event(name, detail = {}) {
+  api.events.push({ event: name, ...detail });
 }
 
 async function openEntry(entry) {
@@ -63,36 +80,40 @@ async function openEntry(entry) {
   state.selected = entry.id;
   state.compare = [];
   markSelection();
-  status(`reading ${short(entry.id) === "file" ? state.index.name : short(entry.id)}…`);
+  const shown = entry.bytes ? entry.id : short(entry.id);
+  status(`reading ${shown}…`);
   const target = document.getElementById("commit");
+  api.validating = entry.id;
+  const onListing = (params) => {
+    if (state.selected !== entry.id || !params) return;
+    renderCommit(target, listedSummary(params, entry), entry, true);
+    api.firstTable = { id: entry.id, ms: performance.now() - started, parameters: params.length };
+    api.listed = entry.id;
+    event("table", { id: entry.id });
+    status(`${grouped(params.length)} parameters listed; validating…`);
+  };
   try {
-    const summary = await summaryOf(entry);
+    const summary = await summaryOf(entry, onListing);
     if (state.selected !== entry.id) return;
-    renderCommit(target, summary, entry);
+    api.validating = null;
+    event("validated", { id: entry.id });
+    renderCommit(target, summary, entry, false);
     api.lastRender = { id: entry.id, ms: performance.now() - started, parameters: summary.params.length };
     api.rendered = entry.id;
     status(`${summary.params.length} parameters, ${summary.valid ? "valid" : "invalid"} (read in ${Math.round(api.lastRender.ms)} ms)`);
   } catch (e) {
+    if (state.selected !== entry.id) return;
+    api.validating = null;
     showError(target, e);
   }
 }
 
 async function openBytes(name, bytes) {
-  const started = performance.now();
-  state.index = { kind: "file", name, commits: [{ id: "dropped", blob: null, stored_bytes: bytes.length }], refs: {} };
+  const entry = { id: name, bytes, stored_bytes: bytes.length };
+  state.index = { kind: "file", name, commits: [entry], refs: {} };
   document.getElementById("history").hidden = true;
   document.getElementById("source").textContent = name;
-  const target = document.getElementById("commit");
-  status(`reading ${name}…`);
-  try {
-    const summary = await inspectBytes(bytes);
-    renderCommit(target, summary, { id: name, stored_bytes: bytes.length });
-    api.lastRender = { id: name, ms: performance.now() - started, parameters: summary.params.length };
-    api.rendered = name;
-    status(`${summary.params.length} parameters, ${summary.valid ? "valid" : "invalid"}`);
-  } catch (e) {
-    showError(target, e);
-  }
+  await openEntry(entry);
 }
 
 function showError(target, e) {
@@ -104,7 +125,9 @@ function showError(target, e) {
 }
 
 // ------------------------------------------------------------------ one commit
-function renderCommit(target, s, entry) {
+// `pending`: the listing, drawn while the worker validates (a "validating…" line instead of the verdict and the
+// findings); the summary that follows is drawn over it, the table keeping its filter, sort and page.
+function renderCommit(target, s, entry, pending = false) {
   document.getElementById("drop").hidden = true;
   const c = s.commit || {};
   const isFile = state.index.kind !== "repository";
@@ -113,7 +136,9 @@ function renderCommit(target, s, entry) {
   const row = (label, value, id) => {
     meta.append(el("dt", {}, label), el("dd", id ? { "data-field": id } : {}, value));
   };
-  row("verdict", el("span", { class: s.valid ? "ok" : "bad" }, s.valid ? "valid" : `invalid: ${s.findings.filter((f) => f.severity === "error").length} errors`), "verdict");
+  const verdict = pending ? el("span", { class: "validating" }, el("span", { class: "spinner" }), "validating…")
+    : el("span", { class: s.valid ? "ok" : "bad" }, s.valid ? "valid" : `invalid: ${s.findings.filter((f) => f.severity === "error").length} errors`);
+  row("verdict", verdict, "verdict");
   if (typeof c.message === "string") row("message", c.message, "message");
   if (c.author && typeof c.author === "object") row("author", `${c.author.name ?? ""}${c.author.email ? ` <${c.author.email}>` : ""}`, "author");
   if (c.date !== undefined) row("date", String(c.date), "date");
@@ -122,7 +147,7 @@ function renderCommit(target, s, entry) {
     const links = c.parents.map((p) => (known.has(p) ? el("a", { href: "#", onclick: (ev) => { ev.preventDefault(); openEntry(known.get(p)); } }, short(p)) : short(String(p))));
     row("parents", links.length ? links.flatMap((l, i) => (i ? [" ", l] : [l])) : "none (a root commit)", "parents");
   }
-  row("format version", s.version ?? "unreadable", "version");
+  row("format version", pending ? "…" : s.version ?? "unreadable", "version");
   if (c.writer && typeof c.writer === "object") row("writer", `${c.writer.name ?? ""} ${c.writer.version ?? ""}`.trim(), "writer");
   if (c.meta && typeof c.meta === "object") row("meta", Object.entries(c.meta).map(([k, v]) => `${k}=${typeof v === "string" ? v : toJson(v)}`).join("\n") || "none", "meta");
   if (c.state_sha256) row("state sha256", String(c.state_sha256), "state");
@@ -136,16 +161,20 @@ function renderCommit(target, s, entry) {
   for (const f of s.findings) {
     findings.append(el("li", { class: `finding ${f.severity}`, "data-code": f.code }, el("span", { class: "code" }, f.code), ` ${f.severity} at ${f.path}: ${f.message}`, f.section ? el("span", { class: "muted" }, ` (SPEC §${f.section})`) : null));
   }
+  const previous = state.table && state.table.entry === entry.id ? state.table : null;
+  const focused = previous && document.activeElement && document.activeElement.id === "filter";
   target.replaceChildren(
     el("h2", {}, title),
     meta,
-    el("h3", {}, `Validation findings (${s.findings.length})`),
-    s.findings.length ? findings : el("p", { class: "muted", id: "findings" }, "none: every rule of SPEC.md §3–§8 holds"),
+    el("h3", {}, pending ? "Validation findings" : `Validation findings (${s.findings.length})`),
+    pending ? el("p", { class: "muted validating", id: "validating" }, el("span", { class: "spinner" }), "validating… (the table lists the file's update attributes; stored bytes and findings follow)")
+      : s.findings.length ? findings : el("p", { class: "muted", id: "findings" }, "none: every rule of SPEC.md §3–§8 holds"),
     el("h3", {}, "Relative change by layer"),
     renderHeatmap(s.params),
     el("h3", {}, `Parameters (${s.params.length})`),
-    renderTable(s.params),
+    renderTable(s.params, entry.id, previous),
   );
+  if (focused) document.getElementById("filter").focus();
 }
 
 // ------------------------------------------------------------------ the heat map
@@ -201,11 +230,13 @@ function renderHeatmap(params) {
 }
 
 // ------------------------------------------------------------------ the table (paged: 100 rows at a time)
-function renderTable(params) {
-  const t = { params, filter: "", key: "name", descending: false, page: 0 };
+function renderTable(params, entryId, previous = null) {
+  const t = { params, entry: entryId, filter: previous ? previous.filter : "", key: previous ? previous.key : "name",
+    descending: previous ? previous.descending : false, page: previous ? previous.page : 0 };
   state.table = t;
   const box = el("div", { id: "parameters" });
   const filter = el("input", { type: "search", id: "filter", placeholder: "filter by name, update type or dtype", size: 40 });
+  filter.value = t.filter;
   const info = el("span", { class: "muted", id: "page-info" });
   const prev = el("button", { id: "prev" }, "‹ previous");
   const next = el("button", { id: "next" }, "next ›");
@@ -228,12 +259,13 @@ function renderTable(params) {
       el("td", { class: "type" }, p.type ?? "?"),
       el("td", { class: "dtype" }, p.dtype ?? "?"),
       el("td", { class: "shape" }, p.shape ? `[${p.shape.join(", ")}]` : "?"),
-      el("td", { class: "num stored", "data-value": p.stored }, grouped(p.stored)),
+      el("td", { class: "num stored", "data-value": p.stored ?? "" }, p.stored === null ? "…" : grouped(p.stored)),
       el("td", { class: "num rel", "data-value": p.relChange ?? "" }, formatChange(p.relChange)))));
     info.textContent = rows.length ? `rows ${grouped(t.page * PAGE_ROWS + 1)}–${grouped(t.page * PAGE_ROWS + shown.length)} of ${grouped(rows.length)}` : "no parameter matches";
     prev.disabled = t.page === 0;
     next.disabled = t.page >= pages - 1;
     for (const b of table.querySelectorAll("th button")) b.textContent = COLUMNS.find((c) => c.key === b.dataset.sort).label + (b.dataset.sort === t.key ? (t.descending ? " ▼" : " ▲") : "");
+    event("draw", { id: entryId, filter: t.filter, rows: rows.length, validating: api.validating === entryId });
   }
   filter.addEventListener("input", () => {
     t.filter = filter.value;

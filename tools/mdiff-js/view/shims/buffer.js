@@ -1,6 +1,6 @@
 // The part of Node's Buffer that mdiff-js's reader uses (src/h5raw.js, validate.js, names.js, paths.js, …),
-// for the browser: a Uint8Array with little-endian reads, encodings, comparison and copy. The page maps
-// `node:buffer` here (index.html's import map) and installs it as globalThis.Buffer before src/ loads.
+// for the browser: a Uint8Array with little-endian reads, encodings, comparison and copy. build.mjs maps
+// `node:buffer` here, and the worker installs it as globalThis.Buffer (globals.js) before src/ loads.
 
 const utf8 = new TextEncoder();
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
@@ -124,6 +124,12 @@ export class Buffer extends Uint8Array {
   readBigInt64LE(o = 0) {
     this.check(o, 8);
     return this.view().getBigInt64(o, true);
+  }
+
+  writeBigUInt64BE(value, o = 0) {
+    this.check(o, 8);
+    this.view().setBigUint64(o, BigInt(value), false);
+    return o + 8;
   }
 
   readFloatLE(o = 0) {
