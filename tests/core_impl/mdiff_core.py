@@ -5,15 +5,17 @@ child process with a memory and a time limit (§8.5: a crash, hang or runaway al
 every rule of §3-§7 and every rule of §8 that h5py exposes, verifies every value by its sha256, and
 speaks the conformance contract (conformance/README.md):
 
-    mdiff_core.py validate FILE --json [--limit NAME=N ...]
+    mdiff_core.py validate FILE [FILE ...] --json [--limit NAME=N ...]
     mdiff_core.py apply BASE DIFF -o OUT --json [--limit NAME=N ...]
+    mdiff_core.py apply-many --json [--limit NAME=N ...] BASE DIFF OUT [BASE DIFF OUT ...]
     mdiff_core.py features
 
 It does not import mdiff: it exists to show that the core expectations of the corpus are reachable by
 an implementation that uses a standard HDF5 library, not to be fast. It implements the update types of
 §7.3-§7.7 and embedded ones (§7.8-§7.9, core_functions.py: the `onnx` package parses a function, the
 shape rules are applied there, onnxruntime runs it), applies to `.safetensors` bases, and claims
-`configurable-limits`, `checkpoint-rule-codes` and `embedded-update-types`.
+`configurable-limits`, `checkpoint-rule-codes`, `embedded-update-types` and `apply-many` (several files
+a command, each still in a child of its own: the tests run the corpus in batches to save start-ups).
 """
 
 from __future__ import annotations
@@ -1266,32 +1268,53 @@ def _apply(base_path, diff, out, limits):
     return {"written": out}
 
 
+def validate_one(path, limits):
+    """One file's report and its exit status (2 when it is no mdiff file at all, 1 with errors)."""
+    status, report = isolated(_validate, path, limits)
+    if status != "ok":
+        report = {"findings": [{"code": "MD515", "severity": "error", "path": "/", "message": str(report)}]}
+    codes = {f["code"] for f in report["findings"] if f["severity"] == "error"}
+    return report, 2 if "MD100" in codes else 1 if codes else 0
+
+
+def apply_one(base, diff, out, limits):
+    """One apply's report; ``out`` is written only on success."""
+    if os.path.exists(out):
+        os.remove(out)
+    status, report = isolated(_apply, base, diff, out, limits)
+    if status != "ok":
+        report = {"error": {"code": "MD515", "message": str(report)}}
+        if os.path.exists(out):
+            os.remove(out)
+    return report
+
+
 def main(argv):
     if not argv:
         print("usage: mdiff_core.py validate|apply|features ...", file=sys.stderr)
         return 2
     cmd, rest = argv[0], argv[1:]
     if cmd == "features":
-        print(json.dumps(["configurable-limits", "checkpoint-rule-codes", "embedded-update-types"]))
+        print(json.dumps(["configurable-limits", "checkpoint-rule-codes", "embedded-update-types", "apply-many"]))
         return 0
     args, limits, out = parse_args(rest)
-    if cmd == "validate" and len(args) == 1:
-        status, report = isolated(_validate, args[0], limits)
-        if status != "ok":
-            report = {"findings": [{"code": "MD515", "severity": "error", "path": "/", "message": str(report)}]}
-        print(json.dumps(report))
-        codes = {f["code"] for f in report["findings"] if f["severity"] == "error"}
-        return 2 if "MD100" in codes else 1 if codes else 0
+    if cmd == "validate" and args:
+        # several files: one report each, in order, as a JSON array (the contract's optional batch form)
+        reports, statuses = [], []
+        for path in args:
+            report, status = validate_one(path, limits)
+            reports.append(report)
+            statuses.append(status)
+        print(json.dumps(reports[0] if len(args) == 1 else reports))
+        return max(statuses)
     if cmd == "apply" and len(args) == 2 and out:
-        if os.path.exists(out):
-            os.remove(out)
-        status, report = isolated(_apply, args[0], args[1], out, limits)
-        if status != "ok":
-            report = {"error": {"code": "MD515", "message": str(report)}}
-            if os.path.exists(out):
-                os.remove(out)
+        report = apply_one(args[0], args[1], out, limits)
         print(json.dumps(report))
         return 1 if "error" in report else 0
+    if cmd == "apply-many" and args and len(args) % 3 == 0 and not out:
+        reports = [apply_one(*args[i:i + 3], limits) for i in range(0, len(args), 3)]
+        print(json.dumps(reports))
+        return max(1 if "error" in r else 0 for r in reports)
     print(f"unknown command or arguments: {argv}", file=sys.stderr)
     return 2
 
