@@ -344,7 +344,11 @@ def measure(args, log) -> dict:
         run_child(argv, work)  # untimed: the page cache
         runs = [run_child(argv, work) for _ in range(args.repeat)]
         report["read_one"][f"one of {n}"] = median_of(runs, "op_seconds")
-    if args.counts:
+        report.setdefault("read_one_cpu", {})[f"one of {n}"] = median_of(runs, "op_cpu")
+        report.setdefault("read_one_peak", {})[f"one of {n}"] = median_of(runs, "op_peak")
+        log(f"  read one of {n}: {report['read_one'][f'one of {n}']['median']:.2f} s, "
+            f"{report['read_one_cpu'][f'one of {n}']['median']:.2f} s CPU")
+    if args.counts and args.ops:  # where the time of the operations goes
         n = max(args.counts)
         runs = [run_child([sys.executable, __file__, "--child", "floor", str(work / f"many-{n}.mdiff")], work)
                 for _ in range(args.repeat)]
@@ -499,7 +503,9 @@ def markdown(r: dict, command: str, before: dict | None = None) -> str:
     lines += ["", "Reading one parameter (open, read, close; page cache warm; in a fresh process, after the imports):", "",
               "| what | time |", "|---|---|"]
     for label, e in r["read_one"].items():
-        lines.append(f"| {label} | {fmt(e, 1e3, unit=' ms')} |")
+        cpu, peak = r.get("read_one_cpu", {}).get(label), r.get("read_one_peak", {}).get(label)
+        extra = f"; {fmt(cpu, 1e3, unit=' ms')} CPU, {peak['median'] / 1e6:.0f} MB" if cpu and peak else ""
+        lines.append(f"| {label} | {fmt(e, 1e3, unit=' ms')}{extra} |")
     for comp in ("none", "gzip"):
         big, own = r["read_one"].get(f"one of 64 ({comp})"), r["read_one"].get(f"its own file ({comp})")
         if big and own:
@@ -541,7 +547,8 @@ def main(argv=None) -> int:
     p.add_argument("--counts", type=counts, default=[10000, 100000, 1000000])
     p.add_argument("--diff-counts", type=counts, default=[10000, 100000, 1000000])
     p.add_argument("--onnx-counts", type=counts, default=[10000, 100000])
-    p.add_argument("--ops", type=lambda s: s.split(","), default=list(OPS))
+    p.add_argument("--ops", type=lambda s: [x for x in s.split(",") if x], default=list(OPS),
+                   help="of validate,dump,apply,fsck (--ops= for none: the reads of one parameter alone)")
     p.add_argument("--modes", type=lambda s: s.split(","), default=list(MODES))
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--diff-repeat", type=int, help="repetitions of the diff cases (default: --repeat)")
