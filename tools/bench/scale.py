@@ -500,18 +500,35 @@ def markdown(r: dict, command: str, before: dict | None = None) -> str:
         for n, e in by_n.items():
             lines.append(f"| {n} | {fmt(e['seconds'], unit=' s')} | {e['seconds']['median'] / int(n) * 1e6:.0f} | "
                          f"{e['peak']['median'] / 1e6:.0f} MB |")
-    lines += ["", "Reading one parameter (open, read, close; page cache warm; in a fresh process, after the imports):", "",
-              "| what | time |", "|---|---|"]
-    for label, e in r["read_one"].items():
-        cpu, peak = r.get("read_one_cpu", {}).get(label), r.get("read_one_peak", {}).get(label)
-        extra = f"; {fmt(cpu, 1e3, unit=' ms')} CPU, {peak['median'] / 1e6:.0f} MB" if cpu and peak else ""
-        lines.append(f"| {label} | {fmt(e, 1e3, unit=' ms')}{extra} |")
+    lines += read_one_table(r, before)
+    lines += ["", SECTION_END]
+    return "\n".join(lines) + "\n"
+
+
+def read_one_table(r: dict, before: dict | None = None) -> list[str]:
+    """The lines of the table of reading one parameter; with ``before``, its figures beside (a --json report of
+    earlier code)."""
+    had = (before or {}).get("read_one", {})
+    lines = ["", "Reading one parameter (open, read, close; page cache warm; in a fresh process, after the imports; "
+             "CPU and peak RSS of that process)" + (f", beside the same before this work ({before.get('source', 'the code before')}, "
+                                                    f"load average {before.get('load_at_start', '?')} at start)" if had else "")
+             + ":", "", "| what | time | CPU, peak RSS |" + (" before: time | before: CPU, peak RSS |" if had else ""),
+             "|---|---|---|" + ("---|---|" if had else "")]
+
+    def cells(report: dict, label: str) -> str:
+        e = report.get("read_one", {}).get(label)
+        cpu, peak = report.get("read_one_cpu", {}).get(label), report.get("read_one_peak", {}).get(label)
+        usage = f"{fmt(cpu, 1e3, unit=' ms')}, {peak['median'] / 1e6:.0f} MB" if cpu and peak else "—"
+        return f"{fmt(e, 1e3, unit=' ms') if e else '—'} | {usage}"
+
+    for label in r["read_one"]:
+        lines.append(f"| {label} | {cells(r, label)} |" + (f" {cells(before or {}, label)} |" if had else ""))
     for comp in ("none", "gzip"):
         big, own = r["read_one"].get(f"one of 64 ({comp})"), r["read_one"].get(f"its own file ({comp})")
         if big and own:
-            lines.append(f"| ratio, 64 × 4 MiB ({comp}) | {big['median'] / own['median']:.2f}× (target ≤ 2×) |")
-    lines += ["", SECTION_END]
-    return "\n".join(lines) + "\n"
+            lines.append(f"| ratio, 64 × 4 MiB ({comp}) | {big['median'] / own['median']:.2f}× (target ≤ 2×) | |"
+                         + (" | |" if had else ""))
+    return lines
 
 
 def replace_section(path: Path, section: str) -> None:
