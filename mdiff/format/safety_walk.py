@@ -470,7 +470,7 @@ class _Walk:
         if self.count > self.limits.max_objects:
             self.finding("MD511", parent, f"more than {self.limits.max_objects} objects and attributes", name)
             return _STOP
-        parent.children[name] = ObjectInfo(name, parent, "deferred")  # type: ignore[index]  (a group's: a dict)
+        parent.children[name] = ObjectInfo(name, parent, "deferred")  # type: ignore[index]  # a group's children: a dict
         return None
 
     def _count_object(self, parent: ObjectInfo, name: str) -> bool:
