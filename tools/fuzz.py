@@ -193,7 +193,10 @@ def main(argv=None) -> int:
                         help="fuzz hostile repository folders and checkpoints instead of .mdiff files (tests/fuzz/folders.py)")
     parser.add_argument("--remotes", action="store_true",
                         help="fuzz a folder remote whose listing of refs its owner changed (the remote family of "
-                             "tests/fuzz/folders.py; the reference's cap of 100,000 refs: a listing past it writes that many)")
+                             "tests/fuzz/folders.py)")
+    parser.add_argument("--remote-cap", type=int, default=200, metavar="N",
+                        help="with --remotes: the cap of refs a fetch reads in the workers (default 200, as the tests; 0: "
+                             "the reference's 100,000 — a listing past it is 100,000 files, seconds per task)")
     parser.add_argument("--replay", nargs="+", metavar="FILE", help="read these files instead (one outcome each)")
     parser.add_argument("--differential", type=int, default=None, metavar="N",
                         help="make N files and validate each with the reference and with mdiff-js (tests/fuzz/differential.py): "
@@ -273,7 +276,7 @@ def main(argv=None) -> int:
                   f"(new {sum(1 for e in tally.signatures.values() if not e['known'])})  respawns {pool.respawns}", flush=True)
 
     def tasks():
-        made = folders.make_remote_tasks(folder_seeds, args.seed, args.count, args.start, cap=None) if args.remotes else \
+        made = folders.make_remote_tasks(folder_seeds, args.seed, args.count, args.start, cap=args.remote_cap or None) if args.remotes else \
             folders.make_tasks(folder_seeds, args.seed, args.count, args.start) if args.folders else \
             harness.make_tasks(manifest, args.seed, args.count, args.start, ids=ids)
         for task in made:

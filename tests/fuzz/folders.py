@@ -515,11 +515,12 @@ def _ref_files(md: Path) -> dict[str, Path]:
 
 
 def _write_ref(path: Path, text: str | bytes) -> None:
+    """``path`` made a regular file holding ``text``, whatever was there (a FIFO, a link, a folder: never opened)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.is_dir():
+    if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
     path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape"))
 
 
@@ -537,116 +538,130 @@ def mutate_remote_listing(seed: Path, target: Path, rng: random.Random, oracle: 
     md = target / ".mdiff"
     ids = sorted(oracle)
     refs = _ref_files(md)
-    heads = md / "refs" / "heads"
-    tags = md / "refs" / "tags"
+    original = {name: path.read_bytes() for name, path in refs.items()}  # before an op makes one a FIFO
     ops: list[str] = []
     changed: set[str] = set()
     vanishing: list[tuple[Path, bytes]] = []
     kinds = ["vanish", "appear", "not-a-ref", "oversized", "duplicate", "link", "special", "past-cap"]
     weights = [3, 2, 3, 2, 3, 3, 2, 1]
     for op in rng.choices(kinds, weights, k=rng.randint(1, 3)):
-        if op == "vanish" and refs:
-            for name in rng.sample(sorted(refs), rng.randint(1, len(refs))):
-                vanishing.append((refs[name], refs[name].read_bytes()))
-                changed.add(name)
-                ops.append(f"{name} vanishes and returns")
-        elif op == "appear":
-            name = f"appearing-{rng.randrange(1000)}"
-            vanishing.append((heads / name, (rng.choice(ids) + "\n").encode()))
-            ops.append(f"heads/{name} appears and vanishes")
-        elif op == "not-a-ref":
-            name = rng.choice(["x..y", ".hidden", "a b", "v1.lock", "-rf", "HEAD", "a/b/c", "ünï", "@{u}", "x~1",
-                               "0" * 64, ids[0], "\udcff", "trailing/", "a//b", "x" * 300])
-            content = rng.choice([ids[0] + "\n", "ref: refs/heads/main\n", ids[0], ids[0].upper() + "\n", "",
-                                  ids[0] + "\n" + ids[1] + "\n", "\ufeff" + ids[0] + "\n"])
-            folder = rng.choice([heads, tags])
-            try:
-                _write_ref(folder / name, content)
-            except OSError as exc:  # a name the filesystem refuses
-                ops.append(f"not a ref {name[:40]!r}: {exc.strerror}")
-                continue
-            ops.append(f"not a ref: {folder.name}/{name[:40]!r} holding {content[:20]!r}")
-        elif op == "oversized":
-            name = rng.choice([*sorted(refs), "heads/big"])
-            path = md / "refs" / name
-            size = rng.choice([273, 4096, 8 << 20, 1 << 40])  # 1 TiB: sparse
-            _write_ref(path, b"")
-            with open(path, "r+b") as f:
-                f.write((ids[0] + "\n").encode())
-                f.truncate(size)
-            changed.add(name)
-            ops.append(f"{name} of {size} bytes")
-        elif op == "duplicate":
-            how = rng.choice(["tag-and-branch", "case", "unicode", "hard-link", "nested"])
-            if how == "tag-and-branch":
-                _write_ref(tags / "main", rng.choice(ids) + "\n")
-            elif how == "case":
-                _write_ref(heads / "Main", rng.choice(ids) + "\n")
-                _write_ref(heads / "MAIN", rng.choice(ids) + "\n")
-            elif how == "unicode":
-                _write_ref(heads / unicodedata.normalize("NFC", "café"), ids[0] + "\n")
-                _write_ref(heads / unicodedata.normalize("NFD", "café"), ids[-1] + "\n")
-            elif how == "hard-link" and refs:
-                source = refs[rng.choice(sorted(refs))]
-                with contextlib.suppress(OSError):
-                    os.link(source, heads / "hard-linked")
-            elif how == "nested":
-                _write_ref(heads / "main-folder" / "main", rng.choice(ids) + "\n")
-            ops.append(f"duplicate names: {how}")
-        elif op == "link":
-            how = rng.choice(["to-ref", "dev-zero", "out", "dangling", "loop", "folder-out", "refs-folder"])
-            name = rng.choice([*sorted(refs), "heads/linked"])
-            path = md / "refs" / name
-            if how == "refs-folder":  # the whole refs/heads folder a link to one outside the remote
-                (outside / "heads").mkdir(exist_ok=True)
-                (outside / "heads" / "main").write_text(ids[-1] + "\n", encoding="utf-8")
-                shutil.rmtree(heads)
-                os.symlink(outside / "heads", heads)
-                changed.update(n for n in refs if n.startswith("heads/"))
-                ops.append("refs/heads is a link out of the remote")
-                continue
-            _write_ref(path, b"")
-            path.unlink()
-            if how == "to-ref":
-                os.symlink(refs[rng.choice(sorted(refs))] if refs else "main", path)
-            elif how == "dev-zero":
-                os.symlink("/dev/zero", path)
-            elif how == "out":
-                secret = outside / "secret"
-                secret.write_text(ids[-1] + "\n", encoding="utf-8")
-                os.symlink(secret, path)
-            elif how == "dangling":
-                os.symlink(outside / "missing", path)
-            elif how == "loop":
-                os.symlink(path.name, path)
-            elif how == "folder-out":
-                path.unlink(missing_ok=True)
-                (outside / "folder").mkdir(exist_ok=True)
-                (outside / "folder" / "x").write_text(ids[0] + "\n", encoding="utf-8")
-                os.symlink(outside / "folder", path)
-            changed.add(name)
-            ops.append(f"{name} is a link ({how})")
-        elif op == "special":
-            name = rng.choice([*sorted(refs), "heads/special"])
-            path = md / "refs" / name
-            _write_ref(path, b"")
-            path.unlink()
-            if rng.random() < 0.5:
-                os.mkfifo(path)
-                ops.append(f"{name} is a FIFO")
-            else:
-                path.mkdir()
-                ops.append(f"{name} is an empty folder")
-            changed.add(name)
-        elif op == "past-cap":
-            many = heads / "many"
-            many.mkdir(parents=True, exist_ok=True)
-            first = many / "0"
-            first.write_text(rng.choice(ids) + "\n", encoding="utf-8")
-            for i in range(1, cap + 1 - len(refs) + rng.randint(0, 2)):  # the seed's refs count too
-                os.link(first, many / str(i))
-            ops.append(f"a listing of {cap + 1}+ refs (cap {cap})")
+        try:
+            _mutate_listing(op, md, rng, ids, refs, original, outside, cap, ops, changed, vanishing)
+        except OSError as exc:  # an earlier op left something in the way (a file where a folder goes, say)
+            ops.append(f"{op}: not made ({exc.strerror})")
     return ops, changed, vanishing
+
+
+def _mutate_listing(op: str, md: Path, rng: random.Random, ids: list[str], refs: dict[str, Path], original: dict[str, bytes],
+                    outside: Path, cap: int, ops: list[str], changed: set[str], vanishing: list[tuple[Path, bytes]]) -> None:
+    """One op of :func:`mutate_remote_listing`."""
+    heads = md / "refs" / "heads"
+    tags = md / "refs" / "tags"
+    if op == "vanish" and refs:
+        for name in rng.sample(sorted(refs), rng.randint(1, len(refs))):
+            vanishing.append((refs[name], original[name]))
+            changed.add(name)
+            ops.append(f"{name} vanishes and returns")
+    elif op == "appear":
+        name = f"appearing-{rng.randrange(1000)}"
+        vanishing.append((heads / name, (rng.choice(ids) + "\n").encode()))
+        ops.append(f"heads/{name} appears and vanishes")
+    elif op == "not-a-ref":
+        name = rng.choice(["x..y", ".hidden", "a b", "v1.lock", "-rf", "HEAD", "a/b/c", "ünï", "@{u}", "x~1",
+                           "0" * 64, ids[0], "\udcff", "trailing/", "a//b", "x" * 300])
+        content = rng.choice([ids[0] + "\n", "ref: refs/heads/main\n", ids[0], ids[0].upper() + "\n", "",
+                              ids[0] + "\n" + ids[1] + "\n", "\ufeff" + ids[0] + "\n"])
+        folder = rng.choice([heads, tags])
+        try:
+            _write_ref(folder / name, content)
+        except OSError as exc:  # a name the filesystem refuses
+            ops.append(f"not a ref {name[:40]!r}: {exc.strerror}")
+            return
+        ops.append(f"not a ref: {folder.name}/{name[:40]!r} holding {content[:20]!r}")
+    elif op == "oversized":
+        name = rng.choice([*sorted(refs), "heads/big"])
+        path = md / "refs" / name
+        size = rng.choice([273, 4096, 8 << 20, 1 << 40])  # 1 TiB: sparse
+        _write_ref(path, b"")
+        with open(path, "r+b") as f:
+            f.write((ids[0] + "\n").encode())
+            f.truncate(size)
+        changed.add(name)
+        ops.append(f"{name} of {size} bytes")
+    elif op == "duplicate":
+        how = rng.choice(["tag-and-branch", "case", "unicode", "hard-link", "nested"])
+        if how == "tag-and-branch":
+            _write_ref(tags / "main", rng.choice(ids) + "\n")
+        elif how == "case":
+            _write_ref(heads / "Main", rng.choice(ids) + "\n")
+            _write_ref(heads / "MAIN", rng.choice(ids) + "\n")
+        elif how == "unicode":
+            _write_ref(heads / unicodedata.normalize("NFC", "café"), ids[0] + "\n")
+            _write_ref(heads / unicodedata.normalize("NFD", "café"), ids[-1] + "\n")
+        elif how == "hard-link" and refs:
+            source = refs[rng.choice(sorted(refs))]
+            with contextlib.suppress(OSError):
+                os.link(source, heads / "hard-linked")
+        elif how == "nested":
+            _write_ref(heads / "main-folder" / "main", rng.choice(ids) + "\n")
+        ops.append(f"duplicate names: {how}")
+    elif op == "link":
+        how = rng.choice(["to-ref", "dev-zero", "out", "dangling", "loop", "folder-out", "refs-folder"])
+        name = rng.choice([*sorted(refs), "heads/linked"])
+        path = md / "refs" / name
+        if how == "refs-folder":  # the whole refs/heads folder a link to one outside the remote
+            (outside / "heads").mkdir(exist_ok=True)
+            (outside / "heads" / "main").write_text(ids[-1] + "\n", encoding="utf-8")
+            shutil.rmtree(heads)
+            os.symlink(outside / "heads", heads)
+            changed.update(n for n in refs if n.startswith("heads/"))
+            ops.append("refs/heads is a link out of the remote")
+            return
+        _write_ref(path, b"")
+        path.unlink()
+        if how == "to-ref":
+            os.symlink(refs[rng.choice(sorted(refs))] if refs else "main", path)
+        elif how == "dev-zero":
+            os.symlink("/dev/zero", path)
+        elif how == "out":
+            secret = outside / "secret"
+            secret.write_text(ids[-1] + "\n", encoding="utf-8")
+            os.symlink(secret, path)
+        elif how == "dangling":
+            os.symlink(outside / "missing", path)
+        elif how == "loop":
+            os.symlink(path.name, path)
+        elif how == "folder-out":
+            path.unlink(missing_ok=True)
+            (outside / "folder").mkdir(exist_ok=True)
+            (outside / "folder" / "x").write_text(ids[0] + "\n", encoding="utf-8")
+            os.symlink(outside / "folder", path)
+        changed.add(name)
+        ops.append(f"{name} is a link ({how})")
+    elif op == "special":
+        name = rng.choice([*sorted(refs), "heads/special"])
+        path = md / "refs" / name
+        _write_ref(path, b"")
+        path.unlink()
+        if rng.random() < 0.5:
+            os.mkfifo(path)
+            ops.append(f"{name} is a FIFO")
+        else:
+            path.mkdir()
+            ops.append(f"{name} is an empty folder")
+        changed.add(name)
+    elif op == "past-cap":
+        many = heads / "many"
+        many.mkdir(parents=True, exist_ok=True)
+        target = rng.choice(ids) + "\n"
+        first = many / "0"
+        for i in range(cap + 1 - len(refs) + rng.randint(0, 2)):  # the seed's refs count too
+            if i % 50_000 == 0:  # hard links of one file (ext4 takes 65,000 of them)
+                first = many / str(i)
+                first.write_text(target, encoding="utf-8")
+            else:
+                os.link(first, many / str(i))
+        ops.append(f"a listing of {cap + 1}+ refs (cap {cap})")
 
 
 @contextlib.contextmanager
