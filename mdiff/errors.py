@@ -15,12 +15,13 @@ class MdiffError(Exception):
     name or a file name) when one is known.
     """
 
-    def __init__(self, code: str, message: str, path: str | None = None):
+    def __init__(self, code: str, message: str, path: str | None = None, *, hint: str | None = None):
         if code not in RULES:
             raise ValueError(f"unknown rule code {code!r}")
         self.code = code
         self.message = message
         self.path = path
+        self.hint = hint  # what the user can do, where the error knows better than its rule's title (the CLI shows it)
         self.rule = RULES[code]
         super().__init__(f"{code}: {message}" + (f" [{path}]" if path else ""))
 

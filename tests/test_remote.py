@@ -337,6 +337,27 @@ def test_a_remote_serving_wrong_bytes_is_md800_and_the_local_repository_is_uncha
     assert fetch(bob, "origin", options=options).commits == [second]
 
 
+def test_a_folder_remote_past_the_cap_of_refs_is_md801_before_any_ref_is_read(tmp_path, monkeypatch):
+    """A local folder's listing is capped as an object store's is (§13.8; the fuzzer's remote family found it
+    read without a cap): past MAX_REMOTE_REFS valid names, MD801 saying how many, and nothing fetched."""
+    origin = tmp_path / "origin"
+    alice = Repository.init(origin)
+    first = commit(alice, 0)
+    heads = alice.dir / "refs" / "heads"
+    for i in range(350):  # hard links of one ref: each a name the listing counts
+        os.link(heads / "main", heads / f"b{i:03d}")
+    (heads / "not..valid").write_text(first + "\n")  # not a valid name: ignored, not counted
+    monkeypatch.setattr("mdiff.repo.remote_ends.MAX_REMOTE_REFS", 351)
+    bob, report = Repository.clone(str(origin), tmp_path / "bob")
+    assert len(report.branches) == 351 and resolve(bob, "origin/b349") == first
+    os.link(heads / "main", heads / "b350")
+    with pytest.raises(RepositoryError) as refused:
+        Repository.clone(str(origin), tmp_path / "carol")
+    assert refused.value.code == "MD801" and "352 branches and tags, more than mdiff reads from one remote (351)" \
+        in refused.value.message
+    assert not (tmp_path / "carol").exists()
+
+
 def test_hostile_local_remotes_get_typed_errors_and_change_nothing(tmp_path):
     origin = tmp_path / "origin"
     alice = Repository.init(tmp_path / "alice")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import cProfile
 import gc
+import io
 import json
 import os
 import pstats
@@ -26,7 +27,7 @@ from mdiff.hdf5walk.attributes import write_string
 from mdiff.hdf5walk.limits import DEFAULT_LIMITS
 from mdiff.format.reader import DiffFile, Vetted, open_diff
 from mdiff.format.schemas import _Unsure, compiled_check, ecma_validator, first_errors
-from mdiff.hdf5walk.walk import MAX_REPORTED_PATH, WALK_CACHE_BYTES, Inventory, inspect_structure
+from mdiff.hdf5walk.walk import MAX_REPORTED_PATH, WALK_CACHE_BYTES, Inventory, LazyWalk, inspect_structure
 from mdiff.isolation import Isolation, isolation_supported
 from mdiff.updates import REGISTRY
 from tests import invalid_files as inv
@@ -400,6 +401,62 @@ def test_a_lazy_reader_walks_only_the_parameter_it_reads(tmp_path):
     assert (lazy[large] - lazy[small]) * 10 <= whole[large] - whole[small], (lazy, whole)
 
 
+class _CountingFile(io.RawIOBase):
+    """A file read through h5py's fileobj driver that counts the bytes libhdf5 reads."""
+
+    def __init__(self, path: Path):
+        super().__init__()
+        self._file = open(path, "rb")  # noqa: SIM115 — closed by close()
+        self.bytes_read = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._file.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        got = self._file.readinto(buffer)
+        self.bytes_read += got
+        return got
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
+def test_a_lazy_reader_lists_a_large_group_reading_its_bytes_once(tmp_path):
+    """The links of /parameters are listed with libhdf5's metadata cache as large as it takes (128 MB), so that
+    the group's name index and heap fit (issue 31): at 16 MB, 24,000 names of 1 KB (a 27 MB heap) read 149 MB —
+    5.6× the file, and more the larger the group — and listing 10^6 parameters took 9.8 s of CPU (0.8 s at
+    64 MB). Counted: the bytes libhdf5 reads while a lazy reader walks the file."""
+    path = tmp_path / "links.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        group = f.create_group("parameters", track_order=False)
+        for i in range(24_000):
+            group[f"{i:08d}" + "x" * 1000] = h5py.SoftLink("/nowhere")  # a link: listed, never opened
+    size = path.stat().st_size
+    counting = _CountingFile(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        f = h5py.File(counting, "r")
+        try:
+            walk = LazyWalk(f, size, DEFAULT_LIMITS, frozenset({"/parameters"}), lambda n, at: os.pread(fd, n, at))
+        finally:
+            f.close()
+    finally:
+        os.close(fd)
+        counting.close()
+    assert [x.code for x in walk.findings] == ["MD500"] * 24_000
+    assert size > 24 << 20 and counting.bytes_read <= 1.1 * size, (counting.bytes_read, size)
+
+
 # ---------------------------------------------------------------- the work of a large file, counted (issue 31.3)
 
 def test_libhdf5_is_asked_about_each_attribute_once_and_about_each_kind_of_storage_once(tmp_path, monkeypatch):
@@ -491,3 +548,20 @@ def test_an_isolated_open_is_one_request_and_the_child_does_not_parse(tmp_path, 
     with open_diff(path, isolation=Isolation(timeout_s=61.25)) as diff:
         assert len(diff) == 30 and diff.isolated
     assert requests == ["vet"] and parsed == [here]
+
+
+def test_a_root_commit_is_read_back_once_and_not_opened_again_for_a_snapshot(tmp_path, monkeypatch):
+    """A commit is read back as its readers will read it (§13.6), and then its state opened to see whether a
+    snapshot is due (§13.5) — which a root commit never is (its updates are its values, read once): that second
+    walk of the whole file was a quarter of `mdiff commit`'s time for a root of 10^5 parameters (issue 31)."""
+    walks: list[int] = []
+    real = reader_module.inspect_structure
+    monkeypatch.setattr(reader_module, "inspect_structure", lambda f, *a, **k: walks.append(1) or real(f, *a, **k))
+    repo = mdiff.Repository.init(tmp_path / "repo", isolation=None)
+    state = {f"layer.{i}": np.full(4, i, np.float32) for i in range(20)}
+    repo.commit(state, "root", date=inv.DATE)
+    assert len(walks) == 1  # the read-back
+    repo.commit({k: v + 1 for k, v in state.items()}, "second", date=inv.DATE)
+    # the parent's state (the root), the read-back, and for the snapshot's rule the state: both commits
+    assert len(walks) == 1 + 4
+    assert repo.fsck() == [] and not list((repo.dir / "snapshots").iterdir())

@@ -5,6 +5,7 @@
     python tools/fuzz.py --minutes 40 --seed 7 --jobs 2 --out fuzz-findings
     python tools/fuzz.py --replay tests/fuzz/regressions/*.mdiff      # one outcome per file
     python tools/fuzz.py --folders --count 5000 --seed 1               # hostile repository folders and checkpoints
+    python tools/fuzz.py --remotes --count 2000 --seed 1               # a folder remote's listing of refs changed
     python tools/fuzz.py --differential 2000 --seed 1                  # the reference against mdiff-js
     python tools/fuzz.py --differential 2000 --functions --seed 1      # the same, random embedded functions (§7.8)
     python tools/fuzz.py --sweep dense-storage                          # every byte of dense storage, both implementations
@@ -190,6 +191,12 @@ def main(argv=None) -> int:
                              "did it; slower, and some attribute-heavy files become very slow)")
     parser.add_argument("--folders", action="store_true",
                         help="fuzz hostile repository folders and checkpoints instead of .mdiff files (tests/fuzz/folders.py)")
+    parser.add_argument("--remotes", action="store_true",
+                        help="fuzz a folder remote whose listing of refs its owner changed (the remote family of "
+                             "tests/fuzz/folders.py)")
+    parser.add_argument("--remote-cap", type=int, default=200, metavar="N",
+                        help="with --remotes: the cap of refs a fetch reads in the workers (default 200, as the tests; 0: "
+                             "the reference's 100,000 — a listing past it is 100,000 files, seconds per task)")
     parser.add_argument("--replay", nargs="+", metavar="FILE", help="read these files instead (one outcome each)")
     parser.add_argument("--differential", type=int, default=None, metavar="N",
                         help="make N files and validate each with the reference and with mdiff-js (tests/fuzz/differential.py): "
@@ -227,7 +234,7 @@ def main(argv=None) -> int:
     scratch.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     print(f"building the seed corpus in {scratch} ...", flush=True)
-    if args.folders:
+    if args.folders or args.remotes:
         from tests.fuzz import folders
 
         folder_seeds = folders.prepare(scratch)
@@ -269,7 +276,8 @@ def main(argv=None) -> int:
                   f"(new {sum(1 for e in tally.signatures.values() if not e['known'])})  respawns {pool.respawns}", flush=True)
 
     def tasks():
-        made = folders.make_tasks(folder_seeds, args.seed, args.count, args.start) if args.folders else \
+        made = folders.make_remote_tasks(folder_seeds, args.seed, args.count, args.start, cap=args.remote_cap or None) if args.remotes else \
+            folders.make_tasks(folder_seeds, args.seed, args.count, args.start) if args.folders else \
             harness.make_tasks(manifest, args.seed, args.count, args.start, ids=ids)
         for task in made:
             if deadline and time.monotonic() > deadline:

@@ -127,8 +127,8 @@ def run(argv: list[str] | None, commands: Iterable[Command]) -> int:
         return _report(wants_json, None, exc.message, None, EXIT_USAGE, usage=exc.usage)
     except MdiffError as exc:
         status = EXIT_USAGE if exc.code in USAGE_CODES else EXIT_FAILED
-        hint = None
-        if isinstance(exc, InvalidFileError):  # a rule of the format: the spec explains it, validate lists all
+        hint = exc.hint
+        if hint is None and isinstance(exc, InvalidFileError):  # a rule of the format: the spec explains it, validate lists all
             hint = f"SPEC.md §{exc.rule.section}: {exc.rule.title}; `mdiff validate FILE` lists every problem"
         return _report(wants_json, exc.code, exc.message, _shown(exc.path), status, section=exc.rule.section, hint=hint)
     except BrokenPipeError:

@@ -64,14 +64,21 @@ def _lone_surrogate(value: Any) -> bool:
     return False
 
 
-def loads(text: str) -> Any:
-    """Strict JSON (§4.1): NaN/Infinity, duplicate keys, a value inside more than 512 arrays and objects, a number of
-    more than 4096 characters, a byte-order mark before the value and a string holding a lone surrogate (an escape
-    `\\ud800` no UTF-8 text can hold) are refused with ValueError."""
+def check_bounds(text: str) -> None:
+    """ValueError when a value of ``text`` lies inside more than 512 arrays and objects or a number has more than
+    4096 characters (§4.1): what :func:`loads` refuses in a text that :func:`dumps` writes all the same (a writer
+    checks its attributes with this before it writes them, §8.3). Cheap unless the text could break either."""
     if text.count("[") + text.count("{") > MAX_DEPTH:  # only then can a value lie that deep
         _check_depth(text)
     if len(text) > MAX_NUMBER and _LONG_NUMBER.search(_STRING.sub('"', text)):
         raise ValueError(f"a number of more than {MAX_NUMBER} characters")
+
+
+def loads(text: str) -> Any:
+    """Strict JSON (§4.1): NaN/Infinity, duplicate keys, a value inside more than 512 arrays and objects, a number of
+    more than 4096 characters, a byte-order mark before the value and a string holding a lone surrogate (an escape
+    `\\ud800` no UTF-8 text can hold) are refused with ValueError."""
+    check_bounds(text)
 
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         obj: dict[str, Any] = {}

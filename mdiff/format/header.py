@@ -47,7 +47,7 @@ def parse_header(inventory: Inventory) -> tuple[Header | None, list[Finding]]:
     if newer_minor:
         findings.append(Finding("MD104", "/", f"format version {version[0]}.{version[1]} is newer than "
                                               f"{FORMAT_MAJOR}.{FORMAT_MINOR}; unknown members are ignored"))
-    extensions = _parse_extensions(attrs.get(ATTR_EXTENSIONS), findings)
+    extensions = parse_extensions(attrs.get(ATTR_EXTENSIONS), findings)
     commit = None
     if ATTR_COMMIT not in root.refused_attrs:
         try:
@@ -71,7 +71,9 @@ def parse_header(inventory: Inventory) -> tuple[Header | None, list[Finding]]:
     return Header(version, tuple(extensions), commit), findings
 
 
-def _parse_extensions(text: str | None, findings: list[Finding]) -> list[dict]:
+def parse_extensions(text: str | None, findings: list[Finding]) -> list[dict]:
+    """The extensions of an `extensions` attribute's text (§3.4), and its findings added to ``findings``: MD105 (none
+    then), MD106, MD107. A writer checks the text it would write with it (writer.py)."""
     if text is None:
         return []
     try:

@@ -24,7 +24,7 @@ from mdiff.format.constants import (
     FORMAT_NAME, FORMAT_VERSION, LAYOUT_GROUP, LIBVER, PARAMETERS_GROUP, UPDATE_TYPES_GROUP,
 )
 from mdiff.errors import InvalidFileError, LimitError
-from mdiff.hdf5walk.limits import DEFAULT_LIMITS
+from mdiff.hdf5walk.limits import DEFAULT_LIMITS, Limits
 from mdiff.format.names import encode_name
 from mdiff.format.schemas import first_errors
 from mdiff.format.chunk_reader import Slabs
@@ -208,19 +208,34 @@ def _write_deflated(dataset: h5py.Dataset, array: np.ndarray, chunks: tuple[int,
     queue.drain()
 
 
+# What a writer's refusal of a file past the object limit tells the user to do (§8.3).
+_OBJECTS_HINT = ("readers refuse a file of more objects and attributes than their limit (SPEC.md §8.3: three a "
+                 "parameter of one dataset, so at most {most:,} such parameters under the default of {limit:,}); "
+                 "write the change as several smaller files: diff or commit part of the model at a time")
+
+
 class DiffWriter:
     """Streams updates into a new .mdiff file; the file appears at ``path`` only on success.
 
     Use as a context manager; ``add`` one parameter at a time so that only
     one parameter's data need be in memory.
+
+    The writer never writes a file its readers refuse under ``limits`` (SPEC.md §8.3; the default limits unless
+    told otherwise, and then only readers given the same limits read the file): what it is given is checked
+    before anything of it is written, and past a limit of the whole file — the objects and attributes counted
+    as a reader counts them (MD511), the declared bytes of all datasets (MD512) — it refuses the parameter that
+    would go past it with a LimitError, and leaves no file.
     """
 
     def __init__(
         self, path: str | os.PathLike[str], commit: Commit | None = None, compression: str = "gzip", extensions: Iterable[Mapping] = (),
-        *, check_updates: bool = True,
+        *, check_updates: bool = True, limits: Limits = DEFAULT_LIMITS,
     ):
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
+        self._limits = limits
+        self._objects = 0  # objects and attributes written, as §8.3 counts them (the root group included)
+        self._declared = 0  # declared bytes of every dataset written (§8.3, MD512)
         self.path = Path(path)
         self.compression = compression
         self._names: set[str] = set()
@@ -239,6 +254,10 @@ class DiffWriter:
         extensions = list(extensions)
         check_output(self.path)  # a device, FIFO, link or folder is refused before anything is written
         extensions_text = self._attribute(ATTR_EXTENSIONS, canonical_json.dumps(extensions)) if extensions else None
+        if extensions_text is not None and self._check_updates:
+            _check_extensions(extensions_text)
+        # the root group, its attributes (format, format_version, commit, extensions) and /parameters
+        self._reserve(1 + 3 + (extensions_text is not None) + 1, 0, 1, "/")
         tmp, fd = create_temp_file(self.path.parent, self.path.name)  # 0o666: the umask decides, as for any file
         os.close(fd)
         self._tmp = Path(tmp)
@@ -257,25 +276,57 @@ class DiffWriter:
     def _attribute(self, name: str, text: str) -> str:
         """``text`` if a reader takes it as an attribute (§8.3: MD510 past the size limit), checked
         before anything is written, so that no writer makes a file its readers refuse."""
+        code = {ATTR_COMMIT: "MD201", ATTR_UPDATE: "MD401", ATTR_EXTENSIONS: "MD105"}.get(name, "MD420")
         try:
             size = len(text.encode("utf-8"))
         except UnicodeEncodeError:  # a lone surrogate (a str from undecodable bytes, "\udcff"): §4.1 refuses it
-            code = {ATTR_COMMIT: "MD201", ATTR_UPDATE: "MD401", ATTR_EXTENSIONS: "MD105"}.get(name, "MD420")
             raise InvalidFileError(code, f"attribute {name!r} would hold a lone surrogate, which no UTF-8 text can "
                                          "hold (§4.1; a command-line argument that is not UTF-8 gives one)") from None
-        if self._check_updates and size > DEFAULT_LIMITS.max_attribute_bytes:
+        if not self._check_updates:
+            return text
+        if size > self._limits.max_attribute_bytes:
             raise LimitError("MD510", f"attribute {name!r} would have {size} bytes; readers refuse more than "
-                                      f"{DEFAULT_LIMITS.max_attribute_bytes} (§8.3)")
+                                      f"{self._limits.max_attribute_bytes} (§8.3)")
+        try:
+            canonical_json.check_bounds(text)  # what dumps writes and loads refuses: deep nesting, long numbers
+        except ValueError as exc:
+            raise InvalidFileError(code, f"attribute {name!r} would be JSON that readers refuse: {exc} (§4.1)") from None
         return text
+
+    def _reserve(self, objects: int, declared: int, depth: int, name: str) -> None:
+        """Count what is about to be written — ``objects`` objects and attributes, datasets declaring
+        ``declared`` bytes, the deepest ``depth`` links below the root — against the limits of the whole file
+        (§8.3), before any of it is written: LimitError (MD511, MD512) when a reader would refuse the file."""
+        if not self._check_updates:
+            return
+        limits = self._limits
+        if depth > limits.max_depth:
+            raise LimitError("MD511", f"{name!r} would lie {depth} links below the root; readers refuse more than "
+                                      f"{limits.max_depth} (§8.3)", name)
+        if self._objects + objects > limits.max_objects:
+            raise LimitError("MD511", f"the file would hold more than {limits.max_objects:,} objects and attributes with "
+                                      f"{name!r} ({self._objects:,} before it, {objects} for it); readers refuse it",
+                             name, hint=_OBJECTS_HINT.format(most=(DEFAULT_LIMITS.max_objects - 5) // 3,
+                                                             limit=DEFAULT_LIMITS.max_objects))
+        if self._declared + declared > limits.max_total_bytes:
+            raise LimitError("MD512", f"the file's datasets would declare more than {limits.max_total_bytes:,} bytes "
+                                      f"together with {name!r} ({self._declared:,} before it, {declared:,} for it); "
+                                      "readers refuse it (§8.3)", name,
+                             hint="write the change as several smaller files: diff or commit part of the model at a time")
+        self._objects += objects
+        self._declared += declared
 
     def add_update_type(self, name: str, definition: Mapping, functions: Mapping[str, bytes]) -> None:
         """Embed an update type of the file's own (SPEC.md §7.8): ``functions`` maps dtype → ONNX model bytes."""
         if self._check_updates:
-            self._types[name] = _checked_type(name, definition, functions)
+            self._types[name] = _checked_type(name, definition, functions, self._limits)
+        text = self._attribute(ATTR_DEFINITION, canonical_json.dumps(dict(definition)))
+        self._reserve((self._update_types is None) + 2 + len(functions), sum(len(f) for f in functions.values()), 3,
+                      f"{UPDATE_TYPES_GROUP}/{name}")
         if self._update_types is None:
             self._update_types = self._file.create_group(UPDATE_TYPES_GROUP, track_order=False)
         group = self._update_types.create_group(encode_name(name), track_order=False)
-        write_string(group, ATTR_DEFINITION, self._attribute(ATTR_DEFINITION, canonical_json.dumps(dict(definition))))
+        write_string(group, ATTR_DEFINITION, text)
         from mdiff.updates.embedded import function_dataset  # onnx: for the files that embed a type
         for dtype_name in sorted(functions):
             group.create_dataset(function_dataset(dtype_name), data=np.frombuffer(functions[dtype_name], np.uint8), track_times=False)
@@ -287,7 +338,8 @@ class DiffWriter:
             raise InvalidFileError("MD402", f"update type {update.type!r} is registered in this process only: a file "
                                             "names SPEC.md's types and its own (§7.1, §7.8)", name)
         if self._check_updates:
-            _check_update(name, update, self._types.get(update.type) or update.update_type)
+            _check_update(name, update, self._types.get(update.type) or update.update_type, self._limits)
+        self._reserve(2 + len(update.data), _declared_bytes(update) if self._check_updates else 0, 3, name)  # its group, `update` and datasets
         self._names.add(name)
         if "base_sha256" in update.meta:
             self._minor = max(self._minor, BASE_SHA256_MINOR)
@@ -301,7 +353,8 @@ class DiffWriter:
         """A model folder's file (SPEC.md §5.5): ``replace`` with its bytes, or ``delete``, of a uint8 vector.
         Files are added after every parameter, in path order (§11)."""
         if self._check_updates:
-            _check_file_update(path, update, self._file_paths)
+            _check_file_update(path, update, self._file_paths, self._limits)
+        self._reserve((self._files is None) + 2 + len(update.data), _declared_bytes(update) if self._check_updates else 0, 3, f"{FILES_GROUP}/{path}")
         if self._files is None:
             self._files = self._file.create_group(FILES_GROUP, track_order=False)
         self._file_paths.add(path)
@@ -313,7 +366,8 @@ class DiffWriter:
         if self._has_layout:
             raise ValueError("the layout is set twice")
         if self._check_updates:
-            _check_file_update("layout", update, set())
+            _check_file_update("layout", update, set(), self._limits)
+        self._reserve(2 + len(update.data), _declared_bytes(update) if self._check_updates else 0, 2, LAYOUT_GROUP)
         self._has_layout = True
         self._minor = max(self._minor, FILES_MINOR)
         self._write_update(self._file.create_group(LAYOUT_GROUP, track_order=False), update)
@@ -414,7 +468,24 @@ def _os_error(exc: BaseException, path: Path) -> BaseException:
     return OSError(code, os.strerror(code), os.fspath(path))
 
 
-def _checked_type(name: str, definition: Mapping[str, Any], functions: Mapping[str, bytes]) -> UpdateType:
+def _declared_bytes(update: Update) -> int:
+    """The bytes an update's datasets declare, as §8.3's total counts them (an empty one: 0)."""
+    return sum(np.asarray(value).nbytes for value in update.data.values())
+
+
+def _check_extensions(text: str) -> None:
+    """The `extensions` text a writer would write, read as a reader reads it (§3.4): MD105 when malformed."""
+    from mdiff.format.header import parse_extensions  # only for the files that have extensions
+
+    found: list = []
+    parse_extensions(text, found)
+    for finding in found:
+        if finding.code == "MD105":
+            raise InvalidFileError("MD105", f"the extensions given are refused by readers: {finding.message} (§3.4)")
+
+
+def _checked_type(name: str, definition: Mapping[str, Any], functions: Mapping[str, bytes],
+                  limits: Limits = DEFAULT_LIMITS) -> UpdateType:
     """An embedded type, checked as a reader will check it (ValueError otherwise)."""
     from mdiff.updates.embedded import DEFINITION_SCHEMA, TYPE_NAME, check_function, make_type
 
@@ -422,16 +493,16 @@ def _checked_type(name: str, definition: Mapping[str, Any], functions: Mapping[s
     problems += first_errors(DEFINITION_SCHEMA, dict(definition))
     checked: dict[str, tuple[Any, bytes]] = {}
     for dtype_name, data in ([] if problems else sorted(functions.items())):
-        model, found = check_function(bytes(data), dtype_name, list(definition["inputs"]), DEFAULT_LIMITS)
+        model, found = check_function(bytes(data), dtype_name, list(definition["inputs"]), limits)
         problems += [f"{dtype_name}: {code}: {message}" for code, _, message in found]
         if model is not None:
             checked[dtype_name] = (model, bytes(data))
     if problems or not checked:
         raise ValueError(f"update type {name!r} is invalid: " + ("; ".join(problems) or "it has no function"))
-    return make_type(name, definition, checked, DEFAULT_LIMITS)
+    return make_type(name, definition, checked, limits)
 
 
-def _check_update(name: str, update: Update, kind: UpdateType) -> None:
+def _check_update(name: str, update: Update, kind: UpdateType, limits: Limits = DEFAULT_LIMITS) -> None:
     """The writer never writes an invalid file: the same checks a reader makes, on the metadata —
     §8.3's limits on the shape it declares and on its datasets (LimitError) included."""
     from mdiff.hdf5walk.limits import shape_problem
@@ -442,7 +513,7 @@ def _check_update(name: str, update: Update, kind: UpdateType) -> None:
         declared = []
     shapes = declared + [(np.shape(v), np.asarray(v).dtype.itemsize) for v in update.data.values()]
     for shape, itemsize in shapes:
-        found = shape_problem(shape, itemsize, DEFAULT_LIMITS) if all(isinstance(d, int) for d in shape) else None
+        found = shape_problem(shape, itemsize, limits) if all(isinstance(d, int) for d in shape) else None
         if found:
             raise LimitError(found[0], f"update of {name!r}: {found[1]}; readers refuse it (§8.3)")
     problems = first_errors(kind.schema, dict(update.meta))
@@ -453,7 +524,7 @@ def _check_update(name: str, update: Update, kind: UpdateType) -> None:
         raise ValueError(f"update of {name!r} is invalid: " + "; ".join(problems))
 
 
-def _check_file_update(path: str, update: Update, written: set[str]) -> None:
+def _check_file_update(path: str, update: Update, written: set[str], limits: Limits = DEFAULT_LIMITS) -> None:
     """What a reader checks of a file or the layout (MD304, MD305), before it is written."""
     from mdiff.format.paths import collisions, path_problem
 
@@ -463,7 +534,7 @@ def _check_file_update(path: str, update: Update, written: set[str]) -> None:
         raise ValueError(f"file path {path!r}: {problem or clash[0][2] + ' as ' + repr(clash[0][1])}")
     if update.type not in ("replace", "delete") or update.meta.get("dtype") != "uint8" or len(update.meta.get("shape", ())) != 1:
         raise ValueError(f"file {path!r}: a file is a replace or delete of a uint8 vector, not {update.type}")
-    _check_update(path, update, update.update_type)
+    _check_update(path, update, update.update_type, limits)
 
 
 def write(

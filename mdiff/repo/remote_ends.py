@@ -156,6 +156,14 @@ class RemoteEnd(abc.ABC):
             return self.check_format()
 
 
+def _check_ref_count(url: str, count: int) -> None:
+    """MD801 when a remote lists more branches and tags than one fetch reads (§13.8), before any is read."""
+    if count > MAX_REMOTE_REFS:
+        raise RepositoryError("MD801", f"{url}: the remote has {count:,} branches and tags, more than mdiff reads from "
+                                       f"one remote ({MAX_REMOTE_REFS:,}); delete refs there, or fetch from a remote "
+                                       "that holds fewer")
+
+
 class LocalEnd(RemoteEnd):
     """A repository in a local folder: the store's own safe reads, its lock for compare-and-swap."""
 
@@ -178,15 +186,21 @@ class LocalEnd(RemoteEnd):
         return self.store.head_ref()[0]
 
     def refs(self) -> dict[str, str]:
-        found = {}
+        """Every branch and tag: the folders listed, then — unless they are more than mdiff reads from one
+        remote (MD801, as FsspecEnd) — each ref read."""
+        named = []
         for folder in REF_FOLDERS:
             for name in self.store.ref_files(folder):
                 if not valid_branch(name):
                     log.warning("%s: ignoring %s/%r: not a valid name (§13.1)", self.url, folder, name)
                     continue
-                target = self.store.read_ref(f"{folder}/{name}")
-                if target is not None:
-                    found[f"{folder}/{name}"] = target
+                named.append(f"{folder}/{name}")
+        _check_ref_count(self.url, len(named))
+        found = {}
+        for relative in named:
+            target = self.store.read_ref(relative)
+            if target is not None:
+                found[relative] = target
         return found
 
     def commit_sizes(self, directory: str = "commits") -> dict[str, int]:
@@ -383,10 +397,7 @@ class FsspecEnd(RemoteEnd):
                 if entry.get("type", "file") != "file":
                     raise RepositoryError("MD801", f"{self.url}: .mdiff/{folder}/{name} is not a file")
                 named.append(f"{folder}/{name}")
-        if len(named) > MAX_REMOTE_REFS:
-            raise RepositoryError("MD801", f"{self.url}: the remote has {len(named):,} branches and tags, more than mdiff "
-                                           f"reads from one remote ({MAX_REMOTE_REFS:,}); delete refs there, or fetch "
-                                           "from a remote that holds fewer")
+        _check_ref_count(self.url, len(named))
         found = {}
         for relative, text in zip(named, self._read_many(named)):
             if text is None:

@@ -12,6 +12,13 @@ HANG, CRASH):
   a victim runs: open, branches, log of every head, ``HEAD~100000000``, fsck, and a checkout of every
   commit the seed has — compared with the seed's own states: a checkout that returns other weights
   than the commit id means, without an error, is BADRESULT (a lie).
+- ``remote``: the seed repository is a folder remote whose listing of refs is changed as its owner could:
+  refs that vanish and come back while a fetch lists and reads them, names that are not refs, oversized
+  refs, duplicates (a tag and a branch, names that differ in case or Unicode form, hard links), links (to
+  another ref, ``/dev/zero``, out of the remote, dangling, in a loop, a linked folder), FIFOs and folders,
+  and a listing past the cap of refs one fetch reads (§13.8). The targets are what a victim runs against it:
+  the remote's refs listed, a clone, a fetch of ``main``'s first-parent line; a clone's branches must name
+  the commits the remote's unchanged refs name, and each commit fetched must hold its oracle state.
 - ``checkpoint``: a seed ``.safetensors``, ``.npz`` or ``.onnx`` checkpoint is mutated (bytes flipped,
   lengths and offsets in its header or zip directory changed, members duplicated) and read
   whole through mdiff's checkpoint readers, then diffed against its seed.
@@ -28,6 +35,8 @@ import os
 import random
 import shutil
 import struct
+import threading
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -477,6 +486,262 @@ def _zip_directory(data: bytes, rng: random.Random) -> tuple[bytes, str]:
     return bytes(out), f"zip directory: {what}"
 
 
+# ---------------------------------------------------------------- remote listing mutations (SPEC.md §13.8)
+
+REMOTE_CAP = 200  # the cap of refs one fetch reads, in the tests' round (the tool's: the reference's 100,000)
+_VANISH_TOGGLES = 20_000  # at most this many disappearances and returns of refs while the targets run
+
+
+def make_remote_tasks(seeds: dict, master_seed: int, count: int, start: int = 0, cap: int | None = REMOTE_CAP) -> list[dict]:
+    """``count`` tasks of the ``remote`` family (a stream of their own: the other families' numbers stay).
+    ``cap``: the cap of refs the worker's fetches read (None: the reference's own)."""
+    tasks = []
+    for i in range(start, start + count):
+        rng = random.Random(f"{master_seed}:remote:{i}")
+        tasks.append({"id": i, "family": "remote", "seed": seeds["repository"], "rng": rng.getrandbits(64), "cap": cap})
+    return tasks
+
+
+def _ref_files(md: Path) -> dict[str, Path]:
+    """The seed's refs (branches and tags) by name, ``heads/main`` say."""
+    found = {}
+    for folder in ("heads", "tags"):
+        base = md / "refs" / folder
+        if base.is_dir():
+            for path in sorted(base.rglob("*")):
+                if path.is_file() and not path.is_symlink() and not path.name.startswith("."):
+                    found[f"{folder}/{path.relative_to(base).as_posix()}"] = path
+    return found
+
+
+def _write_ref(path: Path, text: str | bytes) -> None:
+    """``path`` made a regular file holding ``text``, whatever was there (a FIFO, a link, a folder: never opened)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
+    path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape"))
+
+
+def mutate_remote_listing(seed: Path, target: Path, rng: random.Random, oracle: dict,
+                          cap: int) -> tuple[list[str], set[str], list[tuple[Path, bytes]]]:
+    """Copy the seed repository to ``target`` (the remote) and change what its refs folders list. Returns the
+    ops, the names of the seed's refs that were changed, and the refs that vanish and return while the targets
+    run, with their bytes."""
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(seed, target, symlinks=True)
+    outside = target.parent / "outside-remote"
+    shutil.rmtree(outside, ignore_errors=True)
+    outside.mkdir()
+    md = target / ".mdiff"
+    ids = sorted(oracle)
+    refs = _ref_files(md)
+    original = {name: path.read_bytes() for name, path in refs.items()}  # before an op makes one a FIFO
+    ops: list[str] = []
+    changed: set[str] = set()
+    vanishing: list[tuple[Path, bytes]] = []
+    kinds = ["vanish", "appear", "not-a-ref", "oversized", "duplicate", "link", "special", "past-cap"]
+    weights = [3, 2, 3, 2, 3, 3, 2, 1]
+    for op in rng.choices(kinds, weights, k=rng.randint(1, 3)):
+        try:
+            _mutate_listing(op, md, rng, ids, refs, original, outside, cap, ops, changed, vanishing)
+        except OSError as exc:  # an earlier op left something in the way (a file where a folder goes, say)
+            ops.append(f"{op}: not made ({exc.strerror})")
+    return ops, changed, vanishing
+
+
+def _mutate_listing(op: str, md: Path, rng: random.Random, ids: list[str], refs: dict[str, Path], original: dict[str, bytes],
+                    outside: Path, cap: int, ops: list[str], changed: set[str], vanishing: list[tuple[Path, bytes]]) -> None:
+    """One op of :func:`mutate_remote_listing`."""
+    heads = md / "refs" / "heads"
+    tags = md / "refs" / "tags"
+    if op == "vanish" and refs:
+        for name in rng.sample(sorted(refs), rng.randint(1, len(refs))):
+            vanishing.append((refs[name], original[name]))
+            changed.add(name)
+            ops.append(f"{name} vanishes and returns")
+    elif op == "appear":
+        name = f"appearing-{rng.randrange(1000)}"
+        vanishing.append((heads / name, (rng.choice(ids) + "\n").encode()))
+        ops.append(f"heads/{name} appears and vanishes")
+    elif op == "not-a-ref":
+        name = rng.choice(["x..y", ".hidden", "a b", "v1.lock", "-rf", "HEAD", "a/b/c", "ünï", "@{u}", "x~1",
+                           "0" * 64, ids[0], "\udcff", "trailing/", "a//b", "x" * 300])
+        content = rng.choice([ids[0] + "\n", "ref: refs/heads/main\n", ids[0], ids[0].upper() + "\n", "",
+                              ids[0] + "\n" + ids[1] + "\n", "\ufeff" + ids[0] + "\n"])
+        folder = rng.choice([heads, tags])
+        try:
+            _write_ref(folder / name, content)
+        except OSError as exc:  # a name the filesystem refuses
+            ops.append(f"not a ref {name[:40]!r}: {exc.strerror}")
+            return
+        ops.append(f"not a ref: {folder.name}/{name[:40]!r} holding {content[:20]!r}")
+    elif op == "oversized":
+        name = rng.choice([*sorted(refs), "heads/big"])
+        path = md / "refs" / name
+        size = rng.choice([273, 4096, 8 << 20, 1 << 40])  # 1 TiB: sparse
+        _write_ref(path, b"")
+        with open(path, "r+b") as f:
+            f.write((ids[0] + "\n").encode())
+            f.truncate(size)
+        changed.add(name)
+        ops.append(f"{name} of {size} bytes")
+    elif op == "duplicate":
+        how = rng.choice(["tag-and-branch", "case", "unicode", "hard-link", "nested"])
+        if how == "tag-and-branch":
+            _write_ref(tags / "main", rng.choice(ids) + "\n")
+        elif how == "case":
+            _write_ref(heads / "Main", rng.choice(ids) + "\n")
+            _write_ref(heads / "MAIN", rng.choice(ids) + "\n")
+        elif how == "unicode":
+            _write_ref(heads / unicodedata.normalize("NFC", "café"), ids[0] + "\n")
+            _write_ref(heads / unicodedata.normalize("NFD", "café"), ids[-1] + "\n")
+        elif how == "hard-link" and refs:
+            source = refs[rng.choice(sorted(refs))]
+            with contextlib.suppress(OSError):
+                os.link(source, heads / "hard-linked")
+        elif how == "nested":
+            _write_ref(heads / "main-folder" / "main", rng.choice(ids) + "\n")
+        ops.append(f"duplicate names: {how}")
+    elif op == "link":
+        how = rng.choice(["to-ref", "dev-zero", "out", "dangling", "loop", "folder-out", "refs-folder"])
+        name = rng.choice([*sorted(refs), "heads/linked"])
+        path = md / "refs" / name
+        if how == "refs-folder":  # the whole refs/heads folder a link to one outside the remote
+            (outside / "heads").mkdir(exist_ok=True)
+            (outside / "heads" / "main").write_text(ids[-1] + "\n", encoding="utf-8")
+            shutil.rmtree(heads)
+            os.symlink(outside / "heads", heads)
+            changed.update(n for n in refs if n.startswith("heads/"))
+            ops.append("refs/heads is a link out of the remote")
+            return
+        _write_ref(path, b"")
+        path.unlink()
+        if how == "to-ref":
+            os.symlink(refs[rng.choice(sorted(refs))] if refs else "main", path)
+        elif how == "dev-zero":
+            os.symlink("/dev/zero", path)
+        elif how == "out":
+            secret = outside / "secret"
+            secret.write_text(ids[-1] + "\n", encoding="utf-8")
+            os.symlink(secret, path)
+        elif how == "dangling":
+            os.symlink(outside / "missing", path)
+        elif how == "loop":
+            os.symlink(path.name, path)
+        elif how == "folder-out":
+            path.unlink(missing_ok=True)
+            (outside / "folder").mkdir(exist_ok=True)
+            (outside / "folder" / "x").write_text(ids[0] + "\n", encoding="utf-8")
+            os.symlink(outside / "folder", path)
+        changed.add(name)
+        ops.append(f"{name} is a link ({how})")
+    elif op == "special":
+        name = rng.choice([*sorted(refs), "heads/special"])
+        path = md / "refs" / name
+        _write_ref(path, b"")
+        path.unlink()
+        if rng.random() < 0.5:
+            os.mkfifo(path)
+            ops.append(f"{name} is a FIFO")
+        else:
+            path.mkdir()
+            ops.append(f"{name} is an empty folder")
+        changed.add(name)
+    elif op == "past-cap":
+        many = heads / "many"
+        many.mkdir(parents=True, exist_ok=True)
+        target = rng.choice(ids) + "\n"
+        first = many / "0"
+        for i in range(cap + 1 - len(refs) + rng.randint(0, 2)):  # the seed's refs count too
+            if i % 50_000 == 0:  # hard links of one file (ext4 takes 65,000 of them)
+                first = many / str(i)
+                first.write_text(target, encoding="utf-8")
+            else:
+                os.link(first, many / str(i))
+        ops.append(f"a listing of {cap + 1}+ refs (cap {cap})")
+
+
+@contextlib.contextmanager
+def _vanishing(refs: list[tuple[Path, bytes]], rng: random.Random):
+    """While the block runs, the refs disappear and come back (each return a whole file, renamed into place, as
+    a writer writes a ref), on a thread of their own, at most _VANISH_TOGGLES times."""
+    if not refs:
+        yield
+        return
+    stop = threading.Event()
+    order = [rng.randrange(len(refs)) for _ in range(64)]
+
+    def churn() -> None:
+        for i in range(_VANISH_TOGGLES):
+            if stop.is_set():
+                return
+            path, data = refs[order[i % len(order)]]
+            try:
+                if path.exists():
+                    path.unlink()
+                else:
+                    temp = path.with_name(f".{path.name}.tmp")
+                    temp.write_bytes(data)
+                    os.replace(temp, path)
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=churn, name="vanishing-refs", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def run_remote_targets(remote: Path, seed: Path, oracle: dict, changed: set[str], workdir: Path, record) -> None:
+    """What a victim runs against a remote someone else prepared. A clone's branch that the remote did not
+    change must name what the seed's names, and every commit fetched must hold its oracle state."""
+    from mdiff.repo import Repository
+    from mdiff.repo.remotes import open_end, tracking_refs
+    from mdiff.updates.base import sha256_hex
+
+    url = str(remote)
+    seed_refs = {name: path.read_text(encoding="utf-8").strip() for name, path in _ref_files(seed / ".mdiff").items()}
+
+    def states_hold(repo, commit_ids) -> None:
+        for commit_id in sorted(commit_ids):
+            if commit_id not in oracle:
+                raise _Lie(f"{commit_id[:12]}… was fetched, which the remote does not hold")
+            got = {name: sha256_hex(value) for name, value in repo.state(commit_id).items()}
+            if got != oracle[commit_id]:
+                raise _Lie(f"the fetched {commit_id[:12]}… holds other weights than its id means, without an error")
+
+    record("remote.refs", lambda: open_end(url).refs())
+
+    def clone():
+        folder = workdir / "current-clone"
+        shutil.rmtree(folder, ignore_errors=True)
+        repo, _ = Repository.clone(url, folder)
+        for name, target in tracking_refs(repo, "origin").items():
+            if f"heads/{name}" in seed_refs and f"heads/{name}" not in changed and target != seed_refs[f"heads/{name}"]:
+                raise _Lie(f"origin/{name} names {target[:12]}…, the remote's unchanged ref {seed_refs['heads/' + name][:12]}…")
+        states_hold(repo, repo.commit_ids())
+        return True
+
+    record("remote.clone", clone)
+
+    def fetch_revision():
+        cache = workdir / "current-revision-cache"
+        shutil.rmtree(cache, ignore_errors=True)
+        repo, commit_id = Repository.fetch_revision(url, "main", cache)
+        if "heads/main" not in changed and commit_id != seed_refs.get("heads/main"):
+            raise _Lie(f"main resolved to {commit_id[:12]}…, not the remote's unchanged main")
+        states_hold(repo, [commit_id])
+        return True
+
+    record("remote.fetch-revision", fetch_revision)
+
+
 # ---------------------------------------------------------------- targets
 
 
@@ -561,6 +826,17 @@ def run_task(task: dict, workdir: Path, record) -> list[str]:
             with _cache_folder(cache):
                 run_repository_targets(project, oracle, record)
                 record("repo.cache", lambda: _cache_changes_nothing(project, oracle, cache))
+    elif task["family"] == "remote":
+        from mdiff.repo import remote_ends
+
+        oracle = json.loads((seed.parent / "oracle.json").read_text(encoding="utf-8"))
+        cap = task.get("cap") or remote_ends.MAX_REMOTE_REFS
+        remote_ends.MAX_REMOTE_REFS = cap  # a worker's setting, as --limit is a reader's (the reference: 100,000)
+        remote = workdir / "current-remote"
+        ops, changed, vanishing = mutate_remote_listing(seed, remote, rng, oracle, cap)
+        record.started(ops)
+        with _vanishing(vanishing, random.Random(f"{task['rng']}:vanish")):
+            run_remote_targets(remote, seed, oracle, changed, workdir, record)
     else:
         target = workdir / f"current-checkpoint{seed.suffix}"
         ops = mutate_checkpoint(seed, target, rng)

@@ -114,6 +114,35 @@ def test_fuzz_folders_ci(tmp_path):
                          + "\n".join(failures[:20])
 
 
+REMOTE_TASKS = int(os.environ.get("MDIFF_FUZZ_REMOTE_TASKS", "40"))
+
+
+def test_fuzz_remote_listing_ci(tmp_path):
+    """A folder remote whose listing of refs its owner changed (tests/fuzz/folders.py, the ``remote`` family:
+    refs that vanish while listed and read, names that are not refs, oversized refs, duplicates, links, FIFOs,
+    a listing past the cap, lowered to folders.REMOTE_CAP here): listing its refs, a clone and a fetch of one
+    revision end OK or typed, never with other weights than a commit id means."""
+    from tests.fuzz import folders
+
+    seeds = folders.prepare(tmp_path)
+    failures: list[str] = []
+    classes: Counter = Counter()
+    codes: Counter = Counter()
+
+    def on_outcome(outcome: harness.Outcome, _current: Path) -> None:
+        classes[outcome.cls] += 1
+        codes.update(r.get("code") or r["class"] for r in outcome.results)
+        for r in outcome.failures():
+            failures.append(f"{harness.Outcome.signature(r)}: {r.get('message', '')[:200]}\n    task {outcome.task} ops {outcome.ops}")
+
+    pool = harness.Pool(tmp_path / "workers", None, jobs=JOBS, timeout=20.0)
+    pool.run(folders.make_remote_tasks(seeds, SEED, REMOTE_TASKS), on_outcome, static=True)
+    print(f"\nremote fuzz: {sum(classes.values())} tasks (seed {SEED}): {dict(classes)}; outcomes {dict(codes)}")
+    assert sum(classes.values()) == REMOTE_TASKS
+    assert not failures, f"{len(failures)} failing targets (reproduce: tests.fuzz.folders.make_remote_tasks(prepare(DIR), {SEED}, 1, " \
+                         "start=ID)):\n" + "\n".join(failures[:20])
+
+
 def _regressions() -> list:
     reasons = regression_reasons()
     params = []

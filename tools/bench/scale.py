@@ -90,7 +90,7 @@ def write_case(folder: Path, n: int) -> tuple[Path, Path]:
     with open(base_path, "wb") as out:
         st.write(out, [(k, (ELEMENTS,), f32) for k in keys], lambda k: base_value(order[k]), None)
     commit = mdiff.Commit(f"{n} small parameters", mdiff.Author("bench"), date=DATE)
-    with mdiff.DiffWriter(diff_path, commit, "gzip") as writer:
+    with mdiff.DiffWriter(diff_path, commit, "gzip", limits=bench_limits()) as writer:  # past 333,331: --limit
         for i, k in enumerate(keys):
             old = base_value(i)
             writer.add(k, mdiff.dense(old, old + 1))
@@ -248,9 +248,10 @@ def bench_limits():
 
 
 # §8.3's default object limit (objects and attributes, 10^6) admits a diff of at most this many parameters of
-# this bench (a group, a dataset and an attribute each): past it, --limit max_objects=... raises the limit for
-# validate, dump and apply; fsck reads a repository under the default limits, and is not run.
-DEFAULT_LIMIT_PARAMETERS = 333_332
+# this bench (a group, a dataset and an attribute each, and 5 for the file): past it, --limit max_objects=...
+# raises the limit for the writer, validate, dump and apply; fsck reads a repository under the default limits,
+# and is not run.
+DEFAULT_LIMIT_PARAMETERS = 333_331
 
 
 def vm_hwm() -> int:
@@ -343,7 +344,11 @@ def measure(args, log) -> dict:
         run_child(argv, work)  # untimed: the page cache
         runs = [run_child(argv, work) for _ in range(args.repeat)]
         report["read_one"][f"one of {n}"] = median_of(runs, "op_seconds")
-    if args.counts:
+        report.setdefault("read_one_cpu", {})[f"one of {n}"] = median_of(runs, "op_cpu")
+        report.setdefault("read_one_peak", {})[f"one of {n}"] = median_of(runs, "op_peak")
+        log(f"  read one of {n}: {report['read_one'][f'one of {n}']['median']:.2f} s, "
+            f"{report['read_one_cpu'][f'one of {n}']['median']:.2f} s CPU")
+    if args.counts and args.ops:  # where the time of the operations goes
         n = max(args.counts)
         runs = [run_child([sys.executable, __file__, "--child", "floor", str(work / f"many-{n}.mdiff")], work)
                 for _ in range(args.repeat)]
@@ -495,16 +500,35 @@ def markdown(r: dict, command: str, before: dict | None = None) -> str:
         for n, e in by_n.items():
             lines.append(f"| {n} | {fmt(e['seconds'], unit=' s')} | {e['seconds']['median'] / int(n) * 1e6:.0f} | "
                          f"{e['peak']['median'] / 1e6:.0f} MB |")
-    lines += ["", "Reading one parameter (open, read, close; page cache warm; in a fresh process, after the imports):", "",
-              "| what | time |", "|---|---|"]
-    for label, e in r["read_one"].items():
-        lines.append(f"| {label} | {fmt(e, 1e3, unit=' ms')} |")
+    lines += read_one_table(r, before)
+    lines += ["", SECTION_END]
+    return "\n".join(lines) + "\n"
+
+
+def read_one_table(r: dict, before: dict | None = None) -> list[str]:
+    """The lines of the table of reading one parameter; with ``before``, its figures beside (a --json report of
+    earlier code)."""
+    had = (before or {}).get("read_one", {})
+    lines = ["", "Reading one parameter (open, read, close; page cache warm; in a fresh process, after the imports; "
+             "CPU and peak RSS of that process)" + (f", beside the same before this work ({before.get('source', 'the code before')}, "
+                                                    f"load average {before.get('load_at_start', '?')} at start)" if had else "")
+             + ":", "", "| what | time | CPU, peak RSS |" + (" before: time | before: CPU, peak RSS |" if had else ""),
+             "|---|---|---|" + ("---|---|" if had else "")]
+
+    def cells(report: dict, label: str) -> str:
+        e = report.get("read_one", {}).get(label)
+        cpu, peak = report.get("read_one_cpu", {}).get(label), report.get("read_one_peak", {}).get(label)
+        usage = f"{fmt(cpu, 1e3, unit=' ms')}, {peak['median'] / 1e6:.0f} MB" if cpu and peak else "—"
+        return f"{fmt(e, 1e3, unit=' ms') if e else '—'} | {usage}"
+
+    for label in r["read_one"]:
+        lines.append(f"| {label} | {cells(r, label)} |" + (f" {cells(before or {}, label)} |" if had else ""))
     for comp in ("none", "gzip"):
         big, own = r["read_one"].get(f"one of 64 ({comp})"), r["read_one"].get(f"its own file ({comp})")
         if big and own:
-            lines.append(f"| ratio, 64 × 4 MiB ({comp}) | {big['median'] / own['median']:.2f}× (target ≤ 2×) |")
-    lines += ["", SECTION_END]
-    return "\n".join(lines) + "\n"
+            lines.append(f"| ratio, 64 × 4 MiB ({comp}) | {big['median'] / own['median']:.2f}× (target ≤ 2×) | |"
+                         + (" | |" if had else ""))
+    return lines
 
 
 def replace_section(path: Path, section: str) -> None:
@@ -540,7 +564,8 @@ def main(argv=None) -> int:
     p.add_argument("--counts", type=counts, default=[10000, 100000, 1000000])
     p.add_argument("--diff-counts", type=counts, default=[10000, 100000, 1000000])
     p.add_argument("--onnx-counts", type=counts, default=[10000, 100000])
-    p.add_argument("--ops", type=lambda s: s.split(","), default=list(OPS))
+    p.add_argument("--ops", type=lambda s: [x for x in s.split(",") if x], default=list(OPS),
+                   help="of validate,dump,apply,fsck (--ops= for none: the reads of one parameter alone)")
     p.add_argument("--modes", type=lambda s: s.split(","), default=list(MODES))
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--diff-repeat", type=int, help="repetitions of the diff cases (default: --repeat)")
@@ -549,7 +574,7 @@ def main(argv=None) -> int:
     p.add_argument("--markdown", type=Path, help="replace the section in this file (docs/benchmarks.md)")
     p.add_argument("--source", type=Path, help="the checkout whose mdiff package is measured (default: this one)")
     p.add_argument("--limit", action="append", default=[], metavar="NAME=N",
-                   help="a reader limit for validate, dump and apply (SPEC.md §8.3): --limit max_objects=3100000 "
+                   help="a limit for the writer of the cases, validate, dump and apply (SPEC.md §8.3): --limit max_objects=3100000 "
                         f"for more than {DEFAULT_LIMIT_PARAMETERS:,} parameters")
     p.add_argument("--before", type=Path, help="a --json report of the same bench on earlier code, shown beside")
     args = p.parse_args(argv)
