@@ -454,9 +454,9 @@ class _Walk:
                 return _STOP
         return None
 
-    def _defer(self, parent: ObjectInfo, entry: tuple[bytes, int, int]) -> _Stop | None:
-        """A member of a deferred group: its link checked (§8.1) and counted; the object left for expand()."""
-        raw, link_type, _ = entry
+    def _link(self, parent: ObjectInfo, raw: bytes, link_type: int) -> tuple[str, bool] | None:
+        """§8.1 on one link of ``parent``: its name and whether it is a hard link (else MD500 is found); None
+        for a name that is not UTF-8 (MD302)."""
         try:
             name = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -465,7 +465,16 @@ class _Walk:
         if link_type != h5py.h5l.TYPE_HARD:
             kind = {h5py.h5l.TYPE_SOFT: "soft", h5py.h5l.TYPE_EXTERNAL: "external"}.get(link_type, "user-defined")
             self.finding("MD500", parent, f"{kind} link; only hard links are allowed", name)
+            return name, False
+        return name, True
+
+    def _defer(self, parent: ObjectInfo, entry: tuple[bytes, int, int]) -> _Stop | None:
+        """A member of a deferred group: its link checked (§8.1) and counted; the object left for expand()."""
+        raw, link_type, _ = entry
+        link = self._link(parent, raw, link_type)
+        if link is None or not link[1]:
             return None
+        name = link[0]
         self.count += 1  # _count_object's, inline
         if self.count > self.limits.max_objects:
             self.finding("MD511", parent, f"more than {self.limits.max_objects} objects and attributes", name)
@@ -592,14 +601,11 @@ class _Walk:
 
     def _visit(self, parent: ObjectInfo, gid: h5py.h5g.GroupID, raw: bytes, link_type: int,
                address: int | None = None) -> tuple[ObjectInfo, h5py.h5g.GroupID, int] | _Stop | None:
-        try:
-            name = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            self.finding("MD302", parent, f"link name {raw[:200]!r} is not UTF-8")
+        link = self._link(parent, raw, link_type)
+        if link is None:
             return None
-        if link_type != h5py.h5l.TYPE_HARD:
-            kind = {h5py.h5l.TYPE_SOFT: "soft", h5py.h5l.TYPE_EXTERNAL: "external"}.get(link_type, "user-defined")
-            self.finding("MD500", parent, f"{kind} link; only hard links are allowed", name)
+        name, hard = link
+        if not hard:
             parent.adopt(ObjectInfo(name, parent, "refused"))
             return None
         if parent.depth >= self.limits.max_depth:
