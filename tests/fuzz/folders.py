@@ -176,15 +176,21 @@ def _retarget_commit(mdiff_dir: Path, commit_id: str, parents: list[str]) -> Non
         write_string(f, "commit", json.dumps(commit))
 
 
-def mutate_repository(seed: Path, target: Path, rng: random.Random, oracle: dict) -> list[str]:
-    """Copy the seed repository to ``target`` and change it as a hostile preparer would."""
+def _fresh_copy(seed: Path, target: Path, outside_name: str) -> tuple[Path, Path]:
+    """``target`` made a fresh copy of the seed repository (links kept as links), and an empty folder beside it
+    for what mutations point outside; their `.mdiff` and that folder."""
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(seed, target, symlinks=True)
-    outside = target.parent / "outside"
+    outside = target.parent / outside_name
     shutil.rmtree(outside, ignore_errors=True)
     outside.mkdir()
-    md = target / ".mdiff"
+    return target / ".mdiff", outside
+
+
+def mutate_repository(seed: Path, target: Path, rng: random.Random, oracle: dict) -> list[str]:
+    """Copy the seed repository to ``target`` and change it as a hostile preparer would."""
+    md, outside = _fresh_copy(seed, target, "outside")
     ids = sorted(oracle)
     chosen = [rng.choice(["special", "special", "flip", "shadow", "self-parent", "cycle", "lying-snapshot",
                           "remove-commit", "head-escape", "bad-branch-name"]) for _ in range(rng.randint(1, 3))]
@@ -529,13 +535,7 @@ def mutate_remote_listing(seed: Path, target: Path, rng: random.Random, oracle: 
     """Copy the seed repository to ``target`` (the remote) and change what its refs folders list. Returns the
     ops, the names of the seed's refs that were changed, and the refs that vanish and return while the targets
     run, with their bytes."""
-    if target.exists():
-        shutil.rmtree(target)
-    shutil.copytree(seed, target, symlinks=True)
-    outside = target.parent / "outside-remote"
-    shutil.rmtree(outside, ignore_errors=True)
-    outside.mkdir()
-    md = target / ".mdiff"
+    md, outside = _fresh_copy(seed, target, "outside-remote")
     ids = sorted(oracle)
     refs = _ref_files(md)
     original = {name: path.read_bytes() for name, path in refs.items()}  # before an op makes one a FIFO
