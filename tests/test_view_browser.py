@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import time
@@ -56,7 +57,7 @@ class Page:
     """A tab on a served site, failing the test on any script error of the page."""
 
     def __init__(self, browser, site: view_site.Site, width: int = 1400):
-        self.server = ViewServer(site.resources, site.redirects)
+        self.server = ViewServer(site.resources, site.redirects, token=secrets.token_urlsafe(24))  # as `mdiff view` does
         self.server.start()
         self.page = browser.new_page(viewport={"width": width, "height": 900})
         self.errors: list[str] = []

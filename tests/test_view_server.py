@@ -194,16 +194,62 @@ def _start(*args: str, cwd: Path) -> tuple[subprocess.Popen, str]:
 def test_the_command_prints_its_address_serves_and_stops_cleanly_on_ctrl_c(repo):
     proc, line = _start("HEAD~1", cwd=repo.root)
     try:
-        match = re.fullmatch(r"mdiff view: the repository (.+) \(2 commits\) at http://127\.0\.0\.1:(\d+)/  \(Ctrl-C stops\)\n", line)
+        match = re.fullmatch(r"mdiff view: the repository (.+) \(2 commits\) at http://127\.0\.0\.1:(\d+)(/open/[A-Za-z0-9_-]{32})"
+                             r"  \(Ctrl-C stops\)\n", line)
         assert match, line
-        status, body = raw_get(int(match.group(2)), b"/api/index.json")
+        port, opening = int(match.group(2)), match.group(3).encode()
+        assert raw_get(port, b"/api/index.json")[0] == 403  # not without the printed address's cookie
+        cookie = _opening_cookie(port, opening)
+        status, body = raw_get(port, b"/api/index.json", headers=b"Cookie: " + cookie + b"\r\n")
         index = json.loads(body)
         assert status == 200 and index["selected"] == index["commits"][1]["id"]
     finally:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and out == "mdiff view: stopped\n"
-    assert err == "mdiff view: GET /api/index.json 200\n"
+    assert err == "mdiff view: GET /api/index.json 403\nmdiff view: GET /open/… 302\nmdiff view: GET /api/index.json 200\n"
+
+
+def _opening_cookie(port: int, opening: bytes) -> bytes:
+    """Open the printed address as a browser would: a redirect to / that sets the cookie; the cookie's name=value."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"GET " + opening + b" HTTP/1.1\r\nHost: 127.0.0.1:" + str(port).encode() + b"\r\nConnection: close\r\n\r\n")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head = data.partition(b"\r\n\r\n")[0].split(b"\r\n")
+    assert head[0].split(b" ")[1] == b"302" and b"Location: /" in head
+    cookie = next(h for h in head if h.startswith(b"Set-Cookie: "))[len(b"Set-Cookie: "):]
+    name_value, *attributes = cookie.split(b"; ")
+    assert attributes == [b"HttpOnly", b"SameSite=Strict", b"Path=/"]
+    return name_value
+
+
+def test_with_a_token_only_the_printed_address_lets_a_client_in(repo):
+    lines: list[str] = []
+    site = view_site.repository_site(repo)
+    token = "t" * 8 + "0123456789abcdef"
+    server = ViewServer(site.resources, site.redirects, log=lines.append, token=token)
+    server.start()
+    try:
+        assert server.url == f"http://127.0.0.1:{server.port}/open/{token}"
+        port = server.port
+        assert raw_get(port, b"/api/index.json")[0] == 403
+        assert raw_get(port, b"/")[0] == 403
+        assert raw_get(port, b"/open/" + b"t" * 24)[0] == 403  # another token: no cookie, no way in
+        assert raw_get(port, b"/api/index.json", headers=b"Cookie: mdiff-view-" + str(port).encode() + b"=wrong\r\n")[0] == 403
+        assert raw_get(port, b"/api/index.json", headers=b"Cookie: mdiff-view-1=" + token.encode() + b"\r\n")[0] == 403
+        assert raw_get(port, b"/api/index.json", headers=b'Cookie: "\r\n')[0] == 403  # a malformed header
+        cookie = _opening_cookie(port, f"/open/{token}".encode())
+        assert cookie == f"mdiff-view-{port}={token}".encode()
+        assert raw_get(port, b"/api/index.json", headers=b"Cookie: other=1; " + cookie + b"\r\n")[0] == 200
+        assert raw_get(port, b"/../x", headers=b"Cookie: " + cookie + b"\r\n")[0] == 404  # traversal as before
+        assert not any(token in line for line in lines)
+        assert lines[-4:] == ["GET /api/index.json 403", "GET /open/… 302", "GET /api/index.json 200", "GET /../x 404"]
+    finally:
+        server.stop()
+    with pytest.raises(ValueError):
+        ViewServer({}, token="short")
 
 
 def test_a_port_in_use_is_an_error_that_says_what_to_do(repo):

@@ -58,6 +58,7 @@ def _site(args):
                               "mdiff-js (nothing is uploaded); the server answers only the page's files and the commit "
                               "files shown. Opens the browser unless --no-browser; Ctrl-C stops it.")
 def run_view(args) -> int:
+    import secrets
     import webbrowser
 
     from mdiff.view.server import ViewServer
@@ -77,7 +78,7 @@ def run_view(args) -> int:
             print(f"mdiff view: {line}", file=sys.stderr, flush=True)
 
     try:
-        server = ViewServer(site.resources, site.redirects, port=args.port, log=log)
+        server = ViewServer(site.resources, site.redirects, port=args.port, log=log, token=secrets.token_urlsafe(24))
     except OSError as exc:
         print(f"mdiff view: cannot listen on 127.0.0.1:{args.port}: {exc.strerror or exc}"
               + ("; choose another --port, or none for a free one" if args.port else ""), file=sys.stderr)

@@ -4,12 +4,17 @@ or backslashed form, a NUL, a name not listed — is 404. The standard library o
 importing it costs the other commands nothing; the view command alone imports it.
 
 A request's Host must name the loopback address it listens on (a page of another site that rebinds its name
-to 127.0.0.1 gets 404, DNS rebinding); only GET and HEAD are answered. Each request is logged through a
-callback as method, path (no query string, no header) and status.
+to 127.0.0.1 gets 404, DNS rebinding); only GET and HEAD are answered. With a token (what `mdiff view` gives
+it), only a browser that opened the printed address ``/open/<token>`` is served: that answer sets a cookie
+(HttpOnly, SameSite=Strict) holding the token, and every other request without it is 403 — another user of the
+machine, who can reach the port but not read the terminal, sees nothing. Each request is logged through a
+callback as method, path (no query string, no header, no token) and status.
 """
 
 from __future__ import annotations
 
+import hmac
+import http.cookies
 import http.server
 import os
 import re
@@ -23,6 +28,7 @@ from pathlib import Path
 _NAME = r"[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)*"
 _SAFE_URL = re.compile(rf"/(?:{_NAME}(?:/{_NAME})*/?)?")
 _CHUNK = 1 << 20
+_OPENING = "/open/"  # + the token: the one address that lets a browser in
 
 TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".mjs": "text/javascript; charset=utf-8",
          ".css": "text/css; charset=utf-8", ".json": "application/json", ".png": "image/png", ".svg": "image/svg+xml",
@@ -80,7 +86,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._answer(body=False)
 
     def _refuse(self, status: int, body: bool) -> None:
-        text = b"not found\n" if status == 404 else b"redirect\n"
+        text = {404: b"not found\n", 403: b"forbidden: open the address that mdiff view printed\n"}.get(status, b"redirect\n")
         self.send_response(status)
         self.send_header("Content-Type", "text/plain; charset=utf-8")
         self.send_header("Content-Length", str(len(text)))
@@ -93,6 +99,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path is None or not self.server.host_allowed(self.headers.get("Host")):
             self._refuse(404, body)
             return
+        if self.server.token is not None:
+            if self.server.is_opening(path):
+                self.send_response(302)
+                self.send_header("Location", "/")
+                self.send_header("Set-Cookie", f"{self.server.cookie_name}={self.server.token}; HttpOnly; "
+                                               "SameSite=Strict; Path=/")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if not self.server.cookie_allowed(self.headers.get("Cookie")):
+                self._refuse(403, body)
+                return
         if path in self.server.redirects:
             self.send_response(302)
             self.send_header("Location", self.server.redirects[path])
@@ -138,6 +156,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         raw = self.path if isinstance(getattr(self, "path", None), str) else ""
         shown = raw.split("?", 1)[0][:200].encode("ascii", "backslashreplace").decode("ascii")
+        if shown.startswith(_OPENING):
+            shown = _OPENING + "…"  # the token is a secret: never in a log
         self.server.log(f"{self.command} {shown} {code}" if self.command else f"bad request {code}")
 
     def log_error(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's signature)
@@ -154,17 +174,37 @@ class ViewServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, resources: Mapping[str, Resource], redirects: Mapping[str, str] | None = None, port: int = 0,
-                 log: Callable[[str], None] = lambda line: None, host: str = "127.0.0.1"):
+                 log: Callable[[str], None] = lambda line: None, host: str = "127.0.0.1", token: str | None = None):
+        if token is not None and not re.fullmatch(r"[A-Za-z0-9_\-]{16,}", token):
+            raise ValueError("a token is 16 or more letters, digits, '-' or '_'")
+        self.token = token
         self.resources = dict(resources)
         self.redirects = dict(redirects or {})
         self.log = log
         super().__init__((host, port), _Handler)
         self.host, self.port = str(host), int(self.server_address[1])
         self._hosts = {f"{name}:{self.port}" for name in (self.host, "localhost")}
+        self.cookie_name = f"mdiff-view-{self.port}"  # a browser keeps cookies by host, not port: one per server
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/"
+        """The address to open: with a token, the one that lets a browser in."""
+        return f"http://{self.host}:{self.port}" + (f"{_OPENING}{self.token}" if self.token else "/")
+
+    def is_opening(self, path: str) -> bool:
+        return self.token is not None and hmac.compare_digest(path, _OPENING + self.token)
+
+    def cookie_allowed(self, header: str | None) -> bool:
+        """Whether a request's Cookie header holds this server's token."""
+        if self.token is None:
+            return True
+        cookies: http.cookies.SimpleCookie = http.cookies.SimpleCookie()
+        try:
+            cookies.load(header or "")
+        except http.cookies.CookieError:
+            return False
+        morsel = cookies.get(self.cookie_name)
+        return morsel is not None and hmac.compare_digest(morsel.value, self.token)
 
     def host_allowed(self, host: str | None) -> bool:
         return host is not None and host.lower() in self._hosts
