@@ -89,6 +89,27 @@ def test_fuzz_ci(tmp_path):
                          f"--seed {SEED} --start ID --count 1):\n" + "\n".join(failures[:20])
 
 
+def _run_folder_tasks(tmp_path: Path, make_tasks, count: int) -> tuple[Counter, Counter, list[str]]:
+    """Run ``count`` tasks that ``make_tasks(seeds, SEED, count)`` builds on tests/fuzz/folders.py's seed
+    repositories: each outcome's class, each result's code (or class), and each failing target, described."""
+    from tests.fuzz import folders
+
+    seeds = folders.prepare(tmp_path)
+    failures: list[str] = []
+    classes: Counter = Counter()
+    codes: Counter = Counter()
+
+    def on_outcome(outcome: harness.Outcome, _current: Path) -> None:
+        classes[outcome.cls] += 1
+        codes.update(r.get("code") or r["class"] for r in outcome.results)
+        for r in outcome.failures():
+            failures.append(f"{harness.Outcome.signature(r)}: {r.get('message', '')[:200]}\n    task {outcome.task} ops {outcome.ops}")
+
+    pool = harness.Pool(tmp_path / "workers", None, jobs=JOBS, timeout=20.0)
+    pool.run(make_tasks(seeds, SEED, count), on_outcome, static=True)
+    return classes, codes, failures
+
+
 FOLDER_TASKS = int(os.environ.get("MDIFF_FUZZ_FOLDER_TASKS", "120"))
 
 
@@ -97,17 +118,7 @@ def test_fuzz_folders_ci(tmp_path):
     and no checkout returns other weights than its commit id means."""
     from tests.fuzz import folders
 
-    seeds = folders.prepare(tmp_path)
-    failures: list[str] = []
-    classes: Counter = Counter()
-
-    def on_outcome(outcome: harness.Outcome, _current: Path) -> None:
-        classes[outcome.cls] += 1
-        for r in outcome.failures():
-            failures.append(f"{harness.Outcome.signature(r)}: {r.get('message', '')[:200]}\n    task {outcome.task} ops {outcome.ops}")
-
-    pool = harness.Pool(tmp_path / "workers", None, jobs=JOBS, timeout=20.0)
-    pool.run(folders.make_tasks(seeds, SEED, FOLDER_TASKS), on_outcome, static=True)
+    classes, _, failures = _run_folder_tasks(tmp_path, folders.make_tasks, FOLDER_TASKS)
     print(f"\nfolder fuzz: {sum(classes.values())} tasks (seed {SEED}): {dict(classes)}")
     assert sum(classes.values()) == FOLDER_TASKS
     assert not failures, f"{len(failures)} failing targets (reproduce: tests.fuzz.folders.make_tasks(prepare(DIR), {SEED}, 1, start=ID)):\n" \
@@ -124,19 +135,7 @@ def test_fuzz_remote_listing_ci(tmp_path):
     revision end OK or typed, never with other weights than a commit id means."""
     from tests.fuzz import folders
 
-    seeds = folders.prepare(tmp_path)
-    failures: list[str] = []
-    classes: Counter = Counter()
-    codes: Counter = Counter()
-
-    def on_outcome(outcome: harness.Outcome, _current: Path) -> None:
-        classes[outcome.cls] += 1
-        codes.update(r.get("code") or r["class"] for r in outcome.results)
-        for r in outcome.failures():
-            failures.append(f"{harness.Outcome.signature(r)}: {r.get('message', '')[:200]}\n    task {outcome.task} ops {outcome.ops}")
-
-    pool = harness.Pool(tmp_path / "workers", None, jobs=JOBS, timeout=20.0)
-    pool.run(folders.make_remote_tasks(seeds, SEED, REMOTE_TASKS), on_outcome, static=True)
+    classes, codes, failures = _run_folder_tasks(tmp_path, folders.make_remote_tasks, REMOTE_TASKS)
     print(f"\nremote fuzz: {sum(classes.values())} tasks (seed {SEED}): {dict(classes)}; outcomes {dict(codes)}")
     assert sum(classes.values()) == REMOTE_TASKS
     assert not failures, f"{len(failures)} failing targets (reproduce: tests.fuzz.folders.make_remote_tasks(prepare(DIR), {SEED}, 1, " \
