@@ -257,10 +257,18 @@ class RangedFile(io.RawIOBase):
         """libhdf5's read, made holding h5py's lock (see no_collection)."""
         view = memoryview(buffer).cast("B")
         with no_collection():
-            data = self.pread(len(view), self._position)
-        view[:len(data)] = data
-        self._position += len(data)
-        return len(data)
+            end = min(self._position + len(view), self.size)
+            if self.verifier is not None and self._spool is None and self._position < end:
+                done = 0
+                for part in self._verified_parts(self._position, end):  # into the buffer: no joined copy
+                    view[done:done + len(part)] = part
+                    done += len(part)
+            else:
+                data = self.pread(len(view), self._position)
+                done = len(data)
+                view[:done] = data
+        self._position += done
+        return done
 
     def pread(self, n: int, offset: int) -> bytes:
         """Up to ``n`` bytes at ``offset`` (fewer only at the end of the file)."""
@@ -268,20 +276,21 @@ class RangedFile(io.RawIOBase):
         if offset >= end:
             return b""
         if self.verifier is not None and self._spool is None:
-            return self._verified(offset, end)
+            return b"".join(self._verified_parts(offset, end))
         if end - offset > SMALL_READ:
             return self._large(offset, end)
         first, last = offset // PAGE, (end - 1) // PAGE
         data = b"".join(self._page(index) for index in range(first, last + 1))
         return data[offset - first * PAGE:end - first * PAGE]
 
-    def _verified(self, offset: int, end: int) -> bytes:
-        """Bytes [offset, end) from whole leaves, each verified (see the module): those kept, and each run
-        of the others fetched in one request."""
+    def _verified_parts(self, offset: int, end: int) -> list[memoryview]:
+        """Bytes [offset, end), in order, as views of whole leaves, each verified (see the module): those
+        kept, and each run of the others fetched in one request. Views, not a joined copy: a large read
+        holds its fetched bytes once, then the caller's buffer."""
         assert self.verifier is not None
         leaf = block_ids.LEAF
         first, last = offset // leaf, (end - 1) // leaf
-        parts: list[bytes] = []
+        parts: list[memoryview] = []
         index = first
         while index <= last:
             with self._lock:
@@ -289,7 +298,7 @@ class RangedFile(io.RawIOBase):
                 if held is not None:
                     self._leaf_cache.move_to_end(index)
             if held is not None:
-                parts.append(held)
+                parts.append(memoryview(held))
                 index += 1
                 continue
             stop = index
@@ -308,10 +317,12 @@ class RangedFile(io.RawIOBase):
                     self._leaf_cache[k] = data[(k - index) * leaf:(k - index + 1) * leaf]
                 while len(self._leaf_cache) > CACHED_LEAVES:
                     self._leaf_cache.popitem(last=False)
-            parts.append(data)
+            parts.append(memoryview(data))
             index = stop + 1
-        joined = b"".join(parts) if len(parts) > 1 else parts[0]
-        return joined[offset - first * leaf:end - first * leaf]
+        surplus = min((last + 1) * leaf, self.size) - end
+        parts[-1] = parts[-1][:len(parts[-1]) - surplus]
+        parts[0] = parts[0][offset - first * leaf:]
+        return parts
 
     def spool(self) -> None:
         """Download the whole file now, and read it from there (see the module); a file without a download
