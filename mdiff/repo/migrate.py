@@ -112,8 +112,9 @@ def migrate(source: Store, destination: str | os.PathLike[str], progress: Progre
                     new.set_branch(branch, report.ids[target_id], "migrate: from format 1")
                     report.branches[branch] = report.ids[target_id]
             for tag, target_id in source.tags().items():
-                if target_id is not None:
-                    new.create_tag(tag, report.ids[target_id])
+                if target_id is not None:  # as it is, even beside a branch of its name (create_tag refuses that)
+                    new.check_tag_name(tag)
+                    new.move_ref(f"refs/tags/{tag}", report.ids[target_id], "migrate: from format 1")
                     report.tags[tag] = report.ids[target_id]
             if head_commit is not None:
                 new.set_head(commit_id=report.ids[head_commit], message="migrate: from format 1")
