@@ -691,6 +691,7 @@ def test_fetch_and_push_record_their_ref_moves_in_reflogs(tmp_path):
     first = commit(alice, 0)
     push(alice, "origin", "main")
     bob, _ = Repository.clone(str(origin), tmp_path / "bob")
+    assert not (bob.dir / "logs/refs/remotes").exists()  # a clone's first refs: unrecorded, as git's (§13.6)
     second = commit(alice, 1)
     push(alice, "origin", "main")
     fetch(bob, "origin")
@@ -698,7 +699,7 @@ def test_fetch_and_push_record_their_ref_moves_in_reflogs(tmp_path):
     fetched = (bob.dir / "logs/refs/remotes/origin/main").read_text().splitlines()
     assert [line.split(" ")[:2] + line.split(" ")[3:] for line in pushed] == [
         ["0" * 64, first, "push", "origin", "main"], [first, second, "push", "origin", "main"]]
-    assert [line.split(" ")[:2] for line in fetched][-1] == [first, second] and fetched[-1].endswith("fetch origin")
+    assert [line.split(" ")[:2] + line.split(" ")[3:] for line in fetched] == [[first, second, "fetch", "origin"]]
 
 
 # ---------------------------------------------------------------- issue 27: a missing bucket is not an empty prefix

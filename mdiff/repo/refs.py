@@ -30,7 +30,8 @@ from mdiff.repo.reflog import ReflogEntry
 log = logging.getLogger(__name__)
 
 REF_ROUND = 256  # refs moved together by move_refs: at most twice as many descriptors open at once
-ROUND_WORKERS = 4  # threads of a round: creating files costs the kernel's CPU, syncing waits on the disk
+ROUND_WORKERS = 4  # threads that make a round's files: each costs the kernel's CPU
+SYNC_WORKERS = 64  # threads that sync them: each waits on the disk, which commits many syncs at once
 
 
 class Refs(CommitFiles):
@@ -146,14 +147,15 @@ class Refs(CommitFiles):
                 and not relative.endswith(".lock")):  # each part as §13.1 says (the length: the branch's own)
             raise RepositoryError("MD801", f"{shown(relative)[:80]!r} is not a ref: refs/ and a name of §13.1's form")
 
-    def move_refs(self, moves: Sequence[tuple[str, str | None, str]]) -> None:
+    def move_refs(self, moves: Sequence[tuple[str, str | None, str]], record: bool = True) -> None:
         """Many moves of :meth:`move_ref` — (ref, commit id or None, message) — each recorded and written as it
         records and writes one, as durably (§13.6: each reflog line synced before its ref is written, each ref
         file synced before it is renamed into place, its folder after), but in rounds of REF_ROUND refs: their
         reflog lines appended, then synced together; their new ref files written, then synced together, renamed
         into place, and each folder synced once. The disk's syncs of thousands of refs (a fetch's remote-tracking
         refs) are thus waited for together, and each folder is opened once a round, not once a file. A deletion,
-        or a move of the branch HEAD names (its reflog too), is made alone. The caller holds the writers' lock."""
+        or a move of the branch HEAD names (its reflog too), is made alone. With ``record`` False (a clone's first
+        refs, §13.6) the rounds' moves are not recorded in reflogs. The caller holds the writers' lock."""
         head = self._head_names()
         batch = []
         for relative, commit_id, message in moves:
@@ -162,10 +164,11 @@ class Refs(CommitFiles):
             else:
                 self._check_ref_path(relative)
                 batch.append((relative, commit_id, message))
-        for start in range(0, len(batch), REF_ROUND):
-            self._move_round(batch[start:start + REF_ROUND])
+        with ThreadPoolExecutor(max_workers=min(SYNC_WORKERS, max(1, len(batch)))) as syncs:
+            for start in range(0, len(batch), REF_ROUND):
+                self._move_round(batch[start:start + REF_ROUND], record, syncs)
 
-    def _move_round(self, moves: list[tuple[str, str, str]]) -> None:
+    def _move_round(self, moves: list[tuple[str, str, str]], record: bool, syncs: ThreadPoolExecutor) -> None:
         folders: dict[tuple[str, ...], tuple[int | None, str]] = {}
         guard = threading.Lock()
         opened: list[int] = []  # every file descriptor of the round, closed at its end
@@ -214,7 +217,7 @@ class Refs(CommitFiles):
                     os.close(ref)
                 return text[:-1] if ID_LINE.fullmatch(text) else None
 
-            def record(move: tuple[str, str, str]) -> int | None:
+            def append(move: tuple[str, str, str]) -> int | None:
                 relative, commit_id, message = move
                 fd = self._open_reflog(f"logs/{relative}", folder, kept, in_the_way)
                 if fd is not None:
@@ -240,9 +243,9 @@ class Refs(CommitFiles):
 
             try:
                 with ThreadPoolExecutor(max_workers=ROUND_WORKERS) as pool:
-                    logs = [fd for fd in pool.map(record, moves) if fd is not None]
-                    list(pool.map(os.fsync, logs))  # every line synced before any ref is written
-                    list(pool.map(os.fsync, pool.map(write, moves)))
+                    logs = [fd for fd in pool.map(append, moves) if fd is not None] if record else []
+                    list(syncs.map(os.fsync, logs))  # every line synced before any ref is written
+                    list(syncs.map(os.fsync, list(pool.map(write, moves))))
                 synced = {(fd, prefix) for fd, prefix, _, _ in written}
                 with naming(self._shown_path("refs")):
                     while written:

@@ -103,12 +103,13 @@ def _missing_ancestors(store: Store, tips: Iterable[str], have: set[str]) -> lis
 
 # ---------------------------------------------------------------- fetch
 def fetch(repo: Store, remote: str, options: dict | None = None, progress: Progress | None = None,
-          snapshots: bool = False) -> FetchReport:
+          snapshots: bool = False, clone: bool = False) -> FetchReport:
     """Copy the commits ``remote`` has and this repository lacks, then set ``refs/remotes/<remote>/*``
     to its branches (removing those of branches it no longer has) and create its tags that are missing
     here (a local tag of that name that differs is kept, with a warning). With ``snapshots``, then copy
     the remote's snapshots of commits here that have none (§13.5: caches their commits vouch for when a
-    checkout reads them; one that cannot be opened is left behind, with a warning)."""
+    checkout reads them; one that cannot be opened is left behind, with a warning). ``clone``: the fetch that
+    starts a new repository, which records no creation of its refs in reflogs (§13.6, as git's clone)."""
     url = remote_url(repo, remote)
     end = open_end(url, options)
     same_format(repo, url, end.check_format())
@@ -144,7 +145,7 @@ def fetch(repo: Store, remote: str, options: dict | None = None, progress: Progr
                 repo.file_received(received.pop(commit_id), commit_id)
                 report.commits.append(commit_id)
                 report.bytes += wanted[commit_id]
-            _set_tracking_refs(repo, remote, refs, report)
+            _set_tracking_refs(repo, remote, refs, report, record=not clone)
     finally:
         for temp in received.values():
             repo.discard_received(temp)
@@ -197,7 +198,7 @@ def _reachable(repo: Store, url: str, refs: dict[str, str], local: set[str], rec
     return seen
 
 
-def _set_tracking_refs(repo: Store, remote: str, refs: dict[str, str], report: FetchReport) -> None:
+def _set_tracking_refs(repo: Store, remote: str, refs: dict[str, str], report: FetchReport, record: bool = True) -> None:
     """Move ``refs/remotes/<remote>/*`` to the remote's branches and create its missing tags. All together
     (``move_refs``: each ref and its reflog written and synced as §13.6 says, the syncs of many refs waited for
     together), so that a remote with thousands of refs does not wait on the disk once a ref."""
@@ -230,7 +231,7 @@ def _set_tracking_refs(repo: Store, remote: str, refs: dict[str, str], report: F
         elif mine != target:
             log.warning("tag %s here names %s, on %s %s: the local tag is kept", name, mine[:12], remote, target[:12])
             report.tags_kept.append(name)
-    repo.move_refs(moves)
+    repo.move_refs(moves, record)
 
 
 # ---------------------------------------------------------------- push
