@@ -379,19 +379,25 @@ class Refs(CommitFiles):
         """Append a move of ``ref`` (``HEAD``, ``refs/heads/main``) to ``logs/<ref>`` (§13.1), opened
         without following a link and appended to only if it is a regular file (MD801 otherwise); synced."""
         relative = f"logs/{ref}"
+        opened: list[int] = []
+
+        def kept(fd: int) -> int:
+            opened.append(fd)
+            return fd
+
+        def close() -> None:
+            for fd in opened:
+                os.close(fd)
+
         with contextlib.ExitStack() as stack:
-            out = self._open_reflog(relative, lambda parts: stack.enter_context(self._folder(parts, create=True)))
-            if out is None:
-                return
-            try:
+            stack.callback(close)  # after an error too; the folder (entered later) is closed before it
+            out = self._open_reflog(relative, lambda parts: stack.enter_context(self._folder(parts, create=True)), kept)
+            if out is not None:
                 self._append(relative, out, reflog.encode(old, new, message))
                 os.fsync(out)
-            finally:
-                os.close(out)
 
     def _open_reflog(self, relative: str, folder: Callable[[list[str]], tuple[int | None, str]],
-                     kept: Callable[[int], int] = lambda fd: fd, in_the_way: Callable[[str], bool] | None = None
-                     ) -> int | None:
+                     kept: Callable[[int], int], in_the_way: Callable[[str], bool] | None = None) -> int | None:
         """The reflog ``.mdiff/<relative>`` opened to append to (created if missing), in the folder that ``folder``
         opens; None, with a warning, when the reflog of a deleted ref is in the way (§13.6). MD801 when it is not
         a regular file. ``kept`` is given the descriptor as soon as it is open (the caller closes it)."""
