@@ -5,6 +5,7 @@ is listed by `mdiff --help`, and has its errors reported as every command's are.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -84,7 +85,7 @@ def test_a_registered_commands_errors_are_reported_as_every_commands_are(greet, 
     assert capsys.readouterr() == ("", "mdiff: error: greet was told to fail\n")
     assert main(["greet", "world", "--fail", "--json"]) == 2
     assert capsys.readouterr().out == ('{"error": {"code": null, "message": "greet was told to fail", "path": null, '
-                                       '"section": null}}\n')
+                                       '"section": null, "hint": null}}\n')
     assert main(["greet"]) == 2
     assert capsys.readouterr().err == ("usage: mdiff greet [-h] [--shout] [--fail] [--json] [-v] [-q] name\n"
                                        "mdiff: error: the following arguments are required: name\n")
@@ -218,3 +219,17 @@ def test_an_alias_is_a_name_of_its_command_and_taken_like_one(capsys):
         main(["--help"])
     listed = capsys.readouterr().out
     assert "    du         is it worth it?" in listed and "count-objects" not in listed
+
+
+def test_a_json_error_carries_the_hint_the_text_shows(tmp_path, capsys):
+    """`--json` errors say what to do as the text does (issue 31): the hint, in parentheses on stderr, is the
+    JSON error's ``hint``."""
+    bad = tmp_path / "bad.mdiff"
+    bad.write_bytes(b"not an hdf5 file")
+    assert main(["dump", str(bad)]) == 2
+    hint = "SPEC.md §3.1: the file is not a readable HDF5 file; `mdiff validate FILE` lists every problem"
+    assert capsys.readouterr().err.endswith(f"\n  ({hint})\n")
+    assert main(["dump", str(bad), "--json"]) == 2
+    assert json.loads(capsys.readouterr().out) == {"error": {
+        "code": "MD100", "message": "not an .mdiff file: HDF5 cannot open it (file signature not found)",
+        "path": str(bad), "section": "3.1", "hint": hint}}

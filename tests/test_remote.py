@@ -434,35 +434,96 @@ def test_hostile_names_and_sizes_on_s3(s3, bucket_url, tmp_path):
         fetch(bob, "origin", options=options)
 
 
-def test_a_remote_with_many_refs_is_read_in_one_listing_and_one_get_per_ref(s3, bucket_url, tmp_path, monkeypatch):
-    """Issue 31: 3,000 refs took 38.9 s, two requests each, one after the other. Now: the listing, then one
-    ranged GET per ref, many in flight; the tracking refs are written side by side; and a cap, said."""
+def count_requests(monkeypatch) -> dict[str, int]:
+    """The S3 requests s3fs sends for keys below ``.mdiff/refs/``, by operation: the real filesystem, each call
+    counted on its way to the server."""
     import s3fs
 
-    _, first, options, fs = pushed_to_s3(s3, bucket_url, tmp_path)
+    calls: dict[str, int] = {}
+    original = s3fs.S3FileSystem._call_s3
+
+    async def counted(self, method, *args, **kwargs):
+        if ".mdiff/refs/" in str(kwargs.get("Key", "")) + str(kwargs.get("Prefix", "")):
+            calls[method] = calls.get(method, 0) + 1
+        return await original(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)
+    return calls
+
+
+def test_a_remote_with_many_refs_is_read_in_one_listing_and_one_get_per_distinct_etag(s3, bucket_url, tmp_path,
+                                                                                        monkeypatch):
+    """Issue 31: 3,000 refs took 38.9 s, two requests each. Now: one listing per folder; of the refs whose listed
+    ETag (the MD5 of their bytes) is new, one GET per distinct ETag; none for a ref whose ETag is the MD5 of a
+    commit its tracking ref or a tag here names (§13.8); and a cap, said."""
+    alice, first, options, fs = pushed_to_s3(s3, bucket_url, tmp_path)
     fs.pipe({f"{bucket_url}/.mdiff/refs/heads/team/b{i:03d}".removeprefix("s3://"): (first + "\n").encode()
              for i in range(300)})
     fs.pipe({f"{bucket_url}/.mdiff/refs/tags/v{i}".removeprefix("s3://"): (first + "\n").encode() for i in range(50)})
-    calls: dict[str, int] = {"info": 0, "cat_file": 0}
-    for name in calls:
-        original = getattr(s3fs.S3FileSystem, f"_{name}")
-
-        async def counted(self, path, *args, _original=original, _name=name, **kwargs):
-            if "/.mdiff/refs/" in path:
-                calls[_name] += 1
-            return await _original(self, path, *args, **kwargs)
-
-        monkeypatch.setattr(s3fs.S3FileSystem, f"_{name}", counted)
+    calls = count_requests(monkeypatch)
     bob, report = Repository.clone(bucket_url, tmp_path / "bob", options)
-    assert calls == {"info": 0, "cat_file": 351}  # one GET per ref, no HEAD request
+    assert calls == {"list_objects_v2": 2, "get_object": 1}  # 351 refs, one distinct ETag
     assert len(report.branches) == 301 and len(report.tags) == 50
     assert resolve(bob, "origin/team/b299") == first and resolve(bob, "v49") == first
     assert bob.fsck() == []
+    calls.clear()  # as this fetch left them: the listing alone
+    assert fetch(bob, "origin", options=options).branches == {}
+    assert calls == {"list_objects_v2": 2}
+    second = commit(alice, 1)
+    push(alice, "origin", "main", options=options)
+    calls.clear()
+    for i in range(10):  # ten branches moved to the new commit: one GET for the ten
+        fs.pipe_file(f"{bucket_url}/.mdiff/refs/heads/team/b{i:03d}", (second + "\n").encode())
+    calls.clear()
+    report = fetch(bob, "origin", options=options)
+    assert calls == {"list_objects_v2": 2, "get_object": 1}
+    assert sorted(report.branches) == ["main", *(f"team/b{i:03d}" for i in range(10))]
+    assert {after for _, after in report.branches.values()} == {second} and resolve(bob, "origin/team/b010") == first
     monkeypatch.setattr("mdiff.repo.remote_ends.MAX_REMOTE_REFS", 350)
     with pytest.raises(RepositoryError) as refused:
         fetch(bob, "origin", options=options)
     assert refused.value.code == "MD801" and "351 branches and tags, more than mdiff reads from one remote (350)" \
         in refused.value.message
+
+
+def test_refs_whose_etag_is_no_md5_of_their_bytes_are_each_read(s3, bucket_url, tmp_path, monkeypatch):
+    """An ETag vouches for a ref's bytes only where it is their MD5: a multipart upload's (``<hex>-1``) is not,
+    and a ref moved after the listing no longer hashes to the ETag listed: then every ref of that ETag is read,
+    and each gets its own bytes (§13.8)."""
+    alice, first, options, fs = pushed_to_s3(s3, bucket_url, tmp_path)
+    second = commit(alice, 1)
+    push(alice, "origin", "main", options=options)
+    fs.pipe_file(f"{bucket_url}/.mdiff/refs/heads/side", (first + "\n").encode())
+    bucket, prefix = bucket_url.removeprefix("s3://").split("/", 1)
+    for name, target in (("multi/a", first), ("multi/b", first), ("multi/c", second)):
+        key = f"{prefix}/.mdiff/refs/heads/{name}"
+        upload = fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key)["UploadId"]
+        part = fs.call_s3("upload_part", Bucket=bucket, Key=key, UploadId=upload, PartNumber=1,
+                          Body=(target + "\n").encode())
+        fs.call_s3("complete_multipart_upload", Bucket=bucket, Key=key, UploadId=upload,
+                   MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
+    assert all(entry["ETag"].endswith('-1"') for entry in fs.ls(f"{bucket_url}/.mdiff/refs/heads/multi", detail=True))
+    fs.pipe({f"{bucket_url}/.mdiff/refs/heads/same/b{i}".removeprefix("s3://"): (second + "\n").encode()
+             for i in range(5)})
+    listing = FsspecEnd._listing
+
+    def moved_after_listing(self, relative):  # another pusher moves main once the listing is taken
+        entries = listing(self, relative)
+        if relative == "refs/heads":
+            fs.pipe_file(f"{bucket_url}/.mdiff/refs/heads/main", (first + "\n").encode())
+        return entries
+
+    monkeypatch.setattr(FsspecEnd, "_listing", moved_after_listing)
+    calls = count_requests(monkeypatch)
+    refs = open_end(bucket_url, options).refs()
+    # main (read first of its ETag: it no longer hashes to it, so same/b0…b4 are each read), side, the three
+    # multipart refs: 10 GETs for 10 refs; main as read, the others as listed
+    assert refs == {"refs/heads/main": first, "refs/heads/side": first, "refs/heads/multi/a": first,
+                    "refs/heads/multi/b": first, "refs/heads/multi/c": second,
+                    **{f"refs/heads/same/b{i}": second for i in range(5)}}
+    # and the listings: refs/heads's, and refs/tags's, which holds nothing (s3fs then asks whether it is an
+    # object: a HEAD and a listing); the PUT is the other pusher's
+    assert calls == {"list_objects_v2": 3, "head_object": 1, "get_object": 10, "put_object": 1}
 
 
 # ---------------------------------------------------------------- credentials
@@ -630,6 +691,7 @@ def test_fetch_and_push_record_their_ref_moves_in_reflogs(tmp_path):
     first = commit(alice, 0)
     push(alice, "origin", "main")
     bob, _ = Repository.clone(str(origin), tmp_path / "bob")
+    assert not (bob.dir / "logs/refs/remotes").exists()  # a clone's first refs: unrecorded, as git's (§13.6)
     second = commit(alice, 1)
     push(alice, "origin", "main")
     fetch(bob, "origin")
@@ -637,7 +699,7 @@ def test_fetch_and_push_record_their_ref_moves_in_reflogs(tmp_path):
     fetched = (bob.dir / "logs/refs/remotes/origin/main").read_text().splitlines()
     assert [line.split(" ")[:2] + line.split(" ")[3:] for line in pushed] == [
         ["0" * 64, first, "push", "origin", "main"], [first, second, "push", "origin", "main"]]
-    assert [line.split(" ")[:2] for line in fetched][-1] == [first, second] and fetched[-1].endswith("fetch origin")
+    assert [line.split(" ")[:2] + line.split(" ")[3:] for line in fetched] == [[first, second, "fetch", "origin"]]
 
 
 # ---------------------------------------------------------------- issue 27: a missing bucket is not an empty prefix

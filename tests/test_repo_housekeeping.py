@@ -526,6 +526,54 @@ def test_refs_of_the_longest_names_move_and_move_ref_takes_only_refs(repo):
     assert [e.message for e in repo.reflog("refs/remotes/origin/main")[1]] == ["fetch"]
 
 
+def test_move_refs_moves_many_refs_as_move_ref_moves_each_with_their_syncs_together(repo, monkeypatch, caplog):
+    """A fetch's thousands of remote-tracking refs move in rounds (issue 31): each ref and its reflog as
+    move_ref leaves them — a line per move, the old side as it was, HEAD's reflog with its branch's — each file
+    synced (a line before its ref is written), each folder once a round; an error leaves no temporary file."""
+    import logging
+
+    import mdiff.repo.refs as refs_module
+
+    monkeypatch.setattr(logging.getLogger("mdiff"), "handlers", [])  # as a command left it: to caplog, here
+    monkeypatch.setattr(logging.getLogger("mdiff"), "propagate", True)
+    a, b = chain(repo, 2)
+    with repo.lock():
+        repo.move_ref("refs/remotes/origin/b000", b, "fetch")
+        repo.move_ref("refs/remotes/origin/gone", b, "fetch")
+        repo.move_ref("refs/remotes/origin/exp", b, "fetch")
+        repo.move_ref("refs/remotes/origin/exp", None, "fetch: gone")  # its reflog stays, in exp/lora's way
+    synced = []
+    fsync = os.fsync
+    monkeypatch.setattr(refs_module.os, "fsync", lambda fd: (synced.append(fd), fsync(fd))[1])
+    moves = [(f"refs/remotes/origin/b{i:03d}", a, "fetch origin") for i in range(300)]
+    moves += [("refs/remotes/origin/gone", None, "gone"), ("refs/heads/main", a, "reset"),
+              ("refs/remotes/origin/exp/lora", a, "fetch origin"), ("refs/tags/v1", a, "fetch origin")]
+    with repo.lock():
+        repo.move_refs(moves)
+    # 302 moves in two rounds: a reflog line and a ref file each (exp/lora's line not recorded), and each folder
+    # of a round once (1, then 3: origin/, origin/exp/, tags/); alone: the deletion (its reflog, its folder) and
+    # main (its reflog and HEAD's, the ref, its folder)
+    assert len(synced) == 301 + 302 + 1 + 3 + 2 + 4
+    assert "the move of refs/remotes/origin/exp/lora is not recorded" in caplog.text
+    assert repo.all_refs() == sorted(["refs/heads/main", "refs/tags/v1", "refs/remotes/origin/exp/lora",
+                                      *(f"refs/remotes/origin/b{i:03d}" for i in range(300))])
+    assert {ref: repo.ref_file_target(ref) for ref in repo.all_refs()} == dict.fromkeys(repo.all_refs(), a)
+    moved = {ref: [line[:2] + line[3:] for line in log_lines(repo, ref)] for ref in
+             ("refs/remotes/origin/b000", "refs/remotes/origin/b299", "refs/remotes/origin/gone", "refs/tags/v1",
+              "refs/heads/main", "HEAD")}
+    assert moved["refs/remotes/origin/b000"] == [["0" * 64, b, "fetch"], [b, a, "fetch origin"]]
+    assert moved["refs/remotes/origin/b299"] == moved["refs/tags/v1"] == [["0" * 64, a, "fetch origin"]]
+    assert moved["refs/remotes/origin/gone"] == [["0" * 64, b, "fetch"], [b, "0" * 64, "gone"]]
+    assert moved["refs/heads/main"][-1] == moved["HEAD"][-1] == [b, a, "reset"]
+    (repo.dir / "refs" / "remotes" / "origin" / "b150").unlink()
+    os.symlink("elsewhere", repo.dir / "refs" / "remotes" / "origin" / "b150")  # what a writer may not replace
+    with repo.lock(), pytest.raises(RepositoryError, match="b150 is a symbolic link") as refused:
+        repo.move_refs([(f"refs/remotes/origin/b{i:03d}", b, "fetch origin") for i in range(100, 200)])
+    assert refused.value.code == "MD801"
+    assert [p.name for p in (repo.dir / "refs").rglob(".*")] == []  # no temporary file left
+    assert repo.ref_file_target("refs/remotes/origin/b100") == a  # the round's refs were not written
+
+
 def test_gc_drops_only_the_expired_reflog_entries_and_what_only_they_kept(repo, capsys):
     a, b = chain(repo, 2)
     path = repo.dir / "logs" / "refs" / "heads" / "main"

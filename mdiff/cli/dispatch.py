@@ -159,7 +159,7 @@ def _report(wants_json: bool, code: str | None, message: str, path: str | None, 
             section: str | None = None, hint: str | None = None, usage: str | None = None) -> int:
     try:
         if wants_json:
-            print(json.dumps({"error": {"code": code, "message": message, "path": path, "section": section}}))
+            print(json.dumps({"error": {"code": code, "message": message, "path": path, "section": section, "hint": hint}}))
         else:
             if usage:
                 print(usage.rstrip(), file=sys.stderr)

@@ -86,10 +86,10 @@ def entries(fd: int) -> Iterator[ReflogEntry]:
             raise MalformedReflog(number + 1, f"is longer than {MAX_LINE_BYTES} bytes")
 
 
-def append(fd: int, line: bytes) -> None:
-    """Append ``line`` to the reflog open (read-write, O_APPEND) as ``fd``, synced. An unterminated last
-    line left by a killed writer is cut off first, so that it never joins the new one. The caller holds
-    the writers' lock (§13.6)."""
+def append(fd: int, line: bytes, sync: bool = True) -> None:
+    """Append ``line`` to the reflog open (read-write, O_APPEND) as ``fd``, synced (unless ``sync`` is False:
+    the caller syncs it before it writes the ref). An unterminated last line left by a killed writer is cut
+    off first, so that it never joins the new one. The caller holds the writers' lock (§13.6)."""
     size = os.fstat(fd).st_size
     if size and pread(fd, 1, size - 1) != b"\n":
         start = max(0, size - MAX_LINE_BYTES)
@@ -101,4 +101,5 @@ def append(fd: int, line: bytes) -> None:
     view = memoryview(line)
     while view:
         view = view[os.write(fd, view):]
-    os.fsync(fd)
+    if sync:
+        os.fsync(fd)

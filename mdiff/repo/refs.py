@@ -12,17 +12,26 @@ import errno
 import logging
 import os
 import re
+import secrets
 import stat
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
+from mdiff.atomic import TEMP_SUFFIX, naming
 from mdiff.errors import RepositoryError
-from mdiff.regular_files import BINARY, CLOEXEC, NOFOLLOW, NONBLOCK, kind_of
+from mdiff.regular_files import BINARY, CLOEXEC, NOFOLLOW, NONBLOCK, NotRegularFile, kind_of, open_regular
 from mdiff.repo import reflog
 from mdiff.repo.objects import CommitFiles
-from mdiff.repo.names import BRANCH_NAME, HEAD_PREFIX, ID_LINE, branch_problem, shown, valid_branch
+from mdiff.repo.names import BRANCH_NAME, HEAD_PREFIX, ID_LINE, MAX_SMALL_FILE_BYTES, branch_problem, shown, valid_branch
+from mdiff.repo.folder import create_exclusive, rename_in, write_all
 from mdiff.repo.reflog import ReflogEntry
 
 log = logging.getLogger(__name__)
+
+REF_ROUND = 256  # refs moved together by move_refs: at most twice as many descriptors open at once
+ROUND_WORKERS = 4  # threads that make a round's files: each costs the kernel's CPU
+SYNC_WORKERS = 64  # threads that sync them: each waits on the disk, which commits many syncs at once
 
 
 class Refs(CommitFiles):
@@ -113,9 +122,7 @@ class Refs(CommitFiles):
         """Write (or, ``commit_id`` None, delete) the ref file ``.mdiff/<relative>`` — ``refs/`` and a name
         the branch-name rules allow (``refs/tags/v1``, ``refs/remotes/origin/main``) — after appending
         the move to ``logs/<relative>`` (§13.6). The caller holds the writers' lock."""
-        if not (relative.startswith("refs/") and BRANCH_NAME.fullmatch(relative) and ".." not in relative
-                and not relative.endswith(".lock")):  # each part as §13.1 says (the length: the branch's own)
-            raise RepositoryError("MD801", f"{shown(relative)[:80]!r} is not a ref: refs/ and a name of §13.1's form")
+        self._check_ref_path(relative)
         old = self._raw_target(relative)
         self.append_reflog(relative, old, commit_id, message)
         if relative == self._head_names():  # HEAD moves with the branch it names: its reflog too (§13.6)
@@ -133,6 +140,126 @@ class Refs(CommitFiles):
                     os.rmdir(prefix + parts[depth - 1], dir_fd=fd)
                 except OSError:
                     break  # not empty (or not a folder): it stays
+
+    @staticmethod
+    def _check_ref_path(relative: str) -> None:
+        if not (relative.startswith("refs/") and BRANCH_NAME.fullmatch(relative) and ".." not in relative
+                and not relative.endswith(".lock")):  # each part as §13.1 says (the length: the branch's own)
+            raise RepositoryError("MD801", f"{shown(relative)[:80]!r} is not a ref: refs/ and a name of §13.1's form")
+
+    def move_refs(self, moves: Sequence[tuple[str, str | None, str]], record: bool = True) -> None:
+        """Many moves of :meth:`move_ref` — (ref, commit id or None, message) — each recorded and written as it
+        records and writes one, as durably (§13.6: each reflog line synced before its ref is written, each ref
+        file synced before it is renamed into place, its folder after), but in rounds of REF_ROUND refs: their
+        reflog lines appended, then synced together; their new ref files written, then synced together, renamed
+        into place, and each folder synced once. The disk's syncs of thousands of refs (a fetch's remote-tracking
+        refs) are thus waited for together, and each folder is opened once a round, not once a file. A deletion,
+        or a move of the branch HEAD names (its reflog too), is made alone. With ``record`` False (a clone's first
+        refs, §13.6) the rounds' moves are not recorded in reflogs. The caller holds the writers' lock."""
+        head = self._head_names()
+        batch = []
+        for relative, commit_id, message in moves:
+            if commit_id is None or relative == head:
+                self.move_ref(relative, commit_id, message)
+            else:
+                self._check_ref_path(relative)
+                batch.append((relative, commit_id, message))
+        with ThreadPoolExecutor(max_workers=min(SYNC_WORKERS, max(1, len(batch)))) as syncs:
+            for start in range(0, len(batch), REF_ROUND):
+                self._move_round(batch[start:start + REF_ROUND], record, syncs)
+
+    def _move_round(self, moves: list[tuple[str, str, str]], record: bool, syncs: ThreadPoolExecutor) -> None:
+        folders: dict[tuple[str, ...], tuple[int | None, str]] = {}
+        guard = threading.Lock()
+        opened: list[int] = []  # every file descriptor of the round, closed at its end
+        written: list[tuple[int | None, str, str, str]] = []  # (folder, prefix, temporary name, name) not renamed
+
+        def kept(fd: int) -> int:
+            with guard:
+                opened.append(fd)
+            return fd
+
+        with contextlib.ExitStack() as stack:  # the folders, closed last
+            def folder(parts: list[str]) -> tuple[int | None, str]:  # each opened once a round
+                with guard:
+                    if tuple(parts) not in folders:
+                        folders[tuple(parts)] = stack.enter_context(self._folder(parts, create=True))
+                    return folders[tuple(parts)]
+
+            blocked: dict[tuple[str, ...], bool] = {}  # a folder of logs/ below a file: a deleted ref's reflog
+
+            def in_the_way(relative: str) -> bool:  # _reflog_blocked, its folders looked at once a round
+                *parts, name = relative.split("/")
+                with guard:
+                    known = blocked.get(tuple(parts))
+                if known is None:
+                    known = any(self.kind("/".join(parts[:i])) == "a regular file" for i in range(2, len(parts) + 1))
+                    with guard:
+                        blocked[tuple(parts)] = known
+                if known:
+                    return True
+                fd, prefix = folder(parts)
+                try:
+                    return stat.S_ISDIR(os.stat(prefix + name, dir_fd=fd, follow_symlinks=False).st_mode)
+                except FileNotFoundError:
+                    return False
+
+            def old_target(relative: str) -> str | None:  # _raw_target, read in the folder open
+                *parts, name = relative.split("/")
+                fd, prefix = folder(parts)
+                try:
+                    ref, _ = open_regular(prefix + name, follow_links=False, dir_fd=fd)
+                except (FileNotFoundError, NotRegularFile):
+                    return None
+                try:
+                    text = os.read(ref, MAX_SMALL_FILE_BYTES + 1).decode("utf-8", "replace")
+                finally:
+                    os.close(ref)
+                return text[:-1] if ID_LINE.fullmatch(text) else None
+
+            def append(move: tuple[str, str, str]) -> int | None:
+                relative, commit_id, message = move
+                fd = self._open_reflog(f"logs/{relative}", folder, kept, in_the_way)
+                if fd is not None:
+                    self._append(f"logs/{relative}", fd, reflog.encode(old_target(relative), commit_id, message))
+                return fd
+
+            def write(move: tuple[str, str, str]) -> int:
+                relative, commit_id, _ = move
+                *parts, name = relative.split("/")
+                fd, prefix = folder(parts)
+                with naming(self._shown_path(relative)):
+                    with contextlib.suppress(FileNotFoundError):
+                        kind = kind_of(os.stat(prefix + name, dir_fd=fd, follow_symlinks=False).st_mode)
+                        if kind != "a regular file":
+                            raise RepositoryError("MD801", f"{self._shown_path(relative)} is {kind}; mdiff replaces "
+                                                           "only a regular file there (§13.1)")
+                    temp = f".{name[:64]}.{secrets.token_hex(8)}{TEMP_SUFFIX}"  # within 255 bytes, as _write_atomic
+                    out = kept(create_exclusive(fd, prefix, temp))
+                    with guard:
+                        written.append((fd, prefix, temp, name))
+                    write_all(out, f"{commit_id}\n".encode())
+                return out
+
+            try:
+                with ThreadPoolExecutor(max_workers=ROUND_WORKERS) as pool:
+                    logs = [fd for fd in pool.map(append, moves) if fd is not None] if record else []
+                    list(syncs.map(os.fsync, logs))  # every line synced before any ref is written
+                    list(syncs.map(os.fsync, list(pool.map(write, moves))))
+                synced = {(fd, prefix) for fd, prefix, _, _ in written}
+                with naming(self._shown_path("refs")):
+                    while written:
+                        fd, prefix, temp, name = written[-1]
+                        rename_in(fd, prefix, temp, name)
+                        written.pop()
+                for fd, prefix in synced:
+                    self._sync_folder(fd, prefix)
+            finally:
+                for fd in opened:
+                    os.close(fd)
+                for fd, prefix, temp, _ in written:  # an error leaves no temporary file
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(prefix + temp, dir_fd=fd)
 
     def create_branch(self, branch: str, commit_id: str, message: str = "branch: created") -> None:
         """A new branch at ``commit_id`` (MD801 if it exists, or a tag has its name: §13.3). The caller
@@ -250,32 +377,57 @@ class Refs(CommitFiles):
 
     def append_reflog(self, ref: str, old: str | None, new: str | None, message: str) -> None:
         """Append a move of ``ref`` (``HEAD``, ``refs/heads/main``) to ``logs/<ref>`` (§13.1), opened
-        without following a link and appended to only if it is a regular file (MD801 otherwise)."""
+        without following a link and appended to only if it is a regular file (MD801 otherwise); synced."""
         relative = f"logs/{ref}"
+        opened: list[int] = []
+
+        def kept(fd: int) -> int:
+            opened.append(fd)
+            return fd
+
+        def close() -> None:
+            for fd in opened:
+                os.close(fd)
+
+        with contextlib.ExitStack() as stack:
+            stack.callback(close)  # after an error too; the folder (entered later) is closed before it
+            out = self._open_reflog(relative, lambda parts: stack.enter_context(self._folder(parts, create=True)), kept)
+            if out is not None:
+                self._append(relative, out, reflog.encode(old, new, message))
+                os.fsync(out)
+
+    def _open_reflog(self, relative: str, folder: Callable[[list[str]], tuple[int | None, str]],
+                     kept: Callable[[int], int], in_the_way: Callable[[str], bool] | None = None) -> int | None:
+        """The reflog ``.mdiff/<relative>`` opened to append to (created if missing), in the folder that ``folder``
+        opens; None, with a warning, when the reflog of a deleted ref is in the way (§13.6). MD801 when it is not
+        a regular file. ``kept`` is given the descriptor as soon as it is open (the caller closes it)."""
         *parts, name = relative.split("/")
-        if self._reflog_blocked(relative):
+        if (in_the_way or self._reflog_blocked)(relative):
             log.warning("the move of %s is not recorded: the reflog of a deleted ref is in the way, below %s "
-                        "(§13.6); gc removes it once its entries expire", shown(ref), self._shown_path("logs"))
-            return
-        with self._folder(parts, create=True) as (fd, prefix):
-            try:
-                out = os.open(prefix + name, os.O_RDWR | os.O_APPEND | os.O_CREAT | NOFOLLOW | NONBLOCK | CLOEXEC
-                              | BINARY, 0o666, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno not in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.EISDIR):
-                    raise
-                raise self._not_regular(relative, kind_of(os.stat(prefix + name, dir_fd=fd,
-                                                                  follow_symlinks=False).st_mode)) from None
-            try:
-                mode = os.fstat(out).st_mode
-                if not stat.S_ISREG(mode):
-                    raise self._not_regular(relative, kind_of(mode))
-                reflog.append(out, reflog.encode(old, new, message))
-            except reflog.MalformedReflog as exc:
-                raise RepositoryError("MD801", f"{self._shown_path(relative)} is malformed: {exc}; move it "
-                                               "away to record new moves") from None
-            finally:
-                os.close(out)
+                        "(§13.6); gc removes it once its entries expire", shown(relative[len("logs/"):]),
+                        self._shown_path("logs"))
+            return None
+        fd, prefix = folder(parts)
+        try:
+            out = kept(os.open(prefix + name, os.O_RDWR | os.O_APPEND | os.O_CREAT | NOFOLLOW | NONBLOCK | CLOEXEC
+                               | BINARY, 0o666, dir_fd=fd))
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.EISDIR):
+                raise
+            raise self._not_regular(relative, kind_of(os.stat(prefix + name, dir_fd=fd,
+                                                              follow_symlinks=False).st_mode)) from None
+        mode = os.fstat(out).st_mode
+        if not stat.S_ISREG(mode):
+            raise self._not_regular(relative, kind_of(mode))
+        return out
+
+    def _append(self, relative: str, fd: int, line: bytes) -> None:
+        """``line`` appended to the reflog ``.mdiff/<relative>`` open as ``fd``, not yet synced."""
+        try:
+            reflog.append(fd, line, sync=False)
+        except reflog.MalformedReflog as exc:
+            raise RepositoryError("MD801", f"{self._shown_path(relative)} is malformed: {exc}; move it "
+                                           "away to record new moves") from None
 
     def _reflog_blocked(self, relative: str) -> bool:
         """Whether the reflog of a deleted ref is where the folders or the file of ``relative`` go: a

@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import errno
+import hashlib
 import logging
 import os
 import re
@@ -114,8 +115,10 @@ class RemoteEnd(abc.ABC):
         """The branch the remote's HEAD names (None: detached, or not a valid branch)."""
 
     @abc.abstractmethod
-    def refs(self) -> dict[str, str]:
-        """``refs/heads/<b>`` and ``refs/tags/<t>`` → commit id; names that are no valid branch name ignored."""
+    def refs(self, known: Iterable[str] = ()) -> dict[str, str]:
+        """``refs/heads/<b>`` and ``refs/tags/<t>`` → commit id; names that are no valid branch name ignored.
+        ``known``: commit ids the caller's refs name (its remote-tracking refs, its tags), which a listing that
+        vouches for a ref's bytes may show a ref to hold without reading it (§13.8)."""
 
     @abc.abstractmethod
     def commit_sizes(self, directory: str = "commits") -> dict[str, int]:
@@ -156,6 +159,15 @@ class RemoteEnd(abc.ABC):
             return self.check_format()
 
 
+def _plain_md5(etag: object) -> str | None:
+    """The MD5 an object store's ETag may be of the object's bytes: 32 hex digits, in quotes or not (an S3 object
+    written in one PUT, unencrypted or with S3's own keys); None for any other (a multipart upload's
+    ``<hex>-<parts>``, none). Whether it is that MD5 is checked when the object is read (an SSE-KMS object's
+    ETag has this form and is not)."""
+    m = re.fullmatch(r'"?([0-9a-fA-F]{32})"?', etag) if isinstance(etag, str) else None
+    return m.group(1).lower() if m else None
+
+
 def _check_ref_count(url: str, count: int) -> None:
     """MD801 when a remote lists more branches and tags than one fetch reads (§13.8), before any is read."""
     if count > MAX_REMOTE_REFS:
@@ -185,7 +197,7 @@ class LocalEnd(RemoteEnd):
     def head_branch(self) -> str | None:
         return self.store.head_ref()[0]
 
-    def refs(self) -> dict[str, str]:
+    def refs(self, known: Iterable[str] = ()) -> dict[str, str]:
         """Every branch and tag: the folders listed, then — unless they are more than mdiff reads from one
         remote (MD801, as FsspecEnd) — each ref read."""
         named = []
@@ -382,10 +394,17 @@ class FsspecEnd(RemoteEnd):
         prefix = self.fs._strip_protocol(self._path(folder)).rstrip("/") + "/"
         return name[len(prefix):] if name.startswith(prefix) else ""
 
-    def refs(self) -> dict[str, str]:
+    def refs(self, known: Iterable[str] = ()) -> dict[str, str]:
         """Every branch and tag: one listing per folder, then the ref files read together — one ranged GET
-        each, many in flight (fsspec's batches) — so that thousands of refs cost seconds, not minutes."""
-        named = []
+        each, many in flight (fsspec's batches) — but only those whose bytes the listing does not already
+        vouch for (§13.8): an object store lists each object's ETag, which for an object written in one PUT
+        is the MD5 of its bytes. A ref whose ETag is the MD5 of ``<id>\\n`` for a ``known`` id holds that id,
+        and is not read; of the others, one ref per distinct ETag is read and its bytes checked to hash to
+        that ETag — the others of that ETag then hold the same bytes — else (an ETag that is no plain MD5:
+        a multipart upload's, an encrypted object's; or bytes that do not hash to it: a ref moved since it
+        was listed) every ref of that ETag is read. So 3,000 branches naming a few commits cost the listing
+        and a few GETs, and a fetch that finds them as it left them, the listing alone."""
+        named: list[tuple[str, str | None]] = []  # (ref, the MD5 its listing vouches for)
         for folder in REF_FOLDERS:
             for entry in self._listing(folder):
                 name = self._relative(entry, folder)
@@ -396,21 +415,44 @@ class FsspecEnd(RemoteEnd):
                     continue
                 if entry.get("type", "file") != "file":
                     raise RepositoryError("MD801", f"{self.url}: .mdiff/{folder}/{name} is not a file")
-                named.append(f"{folder}/{name}")
+                named.append((f"{folder}/{name}", _plain_md5(entry.get("ETag"))))
         _check_ref_count(self.url, len(named))
+        data: dict[str, bytes | None] = {}
+        by_md5 = {hashlib.md5(f"{c}\n".encode(), usedforsecurity=False).hexdigest(): f"{c}\n".encode() for c in known}
+        groups: dict[str, list[str]] = {}
+        each: list[str] = []  # refs read one by one
+        for relative, md5 in named:
+            if md5 is None:
+                each.append(relative)
+            elif md5 in by_md5:
+                data[relative] = by_md5[md5]
+            else:
+                groups.setdefault(md5, []).append(relative)
+        firsts = [members[0] for members in groups.values()]
+        for (md5, members), got in zip(groups.items(), self._read_many(firsts)):
+            data[members[0]] = got
+            if got is not None and hashlib.md5(got, usedforsecurity=False).hexdigest() == md5:
+                data.update(dict.fromkeys(members[1:], got))
+            else:  # not the bytes listed (moved or deleted since, or an ETag that is no MD5): each read
+                each.extend(members[1:])
+        data.update(zip(each, self._read_many(each)))
+        log.debug("%s: %d refs listed, %d read", self.url, len(named), len(firsts) + len(each))
         found = {}
-        for relative, text in zip(named, self._read_many(named)):
-            if text is None:
+        for relative, _ in named:
+            got = data[relative]
+            if got is None:
                 continue  # deleted since listed
-            if not _ID_LINE.fullmatch(text):
+            if not _ID_LINE.fullmatch(got.decode("utf-8", "replace")):
                 raise RepositoryError("MD801", f"{self.url}: {relative} is malformed: not a commit id and "
                                                "one newline (§13.1)")
-            found[relative] = text[:-1]
+            found[relative] = got[:-1].decode()
         return found
 
-    def _read_many(self, relatives: list[str], limit: int = MAX_SMALL_FILE_BYTES) -> list[str | None]:
-        """The text of each small file (None where it is missing), at most ``limit`` bytes each, read
-        concurrently."""
+    def _read_many(self, relatives: list[str], limit: int = MAX_SMALL_FILE_BYTES) -> list[bytes | None]:
+        """The bytes of each small file (None where it is missing), at most ``limit`` each (MD801 past it),
+        read concurrently."""
+        if not relatives:
+            return []
         paths = [self._path(relative) for relative in relatives]
         for path in paths:
             self.fs.invalidate_cache(path)
@@ -418,20 +460,17 @@ class FsspecEnd(RemoteEnd):
             contents = self.fs.cat_ranges(paths, [0] * len(paths), [limit + 1] * len(paths), on_error="return")
         except Exception as exc:
             raise _remote_error(self.url, "read .mdiff/refs", exc) from None
-        texts: list[str | None] = []
+        found: list[bytes | None] = []
         for relative, data in zip(relatives, contents):
             if isinstance(data, FileNotFoundError):
-                texts.append(None)
+                found.append(None)
                 continue
             if isinstance(data, BaseException):
                 raise _remote_error(self.url, f"read .mdiff/{relative}", data) from None
             if len(data) > limit:
                 raise RepositoryError("MD801", f"{self.url}: .mdiff/{relative} is malformed: longer than {limit} bytes")
-            try:
-                texts.append(data.decode("utf-8"))
-            except UnicodeDecodeError:
-                raise RepositoryError("MD801", f"{self.url}: .mdiff/{relative} is malformed: not UTF-8 text") from None
-        return texts
+            found.append(bytes(data))
+        return found
 
     def commit_sizes(self, directory: str = "commits") -> dict[str, int]:
         sizes = {}

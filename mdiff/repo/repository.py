@@ -541,11 +541,11 @@ class Repository(Store):
         repo = cls.init(target, branch, repository_format=version)
         try:
             add_remote(repo, "origin", url)
-            report = transfer.fetch(repo, "origin", options, progress, snapshots)
-            tracked = tracking_refs(repo, "origin")
+            report = transfer.fetch(repo, "origin", options, progress, snapshots, clone=True)
+            tracked = report.branches.get(branch, (None, None))[1]  # every branch is new here
             with repo.lock():
-                if branch in tracked:
-                    repo.set_branch(branch, tracked[branch])
+                if tracked is not None:
+                    repo.set_branch(branch, tracked)
         except BaseException:
             shutil.rmtree(target if made_folder else repo.dir, ignore_errors=True)
             raise

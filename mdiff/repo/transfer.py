@@ -28,7 +28,6 @@ from mdiff.repo.store import Store
 log = logging.getLogger(__name__)
 
 WORKERS = 4
-REF_WORKERS = 16  # ref moves in flight at once: each mostly waits on fsync
 
 
 @dataclass
@@ -104,16 +103,17 @@ def _missing_ancestors(store: Store, tips: Iterable[str], have: set[str]) -> lis
 
 # ---------------------------------------------------------------- fetch
 def fetch(repo: Store, remote: str, options: dict | None = None, progress: Progress | None = None,
-          snapshots: bool = False) -> FetchReport:
+          snapshots: bool = False, clone: bool = False) -> FetchReport:
     """Copy the commits ``remote`` has and this repository lacks, then set ``refs/remotes/<remote>/*``
     to its branches (removing those of branches it no longer has) and create its tags that are missing
     here (a local tag of that name that differs is kept, with a warning). With ``snapshots``, then copy
     the remote's snapshots of commits here that have none (§13.5: caches their commits vouch for when a
-    checkout reads them; one that cannot be opened is left behind, with a warning)."""
+    checkout reads them; one that cannot be opened is left behind, with a warning). ``clone``: the fetch that
+    starts a new repository, which records no creation of its refs in reflogs (§13.6, as git's clone)."""
     url = remote_url(repo, remote)
     end = open_end(url, options)
     same_format(repo, url, end.check_format())
-    refs = end.refs()
+    refs = end.refs(known=_known_targets(repo, remote))
     sizes = end.commit_sizes()
     local = set(repo.commit_ids())
     for ref, target in sorted(refs.items()):
@@ -145,7 +145,7 @@ def fetch(repo: Store, remote: str, options: dict | None = None, progress: Progr
                 repo.file_received(received.pop(commit_id), commit_id)
                 report.commits.append(commit_id)
                 report.bytes += wanted[commit_id]
-            _set_tracking_refs(repo, remote, refs, report)
+            _set_tracking_refs(repo, remote, refs, report, record=not clone)
     finally:
         for temp in received.values():
             repo.discard_received(temp)
@@ -198,16 +198,22 @@ def _reachable(repo: Store, url: str, refs: dict[str, str], local: set[str], rec
     return seen
 
 
-def _set_tracking_refs(repo: Store, remote: str, refs: dict[str, str], report: FetchReport) -> None:
-    """Move ``refs/remotes/<remote>/*`` to the remote's branches and create its missing tags. Each ref is
-    its own pair of files (the ref and its reflog, each written and synced as §13.6 says), so the moves
-    run side by side: a remote with thousands of refs waits on the disk's syncs together, not in turn."""
+def _set_tracking_refs(repo: Store, remote: str, refs: dict[str, str], report: FetchReport, record: bool = True) -> None:
+    """Move ``refs/remotes/<remote>/*`` to the remote's branches and create its missing tags. All together
+    (``move_refs``: each ref and its reflog written and synced as §13.6 says, the syncs of many refs waited for
+    together), so that a remote with thousands of refs does not wait on the disk once a ref."""
     before = tracking_refs(repo, remote)
     branches = {ref.removeprefix("refs/heads/"): c for ref, c in refs.items() if ref.startswith("refs/heads/")}
     moves: list[tuple[str, str | None, str]] = []
+    here: set[str] = set()  # commits checked to be here: each once, whatever the number of refs naming it
+
+    def check(target: str, ref: str) -> None:
+        if target not in here:
+            here.add(repo.existing_commit(target, f"ref {ref}"))
+
     for branch, target in sorted(branches.items()):
         if before.get(branch) != target:
-            repo.existing_commit(target, f"ref refs/remotes/{remote}/{branch}")
+            check(target, f"refs/remotes/{remote}/{branch}")
             moves.append((f"refs/remotes/{remote}/{branch}", target, f"fetch {remote}"))
             report.branches[branch] = (before.get(branch), target)
     for branch in sorted(set(before) - set(branches)):
@@ -219,18 +225,13 @@ def _set_tracking_refs(repo: Store, remote: str, refs: dict[str, str], report: F
         name = ref.removeprefix("refs/tags/")
         mine = repo.read_ref(ref) if repo.kind(ref) not in (None, "a folder") else None
         if mine is None:
-            repo.existing_commit(target, f"ref {ref}")
+            check(target, ref)
             moves.append((ref, target, f"fetch {remote}"))
             report.tags[name] = target
         elif mine != target:
             log.warning("tag %s here names %s, on %s %s: the local tag is kept", name, mine[:12], remote, target[:12])
             report.tags_kept.append(name)
-    with ThreadPoolExecutor(max_workers=REF_WORKERS) as pool:
-        futures = [pool.submit(repo.move_ref, *move) for move in moves]
-    for future in futures:
-        error = future.exception()
-        if error is not None:
-            raise error
+    repo.move_refs(moves, record)
 
 
 # ---------------------------------------------------------------- push
@@ -248,7 +249,7 @@ def push(repo: Store, remote: str, branch: str, force: bool = False, options: di
         raise RepositoryError("MD801", f"no branch {branch!r} with commits to push")
     end = open_end(url, options)
     same_format(repo, url, end.ensure(branch, repo.repository_format))
-    refs = end.refs()
+    refs = end.refs(known=_known_targets(repo, remote))
     ref = f"refs/heads/{branch}"
     before = refs.get(ref)
     forced = False
@@ -304,6 +305,18 @@ def _upload(repo: Store, end: RemoteEnd, needed: list[str], sizes: dict[str, int
         _in_parallel(wave, sizes, lambda c: end.write_commit(c, repo.commit_chunks(c), sizes[c], blocks=blocks(c)),
                      lambda item, done, total: counter(item), {})
         left -= set(wave)
+
+
+def _known_targets(repo: Store, remote: str) -> set[str]:
+    """The commits this repository's refs for ``remote`` name — its remote-tracking refs, as the last fetch left
+    them, and its tags —: what the remote's refs most often still name, which a listing may vouch for (§13.8)."""
+    known: set[str] = set()
+    for name in repo.ref_files(f"refs/remotes/{remote}"):
+        with contextlib.suppress(RepositoryError):
+            known.add(repo._raw_target(f"refs/remotes/{remote}/{name}") or "")
+    known.update(_local_tags(repo).values())
+    known.discard("")
+    return known
 
 
 def _local_tags(repo: Store) -> dict[str, str]:
