@@ -61,23 +61,27 @@ def unshuffle_into(by_plane: np.ndarray, target: np.ndarray) -> None:
         scratch = _scratch(min(elements, block), word)
         for start in range(0, elements, block):  # a block at a time, its words and scratch kept in cache
             stop = min(start + block, elements)
-            _unshuffle_block(by_plane[:, start:stop], words[start:stop], scratch[:stop - start], word)
+            _unshuffle_block(by_plane[:, start:stop], words[start:stop], scratch[:stop - start])
         return
     for byte in range(itemsize):
         target[:, byte] = by_plane[byte]
 
 
-def _unshuffle_block(by_plane: np.ndarray, words: np.ndarray, scratch: np.ndarray, word: type) -> None:
+def _unshuffle_block(by_plane: np.ndarray, words: np.ndarray, scratch: np.ndarray) -> None:
     # planes of zeros add nothing (a sparse update's 8-byte gaps: most of their high planes); a plane's
     # max is a fraction of the shift and or it saves
     planes = [byte for byte in range(by_plane.shape[0]) if by_plane[byte].max()]
     if not planes:
         words.fill(0)
         return
-    np.left_shift(by_plane[planes[-1]], 8 * planes[-1], out=words, dtype=word)
+    # each plane widened by a plain cast, then shifted and or-ed as words: a ufunc that casts as it goes
+    # (``dtype=word`` on uint8) runs ~1.35× slower
+    top = planes[-1]
+    np.copyto(words, by_plane[top])
+    if top:
+        np.left_shift(words, 8 * top, out=words)
     for byte in reversed(planes[:-1]):
+        np.copyto(scratch, by_plane[byte])
         if byte:
-            np.left_shift(by_plane[byte], 8 * byte, out=scratch, dtype=word)
-            np.bitwise_or(words, scratch, out=words)
-        else:
-            np.bitwise_or(words, by_plane[0], out=words, dtype=word)
+            np.left_shift(scratch, 8 * byte, out=scratch)
+        np.bitwise_or(words, scratch, out=words)

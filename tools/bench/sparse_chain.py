@@ -66,6 +66,24 @@ def build(path: Path, mib: int, commits: int) -> None:
     save_file(state, str(path / "last.safetensors"))
 
 
+def snapshot_places(path: Path) -> list[int]:
+    """The commits (numbered from the root's 0) whose snapshot the writer's policy wrote."""
+    from mdiff.repo import Repository
+
+    repo = Repository.find(path)
+    line = [repo.head()[1]]
+    while repo.parents(line[-1]):
+        line.append(repo.parents(line[-1])[0])
+    return [n for n, commit_id in enumerate(reversed(line)) if repo.snapshot_path(commit_id).exists()]
+
+
+def replayed(path: Path) -> int:
+    from mdiff.repo import Repository
+
+    repo = Repository.find(path)
+    return repo.replay_cost(repo.head()[1])[0]
+
+
 def child(kind: str, path: Path, profile: str | None) -> None:
     """One timed call in this (fresh) process; prints {"wall": s, "cpu": s}."""
     from safetensors.numpy import load_file
@@ -116,7 +134,9 @@ def main() -> int:
         snaps = sorted((path / ".mdiff" / "snapshots").glob("*.mdiff"))
         print(f"{args.mib} MiB model, root + {args.commits} sparse commits (1 % of every tensor): "
               f"{commits / 1e6:.0f} MB of commits, {len(snaps)} snapshots "
-              f"({sum(p.stat().st_size for p in snaps) / 1e6:.0f} MB); load {os.getloadavg()[0]:.1f}", flush=True)
+              f"({sum(p.stat().st_size for p in snaps) / 1e6:.0f} MB; after commits {snapshot_places(path) or '-'}), "
+              f"the checkout of commit {args.commits} replays {replayed(path)} commits; load {os.getloadavg()[0]:.1f}",
+              flush=True)
         run_child("checkout", path)  # fills the walk cache (untimed)
         got: dict[str, list[dict]] = {"checkout": [], "load": []}
         for i in range(args.repeat):
