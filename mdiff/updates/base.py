@@ -423,7 +423,8 @@ class Change:
 
     def applied_to(self, base: np.ndarray) -> np.ndarray:
         """``base`` with the change applied, in its own buffer (the caller owns it). A run of one dense update
-        is applied straight to it (refused, as its fold would be, with InvalidFileError)."""
+        is applied straight to it (refused, as its fold would be, with InvalidFileError), and so are sparse
+        entries not yet folded into a change array: a change is applied once, what it held spent."""
         assert self._dtype is not None
         flat = base.view(self._dtype).reshape(-1)
         if self._bits is None:  # nothing folded into a dense change yet: no change array is made at all
