@@ -209,3 +209,24 @@ def test_sparse_entries_are_folded_block_by_block_to_the_same_change(version, he
         change.fold(update, "w")
     result = change.applied_to(states[0].copy())
     assert bits_equal(result, states[-1]) and sha256_hex(result) == run[-1].sha256
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("dense_first", [False, True])
+def test_a_run_of_sparse_updates_is_scattered_into_the_base_with_no_change_array(version, dense_first, monkeypatch):
+    """A run that never needs a dense change (sparse updates, after at most one dense update) is applied
+    straight to the base — the lone dense update in one pass, then each held entry block by block — and
+    makes no change array of the tensor's size: the same bits as the change of the whole run applied."""
+    monkeypatch.setattr(Change, "_BLOCK", 7)
+    states = [random_tensor("float32", (5, 9), 31)]
+    for step in range(5):
+        states.append(_changed(states[-1], 1 if (dense_first and step == 0) else 2 + step, 40 + step))
+    run = [(dense if dense_first and step == 0 else sparse).encode(old, new, version=version)
+           for step, (old, new) in enumerate(zip(states, states[1:]))]
+    change = Change.fold_first(run[0], "w")
+    for update in run[1:]:
+        change.fold(update, "w")
+    base = states[0].copy()
+    result = change.applied_to(base)
+    assert result is base and bits_equal(result, states[-1]) and sha256_hex(result) == run[-1].sha256
+    assert change._bits is None and not change._held  # no change array was made; every entry was applied

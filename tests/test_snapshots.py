@@ -61,15 +61,20 @@ def test_snapshots_are_compressed_like_commits(repo):
     assert path.stat().st_size < 20_000
 
 
-def test_the_policy_writes_a_snapshot_once_a_checkout_would_apply_eight_states(repo):
-    """w: float32[1000], 4,000 declared bytes; each commit a sparse update of 300 elements (3,600 bytes).
-    Reading commit n from the root applies 4,000 + 3,600·n bytes: ≥ 8 × 4,000 from n = 8 on; then
-    from that snapshot (4,000 bytes) the same again."""
-    assert SNAPSHOT_REPLAY_FACTOR == 8
+def test_the_policy_writes_a_snapshot_once_a_checkout_would_cost_eight_snapshot_reads(repo):
+    """w: float32[1000], 4,000 declared bytes; each commit a sparse update of 100 elements (1,200 declared
+    bytes, which cost SPARSE_READ_WEIGHT = 3 times a snapshot's bytes to read: 3,600). Reading commit n from
+    the root costs 4,000 + 3,600·n: ≥ 8 × 4,000 from n = 8 on; then from that snapshot the same again."""
+    from mdiff.repo import snapshots
+
+    assert SNAPSHOT_REPLAY_FACTOR == 8 and snapshots.SPARSE_READ_WEIGHT == 3
     made = _sparse_chain(repo, 17)
-    assert repo.replay_cost(made[7][0]) == (8, 4000 + 7 * 3600, 4000)  # the root's updates and 7 commits'
+    assert repo.replay_cost(made[7][0]) == (8, 4000 + 7 * 1200, 4000)  # the root's updates and 7 commits'
+    with repo.open_state(made[7][0]) as view:
+        assert view.replay_bytes_by_type() == {"replace": 4000, "sparse": 7 * 1200}
+        assert snapshots.read_cost(view) == 4000 + 7 * 3600 < 8 * 4000
     assert snapshotted(repo, made) == [8, 16]
-    assert repo.replay_cost(made[17][0]) == (1, 4000 + 3600, 4000)
+    assert repo.replay_cost(made[17][0]) == (1, 4000 + 1200, 4000)
     with repo.open_state(made[17][0]) as view:
         assert view.snapshot == made[16][0]
     for cid, expected in made:
@@ -79,7 +84,7 @@ def test_the_policy_writes_a_snapshot_once_a_checkout_would_apply_eight_states(r
 
 
 def test_small_commits_and_whole_replacements_never_pay_for_a_snapshot(repo):
-    made = _sparse_chain(repo, 12, changed=1)  # 12 declared bytes a commit: 1,000 commits before one pays
+    made = _sparse_chain(repo, 12, changed=1)  # 36 bytes of reading a commit: ~780 commits before one pays (256)
     assert snapshotted(repo, made) == []
     rng = np.random.default_rng(3)
     for i in range(6):  # each commit replaces w: a checkout reads only the last replace

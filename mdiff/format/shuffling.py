@@ -17,6 +17,7 @@ import numpy as np
 
 _WORDS = {2: np.uint16, 4: np.uint32, 8: np.uint64} if sys.byteorder == "little" else {}
 _local = threading.local()
+_BLOCK_BYTES = 256 << 10  # of words unshuffled at a time: they and as much scratch stay in a core's cache
 
 
 def _scratch(size: int, word: type) -> np.ndarray:
@@ -56,12 +57,31 @@ def unshuffle_into(by_plane: np.ndarray, target: np.ndarray) -> None:
     word = _WORDS.get(itemsize)
     if word is not None and elements and target.flags.c_contiguous:
         words = target.reshape(-1).view(word)
-        np.left_shift(by_plane[itemsize - 1], 8 * (itemsize - 1), out=words, dtype=word)
-        scratch = _scratch(elements, word)
-        for byte in range(itemsize - 2, 0, -1):
-            np.left_shift(by_plane[byte], 8 * byte, out=scratch, dtype=word)
-            np.bitwise_or(words, scratch, out=words)
-        np.bitwise_or(words, by_plane[0], out=words, dtype=word)
+        block = _BLOCK_BYTES // itemsize
+        scratch = _scratch(min(elements, block), word)
+        for start in range(0, elements, block):  # a block at a time, its words and scratch kept in cache
+            stop = min(start + block, elements)
+            _unshuffle_block(by_plane[:, start:stop], words[start:stop], scratch[:stop - start])
         return
     for byte in range(itemsize):
         target[:, byte] = by_plane[byte]
+
+
+def _unshuffle_block(by_plane: np.ndarray, words: np.ndarray, scratch: np.ndarray) -> None:
+    # planes of zeros add nothing (a sparse update's 8-byte gaps: most of their high planes); a plane's
+    # max is a fraction of the shift and or it saves
+    planes = [byte for byte in range(by_plane.shape[0]) if by_plane[byte].max()]
+    if not planes:
+        words.fill(0)
+        return
+    # each plane widened by a plain cast, then shifted and or-ed as words: a ufunc that casts as it goes
+    # (``dtype=word`` on uint8) runs ~1.35× slower
+    top = planes[-1]
+    np.copyto(words, by_plane[top])
+    if top:
+        np.left_shift(words, 8 * top, out=words)
+    for byte in reversed(planes[:-1]):
+        np.copyto(scratch, by_plane[byte])
+        if byte:
+            np.left_shift(scratch, 8 * byte, out=scratch)
+        np.bitwise_or(words, scratch, out=words)

@@ -24,19 +24,33 @@ from mdiff.updates import replace
 if TYPE_CHECKING:
     from mdiff.repo.states import StateView
 
-# A snapshot is written once reading the state at a commit would apply at least this many times the
-# state's own declared bytes (a snapshot, or a root commit, plus the updates after it). A snapshot costs
-# ~0.86× the state on disk (gzip) and saves later checkouts the replay of the updates before it.
-# Measured with tools/bench/snapshots.py (a 64 MiB model, root + 20 dense commits of ~0.5× a model each
-# once compressed; CPU time of a checkout, mean over commits 10–20): no snapshots 3.00 s; k = 2: a
-# snapshot after every commit, 2.60× the bytes, 0.87 s; k = 4: 1.48×, 1.04 s; k = 8: 1.16×, 1.41 s;
-# k = 16: 1.08×, 1.79 s; the previous policy (uncompressed, >= 8 commits and >= 1 state): 1.19×, 1.30 s.
-# 8 stores less than the previous policy did for about the same checkouts; each checkout also walked
-# to the root (§13.5), 0.88 s of CPU here (0.37 s without hashing the 722 MB of commit files again) —
-# no longer for commits with a state_sha256 (format 1.3), whose walk stops at a matching snapshot.
+# A snapshot is written once reading the state at a commit would cost at least this many times reading the
+# state from a snapshot (SPEC.md §13.5), the cost counted in bytes of a snapshot's read (read_cost below):
+# a checkout then costs at most about this many snapshot reads. A snapshot costs ~0.86× the state on disk
+# (gzip) and saves later checkouts the replay of the updates before it. Measured with tools/bench/snapshots.py
+# (a 64 MiB model, root + 20 dense commits of ~0.5× a model each once compressed; CPU time of a checkout,
+# mean over commits 10–20): no snapshots 3.00 s; k = 2: a snapshot after every commit, 2.60× the bytes,
+# 0.87 s; k = 4: 1.48×, 1.04 s; k = 8: 1.16×, 1.41 s; k = 16: 1.08×, 1.79 s; the previous policy
+# (uncompressed, >= 8 commits and >= 1 state): 1.19×, 1.30 s. 8 stores less than the previous policy did
+# for about the same checkouts.
 SNAPSHOT_REPLAY_FACTOR = 8
 # ... or once it would apply this many commits, whatever their size: a replay holds their files open.
 SNAPSHOT_MAX_COMMITS = 256
+# What a reader's time per declared byte is, relative to reading a snapshot's (or a dense update's): a sparse
+# update's entries (8-byte gaps and the values) are inflated, then gathered and scattered at spread positions.
+# Measured with tools/bench/sparse_chain.py (256 MiB, root + 100 commits of 1 % of every tensor, fresh
+# processes, the least of 5 under load): a sparse commit 33 ms for its 8.0 MB declared (4.1 ns a byte), a
+# snapshot 0.39 s for its 268 MB (1.45 ns a byte): 2.8×.
+SPARSE_READ_WEIGHT = 3
+# (What each commit file costs besides its data — its id hashed, §13.2, its kept walk checked, its metadata
+# planned — is left out: a checkout of a chain of 101 commits of a 4 KB tensor took 0.095 s, ~1 ms a
+# commit, and SNAPSHOT_MAX_COMMITS bounds it.)
+
+
+def read_cost(view: StateView) -> int:
+    """What reading the whole state ``view`` opens costs, in bytes of a snapshot's read: its updates' declared
+    bytes (the snapshot's or root's included), a sparse update's weighted by SPARSE_READ_WEIGHT."""
+    return sum(size * (SPARSE_READ_WEIGHT if kind == "sparse" else 1) for kind, size in view.replay_bytes_by_type().items())
 
 
 def inexact_values(store: Store, commit_id: str | None) -> frozenset[str]:
@@ -100,12 +114,14 @@ def replay_cost(view: StateView) -> tuple[int, int, int]:
 
 
 def snapshot_if_due(store: Store, commit_id: str, open_state: Callable[[], ContextManager[StateView]]) -> bool:
-    """Write a snapshot of ``commit_id`` (whose state ``open_state()`` opens) when reading its state
-    would apply at least SNAPSHOT_REPLAY_FACTOR times the state's bytes, or the updates of at least
-    SNAPSHOT_MAX_COMMITS commits. Returns whether it wrote one."""
+    """Write a snapshot of ``commit_id`` (whose state ``open_state()`` opens) when reading its state would
+    cost at least SNAPSHOT_REPLAY_FACTOR times reading it from a snapshot (:func:`read_cost` against the
+    state's declared bytes), or apply the updates of at least SNAPSHOT_MAX_COMMITS commits. Returns whether
+    it wrote one."""
     with open_state() as view:
-        commits, replayed, size = replay_cost(view)
-        due = size > 0 and (replayed >= SNAPSHOT_REPLAY_FACTOR * size or commits >= SNAPSHOT_MAX_COMMITS)
+        size = view.state_bytes()
+        due = size > 0 and (read_cost(view) >= SNAPSHOT_REPLAY_FACTOR * size
+                            or view.commits_after_start >= SNAPSHOT_MAX_COMMITS)
         if due:
             write_snapshot(store, commit_id, view)
     return due

@@ -340,6 +340,14 @@ class StateView(CheckpointReader):
         """The declared bytes of every update that reading every parameter applies (a snapshot's included)."""
         return sum(step.update.stored_bytes for steps in self._plan.history.values() for step in steps)
 
+    def replay_bytes_by_type(self) -> dict[str, int]:
+        """:meth:`replay_bytes` by update type (`replace`, `dense`, `sparse`, …): what the snapshot policy weighs."""
+        by_type: dict[str, int] = {}
+        for steps in self._plan.history.values():
+            for step in steps:
+                by_type[step.update.type] = by_type.get(step.update.type, 0) + step.update.stored_bytes
+        return by_type
+
     def state_bytes(self) -> int:
         """The declared bytes of the state's tensors."""
         return sum(math.prod(shape) * dtype.itemsize for shape, dtype in self._plan.specs.values())

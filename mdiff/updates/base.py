@@ -403,10 +403,12 @@ class Change:
             self._fold_held()
             composition.fold(self._folded(), update, name)
 
-    def _fold_held(self) -> None:
+    def _fold_held(self, into: np.ndarray | None = None) -> None:
+        """The held sparse entries folded into the change (or, with ``into``, straight into a base's flat
+        bits: folding is applying, and both compositions commute, so the result is the same bits)."""
         if not self._held:
             return
-        bits = self._folded()
+        bits = self._folded() if into is None else into
         delta, size = self.composition.delta, self._size
         starts = np.arange(self._BLOCK, size, self._BLOCK)
         cuts = [(at, values, [0, *np.searchsorted(at, starts).tolist(), at.size]) for at, values in self._held]
@@ -421,13 +423,17 @@ class Change:
 
     def applied_to(self, base: np.ndarray) -> np.ndarray:
         """``base`` with the change applied, in its own buffer (the caller owns it). A run of one dense update
-        is applied straight to it (refused, as its fold would be, with InvalidFileError)."""
+        is applied straight to it (refused, as its fold would be, with InvalidFileError), and so are sparse
+        entries not yet folded into a change array: a change is applied once, what it held spent."""
         assert self._dtype is not None
         flat = base.view(self._dtype).reshape(-1)
-        if self._first is not None and not self._held:
-            update, name = self._first
-            assert self.composition.apply is not None
-            self.composition.apply(flat, update, name)
+        if self._bits is None:  # nothing folded into a dense change yet: no change array is made at all
+            if self._first is not None:  # a lone dense update, in one pass over the base
+                update, name = self._first
+                self._first = None
+                assert self.composition.apply is not None
+                self.composition.apply(flat, update, name)
+            self._fold_held(into=flat)  # sparse entries scattered into the base, block by block
             return base
         bits = self.bits
         self.composition.delta.apply_folded(flat, bits, out=flat)

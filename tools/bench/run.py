@@ -987,7 +987,8 @@ def markdown(r: dict) -> str:
               f"A repository holding a root commit (the {fmt_bytes(r['model_bytes'])} model, gzip, as `mdiff commit` stores it) "
               f"and {ch['commits']} sparse commits, each changing {DENSITY:.0%} of every tensor "
               f"({fmt_bytes(ch['bytes'])} of commit files). As `mdiff commit` does, a snapshot (gzip) was written whenever "
-              f"a checkout would otherwise apply {repo_snapshots.SNAPSHOT_REPLAY_FACTOR} times the model's declared bytes: "
+              f"a checkout would otherwise cost {repo_snapshots.SNAPSHOT_REPLAY_FACTOR} times reading the model from one (declared "
+              f"bytes, a sparse update's weighed {repo_snapshots.SPARSE_READ_WEIGHT}×, §13.5): "
               f"{ch.get('snapshots', 0)} snapshots ({fmt_bytes(ch.get('snapshot_bytes', 0))}); the checkout of commit "
               f"{ch['commits']} starts at the last one (found by its commit's state_sha256, §13.5: no walk to the root) and applies "
               f"{ch.get('replayed_commits', '?')} commits.", "", "| how | time |", "|---|---|"]
