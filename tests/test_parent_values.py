@@ -214,3 +214,49 @@ def test_the_cache_keeps_the_copies_of_the_newest_repositories_only(tmp_path, re
         os.utime(copy, ns=(r * 10**9, r * 10**9))  # oldest first, whatever the clock's resolution
     kept = [os.path.exists(c) for c in copies]
     assert kept == [False, False] + [True] * parent_values.MAX_COPIES
+
+
+@pytest.fixture
+def hashed_files(monkeypatch) -> list[int]:
+    """The inode of each commit file a commit id is computed of, once per whole-file hash (both formats)."""
+    from mdiff import block_ids
+    from mdiff.repo import objects
+
+    seen: list[int] = []
+    of_fd, sha256_of = block_ids.of_fd, objects._sha256_of
+
+    def counted_blocks(fd, length, keep_leaves=False):
+        seen.append(os.fstat(fd).st_ino)
+        return of_fd(fd, length, keep_leaves)
+
+    def counted_sha256(fd, size):
+        seen.append(os.fstat(fd).st_ino)
+        return sha256_of(fd, size)
+
+    monkeypatch.setattr(block_ids, "of_fd", counted_blocks)
+    monkeypatch.setattr(objects, "_sha256_of", counted_sha256)
+    return seen
+
+
+@pytest.mark.parametrize("repository_format", [1, 2])
+def test_a_commit_hashes_the_file_it_wrote_once(tmp_path, hashed_files, monkeypatch, repository_format):
+    """The commit file is hashed as it is read back to be named; opening the commit's own state after (to decide
+    on a snapshot) takes it as verified, not hashed again — a second pass over every byte the commit wrote. The
+    parent's file is hashed once by an object that has not read it yet (a fresh process), none by one that has."""
+    monkeypatch.setenv("MDIFF_CACHE_DIR", "off")
+    paths = files(tmp_path, versions(3))
+    repo = Repository.init(tmp_path / "repo", repository_format=repository_format)
+    root = repo.commit(paths[0], "v0", date=DATE)
+    commits = tmp_path / "repo" / ".mdiff" / "commits"
+
+    def inode(commit_id):
+        return os.stat(commits / f"{commit_id}.mdiff").st_ino
+
+    assert hashed_files == [inode(root)]
+    hashed_files.clear()
+    fresh = Repository(tmp_path / "repo")
+    second = fresh.commit(paths[1], "v1", date=DATE)
+    assert sorted(hashed_files) == sorted([inode(root), inode(second)])  # the parent's, to read it; its own
+    hashed_files.clear()
+    third = fresh.commit(paths[2], "v2", date=DATE)
+    assert hashed_files == [inode(third)]
