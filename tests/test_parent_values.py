@@ -260,3 +260,25 @@ def test_a_commit_hashes_the_file_it_wrote_once(tmp_path, hashed_files, monkeypa
     hashed_files.clear()
     third = fresh.commit(paths[2], "v2", date=DATE)
     assert hashed_files == [inode(third)]
+
+
+def test_a_snapshot_is_written_from_the_checkpoint_committed_not_replayed(tmp_path, replays, monkeypatch):
+    """The commit that writes a snapshot (§13.5) takes the state's values from the checkpoint it has just read,
+    each where it hashes to the state's sha256, instead of replaying the history since the last snapshot: the
+    same snapshot, byte for byte, as the replay writes."""
+    from mdiff.repo import snapshots
+
+    monkeypatch.setenv("MDIFF_CACHE_DIR", "off")
+    paths = files(tmp_path, versions(10))
+    root = tmp_path / "repo"
+    ids = commit_all(root, paths, fresh=False)
+    repo = Repository(root)
+    made = [cid for cid in ids if repo.snapshot_path(cid).is_file()]
+    assert made == [ids[7]]  # replaying it would apply 8 times the state's bytes (SNAPSHOT_REPLAY_FACTOR)
+    assert replays == []  # neither a parent's value nor the snapshot's was replayed
+    written = repo.snapshot_path(ids[7]).read_bytes()
+    snapshots.drop_snapshot(repo, ids[7])
+    with repo.open_state(ids[7]) as view:
+        repo.write_snapshot(ids[7], view)  # from the history
+    assert len(replays) == len(NAMES)
+    assert repo.snapshot_path(ids[7]).read_bytes() == written

@@ -261,8 +261,9 @@ class Repository(Store):
         # the values themselves, read once — never SNAPSHOT_REPLAY_FACTOR (> 1) times its bytes, nor from
         # SNAPSHOT_MAX_COMMITS (> 1) commits — and opening its state to find that out walked the whole file
         # again (a root of 10^5 parameters: a quarter of `mdiff commit`'s time)
-        if snapshot and parents:
-            snapshots.snapshot_if_due(self, commit_id, lambda: self.open_state(commit_id))
+        if snapshot and parents:  # its values from the new state the commit read, where they hash to the state's
+            snapshots.snapshot_if_due(self, commit_id, lambda: self.open_state(commit_id),
+                                      lambda view: ParentValues(view, new))
         weights = sum(math.prod(shape) * dt.itemsize for shape, dt in specs.values())
         values = {name: (shape, dtype.name, sha256) for name, (shape, dtype, sha256) in claims.parameters.items()}
         return CommitSummary(commit_id, branch, counts["changed"], counts["added"], counts["deleted"], file_kinds,
