@@ -214,3 +214,71 @@ def test_the_cache_keeps_the_copies_of_the_newest_repositories_only(tmp_path, re
         os.utime(copy, ns=(r * 10**9, r * 10**9))  # oldest first, whatever the clock's resolution
     kept = [os.path.exists(c) for c in copies]
     assert kept == [False, False] + [True] * parent_values.MAX_COPIES
+
+
+@pytest.fixture
+def hashed_files(monkeypatch) -> list[int]:
+    """The inode of each commit file a commit id is computed of, once per whole-file hash (both formats)."""
+    from mdiff import block_ids
+    from mdiff.repo import objects
+
+    seen: list[int] = []
+    of_fd, sha256_of = block_ids.of_fd, objects._sha256_of
+
+    def counted_blocks(fd, length, keep_leaves=False):
+        seen.append(os.fstat(fd).st_ino)
+        return of_fd(fd, length, keep_leaves)
+
+    def counted_sha256(fd, size):
+        seen.append(os.fstat(fd).st_ino)
+        return sha256_of(fd, size)
+
+    monkeypatch.setattr(block_ids, "of_fd", counted_blocks)
+    monkeypatch.setattr(objects, "_sha256_of", counted_sha256)
+    return seen
+
+
+@pytest.mark.parametrize("repository_format", [1, 2])
+def test_a_commit_hashes_the_file_it_wrote_once(tmp_path, hashed_files, monkeypatch, repository_format):
+    """The commit file is hashed as it is read back to be named; opening the commit's own state after (to decide
+    on a snapshot) takes it as verified, not hashed again — a second pass over every byte the commit wrote. The
+    parent's file is hashed once by an object that has not read it yet (a fresh process), none by one that has."""
+    monkeypatch.setenv("MDIFF_CACHE_DIR", "off")
+    paths = files(tmp_path, versions(3))
+    repo = Repository.init(tmp_path / "repo", repository_format=repository_format)
+    root = repo.commit(paths[0], "v0", date=DATE)
+    commits = tmp_path / "repo" / ".mdiff" / "commits"
+
+    def inode(commit_id):
+        return os.stat(commits / f"{commit_id}.mdiff").st_ino
+
+    assert hashed_files == [inode(root)]
+    hashed_files.clear()
+    fresh = Repository(tmp_path / "repo")
+    second = fresh.commit(paths[1], "v1", date=DATE)
+    assert sorted(hashed_files) == sorted([inode(root), inode(second)])  # the parent's, to read it; its own
+    hashed_files.clear()
+    third = fresh.commit(paths[2], "v2", date=DATE)
+    assert hashed_files == [inode(third)]
+
+
+def test_a_snapshot_is_written_from_the_checkpoint_committed_not_replayed(tmp_path, replays, monkeypatch):
+    """The commit that writes a snapshot (§13.5) takes the state's values from the checkpoint it has just read,
+    each where it hashes to the state's sha256, instead of replaying the history since the last snapshot: the
+    same snapshot, byte for byte, as the replay writes."""
+    from mdiff.repo import snapshots
+
+    monkeypatch.setenv("MDIFF_CACHE_DIR", "off")
+    paths = files(tmp_path, versions(10))
+    root = tmp_path / "repo"
+    ids = commit_all(root, paths, fresh=False)
+    repo = Repository(root)
+    made = [cid for cid in ids if repo.snapshot_path(cid).is_file()]
+    assert made == [ids[7]]  # replaying it would apply 8 times the state's bytes (SNAPSHOT_REPLAY_FACTOR)
+    assert replays == []  # neither a parent's value nor the snapshot's was replayed
+    written = repo.snapshot_path(ids[7]).read_bytes()
+    snapshots.drop_snapshot(repo, ids[7])
+    with repo.open_state(ids[7]) as view:
+        repo.write_snapshot(ids[7], view)  # from the history
+    assert len(replays) == len(NAMES)
+    assert repo.snapshot_path(ids[7]).read_bytes() == written

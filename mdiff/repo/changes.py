@@ -42,6 +42,9 @@ class CommitSummary:
     stored_bytes: int = 0  # the commit file
     weights_bytes: int = 0  # the new state's tensors
     not_versioned: tuple[str, ...] = ()  # what a committed folder holds that the commit left out (SPEC.md §10.1)
+    # the new state's parameters: (shape, dtype name, sha256 or None where inexact), for the working record
+    values: Mapping[str, tuple[tuple[int, ...], str, str | None]] = field(default_factory=dict, repr=False,
+                                                                           compare=False)
 
     def line(self) -> str:
         files = f", {count(len(self.files), 'file')}" if self.files else ""

@@ -451,25 +451,46 @@ class CommitFiles(RepositoryFolder):
                         if seal is not None:
                             sealed.seal(seal())
                     with removed_on_failure(fd, prefix, temp + ".blocks"):
+                        hashed: list[os.stat_result] = []
                         commit_id = self._read_back(fd, prefix + temp, self.dir / directory / temp,
-                                                    directory == "commits", blocks_to=(fd, prefix, temp + ".blocks"))
+                                                    directory == "commits", blocks_to=(fd, prefix, temp + ".blocks"),
+                                                    hashed=hashed)
                         if directory == "commits" and self.repository_format == 2:
                             rename_in(fd, prefix, temp + ".blocks", f"{commit_id}.blocks")
                     rename_in(fd, prefix, temp, f"{commit_id}.mdiff")
+                    if directory == "commits":
+                        self._verified_as_written(fd, prefix, commit_id, hashed[0])
             self._sync_folder(fd, prefix)
         return commit_id
 
+    def _verified_as_written(self, fd: int | None, prefix: str, commit_id: str, hashed: os.stat_result) -> None:
+        """The commit file this process just wrote, hashed to ``commit_id`` (its status then ``hashed``) and renamed
+        to its name under the lock, is taken as verified while it stays as it is now — not hashed again by this
+        process's next read of it (the commit's own state, opened to decide on a snapshot: the file's bytes once
+        more). Its rename moved only its change time; a file whose inode, size or modification time moved since
+        it was hashed is not taken, and is hashed as any other."""
+        try:
+            now = os.stat(prefix + f"{commit_id}.mdiff", dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            return
+        if (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) == \
+                (hashed.st_dev, hashed.st_ino, hashed.st_size, hashed.st_mtime_ns):
+            self._verified[commit_id] = now
+
     def _read_back(self, folder: int | None, name: str, path: Path, remember: bool, untrusted: bool = False,
-                   blocks_to: tuple[int | None, str, str] | None = None, known: str | None = None) -> str:
+                   blocks_to: tuple[int | None, str, str] | None = None, known: str | None = None,
+                   hashed: list[os.stat_result] | None = None) -> str:
         """The sha256 of the file ``name`` (relative to ``folder``; ``path`` by its full name) just
         written, which is opened as a reader opens it (the reader's error when it would refuse it);
         with ``remember``, its metadata is kept as a commit's. ``untrusted``: bytes this process did not
         make (a remote's), parsed with the repository's isolation (§8.5). ``blocks_to``: (folder, prefix,
         name) where a commit of a format-2 repository gets its block list written. ``known``: the id, verified
-        as the bytes arrived (not hashed again)."""
+        as the bytes arrived (not hashed again). ``hashed``: a list the file's status, as it was hashed, is appended to."""
         from mdiff.format.reader import open_diff
 
         fd, before = open_regular(name, follow_links=False, dir_fd=folder)
+        if hashed is not None:
+            hashed.append(before)
         try:
             if known is not None:
                 commit_id = known

@@ -21,6 +21,10 @@ committed in the cache folder (:func:`keep_copy`: one per repository, replaced b
 newest 4 repositories kept; copied by the kernel, where it can, and only where the disk keeps twice its size
 free), and the next commit reads the
 parent's values from that copy — hashed as any predecessor's, so a copy changed since is never believed.
+
+The commit that writes a snapshot (§13.5) reads the new state's values the same way, from the checkpoint it has
+just committed (a :class:`ParentValues` of its own state), instead of replaying the history since the last
+snapshot: each where it hashes to the sha256 the state records, so the snapshot is the same, byte for byte.
 """
 
 from __future__ import annotations

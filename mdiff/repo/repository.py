@@ -157,7 +157,10 @@ class Repository(Store):
         with self.lock(wait):
             branch, head = self.head()
             watched = _watched(new_state, exclude)  # the folder or file, for `mdiff status` (working.py)
-            ahead = working.hash_ahead(watched[0], watched[1], watched[3]) if watched else {}  # while it is read
+            # the files hashed while they are read — but a .safetensors file whose tensors the commit hashes anyway:
+            # its record takes their hashes (working.tensors_digest_from), unless the commit is not of its values
+            exact = not explicit and not masks
+            ahead = working.hash_ahead(watched[0], watched[1], watched[3], but_safetensors=exact) if watched else {}
             with contextlib.ExitStack() as stack:
                 new = open_new_state(stack, new_state, exclude)
                 mine = self._last_committed  # else another process's, from the cache folder
@@ -179,7 +182,8 @@ class Repository(Store):
             if summary is not None:
                 self.advance(branch, summary.commit_id, f"commit: {message.splitlines()[0] if message else ''}")
                 if watched is not None:
-                    working.remember(self, branch, "commit", summary.commit_id, *watched, ahead=ahead)
+                    working.remember(self, branch, "commit", summary.commit_id, *watched, ahead=ahead,
+                                     values=summary.values if exact else None)
             made = summary.commit_id if summary is not None else head
             self._last_committed = (made, os.fspath(new_state), tuple(exclude)) \
                 if made and isinstance(new_state, (str, os.PathLike)) else None
@@ -257,11 +261,13 @@ class Repository(Store):
         # the values themselves, read once — never SNAPSHOT_REPLAY_FACTOR (> 1) times its bytes, nor from
         # SNAPSHOT_MAX_COMMITS (> 1) commits — and opening its state to find that out walked the whole file
         # again (a root of 10^5 parameters: a quarter of `mdiff commit`'s time)
-        if snapshot and parents:
-            snapshots.snapshot_if_due(self, commit_id, lambda: self.open_state(commit_id))
+        if snapshot and parents:  # its values from the new state the commit read, where they hash to the state's
+            snapshots.snapshot_if_due(self, commit_id, lambda: self.open_state(commit_id),
+                                      lambda view: ParentValues(view, new))
         weights = sum(math.prod(shape) * dt.itemsize for shape, dt in specs.values())
+        values = {name: (shape, dtype.name, sha256) for name, (shape, dtype, sha256) in claims.parameters.items()}
         return CommitSummary(commit_id, branch, counts["changed"], counts["added"], counts["deleted"], file_kinds,
-                             layout_changed, os.path.getsize(self.commit_path(commit_id)), weights)
+                             layout_changed, os.path.getsize(self.commit_path(commit_id)), weights, values=values)
 
     # ------------------------------------------------------------ checkout and status
     @overload

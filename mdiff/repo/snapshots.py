@@ -113,15 +113,17 @@ def replay_cost(view: StateView) -> tuple[int, int, int]:
     return view.commits_after_start, view.replay_bytes(), view.state_bytes()
 
 
-def snapshot_if_due(store: Store, commit_id: str, open_state: Callable[[], ContextManager[StateView]]) -> bool:
+def snapshot_if_due(store: Store, commit_id: str, open_state: Callable[[], ContextManager[StateView]],
+                    values: Callable[[StateView], Mapping[str, np.ndarray]] | None = None) -> bool:
     """Write a snapshot of ``commit_id`` (whose state ``open_state()`` opens) when reading its state would
     cost at least SNAPSHOT_REPLAY_FACTOR times reading it from a snapshot (:func:`read_cost` against the
     state's declared bytes), or apply the updates of at least SNAPSHOT_MAX_COMMITS commits. Returns whether
-    it wrote one."""
+    it wrote one. ``values(view)``: the state to write, where a commit has its values at hand (each checked
+    against the state's sha256), not replayed."""
     with open_state() as view:
         size = view.state_bytes()
         due = size > 0 and (read_cost(view) >= SNAPSHOT_REPLAY_FACTOR * size
                             or view.commits_after_start >= SNAPSHOT_MAX_COMMITS)
         if due:
-            write_snapshot(store, commit_id, view)
+            write_snapshot(store, commit_id, values(view) if values is not None else view)
     return due

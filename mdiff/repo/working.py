@@ -10,7 +10,9 @@ one with a warning), and nothing a commit or checkout does depends on it. It is 
 What a record holds of each file — size, modification and change time, inode, sha256 — lets ``status`` look
 cheaply: a file whose status is unchanged is taken as unchanged; only the others are hashed, and compared with
 the sha256 recorded. A file that moved while it was committed or hashed is recorded without a sha256, and so
-counts as changed. This module reads no commit: it needs neither numpy nor libhdf5.
+counts as changed. A committed ``.safetensors`` file is recorded by its tensors digest instead (:func:`tensors_digest`):
+made of the sha256 the commit took of each value it read, so that the commit does not read and hash the file a
+second time. This module reads no commit: it needs neither numpy nor libhdf5.
 """
 
 from __future__ import annotations
@@ -50,10 +52,16 @@ class FileFacts:
     ctime_ns: int
     ino: int
     sha256: str | None
+    tensors: str | None = None  # a .safetensors file's instead of its sha256: :func:`tensors_digest`
 
     @classmethod
-    def of(cls, status: os.stat_result, sha256: str | None) -> FileFacts:
-        return cls(status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino, sha256)
+    def of(cls, status: os.stat_result, sha256: str | None, tensors: str | None = None) -> FileFacts:
+        return cls(status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino, sha256, tensors)
+
+    @property
+    def known(self) -> bool:
+        """Whether what the file held is known (a sha256 or a tensors digest): else it counts as changed."""
+        return self.sha256 is not None or self.tensors is not None
 
     def same_status(self, status: os.stat_result) -> bool:
         return (self.size, self.mtime_ns, self.ctime_ns, self.ino) == \
@@ -77,7 +85,8 @@ class WorkingRecord:
         return {"format": FORMAT, "ref": self.ref, "action": self.action, "commit": self.commit, "path": self.path,
                 "kind": self.kind, "ignore": list(self.ignore), "time": self.time,
                 "files": {name: {"size": f.size, "mtime_ns": f.mtime_ns, "ctime_ns": f.ctime_ns, "ino": f.ino,
-                                 "sha256": f.sha256} for name, f in sorted(self.files.items())}}
+                                 "sha256": f.sha256, **({"tensors": f.tensors} if f.tensors is not None else {})}
+                          for name, f in sorted(self.files.items())}}
 
     @classmethod
     def from_json(cls, data: object) -> WorkingRecord:
@@ -107,12 +116,13 @@ class WorkingRecord:
                 raise ValueError("a name of \"files\" is not a path inside the folder, or the file's own name")
             entry = entry if isinstance(entry, dict) else {}
             numbers = [entry.get(k) for k in ("size", "mtime_ns", "ctime_ns", "ino")]
-            sha256 = entry.get("sha256")
-            if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numbers) or not (
-                    sha256 is None or (isinstance(sha256, str) and COMMIT_ID.fullmatch(sha256))):
+            sha256, tensors = entry.get("sha256"), entry.get("tensors")
+            if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numbers) or not all(
+                    d is None or (isinstance(d, str) and COMMIT_ID.fullmatch(d)) for d in (sha256, tensors)) or (
+                    sha256 is not None and tensors is not None):
                 raise ValueError(f"the entry of {name!r} is malformed")
             size, mtime_ns, ctime_ns, ino = (int(n) for n in numbers)  # type: ignore[arg-type]
-            facts[name] = FileFacts(size, mtime_ns, ctime_ns, ino, sha256)
+            facts[name] = FileFacts(size, mtime_ns, ctime_ns, ino, sha256, tensors)
         return cls(ref, action, commit, path, kind, tuple(ignore), facts, when)
 
 
@@ -172,37 +182,45 @@ def write(folder: RepositoryFolder, record: WorkingRecord) -> None:
     folder._write_atomic(relative, [data])
 
 
-def hash_ahead(path: str | os.PathLike[str], kind: str, before: Mapping[str, os.stat_result] | None) -> dict[str, Future]:
+def hash_ahead(path: str | os.PathLike[str], kind: str, before: Mapping[str, os.stat_result] | None,
+               but_safetensors: bool = False) -> dict[str, Future]:
     """Each file of ``before`` (a :func:`scan` of ``path``) hashed on the pool from now on, while a commit reads it:
-    :func:`make` takes such a sha256 where the file's status is still ``before``'s, as it takes its own."""
+    :func:`make` takes such a sha256 where the file's status is still ``before``'s, as it takes its own. With
+    ``but_safetensors``, not the ``.safetensors`` files: the commit's own hashes of their tensors make their
+    digests (:func:`tensors_digest_from`), where they can."""
     from mdiff.threads import in_pool, shared_pool
 
     if not before or in_pool():
         return {}
     root = os.path.abspath(os.fspath(path))
     pool = shared_pool()
-    return {name: pool.submit(_sha256, _target(root, kind, name)) for name in before}
+    return {name: pool.submit(_sha256, _target(root, kind, name)) for name in before
+            if not (but_safetensors and name.endswith(SAFETENSORS))}
 
 
 def remember(folder: RepositoryFolder, branch: str | None, action: str, commit_id: str, path: str | os.PathLike[str],
              kind: str, ignore: Sequence[str] = (), before: Mapping[str, os.stat_result] | None = None,
-             ahead: Mapping[str, Future] | None = None) -> None:
+             ahead: Mapping[str, Future] | None = None, values: Mapping[str, Value] | None = None) -> None:
     """Record ``path`` as ``action`` left it at ``commit_id`` on ``branch`` (None: detached HEAD), each file
     hashed; a file whose status moved since ``before`` (its status when the commit began to read it) is recorded
-    without a sha256. Never raises for the record's sake: a record that cannot be made or written is logged, and
-    the commit or checkout it follows stands."""
+    without a sha256. ``values``: the state the commit made of the files, each parameter's (shape, dtype name,
+    sha256), whose hashes make the ``.safetensors`` files' digests. Never raises for the record's sake: a record
+    that cannot be made or written is logged, and the commit or checkout it follows stands."""
     try:
-        write(folder, make(ref_of(branch), action, commit_id, path, kind, ignore, before, ahead))
+        write(folder, make(ref_of(branch), action, commit_id, path, kind, ignore, before, ahead, values))
     except (OSError, RepositoryError, ValueError) as exc:
         log.warning("%s is not recorded for `mdiff status`: %s", os.fspath(path),
                     exc.message if isinstance(exc, RepositoryError) else exc)
 
 
 def make(ref: str, action: str, commit_id: str, path: str | os.PathLike[str], kind: str, ignore: Sequence[str] = (),
-         before: Mapping[str, os.stat_result] | None = None, ahead: Mapping[str, Future] | None = None) -> WorkingRecord:
+         before: Mapping[str, os.stat_result] | None = None, ahead: Mapping[str, Future] | None = None,
+         values: Mapping[str, Value] | None = None) -> WorkingRecord:
     """The record of ``path`` now: every file's status and sha256 (in the shared pool, hashing runs in parallel;
     where ``ahead`` (:func:`hash_ahead`) hashed a file since ``before``, that sha256, the file's status being
-    checked against ``before``'s as for any). ValueError when a folder holds more than :data:`MAX_FILES` files."""
+    checked against ``before``'s as for any). A ``.safetensors`` file whose every tensor ``values`` (the state a
+    commit made of it) holds gets its tensors digest from those hashes instead (:func:`tensors_digest_from`):
+    its bytes are not read again. ValueError when a folder holds more than :data:`MAX_FILES` files."""
     root = os.path.abspath(os.fspath(path))
     found, complete = scan(root, kind, ignore)
     if found is None:
@@ -210,9 +228,13 @@ def make(ref: str, action: str, commit_id: str, path: str | os.PathLike[str], ki
     if not complete:
         raise ValueError(f"the folder holds more than {MAX_FILES} files")
     ahead = ahead if before is not None else None  # a sha256 hashed ahead stands only on the status before it
+    values = values if before is not None else None  # so are the values the commit read
     hashed = {name: ahead[name].result() for name in found if ahead and name in ahead}
-    rest = iter(_hash_all([_target(root, kind, name) for name in found if name not in hashed]))
-    hashes = [hashed[name] if name in hashed else next(rest) for name in found]
+    digests = {name: tensors_digest_from(_target(root, kind, name), values) for name in found
+               if values is not None and name not in hashed and name.endswith(SAFETENSORS)}
+    digests = {name: digest for name, digest in digests.items() if digest is not None}
+    rest = iter(_hash_all([_target(root, kind, name) for name in found if name not in hashed and name not in digests]))
+    hashes = [None if name in digests else hashed[name] if name in hashed else next(rest) for name in found]
     files = {}
     for (name, status), sha256 in zip(found.items(), hashes):
         try:
@@ -221,8 +243,128 @@ def make(ref: str, action: str, commit_id: str, path: str | os.PathLike[str], ki
             after = None
         steady = after is not None and FileFacts.of(status, None).same_status(after) and (
             before is None or (name in before and FileFacts.of(before[name], None).same_status(after)))
-        files[name] = FileFacts.of(status, sha256 if steady else None)
+        files[name] = FileFacts.of(status, sha256 if steady else None, digests.get(name) if steady else None)
     return WorkingRecord(ref, action, commit_id, root, kind, tuple(ignore), files, int(time.time()))
+
+
+# ---------------------------------------------------------------- a .safetensors file's tensors digest
+SAFETENSORS = ".safetensors"
+Value = tuple[tuple[int, ...], str, str | None]  # a parameter's shape, dtype name and sha256 (None: inexact)
+# safetensors dtypes whose bytes in the file are the value's canonical bytes (SPEC.md §6.2: little-endian, C order)
+_SAFETENSORS_DTYPES = {"F64": ("float64", 8), "F32": ("float32", 4), "F16": ("float16", 2), "BF16": ("bfloat16", 2),
+                       "I64": ("int64", 8), "I32": ("int32", 4), "I16": ("int16", 2), "I8": ("int8", 1),
+                       "U64": ("uint64", 8), "U32": ("uint32", 4), "U16": ("uint16", 2), "U8": ("uint8", 1)}
+_MAX_HEADER = 100 << 20  # bytes of a safetensors header read at most (the safetensors library's own bound)
+_DIGEST_PREFIX = b"mdiff safetensors tensors 1\n"
+Tensor = tuple[str, str, tuple[int, ...], int, int]  # name, safetensors dtype, shape, first and end byte in the file
+
+
+def _safetensors_layout(fd: int) -> tuple[bytes, list[Tensor]] | None:
+    """(the file's length field and header, its tensors in the order of their bytes) of the safetensors file open
+    at ``fd``; None unless its tensors' bytes tile everything after the header exactly, each of a dtype above."""
+    size = os.fstat(fd).st_size
+    first = os.pread(fd, 8, 0)
+    if len(first) != 8:
+        return None
+    length = int.from_bytes(first, "little")
+    if length > min(_MAX_HEADER, size - 8):
+        return None
+    header = os.pread(fd, length, 8)
+    try:
+        entries = json.loads(header) if len(header) == length else None
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(entries, dict):
+        return None
+    tensors: list[Tensor] = []
+    for name, entry in entries.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(entry, dict):
+            return None
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if not (dtype in _SAFETENSORS_DTYPES and isinstance(shape, list) and isinstance(offsets, list)
+                and len(offsets) == 2 and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                                              for n in [*shape, *offsets])):
+            return None
+        begin, end = offsets
+        count = 1
+        for n in shape:
+            count *= n
+        if end - begin != count * _SAFETENSORS_DTYPES[dtype][1]:
+            return None
+        tensors.append((name, dtype, tuple(shape), 8 + length + begin, 8 + length + end))
+    tensors.sort(key=lambda t: (t[3], t[4], t[0]))
+    at = 8 + length
+    for _, _, _, begin, end in tensors:
+        if begin != at:
+            return None
+        at = end
+    return (first + header, tensors) if at == size else None
+
+
+def _digest(head: bytes, sha256s: Iterable[str]) -> str:
+    return hashlib.sha256(_DIGEST_PREFIX + head + b"".join(bytes.fromhex(s) for s in sha256s)).hexdigest()
+
+
+def tensors_digest(path: str) -> str | None:
+    """A ``.safetensors`` file's tensors digest: the SHA-256 of a fixed prefix, the file's length field and header,
+    and the SHA-256 of each tensor's bytes in the order they lie in the file — as one-to-one with the file's bytes
+    as its own sha256, but made of the hashes a commit takes of each value anyway. None where the file is none
+    such (see :func:`_safetensors_layout`) or cannot be read."""
+    from mdiff.regular_files import NotRegularFile, open_regular
+
+    try:
+        fd, _ = open_regular(path)
+    except (OSError, NotRegularFile):
+        return None
+    try:
+        layout = _safetensors_layout(fd)
+        if layout is None:
+            return None
+        hashes = []
+        for _, _, _, begin, end in layout[1]:
+            digest = hashlib.sha256()
+            while begin < end:
+                block = os.pread(fd, min(_BLOCK, end - begin), begin)
+                if not block:
+                    return None
+                digest.update(block)
+                begin += len(block)
+            hashes.append(digest.hexdigest())
+        return _digest(layout[0], hashes)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def tensors_digest_from(path: str, values: Mapping[str, Value]) -> str | None:
+    """:func:`tensors_digest` of the ``.safetensors`` file at ``path`` from ``values`` — each parameter's shape,
+    dtype and the sha256 of its canonical bytes, as a commit of the file found them — without reading its tensors:
+    None (hash the file) unless every tensor of the file is a parameter there of its name, shape and dtype, with
+    a sha256. Only the header is read."""
+    from mdiff.regular_files import NotRegularFile, open_regular
+
+    try:
+        fd, _ = open_regular(path)
+    except (OSError, NotRegularFile):
+        return None
+    try:
+        layout = _safetensors_layout(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if layout is None:
+        return None
+    hashes = []
+    for name, dtype, shape, _, _ in layout[1]:
+        value = values.get(name)
+        if value is None or value[2] is None or value[:2] != (shape, _SAFETENSORS_DTYPES[dtype][0]):
+            return None
+        hashes.append(value[2])
+    return _digest(layout[0], hashes)
 
 
 # ---------------------------------------------------------------- looking at the folder
@@ -277,16 +419,18 @@ def changes_since(record: WorkingRecord) -> Since:
     changed = {name: "deleted" for name in record.files if name not in found}
     changed.update({name: "added" for name in found if name not in record.files})
     moved = [name for name in found if name in record.files and not record.files[name].same_status(found[name])]
-    unknown = [name for name in found if name in record.files and record.files[name].sha256 is None]
-    to_hash = [name for name in moved if record.files[name].sha256 is not None]
+    unknown = [name for name in found if name in record.files and not record.files[name].known]
+    to_hash = [name for name in moved if record.files[name].known]
     for name in unknown:
         changed[name] = "modified"
     refreshed = {}
-    for name, sha256 in zip(to_hash, _hash_all([_target(record.path, record.kind, n) for n in to_hash])):
-        if sha256 != record.files[name].sha256:
+    paths = [(_target(record.path, record.kind, n), record.files[n].tensors is not None) for n in to_hash]
+    for name, digest in zip(to_hash, _hash_all(paths)):
+        facts = record.files[name]
+        if digest != (facts.tensors if facts.tensors is not None else facts.sha256):
             changed[name] = "modified"
         else:
-            refreshed[name] = FileFacts.of(found[name], sha256)
+            refreshed[name] = FileFacts.of(found[name], facts.sha256, facts.tensors)
     if not complete:  # past the walk's end, nothing is known to be deleted
         changed = {name: kind for name, kind in changed.items() if kind != "deleted"}
     return Since(False, dict(sorted(changed.items())), not complete, refreshed)
@@ -315,13 +459,19 @@ def _relative_path(name: object) -> bool:
                and (os.altsep is None or os.altsep not in part) for part in parts)
 
 
-def _hash_all(paths: list[str]) -> list[str | None]:
-    """The sha256 of each file (None where it cannot be read as a regular file), several at a time."""
+def _hash_all(paths: Sequence[str | tuple[str, bool]]) -> list[str | None]:
+    """The sha256 of each file (None where it cannot be read as a regular file), several at a time; of a
+    (path, True), its :func:`tensors_digest`."""
     from mdiff.threads import in_pool, shared_pool
 
+    def one(path: str | tuple[str, bool]) -> str | None:
+        if isinstance(path, tuple):
+            return tensors_digest(path[0]) if path[1] else _sha256(path[0])
+        return _sha256(path)
+
     if len(paths) <= 1 or in_pool():
-        return [_sha256(p) for p in paths]
-    return list(shared_pool().map(_sha256, paths))
+        return [one(p) for p in paths]
+    return list(shared_pool().map(one, paths))
 
 
 def _sha256(path: str) -> str | None:
