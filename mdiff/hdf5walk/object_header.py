@@ -202,14 +202,15 @@ class HeaderReader:
             key.append((mtype, flags, body, size))
         return tuple(key) if layouts or not dataset else None
 
-    def attribute_profiles(self, address: int) -> dict[bytes, tuple[tuple, int]] | None:
+    def attribute_profiles(self, address: int) -> dict[bytes, tuple[tuple, int, bytes | None]] | None:
         """By name, what an HDF5 library makes the type and dataspace of each attribute stored in the header at
         ``address`` of (its attribute message's version, flags, name encoding, datatype and dataspace, as
-        bytes: two attributes of one profile have the same type and dataspace), with the bytes of data its
-        message holds. None where that cannot be said of them all: a header that does not decode whole, one whose
-        attribute info message names dense storage (an HDF5 library then lists the attributes stored there), an
-        attribute message shared with another object or whose datatype or dataspace is, one that does not
-        decode, or two of one name."""
+        bytes: two attributes of one profile have the same type and dataspace), with the number of bytes of data
+        its message holds, and those bytes (the message's rest) where its name is stored whole (else None). None
+        where that cannot be said of them all: a header that does not decode whole, one whose attribute info
+        message names dense storage (an HDF5 library then lists the attributes stored there), an attribute
+        message shared with another object or whose datatype or dataspace is, one that does not decode, or two
+        of one name."""
         header = self.header(address)
         if header.fault is not None:
             return None
@@ -232,6 +233,8 @@ class HeaderReader:
                 return None
             padded = (lambda size: (size + 7) & ~7) if version == 1 else (lambda size: size)
             name = body[at:at + name_size - 1].split(b"\0", 1)[0]  # libhdf5: strndup(name, size - 1)
+            # a name stored as libhdf5 writes it: its bytes, then one NUL (none inside)
+            whole = len(name) == name_size - 1 and body[at + name_size - 1:at + name_size] == b"\0"
             at += padded(name_size)
             datatype = body[at:at + type_size]
             at += padded(type_size)
@@ -239,7 +242,7 @@ class HeaderReader:
             at += padded(space_size)
             if at > len(body) or name in found:
                 return None
-            found[name] = ((version, sharing, encoding, datatype, dataspace), len(body) - at)
+            found[name] = ((version, sharing, encoding, datatype, dataspace), len(body) - at, body[at:] if whole else None)
         return found
 
     def attribute_storage(self, address: int) -> tuple | None:

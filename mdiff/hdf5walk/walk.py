@@ -57,6 +57,15 @@ def _standard_bits(dtype: np.dtype) -> int:
     return 0x08 if dtype.kind == "i" else 0
 
 
+def _utf8_text(raw: bytes) -> str | None:
+    """A fixed-length string attribute's bytes as read_string gives them: trailing NULs dropped, UTF-8 decoded
+    (None when not UTF-8)."""
+    try:
+        return raw.rstrip(b"\0").decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def _is_utf8(raw: bytes) -> bool:
     try:
         raw.decode("utf-8")
@@ -381,6 +390,9 @@ class _Walk:
         self.group_kinds: set[tuple] = set()  # groups whose creation properties libhdf5 read
         self.attribute_storages: set[tuple] = set()  # attribute storage libhdf5 counted (HeaderReader.attribute_storage)
         self.attribute_kinds: dict[tuple, tuple[int, h5py.h5t.TypeID]] = {}  # an attribute's size and type
+        # profiles of attributes whose value libhdf5 read as the bytes their message holds (the walk's own reading
+        # of them agreed): another attribute of one of them, its name stored whole, is read from its message
+        self.attributes_in_header: set[tuple] = set()
 
     def finding(self, code: str, where: ObjectInfo, message: str, name: str | None = None) -> None:
         self.findings.append(Finding(code, report_path(where, name), message))
@@ -709,28 +721,24 @@ class _Walk:
                     self.finding("MD506", info, f"an attribute name {raw_name[:200]!r} is not UTF-8")
                     refused.add(name)
                     continue
-                # §8.1: an attribute is read by its name — through its name index, by the name's hash, for dense
-                # storage (libhdf5 hands back an attribute still open under that name without that lookup)
-                aid = h5py.h5a.open(oid, name=raw_name)
-                profile = kinds[raw_name][0] if kinds is not None and raw_name in kinds else None
+                stored_as = kinds.get(raw_name) if kinds is not None else None
+                profile = stored_as[0] if stored_as is not None else None
                 known = self.attribute_kinds.get(profile) if profile is not None else None
-                size: int | None
-                if known is not None:  # an attribute stored alike has this size and type (HeaderReader.profile)
-                    size, tid = known
+                in_header = stored_as[2] if names is not None and stored_as is not None else None
+                if known is not None and in_header is not None and profile in self.attributes_in_header:
+                    # stored alike an attribute libhdf5 read to the same bytes as its message holds (below): its value
+                    # is those bytes here too, as libhdf5 would read them (its header, checksums included, is the
+                    # one libhdf5 opened the object by)
+                    size = known[0]
+                    if size > self.limits.max_attribute_bytes:
+                        self.finding("MD510", info, f"attribute {name[:200]!r} has {size} bytes (limit {self.limits.max_attribute_bytes})")
+                        refused.add(name)
+                        continue
+                    text = _utf8_text(in_header[:size])
                 else:
-                    tid = aid.get_type()
-                    size = string_attribute_size(aid, tid)
-                    if size is not None and profile is not None:
-                        self.attribute_kinds[profile] = (size, tid)
-                if size is None:
-                    self.finding("MD506", info, f"attribute {name[:200]!r} is not a scalar fixed-length UTF-8 string")
-                    refused.add(name)
-                    continue
-                if size > self.limits.max_attribute_bytes:
-                    self.finding("MD510", info, f"attribute {name[:200]!r} has {size} bytes (limit {self.limits.max_attribute_bytes})")
-                    refused.add(name)
-                    continue
-                text = read_string(aid, size, tid)
+                    text = self._read_attribute(info, oid, raw_name, name, profile, known, in_header, refused)
+                    if text is False:
+                        continue
             except Exception as exc:
                 self.finding("MD513", info, f"attribute {i} cannot be read: {exc}")
                 if name is not None:
@@ -747,14 +755,43 @@ class _Walk:
             info.refused_attrs = refused
         return True
 
-    def _listed_attributes(self, kinds: dict[bytes, tuple[tuple, int]] | None, n: int) -> list[bytes] | None:
+    def _read_attribute(self, info: ObjectInfo, oid: h5py.h5o.ObjectID, raw_name: bytes, name: str, profile: tuple | None,
+                        known: tuple[int, h5py.h5t.TypeID] | None, in_header: bytes | None, refused: set[str]) -> str | None | Literal[False]:
+        """An attribute's text, read by libhdf5 (None when it is not UTF-8); False when it is refused (reported).
+        What libhdf5 cannot read raises."""
+        # §8.1: an attribute is read by its name — through its name index, by the name's hash, for dense
+        # storage (libhdf5 hands back an attribute still open under that name without that lookup)
+        aid = h5py.h5a.open(oid, name=raw_name)
+        size: int | None
+        if known is not None:  # an attribute stored alike has this size and type (HeaderReader.profile)
+            size, tid = known
+        else:
+            tid = aid.get_type()
+            size = string_attribute_size(aid, tid)
+            if size is not None and profile is not None:
+                self.attribute_kinds[profile] = (size, tid)
+        if size is None:
+            self.finding("MD506", info, f"attribute {name[:200]!r} is not a scalar fixed-length UTF-8 string")
+            refused.add(name)
+            return False
+        if size > self.limits.max_attribute_bytes:
+            self.finding("MD510", info, f"attribute {name[:200]!r} has {size} bytes (limit {self.limits.max_attribute_bytes})")
+            refused.add(name)
+            return False
+        text = read_string(aid, size, tid)
+        if (text is not None and profile is not None and in_header is not None and profile not in self.attributes_in_header
+                and len(in_header) >= size and _utf8_text(in_header[:size]) == text):
+            self.attributes_in_header.add(profile)  # libhdf5 reads an attribute of this profile as its message's bytes
+        return text
+
+    def _listed_attributes(self, kinds: dict[bytes, tuple[tuple, int, bytes | None]] | None, n: int) -> list[bytes] | None:
         """The names libhdf5 lists an object's ``n`` attributes under (in its order: by name), known without asking
         it where every one is stored in the header in a message this walk has seen libhdf5 read alike — the same
         datatype and dataspace (HeaderReader.attribute_profiles) — that holds its data: libhdf5 then decodes each
         as it decoded those. None otherwise: libhdf5 is asked."""
         if kinds is None or len(kinds) != n:
             return None
-        for profile, data_bytes in kinds.values():
+        for profile, data_bytes, _ in kinds.values():
             known = self.attribute_kinds.get(profile)
             if known is None or data_bytes < known[0]:  # a scalar string: its size in bytes of data
                 return None
