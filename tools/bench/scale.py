@@ -107,13 +107,23 @@ def write_repository(folder: Path, n: int, diff_path: Path) -> Path:
         return root
     import mdiff
 
+    from mdiff import block_ids
+
     mdiff.Repository.init(root)
-    digest = hashlib.sha256()
-    with open(diff_path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    commit_id = digest.hexdigest()
-    shutil.copyfile(diff_path, root / ".mdiff" / "commits" / f"{commit_id}.mdiff")
+    commits = root / ".mdiff" / "commits"
+    if (root / ".mdiff" / "format").read_text().split()[-1] == "1":  # format 1: the sha256 of the bytes (§4.3)
+        digest = hashlib.sha256()
+        with open(diff_path, "rb") as f:
+            while block := f.read(1 << 20):
+                digest.update(block)
+        commit_id = digest.hexdigest()
+    else:  # format 2: the block list's hash, the list beside the file
+        with open(diff_path, "rb") as f:
+            blocks = block_ids.of_fd(f.fileno(), os.fstat(f.fileno()).st_size, keep_leaves=True)
+        assert blocks is not None
+        commit_id = blocks.commit_id
+        (commits / f"{commit_id}.blocks").write_bytes(blocks.encoded())
+    shutil.copyfile(diff_path, commits / f"{commit_id}.mdiff")
     (root / ".mdiff" / "refs" / "heads" / "main").write_text(commit_id + "\n")
     return root
 
