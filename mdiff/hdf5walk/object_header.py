@@ -256,6 +256,49 @@ class HeaderReader:
         return header.version, tuple((flags, body) for (mtype, body), flags in zip(header.messages, header.flags)
                                      if mtype == _ATTRIBUTE_INFO)
 
+    def compact_links(self, address: int) -> list[tuple[bytes, int, int]] | None:
+        """(name, link type 0, address) of each link message of the group whose version 2 header is at ``address``,
+        in the header's order, where its links are stored in the header (a link info message without a fractal
+        heap, no symbol table) and each message is a hard link as HDF5 libraries write one: version 1, flags of
+        the known bits alone, a name of at least one byte and no NUL, an address of the file's size and nothing
+        after it. None otherwise (the walk then asks libhdf5)."""
+        header = self.header(address)
+        if header.fault is not None or header.version != 2 or _SYMBOL_TABLE in header.first \
+                or header.counts.get(_LINK_INFO) != 1:
+            return None
+        o = self.offset_size
+        info = header.messages[header.first[_LINK_INFO]][1]
+        at = 2 + (8 if len(info) > 1 and info[1] & 1 else 0)  # version, flags, (maximum creation index)
+        if len(info) < at + o or info[at:at + o] != b"\xff" * o:  # a fractal heap: dense storage
+            return None
+        links: list[tuple[bytes, int, int]] = []
+        if _LINK not in header.first:
+            return links
+        for (mtype, body), flags in zip(header.messages, header.flags):
+            if mtype != _LINK:
+                continue
+            if flags & _SHARED or len(body) < 3 or body[0] != 1 or body[1] & ~0x1F:
+                return None
+            bits, at = body[1], 2  # version, flags; (link type), (creation order), (name encoding), name length, name
+            if bits & 0x08:
+                if body[at] != 0:  # not a hard link
+                    return None
+                at += 1
+            at += 8 if bits & 0x04 else 0
+            if bits & 0x10:
+                if at >= len(body) or body[at] not in (0, 1):
+                    return None
+                at += 1
+            width = 1 << (bits & 3)
+            size = int.from_bytes(body[at:at + width], "little")
+            at += width
+            name = body[at:at + size]
+            at += size
+            if size == 0 or len(name) != size or b"\0" in name or at + o != len(body):
+                return None
+            links.append((name, 0, int.from_bytes(body[at:], "little")))
+        return links
+
     def link_messages(self, address: int) -> int | None:
         """How many link messages (compact link storage) the header at ``address`` holds; None where it does not
         decode whole."""

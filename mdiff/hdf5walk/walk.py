@@ -393,6 +393,9 @@ class _Walk:
         # profiles of attributes whose value libhdf5 read as the bytes their message holds (the walk's own reading
         # of them agreed): another attribute of one of them, its name stored whole, is read from its message
         self.attributes_in_header: set[tuple] = set()
+        # profiles of groups whose links libhdf5 listed as the walk reads them from their header (compact storage):
+        # another group of one of them is listed from its header (HeaderReader.compact_links)
+        self.links_in_header: set[tuple] = set()
 
     def finding(self, code: str, where: ObjectInfo, message: str, name: str | None = None) -> None:
         self.findings.append(Finding(code, report_path(where, name), message))
@@ -585,13 +588,28 @@ class _Walk:
                 group.get_create_plist()
                 if profile is not None:
                     self.group_kinds.add(profile)
+            in_header = self.headers.compact_links(address) \
+                if recorded is None and profile is not None and self.headers is not None and address is not None else None
+            if in_header is not None and profile in self.links_in_header:
+                # stored alike a group whose links libhdf5 listed as the walk reads them from its header (below):
+                # these are what libhdf5 would list (its header, checksums included, is the one libhdf5 opened)
+                for raw, link_type, u in in_header:
+                    listed += 1
+                    counts = link_type == hard and (raw.isascii() or _is_utf8(raw))
+                    if counts and countable > cap:
+                        break  # as collect: one past the object limit is enough (MD511)
+                    links.append((raw, link_type, u))
+                    countable += counts
             # in the index's own order, sorted below: ITER_INC has libhdf5 build and sort a table of every
             # link first (0.8 s for 10^5 members, against 0.14 s)
-            if self._member_count(gid, recorded, address) > _MANY_LINKS:
+            elif self._member_count(gid, recorded, address) > _MANY_LINKS:
                 with metadata_cache(self.file, LISTING_CACHE_BYTES):  # the group's heap and index, held
                     gid.links.iterate(collect, info=True, order=h5py.h5.ITER_NATIVE)
             else:
                 gid.links.iterate(collect, info=True, order=h5py.h5.ITER_NATIVE)
+                if in_header is not None and profile not in self.links_in_header and listed == len(links) \
+                        and sorted(in_header) == sorted(links):
+                    self.links_in_header.add(profile)  # libhdf5 lists such a group's links as its header holds them
         except Exception as exc:  # a corrupt group B-tree or heap
             self.finding("MD513", node, f"the group's links cannot be read: {exc}")
             return None
