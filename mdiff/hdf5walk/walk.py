@@ -219,8 +219,11 @@ class Inventory:
             node = stack.pop()
             index[id(node)] = len(records)
             parent = -1 if node.parent is None else index[id(node.parent)]
-            records.append([parent, node.name, node.kind, dict(node.attrs) or None,
-                            sorted(node.refused_attrs) or None, _dataset_record(node.dataset)])
+            if node.dataset is None and not node.refused_attrs:  # the short forms: no trailing nulls to send
+                records.append([parent, node.name, node.kind, dict(node.attrs)] if node.attrs else [parent, node.name, node.kind])
+            else:
+                records.append([parent, node.name, node.kind, dict(node.attrs) or None,
+                                sorted(node.refused_attrs) or None, _dataset_record(node.dataset)])
             stack.extend(reversed(list(node.children.values())))
         return [self.total_bytes, records]
 
@@ -236,7 +239,10 @@ class Inventory:
             records: list = data[1]
             nodes: list[ObjectInfo] = []
             dtypes: dict[str, np.dtype] = {}
-            for parent, name, kind, attrs, refused, flat in records:
+            for record in records:
+                if not isinstance(record, list) or len(record) not in (3, 4, 6):
+                    raise ValueError("a malformed object record")
+                parent, name, kind, attrs, refused, flat = record if len(record) == 6 else (*record, *_ABSENT[len(record)])
                 if not (isinstance(parent, int) and -1 <= parent < len(nodes) and (parent >= 0) == bool(nodes)
                         and isinstance(name, str) and kind in _KINDS):
                     raise ValueError("a malformed object record")
@@ -260,6 +266,7 @@ class Inventory:
 
 
 _KINDS = frozenset({"group", "dataset", "refused", "deferred"})
+_ABSENT = {3: (None, None, None), 4: (None, None)}  # what a record of 3 or 4 fields leaves out (to_records)
 # what a dataset of an accepted file can be stored as (§6.1, with room for what the walk reports on);
 # never an object dtype, which numpy would fill with Python objects
 _DTYPE_TEXT = re.compile(r"[<>|=][biufcSUV][0-9]{1,5}")
@@ -269,6 +276,8 @@ def _dataset_record(info: DatasetInfo | None) -> list | None:
     if info is None:
         return None
     plan = info.plan
+    if plan is not None and plan.contiguous_offset is not None and info.inline is None:  # most: an offset alone
+        return [list(info.shape), info.dtype.str, info.nbytes, info.stored, plan.contiguous_offset]
     flat_plan = None if plan is None else [
         plan.contiguous_offset, plan.chunk_shape, [[c.offset, c.byte_offset, c.size] for c in plan.chunks],
         [[code, list(values)] for code, values in plan.filters]]
@@ -285,11 +294,16 @@ def _ints(values: list[Any]) -> tuple[int, ...]:  # values of a JSON record an i
 def _dataset_from_record(flat: list[Any] | None, dtypes: dict[str, np.dtype]) -> DatasetInfo | None:
     if flat is None:
         return None
-    shape, dtype, nbytes, stored, flat_plan, inline = flat
+    if not isinstance(flat, list) or len(flat) not in (5, 6):
+        raise ValueError("a malformed dataset record")
+    contiguous = len(flat) == 5  # [shape, dtype, nbytes, stored, offset]: a contiguous dataset (_dataset_record)
+    shape, dtype, nbytes, stored, flat_plan, inline = (*flat, None) if contiguous else flat
     if not (isinstance(dtype, str) and _DTYPE_TEXT.fullmatch(dtype) and type(nbytes) is int and type(stored) is int):
         raise ValueError("a malformed dataset record")
     plan = None
-    if flat_plan is not None:
+    if contiguous:
+        plan = StoragePlan(_ints([flat_plan])[0])
+    elif flat_plan is not None:
         offset, chunk_shape, chunks, filters = flat_plan
         plan = StoragePlan(None if offset is None else _ints([offset])[0],
                            None if chunk_shape is None else _ints(chunk_shape),
