@@ -621,7 +621,7 @@ class _Walk:
                     gid.links.iterate(collect, info=True, order=h5py.h5.ITER_NATIVE)
             else:
                 gid.links.iterate(collect, info=True, order=h5py.h5.ITER_NATIVE)
-                if in_header is not None and profile not in self.links_in_header and listed == len(links) \
+                if in_header is not None and profile is not None and profile not in self.links_in_header and listed == len(links) \
                         and sorted(in_header) == sorted(links):
                     self.links_in_header.add(profile)  # libhdf5 lists such a group's links as its header holds them
         except Exception as exc:  # a corrupt group B-tree or heap
@@ -768,9 +768,10 @@ class _Walk:
                         continue
                     text = _utf8_text(in_header[:size])
                 else:
-                    text = self._read_attribute(info, oid, raw_name, name, profile, known, in_header, refused)
-                    if text is False:
+                    read = self._read_attribute(info, oid, raw_name, name, profile, known, in_header, refused)
+                    if read is False:
                         continue
+                    text = read
             except Exception as exc:
                 self.finding("MD513", info, f"attribute {i} cannot be read: {exc}")
                 if name is not None:
