@@ -305,3 +305,25 @@ def test_complete_lists_names_without_reading_refs_or_the_heavy_libraries(named,
     finally:
         os.chmod(named.dir / "refs" / "heads", 0o755)
     assert names("nonsense")[1].endswith("[] 2")
+
+
+@pytest.mark.parametrize("value", [
+    {}, [], (), {"a": []}, {"a": {}}, [[[]]], "text", 5, None, True,
+    [1, -2, 2.5, -0.0, 1e300, 2 ** 70, "x", None, True, False],
+    {"é\ud800": "\x00\n\"\\", "n": [float("nan"), float("inf"), -float("inf")]},
+    (1, (2, [3, {"k": (4,)}])),
+    {"file": "a.mdiff", "parameters": [{"name": "w", "shape": [4], "stored_bytes": 16, "rel_change": 0.125}]},
+    {1: 2}, {"s": {1, 2}}, {"e": np.float32(1)},  # json.dumps's own: a key made a string, its TypeErrors
+])
+def test_dumps_indented_is_json_dumps_indent_1(value):
+    from mdiff.cli.output import dumps_indented
+
+    try:
+        want: object = json.dumps(value, indent=1)
+    except TypeError as exc:
+        want = str(exc)
+    try:
+        got: object = dumps_indented(value)
+    except TypeError as exc:
+        got = str(exc)
+    assert got == want

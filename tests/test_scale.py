@@ -27,7 +27,7 @@ from mdiff.hdf5walk.attributes import write_string
 from mdiff.hdf5walk.limits import DEFAULT_LIMITS
 from mdiff.format.reader import DiffFile, Vetted, open_diff
 from mdiff.format.schemas import _Unsure, compiled_check, ecma_validator, first_errors
-from mdiff.hdf5walk.walk import MAX_REPORTED_PATH, WALK_CACHE_BYTES, Inventory, LazyWalk, inspect_structure
+from mdiff.hdf5walk.walk import MAX_REPORTED_PATH, WALK_CACHE_BYTES, Inventory, LazyWalk, _Walk, inspect_structure
 from mdiff.isolation import Isolation, isolation_supported
 from mdiff.updates import REGISTRY
 from tests import invalid_files as inv
@@ -460,10 +460,10 @@ def test_a_lazy_reader_lists_a_large_group_reading_its_bytes_once(tmp_path):
 # ---------------------------------------------------------------- the work of a large file, counted (issue 31.3)
 
 def test_libhdf5_is_asked_about_each_attribute_once_and_about_each_kind_of_storage_once(tmp_path, monkeypatch):
-    """The walk still opens every object and reads every attribute through libhdf5, but asks it what is the same for
-    objects stored alike — a dataset's properties, an attribute's type, how an object's attributes are stored —
-    once for each way of storing them (hdf5walk/walk.py): a file of 10^5 alike parameters made 40 calls of libhdf5
-    each, and the walk cost 2.5 times what it does."""
+    """The walk still opens every object through libhdf5 (which verifies its header), but asks it what is the same for
+    objects stored alike — a dataset's properties, an attribute's type and value, how an object's attributes are
+    stored, a group's links stored in its header — once for each way of storing them (hdf5walk/walk.py): a file of
+    10^5 alike parameters made 40 calls of libhdf5 each, and the walk cost 2.5 times what it does."""
     import h5py
 
     path = tmp_path / "d.mdiff"
@@ -479,16 +479,20 @@ def test_libhdf5_is_asked_about_each_attribute_once_and_about_each_kind_of_stora
             return real(*args, **kwargs)
         monkeypatch.setattr(module, name, call)
 
-    for module, name in ((h5py.h5a, "open"), (h5py.h5a, "get_num_attrs"), (h5py.h5o, "open"), (h5py.h5i, "get_type")):
+    for module, name in ((h5py.h5a, "open"), (h5py.h5a, "get_num_attrs"), (h5py.h5o, "open"), (h5py.h5i, "get_type"),
+                         (h5py.h5g, "open"), (h5py.h5d, "open")):
         counted(module, name)
     with h5py.File(path, "r") as f:
         inventory, findings = inspect_structure(f, os.path.getsize(path), DEFAULT_LIMITS)
     assert findings == [] and len(inventory.objects["/parameters"].members) == 1200
-    assert calls["h5o.open"] == 2 * 1200 + 1  # each parameter's group and dataset, and /parameters
+    # each parameter's group and dataset, the root and /parameters, opened once — as its header says it is a group or
+    # dataset
+    assert (calls.get("h5o.open", 0), calls["h5g.open"], calls["h5d.open"]) == (0, 1200 + 2, 1200)
     assert calls.get("h5i.get_type", 0) == 0  # h5py's class of an object says its kind
     assert calls["h5a.get_num_attrs"] <= 4  # the root, /parameters, a parameter's group, its dataset
-    # each attribute opened by name once (3 at the root, one `update` a parameter), and by index only where
-    # libhdf5 is asked to list them (the first of each kind)
+    # an attribute is opened by name (3 at the root, the first `update` of each kind) and by index only where
+    # libhdf5 is asked to list them (the first of each kind); the others are read from their messages, as libhdf5
+    # read the first of their kind
     opened = {}
     monkeypatch.undo()
     real_open = h5py.h5a.open
@@ -501,7 +505,24 @@ def test_libhdf5_is_asked_about_each_attribute_once_and_about_each_kind_of_stora
     monkeypatch.setattr(h5py.h5a, "open", by_kind)
     with h5py.File(path, "r") as f:
         inspect_structure(f, os.path.getsize(path), DEFAULT_LIMITS)
-    assert opened["name"] == 3 + 1200 and opened.get("index", 0) < 20
+    assert opened["name"] < 3 + 20 and opened.get("index", 0) < 20, opened
+    # and the walk is the one libhdf5 alone makes: each attribute read by it, each group's links listed by it
+    monkeypatch.undo()
+    with h5py.File(path, "r") as f:
+        alone = _Walk(f, os.path.getsize(path), DEFAULT_LIMITS)
+        alone.attributes_in_header, alone.links_in_header = _NeverKept(), _NeverKept()
+        alone.run()
+        usual = _Walk(f, os.path.getsize(path), DEFAULT_LIMITS)
+        usual.run()
+    assert alone.findings == [] and alone.inventory.to_records() == inventory.to_records()
+    assert usual.links_in_header and usual.attributes_in_header  # the others were read from their headers
+
+
+class _NeverKept(set):
+    """A set of the walk's that keeps nothing: every attribute and link is then read by libhdf5."""
+
+    def add(self, item) -> None:
+        pass
 
 
 def test_fsck_reads_each_commit_in_one_isolated_child_request(tmp_path, monkeypatch):

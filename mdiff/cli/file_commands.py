@@ -12,7 +12,7 @@ from mdiff.cli.options import (
     add_author, add_date, add_engine, add_json, add_merge_options, add_meta, add_quiet, add_repository, add_safety_options, isolation_of,
     limits_of, parse_meta, parse_size,
 )
-from mdiff.cli.output import count, differ, format_size, print_description, quiet
+from mdiff.cli.output import count, differ, dumps_indented, format_size, print_description, quiet
 from mdiff.cli.progress import ProgressBar
 from mdiff.cli.registry import Commands
 from mdiff.errors import InvalidFileError
@@ -58,7 +58,7 @@ def run_validate(args) -> int:
                       f" ({count(sum(f.is_error for f in findings), 'error')}, "
                       f"{count(sum(not f.is_error for f in findings), 'warning')}{scope})")
     if args.json:
-        print(json.dumps(reports if len(reports) != 1 else reports[0], indent=1))
+        print(dumps_indented(reports if len(reports) != 1 else reports[0]))
     return status
 
 

@@ -74,22 +74,32 @@ def check_bounds(text: str) -> None:
         raise ValueError(f"a number of more than {MAX_NUMBER} characters")
 
 
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in obj:
+            raise ValueError(f"duplicate key {k!r}")
+        obj[intern(k)] = v  # a file holds one `update` per parameter, all with the same few keys
+    return obj
+
+
+# json.loads with these arguments makes a decoder per call (a file holds one `update` per parameter: 10^5)
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float, object_pairs_hook=_no_duplicates)
+
+
 def loads(text: str) -> Any:
     """Strict JSON (§4.1): NaN/Infinity, duplicate keys, a value inside more than 512 arrays and objects, a number of
     more than 4096 characters, a byte-order mark before the value and a string holding a lone surrogate (an escape
     `\\ud800` no UTF-8 text can hold) are refused with ValueError."""
     check_bounds(text)
-
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        obj: dict[str, Any] = {}
-        for k, v in pairs:
-            if k in obj:
-                raise ValueError(f"duplicate key {k!r}")
-            obj[intern(k)] = v  # a file holds one `update` per parameter, all with the same few keys
-        return obj
-
     try:
-        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, object_pairs_hook=no_duplicates)
+        if isinstance(text, str):  # json.loads's own check of a str, then its decoding, by one decoder for all
+            if text.startswith("\ufeff"):
+                raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+            value = _DECODER.decode(text)
+        else:
+            value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
+                               object_pairs_hook=_no_duplicates)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
     if "\\u" in text or not text.isascii():

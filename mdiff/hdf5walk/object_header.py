@@ -202,14 +202,15 @@ class HeaderReader:
             key.append((mtype, flags, body, size))
         return tuple(key) if layouts or not dataset else None
 
-    def attribute_profiles(self, address: int) -> dict[bytes, tuple[tuple, int]] | None:
+    def attribute_profiles(self, address: int) -> dict[bytes, tuple[tuple, int, bytes | None]] | None:
         """By name, what an HDF5 library makes the type and dataspace of each attribute stored in the header at
         ``address`` of (its attribute message's version, flags, name encoding, datatype and dataspace, as
-        bytes: two attributes of one profile have the same type and dataspace), with the bytes of data its
-        message holds. None where that cannot be said of them all: a header that does not decode whole, one whose
-        attribute info message names dense storage (an HDF5 library then lists the attributes stored there), an
-        attribute message shared with another object or whose datatype or dataspace is, one that does not
-        decode, or two of one name."""
+        bytes: two attributes of one profile have the same type and dataspace), with the number of bytes of data
+        its message holds, and those bytes (the message's rest) where its name is stored whole (else None). None
+        where that cannot be said of them all: a header that does not decode whole, one whose attribute info
+        message names dense storage (an HDF5 library then lists the attributes stored there), an attribute
+        message shared with another object or whose datatype or dataspace is, one that does not decode, or two
+        of one name."""
         header = self.header(address)
         if header.fault is not None:
             return None
@@ -232,6 +233,8 @@ class HeaderReader:
                 return None
             padded = (lambda size: (size + 7) & ~7) if version == 1 else (lambda size: size)
             name = body[at:at + name_size - 1].split(b"\0", 1)[0]  # libhdf5: strndup(name, size - 1)
+            # a name stored as libhdf5 writes it: its bytes, then one NUL (none inside)
+            whole = len(name) == name_size - 1 and body[at + name_size - 1:at + name_size] == b"\0"
             at += padded(name_size)
             datatype = body[at:at + type_size]
             at += padded(type_size)
@@ -239,7 +242,7 @@ class HeaderReader:
             at += padded(space_size)
             if at > len(body) or name in found:
                 return None
-            found[name] = ((version, sharing, encoding, datatype, dataspace), len(body) - at)
+            found[name] = ((version, sharing, encoding, datatype, dataspace), len(body) - at, body[at:] if whole else None)
         return found
 
     def attribute_storage(self, address: int) -> tuple | None:
@@ -252,6 +255,49 @@ class HeaderReader:
             return None
         return header.version, tuple((flags, body) for (mtype, body), flags in zip(header.messages, header.flags)
                                      if mtype == _ATTRIBUTE_INFO)
+
+    def compact_links(self, address: int) -> list[tuple[bytes, int, int]] | None:
+        """(name, link type 0, address) of each link message of the group whose version 2 header is at ``address``,
+        in the header's order, where its links are stored in the header (a link info message without a fractal
+        heap, no symbol table) and each message is a hard link as HDF5 libraries write one: version 1, flags of
+        the known bits alone, a name of at least one byte and no NUL, an address of the file's size and nothing
+        after it. None otherwise (the walk then asks libhdf5)."""
+        header = self.header(address)
+        if header.fault is not None or header.version != 2 or _SYMBOL_TABLE in header.first \
+                or header.counts.get(_LINK_INFO) != 1:
+            return None
+        o = self.offset_size
+        info = header.messages[header.first[_LINK_INFO]][1]
+        at = 2 + (8 if len(info) > 1 and info[1] & 1 else 0)  # version, flags, (maximum creation index)
+        if len(info) < at + o or info[at:at + o] != b"\xff" * o:  # a fractal heap: dense storage
+            return None
+        links: list[tuple[bytes, int, int]] = []
+        if _LINK not in header.first:
+            return links
+        for (mtype, body), flags in zip(header.messages, header.flags):
+            if mtype != _LINK:
+                continue
+            if flags & _SHARED or len(body) < 3 or body[0] != 1 or body[1] & ~0x1F:
+                return None
+            bits, at = body[1], 2  # version, flags; (link type), (creation order), (name encoding), name length, name
+            if bits & 0x08:
+                if body[at] != 0:  # not a hard link
+                    return None
+                at += 1
+            at += 8 if bits & 0x04 else 0
+            if bits & 0x10:
+                if at >= len(body) or body[at] not in (0, 1):
+                    return None
+                at += 1
+            width = 1 << (bits & 3)
+            size = int.from_bytes(body[at:at + width], "little")
+            at += width
+            name = body[at:at + size]
+            at += size
+            if size == 0 or len(name) != size or b"\0" in name or at + o != len(body):
+                return None
+            links.append((name, 0, int.from_bytes(body[at:], "little")))
+        return links
 
     def link_messages(self, address: int) -> int | None:
         """How many link messages (compact link storage) the header at ``address`` holds; None where it does not

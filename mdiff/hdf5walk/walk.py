@@ -35,6 +35,9 @@ from mdiff.hdf5walk.limits import DEFAULT_LIMITS, MAX_DEFLATE_RATIO, Limits, sha
 from mdiff.hdf5walk.object_header import MAX_ATTRIBUTES_PER_OBJECT, HeaderReader, ReadAt
 from mdiff.hdf5walk.storage import FILTER_DEFLATE, FILTER_FLETCHER32, FILTER_SHUFFLE, Chunk, StoragePlan, coverage_problem, plan_for
 
+# object header message types by which libhdf5 tells a group (either) from a dataset (both) (H5O__group_isa, H5O__dset_isa)
+_SYMBOL_TABLE_MESSAGE, _LINK_INFO_MESSAGE, _DATATYPE_MESSAGE, _DATASPACE_MESSAGE = 0x11, 0x02, 0x03, 0x01
+
 ALLOWED_FILTERS = {FILTER_DEFLATE: "deflate", FILTER_SHUFFLE: "shuffle", FILTER_FLETCHER32: "fletcher32"}
 
 # The only dataset datatypes a file may use (§8.2): little-endian IEEE floats and two's-complement integers.
@@ -55,6 +58,15 @@ def _standard_bits(dtype: np.dtype) -> int:
     if dtype.kind == "f":
         return 0x20 | (8 * dtype.itemsize - 1) << 8
     return 0x08 if dtype.kind == "i" else 0
+
+
+def _utf8_text(raw: bytes) -> str | None:
+    """A fixed-length string attribute's bytes as read_string gives them: trailing NULs dropped, UTF-8 decoded
+    (None when not UTF-8)."""
+    try:
+        return raw.rstrip(b"\0").decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _is_utf8(raw: bytes) -> bool:
@@ -210,8 +222,11 @@ class Inventory:
             node = stack.pop()
             index[id(node)] = len(records)
             parent = -1 if node.parent is None else index[id(node.parent)]
-            records.append([parent, node.name, node.kind, dict(node.attrs) or None,
-                            sorted(node.refused_attrs) or None, _dataset_record(node.dataset)])
+            if node.dataset is None and not node.refused_attrs:  # the short forms: no trailing nulls to send
+                records.append([parent, node.name, node.kind, dict(node.attrs)] if node.attrs else [parent, node.name, node.kind])
+            else:
+                records.append([parent, node.name, node.kind, dict(node.attrs) or None,
+                                sorted(node.refused_attrs) or None, _dataset_record(node.dataset)])
             stack.extend(reversed(list(node.children.values())))
         return [self.total_bytes, records]
 
@@ -227,7 +242,10 @@ class Inventory:
             records: list = data[1]
             nodes: list[ObjectInfo] = []
             dtypes: dict[str, np.dtype] = {}
-            for parent, name, kind, attrs, refused, flat in records:
+            for record in records:
+                if not isinstance(record, list) or len(record) not in (3, 4, 6):
+                    raise ValueError("a malformed object record")
+                parent, name, kind, attrs, refused, flat = record if len(record) == 6 else (*record, *_ABSENT[len(record)])
                 if not (isinstance(parent, int) and -1 <= parent < len(nodes) and (parent >= 0) == bool(nodes)
                         and isinstance(name, str) and kind in _KINDS):
                     raise ValueError("a malformed object record")
@@ -251,6 +269,7 @@ class Inventory:
 
 
 _KINDS = frozenset({"group", "dataset", "refused", "deferred"})
+_ABSENT = {3: (None, None, None), 4: (None, None)}  # what a record of 3 or 4 fields leaves out (to_records)
 # what a dataset of an accepted file can be stored as (§6.1, with room for what the walk reports on);
 # never an object dtype, which numpy would fill with Python objects
 _DTYPE_TEXT = re.compile(r"[<>|=][biufcSUV][0-9]{1,5}")
@@ -260,6 +279,8 @@ def _dataset_record(info: DatasetInfo | None) -> list | None:
     if info is None:
         return None
     plan = info.plan
+    if plan is not None and plan.contiguous_offset is not None and info.inline is None:  # most: an offset alone
+        return [list(info.shape), info.dtype.str, info.nbytes, info.stored, plan.contiguous_offset]
     flat_plan = None if plan is None else [
         plan.contiguous_offset, plan.chunk_shape, [[c.offset, c.byte_offset, c.size] for c in plan.chunks],
         [[code, list(values)] for code, values in plan.filters]]
@@ -276,11 +297,16 @@ def _ints(values: list[Any]) -> tuple[int, ...]:  # values of a JSON record an i
 def _dataset_from_record(flat: list[Any] | None, dtypes: dict[str, np.dtype]) -> DatasetInfo | None:
     if flat is None:
         return None
-    shape, dtype, nbytes, stored, flat_plan, inline = flat
+    if not isinstance(flat, list) or len(flat) not in (5, 6):
+        raise ValueError("a malformed dataset record")
+    contiguous = len(flat) == 5  # [shape, dtype, nbytes, stored, offset]: a contiguous dataset (_dataset_record)
+    shape, dtype, nbytes, stored, flat_plan, inline = (*flat, None) if contiguous else flat
     if not (isinstance(dtype, str) and _DTYPE_TEXT.fullmatch(dtype) and type(nbytes) is int and type(stored) is int):
         raise ValueError("a malformed dataset record")
     plan = None
-    if flat_plan is not None:
+    if contiguous:
+        plan = StoragePlan(_ints([flat_plan])[0])
+    elif flat_plan is not None:
         offset, chunk_shape, chunks, filters = flat_plan
         plan = StoragePlan(None if offset is None else _ints([offset])[0],
                            None if chunk_shape is None else _ints(chunk_shape),
@@ -381,6 +407,12 @@ class _Walk:
         self.group_kinds: set[tuple] = set()  # groups whose creation properties libhdf5 read
         self.attribute_storages: set[tuple] = set()  # attribute storage libhdf5 counted (HeaderReader.attribute_storage)
         self.attribute_kinds: dict[tuple, tuple[int, h5py.h5t.TypeID]] = {}  # an attribute's size and type
+        # profiles of attributes whose value libhdf5 read as the bytes their message holds (the walk's own reading
+        # of them agreed): another attribute of one of them, its name stored whole, is read from its message
+        self.attributes_in_header: set[tuple] = set()
+        # profiles of groups whose links libhdf5 listed as the walk reads them from their header (compact storage):
+        # another group of one of them is listed from its header (HeaderReader.compact_links)
+        self.links_in_header: set[tuple] = set()
 
     def finding(self, code: str, where: ObjectInfo, message: str, name: str | None = None) -> None:
         self.findings.append(Finding(code, report_path(where, name), message))
@@ -573,13 +605,28 @@ class _Walk:
                 group.get_create_plist()
                 if profile is not None:
                     self.group_kinds.add(profile)
+            in_header = self.headers.compact_links(address) \
+                if recorded is None and profile is not None and self.headers is not None and address is not None else None
+            if in_header is not None and profile in self.links_in_header:
+                # stored alike a group whose links libhdf5 listed as the walk reads them from its header (below):
+                # these are what libhdf5 would list (its header, checksums included, is the one libhdf5 opened)
+                for raw, link_type, u in in_header:
+                    listed += 1
+                    counts = link_type == hard and (raw.isascii() or _is_utf8(raw))
+                    if counts and countable > cap:
+                        break  # as collect: one past the object limit is enough (MD511)
+                    links.append((raw, link_type, u))
+                    countable += counts
             # in the index's own order, sorted below: ITER_INC has libhdf5 build and sort a table of every
             # link first (0.8 s for 10^5 members, against 0.14 s)
-            if self._member_count(gid, recorded, address) > _MANY_LINKS:
+            elif self._member_count(gid, recorded, address) > _MANY_LINKS:
                 with metadata_cache(self.file, LISTING_CACHE_BYTES):  # the group's heap and index, held
                     gid.links.iterate(collect, info=True, order=h5py.h5.ITER_NATIVE)
             else:
                 gid.links.iterate(collect, info=True, order=h5py.h5.ITER_NATIVE)
+                if in_header is not None and profile is not None and profile not in self.links_in_header and listed == len(links) \
+                        and sorted(in_header) == sorted(links):
+                    self.links_in_header.add(profile)  # libhdf5 lists such a group's links as its header holds them
         except Exception as exc:  # a corrupt group B-tree or heap
             self.finding("MD513", node, f"the group's links cannot be read: {exc}")
             return None
@@ -612,10 +659,14 @@ class _Walk:
             self.finding("MD511", parent, f"objects nested more than {self.limits.max_depth} links below the root", name)
             return _STOP
         try:
-            oid = h5py.h5o.open(gid, raw)
-            # h5py gives an object the class of its kind (asking libhdf5 again costs a call per object)
-            kind = h5py.h5i.GROUP if isinstance(oid, h5py.h5g.GroupID) else h5py.h5i.DATASET \
-                if isinstance(oid, h5py.h5d.DatasetID) else h5py.h5i.get_type(oid)
+            opened = self._open_as_its_header_says(gid, raw, address)
+            if opened is not None:
+                oid, kind = opened
+            else:
+                oid = h5py.h5o.open(gid, raw)
+                # h5py gives an object the class of its kind (asking libhdf5 again costs a call per object)
+                kind = h5py.h5i.GROUP if isinstance(oid, h5py.h5g.GroupID) else h5py.h5i.DATASET \
+                    if isinstance(oid, h5py.h5d.DatasetID) else h5py.h5i.get_type(oid)
             if address is None:
                 address = gid.links.get_info(raw).u
         except Exception as exc:
@@ -649,6 +700,28 @@ class _Walk:
             return None
         parent.adopt(ObjectInfo(name, parent, "refused"))
         self.finding("MD501", parent, "a committed datatype; only groups and datasets are allowed", name)
+        return None
+
+    def _open_as_its_header_says(self, gid: h5py.h5g.GroupID, raw: bytes, address: int | None
+                                 ) -> tuple[h5py.h5o.ObjectID, int] | None:
+        """The member ``raw`` opened as a group or a dataset where its header at ``address`` says which (libhdf5's
+        own test: a symbol table or link info message makes a group; else a datatype and a dataspace message a
+        dataset), by H5Gopen or H5Dopen — which find it and ask libhdf5 its kind as H5Oopen does, and fail unless
+        it is that kind — with the kind; None where the header does not say, or that open fails (the walk then
+        opens it by H5Oopen, as any other: h5py's H5Oopen costs ~5 µs more an object, in Python)."""
+        if address is None or self.headers is None:
+            return None
+        header = self.headers.header(address)
+        if header.fault is not None:
+            return None
+        first = header.first
+        try:
+            if _SYMBOL_TABLE_MESSAGE in first or _LINK_INFO_MESSAGE in first:
+                return h5py.h5g.open(gid, raw), h5py.h5i.GROUP
+            if _DATATYPE_MESSAGE in first and _DATASPACE_MESSAGE in first:
+                return h5py.h5d.open(gid, raw), h5py.h5i.DATASET
+        except Exception:  # H5Oopen says why (MD513)
+            return None
         return None
 
     def _link_count(self, oid: h5py.h5o.ObjectID, address: int) -> int:
@@ -709,28 +782,25 @@ class _Walk:
                     self.finding("MD506", info, f"an attribute name {raw_name[:200]!r} is not UTF-8")
                     refused.add(name)
                     continue
-                # §8.1: an attribute is read by its name — through its name index, by the name's hash, for dense
-                # storage (libhdf5 hands back an attribute still open under that name without that lookup)
-                aid = h5py.h5a.open(oid, name=raw_name)
-                profile = kinds[raw_name][0] if kinds is not None and raw_name in kinds else None
+                stored_as = kinds.get(raw_name) if kinds is not None else None
+                profile = stored_as[0] if stored_as is not None else None
                 known = self.attribute_kinds.get(profile) if profile is not None else None
-                size: int | None
-                if known is not None:  # an attribute stored alike has this size and type (HeaderReader.profile)
-                    size, tid = known
+                in_header = stored_as[2] if names is not None and stored_as is not None else None
+                if known is not None and in_header is not None and profile in self.attributes_in_header:
+                    # stored alike an attribute libhdf5 read to the same bytes as its message holds (below): its value
+                    # is those bytes here too, as libhdf5 would read them (its header, checksums included, is the
+                    # one libhdf5 opened the object by)
+                    size = known[0]
+                    if size > self.limits.max_attribute_bytes:
+                        self.finding("MD510", info, f"attribute {name[:200]!r} has {size} bytes (limit {self.limits.max_attribute_bytes})")
+                        refused.add(name)
+                        continue
+                    text = _utf8_text(in_header[:size])
                 else:
-                    tid = aid.get_type()
-                    size = string_attribute_size(aid, tid)
-                    if size is not None and profile is not None:
-                        self.attribute_kinds[profile] = (size, tid)
-                if size is None:
-                    self.finding("MD506", info, f"attribute {name[:200]!r} is not a scalar fixed-length UTF-8 string")
-                    refused.add(name)
-                    continue
-                if size > self.limits.max_attribute_bytes:
-                    self.finding("MD510", info, f"attribute {name[:200]!r} has {size} bytes (limit {self.limits.max_attribute_bytes})")
-                    refused.add(name)
-                    continue
-                text = read_string(aid, size, tid)
+                    read = self._read_attribute(info, oid, raw_name, name, profile, known, in_header, refused)
+                    if read is False:
+                        continue
+                    text = read
             except Exception as exc:
                 self.finding("MD513", info, f"attribute {i} cannot be read: {exc}")
                 if name is not None:
@@ -747,14 +817,43 @@ class _Walk:
             info.refused_attrs = refused
         return True
 
-    def _listed_attributes(self, kinds: dict[bytes, tuple[tuple, int]] | None, n: int) -> list[bytes] | None:
+    def _read_attribute(self, info: ObjectInfo, oid: h5py.h5o.ObjectID, raw_name: bytes, name: str, profile: tuple | None,
+                        known: tuple[int, h5py.h5t.TypeID] | None, in_header: bytes | None, refused: set[str]) -> str | None | Literal[False]:
+        """An attribute's text, read by libhdf5 (None when it is not UTF-8); False when it is refused (reported).
+        What libhdf5 cannot read raises."""
+        # §8.1: an attribute is read by its name — through its name index, by the name's hash, for dense
+        # storage (libhdf5 hands back an attribute still open under that name without that lookup)
+        aid = h5py.h5a.open(oid, name=raw_name)
+        size: int | None
+        if known is not None:  # an attribute stored alike has this size and type (HeaderReader.profile)
+            size, tid = known
+        else:
+            tid = aid.get_type()
+            size = string_attribute_size(aid, tid)
+            if size is not None and profile is not None:
+                self.attribute_kinds[profile] = (size, tid)
+        if size is None:
+            self.finding("MD506", info, f"attribute {name[:200]!r} is not a scalar fixed-length UTF-8 string")
+            refused.add(name)
+            return False
+        if size > self.limits.max_attribute_bytes:
+            self.finding("MD510", info, f"attribute {name[:200]!r} has {size} bytes (limit {self.limits.max_attribute_bytes})")
+            refused.add(name)
+            return False
+        text = read_string(aid, size, tid)
+        if (text is not None and profile is not None and in_header is not None and profile not in self.attributes_in_header
+                and len(in_header) >= size and _utf8_text(in_header[:size]) == text):
+            self.attributes_in_header.add(profile)  # libhdf5 reads an attribute of this profile as its message's bytes
+        return text
+
+    def _listed_attributes(self, kinds: dict[bytes, tuple[tuple, int, bytes | None]] | None, n: int) -> list[bytes] | None:
         """The names libhdf5 lists an object's ``n`` attributes under (in its order: by name), known without asking
         it where every one is stored in the header in a message this walk has seen libhdf5 read alike — the same
         datatype and dataspace (HeaderReader.attribute_profiles) — that holds its data: libhdf5 then decodes each
         as it decoded those. None otherwise: libhdf5 is asked."""
         if kinds is None or len(kinds) != n:
             return None
-        for profile, data_bytes in kinds.values():
+        for profile, data_bytes, _ in kinds.values():
             known = self.attribute_kinds.get(profile)
             if known is None or data_bytes < known[0]:  # a scalar string: its size in bytes of data
                 return None
