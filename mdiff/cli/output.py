@@ -64,12 +64,7 @@ def _encode(value: object, parts: list[str], newline: str) -> None:
             parts.append(separator)
             parts.append(encode_basestring_ascii(key))
             parts.append(": ")
-            if type(item) is str:
-                parts.append(encode_basestring_ascii(item))
-            elif type(item) is int:
-                parts.append(int.__repr__(item))
-            else:
-                _encode(item, parts, inner)
+            _member(item, parts, inner)
             separator = "," + inner
         parts.append(newline + "}")
     elif isinstance(value, (list, tuple)):
@@ -80,16 +75,21 @@ def _encode(value: object, parts: list[str], newline: str) -> None:
         separator = "[" + inner
         for item in value:
             parts.append(separator)
-            if type(item) is str:
-                parts.append(encode_basestring_ascii(item))
-            elif type(item) is int:
-                parts.append(int.__repr__(item))
-            else:
-                _encode(item, parts, inner)
+            _member(item, parts, inner)
             separator = "," + inner
         parts.append(newline + "]")
     else:
         parts.append(_leaf(value))
+
+
+def _member(item: object, parts: list[str], inner: str) -> None:
+    """A dict's value or a list's item: the common leaves at once, the rest by :func:`_encode`."""
+    if type(item) is str:
+        parts.append(encode_basestring_ascii(item))
+    elif type(item) is int:
+        parts.append(int.__repr__(item))
+    else:
+        _encode(item, parts, inner)
 
 
 def differ(parameters: int, files: int) -> str:

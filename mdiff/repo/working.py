@@ -17,6 +17,7 @@ second time. This module reads no commit: it needs neither numpy nor libhdf5.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -24,7 +25,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -307,17 +308,34 @@ def _digest(head: bytes, sha256s: Iterable[str]) -> str:
     return hashlib.sha256(_DIGEST_PREFIX + head + b"".join(bytes.fromhex(s) for s in sha256s)).hexdigest()
 
 
-def tensors_digest(path: str) -> str | None:
-    """A ``.safetensors`` file's tensors digest: the SHA-256 of a fixed prefix, the file's length field and header,
-    and the SHA-256 of each tensor's bytes in the order they lie in the file — as one-to-one with the file's bytes
-    as its own sha256, but made of the hashes a commit takes of each value anyway. None where the file is none
-    such (see :func:`_safetensors_layout`) or cannot be read."""
+@contextlib.contextmanager
+def _opened(path: str) -> Iterator[int | None]:
+    """A descriptor of the regular file at ``path`` (not through a link), closed after; None where there is none."""
     from mdiff.regular_files import NotRegularFile, open_regular
 
     try:
         fd, _ = open_regular(path)
     except (OSError, NotRegularFile):
-        return None
+        yield None
+        return
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def tensors_digest(path: str) -> str | None:
+    """A ``.safetensors`` file's tensors digest: the SHA-256 of a fixed prefix, the file's length field and header,
+    and the SHA-256 of each tensor's bytes in the order they lie in the file — as one-to-one with the file's bytes
+    as its own sha256, but made of the hashes a commit takes of each value anyway. None where the file is none
+    such (see :func:`_safetensors_layout`) or cannot be read."""
+    with _opened(path) as fd:
+        if fd is None:
+            return None
+        return _tensors_digest_of(fd)
+
+
+def _tensors_digest_of(fd: int) -> str | None:
     try:
         layout = _safetensors_layout(fd)
         if layout is None:
@@ -335,8 +353,6 @@ def tensors_digest(path: str) -> str | None:
         return _digest(layout[0], hashes)
     except OSError:
         return None
-    finally:
-        os.close(fd)
 
 
 def tensors_digest_from(path: str, values: Mapping[str, Value]) -> str | None:
@@ -344,18 +360,13 @@ def tensors_digest_from(path: str, values: Mapping[str, Value]) -> str | None:
     dtype and the sha256 of its canonical bytes, as a commit of the file found them — without reading its tensors:
     None (hash the file) unless every tensor of the file is a parameter there of its name, shape and dtype, with
     a sha256. Only the header is read."""
-    from mdiff.regular_files import NotRegularFile, open_regular
-
-    try:
-        fd, _ = open_regular(path)
-    except (OSError, NotRegularFile):
-        return None
-    try:
-        layout = _safetensors_layout(fd)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    with _opened(path) as fd:
+        if fd is None:
+            return None
+        try:
+            layout = _safetensors_layout(fd)
+        except OSError:
+            return None
     if layout is None:
         return None
     hashes = []
