@@ -60,8 +60,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mdiff  # noqa: E402
 from mdiff.repo import snapshots as repo_snapshots  # noqa: E402
-from mdiff.updates.bit_deltas import SubDelta  # noqa: E402
-from mdiff.updates.sparse import from_entries as sparse_from_entries  # noqa: E402
 
 import minilm  # noqa: E402  (tools/bench/minilm.py: the MiniLM fine-tune)
 import report_sections  # noqa: E402
@@ -80,7 +78,7 @@ from synthetic_model import (  # noqa: E402
     dense_variant,
     low_rank_updates,
     nbytes,
-    sparse_positions,
+    sparse_step,
     sparse_variant,
     synthetic_base,
     to_torch,
@@ -359,17 +357,7 @@ class Bench:
         head = repo.commit(state, "base", author=author, date=DATE,
                            explicit={k: mdiff.replace(state[k]) for k in self.names})
         for i in range(self.args.chain):
-            updates = {}
-            for k in self.names:
-                flat = state[k].reshape(-1)
-                idx = sparse_positions(flat.size, rng)
-                old_bits = flat.view(np.uint32)[idx]
-                flat[idx] += rng.standard_normal(idx.size, dtype=np.float32) * np.float32(WEIGHT_STD * CHANGE * 10)
-                new_bits = flat.view(np.uint32)[idx]
-                keep = old_bits != new_bits
-                # what `mdiff commit` writes by default: sparse version 2 (gaps, SUB deltas; SPEC §7.4)
-                updates[k] = sparse_from_entries(state[k], idx[keep], SubDelta.between(old_bits[keep], new_bits[keep]),
-                                                 version=2)
+            updates = {k: sparse_step(state[k], rng) for k in self.names}
             head = repo.commit(state, f"sparse step {i + 1}", author=author, date=DATE, explicit=updates)
         repo.set_branch("main", head)
         self.r["chain"]["commits"] = self.args.chain

@@ -40,10 +40,8 @@ ROWS, COLS = 4096, 1024
 
 def build(path: Path, mib: int, commits: int) -> None:
     import mdiff
-    from mdiff.updates.bit_deltas import SubDelta
-    from mdiff.updates.sparse import from_entries
     from safetensors.numpy import save_file
-    from synthetic_model import CHANGE, DATE, WEIGHT_STD, sparse_positions, synthetic_base
+    from synthetic_model import DATE, sparse_step, synthetic_base
 
     tensors = max(1, mib * (1 << 20) // (ROWS * COLS * 4))
     state = synthetic_base(tensors, ROWS, COLS)
@@ -52,15 +50,7 @@ def build(path: Path, mib: int, commits: int) -> None:
     rng = np.random.default_rng(4)
     head = repo.commit(state, "base", author=author, date=DATE, explicit={k: mdiff.replace(v) for k, v in state.items()})
     for i in range(commits):
-        updates = {}
-        for k in state:
-            flat = state[k].reshape(-1)
-            idx = sparse_positions(flat.size, rng)
-            old_bits = flat.view(np.uint32)[idx]
-            flat[idx] += rng.standard_normal(idx.size, dtype=np.float32) * np.float32(WEIGHT_STD * CHANGE * 10)
-            new_bits = flat.view(np.uint32)[idx]
-            keep = old_bits != new_bits
-            updates[k] = from_entries(state[k], idx[keep], SubDelta.between(old_bits[keep], new_bits[keep]), version=2)
+        updates = {k: sparse_step(state[k], rng) for k in state}
         head = repo.commit(state, f"sparse step {i + 1}", author=author, date=DATE, explicit=updates)
     repo.set_branch("main", head)
     save_file(state, str(path / "last.safetensors"))

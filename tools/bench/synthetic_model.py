@@ -70,6 +70,21 @@ def sparse_positions(size: int, rng: np.random.Generator, density: float = DENSI
     return np.unique(rng.integers(0, size, max(1, int(size * density)))).astype(np.uint64)
 
 
+def sparse_step(value: np.ndarray, rng: np.random.Generator):
+    """Change a seeded DENSITY of ``value``'s float32 entries in place, and return the update `mdiff commit`
+    writes for it by default: sparse version 2 (gaps, SUB deltas; SPEC §7.4) of the entries whose bits moved."""
+    from mdiff.updates.bit_deltas import SubDelta
+    from mdiff.updates.sparse import from_entries
+
+    flat = value.reshape(-1)
+    idx = sparse_positions(flat.size, rng)
+    old_bits = flat.view(np.uint32)[idx]
+    flat[idx] += rng.standard_normal(idx.size, dtype=np.float32) * np.float32(WEIGHT_STD * CHANGE * 10)
+    new_bits = flat.view(np.uint32)[idx]
+    keep = old_bits != new_bits
+    return from_entries(value, idx[keep], SubDelta.between(old_bits[keep], new_bits[keep]), version=2)
+
+
 def sparse_variant(base: dict, seed: int = 2) -> dict:
     rng = np.random.default_rng(seed)
     out = {}
