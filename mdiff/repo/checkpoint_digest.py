@@ -18,6 +18,7 @@ import json
 import os
 import stat
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 from mdiff.format import canonical_json
@@ -86,12 +87,58 @@ def _read(fd: int, count: int, offset: int) -> bytes:
     return data
 
 
+@dataclass(frozen=True)
+class Tiling:
+    """What a well-formed ``.safetensors`` file holds, as this module reads it: ``head``, its length field and
+    header as they lie in the file; ``names``, the tensors in the header's order; ``metadata``; ``tensors``, each
+    (first byte, end byte — in the file —, name, mdiff dtype name, shape), in the order of their bytes, which tile
+    everything after the header."""
+
+    head: bytes
+    names: list[str]
+    metadata: dict[str, str] | None
+    tensors: list[tuple[int, int, str, str, list[int]]]
+
+
+def safetensors_tiling(fd: int) -> Tiling | None:
+    """The :class:`Tiling` of the safetensors file open at ``fd``; None where the full reader might disagree."""
+    try:
+        return _tiling(fd, os.fstat(fd).st_size)
+    except (_Unsure, OSError, ValueError, RecursionError):
+        return None
+
+
+def tensor_sha256(fd: int, begin: int, end: int) -> str | None:
+    """The sha256 of the file's bytes [begin, end) (a tensor of a :class:`Tiling`); None where it ends early."""
+    try:
+        return _tensor_sha256(fd, begin, end)
+    except (_Unsure, OSError):
+        return None
+
+
+def _tensor_sha256(fd: int, begin: int, end: int) -> str:
+    sha256 = hashlib.sha256()
+    for at in range(begin, end, _BLOCK):
+        sha256.update(_read(fd, min(_BLOCK, end - at), at))
+    return sha256.hexdigest()
+
+
 def _digest(fd: int, size: int) -> str:
-    (length,) = struct.unpack("<Q", _read(fd, 8, 0))
+    tiling = _tiling(fd, size)
+    parameters = {name: {"dtype": dtype, "sha256": _tensor_sha256(fd, begin, stop), "shape": shape}
+                  for begin, stop, name, dtype, shape in tiling.tensors}
+    layout = single_file(tiling.names, tiling.metadata)
+    digest_object = {"files": {}, "layout": hashlib.sha256(layout.encode()).hexdigest(), "parameters": parameters}
+    return hashlib.sha256(canonical_json.dumps(digest_object).encode("utf-8")).hexdigest()
+
+
+def _tiling(fd: int, size: int) -> Tiling:
+    first = _read(fd, 8, 0)
+    (length,) = struct.unpack("<Q", first)
     if length > min(_MAX_HEADER_BYTES, size - 8):
         raise _Unsure("header length")
-    header = json.loads(_read(fd, length, 8).decode("utf-8"), object_pairs_hook=_no_duplicates,
-                        parse_constant=_no_constant)
+    raw = _read(fd, length, 8)
+    header = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
     if not isinstance(header, dict):
         raise _Unsure("not an object")
     metadata = header.pop("__metadata__", None)
@@ -119,17 +166,12 @@ def _digest(fd: int, size: int) -> str:
             raise _Unsure("size")
         tensors.append((offsets[0], offsets[1], name, dtype, shape))
     end = 0
-    parameters: dict[str, dict[str, Any]] = {}
-    for begin, stop, name, dtype, shape in sorted(tensors):  # the data tiled: no gap, no overlap, nothing after
+    tensors.sort()
+    for begin, stop, *_ in tensors:  # the data tiled: no gap, no overlap, nothing after
         if begin != end:
             raise _Unsure("not tiled")
-        sha256 = hashlib.sha256()
-        for at in range(begin, stop, _BLOCK):
-            sha256.update(_read(fd, min(_BLOCK, stop - at), data_start + at))
-        parameters[name] = {"dtype": dtype, "sha256": sha256.hexdigest(), "shape": shape}
         end = stop
     if end != data_size:
         raise _Unsure("bytes after the last tensor")
-    layout = single_file([name for name in header], metadata)
-    digest_object = {"files": {}, "layout": hashlib.sha256(layout.encode()).hexdigest(), "parameters": parameters}
-    return hashlib.sha256(canonical_json.dumps(digest_object).encode("utf-8")).hexdigest()
+    return Tiling(first + raw, list(header), metadata,
+                  [(data_start + begin, data_start + stop, name, dtype, shape) for begin, stop, name, dtype, shape in tensors])

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from mdiff.errors import RepositoryError
 from mdiff.format.paths import matches_glob
+from mdiff.repo.checkpoint_digest import safetensors_tiling, tensor_sha256
 from mdiff.repo.folder import RepositoryFolder
 from mdiff.repo.names import COMMIT_ID, valid_branch
 
@@ -251,57 +252,7 @@ def make(ref: str, action: str, commit_id: str, path: str | os.PathLike[str], ki
 # ---------------------------------------------------------------- a .safetensors file's tensors digest
 SAFETENSORS = ".safetensors"
 Value = tuple[tuple[int, ...], str, str | None]  # a parameter's shape, dtype name and sha256 (None: inexact)
-# safetensors dtypes whose bytes in the file are the value's canonical bytes (SPEC.md §6.2: little-endian, C order)
-_SAFETENSORS_DTYPES = {"F64": ("float64", 8), "F32": ("float32", 4), "F16": ("float16", 2), "BF16": ("bfloat16", 2),
-                       "I64": ("int64", 8), "I32": ("int32", 4), "I16": ("int16", 2), "I8": ("int8", 1),
-                       "U64": ("uint64", 8), "U32": ("uint32", 4), "U16": ("uint16", 2), "U8": ("uint8", 1)}
-_MAX_HEADER = 100 << 20  # bytes of a safetensors header read at most (the safetensors library's own bound)
 _DIGEST_PREFIX = b"mdiff safetensors tensors 1\n"
-Tensor = tuple[str, str, tuple[int, ...], int, int]  # name, safetensors dtype, shape, first and end byte in the file
-
-
-def _safetensors_layout(fd: int) -> tuple[bytes, list[Tensor]] | None:
-    """(the file's length field and header, its tensors in the order of their bytes) of the safetensors file open
-    at ``fd``; None unless its tensors' bytes tile everything after the header exactly, each of a dtype above."""
-    size = os.fstat(fd).st_size
-    first = os.pread(fd, 8, 0)
-    if len(first) != 8:
-        return None
-    length = int.from_bytes(first, "little")
-    if length > min(_MAX_HEADER, size - 8):
-        return None
-    header = os.pread(fd, length, 8)
-    try:
-        entries = json.loads(header) if len(header) == length else None
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(entries, dict):
-        return None
-    tensors: list[Tensor] = []
-    for name, entry in entries.items():
-        if name == "__metadata__":
-            continue
-        if not isinstance(entry, dict):
-            return None
-        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-        if not (dtype in _SAFETENSORS_DTYPES and isinstance(shape, list) and isinstance(offsets, list)
-                and len(offsets) == 2 and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                                              for n in [*shape, *offsets])):
-            return None
-        begin, end = offsets
-        count = 1
-        for n in shape:
-            count *= n
-        if end - begin != count * _SAFETENSORS_DTYPES[dtype][1]:
-            return None
-        tensors.append((name, dtype, tuple(shape), 8 + length + begin, 8 + length + end))
-    tensors.sort(key=lambda t: (t[3], t[4], t[0]))
-    at = 8 + length
-    for _, _, _, begin, end in tensors:
-        if begin != at:
-            return None
-        at = end
-    return (first + header, tensors) if at == size else None
 
 
 def _digest(head: bytes, sha256s: Iterable[str]) -> str:
@@ -328,31 +279,18 @@ def tensors_digest(path: str) -> str | None:
     """A ``.safetensors`` file's tensors digest: the SHA-256 of a fixed prefix, the file's length field and header,
     and the SHA-256 of each tensor's bytes in the order they lie in the file — as one-to-one with the file's bytes
     as its own sha256, but made of the hashes a commit takes of each value anyway. None where the file is none
-    such (see :func:`_safetensors_layout`) or cannot be read."""
+    such (:func:`checkpoint_digest.safetensors_tiling`) or cannot be read."""
     with _opened(path) as fd:
-        if fd is None:
-            return None
-        return _tensors_digest_of(fd)
-
-
-def _tensors_digest_of(fd: int) -> str | None:
-    try:
-        layout = _safetensors_layout(fd)
-        if layout is None:
+        tiling = safetensors_tiling(fd) if fd is not None else None
+        if fd is None or tiling is None:
             return None
         hashes = []
-        for _, _, _, begin, end in layout[1]:
-            digest = hashlib.sha256()
-            while begin < end:
-                block = os.pread(fd, min(_BLOCK, end - begin), begin)
-                if not block:
-                    return None
-                digest.update(block)
-                begin += len(block)
-            hashes.append(digest.hexdigest())
-        return _digest(layout[0], hashes)
-    except OSError:
-        return None
+        for begin, end, *_ in tiling.tensors:
+            sha256 = tensor_sha256(fd, begin, end)
+            if sha256 is None:
+                return None
+            hashes.append(sha256)
+    return _digest(tiling.head, hashes)
 
 
 def tensors_digest_from(path: str, values: Mapping[str, Value]) -> str | None:
@@ -361,21 +299,16 @@ def tensors_digest_from(path: str, values: Mapping[str, Value]) -> str | None:
     None (hash the file) unless every tensor of the file is a parameter there of its name, shape and dtype, with
     a sha256. Only the header is read."""
     with _opened(path) as fd:
-        if fd is None:
-            return None
-        try:
-            layout = _safetensors_layout(fd)
-        except OSError:
-            return None
-    if layout is None:
+        tiling = safetensors_tiling(fd) if fd is not None else None
+    if tiling is None:
         return None
     hashes = []
-    for name, dtype, shape, _, _ in layout[1]:
+    for _, _, name, dtype, shape in tiling.tensors:
         value = values.get(name)
-        if value is None or value[2] is None or value[:2] != (shape, _SAFETENSORS_DTYPES[dtype][0]):
+        if value is None or value[2] is None or value[:2] != (tuple(shape), dtype):
             return None
         hashes.append(value[2])
-    return _digest(layout[0], hashes)
+    return _digest(tiling.head, hashes)
 
 
 # ---------------------------------------------------------------- looking at the folder
