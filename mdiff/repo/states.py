@@ -338,7 +338,7 @@ class StateView(CheckpointReader):
 
     def replay_bytes(self) -> int:
         """The declared bytes of every update that reading every parameter applies (a snapshot's included)."""
-        return sum(step.update.stored_bytes for steps in self._plan.history.values() for step in steps)
+        return sum(self.replay_bytes_by_type().values())
 
     def replay_bytes_by_type(self) -> dict[str, int]:
         """:meth:`replay_bytes` by update type (`replace`, `dense`, `sparse`, …): what the snapshot policy weighs."""
