@@ -103,7 +103,7 @@ class Refs(CommitFiles):
                                            "not a commit id and one newline (§13.1)")
         return self.existing_commit(text[:-1], what)
 
-    def _raw_target(self, relative: str) -> str | None:
+    def unchecked_target(self, relative: str) -> str | None:
         """The commit id a ref file holds, without checking that the commit exists; None when the file
         is missing or holds no id (what a reflog records as the old side of a move)."""
         try:
@@ -123,7 +123,7 @@ class Refs(CommitFiles):
         the branch-name rules allow (``refs/tags/v1``, ``refs/remotes/origin/main``) — after appending
         the move to ``logs/<relative>`` (§13.6). The caller holds the writers' lock."""
         self._check_ref_path(relative)
-        old = self._raw_target(relative)
+        old = self.unchecked_target(relative)
         self.append_reflog(relative, old, commit_id, message)
         if relative == self._head_names():  # HEAD moves with the branch it names: its reflog too (§13.6)
             self.append_reflog("HEAD", old, commit_id, message)
@@ -166,100 +166,8 @@ class Refs(CommitFiles):
                 batch.append((relative, commit_id, message))
         with ThreadPoolExecutor(max_workers=min(SYNC_WORKERS, max(1, len(batch)))) as syncs:
             for start in range(0, len(batch), REF_ROUND):
-                self._move_round(batch[start:start + REF_ROUND], record, syncs)
-
-    def _move_round(self, moves: list[tuple[str, str, str]], record: bool, syncs: ThreadPoolExecutor) -> None:
-        folders: dict[tuple[str, ...], tuple[int | None, str]] = {}
-        guard = threading.Lock()
-        opened: list[int] = []  # every file descriptor of the round, closed at its end
-        written: list[tuple[int | None, str, str, str]] = []  # (folder, prefix, temporary name, name) not renamed
-
-        def kept(fd: int) -> int:
-            with guard:
-                opened.append(fd)
-            return fd
-
-        with contextlib.ExitStack() as stack:  # the folders, closed last
-            def folder(parts: list[str]) -> tuple[int | None, str]:  # each opened once a round
-                with guard:
-                    if tuple(parts) not in folders:
-                        folders[tuple(parts)] = stack.enter_context(self._folder(parts, create=True))
-                    return folders[tuple(parts)]
-
-            blocked: dict[tuple[str, ...], bool] = {}  # a folder of logs/ below a file: a deleted ref's reflog
-
-            def in_the_way(relative: str) -> bool:  # _reflog_blocked, its folders looked at once a round
-                *parts, name = relative.split("/")
-                with guard:
-                    known = blocked.get(tuple(parts))
-                if known is None:
-                    known = any(self.kind("/".join(parts[:i])) == "a regular file" for i in range(2, len(parts) + 1))
-                    with guard:
-                        blocked[tuple(parts)] = known
-                if known:
-                    return True
-                fd, prefix = folder(parts)
-                try:
-                    return stat.S_ISDIR(os.stat(prefix + name, dir_fd=fd, follow_symlinks=False).st_mode)
-                except FileNotFoundError:
-                    return False
-
-            def old_target(relative: str) -> str | None:  # _raw_target, read in the folder open
-                *parts, name = relative.split("/")
-                fd, prefix = folder(parts)
-                try:
-                    ref, _ = open_regular(prefix + name, follow_links=False, dir_fd=fd)
-                except (FileNotFoundError, NotRegularFile):
-                    return None
-                try:
-                    text = os.read(ref, MAX_SMALL_FILE_BYTES + 1).decode("utf-8", "replace")
-                finally:
-                    os.close(ref)
-                return text[:-1] if ID_LINE.fullmatch(text) else None
-
-            def append(move: tuple[str, str, str]) -> int | None:
-                relative, commit_id, message = move
-                fd = self._open_reflog(f"logs/{relative}", folder, kept, in_the_way)
-                if fd is not None:
-                    self._append(f"logs/{relative}", fd, reflog.encode(old_target(relative), commit_id, message))
-                return fd
-
-            def write(move: tuple[str, str, str]) -> int:
-                relative, commit_id, _ = move
-                *parts, name = relative.split("/")
-                fd, prefix = folder(parts)
-                with naming(self._shown_path(relative)):
-                    with contextlib.suppress(FileNotFoundError):
-                        kind = kind_of(os.stat(prefix + name, dir_fd=fd, follow_symlinks=False).st_mode)
-                        if kind != "a regular file":
-                            raise RepositoryError("MD801", f"{self._shown_path(relative)} is {kind}; mdiff replaces "
-                                                           "only a regular file there (§13.1)")
-                    temp = f".{name[:64]}.{secrets.token_hex(8)}{TEMP_SUFFIX}"  # within 255 bytes, as _write_atomic
-                    out = kept(create_exclusive(fd, prefix, temp))
-                    with guard:
-                        written.append((fd, prefix, temp, name))
-                    write_all(out, f"{commit_id}\n".encode())
-                return out
-
-            try:
-                with ThreadPoolExecutor(max_workers=ROUND_WORKERS) as pool:
-                    logs = [fd for fd in pool.map(append, moves) if fd is not None] if record else []
-                    list(syncs.map(os.fsync, logs))  # every line synced before any ref is written
-                    list(syncs.map(os.fsync, list(pool.map(write, moves))))
-                synced = {(fd, prefix) for fd, prefix, _, _ in written}
-                with naming(self._shown_path("refs")):
-                    while written:
-                        fd, prefix, temp, name = written[-1]
-                        rename_in(fd, prefix, temp, name)
-                        written.pop()
-                for fd, prefix in synced:
-                    self._sync_folder(fd, prefix)
-            finally:
-                for fd in opened:
-                    os.close(fd)
-                for fd, prefix, temp, _ in written:  # an error leaves no temporary file
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(prefix + temp, dir_fd=fd)
+                with _MoveRound(self, syncs) as round_:
+                    round_.move(batch[start:start + REF_ROUND], record)
 
     def create_branch(self, branch: str, commit_id: str, message: str = "branch: created") -> None:
         """A new branch at ``commit_id`` (MD801 if it exists, or a tag has its name: §13.3). The caller
@@ -286,7 +194,7 @@ class Refs(CommitFiles):
         except RepositoryError:
             before = None  # a malformed HEAD is replaced; it named no commit
         text = f"{HEAD_PREFIX}{branch}\n" if branch else f"{commit_id}\n"
-        old, new = self._raw_head(before), self._raw_target(f"refs/heads/{branch}") if branch else commit_id
+        old, new = self._raw_head(before), self.unchecked_target(f"refs/heads/{branch}") if branch else commit_id
         if text != before and (old or new):  # a move of HEAD (a switch between branches without commits is none)
             self.append_reflog("HEAD", old, new, message)
         self._write_small("HEAD", text)
@@ -305,7 +213,7 @@ class Refs(CommitFiles):
         if text is not None and ID_LINE.fullmatch(text):
             return text[:-1]
         m = re.fullmatch(r"ref: refs/heads/(\S+)\n", text or "")
-        return self._raw_target(f"refs/heads/{m.group(1)}") if m and valid_branch(m.group(1)) else None
+        return self.unchecked_target(f"refs/heads/{m.group(1)}") if m and valid_branch(m.group(1)) else None
 
     def advance(self, branch: str | None, commit_id: str, message: str = "commit") -> None:
         """Move the current branch — or a detached HEAD — to ``commit_id`` (after a commit)."""
@@ -362,7 +270,7 @@ class Refs(CommitFiles):
         if self.has_branch(name):
             raise RepositoryError("MD801", f"{name!r} is a branch; a tag of that name would make revisions "
                                            "ambiguous (§13.3): choose another name")
-        before = self._raw_target(f"refs/tags/{name}") if kind is not None else None
+        before = self.unchecked_target(f"refs/tags/{name}") if kind is not None else None
         self.move_ref(f"refs/tags/{name}", commit_id, "tag: moved" if kind is not None else "tag: created")
         return before
 
@@ -371,7 +279,7 @@ class Refs(CommitFiles):
         self.check_tag_name(name)
         if self.kind(f"refs/tags/{name}") in (None, "a folder"):
             raise RepositoryError("MD801", f"no tag {name!r}")
-        before = self._raw_target(f"refs/tags/{name}")
+        before = self.unchecked_target(f"refs/tags/{name}")
         self.move_ref(f"refs/tags/{name}", None, "tag: deleted")
         return before
 
@@ -516,3 +424,112 @@ class Refs(CommitFiles):
     def remove_ref(self, relative: str) -> None:
         """Remove the entry ``.mdiff/<relative>`` (whatever it is; nothing it points to)."""
         self.remove_entry(relative)
+
+
+class _MoveRound:
+    """One round of :meth:`Refs.move_refs`: its folders opened once each, the reflogs' lines appended and synced
+    together, then the new ref files written and synced together, renamed into place, and each folder synced.
+    Every descriptor it opens is closed on leaving it; a temporary file not yet renamed is removed."""
+
+    def __init__(self, refs: Refs, syncs: ThreadPoolExecutor):
+        self._refs, self._syncs = refs, syncs
+        self._guard = threading.Lock()  # the round's files are made on several threads
+        self._stack = contextlib.ExitStack()  # the folders, closed last
+        self._folders: dict[tuple[str, ...], tuple[int | None, str]] = {}
+        self._blocked: dict[tuple[str, ...], bool] = {}  # a folder of logs/ below a file: a deleted ref's reflog
+        self._opened: list[int] = []  # every file descriptor of the round
+        self._written: list[tuple[int | None, str, str, str]] = []  # (folder, prefix, temporary name, name) not renamed
+
+    def __enter__(self) -> _MoveRound:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            for opened in self._opened:
+                os.close(opened)
+            for folder, prefix, temp, _ in self._written:  # an error leaves no temporary file
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(prefix + temp, dir_fd=folder)
+        finally:
+            self._stack.close()
+
+    def move(self, moves: list[tuple[str, str, str]], record: bool) -> None:
+        with ThreadPoolExecutor(max_workers=ROUND_WORKERS) as pool:
+            logs = [fd for fd in pool.map(self._append, moves) if fd is not None] if record else []
+            list(self._syncs.map(os.fsync, logs))  # every line synced before any ref is written
+            list(self._syncs.map(os.fsync, list(pool.map(self._write, moves))))
+        synced = {(fd, prefix) for fd, prefix, _, _ in self._written}
+        with naming(self._refs._shown_path("refs")):
+            while self._written:
+                fd, prefix, temp, name = self._written[-1]
+                rename_in(fd, prefix, temp, name)
+                self._written.pop()
+        for fd, prefix in synced:
+            self._refs._sync_folder(fd, prefix)
+
+    def _kept(self, fd: int) -> int:
+        with self._guard:
+            self._opened.append(fd)
+        return fd
+
+    def _folder(self, parts: list[str]) -> tuple[int | None, str]:
+        with self._guard:
+            if tuple(parts) not in self._folders:
+                self._folders[tuple(parts)] = self._stack.enter_context(self._refs._folder(parts, create=True))
+            return self._folders[tuple(parts)]
+
+    def _in_the_way(self, relative: str) -> bool:
+        """Refs._reflog_blocked, each folder looked at once a round."""
+        *parts, name = relative.split("/")
+        with self._guard:
+            known = self._blocked.get(tuple(parts))
+        if known is None:
+            known = any(self._refs.kind("/".join(parts[:i])) == "a regular file" for i in range(2, len(parts) + 1))
+            with self._guard:
+                self._blocked[tuple(parts)] = known
+        if known:
+            return True
+        fd, prefix = self._folder(parts)
+        try:
+            return stat.S_ISDIR(os.stat(prefix + name, dir_fd=fd, follow_symlinks=False).st_mode)
+        except FileNotFoundError:
+            return False
+
+    def _old_target(self, relative: str) -> str | None:
+        """Refs.unchecked_target, read in the folder the round has open."""
+        *parts, name = relative.split("/")
+        fd, prefix = self._folder(parts)
+        try:
+            ref, _ = open_regular(prefix + name, follow_links=False, dir_fd=fd)
+        except (FileNotFoundError, NotRegularFile):
+            return None
+        try:
+            text = os.read(ref, MAX_SMALL_FILE_BYTES + 1).decode("utf-8", "replace")
+        finally:
+            os.close(ref)
+        return text[:-1] if ID_LINE.fullmatch(text) else None
+
+    def _append(self, move: tuple[str, str, str]) -> int | None:
+        relative, commit_id, message = move
+        fd = self._refs._open_reflog(f"logs/{relative}", self._folder, self._kept, self._in_the_way)
+        if fd is not None:
+            self._refs._append(f"logs/{relative}", fd, reflog.encode(self._old_target(relative), commit_id, message))
+        return fd
+
+    def _write(self, move: tuple[str, str, str]) -> int:
+        relative, commit_id, _ = move
+        *parts, name = relative.split("/")
+        fd, prefix = self._folder(parts)
+        shown_path = self._refs._shown_path(relative)
+        with naming(shown_path):
+            with contextlib.suppress(FileNotFoundError):
+                kind = kind_of(os.stat(prefix + name, dir_fd=fd, follow_symlinks=False).st_mode)
+                if kind != "a regular file":
+                    raise RepositoryError("MD801", f"{shown_path} is {kind}; mdiff replaces only a regular file "
+                                                   "there (§13.1)")
+            temp = f".{name[:64]}.{secrets.token_hex(8)}{TEMP_SUFFIX}"  # within 255 bytes, as _write_atomic
+            out = self._kept(create_exclusive(fd, prefix, temp))
+            with self._guard:
+                self._written.append((fd, prefix, temp, name))
+            write_all(out, f"{commit_id}\n".encode())
+        return out

@@ -309,11 +309,13 @@ def _upload(repo: Store, end: RemoteEnd, needed: list[str], sizes: dict[str, int
 
 def _known_targets(repo: Store, remote: str) -> set[str]:
     """The commits this repository's refs for ``remote`` name — its remote-tracking refs, as the last fetch left
-    them, and its tags —: what the remote's refs most often still name, which a listing may vouch for (§13.8)."""
+    them, and its tags —: what the remote's refs most often still name, which a listing may vouch for (§13.8).
+    Read before the writers' lock, as a hint only: `_set_tracking_refs` reads the refs again under the lock, since
+    another fetch may move them in between, and the moves and reflog lines must start from what is there then."""
     known: set[str] = set()
     for name in repo.ref_files(f"refs/remotes/{remote}"):
         with contextlib.suppress(RepositoryError):
-            known.add(repo._raw_target(f"refs/remotes/{remote}/{name}") or "")
+            known.add(repo.unchecked_target(f"refs/remotes/{remote}/{name}") or "")
     known.update(_local_tags(repo).values())
     known.discard("")
     return known
