@@ -80,7 +80,7 @@ def describe(path, values: int = 0, limits: Limits = DEFAULT_LIMITS, isolation: 
     with no_collection(), open_diff(path, limits, isolation) as diff:  # see DiffFile: what is made here is all kept
         parameters = []
         for name, update in diff.items():
-            entry = {
+            entry: dict[str, Any] = {
                 "name": name, "type": update.type, "shape": list(update.shape), "dtype": update.dtype.name,
                 "stored_bytes": _stored_bytes(update), "data_bytes": update.stored_bytes,
             }

@@ -978,7 +978,7 @@ class _Walk:
                 except RuntimeError:  # h5py takes libhdf5's offset 0 for an error (an unknown one is None)
                     offset = 0
                 stored = did.get_storage_size()
-                if in_header is not None and in_header == (offset, stored):
+                if in_header is not None and profile is not None and in_header == (offset, stored):
                     self.storage_in_header.add(profile)  # libhdf5 says such a dataset's data lies where its header says
             if offset is None or stored < nbytes:
                 self.finding("MD509", info, f"declares {nbytes} bytes; {stored if offset is not None else 0} are stored")
