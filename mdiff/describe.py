@@ -19,14 +19,23 @@ from mdiff.updates.base import Update
 def _stored_bytes(update: Update) -> int:
     """Bytes the datasets occupy in the file (after compression): as the structure walk measured them
     (opening each dataset in libhdf5 to ask would cost ~17 KB and ~0.2 ms each)."""
-    sizes = (getattr(ds, "storage_size", None) for ds in update.data.values())
-    return sum(int(ds.id.get_storage_size()) if size is None else size for size, ds in zip(sizes, update.data.values()))
+    total = 0
+    for ds in update.data.values():
+        size = getattr(ds, "storage_size", None)
+        total += int(ds.id.get_storage_size()) if size is None else size
+    return total
+
+
+_NO_DETAILS = frozenset({"dense", "replace", "delete"})  # types whose details come of `stats` and `lossy` alone
 
 
 def _details(update: Update) -> dict[str, Any]:
+    meta = update.meta
+    if meta["type"] in _NO_DETAILS and "stats" not in meta and "lossy" not in meta:  # most of 10^5 small parameters
+        return {}
     numel = math.prod(update.shape)
     out: dict[str, Any] = {}
-    stats = update.meta.get("stats", {})
+    stats = meta.get("stats", {})
     if update.type == "sparse":
         nnz = int(update.data["gaps" if "gaps" in update.data else "indices"].shape[0])  # one per entry (§7.4)
         out["nnz"] = nnz
@@ -71,10 +80,13 @@ def describe(path, values: int = 0, limits: Limits = DEFAULT_LIMITS, isolation: 
     with no_collection(), open_diff(path, limits, isolation) as diff:  # see DiffFile: what is made here is all kept
         parameters = []
         for name, update in diff.items():
-            entry = {
+            entry: dict[str, Any] = {
                 "name": name, "type": update.type, "shape": list(update.shape), "dtype": update.dtype.name,
-                "stored_bytes": _stored_bytes(update), "data_bytes": update.stored_bytes, **_details(update),
+                "stored_bytes": _stored_bytes(update), "data_bytes": update.stored_bytes,
             }
+            details = _details(update)
+            if details:
+                entry.update(details)
             if values:
                 entry["values"] = _first_values(update, values)
             parameters.append(entry)

@@ -525,6 +525,108 @@ class _NeverKept(set):
         pass
 
 
+def _alike_but_for(path: Path, patch) -> None:
+    """Three parameters alike (dense, 4 float32 values: a group, its attribute, a contiguous dataset); ``patch(data,
+    first_offset, last_offset)`` then changes bytes of the last one's objects (given the object header addresses
+    of the first and last parameter's dataset), and every checksum is made right again: libhdf5 reads the result."""
+    from tests.fuzz.hdf5bytes import fix_checksums, scan
+
+    _many(path, 3)
+    with h5py.File(path, "r") as f:
+        names = sorted(f["parameters"])
+        addresses = [h5py.h5o.get_info(f["parameters"][n]["xor"].id).addr for n in (names[0], names[-1])]
+    data = bytearray(path.read_bytes())
+    layout = scan(data)
+    patch(data, *addresses)
+    fix_checksums(data, layout)
+    path.write_bytes(bytes(data))
+
+
+def _layout_message(data: bytearray, header: int) -> int:
+    """Where the body of the contiguous data layout message (version 3, 18 bytes) of the object header at ``header``
+    starts."""
+    at = data.index(b"\x08\x12\x00", header)  # type 8, size 18, then its flags
+    assert at < header + 200 and data[at + 4:at + 6] == b"\x03\x01"
+    return at + 4
+
+
+def _both_walks(path: Path) -> tuple[_Walk, _Walk]:
+    """The walk, and the walk that asks libhdf5 where each contiguous dataset's data lies (none from its header)."""
+    with h5py.File(path, "r") as f:
+        usual = _Walk(f, os.path.getsize(path), DEFAULT_LIMITS)
+        usual.run()
+        alone = _Walk(f, os.path.getsize(path), DEFAULT_LIMITS)
+        alone.storage_in_header = _NeverKept()
+        alone.run()
+    return usual, alone
+
+
+def test_where_a_dataset_s_data_lies_is_libhdf5_s_word_for_datasets_stored_alike(tmp_path):
+    """libhdf5 is asked where a contiguous dataset's data lies (H5Dget_offset, H5Dget_storage_size) for the first of
+    each kind of dataset; of another stored alike, its layout message says it, as libhdf5 read the first's: the
+    same walk, two calls fewer a dataset (issue 31.3)."""
+    path = tmp_path / "d.mdiff"
+    _many(path, 300)
+    usual, alone = _both_walks(path)
+    assert usual.findings == alone.findings == []
+    assert usual.inventory.to_records() == alone.inventory.to_records()
+    assert len(usual.storage_in_header) == 1  # h5py's DatasetID cannot be wrapped to count its calls: the kinds kept
+    with h5py.File(path, "r") as f:  # and each is where libhdf5 says
+        for name, node in usual.inventory.objects["/parameters"].children.items():
+            dataset = f["parameters"][name]["xor"].id
+            info = node.children["xor"].dataset
+            assert (info.plan.contiguous_offset, info.stored) == (dataset.get_offset(), dataset.get_storage_size())
+
+
+@pytest.mark.parametrize("change, expected", [
+    # the last dataset's data moved (its address one byte back): read where its header says, as libhdf5 says
+    ("address", []),
+    # its size one byte short of its 16 bytes: MD509 from either walk
+    ("size", [("MD509", "/parameters/layer.000002.w/xor", "declares 16 bytes; 15 are stored")]),
+    # its address past the end of the file
+    ("outside", [("MD513", "/parameters/layer.000002.w/xor", "the object cannot be opened")]),
+])
+def test_datasets_alike_but_for_one_byte_of_where_their_data_lies(tmp_path, change, expected):
+    path = tmp_path / "d.mdiff"
+
+    def patch(data: bytearray, first: int, last: int) -> None:
+        body = _layout_message(data, last)
+        if change == "address":
+            data[body + 2:body + 10] = (int.from_bytes(data[body + 2:body + 10], "little") - 1).to_bytes(8, "little")
+        elif change == "size":
+            data[body + 10:body + 18] = (15).to_bytes(8, "little")
+        else:
+            data[body + 2:body + 10] = (len(data) + 4096).to_bytes(8, "little")
+
+    _alike_but_for(path, patch)
+    usual, alone = _both_walks(path)
+    found = [(x.code, x.path, x.message.split(":")[0]) for x in usual.findings]
+    assert found == expected
+    assert usual.findings == alone.findings and usual.inventory.to_records() == alone.inventory.to_records()
+
+
+def test_a_link_info_message_alike_but_for_one_byte_is_read_again(tmp_path):
+    """The walk keeps link info and attribute info messages found to name no dense storage (most groups of a file hold
+    the same bytes); one that differs by a byte — here the address of a fractal heap of links — is read as its own."""
+    path = tmp_path / "d.mdiff"
+    _many(path, 3)
+    with h5py.File(path, "r") as f:
+        names = sorted(f["parameters"])
+        group = h5py.h5o.get_info(f["parameters"][names[-1]].id).addr
+    from tests.fuzz.hdf5bytes import fix_checksums, scan
+
+    data = bytearray(path.read_bytes())
+    layout = scan(data)
+    at = data.index(b"\x02\x12\x00", group) + 4  # the link info message (type 2, 18 bytes): version, flags, heap
+    assert data[at + 2:at + 10] == b"\xff" * 8
+    data[at + 2:at + 10] = (48).to_bytes(8, "little")  # a "fractal heap" where the superblock lies
+    fix_checksums(data, layout)
+    path.write_bytes(bytes(data))
+    usual, _ = _both_walks(path)
+    assert [(x.code, x.path, x.message.split(":")[0]) for x in usual.findings] == [
+        ("MD513", "/parameters/layer.000002.w", "the group's links cannot be read")]
+
+
 def test_fsck_reads_each_commit_in_one_isolated_child_request(tmp_path, monkeypatch):
     """A commit is validated and its metadata summarized by one child's reading of it (it was a validation, a
     second child's walk, a parse here, and a third walk and parse for the state digests)."""
@@ -586,3 +688,27 @@ def test_a_root_commit_is_read_back_once_and_not_opened_again_for_a_snapshot(tmp
     # the parent's state (the root), the read-back, and for the snapshot's rule the state: both commits
     assert len(walks) == 1 + 4
     assert repo.fsck() == [] and not list((repo.dir / "snapshots").iterdir())
+
+
+def test_validate_reads_no_value_that_has_nothing_to_decode_and_no_rule(tmp_path, monkeypatch):
+    """A dense delta of a dtype other than bool has no value rule (§7.3), and stored contiguous (no filters, its whole
+    extent within the file: §8.3) nothing to decode: validate does not read it (10^5 of them: ~0.5 s). It reads a
+    chunked one (each chunk must inflate, MD513) and a bool one (MD409), as before."""
+    from mdiff.format import chunk_reader
+    from mdiff.validation import validate
+
+    path = tmp_path / "d.mdiff"
+    with mdiff.DiffWriter(path, COMMIT) as writer:
+        writer.add("small", mdiff.dense(np.zeros(4, np.float32), np.ones(4, np.float32)))
+        writer.add("flags", mdiff.dense(np.zeros(4, bool), np.ones(4, bool)))
+        writer.add("large", mdiff.dense(np.zeros(1 << 16, np.float32), np.ones(1 << 16, np.float32)))
+    read: list[str] = []
+    real = chunk_reader.read_planned
+    monkeypatch.setattr(chunk_reader, "read_planned", lambda fd, plan, shape, out, name: read.append(name) or real(
+        fd, plan, shape, out, name))
+    assert validate(path) == []
+    with h5py.File(path, "r") as f:
+        kinds = {name: f["parameters"][name][member].id.get_create_plist().get_layout()
+                 for name in f["parameters"] for member in f["parameters"][name]}
+    assert kinds == {"small": h5py.h5d.CONTIGUOUS, "flags": h5py.h5d.CONTIGUOUS, "large": h5py.h5d.CHUNKED}
+    assert sorted(read) == ["/parameters/flags/xor", "/parameters/large/xor"]

@@ -164,6 +164,11 @@ class PlannedDataset:
     def __init__(self, dataset: StoredDataset, plan: StoragePlan, fd: Source):
         self._dataset, self._plan, self._fd = dataset, plan, fd
 
+    @property
+    def plan(self) -> StoragePlan:
+        """Where the bytes lie, as the structure walk planned them."""
+        return self._plan
+
     def __getattr__(self, attribute: str) -> Any:  # the rest of h5py's Dataset, as the dataset has it
         return getattr(self._dataset, attribute)
 
@@ -208,6 +213,11 @@ class DetachedDataset:
                  plan: StoragePlan | None, fd: Source, inline: bytes | None):
         self.name, self.shape, self.dtype, self.storage_size = name, shape, dtype, storage_size
         self._plan, self._fd, self._inline = plan, fd, inline
+
+    @property
+    def plan(self) -> StoragePlan | None:
+        """Where the bytes lie, as the structure walk planned them (None: compact data, or none)."""
+        return self._plan
 
     @property
     def ndim(self) -> int:

@@ -266,8 +266,9 @@ def _parse_one(name: str, path: str, info: ObjectInfo, datasets: "Datasets", all
 def _parse_group(name: str, path: str, info: ObjectInfo, datasets_of: "Datasets", findings: list[Finding],
                  types: Mapping[str, UpdateType], minor: int,
                  limits: Limits, is_file: bool) -> Parameter | None:
-    for attr in sorted(set(info.attrs) - {ATTR_UPDATE}):
-        findings.append(Finding("MD303", path, f"unknown attribute {attr!r}"))
+    if len(info.attrs) != (ATTR_UPDATE in info.attrs):  # an attribute other than `update` (most groups: none)
+        for attr in sorted(set(info.attrs) - {ATTR_UPDATE}):
+            findings.append(Finding("MD303", path, f"unknown attribute {attr!r}"))
     if ATTR_UPDATE in info.refused_attrs:
         return None  # present but unusable: reported under §8.2
     meta, kind = _parse_meta(path, info.attrs.get(ATTR_UPDATE), findings, types, minor, limits, is_file)

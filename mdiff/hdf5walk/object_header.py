@@ -11,6 +11,7 @@ the file; anything that does not decode is :class:`HeaderError` (MD513).
 from __future__ import annotations
 
 import functools
+import struct
 from collections.abc import Callable, Iterator
 
 _V2_SIGNATURE = b"OHDR"
@@ -51,6 +52,12 @@ MIN_NODE, MAX_NODE = 64, 1 << 16  # bytes in a node of that B-tree (libhdf5 writ
 _MAX_BLOCK = 1 << 30
 _MAX_BLOCKS = 100_000
 _WINDOW = 4096  # bytes read at once for a small read (HeaderReader._read)
+# a message's type, size and flags in its header: of version 2 (1, 2 and 1 bytes), of version 2 with its creation
+# order (2 bytes more), of version 1 (2, 2 and 1 bytes, 3 reserved)
+_V2_MESSAGE = struct.Struct("<BHB").unpack_from
+_V2_ORDERED_MESSAGE = struct.Struct("<BHBxx").unpack_from
+_V1_MESSAGE = struct.Struct("<HHBxxx").unpack_from
+_THREE_SIZES = struct.Struct("<HHH").unpack_from  # an attribute message's name, datatype and dataspace sizes
 _RECENT = 4  # object headers whose messages a HeaderReader keeps (each is asked several questions in a row)
 
 
@@ -76,6 +83,24 @@ class DecodedHeader:
         self.fault: Exception | None = None
 
 
+_REMEMBERED = 64  # message bodies a HeaderReader keeps of each kind (_remember)
+
+
+def _remember(kept: set[bytes], body: bytes) -> None:
+    """Keep ``body`` in ``kept``, which holds at most _REMEMBERED (a hostile file's bodies may all differ)."""
+    if len(kept) >= _REMEMBERED:
+        kept.clear()
+    kept.add(body)
+
+
+def _padded_to_8(size: int) -> int:  # a version 1 attribute message's fields are padded to 8 bytes each
+    return (size + 7) & ~7
+
+
+def _as_it_is(size: int) -> int:
+    return size
+
+
 class HeaderReader:
     """Reads object headers of a file of ``size`` bytes through ``read_at(n, offset)`` (``positional_io.pread`` of its
     descriptor, or a remote file's ranged read); HDF5 addresses start at ``base``."""
@@ -85,6 +110,10 @@ class HeaderReader:
         self.offset_size, self.length_size = offset_size, length_size
         self._window: tuple[int, bytes] = (0, b"")  # the bytes last read, from that offset (see _read)
         self._recent: dict[int, DecodedHeader] = {}  # by address: the last few headers decoded (see header())
+        # link info and attribute info messages' bodies found to name no dense storage (their fractal heap's address
+        # is not defined): what they say follows from their bytes alone, and most groups of a file hold the same ones
+        self._compact_links: set[bytes] = set()
+        self._compact_attributes: set[bytes] = set()
 
     def _read(self, address: int, n: int, up_to: bool = False) -> bytes:
         start = self.base + address
@@ -227,11 +256,11 @@ class HeaderReader:
             if flags & _SHARED or len(body) < 8 or body[0] not in (1, 2, 3):
                 return None
             version = body[0]
-            name_size, type_size, space_size = (int.from_bytes(body[i:i + 2], "little") for i in (2, 4, 6))
+            name_size, type_size, space_size = _THREE_SIZES(body, 2)
             sharing, encoding, at = (0, 0, 8) if version == 1 else (body[1], body[8] if version == 3 else 0, 9 if version == 3 else 8)
             if sharing & 3 or name_size == 0:
                 return None
-            padded = (lambda size: (size + 7) & ~7) if version == 1 else (lambda size: size)
+            padded = _padded_to_8 if version == 1 else _as_it_is
             name = body[at:at + name_size - 1].split(b"\0", 1)[0]  # libhdf5: strndup(name, size - 1)
             # a name stored as libhdf5 writes it: its bytes, then one NUL (none inside)
             whole = len(name) == name_size - 1 and body[at + name_size - 1:at + name_size] == b"\0"
@@ -253,6 +282,8 @@ class HeaderReader:
         header = self.header(address)
         if header.fault is not None:
             return None
+        if _ATTRIBUTE_INFO not in header.first:  # most objects (a dataset of mdiff's): none
+            return header.version, ()
         return header.version, tuple((flags, body) for (mtype, body), flags in zip(header.messages, header.flags)
                                      if mtype == _ATTRIBUTE_INFO)
 
@@ -318,6 +349,24 @@ class HeaderReader:
         datatype = self._first(address, _DATATYPE)
         return None if datatype is None else self._int(datatype[1], 1, 3)
 
+    def contiguous_storage(self, address: int) -> tuple[int, int] | None:
+        """Where the data of the dataset whose header at ``address`` decodes whole lies, as its data layout message
+        records it when that is of version 3 or 4 and of the contiguous class: (its address with the file's base
+        added, as libhdf5's H5Dget_offset gives it; its size, as H5Dget_storage_size gives an allocated one). None for
+        any other layout, or an address that is not defined (storage not allocated)."""
+        header = self.header(address)
+        place = header.first.get(_LAYOUT)
+        if header.fault is not None or place is None:
+            return None
+        body = header.messages[place][1]
+        o, n = self.offset_size, self.length_size
+        if len(body) != 2 + o + n or body[0] not in (3, 4) or body[1] != 1:  # version, class (contiguous), address, size
+            return None
+        at = int.from_bytes(body[2:2 + o], "little")
+        if at == (1 << 8 * o) - 1:
+            return None
+        return self.base + at, int.from_bytes(body[2 + o:], "little")
+
     def single_chunk_size(self, address: int) -> int | None:
         """The stored size a chunked dataset's single-chunk index records for its filtered chunk (a layout message of
         version 4, index type 1, with filters), whole: libhdf5 keeps only its low 32 bits. None for other layouts."""
@@ -332,6 +381,14 @@ class HeaderReader:
 
     def link_count(self, address: int) -> int:
         """The reference count of the object whose header is at ``address``."""
+        header = self.header(address)
+        if header.version == 2:  # decoded already (the walk asks it first): its signature was read
+            place = header.first.get(_REFCOUNT)
+            if place is not None:
+                return self._int(header.messages[place][1], 1, 4)
+            if header.fault is not None:
+                raise header.fault
+            return 1
         head = self._read(address, 16, up_to=True)
         if head[:4] != _V2_SIGNATURE:
             return self._int(head, 4, 4)  # version 1: version, reserved, messages (2), reference count (4)
@@ -366,12 +423,15 @@ class HeaderReader:
                 o = self.offset_size
                 self._symbol_table(self._int(body, 0, o), self._local_heap(self._int(body, o, o)))  # B-tree, heap
                 return None
+            if body in self._compact_links:
+                return None
             o = self.offset_size
             flags = self._int(body, 1, 1)
             at = 2 + (8 if flags & 1 else 0)  # version, flags, (maximum creation index)
             heap, names = self._int(body, at, o), self._int(body, at + o, o)
             undefined = (1 << 8 * o) - 1
             if heap == undefined:
+                _remember(self._compact_links, body)
                 return None
             self._fractal_heap(heap, "links")
             total = self._btree_records(names, (_LINK_NAME_INDEX,), "link name index")
@@ -466,11 +526,14 @@ class HeaderReader:
         return _DEFAULT_GROUP_K
 
     def _dense_attributes(self, body: bytes) -> int:
+        if body in self._compact_attributes:
+            return 0
         o = self.offset_size
         at = 2 + (2 if self._int(body, 1, 1) & 1 else 0)  # version, flags, (maximum creation index)
         heap, names = self._int(body, at, o), self._int(body, at + o, o)
         undefined = (1 << 8 * o) - 1
         if heap == undefined or names == undefined:
+            _remember(self._compact_attributes, body)
             return 0
         self._fractal_heap(heap, "attributes")
         total = self._btree_records(names, (_ATTRIBUTE_NAME_INDEX,), "attribute name index")
@@ -633,6 +696,9 @@ class HeaderReader:
         total = 0  # the blocks of one header do not overlap: together they fit in the file
         next_block = 0
         o, n = self.offset_size, self.length_size
+        # each message's type, size and flags in one unpack (a file of 10^5 parameters holds a million messages)
+        unpack = (_V2_MESSAGE if header == 4 else _V2_ORDERED_MESSAGE) if version == 2 else _V1_MESSAGE
+        add, add_flags = found.append, flags.append
         while next_block < len(blocks):
             if len(seen) >= _MAX_BLOCKS:
                 raise HeaderError("too many object header blocks")
@@ -650,16 +716,16 @@ class HeaderReader:
                 if block[:4] != _CONTINUATION_SIGNATURE:
                     raise HeaderError("bad continuation block signature")
                 pos, end = 4, len(block) - 4  # a continuation chunk's length includes its checksum
-            while end - pos >= header:
-                if version == 2:  # type (1), size (2), flags (1), (creation order (2))
-                    mtype, size, flag = block[pos], block[pos + 1] | block[pos + 2] << 8, block[pos + 3]
-                else:  # type (2), size (2), flags (1), reserved (3)
-                    mtype, size, flag = block[pos] | block[pos + 1] << 8, block[pos + 2] | block[pos + 3] << 8, block[pos + 4]
+            limit = len(block)
+            last = end - header  # where the last message's header may start
+            while pos <= last:
+                mtype, size, flag = unpack(block, pos)
                 pos += header
-                if pos + size > len(block):
+                stop = pos + size
+                if stop > limit:
                     raise HeaderError("truncated structure")
-                body = block[pos:pos + size]
-                pos += size
+                body = block[pos:stop]
+                pos = stop
                 if mtype == _CONTINUATION:
                     blocks.append((self._int(body, 0, o), self._int(body, o, n), True))
                 if mtype in counts:
@@ -667,6 +733,6 @@ class HeaderReader:
                 else:
                     counts[mtype] = 1
                     first[mtype] = len(found)
-                found.append((mtype, body))
-                flags.append(flag)
+                add((mtype, body))
+                add_flags(flag)
         return found

@@ -413,6 +413,10 @@ class _Walk:
         # profiles of groups whose links libhdf5 listed as the walk reads them from their header (compact storage):
         # another group of one of them is listed from its header (HeaderReader.compact_links)
         self.links_in_header: set[tuple] = set()
+        # profiles of contiguous datasets where libhdf5 said their data lies where their layout message says (its
+        # address, the file's base added, and its size): another dataset of one of them is taken at its message's word
+        # (HeaderReader.contiguous_storage; its header, checksums included, is the one libhdf5 opened it by)
+        self.storage_in_header: set[tuple] = set()
 
     def finding(self, code: str, where: ObjectInfo, message: str, name: str | None = None) -> None:
         self.findings.append(Finding(code, report_path(where, name), message))
@@ -874,7 +878,7 @@ class _Walk:
                 if profile is not None and layout in (h5py.h5d.CONTIGUOUS, h5py.h5d.COMPACT):
                     self.dataset_kinds[profile] = (layout, dtype, shape, pipeline)
             nbytes = math.prod(shape) * dtype.itemsize
-            planned = self._storage_plan(info, did, layout, dcpl, shape, dtype, nbytes, pipeline, address)
+            planned = self._storage_plan(info, did, layout, dcpl, shape, dtype, nbytes, pipeline, address, profile)
             if planned is False:  # refused (reported)
                 return None
             plan, stored = planned
@@ -954,7 +958,7 @@ class _Walk:
 
     def _storage_plan(self, info: ObjectInfo, did: h5py.h5d.DatasetID, layout: int, dcpl: h5py.h5p.PropDCID | None,
                       shape: tuple[int, ...], dtype: np.dtype, nbytes: int, pipeline: Pipeline,
-                      address: int | None = None) -> tuple[StoragePlan | None, int] | Literal[False]:
+                      address: int | None = None, profile: tuple | None = None) -> tuple[StoragePlan | None, int] | Literal[False]:
         """Every byte the dataset declares is stored inside the file; nothing is left to fill values.
 
         False when not (reported); otherwise (how chunk_reader.py reads the bytes, or None: compact or empty,
@@ -964,11 +968,18 @@ class _Walk:
             return None, int(did.get_storage_size()) if nbytes else 0
         filters = [f[0] for f in pipeline]
         if layout == h5py.h5d.CONTIGUOUS:
-            try:
-                offset = did.get_offset()
-            except RuntimeError:  # h5py takes libhdf5's offset 0 for an error (an unknown one is None)
-                offset = 0
-            stored = did.get_storage_size()
+            in_header = self.headers.contiguous_storage(address) \
+                if profile is not None and address is not None and self.headers is not None else None
+            if in_header is not None and profile in self.storage_in_header:
+                offset, stored = in_header  # where libhdf5 would say (above): two calls fewer a dataset
+            else:
+                try:
+                    offset = did.get_offset()
+                except RuntimeError:  # h5py takes libhdf5's offset 0 for an error (an unknown one is None)
+                    offset = 0
+                stored = did.get_storage_size()
+                if in_header is not None and profile is not None and in_header == (offset, stored):
+                    self.storage_in_header.add(profile)  # libhdf5 says such a dataset's data lies where its header says
             if offset is None or stored < nbytes:
                 self.finding("MD509", info, f"declares {nbytes} bytes; {stored if offset is not None else 0} are stored")
                 return False

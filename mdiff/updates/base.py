@@ -57,6 +57,18 @@ def read_array(source: Any, dtype: np.dtype) -> np.ndarray:
     return out
 
 
+def stored_as_is(source: Any) -> bool:
+    """Whether a dataset's stored bytes are its values, with nothing to decode: a contiguous dataset (no filters) read
+    through the structure walk's plan, whose whole extent the walk checked lies within the file (§8.3, MD509).
+    Reading it finds nothing a value rule could not see in the values themselves: no MD513 can come of it."""
+    from mdiff.format.chunk_reader import DetachedDataset, PlannedDataset
+
+    if not isinstance(source, (PlannedDataset, DetachedDataset)):
+        return False
+    plan = source.plan
+    return plan is not None and plan.contiguous_offset is not None
+
+
 VALIDATION_BLOCK_BYTES = 64 << 20  # what a validator holds of one dataset at a time
 
 
