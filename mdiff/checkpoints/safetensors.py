@@ -47,6 +47,7 @@ METADATA_KEY = "__metadata__"
 _LENGTH = struct.Struct("<Q")
 _ALIGNMENT = 8
 _ENTRY_KEYS = frozenset({"dtype", "shape", "data_offsets"})
+_RUN_BYTES = 8 << 20  # read_many reads at most about this much at once
 
 _DTYPE_BY_TAG: dict[str, DType] = {
     tag: dtype_named(name)
@@ -107,6 +108,38 @@ class SafetensorsReader(CheckpointReader):
         fill_from(self._file.readinto, array, self.path, name)
         refuse_invalid_bools(array, self.path, name)
         return array
+
+    def read_many(self, names: Sequence[str]) -> list[np.ndarray]:
+        """:meth:`read` of each of ``names``: tensors that lie side by side in the file, in this order, are read
+        with one read into one buffer (each result a view of it) — many small tensors cost one read, not one each."""
+        if self._file.closed:
+            raise ValueError(f"the reader of {self.path} is closed")
+        tensors = [self._entry(name) for name in names]
+        results: list[np.ndarray] = []
+        i = 0
+        while i < len(tensors):
+            j, end = i + 1, tensors[i].offset + tensors[i].nbytes
+            # a bool tensor is read alone (read() checks its bytes are 0 or 1)
+            while j < len(tensors) and tensors[j].offset == end and end - tensors[i].offset < _RUN_BYTES \
+                    and tensors[i].dtype.kind != "bool" and tensors[j].dtype.kind != "bool":
+                end += tensors[j].nbytes
+                j += 1
+            if j - i == 1:
+                results.append(self.read(names[i]))
+            else:
+                run = np.empty(end - tensors[i].offset, np.uint8)
+                self._file.seek(tensors[i].offset)
+                try:
+                    fill_from(self._file.readinto, run, self.path, names[i])
+                except CheckpointError:  # the file changed under us: say so of the tensor it cut short
+                    results += [self.read(name) for name in names[i:j]]
+                else:
+                    at = 0
+                    for t in tensors[i:j]:
+                        results.append(run[at:at + t.nbytes].view(t.dtype.value).reshape(t.shape))
+                        at += t.nbytes
+            i = j
+        return results
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -327,7 +360,23 @@ def write(
         file.write(array.reshape(-1).view(np.uint8).data)
 
 
+# The header check_writable made last, for the write that follows it (entries and metadata the same objects):
+# a header of 10^5 tensors is made once, not twice
+_last_header: list[Any] = [None, None, b""]
+
+
 def _header_bytes(entries: Sequence[Entry], metadata: dict[str, str] | None) -> bytes:
+    entries_made, metadata_made, made = _last_header
+    if entries_made is entries and metadata_made is metadata:
+        _last_header[:] = [None, None, b""]  # once: a list changed after it was used gives its own header next time
+        return made
+    _last_header[:] = [None, None, b""]
+    made = _make_header(entries, metadata)
+    _last_header[:] = [entries, metadata, made]
+    return made
+
+
+def _make_header(entries: Sequence[Entry], metadata: dict[str, str] | None) -> bytes:
     header: dict[str, Any] = {}
     if metadata is not None:
         header[METADATA_KEY] = metadata
