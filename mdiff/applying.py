@@ -168,24 +168,25 @@ def _apply_open(base_path, diff_path, out_path, progress: Progress | None, limit
     return len(entries)
 
 
-def _batchable(update: Update) -> bool:
-    """Whether ``update`` may be applied in a run (_Batch): a small `dense` or `replace` of a non-bool dtype (bool
-    results have a check of their own, MD409) — types whose result is a sha256-verified function of its bytes."""
+def _batchable(update: Update) -> int | None:
+    """The bytes of ``update``'s result where it may be applied in a run (_Batch): a small `dense` or `replace` of a
+    non-bool dtype (bool results have a check of their own, MD409) — types whose result is a sha256-verified
+    function of its bytes; else None."""
+    from mdiff.format.dtypes import DTYPES
     from mdiff.updates import dense, replace
 
-    if update.meta["dtype"] == "bool" or _result_bytes(update) >= _HASH_INLINE_BYTES:
-        return False
+    meta = update.meta
+    dt = DTYPES.get(meta["dtype"])
+    if dt is None or dt.kind == "bool":
+        return None
+    nbytes = math.prod(meta["shape"]) * dt.itemsize
+    if nbytes >= _HASH_INLINE_BYTES:
+        return None
     try:
         kind = update.update_type
-    except KeyError:
-        return False
-    return kind is dense.TYPE or kind is dense.TYPE_V2 or kind is replace.TYPE
-
-
-def _result_bytes(update: Update) -> int:
-    from mdiff.format.dtypes import dtype_named
-
-    return math.prod(update.meta["shape"]) * dtype_named(update.meta["dtype"]).itemsize
+    except KeyError:  # no such type here: applied alone, which says so
+        return None
+    return nbytes if kind is dense.TYPE or kind is dense.TYPE_V2 or kind is replace.TYPE else None
 
 
 def _batches(order: Sequence[str], diff: Mapping[str, Update], engine: str | None) -> dict[str, "_Batch"]:
@@ -207,12 +208,14 @@ def _batches(order: Sequence[str], diff: Mapping[str, Update], engine: str | Non
 
     for name in order:
         update = diff.get(name)
-        if update is None or not _batchable(update):
+        nbytes = None if update is None else _batchable(update)
+        if nbytes is None:
             close()
             continue
+        assert update is not None
         run.append(name)
         updates.append(update)
-        run_bytes += _result_bytes(update)
+        run_bytes += nbytes
         if len(run) >= _BATCH_PARAMETERS or run_bytes >= _BATCH_BYTES:
             close()
     close()

@@ -208,3 +208,44 @@ def test_a_chunk_that_does_not_inflate_in_the_middle_of_a_run_is_md513(tmp_path,
     assert error.code == "MD513" and name in str(error.path)
     _, said = _first_error(base_path, hostile, str(tmp_path / "c.safetensors"), isolated, True, monkeypatch, caplog)
     assert said == ""  # raised before the run's count is logged
+
+
+def _findings(path, together: bool, monkeypatch) -> list[tuple[str, str, str]]:
+    """validate's findings, data checked, with small updates read together or each alone."""
+    from mdiff.updates import base as updates_base
+
+    with monkeypatch.context() as patch:
+        if not together:
+            patch.setattr(updates_base, "_TOGETHER_BYTES", 0)  # none is small: each read alone, as before
+        return [(x.code, x.path, x.message) for x in mdiff.validate(path)]
+
+
+def test_read_small_together_gives_each_update_its_values_in_few_reads(tmp_path):
+    from mdiff.updates.base import read_small_together
+
+    _, diff_path, _ = _write(tmp_path)
+    with open_diff(diff_path, isolation=Isolation()) as diff:
+        updates = [diff[_small(i)] for i in range(N)] + [diff["big.w"], diff["mask"]]
+        together, counted = _reads_of(lambda: list(read_small_together(updates)))
+        assert counted == 10  # the spans of test_read_many_reads_neighbours_in_one_pread
+        # big.w's 128 KiB left to be read when used; the others, mask's 3 bytes among them, read
+        assert [type(next(iter(u.data.values()))) is np.ndarray for u in together] == [True] * N + [False, True]
+        assert next(iter(together[N].data.values())) is next(iter(updates[N].data.values()))
+        for update, read in zip(updates, together):
+            assert read.meta is update.meta and read.kind is update.kind
+            assert [np.asarray(v).tobytes() for v in read.data.values()] == [
+                np.asarray(v).tobytes() for v in update.data.values()]
+
+
+def test_a_hostile_value_in_the_middle_of_what_is_read_together_is_found_with_its_code(tmp_path, monkeypatch):
+    # layer.062.w (a replace) stores other bytes than its sha256 says: MD410; the chunk of layer.059.w (a replace) does not inflate
+    base_path, diff_path, _ = _write(tmp_path, {_small(62): {"sha256": "1" * 64}})
+    with open_diff(diff_path, isolation=Isolation()) as diff:
+        _, plan = planned_source(next(iter(diff[_small(59)].data.values())))
+    with open(diff_path, "r+b") as f:
+        f.seek(plan.chunks[0].byte_offset + plan.chunks[0].size // 2)
+        f.write(b"\xff" * 16)
+    found = _findings(diff_path, True, monkeypatch)
+    assert found == _findings(diff_path, False, monkeypatch)
+    assert [(code, path) for code, path, _ in found] == [
+        ("MD513", f"/parameters/{_small(59)}/value"), ("MD410", f"/parameters/{_small(62)}/value")]

@@ -17,6 +17,7 @@ share. This module assumes a little-endian host, as mdiff does.
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from collections.abc import Sequence
@@ -27,6 +28,7 @@ import numpy as np
 
 from mdiff.checkpoints.base import CheckpointReader, Entry, Fetch
 from mdiff.checkpoints.reading import (
+    MAX_RANK,
     checked_shape,
     element_count,
     fill_from,
@@ -256,6 +258,18 @@ def _parse_metadata(value: Any, path: str) -> dict[str, str]:
 
 
 def _parse_entry(name: str, entry: Any, data_start: int, data_size: int, path: str) -> _Tensor:
+    # the usual entry, taken in one pass (a header may list 10^5 tensors); anything else is looked at in full below,
+    # which refuses it as it would have
+    if type(entry) is dict and len(entry) == 3:
+        tag, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        dtype = _DTYPE_BY_TAG.get(tag) if type(tag) is str else None
+        if dtype is not None and type(shape) is list and len(shape) <= MAX_RANK and type(offsets) is list \
+                and len(offsets) == 2 and all(type(d) is int and d > 0 for d in shape):
+            begin, end = offsets
+            # dims > 0: the array's size is its bytes, within the file: one numpy can allocate (checked_shape)
+            if type(begin) is int and type(end) is int and 0 <= begin <= end <= data_size \
+                    and end - begin == math.prod(shape) * dtype.itemsize and is_valid_name(name):
+                return _Tensor(tuple(shape), dtype, data_start + begin, end - begin)
     if not is_valid_name(name):
         raise CheckpointError("MD701", f"tensor name {name!r} is empty or not valid Unicode", path)
     if not isinstance(entry, dict) or set(entry) != _ENTRY_KEYS:
