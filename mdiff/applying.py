@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import Future
+import hashlib
+import logging
 import math
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -14,26 +16,36 @@ from mdiff.threads import shared_pool
 from mdiff.engines import apply_update
 from mdiff.errors import ApplyError
 from mdiff.progress import ByteCounter, Progress
-from mdiff.updates.base import Update, check_base, read_ahead, verify_all
+from mdiff.updates.base import Update, check_base, read_ahead, verify_all, with_data_read
 
 _RESULTS_IN_FLIGHT = 2
 _HASH_INLINE_BYTES = 64 << 10
+# Small parameters next to each other in the output are applied together (_Batch): at most this many, of at
+# most this many bytes of results at once
+_BATCH_PARAMETERS = 4096
+_BATCH_BYTES = 4 << 20
+
+logger = logging.getLogger(__name__)
 
 
 def plan(base_specs: Mapping[str, tuple[tuple[int, ...], DType]], diff: Mapping[str, Update]):
     """The result's (name, shape, DType) entries in name order, after checking every update
     against the base (MD600, MD601) — before any data is read or written."""
+    from mdiff.format.dtypes import dtype_named
+
+    new: dict[str, tuple[tuple[int, ...], DType]] = {}
     for name, given in diff.items():
+        meta = given.meta
+        shape, dt = tuple(meta["shape"]), dtype_named(meta["dtype"])
         if given.update_type.needs_base:
-            check_base(given, base_specs.get(name), name)
-    entries = []
-    for name in sorted(set(base_specs) | set(diff)):
-        update = diff.get(name)
-        if update is None:
-            entries.append((name, *base_specs[name]))
-        elif update.type != "delete":
-            entries.append((name, update.shape, update.dtype))
-    return entries
+            spec = base_specs.get(name)
+            # the same DType object (one each) or none: check_base says what differs
+            if spec is None or spec[1] is not dt or tuple(spec[0]) != shape:
+                check_base(given, spec, name)
+        if meta["type"] != "delete":
+            new[name] = (shape, dt)
+    return [(name, *new[name]) if name in new else (name, *base_specs[name])
+            for name in sorted(set(base_specs) | set(diff)) if name in new or name not in diff]
 
 
 def apply_mappings(base: Mapping[str, Any], diff: Mapping[str, Update], engine: str | None = None,
@@ -81,15 +93,25 @@ def apply_files(base_path, diff_path, out_path, progress: Progress | None = None
     read by a child, and this process reads the diff by the child's findings without libhdf5 (see
     ``mdiff.open``): the way to apply a stranger's diff.
     """
-    from mdiff.checkpoints import is_folder_output, open_checkpoint, save_state, write_order
     from mdiff.hdf5walk.limits import DEFAULT_LIMITS
-    from mdiff.format.reader import open_diff
     from mdiff.ranged_file import no_collection
 
     # no_collection: a diff of 10^5 parameters and its base are millions of objects, all kept until the end, that
-    # the collector would look at again and again (5 of 13 s of CPU at 10^5 parameters)
-    with no_collection(), open_checkpoint(base_path) as base, open_diff(diff_path, limits or DEFAULT_LIMITS, isolation) as diff:
-        entries = plan({name: base.spec(name) for name in base.keys()}, diff)
+    # the collector would look at again and again (5 of 13 s of CPU at 10^5 parameters). They are all let go
+    # before it runs again (_apply_open returns first): else its first pass would look at each of them once more.
+    with no_collection():
+        return _apply_open(base_path, diff_path, out_path, progress, limits or DEFAULT_LIMITS, engine, isolation,
+                           max_shard_size)
+
+
+def _apply_open(base_path, diff_path, out_path, progress: Progress | None, limits, engine: str | None, isolation,
+                max_shard_size: int | None) -> int:
+    from mdiff.checkpoints import is_folder_output, open_checkpoint, save_state, write_order
+    from mdiff.format.reader import open_diff
+
+    with open_checkpoint(base_path) as base, open_diff(diff_path, limits, isolation) as diff:
+        updates = {name: diff[name] for name in diff}  # looked up several times each: once from the file
+        entries = plan({name: base.spec(name) for name in base.keys()}, updates)
         files = applied_files(base.files, diff.files) if is_folder_output(out_path) else {}
         layout = diff.read_layout() if diff.layout is not None else base.layout
         order = write_order(out_path, entries, layout, max_shard_size)
@@ -97,16 +119,27 @@ def apply_files(base_path, diff_path, out_path, progress: Progress | None = None
         # Each result is hashed on another core while the next one is made and written; the
         # output takes its name only once every hash has matched.
         checks: deque[Future] = deque()
+        # runs of small dense and replace parameters are applied a run at a time (_Batch); the others one by one
+        batches = _batches(order, updates, engine)
         # the next update's data is read (and inflated) on other cores while this one is applied
-        ahead = read_ahead((name, diff[name]) for name in order if name in diff)
+        ahead = read_ahead((name, updates[name]) for name in order if name in updates and name not in batches)
 
         def fetch(name: str) -> np.ndarray:
             done(name)  # as it is handed to the writer
-            update = diff.get(name)
-            if update is None:
+            batch = batches.get(name)
+            if batch is not None:
+                if batch.results is None and not batch.failed:
+                    batch.run(base)
+                if batch.results is not None:
+                    return batch.results.pop(name)
+                return one(name, with_data_read(updates[name]))  # the run failed: each as any other, which says why
+            if name not in updates:
                 return base.read(name)
             ahead_name, update = next(ahead)
             assert ahead_name == name  # save_state fetches in write_order's order
+            return one(name, update)
+
+        def one(name: str, update: Update) -> np.ndarray:
             needs_base = update.update_type.needs_base
             # the base tensor was just read for this purpose alone: the update may overwrite it
             result = apply_update(update, base.read(name) if needs_base else None, name, engine, scratch=True, verify=False)
@@ -128,7 +161,131 @@ def apply_files(base_path, diff_path, out_path, progress: Progress | None = None
                        max_shard_size=max_shard_size, before_commit=all_verified)
         finally:
             ahead.close()
+        runs = {id(batch): batch for batch in batches.values()}.values()
+        logger.debug("applied %d parameters in %d runs (%d applied one by one after their run failed), their stored "
+                     "bytes read in %d reads", sum(len(b.names) for b in runs), len(runs), sum(b.failed for b in runs),
+                     sum(b.reads for b in runs))
     return len(entries)
+
+
+def _batchable(update: Update) -> int | None:
+    """The bytes of ``update``'s result where it may be applied in a run (_Batch): a small `dense` or `replace` of a
+    non-bool dtype (bool results have a check of their own, MD409) — types whose result is a sha256-verified
+    function of its bytes; else None."""
+    from mdiff.format.dtypes import DTYPES
+    from mdiff.updates import dense, replace
+
+    meta = update.meta
+    dt = DTYPES.get(meta["dtype"])
+    if dt is None or dt.kind == "bool":
+        return None
+    nbytes = math.prod(meta["shape"]) * dt.itemsize
+    if nbytes >= _HASH_INLINE_BYTES:
+        return None
+    try:
+        kind = update.update_type
+    except KeyError:  # no such type here: applied alone, which says so
+        return None
+    return nbytes if kind is dense.TYPE or kind is dense.TYPE_V2 or kind is replace.TYPE else None
+
+
+def _batches(order: Sequence[str], diff: Mapping[str, Update], engine: str | None) -> dict[str, "_Batch"]:
+    """The runs of consecutive small parameters of ``order`` (write order) applied together, by each name in them;
+    none where ``engine`` is not numpy's (auto's choice for both types), whose arithmetic a run does."""
+    found: dict[str, _Batch] = {}
+    if engine not in (None, "auto", "numpy"):
+        return found
+    run: list[str] = []
+    updates: list[Update] = []
+    run_bytes = 0
+
+    def close() -> None:
+        nonlocal run, updates, run_bytes
+        if len(run) > 1:
+            batch = _Batch(run, updates)
+            found.update((name, batch) for name in run)
+        run, updates, run_bytes = [], [], 0
+
+    for name in order:
+        update = diff.get(name)
+        nbytes = None if update is None else _batchable(update)
+        if nbytes is None:
+            close()
+            continue
+        assert update is not None
+        run.append(name)
+        updates.append(update)
+        run_bytes += nbytes
+        if len(run) >= _BATCH_PARAMETERS or run_bytes >= _BATCH_BYTES:
+            close()
+    close()
+    return found
+
+
+class _Batch:
+    """A run of small `dense` and `replace` parameters, consecutive in write order, applied together: their
+    stored bytes read in a few preads (chunk_reader.read_many), their base values in one read where they lie side
+    by side (``read_many`` of the base), each kind of delta applied in one numpy call over the run's values, and
+    each result hashed against its sha256 (§9.2). Anything else — an error anywhere, a result that does not verify
+    — and the run is applied one parameter at a time as any other parameter (``failed``), which raises what that
+    path raises, for the first parameter that breaks a rule: the same verdict, code and bytes either way."""
+
+    def __init__(self, names: list[str], updates: list[Update]):
+        self.names, self.updates = names, updates
+        self.results: dict[str, np.ndarray] | None = None
+        self.failed = False
+        self.reads = 0
+
+    def run(self, base: Any) -> None:
+        try:
+            self.results = self._results(base)
+        except Exception:  # noqa: BLE001 — the one-by-one path finds it again and raises it in its turn
+            self.results = None
+        self.failed = self.results is None
+
+    def _results(self, base: Any) -> dict[str, np.ndarray] | None:
+        from mdiff.format.chunk_reader import read_many
+        from mdiff.format.dtypes import dtype_named, from_storage
+
+        updates = self.updates
+        kinds = [update.update_type for update in updates]
+        metas = [update.meta for update in updates]
+        dtypes = [dtype_named(meta["dtype"]) for meta in metas]
+        sources = [update.data[kind.datasets[0]] for update, kind in zip(updates, kinds)]
+        stored, self.reads = read_many(sources)
+        for i, array in enumerate(stored):
+            if array is None:  # not read by a plan (compact data, an array): read alone; or a failure (to the caller)
+                stored[i] = updates[i].array(kinds[i].datasets[0])
+        dense_at = [i for i, kind in enumerate(kinds) if kind.needs_base]
+        bases = dict(zip(dense_at, base.read_many([self.names[i] for i in dense_at])))
+        results: list[np.ndarray | None] = [None] * len(updates)
+        digests: list[str | None] = [None] * len(updates)
+        groups: dict[tuple[Any, np.dtype], list[int]] = {}
+        for i in dense_at:
+            groups.setdefault((kinds[i].delta, dtypes[i].bits), []).append(i)
+        for (delta, bits), indices in groups.items():
+            deltas = [stored[i] for i in indices]
+            if any(d is None or d.dtype != bits for d in deltas):
+                return None
+            values = np.concatenate([bases[i].view(bits).reshape(-1) for i in indices])
+            delta.apply(values, np.concatenate([d.reshape(-1) for d in deltas]), out=values)  # type: ignore[union-attr]
+            raw = values.view(np.uint8)
+            at = 0
+            for i in indices:
+                dt, shape = dtypes[i], metas[i]["shape"]
+                end = at + math.prod(shape) * dt.itemsize
+                digests[i] = hashlib.sha256(raw[at:end].data).hexdigest()
+                results[i] = raw[at:end].view(dt.value).reshape(shape)
+                at = end
+        for i, result in enumerate(results):
+            if result is None:  # a replace: its stored value, as its numpy twin gives it
+                value = stored[i]
+                assert value is not None
+                results[i] = from_storage(value, dtypes[i])
+                digests[i] = hashlib.sha256(np.ascontiguousarray(value).reshape(-1).view(np.uint8).data).hexdigest()
+        if any(digest != meta.get("sha256") for digest, meta in zip(digests, metas)):
+            return None
+        return dict(zip(self.names, results))  # type: ignore[arg-type]
 
 
 class _AppliedFiles(Mapping[str, bytes]):

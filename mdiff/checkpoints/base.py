@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -49,6 +49,10 @@ class CheckpointReader(Mapping):
     @abc.abstractmethod
     def read(self, name: str) -> np.ndarray:
         """Tensor ``name`` as a C-contiguous array of dtype ``spec(name)[1].value``."""
+
+    def read_many(self, names: Sequence[str]) -> list[np.ndarray]:
+        """:meth:`read` of each of ``names``, in order (a format may read neighbours together)."""
+        return [self.read(name) for name in names]
 
     @property
     @abc.abstractmethod

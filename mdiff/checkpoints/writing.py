@@ -136,6 +136,11 @@ def _checked_entries(entries: Sequence[tuple[str, Sequence[int], DType]]) -> lis
     checked: list[Entry] = []
     seen: set[str] = set()
     for name, shape, dt in entries:
+        if type(shape) is tuple and type(name) is str and name not in seen and type(dt) is DType and name \
+                and len(shape) <= MAX_RANK and all(type(d) is int and d >= 0 for d in shape) and is_valid_unicode(name):
+            seen.add(name)  # the usual entry, taken as it is: what the checks below would make of it
+            checked.append((name, shape, dt))
+            continue
         if not is_valid_name(name):
             raise ValueError(f"tensor name {name!r} is not a non-empty, valid Unicode string")
         if name in seen:
