@@ -718,3 +718,22 @@ def test_a_file_that_is_not_of_its_extension_s_format_says_so(tmp_path: Path, na
     if name.endswith(".onnx"):
         pytest.importorskip("onnx")
     assert assert_code("MD701", path).message.startswith(said)
+
+
+def test_the_safetensors_header_is_what_json_dumps_writes_of_its_dict():
+    """The header is made by a format per entry, not json.dumps of a dict: the same bytes, escapes included."""
+    from mdiff.checkpoints import safetensors as st
+    from mdiff.format.dtypes import dtype_named
+
+    entries = [("a", (), dtype_named("float32")), ('é"\\\n\t\x01', (2, 3), dtype_named("bfloat16")),
+               ("日本/\u2028", (0,), dtype_named("bool")), ("😀.w", (1, 1, 4), dtype_named("int8"))]
+    for metadata in (None, {}, {"format": "pt", 'k"\n': "v\u2029"}):
+        header: dict = {} if metadata is None else {"__metadata__": metadata}
+        offset = 0
+        for name, shape, dt in entries:
+            size = int(np.prod(shape)) * dt.itemsize
+            header[name] = {"dtype": st._TAG_BY_DTYPE_NAME[dt.name], "shape": list(shape),
+                            "data_offsets": [offset, offset + size]}
+            offset += size
+        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        assert st._header_bytes(entries, metadata) == text + b" " * (-(8 + len(text)) % 8)

@@ -17,6 +17,7 @@ share. This module assumes a little-endian host, as mdiff does.
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring as _json_string  # json.dumps' own, ensure_ascii=False
 import math
 import os
 import struct
@@ -389,37 +390,19 @@ def write(
         file.write(gathered)
 
 
-# The header check_writable made last, for the write that follows it (entries and metadata the same objects):
-# a header of 10^5 tensors is made once, not twice
-_last_header: list[Any] = [None, None, b""]
-
-
 def _header_bytes(entries: Sequence[Entry], metadata: dict[str, str] | None) -> bytes:
-    entries_made, metadata_made, made = _last_header
-    if entries_made is entries and metadata_made is metadata:
-        _last_header[:] = [None, None, b""]  # once: a list changed after it was used gives its own header next time
-        return made
-    _last_header[:] = [None, None, b""]
-    made = _make_header(entries, metadata)
-    _last_header[:] = [entries, metadata, made]
-    return made
-
-
-def _make_header(entries: Sequence[Entry], metadata: dict[str, str] | None) -> bytes:
-    header: dict[str, Any] = {}
-    if metadata is not None:
-        header[METADATA_KEY] = metadata
+    """The header's JSON, as ``json.dumps`` writes the dict of the metadata and each entry (compact separators,
+    no ASCII escapes), padded to the alignment. Each entry's text is made by one format, not a dict and two lists
+    handed to the encoder: a header of 10^5 tensors is made twice by a write (check_writable, write)."""
+    parts = [] if metadata is None else [f"{_json_string(METADATA_KEY)}:{json.dumps(metadata, separators=(',', ':'), ensure_ascii=False)}"]
     offset = 0
     for name, shape, dt in entries:
         nbytes = element_count(shape) * dt.itemsize
-        header[name] = {
-            "dtype": _TAG_BY_DTYPE_NAME[dt.name],
-            "shape": list(shape),
-            "data_offsets": [offset, offset + nbytes],
-        }
+        parts.append(f'{_json_string(name)}:{{"dtype":"{_TAG_BY_DTYPE_NAME[dt.name]}","shape":[{",".join(map(str, shape))}],'
+                     f'"data_offsets":[{offset},{offset + nbytes}]}}')
         offset += nbytes
     try:
-        encoded = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        encoded = ("{" + ",".join(parts) + "}").encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate (an escape in a file's JSON text): UTF-8 cannot hold it
         raise CheckpointError("MD703", "a safetensors header is UTF-8 JSON text, which cannot hold the lone "
                                        "surrogate in a tensor name or the metadata") from None
