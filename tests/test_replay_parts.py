@@ -17,7 +17,7 @@ from mdiff.format.dtypes import as_bits
 from mdiff.repo import Repository, replay_parts
 from mdiff.repo.snapshots import write_snapshot
 from mdiff.updates import base as updates_base
-from mdiff.updates import dense
+from mdiff.updates import dense, sparse
 from mdiff.updates.base import Update, sha256_hex
 from tests.helpers import bits_equal, random_tensor
 
@@ -25,24 +25,27 @@ DATE = "2026-05-01T00:00:00Z"
 SHAPE = (3 * 256 + 5, 1024)  # float32: a little over 3 MiB, four chunks of the writer's 1 MiB
 
 
-def _chain(repo: Repository, states: list[np.ndarray], version: int, extra: dict | None = None) -> list[str]:
-    """A root commit of states[0] (and ``extra``'s parameters) and one dense commit of "w" per later state."""
+def _chain(repo: Repository, states: list[np.ndarray], version: int, extra: dict | None = None,
+           kinds: str = "") -> list[str]:
+    """A root commit of states[0] (and ``extra``'s parameters) and one commit of "w" per later state: dense, or
+    as ``kinds`` says a letter a commit ("d" dense, "s" sparse)."""
     first = {"w": states[0], **(extra or {})}
     ids = [repo.store(lambda w: [w.add(k, mdiff.replace(v)) for k, v in sorted(first.items())],
                       Commit("root", date=DATE))]
     for i, (old, new) in enumerate(zip(states, states[1:])):
-        update = dense.encode(old, new, version=version)
+        update = (sparse if kinds[i:i + 1] == "s" else dense).encode(old, new, version=version)
         ids.append(repo.store(lambda w, u=update: w.add("w", u), Commit(f"step {i}", parents=(ids[-1],), date=DATE)))
     repo.set_branch("main", ids[-1])
     return ids
 
 
-def _states(dtype: str, count: int, shape=SHAPE) -> list[np.ndarray]:
+def _states(dtype: str, count: int, shape=SHAPE, every: int = 3) -> list[np.ndarray]:
+    """states[0] and ``count`` more, each with every ``every``-th element (from a shifting start) changed."""
     states = [random_tensor(dtype, shape, 1)]
     for step in range(count):
         new = states[-1].copy()
         other = random_tensor(dtype, shape, 10 + step)
-        as_bits(new).reshape(-1)[step::3] = as_bits(other).reshape(-1)[step::3]
+        as_bits(new).reshape(-1)[step::every] = as_bits(other).reshape(-1)[step::every]
         states.append(new)
     return states
 
@@ -156,3 +159,49 @@ def test_a_delta_whose_chunk_does_not_inflate_fails_as_that_delta_md513(tmp_path
             read_parts(plan, "w")
         assert err.value.index == 1 and err.value.error.code == "MD513"
         assert bits_equal(read_parts(parts_plan(root["w"], [one["w"]]), "w")[0], states[1])
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("kinds", ["sss", "sds", "dss"])
+def test_a_run_with_sparse_updates_is_scattered_a_part_at_a_time_to_the_same_bits(tmp_path, monkeypatch, version, kinds):
+    """Sparse entries (each update's, split at the parts' edges) are scattered into each part after its read,
+    dense deltas or not: no Change is made, one array per tensor, every state exact."""
+    from mdiff.updates import base
+
+    repo = Repository.init(tmp_path / "r")
+    states = _states("float32", 3, every=97)
+    ids = _chain(repo, states, version, kinds=kinds)
+    changes = Counted(monkeypatch, base.Change, "__init__")
+    arrays = Counted(monkeypatch, replay_parts, "empty_array")
+    with threads.threads_for(2):
+        for commit_id, expected in zip(ids, states):
+            assert bits_equal(Repository.find(repo.root).checkout(commit_id)["w"], expected)
+    assert changes.calls == [] and len(arrays.calls) == len(ids)
+
+
+def test_sparse_entries_past_the_bound_are_left_to_the_general_replay(tmp_path, monkeypatch):
+    monkeypatch.setattr(replay_parts, "HELD_BYTES", 0)
+    repo = Repository.init(tmp_path / "r")
+    states = _states("float32", 2, shape=(256, 1024), every=2)  # sparse entries of 1.5 times the value's bytes
+    ids = _chain(repo, states, 2, kinds="ss")
+    with repo.open_state(ids[-1]) as view:
+        steps = view._plan.history["w"]
+        assert replay_parts.parts_plan(steps[0].update, [s.update for s in steps[1:]]) is None
+        assert bits_equal(view.read("w"), states[-1])
+    monkeypatch.setattr(replay_parts, "HELD_BYTES", 64 << 20)
+    with repo.open_state(ids[-1]) as view:
+        assert replay_parts.parts_plan(steps[0].update, [s.update for s in steps[1:]]) is not None
+
+
+def test_sparse_positions_out_of_range_in_a_run_are_md802_naming_the_commit(tmp_path):
+    repo = Repository.init(tmp_path / "r")
+    states = _states("float32", 1)
+    size = states[0].size
+    bad = sparse.from_entries(np.zeros(states[0].shape, np.float32), np.array([5, size], np.uint64),
+                              np.array([1, 1], np.uint32))
+    bad = Update({**bad.meta, "sha256": sha256_hex(states[1])}, bad.data)
+    ids = _chain(repo, states, 2)
+    ids.append(repo.store(lambda w: w.add("w", bad), Commit("bad", parents=(ids[-1],), date=DATE)))
+    with pytest.raises(RepositoryError) as err:
+        repo.checkout(ids[-1])
+    assert err.value.code == "MD802" and "MD408" in err.value.message and ids[-1][:12] in err.value.message

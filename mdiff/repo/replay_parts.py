@@ -1,13 +1,14 @@
 """SPEC.md §13.4: a parameter's usual history — its last `replace` (a root's value, or a snapshot's) and a
-run of dense updates after it — read a part of the value at a time, the parts side by side on the pool.
+run of dense and sparse updates after it — read a part of the value at a time, the parts side by side on the pool.
 
 Each part is read from the `replace`, then every dense delta of the run is decoded into a scratch part and
-applied to it while both are in a core's cache (SUB and XOR deltas commute modulo 2^w, so applying each in
-turn is folding them: §13.4), and the parts are hashed in order on the calling thread as they end. So a
-tensor of k deltas costs one array (the value itself, no zeroed change and no delta array), one pass over it
-per delta, and no serial pass at all but the hash, which overlaps the decoding of the parts after it.
-Every other history (sparse entries, other types, bool values, datasets not read by byte ranges) is left to
-StateView's general replay, whose results these equal bit for bit (tests).
+applied to it while both are in a core's cache, and every sparse update's entries that fall in the part are
+gathered, added and scattered back (SUB and XOR deltas commute modulo 2^w, so applying each in turn is
+folding them: §13.4); the parts are hashed in order on the calling thread as they end. So a tensor costs one
+array (the value itself: no zeroed change, no delta array), one pass over it per dense delta, and no serial
+pass but the hash, which overlaps the decoding of the parts after it. A run's sparse entries are held whole
+(bounded by HELD_BYTES). Every other history (other types, bool values, datasets not read by byte ranges,
+values under MIN_BYTES) is left to StateView's general replay, whose results these equal bit for bit (tests).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import concurrent.futures
 import hashlib
 import math
 import threading
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,11 +28,13 @@ from mdiff.errors import ApplyError, InvalidFileError
 from mdiff.format.chunk_reader import ByteRanges, byte_ranges
 from mdiff.format.dtypes import DType, from_bits
 from mdiff.threads import in_pool, pool_size, shared_pool
-from mdiff.updates import dense, replace
+from mdiff.updates import dense, replace, sparse
 from mdiff.updates.base import Update, empty_array
+from mdiff.updates.bit_deltas import SubDelta, XorDelta
 
 PART_BYTES = 1 << 20  # of a value read, applied and hashed as one task (rounded up to whole chunks of the replace)
 MIN_BYTES = 1 << 20  # smaller values are left to the general replay: parts would be one task anyway
+HELD_BYTES = 64 << 20  # of a run's sparse updates (declared), or the value's size if more, held at once
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,8 @@ class PartsPlan:
     shape: tuple[int, ...]
     dtype: DType
     head: ByteRanges
-    deltas: tuple[tuple[ByteRanges, Any], ...]  # (the stored delta's bytes, its BitDelta class)
+    deltas: tuple[tuple[int, ByteRanges, Any], ...]  # dense: (place in the run, the stored delta's bytes, its BitDelta)
+    sparse: tuple[tuple[int, Update], ...] = ()  # (place in the run, the sparse update)
 
     @property
     def nbytes(self) -> int:
@@ -67,21 +72,30 @@ def parts_plan(head: Update, run: Sequence[Update]) -> PartsPlan | None:
     ranges = byte_ranges(head.data.get("value"))
     if ranges is None or np.dtype(head.data["value"].dtype).itemsize != bits.itemsize:
         return None
-    deltas = []
-    for update in run:
+    deltas, held, held_bytes = [], [], 0
+    for index, update in enumerate(run):
         kind = update.update_type
         composition = kind.composition
-        if (kind not in (dense.TYPE, dense.TYPE_V2) or composition is None or composition.entries is not None
-                or kind.delta is None or update.shape != shape or update.dtype.name != dtype.name):
+        if update.shape != shape or update.dtype.name != dtype.name or composition is None or kind.delta is None:
+            return None
+        if kind in (sparse.TYPE, sparse.TYPE_V2):
+            held.append((index, update))
+            held_bytes += update.stored_bytes
+            continue
+        if kind not in (dense.TYPE, dense.TYPE_V2):
             return None
         source = update.data.get(kind.delta.dataset)
         delta_ranges = byte_ranges(source)
-        if delta_ranges is None or np.dtype(source.dtype).itemsize != bits.itemsize:
+        if source is None or delta_ranges is None or np.dtype(source.dtype).itemsize != bits.itemsize:
             return None
-        deltas.append((delta_ranges, kind.delta))
-    return PartsPlan(shape, dtype, ranges, tuple(deltas))
+        deltas.append((index, delta_ranges, kind.delta))
+    if held_bytes > max(HELD_BYTES, math.prod(shape) * bits.itemsize):  # the entries are held whole: bounded
+        return None
+    return PartsPlan(shape, dtype, ranges, tuple(deltas), tuple(held))
 
 
+# a folded change added to bits (BitDelta.apply_folded's arithmetic, on a few entries: without its checks and parts)
+_FOLDED_ADD: dict[type, np.ufunc] = {XorDelta: np.bitwise_xor, SubDelta: np.add}
 _local = threading.local()
 
 
@@ -108,42 +122,93 @@ def _typed(exc: Exception, ranges: ByteRanges) -> Exception:
 
 def read_parts(plan: PartsPlan, name: str) -> tuple[np.ndarray, str]:
     """(the value, the sha256 of its bytes, §6.2): read and hashed in parts. StepFailed when a dataset's part
-    does not read (MD513 …): every part has ended then. Checking the sha256 is the caller's."""
+    does not read (MD513 …) or a sparse update's entries are refused (MD408 …): every part has ended then.
+    Checking the sha256 is the caller's."""
     bits_dtype = np.dtype(plan.dtype.bits)
     out = empty_array(plan.shape, bits_dtype, name)
     flat = out.reshape(-1)
     raw = flat.view(np.uint8)
     itemsize = bits_dtype.itemsize
+    cuts = _cuts(plan)
+    # a sparse update's entries: (how a folded change is added, positions, each entry as a folded change, where
+    # each part's entries start)
+    entries: list[tuple[np.ufunc, np.ndarray, np.ndarray, list[int]]] = []
 
-    def part(lo: int, hi: int) -> None:
+    def dense_part(lo: int, hi: int) -> None:
         try:
             plan.head.read(raw[lo:hi], lo)
         except (InvalidFileError, ApplyError, OSError, ValueError) as exc:
             raise StepFailed(-1, _typed(exc, plan.head)) from exc
         value = flat[lo // itemsize:hi // itemsize]
         scratch = _scratch(hi - lo)
-        for index, (ranges, delta) in enumerate(plan.deltas):
+        for index, ranges, delta in plan.deltas:
             try:
                 ranges.read(scratch, lo)
             except (InvalidFileError, ApplyError, OSError, ValueError) as exc:
                 raise StepFailed(index, _typed(exc, ranges)) from exc
             delta.apply(value, scratch.view(bits_dtype), out=value)  # on a pool thread: in this one pass
 
-    digest = hashlib.sha256()
-    cuts = _cuts(plan)
-    if len(cuts) == 1 or pool_size() <= 1 or in_pool():
-        for lo, hi in cuts:
-            part(lo, hi)
-            digest.update(raw[lo:hi].data)
-    else:
-        pool = shared_pool()
-        futures = [pool.submit(part, lo, hi) for lo, hi in cuts]
+    def sparse_part(part: int) -> None:
+        lo = cuts[part][0] // itemsize
+        window = flat[lo:cuts[part][1] // itemsize]
+        for add, at, values, starts in entries:  # each update's entries in this part, gathered and scattered
+            low, high = starts[part], starts[part + 1]
+            if low < high:
+                where = at[low:high] - np.int64(lo)
+                gathered = window[where]
+                add(gathered, values[low:high], out=gathered)
+                window[where] = gathered
+
+    def held_entries(index: int, update: Update) -> tuple[np.ufunc, np.ndarray, np.ndarray, list[int]]:
+        composition = update.update_type.composition
+        assert composition is not None and composition.entries is not None
         try:
-            for (lo, hi), future in zip(cuts, futures):  # hashed in order while the later parts decode
-                future.result()
-                digest.update(raw[lo:hi].data)
-        finally:  # a failure: the parts not started are dropped, those running end before the caller goes on
-            for future in futures:
-                future.cancel()
-            concurrent.futures.wait(futures)
+            at, values = composition.entries(update, name, flat.size)
+        except (InvalidFileError, ApplyError, OSError, ValueError) as exc:
+            raise StepFailed(index, exc if isinstance(exc, (InvalidFileError, ApplyError))
+                             else InvalidFileError("MD513", f"dataset cannot be read: {exc}", name)) from exc
+        delta = update.update_type.delta
+        folded = delta.fold(np.zeros_like(values), values)  # each stored delta as a run's change (its form to add)
+        edges = np.searchsorted(at, np.array([lo // itemsize for lo, _ in cuts[1:]], np.int64))
+        return _FOLDED_ADD[delta], at, folded, [0, *edges.tolist(), at.size]
+
+    digest = hashlib.sha256()
+    if len(cuts) == 1 or pool_size() <= 1 or in_pool():
+        for index, update in plan.sparse:
+            entries.append(held_entries(index, update))
+        for part, (lo, hi) in enumerate(cuts):
+            dense_part(lo, hi)
+            sparse_part(part)
+            digest.update(raw[lo:hi].data)
+        return from_bits(out, plan.dtype), digest.hexdigest()
+    pool = shared_pool()
+    futures: list[concurrent.futures.Future] = [pool.submit(held_entries, index, update) for index, update in plan.sparse]
+    try:
+        reads = [pool.submit(dense_part, lo, hi) for lo, hi in cuts]
+        futures += reads
+        for future in futures[:len(plan.sparse)]:
+            entries.append(future.result())
+        scattered: deque[tuple[int, concurrent.futures.Future | None]] = deque()
+        for part, read in enumerate(reads):  # each part's entries scattered once it is read; hashed in order
+            read.result()
+            job = pool.submit(sparse_part, part) if entries else None
+            if job is not None:
+                futures.append(job)
+            scattered.append((part, job))
+            while scattered and (scattered[0][1] is None or scattered[0][1].done()):
+                _hash_part(digest, raw, cuts, *scattered.popleft())
+        while scattered:
+            _hash_part(digest, raw, cuts, *scattered.popleft())
+    finally:  # a failure: the parts not started are dropped, those running end before the caller goes on
+        for future in futures:
+            future.cancel()
+        concurrent.futures.wait(futures)
     return from_bits(out, plan.dtype), digest.hexdigest()
+
+
+def _hash_part(digest: Any, raw: np.ndarray, cuts: list[tuple[int, int]], part: int,
+               job: concurrent.futures.Future | None) -> None:
+    if job is not None:
+        job.result()
+    lo, hi = cuts[part]
+    digest.update(raw[lo:hi].data)
