@@ -205,3 +205,20 @@ def test_sparse_positions_out_of_range_in_a_run_are_md802_naming_the_commit(tmp_
     with pytest.raises(RepositoryError) as err:
         repo.checkout(ids[-1])
     assert err.value.code == "MD802" and "MD408" in err.value.message and ids[-1][:12] in err.value.message
+
+
+def test_a_run_that_mixes_compositions_is_not_read_in_parts(tmp_path):
+    """Parts apply dense deltas before sparse entries: right only when they compose (§13.4), so never for a
+    list that mixes XOR and SUB updates (the replay's runs never do)."""
+    from mdiff.format.reader import open_diff
+
+    states = _states("float32", 2, shape=(256, 1024))
+    updates = [mdiff.replace(states[0]), dense.encode(states[0], states[1], version=1),
+               sparse.encode(states[1], states[2], version=2)]
+    for i, update in enumerate(updates):
+        mdiff.write(tmp_path / f"{i}.mdiff", {"w": update}, Commit(f"file {i}", date=DATE))
+    with open_diff(tmp_path / "0.mdiff") as root, open_diff(tmp_path / "1.mdiff") as xor, \
+            open_diff(tmp_path / "2.mdiff") as sub:
+        assert replay_parts.parts_plan(root["w"], [xor["w"]]) is not None
+        assert replay_parts.parts_plan(root["w"], [sub["w"]]) is not None
+        assert replay_parts.parts_plan(root["w"], [xor["w"], sub["w"]]) is None
