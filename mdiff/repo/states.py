@@ -366,7 +366,7 @@ class StateView(CheckpointReader):
         """The parameter's history applied segment by segment (see :func:`segments`): each segment's head
         is applied on another core while the run of updates after it is folded into one change (§13.4),
         which then meets the head's value once; a value's sha256 is checked where no run follows it.
-        A `replace` and a run of dense updates after it (replay_parts.py) are read a part at a time instead."""
+        A `replace` and a run of dense and sparse updates after it (replay_parts.py) are read a part at a time instead."""
         in_parts = self._in_parts(name)
         if in_parts is not None:
             return in_parts
@@ -399,8 +399,8 @@ class StateView(CheckpointReader):
         return value
 
     def _in_parts(self, name: str) -> np.ndarray | None:
-        """The value read in parts (replay_parts.py) where its history is a `replace` and a run of dense
-        updates it can read so; None where it is not (the general replay reads it)."""
+        """The value read in parts (replay_parts.py) where its history is a `replace` and a run of dense and
+        sparse updates it can read so; None where it is not (the general replay reads it)."""
         if self.engine not in (None, "auto", "numpy"):  # another engine was asked for: its math is run
             return None
         pairs = list(segments(self._plan.history[name]))
