@@ -85,7 +85,7 @@ def test_parts_make_one_array_and_read_each_dataset_s_part_once(tmp_path, monkey
     ids = _chain(repo, states, 2, small)
     reads = Counted(monkeypatch, ByteRanges, "read")
     whole = Counted(monkeypatch, updates_base, "read_array")
-    arrays = Counted(monkeypatch, replay_parts, "empty_array")
+    arrays = Counted(monkeypatch, replay_parts, "fresh_array")
     zeros = Counted(monkeypatch, np, "zeros")
     with threads.threads_for(n_threads):
         got = repo.checkout(ids[-1])
@@ -172,7 +172,7 @@ def test_a_run_with_sparse_updates_is_scattered_a_part_at_a_time_to_the_same_bit
     states = _states("float32", 3, every=97)
     ids = _chain(repo, states, version, kinds=kinds)
     changes = Counted(monkeypatch, base.Change, "__init__")
-    arrays = Counted(monkeypatch, replay_parts, "empty_array")
+    arrays = Counted(monkeypatch, replay_parts, "fresh_array")
     with threads.threads_for(2):
         for commit_id, expected in zip(ids, states):
             assert bits_equal(Repository.find(repo.root).checkout(commit_id)["w"], expected)
@@ -222,3 +222,27 @@ def test_a_run_that_mixes_compositions_is_not_read_in_parts(tmp_path):
         assert replay_parts.parts_plan(root["w"], [xor["w"]]) is not None
         assert replay_parts.parts_plan(root["w"], [sub["w"]]) is not None
         assert replay_parts.parts_plan(root["w"], [xor["w"], sub["w"]]) is None
+
+
+def test_a_value_of_4_mib_or_more_is_made_in_memory_of_its_own_without_huge_pages(tmp_path):
+    """numpy madvises transparent huge pages for arrays of 4 MiB and more, whose first touch can stall in the
+    kernel's compaction: such a value is made in anonymous memory of its own instead — writable, exact, freed
+    with the array; a smaller one is numpy's own."""
+    import mmap
+    import pickle
+
+    repo = Repository.init(tmp_path / "r")
+    states = _states("float32", 1, shape=(1024 + 3, 1024))  # a little over 4 MiB
+    ids = _chain(repo, states, 2, {"small": random_tensor("float32", (512, 1024), 5)})
+    def memory(array: np.ndarray) -> object:
+        while isinstance(array.base, np.ndarray):
+            array = array.base
+        return array.base.obj if isinstance(array.base, memoryview) else array.base
+
+    got = repo.checkout(ids[-1])
+    value = got["w"]
+    assert isinstance(memory(value), mmap.mmap) and value.flags.writeable and value.flags.c_contiguous
+    assert bits_equal(value, states[-1]) and bits_equal(pickle.loads(pickle.dumps(value)), states[-1])
+    assert not isinstance(memory(got["small"]), mmap.mmap)
+    value[0, 0] = 1.5  # the caller's own
+    assert value[0, 0] == np.float32(1.5)
