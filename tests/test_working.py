@@ -334,3 +334,29 @@ def test_a_safetensors_file_is_recorded_by_its_tensors_digest_made_of_the_commit
     both["files"]["model.safetensors"]["tensors"] = expected
     with pytest.raises(ValueError, match="malformed"):
         working.WorkingRecord.from_json(both)
+
+
+def test_a_checked_out_safetensors_file_is_recorded_by_the_hashes_its_values_were_checked_with(project, monkeypatch):
+    """A checkout checks every exact value against its sha256 as it reads it: the .safetensors file it writes
+    of them is recorded by its tensors digest made of those hashes (its header read), not read back whole;
+    `status` then finds it unchanged, and a changed bit modified. Other files are hashed as before."""
+    first = project.commit(model(1), "one", date=DATE)
+    read: list[str] = []
+    for hashing in ("_sha256", "tensors_digest"):
+        real = getattr(working, hashing)
+        monkeypatch.setattr(working, hashing, lambda p, real=real: read.append(p) or real(p))
+    project.checkout(first, "out.safetensors")
+    assert read == []
+    record = working.read(project, "refs/heads/main")
+    assert record is not None and record.files["out.safetensors"].sha256 is None
+    assert record.files["out.safetensors"].tensors == working.tensors_digest("out.safetensors")
+    assert working.changes_since(record).files == {}
+    data = bytearray(Path("out.safetensors").read_bytes())
+    data[-1] ^= 1
+    Path("out.safetensors").write_bytes(bytes(data))
+    assert working.changes_since(record).files == {"out.safetensors": "modified"}
+    save_folder(Path("ckpt"), 2)
+    second = project.commit("ckpt", "two", date=DATE)
+    read.clear()
+    project.checkout(second, "folder")
+    assert read == [os.path.abspath("folder/config.json")]  # the folder's other file, hashed

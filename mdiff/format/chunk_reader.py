@@ -264,6 +264,45 @@ class DetachedDataset:
         flat[:] = np.frombuffer(data, np.uint8)
 
 
+class ByteRanges:
+    """Any byte range of a dataset's C-order bytes, read and decoded alone: the dataset is contiguous, or
+    chunked in slabs (each chunk one run of those bytes), so a range decodes only the chunks it touches.
+    ``chunk_bytes``: the span of one chunk (a range cut at its multiples decodes each chunk once; 0 when
+    contiguous). Reads on one of the pool's threads stay on it."""
+
+    def __init__(self, plan: StoragePlan, shape: tuple[int, ...], itemsize: int, fd: Source, name: str):
+        self._plan, self._itemsize, self._fd, self.name = plan, itemsize, fd, name
+        self.chunk_bytes = 0
+        if plan.contiguous_offset is None:
+            assert plan.chunk_shape is not None
+            self.chunk_bytes = math.prod(plan.chunk_shape) * itemsize
+            self._decoder = _ChunkDecoder(plan, itemsize, name)
+            self._spans = sorted(_slab_spans(plan, shape, itemsize), key=lambda span: span[0])
+            self._starts = [start for start, _, _ in self._spans]
+
+    def read(self, out: np.ndarray, first: int) -> None:
+        """``out`` (uint8, contiguous) ← the dataset's bytes ``[first, first + out.size)``."""
+        if self._plan.contiguous_offset is not None:
+            _pread_into(self._fd, out, self._plan.contiguous_offset + first, self.name)
+            return
+        # the chunks that may hold a byte of the range: from the last one starting at or before it
+        low = max(0, bisect.bisect_right(self._starts, first) - 1)
+        high = bisect.bisect_left(self._starts, first + out.size)
+        _decode_slabs(self._fd, self._decoder, self._spans[low:high], out, first, self._itemsize)
+
+
+def byte_ranges(dataset: object) -> ByteRanges | None:
+    """A :class:`ByteRanges` of a dataset read through its plan (``PlannedDataset``, ``DetachedDataset``)
+    whose bytes can be read by any range; None for any other (compact, inline, other chunkings, in memory)."""
+    if not isinstance(dataset, (PlannedDataset, DetachedDataset)):
+        return None
+    plan, shape = dataset._plan, tuple(dataset.shape)
+    if plan is None or not shape or (plan.contiguous_offset is None
+                                     and (plan.chunk_shape is None or not _is_slab(shape, plan.chunk_shape))):
+        return None
+    return ByteRanges(plan, shape, np.dtype(dataset.dtype).itemsize, dataset._fd, dataset.name)
+
+
 def _row_range(selection: object, shape: tuple[int, ...]) -> tuple[int, int] | None:
     """(start, stop) when ``selection`` is a step-1 slice of the leading axis, else None."""
     if isinstance(selection, tuple) and len(selection) == 1:
@@ -298,15 +337,24 @@ def _read_slabs(fd: Source, plan: StoragePlan, shape: tuple[int, ...], flat: np.
                 name: str) -> None:
     """A slab chunking (each chunk one run of the array's C-order bytes): the bytes ``[first, first + flat.size)``."""
     assert plan.chunk_shape is not None
-    decoder = _ChunkDecoder(plan, itemsize, name)
+    _decode_slabs(fd, _ChunkDecoder(plan, itemsize, name), _slab_spans(plan, shape, itemsize), flat, first, itemsize)
+
+
+def _slab_spans(plan: StoragePlan, shape: tuple[int, ...], itemsize: int) -> list[tuple[int, int, Chunk]]:
+    """(first byte, bytes inside the array, chunk) of each chunk of a slab chunking, in the file's order."""
+    assert plan.chunk_shape is not None
     slabs = Slabs(shape, plan.chunk_shape, itemsize)
+    return [(*slabs.span(chunk.offset), chunk) for chunk in plan.chunks]
+
+
+def _decode_slabs(fd: Source, decoder: _ChunkDecoder, spans: Sequence[tuple[int, int, Chunk]], flat: np.ndarray,
+                  first: int, itemsize: int) -> None:
     end = first + flat.size
     # The usual last step, unshuffling a whole chunk, writes straight into the result (shuffling.py: as words,
     # ~5× faster than copying numpy's transposed view).
     planes = decoder.ends_with_unshuffle()
     wanted: list[tuple[Chunk, int, int, int, int]] = []  # chunk, its bytes wanted [lo, hi), its elements [a, b)
-    for chunk in plan.chunks:
-        start, valid = slabs.span(chunk.offset)
+    for start, valid, chunk in spans:
         lo, hi = max(start, first), min(start + valid, end)
         if lo < hi:
             wanted.append((chunk, lo, hi, (lo - start) // itemsize, (hi - start) // itemsize))

@@ -309,10 +309,16 @@ class Repository(Store):
         with self.open_state(commit_id, engine) as view:
             written = view.write(output, template, progress, framework=framework, max_shard_size=max_shard_size,
                                  weights_format=weights_format, force=force)
+            # each value written was checked against its sha256: a .safetensors file written of them is recorded
+            # by those hashes (working.tensors_digest_from, its header read), not by reading it back whole
+            values = {name: (tuple(shape), dtype.name, sha256)
+                      for name, (shape, dtype, sha256) in view.claims.parameters.items()}
         if output is not None:
             kind = "folder" if is_folder_output(output) else "file"
             ignore = TRAINING_STATE if kind == "folder" else ()
-            working.remember(self, self._branch_of(rev), "checkout", commit_id, output, kind, ignore)
+            written_status = working.scan(output, kind, ignore)[0]  # as the checkout left the files
+            working.remember(self, self._branch_of(rev), "checkout", commit_id, output, kind, ignore,
+                             before=written_status, values=values)
         return written
 
     def _branch_of(self, rev: str) -> str | None:

@@ -43,6 +43,7 @@ from mdiff.format.reader import DiffFile
 from mdiff.threads import in_pool, one_ahead, shared_pool
 from mdiff.repo.claims import StateClaims, snapshot_claims, snapshot_disagreement, snapshot_inexact
 from mdiff.repo.plan import ClosedCommit, Plan, Step, plan_commit, segments
+from mdiff.repo.replay_parts import StepFailed, parts_plan, read_parts
 from mdiff.updates.base import Change, check_base, read_ahead, spec_of
 
 if TYPE_CHECKING:
@@ -364,7 +365,11 @@ class StateView(CheckpointReader):
     def _replay(self, name: str) -> np.ndarray:
         """The parameter's history applied segment by segment (see :func:`segments`): each segment's head
         is applied on another core while the run of updates after it is folded into one change (§13.4),
-        which then meets the head's value once; a value's sha256 is checked where no run follows it."""
+        which then meets the head's value once; a value's sha256 is checked where no run follows it.
+        A `replace` and a run of dense and sparse updates after it (replay_parts.py) are read a part at a time instead."""
+        in_parts = self._in_parts(name)
+        if in_parts is not None:
+            return in_parts
         value: np.ndarray | None = None
         pending: Step | None = None  # the step whose sha256 the value must have, once checked
         for head, run in segments(self._plan.history[name]):
@@ -391,6 +396,32 @@ class StateView(CheckpointReader):
         if pending is not None:
             self._verify(pending, value, name)
         assert value is not None  # the planned history never ends in a delete
+        return value
+
+    def _in_parts(self, name: str) -> np.ndarray | None:
+        """The value read in parts (replay_parts.py) where its history is a `replace` and a run of dense and
+        sparse updates it can read so; None where it is not (the general replay reads it)."""
+        if self.engine not in (None, "auto", "numpy"):  # another engine was asked for: its math is run
+            return None
+        pairs = list(segments(self._plan.history[name]))
+        if len(pairs) != 1 or pairs[0][0] is None:
+            return None
+        head, run = pairs[0]
+        assert head is not None
+        plan = parts_plan(head.update, [step.update for step in run])
+        if plan is None:
+            return None
+        if run:
+            with self._failure(run[0], name):
+                check_base(run[0].update, (head.update.shape, head.update.dtype), name)
+        try:
+            value, digest = read_parts(plan, name)
+        except StepFailed as failed:
+            with self._failure(head if failed.index < 0 else run[failed.index], name):
+                raise failed.error from None
+        last = run[-1] if run else head
+        if digest != last.update.sha256:
+            self._verify(last, value, name)  # hashes it again, and raises as the general replay would
         return value
 
     def _applied(self, step: Step, value: np.ndarray | None, name: str) -> np.ndarray | None:

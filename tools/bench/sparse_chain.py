@@ -10,6 +10,10 @@ sys, all threads) of the call alone, after the imports; medians of --repeat. The
 the user's walk cache, as any earlier checkout or commit of these files would have.
 
     python tools/bench/sparse_chain.py [--mib 256] [--commits 100] [--repeat 3] [--work DIR] [--profile FILE]
+                                       [--source CHECKOUT]
+
+--source: also time the checkout with the mdiff package of another checkout (e.g. a worktree of main), in the
+same rotation: an A/B of two versions of the code on the same chain and load.
 
 Target (issue 32): the checkout of commit 100 ≤ 3× a full load.
 """
@@ -95,9 +99,10 @@ def child(kind: str, path: Path, profile: str | None) -> None:
     print(json.dumps({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}))
 
 
-def run_child(kind: str, path: Path, profile: str | None = None) -> dict:
+def run_child(kind: str, path: Path, profile: str | None = None, source: Path | None = None) -> dict:
     argv = [sys.executable, __file__, "--child", kind, "--work", str(path)] + (["--profile", profile] if profile else [])
-    out = subprocess.run(argv, check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = subprocess.run(argv, check=True, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(source or ROOT)})
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -108,6 +113,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--work", type=Path, default=None, help="keep the chain here and reuse it (default: a temporary folder)")
     parser.add_argument("--profile", default=None, help="cProfile one more checkout into this file")
+    parser.add_argument("--source", type=Path, default=None,
+                        help="also time the checkout with the mdiff package of this checkout (an A/B)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -128,10 +135,12 @@ def main() -> int:
               f"the checkout of commit {args.commits} replays {replayed(path)} commits; load {os.getloadavg()[0]:.1f}",
               flush=True)
         run_child("checkout", path)  # fills the walk cache (untimed)
-        got: dict[str, list[dict]] = {"checkout": [], "load": []}
+        got: dict[str, list[dict]] = {"checkout": [], "load": [], **({"checkout --source": []} if args.source else {})}
+        kinds = list(got)
         for i in range(args.repeat):
-            for kind in (("checkout", "load") if i % 2 == 0 else ("load", "checkout")):
-                got[kind].append(run_child(kind, path))
+            for kind in kinds[i % len(kinds):] + kinds[:i % len(kinds)]:  # rotated each round
+                source = args.source if kind == "checkout --source" else None
+                got[kind].append(run_child("load" if kind == "load" else "checkout", path, source=source))
         med = {k: {m: statistics.median(r[m] for r in v) for m in ("wall", "cpu")} for k, v in got.items()}
         for kind, rows in got.items():
             walls = ", ".join(f"{r['wall']:.2f}" for r in rows)
@@ -140,6 +149,8 @@ def main() -> int:
         for m in ("wall", "cpu"):
             ratio = med["checkout"][m] / med["load"][m]
             print(f"checkout ÷ load ({m}): {ratio:.2f}× (target ≤ {TARGET}×: {'met' if ratio <= TARGET else 'missed'})")
+            if args.source:
+                print(f"checkout --source ÷ load ({m}): {med['checkout --source'][m] / med['load'][m]:.2f}×")
         print(f"load average after: {os.getloadavg()[0]:.1f}")
         if args.profile:
             run_child("checkout", path, args.profile)
