@@ -703,9 +703,12 @@ def test_validate_reads_no_value_that_has_nothing_to_decode_and_no_rule(tmp_path
         writer.add("flags", mdiff.dense(np.zeros(4, bool), np.ones(4, bool)))
         writer.add("large", mdiff.dense(np.zeros(1 << 16, np.float32), np.ones(1 << 16, np.float32)))
     read: list[str] = []
-    real = chunk_reader.read_planned
+    real, real_many = chunk_reader.read_planned, chunk_reader.read_many
     monkeypatch.setattr(chunk_reader, "read_planned", lambda fd, plan, shape, out, name: read.append(name) or real(
         fd, plan, shape, out, name))
+    # small ones are read together (read_small_together): the same count, by name
+    monkeypatch.setattr(chunk_reader, "read_many", lambda datasets: read.extend(d.name for d in datasets) or real_many(
+        datasets))
     assert validate(path) == []
     with h5py.File(path, "r") as f:
         kinds = {name: f["parameters"][name][member].id.get_create_plist().get_layout()

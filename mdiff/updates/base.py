@@ -247,6 +247,12 @@ _TOGETHER = 4096  # small updates read together at most
 _TOGETHER_BYTES = 64 << 10  # what a small update's data is under
 
 
+def _unread_by_its_check(update: Update) -> bool:
+    """Whether `dense`'s check_data leaves this update's data unread (a non-bool delta stored as it is): not worth
+    reading together either."""
+    return update.type == "dense" and update.dtype.name != "bool" and stored_as_is(next(iter(update.data.values())))
+
+
 def read_small_together(updates: Iterable[Update]) -> Iterator[Update]:
     """``updates``, in order, each small `dense` and `replace` one (under 64 KiB of data, not empty) with its data read
     into memory, thousands at a time with a pread or a few for all (chunk_reader.read_many: a file of 10^5 small
@@ -258,7 +264,8 @@ def read_small_together(updates: Iterable[Update]) -> Iterator[Update]:
     def flush(batch: list[Update]) -> Iterator[Update]:
         wanted = [i for i, update in enumerate(batch) if (update.type == "dense" or update.type == "replace")
                   and (update.kind is None or update.kind is TYPES.get((update.type, update.meta.get("version", 1))))
-                  and 0 < update.stored_bytes < _TOGETHER_BYTES and len(update.data) == 1]
+                  and 0 < update.stored_bytes < _TOGETHER_BYTES and len(update.data) == 1
+                  and not _unread_by_its_check(update)]
         arrays, _ = read_many([next(iter(batch[i].data.values())) for i in wanted])
         for i, array in zip(wanted, arrays):
             if array is not None:
