@@ -98,7 +98,7 @@ def test_a_chain_by_processes_hashes_two_commit_files_a_commit_and_commits_the_s
     assert counts == [1] + [2] * (COUNT - 1)  # the root's own; then the parent's and its own, every commit
     # without the cache each process walks back to the snapshot: 1, 2, … files of the history, and its own
     assert walked_counts[1:8] == [2, 3, 4, 5, 6, 7, 8] and walked_counts[8] == 2
-    assert len(entries(tmp_path / "cache")) == COUNT
+    assert [path.stem for path in entries(tmp_path / "cache")] == [ids[-1]]  # the tip's: each parent's is dropped
 
 
 def tamper(cache: Path, how) -> None:
@@ -231,3 +231,18 @@ def test_state_dicts_committed_by_processes(tmp_path, hashed, monkeypatch):
     ids = commit_all(tmp_path / "kept")
     monkeypatch.setenv("MDIFF_CACHE_DIR", "off")
     assert ids == commit_all(tmp_path / "walked")
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="giving a file away needs root")
+def test_an_entry_someone_else_owns_is_not_believed(tmp_path, checkpoints, hashed, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("MDIFF_CACHE_DIR", str(cache))
+
+    def between(repo, ids):
+        for path in entries(cache):
+            os.chown(path, 12345, 12345)
+
+    ids, counts, _ = chain(tmp_path / "kept", checkpoints[:6], hashed, between)
+    assert counts[2:] == [3, 4, 5, 6]
+    monkeypatch.setenv("MDIFF_CACHE_DIR", "off")
+    assert ids == chain(tmp_path / "walked", checkpoints[:6], hashed)[0]

@@ -178,6 +178,15 @@ class WalkCache:
         if key is not None:
             self._write(self._path(kind, commit_id, DEFAULT_LIMITS), {**body, "seal": _seal(key, body)})
 
+    def drop_sealed(self, kind: str, commit_id: str) -> None:
+        """Remove the entry kept under ``kind`` for ``commit_id``, if any (quietly nothing otherwise)."""
+        path = self._path(kind, commit_id, DEFAULT_LIMITS)
+        if path is not None and self.folders_usable(path.parent):
+            try:
+                path.unlink()
+            except OSError:
+                pass
+
     # ------------------------------------------------------------ commits' metadata
     def get_metadata(self, commit_id: str, limits: Limits) -> tuple[str, int] | None:
         """(the text of the commit's `commit` attribute, the offset of its UTF-8 bytes in the commit file) as

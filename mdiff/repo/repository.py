@@ -200,7 +200,7 @@ class Repository(Store):
             if summary is not None:
                 self.advance(branch, summary.commit_id, f"commit: {message.splitlines()[0] if message else ''}")
                 if summary.state is not None:  # for the next commit on top of this one, in any process
-                    state_cache.remember(self, summary.commit_id, summary.state)
+                    state_cache.remember(self, summary.commit_id, summary.state, head)
                 if watched is not None:
                     working.remember(self, branch, "commit", summary.commit_id, *watched, ahead=ahead,
                                      values=summary.values if exact else None)

@@ -16,7 +16,8 @@ next commit on top of it reads it instead of walking:
   of commits from the snapshot the histories start at, or the root) cannot be checked against bytes, so it
   is sealed as walks are (an HMAC under the cache's own key) and believed only where the repository's
   snapshots along that line are as they were: none after the start, the start's the very file it was.
-A commit with a cached parent hashes one commit file of the history (its parent's), whatever the chain.
+A commit with a cached parent hashes one commit file of the history (its parent's), whatever the chain; it
+then keeps its own entry and drops its parent's, so that the cache holds about one entry a branch tip.
 A parent with no `state_sha256`, an inexact value (§13.4: their replay is planned otherwise), no entry or
 one that does not match: the walk, as before. Values are never taken from here: the parent's values come
 from the checkpoint committed last or the replay (parent_values.py), the latter opened only if needed.
@@ -162,12 +163,15 @@ def _copy(claims: StateClaims) -> StateClaims:
 
 
 # ------------------------------------------------------------ kept and recalled
-def remember(repo: Repository, commit_id: str, summary: StateSummary) -> None:
-    """Keep ``summary`` of the state at ``commit_id`` for the next commit on top of it; quietly nothing where the
-    cache cannot be written."""
+def remember(repo: Repository, commit_id: str, summary: StateSummary, parent: str | None = None) -> None:
+    """Keep ``summary`` of the state at ``commit_id`` for the next commit on top of it, and forget ``parent``'s:
+    the cache holds about one entry per branch tip, not one per commit (a commit on top of a parent whose entry
+    is gone walks). Quietly nothing where the cache cannot be written."""
     cache = repo.walk_cache()
     if cache.folder is None:
         return
+    if parent is not None:
+        cache.drop_sealed(KIND, parent)
     entry = {
         "repository": _repository_key(repo),
         "parameters": {name: [list(shape), dtype.name, sha256] for name, (shape, dtype, sha256)
