@@ -39,7 +39,7 @@ from dataclasses import asdict
 from functools import lru_cache
 from pathlib import Path
 
-from mdiff.hdf5walk.limits import Limits
+from mdiff.hdf5walk.limits import DEFAULT_LIMITS, Limits
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +154,38 @@ class WalkCache:
                 return None
             text = f.read(65)
         return bytes.fromhex(text.decode("ascii")) if re.fullmatch(rb"[0-9a-f]{64}", text) else None
+
+    # ------------------------------------------------------------ other sealed entries
+    def get_sealed(self, kind: str, commit_id: str, limit: int = MAX_ENTRY_BYTES) -> dict | None:
+        """An entry :meth:`put_sealed` kept under ``kind`` for ``commit_id`` (its ``id`` and seal dropped), or
+        None: missing, malformed, another id's, or not sealed with this cache's key (edited, or not this
+        user's mdiff's)."""
+        entry = self._read(self._path(kind, commit_id, DEFAULT_LIMITS), limit)
+        if not (isinstance(entry, dict) and entry.get("id") == commit_id and isinstance(entry.get("seal"), str)):
+            return None
+        key = self._key(create=False)
+        body = {name: value for name, value in entry.items() if name != "seal"}
+        if key is None or not hmac.compare_digest(entry["seal"], _seal(key, body)):
+            return None
+        del body["id"]
+        return body
+
+    def put_sealed(self, kind: str, commit_id: str, entry: dict) -> None:
+        """Keep ``entry`` (JSON) under ``kind`` for ``commit_id``, sealed with the cache's key; quietly nothing
+        where the folder cannot be written."""
+        body = {**entry, "id": commit_id}
+        key = self._key(create=True)
+        if key is not None:
+            self._write(self._path(kind, commit_id, DEFAULT_LIMITS), {**body, "seal": _seal(key, body)})
+
+    def drop_sealed(self, kind: str, commit_id: str) -> None:
+        """Remove the entry kept under ``kind`` for ``commit_id``, if any (quietly nothing otherwise)."""
+        path = self._path(kind, commit_id, DEFAULT_LIMITS)
+        if path is not None and self.folders_usable(path.parent):
+            try:
+                path.unlink()
+            except OSError:
+                pass
 
     # ------------------------------------------------------------ commits' metadata
     def get_metadata(self, commit_id: str, limits: Limits) -> tuple[str, int] | None:

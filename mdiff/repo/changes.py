@@ -25,6 +25,7 @@ from mdiff.updates.base import Update, sha256_hex
 from mdiff.words import count, format_size
 
 if TYPE_CHECKING:
+    from mdiff.repo.state_cache import StateSummary
     from mdiff.repo.states import StateView
 
 
@@ -45,6 +46,8 @@ class CommitSummary:
     # the new state's parameters: (shape, dtype name, sha256 or None where inexact), for the working record
     values: Mapping[str, tuple[tuple[int, ...], str, str | None]] = field(default_factory=dict, repr=False,
                                                                            compare=False)
+    # the new state's summary, kept for the next commit on top of it (state_cache.py); None: not kept
+    state: StateSummary | None = field(default=None, repr=False, compare=False)
 
     def line(self) -> str:
         files = f", {count(len(self.files), 'file')}" if self.files else ""

@@ -47,6 +47,7 @@ from mdiff.format.dtypes import DType, canonical, dtype_of
 from mdiff.format.walk_cache import WalkCache
 from mdiff.repo.changes import open_new_state
 from mdiff.repo.claims import StateClaims
+from mdiff.repo.state_cache import KnownFiles, KnownState
 from mdiff.repo.states import StateFiles, StateView
 from mdiff.updates.base import sha256_hex
 
@@ -58,7 +59,7 @@ class ParentValues(Mapping[str, np.ndarray]):
     what the state records, else replayed by ``view``. Everything else — names, specs, claims, files,
     layout — is the view's."""
 
-    def __init__(self, view: StateView, predecessor: Mapping[str, Any] | None) -> None:
+    def __init__(self, view: StateView | KnownState, predecessor: Mapping[str, Any] | None) -> None:
         self.view = view
         self._predecessor = predecessor
         self._sha256 = {name: sha256 for name, (_, _, sha256) in view.claims.parameters.items()}
@@ -100,7 +101,7 @@ class ParentValues(Mapping[str, np.ndarray]):
         return self.view.claims
 
     @property
-    def files(self) -> StateFiles:
+    def files(self) -> StateFiles | KnownFiles:
         return self.view.files
 
     @property

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import math
 import os
 import re
@@ -32,11 +33,12 @@ from mdiff.format.commit import Author, Commit, default_date, resolve_author
 from mdiff.format.dtypes import xor_bits
 from mdiff.format.findings import Finding
 from mdiff.format.layout import Layout
+from mdiff.pages import no_huge_pages
 from mdiff.format.writer import DiffWriter
 from mdiff.frameworks import check_framework, numpy_state
 from mdiff.isolation import Isolation
 from mdiff.progress import ByteCounter, Progress, tensor_bytes
-from mdiff.repo import cleanup, snapshots, transfer, working
+from mdiff.repo import cleanup, snapshots, state_cache, transfer, working
 from mdiff.repo.changes import Changes, CommitSummary, Unchanged, WholeState, open_new_state, updates_between
 from mdiff.repo.cleanup import DEFAULT_PRUNE_SECONDS, DEFAULT_REFLOG_EXPIRE_SECONDS, GcReport
 from mdiff.repo.fsck import fsck
@@ -46,6 +48,7 @@ from mdiff.repo.names import COMMIT_ID, FORMAT
 from mdiff.repo.parent_values import ParentValues, keep_copy, open_predecessor, recall, remember, writes_over
 from mdiff.repo.reflog import ReflogEntry
 from mdiff.repo.remotes import add_remote, open_end, tracking_refs
+from mdiff.repo.state_cache import KnownState
 from mdiff.repo.states import StateView
 from mdiff.repo.store import Store
 from mdiff.repo.transfer import FetchReport
@@ -56,6 +59,8 @@ if TYPE_CHECKING:
     from mdiff.repo.remote_repository import RemoteRepository
 
 __all__ = ["Changes", "CommitSummary", "Repository"]
+
+log = logging.getLogger(__name__)
 
 # a checkpoint path (a file or a model folder), or a state dict of numpy arrays or torch tensors
 NewState = str | os.PathLike[str] | Mapping[str, Any]
@@ -154,7 +159,7 @@ class Repository(Store):
         parent's parameters is refused (MD806) unless ``allow_deletions`` — it is usually one shard
         of a sharded model. Returns None, writing nothing, when nothing changed, unless ``allow_empty``.
         """
-        with self.lock(wait):
+        with self.lock(wait), no_huge_pages():  # a commit's buffers are streamed once: no compaction for them (pages.py)
             branch, head = self.head()
             watched = _watched(new_state, exclude)  # the folder or file, for `mdiff status` (working.py)
             # the files hashed while they are read — but a .safetensors file whose tensors the commit hashes anyway:
@@ -168,12 +173,26 @@ class Repository(Store):
                 over = head is not None and last is not None and last[0] == head and writes_over(self.dir, last, new_state)
                 predecessor = open_predecessor(stack, last[1], last[2]) if last and head and last[0] == head \
                     and not _same_path(last[1], new_state) else None  # a file written over holds the new state
-                old = ParentValues(stack.enter_context(self.open_state(head)), predecessor)
+                # the parent's state from the summary its commit kept, where it is to be believed: no walk —
+                # unless its values are to be replayed (no checkpoint committed last to take them from)
+                known = state_cache.recall(self, head) if head is not None else state_cache.EMPTY
+                parent: StateView | KnownState | None = KnownState(known) \
+                    if known is not None and (predecessor is not None or head is None) else None
                 masks = {k: np.asarray(numpy_state(masks)[k], dtype=bool) for k in masks} if masks else {}
-                summary = self._write_commit(
-                    old, new, message, (head,) if head else (), explicit or {}, progress, masks,
-                    allow_empty=allow_empty, allow_deletions=allow_deletions, branch=branch,
-                    **_author_fields(author, date, meta))
+                fields = _author_fields(author, date, meta)
+                for _ in range(2):
+                    if parent is None:
+                        parent = stack.enter_context(self.open_state(head))
+                        known = known or state_cache.summary_of(parent, parent.layout_bytes)
+                    try:
+                        summary = self._write_commit(
+                            ParentValues(parent, predecessor), new, message, (head,) if head else (), explicit or {},
+                            progress, masks, allow_empty=allow_empty, allow_deletions=allow_deletions, branch=branch,
+                            follower=state_cache.Follower(known) if known is not None else None, **fields)
+                        break
+                    except state_cache.WalkNeeded:  # a value to replay: written again, from the state walked
+                        log.debug("the parent's state is walked: a value or file only its history has")
+                        parent = None
                 if summary is not None:  # what a folder holds that the commit left out (dot files, …)
                     summary = dataclasses.replace(summary, not_versioned=tuple(getattr(new, "not_versioned", ())))
             if summary is None:  # nothing committed, nothing to record: what has not started is not hashed
@@ -181,6 +200,8 @@ class Repository(Store):
                     future.cancel()
             if summary is not None:
                 self.advance(branch, summary.commit_id, f"commit: {message.splitlines()[0] if message else ''}")
+                if summary.state is not None:  # for the next commit on top of this one, in any process
+                    state_cache.remember(self, summary.commit_id, summary.state, head)
                 if watched is not None:
                     working.remember(self, branch, "commit", summary.commit_id, *watched, ahead=ahead,
                                      values=summary.values if exact else None)
@@ -197,9 +218,10 @@ class Repository(Store):
                       explicit: Mapping[str, Update], progress: Progress | None, masks: Mapping[str, np.ndarray] = {},
                       *, allow_empty: bool = True, allow_deletions: bool = True, snapshot: bool = True,
                       branch: str | None = None, only: Iterable[str] | None = None,
-                      **commit_fields: Any) -> CommitSummary | None:
+                      follower: state_cache.Follower | None = None, **commit_fields: Any) -> CommitSummary | None:
         """Write the commit taking ``old`` (the first parent's state) to ``new``; None if nothing changed.
-        ``only`` limits the parameters looked at (the others are taken as unchanged)."""
+        ``only`` limits the parameters looked at (the others are taken as unchanged). ``follower``: the parent
+        state's summary, which then becomes the new state's (the summary's ``state``; state_cache.py)."""
         lost = [name for name in old.keys() if name not in new and name not in explicit]
         if lost and not allow_deletions and 2 * len(lost) >= len(old):
             shown = ", ".join(lost[:5]) + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
@@ -226,6 +248,8 @@ class Repository(Store):
             for name, update in updates_between(old, new, explicit, masks, frozenset(inexact), names, done, known_sha256):
                 writer.add(name, update)
                 claims.after(update, name)
+                if follower is not None:
+                    follower.add(name, update)
                 counts["deleted" if update.type == "delete" else "changed" if name in old else "added"] += 1
                 if update.type == "delete":
                     del specs[name]
@@ -247,6 +271,8 @@ class Repository(Store):
                     layout_update = replace.encode(np.frombuffer(encoded, np.uint8))
                     writer.set_layout(layout_update)
                     claims.after_layout(layout_update)
+                    if follower is not None:
+                        follower.set_layout(encoded)
                     layout_changed = True
             if not (allow_empty or any(counts.values()) or file_kinds or layout_changed):
                 raise _NothingToCommit
@@ -261,13 +287,26 @@ class Repository(Store):
         # the values themselves, read once — never SNAPSHOT_REPLAY_FACTOR (> 1) times its bytes, nor from
         # SNAPSHOT_MAX_COMMITS (> 1) commits — and opening its state to find that out walked the whole file
         # again (a root of 10^5 parameters: a quarter of `mdiff commit`'s time)
-        if snapshot and parents:  # its values from the new state the commit read, where they hash to the state's
+        state = follower.child(commit_id, claims) if follower is not None and only is None else None
+        # its values from the new state the commit read, where they hash to the state's; its names, claims and
+        # replay cost from its summary where it has one (no walk), else from its state opened
+        if snapshot and parents and state is None:
             snapshots.snapshot_if_due(self, commit_id, lambda: self.open_state(commit_id),
                                       lambda view: ParentValues(view, new))
+        elif snapshot and parents and state is not None \
+                and snapshots.is_due(state.state_bytes(), state.read_cost(), state.commits_after_start):
+            try:
+                snapshots.write_snapshot(self, commit_id, ParentValues(KnownState(state), new))
+                state = state_cache.snapshotted(self, state, commit_id)
+            except state_cache.WalkNeeded:  # a value the new state did not give: from the state walked
+                wrote = snapshots.snapshot_if_due(self, commit_id, lambda: self.open_state(commit_id),
+                                                  lambda view: ParentValues(view, new))
+                state = state_cache.snapshotted(self, state, commit_id) if wrote else None
         weights = sum(math.prod(shape) * dt.itemsize for shape, dt in specs.values())
         values = {name: (shape, dtype.name, sha256) for name, (shape, dtype, sha256) in claims.parameters.items()}
         return CommitSummary(commit_id, branch, counts["changed"], counts["added"], counts["deleted"], file_kinds,
-                             layout_changed, os.path.getsize(self.commit_path(commit_id)), weights, values=values)
+                             layout_changed, os.path.getsize(self.commit_path(commit_id)), weights, values=values,
+                             state=state)
 
     # ------------------------------------------------------------ checkout and status
     @overload

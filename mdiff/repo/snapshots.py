@@ -113,6 +113,12 @@ def replay_cost(view: StateView) -> tuple[int, int, int]:
     return view.commits_after_start, view.replay_bytes(), view.state_bytes()
 
 
+def is_due(state_bytes: int, cost: int, commits_after_start: int) -> bool:
+    """The policy: whether a state of ``state_bytes`` whose read costs ``cost`` (:func:`read_cost`) and applies
+    ``commits_after_start`` commits gets a snapshot."""
+    return state_bytes > 0 and (cost >= SNAPSHOT_REPLAY_FACTOR * state_bytes or commits_after_start >= SNAPSHOT_MAX_COMMITS)
+
+
 def snapshot_if_due(store: Store, commit_id: str, open_state: Callable[[], ContextManager[StateView]],
                     values: Callable[[StateView], Mapping[str, np.ndarray]] | None = None) -> bool:
     """Write a snapshot of ``commit_id`` (whose state ``open_state()`` opens) when reading its state would
@@ -121,9 +127,7 @@ def snapshot_if_due(store: Store, commit_id: str, open_state: Callable[[], Conte
     it wrote one. ``values(view)``: the state to write, where a commit has its values at hand (each checked
     against the state's sha256), not replayed."""
     with open_state() as view:
-        size = view.state_bytes()
-        due = size > 0 and (read_cost(view) >= SNAPSHOT_REPLAY_FACTOR * size
-                            or view.commits_after_start >= SNAPSHOT_MAX_COMMITS)
+        due = is_due(view.state_bytes(), read_cost(view), view.commits_after_start)
         if due:
             write_snapshot(store, commit_id, values(view) if values is not None else view)
     return due

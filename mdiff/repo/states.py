@@ -349,6 +349,20 @@ class StateView(CheckpointReader):
                 by_type[step.update.type] = by_type.get(step.update.type, 0) + step.update.stored_bytes
         return by_type
 
+    def replay_by_parameter(self) -> dict[str, tuple[int, int]]:
+        """Per parameter, the declared bytes of the updates reading it applies: (sparse ones, all others) —
+        what :meth:`replay_bytes_by_type` sums, kept by parameter so that a child's can follow (state_cache.py)."""
+        costs: dict[str, tuple[int, int]] = {}
+        for name, steps in self._plan.history.items():
+            sparse = sum(step.update.stored_bytes for step in steps if step.update.type == "sparse")
+            costs[name] = (sparse, sum(step.update.stored_bytes for step in steps) - sparse)
+        return costs
+
+    def line(self) -> list[str]:
+        """The commits from the snapshot the histories start at (or the root) to this one, oldest first."""
+        ids = [commit_id for commit_id, _ in self._chain]
+        return ids[ids.index(self._plan.start):] if self._plan.start in ids else ids
+
     def state_bytes(self) -> int:
         """The declared bytes of the state's tensors."""
         return sum(math.prod(shape) * dtype.itemsize for shape, dtype in self._plan.specs.values())

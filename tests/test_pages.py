@@ -1,0 +1,62 @@
+"""mdiff/pages.py: numpy's huge-page advice is off while a commit runs and as it was after, nested or not."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from mdiff import pages
+from mdiff.repo import Repository
+
+switch = pages._switch()
+pytestmark = pytest.mark.skipif(switch is None, reason="this numpy has no huge-page switch")
+
+
+def advice() -> bool:
+    before = bool(switch(True))
+    switch(before)
+    return before
+
+
+@pytest.mark.parametrize("start", [True, False])
+def test_the_advice_is_off_inside_and_as_it_was_after(start):
+    switch(start)
+    with pages.no_huge_pages():
+        assert advice() is False
+        with pages.no_huge_pages():
+            assert advice() is False
+        assert advice() is False
+    assert advice() is start
+
+
+def test_a_commit_runs_without_the_advice_and_restores_it(tmp_path, monkeypatch):
+    switch(True)
+    seen: list[bool] = []
+    store = Repository.store
+
+    def watched(self, *args, **kwargs):
+        seen.append(advice())
+        return store(self, *args, **kwargs)
+
+    monkeypatch.setattr(Repository, "store", watched)
+    repo = Repository.init(tmp_path)
+    repo.commit({"w": np.arange(6, dtype=np.float32)}, "one", date="2026-01-01T00:00:00Z")
+    assert seen == [False] and advice() is True
+
+
+def test_two_threads_leave_it_as_it_was():
+    switch(True)
+    inside = threading.Barrier(2)
+
+    def work():
+        with pages.no_huge_pages():
+            inside.wait(10)
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert advice() is True
