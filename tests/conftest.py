@@ -4,6 +4,7 @@ git configuration or $MDIFF_AUTHOR (tests that need one set it themselves), and 
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
@@ -16,6 +17,16 @@ def _no_committer_from_the_machine(monkeypatch):
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("GIT_DIR", os.devnull)  # nor the checkout's own .git/config
+
+
+@pytest.fixture(autouse=True)
+def _mdiff_logger_as_it_was():
+    """A command run in process configures the `mdiff` logger as the CLI does (its own handler, no propagation):
+    each test starts with the logger as the library leaves it, so that caplog sees its records whatever ran before."""
+    logger = logging.getLogger("mdiff")
+    before = logger.handlers[:], logger.level, logger.propagate
+    yield
+    logger.handlers[:], logger.level, logger.propagate = before[0], before[1], before[2]
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import math
-import mmap
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,18 +23,18 @@ from typing import Any
 
 import numpy as np
 
-from mdiff.errors import ApplyError, InvalidFileError, LimitError
+from mdiff.errors import ApplyError, InvalidFileError
 from mdiff.format.chunk_reader import ByteRanges, byte_ranges
 from mdiff.format.dtypes import DType, from_bits
+from mdiff.pages import fresh_array
 from mdiff.threads import in_pool, pool_size, shared_pool
 from mdiff.updates import dense, replace, sparse
-from mdiff.updates.base import Update, empty_array
+from mdiff.updates.base import Update
 from mdiff.updates.bit_deltas import SubDelta, XorDelta
 
 PART_BYTES = 1 << 20  # of a value read, applied and hashed as one task (rounded up to whole chunks of the replace)
 MIN_BYTES = 1 << 20  # smaller values are left to the general replay: parts would be one task anyway
 HELD_BYTES = 64 << 20  # of a run's sparse updates (declared), or the value's size if more, held at once
-HUGEPAGE_BYTES = 4 << 20  # numpy madvises transparent huge pages for arrays of this size and more (alloc.c)
 
 
 @dataclass(frozen=True)
@@ -102,21 +101,6 @@ def parts_plan(head: Update, run: Sequence[Update]) -> PartsPlan | None:
 # a folded change added to bits (BitDelta.apply_folded's arithmetic, on a few entries: without its checks and parts)
 _FOLDED_ADD: dict[type, np.ufunc] = {XorDelta: np.bitwise_xor, SubDelta: np.add}
 _local = threading.local()
-
-
-def fresh_array(shape: tuple[int, ...], dtype: np.dtype, name: str) -> np.ndarray:
-    """An uninitialised array for a value, from anonymous memory of its own when it is at least HUGEPAGE_BYTES:
-    numpy asks the kernel for transparent huge pages there (madvise), and where free memory is fragmented a
-    fault of one stalls in direct compaction — measured here, first touch of 256 MiB: 1.35 s of CPU with
-    numpy's arrays, 0.11 s without (a fresh process's checkout 1.7–3.1 s → 0.9–1.3 s). MD508 as empty_array."""
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes < HUGEPAGE_BYTES:
-        return empty_array(shape, dtype, name)
-    try:
-        memory = mmap.mmap(-1, nbytes)
-    except (OSError, ValueError, OverflowError) as exc:
-        raise LimitError("MD508", f"a tensor of shape {list(shape)} cannot be allocated: {exc}", name) from None
-    return np.frombuffer(memory, dtype).reshape(shape)
 
 
 def _scratch(nbytes: int) -> np.ndarray:
