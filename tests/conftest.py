@@ -32,3 +32,25 @@ def _mdiff_logger_as_it_was():
 @pytest.fixture(autouse=True)
 def _walk_cache_of_its_own(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("MDIFF_CACHE_DIR", str(tmp_path_factory.mktemp("mdiff-cache")))
+
+
+@pytest.fixture
+def hashed_files(monkeypatch) -> list[int]:
+    """The inode of each commit file a commit id is computed of, once per whole-file hash (both formats)."""
+    from mdiff import block_ids
+    from mdiff.repo import objects
+
+    seen: list[int] = []
+    of_fd, sha256_of = block_ids.of_fd, objects._sha256_of
+
+    def counted_blocks(fd, length, keep_leaves=False):
+        seen.append(os.fstat(fd).st_ino)
+        return of_fd(fd, length, keep_leaves)
+
+    def counted_sha256(fd, size):
+        seen.append(os.fstat(fd).st_ino)
+        return sha256_of(fd, size)
+
+    monkeypatch.setattr(block_ids, "of_fd", counted_blocks)
+    monkeypatch.setattr(objects, "_sha256_of", counted_sha256)
+    return seen

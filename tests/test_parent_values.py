@@ -216,28 +216,6 @@ def test_the_cache_keeps_the_copies_of_the_newest_repositories_only(tmp_path, re
     assert kept == [False, False] + [True] * parent_values.MAX_COPIES
 
 
-@pytest.fixture
-def hashed_files(monkeypatch) -> list[int]:
-    """The inode of each commit file a commit id is computed of, once per whole-file hash (both formats)."""
-    from mdiff import block_ids
-    from mdiff.repo import objects
-
-    seen: list[int] = []
-    of_fd, sha256_of = block_ids.of_fd, objects._sha256_of
-
-    def counted_blocks(fd, length, keep_leaves=False):
-        seen.append(os.fstat(fd).st_ino)
-        return of_fd(fd, length, keep_leaves)
-
-    def counted_sha256(fd, size):
-        seen.append(os.fstat(fd).st_ino)
-        return sha256_of(fd, size)
-
-    monkeypatch.setattr(block_ids, "of_fd", counted_blocks)
-    monkeypatch.setattr(objects, "_sha256_of", counted_sha256)
-    return seen
-
-
 @pytest.mark.parametrize("repository_format", [1, 2])
 def test_a_commit_hashes_the_file_it_wrote_once(tmp_path, hashed_files, monkeypatch, repository_format):
     """The commit file is hashed as it is read back to be named; opening the commit's own state after (to decide

@@ -17,8 +17,7 @@ import pytest
 pytest.importorskip("safetensors")
 from safetensors.numpy import save_file  # noqa: E402
 
-from mdiff import block_ids  # noqa: E402
-from mdiff.repo import Repository, objects  # noqa: E402
+from mdiff.repo import Repository  # noqa: E402
 
 DATE = "2026-01-01T00:00:00Z"
 NAMES = ("a", "b", "c")
@@ -47,22 +46,9 @@ def checkpoints(tmp_path_factory) -> list[str]:
 
 
 @pytest.fixture
-def hashed(monkeypatch) -> list[int]:
-    """The inodes of the commit files hashed to check their ids, in order."""
-    seen: list[int] = []
-    of_fd, sha256_of = block_ids.of_fd, objects._sha256_of
-
-    def counted_blocks(fd, length, keep_leaves=False):
-        seen.append(os.fstat(fd).st_ino)
-        return of_fd(fd, length, keep_leaves)
-
-    def counted_sha256(fd, size):
-        seen.append(os.fstat(fd).st_ino)
-        return sha256_of(fd, size)
-
-    monkeypatch.setattr(block_ids, "of_fd", counted_blocks)
-    monkeypatch.setattr(objects, "_sha256_of", counted_sha256)
-    return seen
+def hashed(hashed_files) -> list[int]:
+    """The inodes of the commit files hashed to check their ids, in order (conftest's hashed_files)."""
+    return hashed_files
 
 
 def chain(root: Path, paths: list[str], hashed: list[int], between=None) -> tuple[list[str], list[int], dict[str, bytes]]:
