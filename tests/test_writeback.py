@@ -57,8 +57,11 @@ def test_a_failed_checkpoint_write_leaves_nothing_even_with_a_sync_in_flight(tmp
     from mdiff.checkpoints import write_checkpoint
     from mdiff.format.dtypes import DTYPES
 
-    state = _state(3)
-    entries = [(name, (64, 33), DTYPES["float32"]) for name in sorted(state)]
+    # tensors of 128 KiB: each written from its own buffer (smaller ones are gathered into a megabyte, and a write
+    # failing before the first would leave no sync to be in flight)
+    rng = np.random.default_rng(3)
+    state = {f"p{i}": rng.standard_normal((256, 128)).astype(np.float32) for i in range(12)}
+    entries = [(name, (256, 128), DTYPES["float32"]) for name in sorted(state)]
 
     def fetch(name):
         if name == "p7":
