@@ -98,3 +98,14 @@ def plant_commit(repo, data: bytes) -> str:
     if repo.repository_format == 2:
         (repo.dir / "commits" / f"{cid}.blocks").write_bytes(block_ids.of_chunks([data]).encoded())
     return cid
+
+
+def drifting_states(count: int, seed: int, names=("a", "b", "c")) -> list[dict[str, np.ndarray]]:
+    """``count`` states of (32, 16) float32 tensors, each the last plus 1e-3·randn: a fine-tune's checkpoints."""
+    rng = np.random.default_rng(seed)
+    state = {name: rng.standard_normal((32, 16)).astype(np.float32) for name in names}
+    made = [state]
+    for _ in range(count - 1):
+        state = {k: (v + np.float32(1e-3) * rng.standard_normal(v.shape).astype(np.float32)) for k, v in state.items()}
+        made.append(state)
+    return made

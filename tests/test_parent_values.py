@@ -16,19 +16,14 @@ from safetensors.numpy import save_file  # noqa: E402
 
 from mdiff.repo import Repository  # noqa: E402
 from mdiff.repo.states import StateView  # noqa: E402
+from tests.helpers import drifting_states  # noqa: E402
 
 DATE = "2026-01-01T00:00:00Z"
 NAMES = ("a", "b", "c")
 
 
 def versions(count: int) -> list[dict[str, np.ndarray]]:
-    rng = np.random.default_rng(7)
-    state = {name: rng.standard_normal((32, 16)).astype(np.float32) for name in NAMES}
-    made = [state]
-    for _ in range(count - 1):
-        state = {k: (v + np.float32(1e-3) * rng.standard_normal(v.shape).astype(np.float32)) for k, v in state.items()}
-        made.append(state)
-    return made
+    return drifting_states(count, 7, NAMES)
 
 
 @pytest.fixture
