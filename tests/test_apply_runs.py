@@ -252,3 +252,39 @@ def test_a_hostile_value_in_the_middle_of_what_is_read_together_is_found_with_it
     assert found == _findings(diff_path, False, monkeypatch)
     assert [(code, path) for code, path, _ in found] == [
         ("MD513", f"/parameters/{_small(59)}/value"), ("MD410", f"/parameters/{_small(62)}/value")]
+
+
+@pytest.mark.parametrize("shape", [(4,), (2, 3), (), (0,)])
+def test_a_run_of_one_dtype_and_one_shape_is_applied_as_rows(tmp_path, monkeypatch, caplog, shape):
+    """The usual run (10^5 experts of one shape): its dense parameters are applied, cut and hashed as the rows of one
+    array (_apply_alike, counted), with the bytes of one parameter at a time; float32 and int32 share their bits'
+    dtype, so a run of both is not alike and takes the general path; a 0-d shape has no rows and takes it too."""
+    base, new = {}, {}
+    for i in range(40):
+        dtype = np.float32 if i < 30 else np.int32
+        old = (np.arange(int(np.prod(shape)), dtype=np.float64) * (i + 1)).astype(dtype).reshape(shape)
+        base[f"e.{i:02d}"], new[f"e.{i:02d}"] = old, np.asarray(old * 3 + 1).astype(dtype).reshape(shape)
+    base_path, diff_path = str(tmp_path / "base.safetensors"), str(tmp_path / "d.mdiff")
+    save_checkpoint(base_path, base)
+    commit = mdiff.Commit("alike", mdiff.Author("t"), date="2026-01-01T00:00:00Z")
+    with mdiff.DiffWriter(diff_path, commit, "gzip") as writer:
+        for i, name in enumerate(base):  # dense version 1 (XOR) for the first 20, version 2 for the rest
+            writer.add(name, mdiff.dense(base[name], new[name], version=1 if i < 20 else 2))
+    calls = []
+    alike = applying._Batch._apply_alike
+
+    def counting(*args):
+        calls.append(len(args[0]))
+        return alike(*args)
+
+    monkeypatch.setattr(applying._Batch, "_apply_alike", staticmethod(counting))
+    together, alone = str(tmp_path / "runs.safetensors"), str(tmp_path / "alone.safetensors")
+    said = _apply(base_path, diff_path, together, False, True, monkeypatch, caplog)
+    assert "applied 40 parameters in 1 runs (0 applied one by one after their run failed)" in said
+    # XOR float32 (20) alike; sub float32 (10) and int32 (10) share a group of <u4 bits: not alike
+    assert calls == ([] if shape == () else [20])
+    _apply(base_path, diff_path, alone, False, False, monkeypatch, caplog)
+    expected = str(tmp_path / "expected.safetensors")
+    save_checkpoint(expected, new)
+    with open(together, "rb") as a, open(alone, "rb") as b, open(expected, "rb") as c:
+        assert a.read() == b.read() == c.read()

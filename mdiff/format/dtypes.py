@@ -36,8 +36,12 @@ class DType:
 
     @property
     def bits(self) -> np.dtype:
-        """Unsigned integer dtype of the same width: the raw bit pattern."""
-        return np.dtype(f"<u{self.itemsize}")
+        """Unsigned integer dtype of the same width: the raw bit pattern (made once: apply asks it per parameter)."""
+        cached = self.__dict__.get("_bits")
+        if cached is None:
+            cached = np.dtype(f"<u{self.itemsize}")
+            object.__setattr__(self, "_bits", cached)
+        return cached
 
     @property
     def is_float(self) -> bool:
