@@ -743,6 +743,7 @@ def test_a_safetensors_write_makes_its_header_once(tmp_path, monkeypatch):
     """check_writable's header is the one write() writes (10^5 entries: 0.2 s each time it is made), counted; a write
     handed other entries, or metadata changed since, makes its own."""
     from mdiff.checkpoints import safetensors as st_format
+    from mdiff.checkpoints.base import CheckedEntries
 
     made = []
     header_bytes = st_format._header_bytes
@@ -756,12 +757,16 @@ def test_a_safetensors_write_makes_its_header_once(tmp_path, monkeypatch):
     save_checkpoint(tmp_path / "a.safetensors", tensors, {"k": "v"})
     assert made == [5]
     assert safetensors.numpy.load_file(str(tmp_path / "a.safetensors"))["t4"].tolist() == [4.0] * 3
-    entries = [(name, (3,), DTYPES["float32"]) for name in tensors]
+    entries = CheckedEntries([(name, (3,), DTYPES["float32"]) for name in tensors])
     metadata = {"k": "v"}
     st_format.check_writable(entries, metadata, "b.safetensors")
     metadata["k"] = "w"
     with open(tmp_path / "b.safetensors", "wb") as f:
         st_format.write(f, entries, lambda name: tensors[name], metadata)
     assert made == [5, 5, 5]
+    other = CheckedEntries(entries)  # another write's entries, alike: its own header, not the first's
+    with open(tmp_path / "c.safetensors", "wb") as f:
+        st_format.write(f, other, lambda name: tensors[name], {"k": "w"})
+    assert made == [5, 5, 5, 5]
     with open(tmp_path / "b.safetensors", "rb") as f:
         assert json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"] == {"k": "w"}

@@ -13,6 +13,19 @@ from mdiff.format.dtypes import DType
 from mdiff.format.layout import Layout
 
 Entry = tuple[str, tuple[int, ...], DType]
+
+
+class CheckedEntries(tuple):
+    """The entries of one write, as checkpoints/writing.py checked them: immutable, so that what a format works out
+    of them in its ``check_writable`` (its header, say) may be kept in :attr:`derived` for its ``write`` — bound to
+    this write alone, never shared with another."""
+
+    derived: dict[str, object]
+
+    def __new__(cls, entries: "Sequence[Entry]") -> "CheckedEntries":
+        made = super().__new__(cls, entries)
+        made.derived = {}
+        return made
 _Reader = TypeVar("_Reader", bound="CheckpointReader")
 Fetch = Callable[[str], np.ndarray]
 

@@ -27,7 +27,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from mdiff.checkpoints.base import CheckpointReader, Entry, Fetch
+from mdiff.checkpoints.base import CheckedEntries, CheckpointReader, Entry, Fetch
 from mdiff.checkpoints.reading import (
     MAX_RANK,
     checked_shape,
@@ -358,17 +358,14 @@ def check_writable(entries: Sequence[Entry], metadata: dict[str, str] | None, pa
             raise CheckpointError(
                 "MD703", f"{METADATA_KEY!r} is reserved in safetensors and cannot name a tensor; write .npz or .pt", path
             )
-    global _checked_header
     header = _header_bytes(entries, metadata)
     if len(header) > MAX_HEADER_BYTES:
         raise CheckpointError("MD703", f"the header would exceed {MAX_HEADER_BYTES} bytes; split the checkpoint", path)
-    # the header write() makes of the same entries next (checkpoints/writing.py): 10^5 entries, 0.2 s each time
-    _checked_header = (entries, len(entries), metadata, None if metadata is None else dict(metadata), header)
+    if isinstance(entries, CheckedEntries):  # write() is handed these entries next: 10^5 of them, 0.2 s a header
+        entries.derived[_HEADER] = (None if metadata is None else dict(metadata), header)
 
 
-# (entries, their count, metadata, a copy of it, the header): check_writable's last, taken by write() when it is
-# handed the same objects, unchanged
-_checked_header: tuple[Sequence[Entry], int, dict[str, str] | None, dict[str, str] | None, bytes] | None = None
+_HEADER = "safetensors header"  # CheckedEntries.derived: (the metadata it was made with, a copy; the header)
 
 
 def write(
@@ -378,11 +375,9 @@ def write(
     metadata: dict[str, str] | None,
     template: str | os.PathLike[str] | None = None,  # not used by this format
 ) -> None:
-    global _checked_header
-    checked, _checked_header = _checked_header, None
-    if checked is not None and checked[0] is entries and checked[1] == len(entries) and checked[2] is metadata \
-            and checked[3] == metadata:
-        header = checked[4]
+    made = entries.derived.get(_HEADER) if isinstance(entries, CheckedEntries) else None
+    if made is not None and made[0] == metadata:  # type: ignore[index]
+        header: bytes = made[1]  # type: ignore[index]
     else:
         header = _header_bytes(entries, metadata)
     file.write(_LENGTH.pack(len(header)))

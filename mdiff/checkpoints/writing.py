@@ -11,7 +11,7 @@ from typing import BinaryIO
 import numpy as np
 
 from mdiff.atomic import atomic_output
-from mdiff.checkpoints.base import Entry, Fetch
+from mdiff.checkpoints.base import CheckedEntries, Entry, Fetch
 from mdiff.checkpoints.reading import MAX_RANK, is_valid_name, is_valid_unicode
 from mdiff.checkpoints.registry import format_module
 from mdiff.errors import CheckpointError
@@ -132,7 +132,7 @@ def _dtype_or_value_error(array: object, name: str) -> DType:
         raise ValueError(f"tensor {name!r} has dtype {array.dtype}, which mdiff does not support") from None
 
 
-def _checked_entries(entries: Sequence[tuple[str, Sequence[int], DType]]) -> list[Entry]:
+def _checked_entries(entries: Sequence[tuple[str, Sequence[int], DType]]) -> CheckedEntries:
     checked: list[Entry] = []
     seen: set[str] = set()
     for name, shape, dt in entries:
@@ -152,7 +152,7 @@ def _checked_entries(entries: Sequence[tuple[str, Sequence[int], DType]]) -> lis
             raise ValueError(f"tensor {name!r} has {len(dims)} dimensions; readers accept at most {MAX_RANK}")
         seen.add(name)
         checked.append((name, dims, dt))
-    return checked
+    return CheckedEntries(checked)
 
 
 def _checked_dims(shape: Sequence[int], name: str) -> tuple[int, ...]:
