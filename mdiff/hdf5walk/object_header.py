@@ -295,7 +295,7 @@ class HeaderReader:
             return
         index = differ[0]
         body_start = at + size_of
-        for mtype, body in now[:index]:
+        for _, body in now[:index]:
             body_start += len(body) + size_of
         body_end = body_start + len(now[index][1])
         if raw[:body_start] == last[0][:body_start] and raw[body_end:] == last[0][body_end:]:
