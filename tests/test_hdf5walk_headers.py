@@ -162,3 +162,19 @@ def test_the_walk_finds_the_same_with_the_short_paths_as_without(tmp_path: Path,
     inventory, findings = walk_file(path, DEFAULT_LIMITS)
     assert fast == (inventory.to_records(), [(x.code, x.path, x.message) for x in findings])
     assert len(fast[0][1]) == 1 + 1 + 60 * 2 and fast[1] == []
+
+
+def test_a_read_that_fails_is_the_general_readers_fault_as_before() -> None:
+    f = _File()
+    at = f.put(64, _v2_header(_continuation(8192, 40)))
+    f.put(8192, _chunk(_DATASPACE + b"\0" * 12))  # past the window of 4 KiB the header is read in
+
+    def read_at(n: int, offset: int) -> bytes:
+        if offset >= 8192:
+            raise OSError("the store did not answer")
+        return bytes(f.data[offset:offset + n])
+
+    reader = HeaderReader(read_at, len(f.data), 0, _O, _O)
+    header = reader.header(at)
+    assert _state(header) == _state(HeaderReader(read_at, len(f.data), 0, _O, _O)._decoded(at))
+    assert isinstance(header.fault, OSError) and [t for t, _ in header.messages] == [0x10]

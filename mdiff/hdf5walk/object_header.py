@@ -188,7 +188,10 @@ class HeaderReader:
         kept = self._recent.get(address)
         if kept is not None:
             return kept
-        kept = self._plain_header(address)
+        try:
+            kept = self._plain_header(address)
+        except Exception:  # a read that fails (a remote file's, say): the general reader reads again, and keeps why
+            kept = None
         if kept is None:
             kept = self._decoded(address)
         if len(self._recent) >= _RECENT:
