@@ -58,6 +58,7 @@ _V2_MESSAGE = struct.Struct("<BHB").unpack_from
 _V2_ORDERED_MESSAGE = struct.Struct("<BHBxx").unpack_from
 _V1_MESSAGE = struct.Struct("<HHBxxx").unpack_from
 _THREE_SIZES = struct.Struct("<HHH").unpack_from  # an attribute message's name, datatype and dataspace sizes
+_PLAIN_BLOCKS, _PLAIN_MESSAGES = 4, 256  # past these, a header is left to the general reader (HeaderReader._plain_header)
 _RECENT = 4  # object headers whose messages a HeaderReader keeps (each is asked several questions in a row)
 
 
@@ -81,6 +82,15 @@ class DecodedHeader:
         self.first: dict[int, int] = {}  # by type: the place of its first message
         self.counts: dict[int, int] = {}  # by type: how many messages of it there are
         self.fault: Exception | None = None
+
+    def alike(self, index: int, body: bytes) -> DecodedHeader:
+        """A header of this one's messages but for the body of the ``index``-th, which is ``body`` (of the same
+        length and type); this one's lists and tables shared (neither is changed once decoded)."""
+        other = DecodedHeader.__new__(DecodedHeader)
+        other.version, other.flags, other.first, other.counts, other.fault = self.version, self.flags, self.first, self.counts, None
+        other.messages = messages = self.messages.copy()
+        messages[index] = (messages[index][0], body)
+        return other
 
 
 _REMEMBERED = 64  # message bodies a HeaderReader keeps of each kind (_remember)
@@ -110,6 +120,9 @@ class HeaderReader:
         self.offset_size, self.length_size = offset_size, length_size
         self._window: tuple[int, bytes] = (0, b"")  # the bytes last read, from that offset (see _read)
         self._recent: dict[int, DecodedHeader] = {}  # by address: the last few headers decoded (see header())
+        # the last header of one chunk decoded in full, and the model headers like it are decoded by (_learn)
+        self._last_plain: tuple[bytes, int, DecodedHeader] | None = None
+        self._template: tuple[int, bytes, int, int, DecodedHeader, int] | None = None
         # link info and attribute info messages' bodies found to name no dense storage (their fractal heap's address
         # is not defined): what they say follows from their bytes alone, and most groups of a file hold the same ones
         self._compact_links: set[bytes] = set()
@@ -175,6 +188,124 @@ class HeaderReader:
         kept = self._recent.get(address)
         if kept is not None:
             return kept
+        try:
+            kept = self._plain_header(address)
+        except Exception:  # a read that fails (a remote file's, say): the general reader reads again, and keeps why
+            kept = None
+        if kept is None:
+            kept = self._decoded(address)
+        if len(self._recent) >= _RECENT:
+            del self._recent[next(iter(self._recent))]
+        self._recent[address] = kept
+        return kept
+
+    def _plain_header(self, address: int) -> DecodedHeader | None:
+        """The header at ``address`` decoded as :meth:`_decoded` decodes it, where it is the most common kind — a
+        version 2 header whose chunks (the first, and those continuation messages lead to, at most _PLAIN_BLOCKS)
+        lie whole in the file — its first chunk read in place from the window of the file's bytes, each message by
+        one unpack (a file of 10^5 parameters holds 2·10^5 headers); None for any other header, or at any fault:
+        :meth:`_decoded` then decodes it (and says why it does not decode), so that both give the same messages,
+        flags and fault."""
+        start = self.base + address
+        if address < 0 or start >= self.size:
+            return None
+        at, window = self._window
+        here = start - at
+        for fresh in (False, True):
+            if fresh or here < 0 or here + 64 > len(window):  # not in the window (64: a prefix's largest size and more)
+                if fresh and at == start:
+                    return None
+                window = self.read_at(min(_WINDOW, self.size - start), start)
+                at, self._window = start, (start, window)
+                here = 0
+            if window[here:here + 4] != _V2_SIGNATURE or len(window) < here + 6 or window[here + 4] != 2:
+                return None
+            header_flags = window[here + 5]
+            prefix = here + 6 + (16 if header_flags & 0x20 else 0) + (4 if header_flags & 0x10 else 0)
+            width = 1 << (header_flags & 3)
+            pos = prefix + width
+            length = int.from_bytes(window[prefix:pos], "little") if pos <= len(window) else _MAX_BLOCK
+            limit = pos + length  # the first chunk's end, in the window
+            if limit <= len(window):
+                break
+        else:
+            return None
+        if length > _MAX_BLOCK or start + (limit - here) > self.size:
+            return None
+        span = limit - here
+        template = self._template
+        if template is not None and template[0] == span:
+            _, raw, body_start, body_end, model, index = template
+            if window[here:here + body_start] == raw[:body_start] and window[here + body_end:limit] == raw[body_end:]:
+                return model.alike(index, window[here + body_start:here + body_end])
+        size_of, unpack = (4, _V2_MESSAGE) if not header_flags & 0x04 else (6, _V2_ORDERED_MESSAGE)
+        kept = DecodedHeader()
+        kept.version = 2
+        found, flags, first, counts = kept.messages, kept.flags, kept.first, kept.counts
+        add, add_flags = found.append, flags.append
+        block, last = window, limit - size_of  # where the last message's header may start
+        o, n = self.offset_size, self.length_size
+        blocks: list[tuple[int, int]] = []  # continuation chunks: (address, length)
+        seen = [address + (pos - here)]  # the chunks read (a continuation back to one is a cycle: _decoded says so)
+        total = length
+        while True:
+            while pos <= last:
+                mtype, size, flag = unpack(block, pos)
+                pos += size_of
+                stop = pos + size
+                if stop > limit:
+                    return None
+                body = block[pos:stop]
+                pos = stop
+                if mtype == _CONTINUATION:
+                    if size < o + n:
+                        return None
+                    blocks.append((int.from_bytes(body[:o], "little"), int.from_bytes(body[o:o + n], "little")))
+                if mtype in counts:
+                    counts[mtype] += 1
+                else:
+                    counts[mtype] = 1
+                    first[mtype] = len(found)
+                add((mtype, body))
+                add_flags(flag)
+            if not blocks:
+                if len(seen) == 1:  # one chunk: a model for the headers that follow (_learn)
+                    self._learn(window[here:limit], prefix + width - here, size_of, kept)
+                return kept
+            chunk, length = blocks.pop(0)
+            total += length
+            if (len(seen) >= _PLAIN_BLOCKS or len(found) > _PLAIN_MESSAGES or chunk in seen or chunk < 0 or length < 4
+                    or length > _MAX_BLOCK or self.base + chunk + length > self.size or total > self.size):
+                return None
+            seen.append(chunk)
+            block = self._read(chunk, length)
+            if block[:4] != _CONTINUATION_SIGNATURE:
+                return None
+            pos, limit, last = 4, length, length - 4 - size_of  # a continuation chunk's length includes its checksum
+
+    def _learn(self, raw: bytes, at: int, size_of: int, decoded: DecodedHeader) -> None:
+        """Compare the header of one chunk just decoded (its bytes ``raw``, its first message at ``at``, message
+        headers of ``size_of`` bytes) with the one decoded before it: where the two are of one length and differ in
+        one message's body alone (datasets alike but for where their data lies), that header becomes the model
+        :meth:`_plain_header` decodes the next ones by — a header whose bytes equal the model's but for that
+        body holds the model's messages, with its own body there."""
+        last, self._last_plain = self._last_plain, (raw, at, decoded)
+        if last is None or len(last[0]) != len(raw) or last[1] != at or last[2].flags != decoded.flags:
+            return
+        before, now = last[2].messages, decoded.messages
+        differ = [i for i in range(len(now)) if now[i] != before[i]] if len(now) == len(before) else []
+        if len(differ) != 1:
+            return
+        index = differ[0]
+        body_start = at + size_of
+        for _, body in now[:index]:
+            body_start += len(body) + size_of
+        body_end = body_start + len(now[index][1])
+        if raw[:body_start] == last[0][:body_start] and raw[body_end:] == last[0][body_end:]:
+            self._template = (len(raw), raw, body_start, body_end, decoded, index)
+
+    def _decoded(self, address: int) -> DecodedHeader:
+        """The header at ``address``, decoded by the general reader (versions 1 and 2, continuations, faults)."""
         kept = DecodedHeader()
         try:
             head = self._read(address, 16, up_to=True)
@@ -186,18 +317,20 @@ class HeaderReader:
                 kept.version = 1
         except Exception as exc:  # raised again, after the messages before it, to every asker
             kept.fault = exc
-        if len(self._recent) >= _RECENT:
-            del self._recent[next(iter(self._recent))]
-        self._recent[address] = kept
         return kept
 
     def _first(self, address: int, *types: int) -> tuple[int, bytes] | None:
         """The first message of one of ``types`` in the header at ``address`` (as iterating :meth:`messages`
         until one comes: its fault raised when none comes before it); None when it has none."""
         header = self.header(address)
-        places = [header.first[t] for t in types if t in header.first]
-        if places:
-            return header.messages[min(places)]
+        first = header.first
+        if len(types) == 1:
+            place = first.get(types[0])
+        else:
+            places = [first[t] for t in types if t in first]
+            place = min(places) if places else None
+        if place is not None:
+            return header.messages[place]
         if header.fault is not None:
             raise header.fault
         return None
@@ -282,8 +415,11 @@ class HeaderReader:
         header = self.header(address)
         if header.fault is not None:
             return None
-        if _ATTRIBUTE_INFO not in header.first:  # most objects (a dataset of mdiff's): none
+        place = header.first.get(_ATTRIBUTE_INFO)
+        if place is None:  # most objects (a dataset of mdiff's): none
             return header.version, ()
+        if header.counts[_ATTRIBUTE_INFO] == 1:
+            return header.version, ((header.flags[place], header.messages[place][1]),)
         return header.version, tuple((flags, body) for (mtype, body), flags in zip(header.messages, header.flags)
                                      if mtype == _ATTRIBUTE_INFO)
 
@@ -403,8 +539,11 @@ class HeaderReader:
         node of the node size) and crashes on them (tests/fuzz/known.py)."""
         header = self.header(address)
         count = 0
-        if _ATTRIBUTE_INFO in header.first:
-            for mtype, body in header.messages[header.first[_ATTRIBUTE_INFO]:]:
+        place = header.first.get(_ATTRIBUTE_INFO)
+        if place is not None and header.counts[_ATTRIBUTE_INFO] == 1:  # (the loop below, for its one message)
+            count = self._dense_attributes(header.messages[place][1])
+        elif place is not None:
+            for mtype, body in header.messages[place:]:
                 if mtype == _ATTRIBUTE_INFO:
                     count += self._dense_attributes(body)
         if header.fault is not None:

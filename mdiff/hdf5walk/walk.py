@@ -37,6 +37,9 @@ from mdiff.hdf5walk.storage import FILTER_DEFLATE, FILTER_FLETCHER32, FILTER_SHU
 
 # object header message types by which libhdf5 tells a group (either) from a dataset (both) (H5O__group_isa, H5O__dset_isa)
 _SYMBOL_TABLE_MESSAGE, _LINK_INFO_MESSAGE, _DATATYPE_MESSAGE, _DATASPACE_MESSAGE = 0x11, 0x02, 0x03, 0x01
+_ATTRIBUTE_MESSAGE, _ATTRIBUTE_INFO_MESSAGE = 0x0C, 0x15
+_GROUP, _DATASET, _HARD_LINK = h5py.h5i.GROUP, h5py.h5i.DATASET, h5py.h5l.TYPE_HARD
+_CONTIGUOUS = h5py.h5d.CONTIGUOUS  # an object without either has no attributes
 
 ALLOWED_FILTERS = {FILTER_DEFLATE: "deflate", FILTER_SHUFFLE: "shuffle", FILTER_FLETCHER32: "fletcher32"}
 
@@ -652,13 +655,16 @@ class _Walk:
 
     def _visit(self, parent: ObjectInfo, gid: h5py.h5g.GroupID, raw: bytes, link_type: int,
                address: int | None = None) -> tuple[ObjectInfo, h5py.h5g.GroupID, int] | _Stop | None:
-        link = self._link(parent, raw, link_type)
-        if link is None:
-            return None
-        name, hard = link
-        if not hard:
-            parent.adopt(ObjectInfo(name, parent, "refused"))
-            return None
+        if link_type == _HARD_LINK and raw.isascii():  # _link's verdict on most links, without asking it
+            name = raw.decode("ascii")
+        else:
+            link = self._link(parent, raw, link_type)
+            if link is None:
+                return None
+            name, hard = link
+            if not hard:
+                parent.adopt(ObjectInfo(name, parent, "refused"))
+                return None
         if parent.depth >= self.limits.max_depth:
             self.finding("MD511", parent, f"objects nested more than {self.limits.max_depth} links below the root", name)
             return _STOP
@@ -669,7 +675,7 @@ class _Walk:
             else:
                 oid = h5py.h5o.open(gid, raw)
                 # h5py gives an object the class of its kind (asking libhdf5 again costs a call per object)
-                kind = h5py.h5i.GROUP if isinstance(oid, h5py.h5g.GroupID) else h5py.h5i.DATASET \
+                kind = _GROUP if isinstance(oid, h5py.h5g.GroupID) else _DATASET \
                     if isinstance(oid, h5py.h5d.DatasetID) else h5py.h5i.get_type(oid)
             if address is None:
                 address = gid.links.get_info(raw).u
@@ -677,26 +683,29 @@ class _Walk:
             self.finding("MD513", parent, f"the object cannot be opened: {exc}", name)
             parent.adopt(ObjectInfo(name, parent, "refused"))
             return None
+        seen = self.seen_addresses
         count = 1
-        if address not in self.seen_addresses:
+        if address not in seen:
             try:
                 count = self._link_count(oid, address)
             except Exception as exc:
                 self.finding("MD513", parent, f"the object header cannot be read: {exc}", name)
                 parent.adopt(ObjectInfo(name, parent, "refused"))
                 return None
-        if address in self.seen_addresses or count != 1:  # §8.1: refused at every link (its count is 2)
+        if address in seen or count != 1:  # §8.1: refused at every link (its count is 2)
             self.finding("MD514", parent, "the object has more than one link to it", name)
             parent.adopt(ObjectInfo(name, parent, "refused"))
             return None
-        self.seen_addresses.add(address)
-        if kind in (h5py.h5i.GROUP, h5py.h5i.DATASET) and not self._count_object(parent, name):
-            return _STOP
-        if kind == h5py.h5i.GROUP:
-            info = parent.adopt(ObjectInfo(name, parent, "group"))
-            return (info, oid, address)
-        if kind == h5py.h5i.DATASET:
-            info = parent.adopt(ObjectInfo(name, parent, "dataset"))
+        seen.add(address)
+        if kind == _GROUP or kind == _DATASET:
+            self.count += 1  # _count_object's, inline
+            if self.count > self.limits.max_objects:
+                self.finding("MD511", parent, f"more than {self.limits.max_objects} objects and attributes", name)
+                return _STOP
+            if kind == _GROUP:
+                info = parent.children[name] = ObjectInfo(name, parent, "group")  # type: ignore[index]  # parent.adopt's
+                return (info, oid, address)
+            info = parent.children[name] = ObjectInfo(name, parent, "dataset")  # type: ignore[index]
             if self._read_attributes(info, oid, None, address):
                 info.dataset = self._check_dataset(info, oid, address)
                 if info.dataset is None:  # refused (reported): present, but no other rule looks at it
@@ -721,9 +730,9 @@ class _Walk:
         first = header.first
         try:
             if _SYMBOL_TABLE_MESSAGE in first or _LINK_INFO_MESSAGE in first:
-                return h5py.h5g.open(gid, raw), h5py.h5i.GROUP
+                return h5py.h5g.open(gid, raw), _GROUP
             if _DATATYPE_MESSAGE in first and _DATASPACE_MESSAGE in first:
-                return h5py.h5d.open(gid, raw), h5py.h5i.DATASET
+                return h5py.h5d.open(gid, raw), _DATASET
         except Exception:  # H5Oopen says why (MD513)
             return None
         return None
@@ -738,6 +747,12 @@ class _Walk:
         """Record well-formed attributes (``n`` of them: the object header's count, when the caller has it);
         False once the attribute count is over the object limit. The header at ``address`` is read first
         (object_header.py): a dense storage libhdf5 would crash on cannot be read (§8.1)."""
+        if n is None and address is not None and self.headers is not None and self.count <= self.limits.max_objects:
+            header = self.headers.header(address)
+            if (header.fault is None and _ATTRIBUTE_INFO_MESSAGE not in header.first and _ATTRIBUTE_MESSAGE not in header.first
+                    and (header.version, ()) in self.attribute_storages):
+                # no attribute, stored as objects libhdf5 counted none on were (most datasets): what the rest would find
+                return True
         try:
             stored = 0
             if address is not None and self.headers is not None:
@@ -870,6 +885,12 @@ class _Walk:
             dcpl = None
             if known is not None:  # a dataset stored alike passed every check of its properties: these pass too
                 layout, dtype, shape, pipeline = known
+                if layout == _CONTIGUOUS and profile in self.storage_in_header:  # _storage_plan's way, inline (most)
+                    nbytes = math.prod(shape) * dtype.itemsize
+                    in_header = self.headers.contiguous_storage(address)  # type: ignore[union-attr, arg-type]
+                    if nbytes and in_header is not None and in_header[1] >= nbytes and sum(in_header) <= self.file_size:
+                        self.inventory.total_bytes += nbytes
+                        return DatasetInfo(shape, dtype, nbytes, StoragePlan(in_header[0]), in_header[1])
             else:
                 checked = self._dataset_properties(info, did, address)
                 if checked is None:  # refused (reported)
@@ -966,7 +987,6 @@ class _Walk:
         """
         if nbytes == 0 or layout == h5py.h5d.COMPACT:
             return None, int(did.get_storage_size()) if nbytes else 0
-        filters = [f[0] for f in pipeline]
         if layout == h5py.h5d.CONTIGUOUS:
             in_header = self.headers.contiguous_storage(address) \
                 if profile is not None and address is not None and self.headers is not None else None
@@ -988,6 +1008,7 @@ class _Walk:
                 return False
             return plan_for(shape, dtype.itemsize, contiguous_offset=offset), int(stored)
         assert dcpl is not None  # only a contiguous or compact dataset's properties are known without it
+        filters = [f[0] for f in pipeline]
         chunk = dcpl.get_chunk()
         expected = math.prod(math.ceil(d / c) for d, c in zip(shape, chunk))
         chunk_bytes = math.prod(chunk) * dtype.itemsize
