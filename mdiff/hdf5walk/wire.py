@@ -30,7 +30,7 @@ from array import array
 import sys
 from collections import deque
 from itertools import chain, repeat
-from operator import attrgetter, methodcaller
+from operator import attrgetter, is_not, methodcaller
 from typing import Any, Sequence
 
 import numpy as np
@@ -80,9 +80,9 @@ def encode(identity: Sequence[int], inventory: Inventory, findings: Sequence[Tri
     keys = list(chain.from_iterable(map(methodcaller("keys"), having)))
     values = list(chain.from_iterable(map(methodcaller("values"), having)))
     n_refused = list(map(len, refused_sets))
-    refused = list(chain.from_iterable(sorted(r) for r in refused_sets if r))
+    refused = list(chain.from_iterable(map(sorted, filter(None, refused_sets))))
 
-    at = [i for i, info in enumerate(datasets) if info is not None]
+    at = np.flatnonzero(np.fromiter(map(is_not, datasets, repeat(None)), bool, n)).tolist()
     infos = list(map(datasets.__getitem__, at))
     d = len(infos)
     shapes, dtype_objects, nbytes, plans, stored, inlines = zip(*map(_DATASET_FIELDS, infos)) if d else ((),) * 6
@@ -114,7 +114,7 @@ def encode(identity: Sequence[int], inventory: Inventory, findings: Sequence[Tri
         raise NotCompact("a NUL in a name or attribute")
     try:
         table = array("q", at)
-        inline_sizes = [-1 if b is None else len(b) for b in inlines]
+        inline_sizes = [-1] * d if inlines.count(None) == d else [-1 if b is None else len(b) for b in inlines]
         for row in (map(index_of.__getitem__, map(id, dtype_objects)), map(len, shapes), nbytes, stored, plan_kinds,
                     offsets, inline_sizes):
             table.extend(row)
@@ -262,18 +262,16 @@ def _decode(view: memoryview) -> tuple[tuple[int, int, int, int], Inventory, lis
     starts = first[:-1].tolist()
     member_counts = members.tolist()
     children: list[Any] = [_NO_CHILDREN] * n
-    for i in np.flatnonzero(holds).tolist():
-        count = member_counts[i]
-        if count == 0:
-            children[i] = {}
-        elif count == 1:
-            j = starts[i]
-            children[i] = {names[j]: nodes[j]}
-        else:
-            j = starts[i]
-            children[i] = dict(zip(names[j:j + count], nodes[j:j + count]))
-            if len(children[i]) != count:
-                raise ValueError("two members of one name")
+    for count in (0, 1):  # the usual: a leaf group, or a parameter's group of one dataset
+        which = np.flatnonzero(holds & (members == count))
+        made = [{} for _ in range(which.size)] if count == 0 else \
+            [{names[j]: nodes[j]} for j in first[which].tolist()]
+        deque(map(children.__setitem__, which.tolist(), made), 0)
+    for i in np.flatnonzero(holds & (members > 1)).tolist():
+        j, count = starts[i], member_counts[i]
+        children[i] = dict(zip(names[j:j + count], nodes[j:j + count]))
+        if len(children[i]) != count:
+            raise ValueError("two members of one name")
     parents = [None, *map(nodes.__getitem__, np.repeat(np.arange(n), members).tolist())]
     depths = np.zeros(n, np.int64)
     start, end, level = 0, 1, 0
@@ -282,9 +280,8 @@ def _decode(view: memoryview) -> tuple[tuple[int, int, int, int], Inventory, lis
         start, end, level = int(first[start]), int(first[end]), level + 1
     attrs: list[Any] = [_NO_ATTRIBUTES] * n
     ends = np.cumsum(n_attrs)
-    single = np.flatnonzero(n_attrs == 1)
-    for i, j in zip(single.tolist(), (ends[single] - 1).tolist()):  # one each: the usual (a parameter's `update`)
-        attrs[i] = {keys[j]: values[j]}
+    single = np.flatnonzero(n_attrs == 1)  # the usual: a parameter's `update`
+    deque(map(attrs.__setitem__, single.tolist(), [{keys[j]: values[j]} for j in (ends[single] - 1).tolist()]), 0)
     for i in np.flatnonzero(n_attrs > 1).tolist():
         j, count = int(ends[i]), int(n_attrs[i])
         attrs[i] = dict(zip(keys[j - count:j], values[j - count:j]))
