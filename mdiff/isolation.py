@@ -83,7 +83,7 @@ class IsolationFailure(Exception):
         self.reason = reason
 
 
-# An answer bigger than this is not an answer: the walk of a 10^5-parameter diff is ~60 MB of JSON.
+# An answer bigger than this is not an answer: the walk of a 10^5-parameter diff is ~36 MB (hdf5walk/wire.py).
 MAX_ANSWER_BYTES = 1 << 30
 
 
@@ -106,7 +106,7 @@ def _child(conn, limits: Isolation, fn: Callable, args: tuple) -> None:
     gc.disable()  # one task, then the process ends: what it makes is kept to the end, and looking at it again is waste
     _limit_child(limits)
     try:
-        conn.send_bytes(_message(_outcome(fn, args)))
+        conn.send_bytes(b"".join(_message(_outcome(fn, args))))
     finally:
         conn.close()
 
@@ -128,20 +128,30 @@ def _outcome(fn: Callable, args: tuple) -> dict[str, Any]:
         return {"failed": f"{type(exc).__name__}: {exc}"}
 
 
-def _message(answer: dict[str, Any]) -> bytes:
+def _message(answer: dict[str, Any]) -> list[bytes | bytearray | memoryview]:
+    """The answer as the buffers of one message: JSON, or a result of bytes as a NUL and those bytes (a task's
+    compact answer, format/reader.py's structure walk: never parsed as JSON, never copied into one buffer)."""
+    ok = answer.get("ok")
+    if len(answer) == 1 and isinstance(ok, (bytes, bytearray, memoryview)):
+        return [BINARY, ok]
     try:
-        return json.dumps(answer, allow_nan=False).encode()
+        return [json.dumps(answer, allow_nan=False).encode()]
     except MemoryError:
-        return b'{"memory": true}'
+        return [b'{"memory": true}']
     except (TypeError, ValueError) as exc:  # a result that is not JSON: mdiff's bug
-        return json.dumps({"failed": f"an answer that is not JSON: {exc}"}).encode()
+        return [json.dumps({"failed": f"an answer that is not JSON: {exc}"}).encode()]
+
+
+# What starts an answer of bytes (a JSON answer starts with "{")
+BINARY = b"\0"
 
 
 def run_isolated(fn: Callable[..., Any], *args, limits: Isolation = Isolation(), work_bytes: int = 0) -> Any:
     """``fn(*args)`` in a forked child; its result, or its error raised here.
 
-    ``fn`` returns JSON-able data, and that is all that comes back: the child reads a stranger's file with
-    libhdf5, and a child whose memory a crafted file corrupted must not get to run code here (no pickle).
+    ``fn`` returns JSON-able data, or bytes (given back as a memoryview, for the caller to check), and that is
+    all that comes back: the child reads a stranger's file with libhdf5, and a child whose memory a crafted
+    file corrupted must not get to run code here (no pickle).
     An MdiffError or OSError of the child is raised again here as what it was.
     IsolationFailure when the child is killed by a signal, exceeds ``limits.time_limit(work_bytes)`` (the
     bytes of the files it reads: see :func:`input_bytes`), cannot allocate within ``limits.memory_bytes``,
@@ -183,6 +193,8 @@ def run_isolated(fn: Callable[..., Any], *args, limits: Isolation = Isolation(),
 def _answer(message: bytes, limits: Isolation) -> Any:
     from mdiff.errors import MdiffError
 
+    if message[:1] == BINARY:
+        return memoryview(message)[1:]  # the task's bytes, for its caller to check (a view: not copied again)
     try:
         answer = json.loads(message)
         (kind, value), = answer.items()
@@ -306,26 +318,29 @@ class _Silent(Exception):
 
 
 def _receive(sock: socket.socket, timeout_s: float) -> bytes:
-    """One answer: 8 bytes of length, then that many bytes of JSON, within ``timeout_s``."""
+    """One answer: 8 bytes of length, then that many bytes (JSON, or BINARY and a task's bytes), within
+    ``timeout_s``."""
     import select
 
     deadline = time.monotonic() + timeout_s
-    data = bytearray()
-    needed = 8
-    while len(data) < needed:
+    parts: list[bytes] = []
+    got, needed = 0, 8
+    while got < needed:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([sock], [], [], left)[0]:
             raise _Silent(timed_out=True)
-        chunk = sock.recv(min(needed - len(data), 1 << 20))
+        chunk = sock.recv(min(needed - got, 1 << 22))  # memory as the bytes come, never as the length says
         if not chunk:
             raise _Silent(timed_out=False)
-        data += chunk
-        if needed == 8 and len(data) >= 8:
-            size = int.from_bytes(data[:8], "big")
+        parts.append(chunk)
+        got += len(chunk)
+        if needed == 8 and got >= 8:
+            head = b"".join(parts)
+            size = int.from_bytes(head[:8], "big")
             if size > MAX_ANSWER_BYTES:
                 raise OSError(0, f"an answer of {size} bytes")
-            needed = 8 + size
-    return bytes(data[8:])
+            parts, got, needed = [head[8:]], got - 8, size
+    return b"".join(parts)
 
 
 def _serve(sock: socket.socket, parents_end: socket.socket, limits: Isolation) -> None:
@@ -350,17 +365,24 @@ def _serve(sock: socket.socket, parents_end: socket.socket, limits: Isolation) -
             if not more:
                 return
             data += more
-        gc.disable()  # what a task makes (a walk: ~10 objects a parameter) is kept until it answers
+        # What a task makes (a walk: ~10 objects a parameter) is kept until it answers, and collected only once
+        # the answer is sent: the first collection after the task looks at every object of the walk (~0.5 s at
+        # 10^5 parameters), which the parent need not wait for — and a command that sends one file never pays.
+        gc.disable()
         try:
-            message = _message(_outcome(_run_request, (data[4:], fds)))
+            try:
+                message = _message(_outcome(_run_request, (data[4:], fds)))
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            try:
+                sock.sendall(sum(map(len, message)).to_bytes(8, "big"))
+                for part in message:
+                    sock.sendall(part)
+            except OSError:
+                return
         finally:
             gc.enable()
-            for fd in fds:
-                os.close(fd)
-        try:
-            sock.sendall(len(message).to_bytes(8, "big") + message)
-        except OSError:
-            return
 
 
 def _run_request(request: bytes, fds: list[int]) -> Any:

@@ -174,7 +174,7 @@ def test_hdf5walk_needs_nothing_of_mdiff():
     allowed = set(sys.stdlib_module_names) | {"numpy", "h5py", "_typeshed"}  # _typeshed: for type checking only
     modules = module_files(ROOT / "mdiff" / "hdf5walk", "mdiff.hdf5walk")
     assert set(modules) == {"mdiff.hdf5walk", *(f"mdiff.hdf5walk.{m}" for m in (
-        "attributes", "findings", "limits", "object_header", "positional_io", "storage", "walk"))}
+        "attributes", "findings", "limits", "object_header", "positional_io", "storage", "walk", "wire"))}
     outside = sorted((m, name) for m, path in modules.items() for name in imported_names(path, m)
                      if name.split(".")[0] not in allowed and not name.startswith("mdiff.hdf5walk"))
     assert outside == []

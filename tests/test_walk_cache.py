@@ -3,6 +3,7 @@ kept outside the repository under the commit id, and used for a file whose bytes
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -62,7 +63,8 @@ def test_a_checkout_walks_each_commit_once_and_then_reads_by_the_kept_walks(tmp_
     first = mdiff.Repository(root).checkout("HEAD")
     assert children == ["vet", "vet"] and set(_entries(cache)) == set(ids)
     entry = json.loads(_entries(cache)[ids[1]].read_text())
-    assert entry["id"] == ids[1] and "identity" not in entry and entry["findings"] == []
+    assert set(entry) == {"id", "wire", "seal"} and entry["id"] == ids[1]  # the child's compact answer, as base64
+    assert reader.Vetted.from_wire(base64.b64decode(entry["wire"])).findings == []
     again = mdiff.Repository(root).checkout("HEAD")  # a new process's repository would do the same
     assert children == ["vet", "vet"]
     assert set(first) == set(again) == {"w", "b"} and all(np.array_equal(first[k], again[k]) for k in first)

@@ -4,6 +4,7 @@ each parameter's objects when it is first used (§8); data is read only when a p
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import threading
@@ -20,6 +21,7 @@ from mdiff.format.header import Header, parse_header
 from mdiff.hdf5walk.limits import DEFAULT_LIMITS, Limits
 from mdiff.format.chunk_reader import RangeSource
 from mdiff.format.parameters import PARAMETERS_PATH, Datasets, LazyParameters, Parameter, parse_files, parse_layout, parse_parameters
+from mdiff.hdf5walk import wire
 from mdiff.hdf5walk.walk import WALK_CACHE_BYTES, Inventory, LazyWalk, inspect_structure, set_metadata_cache
 from mdiff.format.update_types import parse_update_types
 from mdiff.isolation import Isolation, IsolationFailure, shared_worker, task
@@ -157,6 +159,28 @@ class Vetted:
         except (TypeError, ValueError, KeyError):
             raise ValueError("not a structure walk") from None
         return cls(identity, inventory, findings)
+
+    def to_wire(self) -> bytes | dict:
+        """What an isolated child sends: the compact form (hdf5walk/wire.py), or, for a walk that form cannot
+        carry (an integer past 64 bits, a NUL in a name), :meth:`to_json`."""
+        try:
+            return wire.encode(self.identity, self.inventory, [(x.code, x.path, x.message) for x in self.findings])
+        except wire.NotCompact:
+            return self.to_json()
+
+    @classmethod
+    def from_wire(cls, data: object, identity: tuple[int, int, int, int] | None = None) -> "Vetted":
+        """The walk :meth:`to_wire` made (its ``identity`` replaced where given); ValueError when ``data`` is
+        not one."""
+        if isinstance(data, dict):
+            return cls.from_json(data if identity is None else {**data, "identity": list(identity)})
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise ValueError("not a structure walk")
+        sent, inventory, found = wire.decode(data)
+        findings = [Finding(code, path, message) for code, path, message in found]
+        if not all(x.code in RULES for x in findings):
+            raise ValueError("not a structure walk: a finding of no rule")
+        return cls(sent if identity is None else identity, inventory, findings)
 
 
 def _identity(fd: int) -> tuple[int, int, int, int]:
@@ -435,8 +459,8 @@ def open_diff(path: str | os.PathLike[str] | RangedFile, limits: Limits = DEFAUL
     """Open a .mdiff file. With ``isolation``, its metadata is read in full (the structure walk, every
     parameter's checks) by a forked child with those time and memory limits, and this process never
     hands the file to libhdf5: a crash or hang of libhdf5 on a crafted file becomes MD515 (§8.5), an
-    error of the file is raised as the child found it, and the child's walk — sent back as JSON — is
-    what this process reads the file by: data through its chunk map (chunk_reader.py), compact data as
+    error of the file is raised as the child found it, and the child's walk — sent back in a compact form
+    (hdf5walk/wire.py) — is what this process reads the file by: data through its chunk map (chunk_reader.py), compact data as
     the child read it. That is the way to open a stranger's file.
     With ``lazy`` (and no isolation), each parameter is checked when first used (see DiffFile).
     ``commit_id``: the sha256 the caller has just verified the file's bytes to have (MD800), under which
@@ -467,14 +491,17 @@ def vet(path: str | os.PathLike[str], limits: Limits, isolation: Isolation, comm
             kept = cache.get(commit_id, limits)
             if kept is not None:
                 try:
-                    return Vetted.from_json({**kept, "identity": list(_identity(fd))})
+                    with no_collection():
+                        return Vetted.from_wire(_kept_walk(kept), _identity(fd))
                 except ValueError:
                     pass  # not a walk this code made: walk again (and keep the new one)
         with no_collection():  # the walk's records, decoded and rebuilt: objects that are all kept (see DiffFile)
             answer = shared_worker(isolation).call("vet", fd, path, asdict(limits))
-            vetted = Vetted.from_json(answer)
+            vetted = Vetted.from_wire(answer)
         if cache is not None and commit_id is not None and not any(x.is_error for x in vetted.findings):
-            cache.put(commit_id, limits, answer)  # from_json accepted it: a dict
+            # from_wire accepted it: the compact form's bytes (as text in the cache's JSON entry), or a dict
+            cache.put(commit_id, limits, {"wire": base64.b64encode(answer).decode("ascii")}
+                      if isinstance(answer, memoryview) else answer)
         return vetted
     except IsolationFailure as failure:
         raise InvalidFileError("MD515", f"reading the metadata in an isolated child: {failure.reason}",
@@ -484,6 +511,18 @@ def vet(path: str | os.PathLike[str], limits: Limits, isolation: Isolation, comm
                                os.fspath(path)) from None
     finally:
         os.close(fd)
+
+
+def _kept_walk(kept: dict) -> object:
+    """What the walk cache kept (see vet) as :meth:`Vetted.from_wire` takes it; ValueError when malformed."""
+    if set(kept) - {"id"} == {"wire"}:
+        if not isinstance(kept["wire"], str):
+            raise ValueError("not a structure walk")
+        try:
+            return base64.b64decode(kept["wire"], validate=True)
+        except (ValueError, TypeError):
+            raise ValueError("not a structure walk") from None
+    return kept
 
 
 def open_file(path: str | os.PathLike[str] | RangedFile, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None = None, lazy: bool = True,
@@ -512,15 +551,15 @@ def open_url(url: str, storage_options: dict | None = None) -> RangedFile:
 
 
 @task("vet")
-def _metadata_only(path: str, shown: str, limits: dict[str, Any]) -> dict:
+def _metadata_only(path: str, shown: str, limits: dict[str, Any]) -> bytes | dict:
     """The file's structure walk (§8.1–§8.3: every object, attribute and limit, with its findings) and its
-    compact datasets' bytes, as JSON, for the parent to read the file by (vet)."""
+    compact datasets' bytes, in the compact form (Vetted.to_wire), for the parent to read the file by (vet)."""
     with FILTER_PLUGINS.off():
         f, size = open_hdf5(path)
         try:
             inventory, findings = inspect_structure(f, size, Limits(**limits))
             if not any(x.code in ("MD511", "MD512") for x in findings):  # past those the parent reads nothing
                 _with_compact_data(f, inventory)
-            return Vetted(_identity(f.id.get_vfd_handle()), inventory, [Finding.of(x) for x in findings]).to_json()
+            return Vetted(_identity(f.id.get_vfd_handle()), inventory, [Finding.of(x) for x in findings]).to_wire()
         finally:
             f.close()

@@ -91,7 +91,8 @@ def usable_root(folder: Path) -> bool:
 
 
 class WalkCache:
-    """Walks kept as JSON files ``walks/<key>/<id[:2]>/<id>.json`` under ``folder``, and commits' metadata as
+    """Walks kept as JSON files ``walks/<key>/<id[:2]>/<id>.json`` under ``folder`` (the compact form of an isolated
+    child's walk, hdf5walk/wire.py, as base64 text), and commits' metadata as
     ``metadata/<key>/<id[:2]>/<id>.json`` (None: no cache)."""
 
     def __init__(self, folder: Path | None):
@@ -106,8 +107,8 @@ class WalkCache:
 
     # ------------------------------------------------------------ structure walks
     def get(self, commit_id: str, limits: Limits) -> dict | None:
-        """The walk kept for ``commit_id`` under ``limits`` (the JSON :meth:`Vetted.to_json` made, without
-        its identity), or None."""
+        """The walk kept for ``commit_id`` under ``limits`` (``{"wire": base64 of Vetted.to_wire's bytes}``, or the
+        JSON :meth:`Vetted.to_json` made without its identity, with the entry's ``id``), or None."""
         entry = self._read(self._path("walks", commit_id, limits), MAX_ENTRY_BYTES)
         if not (isinstance(entry, dict) and entry.get("id") == commit_id and isinstance(entry.get("seal"), str)):
             return None
@@ -118,8 +119,9 @@ class WalkCache:
         return walk
 
     def put(self, commit_id: str, limits: Limits, walk: dict) -> None:
-        """Keep ``walk`` (a :meth:`Vetted.to_json` of a file with no error) for ``commit_id``, sealed with the
-        cache's key; quietly nothing where the folder cannot be written."""
+        """Keep ``walk`` (what :meth:`Vetted.to_wire` made of a file with no error, as :meth:`get` gives it back;
+        its ``identity``, if any, dropped) for ``commit_id``, sealed with the cache's key; quietly nothing where
+        the folder cannot be written."""
         entry = {key: value for key, value in walk.items() if key != "identity"}
         entry["id"] = commit_id
         key = self._key(create=True)
