@@ -545,7 +545,10 @@ class Repository(Store):
         repository —; return (the commit id, the bytes freed). MD801 when it has none."""
         with self.lock(wait):
             commit_id = rev if COMMIT_ID.fullmatch(rev) and self.snapshot_path(rev).is_file() else resolve(self, rev)
-            return commit_id, snapshots.drop_snapshot(self, commit_id)
+            try:
+                return commit_id, snapshots.drop_snapshot(self, commit_id)
+            finally:
+                self.let_go_files()
 
     def gc(self, dry_run: bool = False, wait: bool = True, prune: float = DEFAULT_PRUNE_SECONDS,
            reflog_expire: float = DEFAULT_REFLOG_EXPIRE_SECONDS) -> GcReport:
@@ -557,7 +560,10 @@ class Repository(Store):
         unusable, disagree with their commits (MD807) or belong to a commit not kept. Never a commit
         that is kept; none at all when what is kept cannot be known. ``dry_run``: only say what would go."""
         with self.lock(wait):
-            return cleanup.collect(self, dry_run, prune=prune, reflog_expire=reflog_expire)
+            try:
+                return cleanup.collect(self, dry_run, prune=prune, reflog_expire=reflog_expire)
+            finally:
+                self.let_go_files()  # what was removed is freed now, not when this process ends
 
     def diff(self, rev_a: str, rev_b: str, output: str | os.PathLike[str], message: str = "", compression: str = "gzip") -> dict[str, str]:
         """Write the diff taking ``rev_a``'s state to ``rev_b``'s as a standalone .mdiff file; return
