@@ -33,7 +33,7 @@ from mdiff.format.commit import Author, Commit, default_date, resolve_author
 from mdiff.format.dtypes import xor_bits
 from mdiff.format.findings import Finding
 from mdiff.format.layout import Layout
-from mdiff.pages import no_huge_pages
+from mdiff.pages import no_huge_pages, recycling
 from mdiff.format.writer import DiffWriter
 from mdiff.frameworks import check_framework, numpy_state
 from mdiff.isolation import Isolation
@@ -159,7 +159,8 @@ class Repository(Store):
         parent's parameters is refused (MD806) unless ``allow_deletions`` — it is usually one shard
         of a sharded model. Returns None, writing nothing, when nothing changed, unless ``allow_empty``.
         """
-        with self.lock(wait), no_huge_pages():  # a commit's buffers are streamed once: no compaction for them (pages.py)
+        # a commit's buffers are streamed once: no compaction for them, and the pages of the last commit's (pages.py)
+        with self.lock(wait), no_huge_pages(), recycling():
             branch, head = self.head()
             watched = _watched(new_state, exclude)  # the folder or file, for `mdiff status` (working.py)
             # the files hashed while they are read — but a .safetensors file whose tensors the commit hashes anyway:
