@@ -20,6 +20,8 @@ memory that goes back to a free list once the array and every view of it are gon
 owns the views), and the next array of the same size takes it. A fresh buffer's first touch costs a page fault
 per 4 KiB (here 3–5 µs each: the MiniLM history's commits made ~34,500 a commit, three 47 MB arrays of its
 embedding); the free list keeps at most RECYCLE_KEEP_BYTES between commits. Outside the block, plain numpy.
+A checkout recycles too (:func:`fresh_array`): a value written out, or dropped by the caller it was returned to,
+gives its pages to the next value of its size.
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ def fresh_array(shape: tuple[int, ...], dtype: np.dtype, name: str) -> np.ndarra
     fault of one stalls in direct compaction — measured here, first touch of 256 MiB: 1.35 s of CPU with
     numpy's arrays, 0.11 s without (a fresh process's checkout 1.7–3.1 s → 0.9–1.3 s). MD508 (as
     ``updates.base.empty_array``) for a shape that cannot be allocated."""
+    if _recycling:  # a checkout's: the pages of a value gone (written out, or dropped by its caller)
+        return recycled_array(shape, dtype, name)
     try:
         if math.prod(shape) * dtype.itemsize < HUGEPAGE_BYTES:
             return np.empty(shape, dtype)

@@ -346,7 +346,7 @@ class Repository(Store):
         if force and output is not None:
             self._refuse_replacing_the_repository(output)
         commit_id = resolve(self, rev)
-        with self.open_state(commit_id, engine) as view:
+        with recycling(), self.open_state(commit_id, engine) as view:  # values' pages of values gone (pages.py)
             written = view.write(output, template, progress, framework=framework, max_shard_size=max_shard_size,
                                  weights_format=weights_format, force=force)
             # each value written was checked against its sha256: a .safetensors file written of them is recorded
