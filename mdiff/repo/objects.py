@@ -423,10 +423,6 @@ class CommitFiles(RepositoryFolder):
         if self._held is not None:
             self._held.clear()
 
-    def remove_entry(self, relative: str) -> None:
-        super().remove_entry(relative)
-        self.let_go_files()
-
     def _held_files(self) -> HeldFiles:
         if self._held is None:
             from mdiff.repo.held_files import HeldFiles
