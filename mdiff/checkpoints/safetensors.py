@@ -39,6 +39,7 @@ from mdiff.checkpoints.reading import (
     refuse_invalid_bools,
 )
 from mdiff.errors import CheckpointError
+from mdiff.pages import recycled_array
 from mdiff.format.dtypes import DType, dtype_named
 from mdiff.format.layout import Layout, single_file
 
@@ -108,7 +109,7 @@ class SafetensorsReader(CheckpointReader):
         tensor = self._entry(name)
         if self._file.closed:
             raise ValueError(f"the reader of {self.path} is closed")
-        array = np.empty(tensor.shape, dtype=tensor.dtype.value)
+        array = recycled_array(tensor.shape, tensor.dtype.value, name)  # in a commit: warm pages (pages.py)
         self._file.seek(tensor.offset)
         fill_from(self._file.readinto, array, self.path, name)
         refuse_invalid_bools(array, self.path, name)
@@ -132,7 +133,7 @@ class SafetensorsReader(CheckpointReader):
             if j - i == 1:
                 results.append(self.read(names[i]))
             else:
-                run = np.empty(end - tensors[i].offset, np.uint8)
+                run = recycled_array((end - tensors[i].offset,), np.uint8, names[i])
                 self._file.seek(tensors[i].offset)
                 try:
                     fill_from(self._file.readinto, run, self.path, names[i])

@@ -247,6 +247,7 @@ class DiffWriter:
         self._has_layout = False  # §5.6
         # the newest minor version whose additions the file uses (§3.3): the commit's own members first
         self._minor = (commit or Commit()).minor_version
+        self._sync_folder_on_close = True  # once the file has its name (close)
         self._writeback = Writeback(lambda: fsync_path(self._tmp))
         # deflated chunks in flight: the next parameter's work overlaps them
         self._chunks = ChunkQueue(self._writeback.wrote)
@@ -408,7 +409,8 @@ class DiffWriter:
         except BaseException as exc:
             self.abort()
             raise _os_error(exc, self.path) from exc
-        fsync_directory(self.path.parent.resolve())
+        if self._sync_folder_on_close:
+            fsync_directory(self.path.parent.resolve())
 
     def abort(self) -> None:
         """Discard the file. Closing a file whose writes failed fails again (libhdf5 flushes what it
@@ -446,6 +448,9 @@ class SealedWriter(DiffWriter):
     def __init__(self, path: str, commit: Commit, compression: str) -> None:
         super().__init__(path, commit, compression)
         self._minor = max(self._minor, commit.minor_version)
+        # its file, a temporary name, is renamed to its id and the folder synced after (repo/objects.py: §13.6's order
+        # holds): syncing the folder for the temporary name too was one more fsync on each commit's serial path
+        self._sync_folder_on_close = False
 
     def seal(self, commit: Commit) -> None:
         overwrite_string(self._file, ATTR_COMMIT, commit.to_attribute())  # ValueError if the length differs

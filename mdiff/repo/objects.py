@@ -38,6 +38,7 @@ from mdiff.repo.names import COMMIT_ID, FORMAT_LINES, format_of, shown
 if TYPE_CHECKING:  # each imported where it is used: a log of commits seen before needs none of them
     from mdiff.format.commit import Commit
     from mdiff.format.reader import DiffFile
+    from mdiff.repo.held_files import HeldFiles
     from mdiff.format.writer import DiffWriter
     from mdiff.validation import Summary
 
@@ -108,6 +109,7 @@ class CommitFiles(RepositoryFolder):
         self.use_cache = True
         self._cache: WalkCache | None = None
         self._repository_format: int | None = None
+        self._held: HeldFiles | None = None  # commit and snapshot files opened, kept for their next use (held_files.py)
 
     @property
     def repository_format(self) -> int:
@@ -392,6 +394,13 @@ class CommitFiles(RepositoryFolder):
         diff: DiffFile | None = None
         try:
             with self._verified_commit(commit_id) as (fd, readable):
+                status = os.fstat(fd)
+                if self.use_cache:  # the file opened before in this process, kept while it is that file, unchanged
+                    diff = self._held_files().get(("commits", commit_id), status)
+                    if diff is not None:
+                        if commit_id not in self._facts:
+                            self._remember(commit_id, diff)
+                        return diff
                 try:
                     diff = open_diff(readable, isolation=self.isolation, commit_id=commit_id if self.use_cache else None)
                 except InvalidFileError as exc:
@@ -406,7 +415,20 @@ class CommitFiles(RepositoryFolder):
                 diff.close()
             raise
         self._remember(commit_id, diff)
-        return diff
+        return self._held_files().put(("commits", commit_id), diff, status) if self.use_cache else diff
+
+    def let_go_files(self) -> None:
+        """Close the commit and snapshot files kept open for their next use (each once its last use ends): after
+        files are removed, so that their space is freed now."""
+        if self._held is not None:
+            self._held.clear()
+
+    def _held_files(self) -> HeldFiles:
+        if self._held is None:
+            from mdiff.repo.held_files import HeldFiles
+
+            self._held = HeldFiles()
+        return self._held
 
     def open_snapshot(self, commit_id: str) -> DiffFile:
         """snapshots/<commit_id>.mdiff, opened as §13.1 says (no link followed, without blocking, a
@@ -415,15 +437,18 @@ class CommitFiles(RepositoryFolder):
 
         path = self.snapshot_path(commit_id)
         try:
-            fd, _ = self._open_file(f"snapshots/{commit_id}.mdiff")
+            fd, status = self._open_file(f"snapshots/{commit_id}.mdiff")
         except RepositoryError as exc:
             raise InvalidFileError("MD100", f"unusable snapshot: {exc.message}", os.fspath(path)) from None
         try:
+            kept = self._held_files().get(("snapshots", commit_id), status) if self.use_cache else None
+            if kept is not None:  # the very file opened before in this process, unchanged
+                return kept
             diff = open_diff(reopenable(fd, path), isolation=self.isolation)
         finally:
             os.close(fd)
         diff.path = os.fspath(path)
-        return diff
+        return self._held_files().put(("snapshots", commit_id), diff, status) if self.use_cache else diff
 
     def store(self, write: Callable[[DiffWriter], None], commit: Commit, compression: str = "gzip",
               directory: str = "commits", seal: Callable[[], Commit] | None = None) -> str:

@@ -33,7 +33,7 @@ from mdiff.format.commit import Author, Commit, default_date, resolve_author
 from mdiff.format.dtypes import xor_bits
 from mdiff.format.findings import Finding
 from mdiff.format.layout import Layout
-from mdiff.pages import no_huge_pages
+from mdiff.pages import no_huge_pages, recycling
 from mdiff.format.writer import DiffWriter
 from mdiff.frameworks import check_framework, numpy_state
 from mdiff.isolation import Isolation
@@ -159,7 +159,8 @@ class Repository(Store):
         parent's parameters is refused (MD806) unless ``allow_deletions`` — it is usually one shard
         of a sharded model. Returns None, writing nothing, when nothing changed, unless ``allow_empty``.
         """
-        with self.lock(wait), no_huge_pages():  # a commit's buffers are streamed once: no compaction for them (pages.py)
+        # a commit's buffers are streamed once: no compaction for them, and the pages of the last commit's (pages.py)
+        with self.lock(wait), no_huge_pages(), recycling():
             branch, head = self.head()
             watched = _watched(new_state, exclude)  # the folder or file, for `mdiff status` (working.py)
             # the files hashed while they are read — but a .safetensors file whose tensors the commit hashes anyway:
@@ -345,7 +346,7 @@ class Repository(Store):
         if force and output is not None:
             self._refuse_replacing_the_repository(output)
         commit_id = resolve(self, rev)
-        with self.open_state(commit_id, engine) as view:
+        with recycling(), self.open_state(commit_id, engine) as view:  # values' pages of values gone (pages.py)
             written = view.write(output, template, progress, framework=framework, max_shard_size=max_shard_size,
                                  weights_format=weights_format, force=force)
             # each value written was checked against its sha256: a .safetensors file written of them is recorded
@@ -545,7 +546,10 @@ class Repository(Store):
         repository —; return (the commit id, the bytes freed). MD801 when it has none."""
         with self.lock(wait):
             commit_id = rev if COMMIT_ID.fullmatch(rev) and self.snapshot_path(rev).is_file() else resolve(self, rev)
-            return commit_id, snapshots.drop_snapshot(self, commit_id)
+            try:
+                return commit_id, snapshots.drop_snapshot(self, commit_id)
+            finally:
+                self.let_go_files()
 
     def gc(self, dry_run: bool = False, wait: bool = True, prune: float = DEFAULT_PRUNE_SECONDS,
            reflog_expire: float = DEFAULT_REFLOG_EXPIRE_SECONDS) -> GcReport:
@@ -557,7 +561,10 @@ class Repository(Store):
         unusable, disagree with their commits (MD807) or belong to a commit not kept. Never a commit
         that is kept; none at all when what is kept cannot be known. ``dry_run``: only say what would go."""
         with self.lock(wait):
-            return cleanup.collect(self, dry_run, prune=prune, reflog_expire=reflog_expire)
+            try:
+                return cleanup.collect(self, dry_run, prune=prune, reflog_expire=reflog_expire)
+            finally:
+                self.let_go_files()  # what was removed is freed now, not when this process ends
 
     def diff(self, rev_a: str, rev_b: str, output: str | os.PathLike[str], message: str = "", compression: str = "gzip") -> dict[str, str]:
         """Write the diff taking ``rev_a``'s state to ``rev_b``'s as a standalone .mdiff file; return

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mdiff.pages import recycled_array
 from mdiff.threads import in_parts
 
 
@@ -129,7 +130,7 @@ class SubDelta(BitDelta):
     @classmethod
     def between(cls, old_bits: np.ndarray, new_bits: np.ndarray) -> np.ndarray:
         old_flat, new_flat = np.asarray(old_bits).reshape(-1), np.asarray(new_bits).reshape(-1)
-        out = np.empty_like(new_flat)
+        out = recycled_array(new_flat.shape, new_flat.dtype)  # a commit's: pages of an earlier delta (pages.py)
 
         def part(first: int, last: int) -> None:  # on the pool, parts of a large tensor side by side
             for start in range(first, last, cls._BLOCK):  # each block subtracted and zigzagged while in cache
