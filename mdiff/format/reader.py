@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import os
 import threading
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import h5py
 import numpy as np
@@ -322,6 +323,7 @@ class DiffFile(Mapping[str, Update]):
             FILTER_PLUGINS.leave()
             raise
         self._closed = False
+        self._on_close: Callable[[], None] | None = None  # set on another use of this file (another_use)
         assert contents.header is not None and contents.header.commit is not None  # else an error above
         self.header: Header = contents.header
         self._commit: Commit = contents.header.commit
@@ -437,9 +439,22 @@ class DiffFile(Mapping[str, Update]):
         assert value is not None  # only a delete gives None
         return layout_format.parse(value.tobytes())
 
+    def another_use(self, on_close: Callable[[], None]) -> "DiffFile":
+        """Another handle on this open file, for one more user (repo/held_files.py keeps files so): all it says is
+        this one's, read through this one's descriptor; its ``close`` calls ``on_close`` and closes nothing of this
+        one. Only a file read by an isolated child's walk is shared: its reads are positional, with no libhdf5."""
+        if not self.isolated or self._closed:
+            raise ValueError("only an open file read by an isolated child's walk has other uses")
+        other = copy.copy(self)
+        other._on_close = on_close
+        return other
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self._on_close is not None:  # one use of a shared file (another_use): the file stays open
+                self._on_close()
+                return
             self._close_file()
             FILTER_PLUGINS.leave()
 

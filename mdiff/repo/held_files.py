@@ -10,8 +10,8 @@ given again while the file under that name is that very file, unchanged. What is
 its own descriptor, of that file. Only files read by an isolated child's walk (no libhdf5 handle in this
 process) are kept: their reads are positional and may be shared.
 
-Each user gets a :class:`SharedDiff`, a view of the kept :class:`DiffFile` whose ``close`` ends that use; the
-kept file closes once it is let go (a newer one replaces it, or the bounds are reached) and no use is open.
+Each user gets its own use of the kept :class:`DiffFile` (``DiffFile.another_use``), whose ``close`` ends that
+use; the kept file closes once it is let go (a newer one replaces it, or the bounds are reached) and no use is open.
 """
 
 from __future__ import annotations
@@ -51,21 +51,6 @@ class _Kept:
             self.diff.close()
 
 
-class SharedDiff(DiffFile):
-    """One use of a kept :class:`DiffFile`: everything it says, read through its descriptor; ``close`` ends
-    this use only (never the kept file's descriptor while another use is open)."""
-
-    def __init__(self, kept: _Kept):  # not DiffFile's: nothing is opened or parsed again
-        self.__dict__.update(kept.diff.__dict__)
-        self._kept = kept
-        self._closed = False
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._kept.release()
-
-
 class HeldFiles:
     """The kept files of one ``CommitFiles``, by (folder, commit id); bounded by MAX_FILES and MAX_PARAMETERS,
     the least recently used let go first."""
@@ -90,7 +75,7 @@ class HeldFiles:
                 with kept.lock:
                     kept.users += 1
                 self.reused += 1
-                return SharedDiff(kept)
+                return kept.diff.another_use(kept.release)
         kept.drop()
         return None
 
@@ -114,7 +99,7 @@ class HeldFiles:
             self.opened += 1
         for each in dropped:
             each.drop()
-        return SharedDiff(kept)
+        return kept.diff.another_use(kept.release)
 
     def clear(self) -> None:
         """Let every kept file go (each closes once its last use ends)."""
