@@ -111,6 +111,40 @@ def _as_it_is(size: int) -> int:
     return size
 
 
+def _append_messages(block: bytes, pos: int, last: int, limit: int, unpack: Callable[[bytes, int], tuple[int, int, int]],
+                     size_of: int, o: int, n: int,
+                     into: "DecodedHeader | tuple[list[tuple[int, bytes]], list[int], dict[int, int], dict[int, int]]",
+                     continued: list) -> bool:
+    """The messages of one chunk of ``block``, their headers (``size_of`` bytes, read by ``unpack``) from ``pos`` up
+    to ``last`` and their bodies within ``limit``, appended in order to ``into``'s messages and flags (where each
+    type first comes, and how many of it, counted), and each continuation message's (address, length) to
+    ``continued``; False at a message that runs past ``limit`` or a continuation too short for its two fields
+    (``o``- and ``n``-byte), with the messages before it appended — the one loop of both readers."""
+    found, flags, first, counts = (into.messages, into.flags, into.first, into.counts) if isinstance(
+        into, DecodedHeader) else into
+    add, add_flags = found.append, flags.append
+    while pos <= last:
+        mtype, size, flag = unpack(block, pos)
+        pos += size_of
+        stop = pos + size
+        if stop > limit:
+            return False
+        body = block[pos:stop]
+        pos = stop
+        if mtype == _CONTINUATION:
+            if size < o + n:
+                return False
+            continued.append((int.from_bytes(body[:o], "little"), int.from_bytes(body[o:o + n], "little")))
+        if mtype in counts:
+            counts[mtype] += 1
+        else:
+            counts[mtype] = 1
+            first[mtype] = len(found)
+        add((mtype, body))
+        add_flags(flag)
+    return True
+
+
 class HeaderReader:
     """Reads object headers of a file of ``size`` bytes through ``read_at(n, offset)`` (``positional_io.pread`` of its
     descriptor, or a remote file's ranged read); HDF5 addresses start at ``base``."""
@@ -241,33 +275,15 @@ class HeaderReader:
         size_of, unpack = (4, _V2_MESSAGE) if not header_flags & 0x04 else (6, _V2_ORDERED_MESSAGE)
         kept = DecodedHeader()
         kept.version = 2
-        found, flags, first, counts = kept.messages, kept.flags, kept.first, kept.counts
-        add, add_flags = found.append, flags.append
+        found = kept.messages
         block, last = window, limit - size_of  # where the last message's header may start
         o, n = self.offset_size, self.length_size
         blocks: list[tuple[int, int]] = []  # continuation chunks: (address, length)
         seen = [address + (pos - here)]  # the chunks read (a continuation back to one is a cycle: _decoded says so)
         total = length
         while True:
-            while pos <= last:
-                mtype, size, flag = unpack(block, pos)
-                pos += size_of
-                stop = pos + size
-                if stop > limit:
-                    return None
-                body = block[pos:stop]
-                pos = stop
-                if mtype == _CONTINUATION:
-                    if size < o + n:
-                        return None
-                    blocks.append((int.from_bytes(body[:o], "little"), int.from_bytes(body[o:o + n], "little")))
-                if mtype in counts:
-                    counts[mtype] += 1
-                else:
-                    counts[mtype] = 1
-                    first[mtype] = len(found)
-                add((mtype, body))
-                add_flags(flag)
+            if not _append_messages(block, pos, last, limit, unpack, size_of, o, n, kept, blocks):
+                return None
             if not blocks:
                 if len(seen) == 1:  # one chunk: a model for the headers that follow (_learn)
                     self._learn(window[here:limit], prefix + width - here, size_of, kept)
@@ -837,7 +853,6 @@ class HeaderReader:
         o, n = self.offset_size, self.length_size
         # each message's type, size and flags in one unpack (a file of 10^5 parameters holds a million messages)
         unpack = (_V2_MESSAGE if header == 4 else _V2_ORDERED_MESSAGE) if version == 2 else _V1_MESSAGE
-        add, add_flags = found.append, flags.append
         while next_block < len(blocks):
             if len(seen) >= _MAX_BLOCKS:
                 raise HeaderError("too many object header blocks")
@@ -857,21 +872,9 @@ class HeaderReader:
                 pos, end = 4, len(block) - 4  # a continuation chunk's length includes its checksum
             limit = len(block)
             last = end - header  # where the last message's header may start
-            while pos <= last:
-                mtype, size, flag = unpack(block, pos)
-                pos += header
-                stop = pos + size
-                if stop > limit:
-                    raise HeaderError("truncated structure")
-                body = block[pos:stop]
-                pos = stop
-                if mtype == _CONTINUATION:
-                    blocks.append((self._int(body, 0, o), self._int(body, o, n), True))
-                if mtype in counts:
-                    counts[mtype] += 1
-                else:
-                    counts[mtype] = 1
-                    first[mtype] = len(found)
-                add((mtype, body))
-                add_flags(flag)
+            further: list[tuple[int, int]] = []  # the continuation chunks this one names
+            fine = _append_messages(block, pos, last, limit, unpack, header, o, n, (found, flags, first, counts), further)
+            blocks += [(at, size, True) for at, size in further]
+            if not fine:
+                raise HeaderError("truncated structure")
         return found
