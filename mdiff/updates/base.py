@@ -10,13 +10,16 @@ import math
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from mdiff.errors import ApplyError, InvalidFileError, LimitError
 from mdiff.format.dtypes import DTYPES, DType, dtype_named, dtype_of
 from mdiff.plugins import Registry
+
+if TYPE_CHECKING:
+    from mdiff.format.chunk_reader import DetachedDataset, PlannedDataset
 
 SCHEMA_BASE_URI = "https://mdiff.dev/schemas/updates/"
 
@@ -57,7 +60,7 @@ def read_array(source: Any, dtype: np.dtype) -> np.ndarray:
     return out
 
 
-_PLANNED: tuple[type, ...] | None = None  # chunk_reader's dataset classes, once stored_as_is has imported them
+_PLANNED: "tuple[type[PlannedDataset], type[DetachedDataset]] | None" = None  # once stored_as_is has imported them
 
 
 def stored_as_is(source: Any) -> bool:
