@@ -10,13 +10,16 @@ import math
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from mdiff.errors import ApplyError, InvalidFileError, LimitError
 from mdiff.format.dtypes import DTYPES, DType, dtype_named, dtype_of
 from mdiff.plugins import Registry
+
+if TYPE_CHECKING:
+    from mdiff.format.chunk_reader import DetachedDataset, PlannedDataset
 
 SCHEMA_BASE_URI = "https://mdiff.dev/schemas/updates/"
 
@@ -57,13 +60,19 @@ def read_array(source: Any, dtype: np.dtype) -> np.ndarray:
     return out
 
 
+_PLANNED: "tuple[type[PlannedDataset], type[DetachedDataset]] | None" = None  # once stored_as_is has imported them
+
+
 def stored_as_is(source: Any) -> bool:
     """Whether a dataset's stored bytes are its values, with nothing to decode: a contiguous dataset (no filters) read
     through the structure walk's plan, whose whole extent the walk checked lies within the file (§8.3, MD509).
     Reading it finds nothing a value rule could not see in the values themselves: no MD513 can come of it."""
-    from mdiff.format.chunk_reader import DetachedDataset, PlannedDataset
+    global _PLANNED
+    if _PLANNED is None:  # imported once, not per parameter (a file may hold 10^5 of them)
+        from mdiff.format.chunk_reader import DetachedDataset, PlannedDataset
 
-    if not isinstance(source, (PlannedDataset, DetachedDataset)):
+        _PLANNED = (PlannedDataset, DetachedDataset)
+    if not isinstance(source, _PLANNED):
         return False
     plan = source.plan
     return plan is not None and plan.contiguous_offset is not None
@@ -264,8 +273,8 @@ def read_small_together(updates: Iterable[Update]) -> Iterator[Update]:
     def flush(batch: list[Update]) -> Iterator[Update]:
         wanted = [i for i, update in enumerate(batch) if (update.type == "dense" or update.type == "replace")
                   and (update.kind is None or update.kind is TYPES.get((update.type, update.meta.get("version", 1))))
-                  and 0 < update.stored_bytes < _TOGETHER_BYTES and len(update.data) == 1
-                  and not _unread_by_its_check(update)]
+                  and len(update.data) == 1 and not _unread_by_its_check(update)
+                  and 0 < update.stored_bytes < _TOGETHER_BYTES]  # the cheaper questions first
         arrays, _ = read_many([next(iter(batch[i].data.values())) for i in wanted])
         for i, array in zip(wanted, arrays):
             if array is not None:
