@@ -331,7 +331,7 @@ def _parse_group(name: str, path: str, info: ObjectInfo, datasets_of: "Datasets"
         if child.attrs:
             for attr in sorted(child.attrs):
                 findings.append(Finding("MD303", f"{path}/{member}", f"unknown attribute {attr!r}"))
-    sound = not (findings and any(x.is_error for x in findings)) and not (refused and not refused.isdisjoint(expected))
+    sound = not any(x.is_error for x in findings) and refused.isdisjoint(expected)
     data = {k: datasets_of.lazy(f"{path}/{k}", child.dataset) for k, child in datasets.items() if k in expected}
     return Parameter(name, path, Update(meta, data, kind), sound)
 
