@@ -171,7 +171,7 @@ def test_fsck_neither_reads_nor_fills_the_cache(tmp_path, monkeypatch):
     root, _, _ = _repository(tmp_path, monkeypatch)
     _run(root, "log")
     used: list[str] = []
-    for name in ("get", "put", "get_metadata", "put_metadata"):
+    for name in ("get_walk", "put_walk", "get_metadata", "put_metadata"):
         monkeypatch.setattr(WalkCache, name, lambda self, *a, _name=name: used.append(_name))
     repo = mdiff.Repository(root)
     assert [repo.metadata(c).message for c in repo.commit_ids()] and used  # any other reader uses the cache

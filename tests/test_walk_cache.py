@@ -3,8 +3,6 @@ kept outside the repository under the commit id, and used for a file whose bytes
 
 from __future__ import annotations
 
-import base64
-import json
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +13,7 @@ import mdiff
 from mdiff.errors import RepositoryError
 from mdiff.format import reader
 from mdiff.hdf5walk.limits import DEFAULT_LIMITS, Limits
+from mdiff.format import walk_cache
 from mdiff.format.walk_cache import ENV, WalkCache
 from mdiff.isolation import isolation_supported
 
@@ -35,7 +34,10 @@ def _repository(tmp_path: Path) -> tuple[Path, list[str]]:
 
 
 def _entries(folder: Path) -> dict[str, Path]:
-    return {p.stem: p for p in folder.glob("walks/*/*/*.json")}
+    return {p.stem: p for p in folder.glob("walks/*/*/*.walk")}
+
+
+MAGIC = b"mdiff walk 1\n"  # then the 32-byte seal, then the child's compact answer
 
 
 @pytest.fixture
@@ -62,9 +64,11 @@ def test_a_checkout_walks_each_commit_once_and_then_reads_by_the_kept_walks(tmp_
     root, ids = _repository(tmp_path)
     first = mdiff.Repository(root).checkout("HEAD")
     assert children == ["vet", "vet"] and set(_entries(cache)) == set(ids)
-    entry = json.loads(_entries(cache)[ids[1]].read_text())
-    assert set(entry) == {"id", "wire", "seal"} and entry["id"] == ids[1]  # the child's compact answer, as base64
-    assert reader.Vetted.from_wire(base64.b64decode(entry["wire"])).findings == []
+    entry = _entries(cache)[ids[1]].read_bytes()
+    assert entry.startswith(MAGIC)  # the child's compact answer, as its bytes, behind the magic line and the seal
+    walk = entry[len(MAGIC) + 32:]
+    assert reader.Vetted.from_wire(walk).findings == []
+    assert WalkCache(cache).get_walk(ids[1], DEFAULT_LIMITS) == walk
     again = mdiff.Repository(root).checkout("HEAD")  # a new process's repository would do the same
     assert children == ["vet", "vet"]
     assert set(first) == set(again) == {"w", "b"} and all(np.array_equal(first[k], again[k]) for k in first)
@@ -82,13 +86,19 @@ def test_the_commit_is_hashed_before_a_kept_walk_is_used(tmp_path, monkeypatch, 
     assert excinfo.value.code == "MD800"
 
 
+def _flip_last(p: Path) -> None:
+    data = bytearray(p.read_bytes())
+    data[-1] ^= 1
+    p.write_bytes(bytes(data))
+
+
 @pytest.mark.parametrize("damage", [
-    pytest.param(lambda p: p.write_text("{not json"), id="not-json"),
-    pytest.param(lambda p: p.write_text(json.dumps({"id": p.stem, "inventory": 7, "findings": []})), id="not-a-walk"),
-    pytest.param(lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "id": "0" * 64})), id="another-id"),
+    pytest.param(lambda p: p.write_text("{not a walk"), id="garbage"),
+    pytest.param(lambda p: p.write_bytes(MAGIC + bytes(32) + b"\x00" * 64), id="not-a-walk"),
+    pytest.param(lambda p: p.write_bytes(p.read_bytes()[:len(MAGIC) + 40]), id="cut-short"),
+    pytest.param(lambda p: p.write_bytes(b"mdiff walk 2\n" + p.read_bytes()[len(MAGIC):]), id="another-magic"),
     pytest.param(lambda p: p.unlink(), id="missing"),
-    pytest.param(lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "findings": [["MD104", "/", "x"]]})),
-                 id="edited-under-its-seal"),
+    pytest.param(_flip_last, id="edited-under-its-seal"),
 ])
 def test_a_damaged_or_missing_entry_is_walked_again_and_kept_anew(tmp_path, monkeypatch, children, damage):
     cache = tmp_path / "cache"
@@ -96,11 +106,11 @@ def test_a_damaged_or_missing_entry_is_walked_again_and_kept_anew(tmp_path, monk
     root, ids = _repository(tmp_path)
     mdiff.Repository(root).checkout("HEAD")
     kept = _entries(cache)[ids[1]]
-    good = json.loads(kept.read_text())
+    good = kept.read_bytes()
     damage(kept)
     mdiff.Repository(root).checkout("HEAD")
     assert children == ["vet", "vet", "vet"]
-    assert json.loads(kept.read_text()) == good
+    assert kept.read_bytes() == good
 
 
 def test_another_commit_s_walk_under_this_id_is_not_believed(tmp_path, monkeypatch, children):
@@ -113,7 +123,7 @@ def test_another_commit_s_walk_under_this_id_is_not_believed(tmp_path, monkeypat
     root, ids = _repository(tmp_path)
     want = mdiff.Repository(root).checkout("HEAD")
     entries = _entries(cache)
-    entries[ids[1]].write_text(entries[ids[0]].read_text().replace(ids[0], ids[1]))
+    entries[ids[1]].write_bytes(entries[ids[0]].read_bytes())  # well-formed and sealed, but for the other id
     got = mdiff.Repository(root).checkout("HEAD")
     assert children == ["vet", "vet", "vet"] and all(np.array_equal(want[k], got[k]) for k in want)
     assert oct((cache / "key").stat().st_mode & 0o777) == "0o600"
@@ -121,12 +131,26 @@ def test_another_commit_s_walk_under_this_id_is_not_believed(tmp_path, monkeypat
 
 def test_other_limits_are_another_key(tmp_path):
     cache = WalkCache(tmp_path)
-    walk = {"identity": [1, 2, 3, 4], "inventory": [], "findings": []}
-    cache.put("a" * 64, DEFAULT_LIMITS, walk)
-    assert cache.get("a" * 64, DEFAULT_LIMITS) == {"inventory": [], "findings": [], "id": "a" * 64}
-    assert cache.get("a" * 64, Limits(max_objects=DEFAULT_LIMITS.max_objects + 1)) is None
-    assert cache.get("b" * 64, DEFAULT_LIMITS) is None
-    assert cache.get("../" + "a" * 61, DEFAULT_LIMITS) is None  # only a commit id names an entry
+    cache.put_walk("a" * 64, DEFAULT_LIMITS, b"the walk's bytes")
+    assert cache.get_walk("a" * 64, DEFAULT_LIMITS) == b"the walk's bytes"
+    assert cache.get_walk("a" * 64, Limits(max_objects=DEFAULT_LIMITS.max_objects + 1)) is None
+    assert cache.get_walk("b" * 64, DEFAULT_LIMITS) is None
+    assert cache.get_walk("../" + "a" * 61, DEFAULT_LIMITS) is None  # only a commit id names an entry
+
+
+def test_a_walk_is_kept_up_to_a_size_that_grows_with_the_limits(tmp_path):
+    """Issue 31: walks were base64 in JSON under a fixed 64 MiB cap, which a walk of ~1.3x10^5 parameters passed.
+    The bytes are kept as they are, up to 512 bytes an object the limits admit (512 MB by default)."""
+    cache = WalkCache(tmp_path)
+    small = Limits(max_objects=1000)  # 64 MiB at the least
+    assert walk_cache._walk_limit(small) == 64 << 20
+    assert walk_cache._walk_limit(DEFAULT_LIMITS) == 512 * DEFAULT_LIMITS.max_objects
+    walk = bytes(range(256)) * ((64 << 20) // 256)
+    cache.put_walk("c" * 64, small, walk)
+    assert cache.get_walk("c" * 64, small) == walk
+    cache.put_walk("d" * 64, small, walk + b"x")  # one byte over: not kept, not an error
+    assert cache.get_walk("d" * 64, small) is None
+    assert not list(tmp_path.glob("walks/*/dd/*"))
 
 
 @pytest.mark.parametrize("setting", ["off", ""])

@@ -4,7 +4,6 @@ each parameter's objects when it is first used (§8); data is read only when a p
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import copy
 import os
@@ -503,20 +502,20 @@ def vet(path: str | os.PathLike[str], limits: Limits, isolation: Isolation, comm
     fd, _ = _open_regular_file(path)
     try:
         if cache is not None and commit_id is not None:
-            kept = cache.get(commit_id, limits)
+            kept = cache.get_walk(commit_id, limits)
             if kept is not None:
                 try:
                     with no_collection():
-                        return Vetted.from_wire(_kept_walk(kept), _identity(fd))
+                        return Vetted.from_wire(kept, _identity(fd))
                 except ValueError:
                     pass  # not a walk this code made: walk again (and keep the new one)
         with no_collection():  # the walk's records, decoded and rebuilt: objects that are all kept (see DiffFile)
             answer = shared_worker(isolation).call("vet", fd, path, asdict(limits))
             vetted = Vetted.from_wire(answer)
-        if cache is not None and commit_id is not None and not any(x.is_error for x in vetted.findings):
-            # from_wire accepted it: the compact form's bytes (as text in the cache's JSON entry), or a dict
-            cache.put(commit_id, limits, {"wire": base64.b64encode(answer).decode("ascii")}
-                      if isinstance(answer, memoryview) else answer)
+        if (cache is not None and commit_id is not None and isinstance(answer, memoryview)
+                and not any(x.is_error for x in vetted.findings)):
+            # from_wire accepted it; a walk answered in JSON (hdf5walk/wire.py could not carry it) is not kept
+            cache.put_walk(commit_id, limits, answer)
         return vetted
     except IsolationFailure as failure:
         raise InvalidFileError("MD515", f"reading the metadata in an isolated child: {failure.reason}",
@@ -526,18 +525,6 @@ def vet(path: str | os.PathLike[str], limits: Limits, isolation: Isolation, comm
                                os.fspath(path)) from None
     finally:
         os.close(fd)
-
-
-def _kept_walk(kept: dict) -> object:
-    """What the walk cache kept (see vet) as :meth:`Vetted.from_wire` takes it; ValueError when malformed."""
-    if set(kept) - {"id"} == {"wire"}:
-        if not isinstance(kept["wire"], str):
-            raise ValueError("not a structure walk")
-        try:
-            return base64.b64decode(kept["wire"], validate=True)
-        except (ValueError, TypeError):
-            raise ValueError("not a structure walk") from None
-    return kept
 
 
 def open_file(path: str | os.PathLike[str] | RangedFile, limits: Limits = DEFAULT_LIMITS, isolation: Isolation | None = None, lazy: bool = True,

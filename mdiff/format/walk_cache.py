@@ -46,7 +46,13 @@ log = logging.getLogger(__name__)
 ENV = "MDIFF_CACHE_DIR"
 _OFF = {"off", "0", "none", "false"}
 _ID = re.compile(r"[0-9a-f]{64}")
-MAX_ENTRY_BYTES = 64 << 20  # a walk is ~1 KB a parameter: 64 MiB holds the walk of any file the default limits admit
+MAX_ENTRY_BYTES = 64 << 20  # a sealed JSON entry (a state's claims, repo/state_cache.py)
+# A kept walk is the child's compact answer (hdf5walk/wire.py): ~180 bytes an object at 10^5 parameters, each with
+# a ~300-byte update text. Any walk up to this many bytes an object the limits admit is kept (a larger one is
+# walked again each time, never refused): 512 MB under the default million objects.
+MAX_WALK_BYTES_PER_OBJECT = 512
+_WALK_MAGIC = b"mdiff walk 1\n"  # then the 32-byte seal, then the walk's bytes
+_SEAL_BYTES = 32
 MAX_METADATA_BYTES = 4 << 20  # a commit's metadata entry: its attribute's text and where it lies
 _FILE_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _warned: set[str] = set()  # the folders already warned about in this process: one warning each
@@ -91,9 +97,9 @@ def usable_root(folder: Path) -> bool:
 
 
 class WalkCache:
-    """Walks kept as JSON files ``walks/<key>/<id[:2]>/<id>.json`` under ``folder`` (the compact form of an isolated
-    child's walk, hdf5walk/wire.py, as base64 text), and commits' metadata as
-    ``metadata/<key>/<id[:2]>/<id>.json`` (None: no cache)."""
+    """Walks kept as files ``walks/<key>/<id[:2]>/<id>.walk`` under ``folder`` (the compact form of an isolated
+    child's walk, hdf5walk/wire.py, as its bytes behind a magic line and their seal), commits' metadata as
+    ``metadata/<key>/<id[:2]>/<id>.json``, and other sealed JSON entries (None: no cache)."""
 
     def __init__(self, folder: Path | None):
         self.folder = folder
@@ -106,27 +112,31 @@ class WalkCache:
         return cls(folder if folder is not None and usable_root(folder) else None)
 
     # ------------------------------------------------------------ structure walks
-    def get(self, commit_id: str, limits: Limits) -> dict | None:
-        """The walk kept for ``commit_id`` under ``limits`` (``{"wire": base64 of Vetted.to_wire's bytes}``, or the
-        JSON :meth:`Vetted.to_json` made without its identity, with the entry's ``id``), or None."""
-        entry = self._read(self._path("walks", commit_id, limits), MAX_ENTRY_BYTES)
-        if not (isinstance(entry, dict) and entry.get("id") == commit_id and isinstance(entry.get("seal"), str)):
+    def get_walk(self, commit_id: str, limits: Limits) -> bytes | None:
+        """The walk kept for ``commit_id`` under ``limits`` (the bytes of :meth:`Vetted.to_wire`), or None: missing,
+        malformed, too large, or not sealed with this cache's key for this id (another commit's, or edited)."""
+        path = self._path("walks", commit_id, limits, ".walk")
+        data = self._read_bytes(path, len(_WALK_MAGIC) + _SEAL_BYTES + _walk_limit(limits))
+        if data is None or not data.startswith(_WALK_MAGIC) or len(data) < len(_WALK_MAGIC) + _SEAL_BYTES:
             return None
         key = self._key(create=False)
-        walk = {name: value for name, value in entry.items() if name != "seal"}
-        if key is None or not hmac.compare_digest(entry["seal"], _seal(key, walk)):
-            return None  # not what this user's mdiff kept for these bytes: another file's walk, or edited
-        return walk
+        body = data[len(_WALK_MAGIC) + _SEAL_BYTES:]
+        seal = data[len(_WALK_MAGIC):len(_WALK_MAGIC) + _SEAL_BYTES]
+        if key is None or not hmac.compare_digest(seal, _walk_seal(key, commit_id, body)):
+            return None
+        return body
 
-    def put(self, commit_id: str, limits: Limits, walk: dict) -> None:
-        """Keep ``walk`` (what :meth:`Vetted.to_wire` made of a file with no error, as :meth:`get` gives it back;
-        its ``identity``, if any, dropped) for ``commit_id``, sealed with the cache's key; quietly nothing where
-        the folder cannot be written."""
-        entry = {key: value for key, value in walk.items() if key != "identity"}
-        entry["id"] = commit_id
+    def put_walk(self, commit_id: str, limits: Limits, walk: bytes | memoryview) -> None:
+        """Keep ``walk`` (the bytes :meth:`Vetted.to_wire` made of a file with no error) for ``commit_id``, sealed
+        with the cache's key and that id; quietly nothing where the folder cannot be written or the walk is
+        over the size kept."""
+        if len(walk) > _walk_limit(limits):
+            log.debug("cache: the walk of %s is %d bytes: not kept", commit_id[:12], len(walk))
+            return
         key = self._key(create=True)
-        if key is not None:
-            self._write(self._path("walks", commit_id, limits), {**entry, "seal": _seal(key, entry)})
+        path = self._path("walks", commit_id, limits, ".walk")
+        if key is not None and path is not None:
+            self._write_bytes(path, [_WALK_MAGIC, _walk_seal(key, commit_id, walk), walk])
 
     def _key(self, create: bool) -> bytes | None:
         """The cache's secret (``key``: 32 random bytes, the user's own, mode 0600), made when ``create`` and
@@ -208,8 +218,16 @@ class WalkCache:
 
     # ------------------------------------------------------------ entries
     def _read(self, path: Path | None, limit: int) -> object:
-        """The JSON of the entry at ``path``, or None: no entry, a folder on the way that is not the user's
-        own or that others may write, an entry that is not the user's, too large, or not JSON."""
+        """The JSON of the entry at ``path``, or None (see :meth:`_read_bytes`; or not JSON)."""
+        data = self._read_bytes(path, limit)
+        try:
+            return json.loads(data) if data is not None else None
+        except (ValueError, RecursionError):
+            return None
+
+    def _read_bytes(self, path: Path | None, limit: int) -> bytes | None:
+        """The bytes of the entry at ``path``, or None: no entry, a folder on the way that is not the user's
+        own or that others may write, an entry that is not the user's, or over ``limit`` bytes."""
         if path is None or not self.folders_usable(path.parent):
             return None
         try:
@@ -221,20 +239,27 @@ class WalkCache:
                 found = os.fstat(f.fileno())
                 if not stat.S_ISREG(found.st_mode) or (os.name == "posix" and found.st_uid != os.geteuid()):
                     return None
+                if found.st_size > limit:
+                    return None
                 data = f.read(limit + 1)
-            return json.loads(data) if len(data) <= limit else None
-        except (OSError, ValueError, RecursionError):
+            return data if len(data) <= limit else None
+        except OSError:
             return None
 
     def _write(self, path: Path | None, entry: dict) -> None:
+        self._write_bytes(path, [json.dumps(entry, separators=(",", ":")).encode("utf-8")])
+
+    def _write_bytes(self, path: Path | None, parts: list[bytes | memoryview]) -> None:
+        """Write ``parts`` as the entry at ``path``, whole or not at all (a temporary file renamed)."""
         if path is None:
             return
         temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
         try:
             self.make_folders(path.parent)
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _FILE_FLAGS, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(entry, f, separators=(",", ":"))
+            with os.fdopen(fd, "wb") as f:
+                for part in parts:
+                    f.write(part)
             os.replace(temp, path)
         except OSError as exc:
             log.debug("cache: cannot keep %s: %s", path.name[:12], exc)
@@ -282,12 +307,25 @@ class WalkCache:
         if not self.folders_usable(folder):
             raise OSError(f"{folder} is not a folder of the user's own")
 
-    def _path(self, kind: str, commit_id: str, limits: Limits) -> Path | None:
+    def _path(self, kind: str, commit_id: str, limits: Limits, suffix: str = ".json") -> Path | None:
         source = _source_digest()
         if self.folder is None or source is None or not _ID.fullmatch(commit_id):
             return None
         key = hashlib.sha256(json.dumps([source, asdict(limits)], sort_keys=True).encode()).hexdigest()[:16]
-        return self.folder / kind / key / commit_id[:2] / f"{commit_id}.json"
+        return self.folder / kind / key / commit_id[:2] / f"{commit_id}{suffix}"
+
+
+def _walk_limit(limits: Limits) -> int:
+    """The most bytes of a walk kept under ``limits``."""
+    return max(MAX_ENTRY_BYTES, MAX_WALK_BYTES_PER_OBJECT * limits.max_objects)
+
+
+def _walk_seal(key: bytes, commit_id: str, walk: bytes | memoryview) -> bytes:
+    """HMAC-SHA256, under the cache's key, of the commit id and the walk's bytes: a walk kept for one id is not
+    believed for another."""
+    mac = hmac.new(key, b"walk\0" + commit_id.encode("ascii") + b"\0", "sha256")
+    mac.update(walk)
+    return mac.digest()
 
 
 def _seal(key: bytes, entry: dict) -> str:

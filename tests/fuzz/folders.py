@@ -304,7 +304,7 @@ def _fill_cache(seed: Path, cache: Path, oracle: dict) -> None:
 
 
 def _cache_entries(cache: Path) -> list[Path]:
-    return sorted(p for p in cache.rglob("*.json") if p.is_file() and not p.is_symlink())
+    return sorted(p for p in cache.rglob("*") if p.suffix in (".json", ".walk") and p.is_file() and not p.is_symlink())
 
 
 def mutate_cache(cache: Path, rng: random.Random) -> list[str]:
