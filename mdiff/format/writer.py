@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -348,7 +349,7 @@ class DiffWriter:
         built_in = VERSIONS.get((update.type, version)) if type(version) is int and update.type not in self._types else None
         if built_in is not None:
             self._minor = max(self._minor, built_in.since_minor)  # version 2 of dense and sparse: 1.3 (§3.3)
-        self._write_update(self._parameters.create_group(encode_name(name), track_order=False), update)
+        self._write_update(_new_group(self._parameters, encode_name(name)), update)
 
     def add_file(self, path: str, update: Update) -> None:
         """A model folder's file (SPEC.md §5.5): ``replace`` with its bytes, or ``delete``, of a uint8 vector.
@@ -391,7 +392,7 @@ class DiffWriter:
             )
             self._chunks.put_array(dataset, array, chunks)
         else:
-            group.create_dataset(key, data=array, track_times=False)
+            _new_dataset(group, key, array)
             self._writeback.wrote(array.nbytes)
 
     def close(self) -> None:
@@ -458,6 +459,63 @@ class SealedWriter(DiffWriter):
 
 
 _HDF5_ERRNO = re.compile(r"errno = (\d+)")
+
+
+# h5py's high-level create_group and create_dataset(data=...) cost ~0.1 ms an object in Python around the libhdf5
+# calls they make: at 10^5 parameters, seconds. The writer makes those same calls with the same property lists
+# (made once), so that libhdf5 writes the same bytes (§11; a test compares them with h5py's own).
+@functools.lru_cache(maxsize=1)
+def _group_plist() -> h5py.h5p.PropGCID:
+    gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)  # create_group(track_order=False): no creation order
+    gcpl.set_obj_track_times(False)
+    return gcpl
+
+
+@functools.lru_cache(maxsize=1)
+def _dataset_plist() -> h5py.h5p.PropDCID:
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)  # create_dataset(data=..., track_times=False): contiguous
+    dcpl.set_obj_track_times(False)
+    dcpl.set_attr_creation_order(0)
+    return dcpl
+
+
+@functools.lru_cache(maxsize=2)
+def _link_plist(coding: int) -> h5py.h5p.PropLCID:
+    """h5py's link creation list for a name of this character set (ASCII where it is, else UTF-8)."""
+    from h5py._hl.base import dlcpl
+
+    lcpl = dlcpl.copy()
+    lcpl.set_char_encoding(coding)
+    return lcpl
+
+
+@functools.lru_cache(maxsize=64)
+def _file_type(dtype: np.dtype) -> h5py.h5t.TypeID:
+    return h5py.h5t.py_create(dtype, logical=1)
+
+
+def _new_group(parent: h5py.Group, name: str) -> h5py.Group:
+    """``parent.create_group(name, track_order=False)``, as libhdf5 sees it."""
+    try:
+        raw, coding = name.encode("ascii"), h5py.h5t.CSET_ASCII
+    except UnicodeEncodeError:
+        raw, coding = name.encode("utf-8"), h5py.h5t.CSET_UTF8
+    if b"/" in raw.lstrip(b"/"):  # never for an encoded name (names.py escapes "/"): h5py's own way, intermediate groups
+        return parent.create_group(name, track_order=False)
+    return h5py.Group(h5py.h5g.create(parent.id, raw, lcpl=_link_plist(coding), gcpl=_group_plist()))
+
+
+def _new_dataset(group: h5py.Group, key: str, array: np.ndarray) -> None:
+    """``group.create_dataset(key, data=array, track_times=False)`` (contiguous), as libhdf5 sees it."""
+    if array.dtype.kind not in "biuf" or array.dtype.metadata:  # strings, enums, h5py's special types: h5py's way
+        group.create_dataset(key, data=array, track_times=False)
+        return
+    space = h5py.h5s.create_simple(array.shape)
+    dataset = h5py.h5d.create(group.id, key.encode("ascii"), _file_type(array.dtype), space, dcpl=_dataset_plist())
+    try:
+        dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, array)
+    finally:
+        dataset.close()
 
 
 def _os_error(exc: BaseException, path: Path) -> BaseException:
