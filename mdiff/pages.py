@@ -78,6 +78,12 @@ def no_huge_pages() -> Iterator[None]:
                 _before = None
 
 
+def _anonymous(nbytes: int) -> mmap.mmap:
+    """Private anonymous memory (``mmap.mmap(-1, n)`` alone maps it shared: shmem, whose first touch of a page
+    costs ~1.5× a private one's — 256 MiB in a fresh process, 0.16–0.43 s of CPU against 0.11–0.17 s here)."""
+    return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+
+
 def fresh_array(shape: tuple[int, ...], dtype: np.dtype, name: str) -> np.ndarray:
     """An uninitialised array for a value, from anonymous memory of its own when it is at least HUGEPAGE_BYTES:
     numpy asks the kernel for transparent huge pages there (madvise), and where free memory is fragmented a
@@ -89,7 +95,7 @@ def fresh_array(shape: tuple[int, ...], dtype: np.dtype, name: str) -> np.ndarra
     try:
         if math.prod(shape) * dtype.itemsize < HUGEPAGE_BYTES:
             return np.empty(shape, dtype)
-        return np.frombuffer(mmap.mmap(-1, math.prod(shape) * dtype.itemsize), dtype).reshape(shape)
+        return np.frombuffer(_anonymous(math.prod(shape) * dtype.itemsize), dtype).reshape(shape)
     except (OSError, ValueError, OverflowError, TypeError) as exc:
         raise LimitError("MD508", f"a tensor of shape {list(shape)} cannot be allocated: {exc}", name) from None
 
@@ -146,7 +152,7 @@ def recycled_array(shape: tuple[int, ...], dtype: np.dtype | type, name: str = "
             else:
                 counts["made"] += 1
         if buffer is None:
-            buffer = mmap.mmap(-1, nbytes)
+            buffer = _anonymous(nbytes)
         owner = np.frombuffer(buffer, np.uint8)  # every view of the result keeps this one alive
         weakref.finalize(owner, _give_back, buffer)
         return owner.view(dtype).reshape(shape)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -60,3 +61,20 @@ def test_two_threads_leave_it_as_it_was():
     for t in threads:
         t.join(10)
     assert advice() is True
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+@pytest.mark.parametrize("make", ["fresh", "recycled"])
+def test_a_value_s_memory_is_private_a_forked_child_s_writes_stay_its_own(make):
+    """fresh_array and recycled_array map private memory (MAP_PRIVATE): a child forked meanwhile (the isolated
+    walk forks) writes its own copy, and a first touch costs a private page's fault, not shmem's."""
+    with pages.recycling():
+        value = (pages.fresh_array((1 << 20,), np.dtype(np.uint32), "w") if make == "fresh"
+                 else pages.recycled_array((1 << 20,), np.uint32, "w"))
+        value[:] = 7
+        pid = os.fork()
+        if pid == 0:  # the child: write, and leave at once
+            value[:] = 9
+            os._exit(0)
+        assert os.waitpid(pid, 0)[1] == 0
+        assert int(value.min()) == int(value.max()) == 7

@@ -14,6 +14,7 @@ import mdiff
 from mdiff.engines import apply_update
 from mdiff.errors import InvalidFileError
 from mdiff.hdf5walk.limits import DEFAULT_LIMITS
+from mdiff.format import chunk_reader
 from mdiff.format.chunk_reader import PlannedDataset, fletcher32
 from mdiff.hdf5walk.storage import Chunk, coverage_problem, plan_for
 from mdiff.hdf5walk.walk import inspect_structure
@@ -210,9 +211,15 @@ def _rewrite_chunk(path, stored: bytes):
         fh.write(stored + bytes(size - len(stored)))
 
 
+@pytest.mark.parametrize("runs", [False, True], ids=["ISA-L", "zlib-ng"])
 @pytest.mark.parametrize("what", ["not deflate", "inflates short", "inflates long"])
-def test_chunks_that_do_not_inflate_to_their_size_are_md513(tmp_path, what):
+def test_chunks_that_do_not_inflate_to_their_size_are_md513(tmp_path, what, runs):
+    """By either inflater (chunk_reader._inflater): zlib-ng's where the stored chunk is a small part of its
+    size (mostly runs), ISA-L's elsewhere."""
     array = _data((256, 64), "<f4")
+    if runs:
+        array = np.zeros_like(array)
+        array[::16, 0] = 1.5
     path = tmp_path / "f.h5"
     _dataset_file(path, array, (128, 64), ("gzip",))
     chunk_bytes = 128 * 64 * 4
@@ -222,10 +229,27 @@ def test_chunks_that_do_not_inflate_to_their_size_are_md513(tmp_path, what):
         "inflates long": zlib.compress(bytes(chunk_bytes + 4)),
     }[what]
     _rewrite_chunk(path, stream)
+    before = chunk_reader.counts["runs"]
     f, plan = _planned(path)
     with f, pytest.raises(InvalidFileError) as info:
         PlannedDataset(f["d"], plan, f.id.get_vfd_handle()).read_direct(np.empty(array.shape, array.dtype))
     assert info.value.code == "MD513"
+    assert chunk_reader.counts["runs"] - before == runs
+
+
+def test_streams_of_runs_inflate_with_zlib_ng_the_others_with_isa_l_to_the_same_bytes(tmp_path):
+    """A chunk that inflates to RUNS_RATIO× its stored size or more (a sparse update's 8-byte gaps: most planes
+    zeros) is inflated by zlib-ng, faster there; a float chunk by ISA-L: each dataset reads back exactly."""
+    rng = np.random.default_rng(8)
+    gaps = rng.integers(0, 300, 40000).astype("<u8")  # six of eight planes zeros once shuffled
+    floats = rng.standard_normal(40000).astype("<f4")
+    for name, array, runs in (("gaps", gaps, 1), ("floats", floats, 0)):
+        path = tmp_path / f"{name}.h5"
+        _dataset_file(path, array, (40000,), ("shuffle", "gzip"))
+        before = chunk_reader.counts["runs"]
+        ours, _ = _read_both(path)
+        assert ours.tobytes() == array.tobytes()
+        assert chunk_reader.counts["runs"] - before == runs
 
 
 def test_a_stream_whose_end_follows_the_last_byte_is_complete(tmp_path):

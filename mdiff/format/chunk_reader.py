@@ -70,6 +70,12 @@ try:  # ISA-L inflates the same streams ~1.5× faster than zlib; zlib is the fal
     from isal import isal_zlib as _inflate_lib
 except ImportError:  # pragma: no cover - isal is a dependency; kept for platforms without a wheel
     _inflate_lib = _zlib
+_runs_lib: ModuleType | None
+try:  # zlib-ng inflates long runs (matches at distance 1) faster than ISA-L, the rest slower (see _inflater)
+    from zlib_ng import zlib_ng as _runs_lib
+except ImportError:  # pragma: no cover - zlib-ng is a dependency (the writer's deflate); ISA-L then inflates all
+    _runs_lib = None
+RUNS_RATIO = 4  # a stream that inflates to this many times its size or more is mostly runs: zlib-ng's
 
 _PARALLEL_BYTES = 4 << 20  # below this, a thread pool costs more than it saves
 _FLETCHER_BYTES = 4
@@ -451,7 +457,7 @@ def _unshuffle(array: np.ndarray, itemsize: int) -> np.ndarray:
 
 def _inflate(data: np.ndarray, expected: int, offset: tuple[int, ...], name: str) -> bytes:
     """The stream inflated into at most ``expected`` bytes: output past that is never made (MD513)."""
-    inflater = _inflate_lib.decompressobj()
+    inflater = _inflater(data.size, expected)
     try:
         out = inflater.decompress(data, expected)
         if not inflater.eof:  # output stopped at ``expected``: the rest may only end the stream
@@ -459,9 +465,23 @@ def _inflate(data: np.ndarray, expected: int, offset: tuple[int, ...], name: str
                 raise InvalidFileError("MD513", f"chunk {offset} inflates to more than {expected} bytes", name)
         if not inflater.eof:
             raise InvalidFileError("MD513", f"chunk {offset} is not a complete deflate stream", name)
-    except (_zlib.error, getattr(_inflate_lib, "error", _zlib.error)) as exc:
+    except (_zlib.error, getattr(_inflate_lib, "error", _zlib.error), getattr(_runs_lib, "error", _zlib.error)) as exc:
         raise InvalidFileError("MD513", f"chunk {offset} does not inflate: {exc}", name) from None
     return out
+
+
+def _inflater(stored: int, expected: int) -> Any:
+    """A decompressor for a stream of ``stored`` bytes that inflates to at most ``expected``: zlib-ng's where it
+    expands RUNS_RATIO-fold or more (mostly runs: a sparse update's 8-byte gaps, six of their eight planes zeros,
+    inflate 1.4–1.8× faster — 46 KB → 334 KB: 0.25 ms with ISA-L, 0.13–0.18 ms with zlib-ng), ISA-L's elsewhere
+    (a float32 chunk, 1.2-fold: ISA-L 1.3–1.6× faster). The same bytes either way (both inflate deflate)."""
+    if _runs_lib is not None and expected >= RUNS_RATIO * stored:
+        counts["runs"] += 1
+        return _runs_lib.decompressobj()
+    return _inflate_lib.decompressobj()
+
+
+counts = {"runs": 0}  # streams inflated by zlib-ng (tests)
 
 
 _FLETCHER_BLOCK = 360  # libhdf5 folds its sums every 360 16-bit words (H5_checksum_fletcher32)

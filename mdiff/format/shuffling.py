@@ -69,8 +69,9 @@ def unshuffle_into(by_plane: np.ndarray, target: np.ndarray) -> None:
 
 def _unshuffle_block(by_plane: np.ndarray, words: np.ndarray, scratch: np.ndarray) -> None:
     # planes of zeros add nothing (a sparse update's 8-byte gaps: most of their high planes); a plane's
-    # max is a fraction of the shift and or it saves
-    planes = [byte for byte in range(by_plane.shape[0]) if by_plane[byte].max()]
+    # max is a fraction of the shift and or it saves, and every plane's in one call a fraction of one call
+    # each (a block of 64 Ki float32: 5.4 against 9.7 µs; of 32 Ki 8-byte gaps: 2.9 against 10.6 µs)
+    planes = np.flatnonzero(by_plane.max(axis=1)).tolist()
     if not planes:
         words.fill(0)
         return
