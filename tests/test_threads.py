@@ -263,3 +263,68 @@ def test_the_change_statistic_of_a_large_tensor_is_the_same_on_any_number_of_thr
     wide_old, wide_new = old.astype(np.float64), new.astype(np.float64)
     expected = np.linalg.norm(wide_new - wide_old) / np.linalg.norm(wide_old)
     assert found[2] == pytest.approx(expected, rel=1e-3)
+
+
+@pytest.mark.parametrize("elements, tasks", [(4, 0), (16383, 0), (16384, 2)])
+def test_a_small_tensor_s_hashes_are_made_on_the_caller_s_thread(monkeypatch, elements, tasks):
+    """A model of 10^5 small parameters: two pool tasks a diff (its two sha256) cost more than the hashes. Under
+    64 KiB a tensor is hashed where it is diffed, once it is known to have changed; the update is the same."""
+    from mdiff import threads
+    from mdiff.diffing import diff_tensor
+    from mdiff.updates.base import sha256_hex
+
+    old = np.arange(elements, dtype=np.float32)
+    new = old + np.float32(1)
+    submitted: list[object] = []
+    pool = threads.shared_pool()
+    real = type(pool).submit
+    monkeypatch.setattr(type(pool), "submit", lambda self, fn, *a, **k: submitted.append(fn) or real(self, fn, *a, **k))
+    update = diff_tensor(old, new)
+    assert submitted.count(sha256_hex) == tasks
+    assert update.meta["sha256"] == sha256_hex(new) and update.meta["base_sha256"] == sha256_hex(old)
+    assert diff_tensor(old, old.copy()) is None
+
+
+def test_one_ahead_hands_small_results_over_in_batches_and_a_large_one_alone(monkeypatch):
+    """Per item, a hand-over to the ahead thread cost ~10 µs each side: 10^5 small parameters, ~2 s. While results
+    are small, batches double up to AHEAD_BATCH; a large result starts them again at one. Order, values and the
+    one ahead thread are as before."""
+    import threading
+
+    from mdiff.threads import AHEAD_BATCH, one_ahead
+
+    batches: list[int] = []
+    real = threads._work_through
+    monkeypatch.setattr(threads, "_work_through", lambda chunk, work: batches.append(len(chunk)) or real(chunk, work))
+    threads_seen: set[int] = set()
+
+    def work(item: int) -> int:
+        threads_seen.add(threading.get_ident())
+        return 1000 if item == 150 else item  # item 150's result is "large"
+
+    handed = []
+    for item, result in one_ahead(range(300), work, small=lambda r: r < 1000):
+        handed.append(item)
+        assert result == (1000 if item == 150 else item)
+    assert handed == list(range(300)) and len(threads_seen) == 1 and threading.get_ident() not in threads_seen
+    # a batch is sized by the results of the one handed over before it is sent (another is in flight by then):
+    # items 128-191 hold the large result, 192-255 were on their way, and the batches after start at one again
+    assert AHEAD_BATCH == 64 and batches == [1, 1, 2, 4, 8, 16, 32, 64, 64, 64, 1, 2, 4, 8, 16, 13]
+    assert sum(batches) == 300
+    batches.clear()
+    assert [item for item, _ in one_ahead(range(5), work)] == list(range(5)) and batches == [1] * 5  # no `small`
+
+
+def test_one_ahead_hands_over_the_results_before_an_error_then_raises_it():
+    from mdiff.threads import one_ahead
+
+    def work(item: int) -> int:
+        if item == 37:
+            raise KeyError(item)
+        return item
+
+    handed = []
+    with pytest.raises(KeyError):
+        for item, _ in one_ahead(range(100), work, small=lambda r: True):
+            handed.append(item)
+    assert handed == list(range(37))

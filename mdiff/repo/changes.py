@@ -145,6 +145,13 @@ def masked_update(old: np.ndarray, new: np.ndarray, mask: np.ndarray) -> Update:
     return update
 
 
+SMALL_BYTES = 64 << 10  # what one_ahead may hold several of at once
+
+
+def _small_update(update: Update | None) -> bool:
+    return update is None or sum(np.asarray(array).nbytes for array in update.data.values()) < SMALL_BYTES
+
+
 def updates_between(old: Mapping[str, np.ndarray], new: Mapping, explicit: Mapping[str, Update] = {},
                     masks: Mapping[str, np.ndarray] = {}, inexact: frozenset[str] = frozenset(),
                     names: Iterable[str] | None = None, done: Callable[[str], None] | None = None,
@@ -180,7 +187,7 @@ def updates_between(old: Mapping[str, np.ndarray], new: Mapping, explicit: Mappi
         return update
 
     order = sorted(set(old) | set(new) | set(explicit)) if names is None else sorted(names)
-    for name, update in one_ahead(order, update_of):
+    for name, update in one_ahead(order, update_of, small=_small_update):
         if done is not None:
             done(name)
         if update is not None:

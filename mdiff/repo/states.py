@@ -63,9 +63,14 @@ class CommitSource(Protocol):
     def remember_inexact(self, commit_id: str, names: frozenset[str]) -> None: ...
 
 _FOLD_AHEAD_BYTES = 32 << 20  # of a run's updates read ahead while it is folded (small sparse ones keep every core busy)
+_SMALL_VALUE_BYTES = 64 << 10  # values one_ahead may hold several of at once (many small parameters)
 _KEEP_OPEN = 128  # commit files a walk keeps open (the newest): the others are read, closed, reopened if needed
 
 logger = logging.getLogger(__name__)
+
+
+def _small_value(value: np.ndarray) -> bool:
+    return value.nbytes < _SMALL_VALUE_BYTES
 
 
 class SnapshotUnusable(Exception):
@@ -290,7 +295,7 @@ class StateView(CheckpointReader):
         done = ByteCounter(progress, ((name, tensor_bytes(self, name)) for name in names) if progress else ())
         if output is None:
             result: dict[str, Any] = {}
-            with contextlib.closing(one_ahead(names, self.read)) as values:  # the next read while this one is kept
+            with contextlib.closing(one_ahead(names, self.read, small=_small_value)) as values:  # the next read while this one is kept
                 for name, value in values:
                     result[name] = to_framework(value, framework)
                     done(name)
@@ -299,7 +304,7 @@ class StateView(CheckpointReader):
         entries = [(name, *self.spec(name)) for name in names]
         layout = self.layout
         order = write_order(output, entries, layout, max_shard_size, weights_format)
-        with contextlib.closing(one_ahead(order, self.read)) as values:
+        with contextlib.closing(one_ahead(order, self.read, small=_small_value)) as values:
 
             def fetch(name: str) -> np.ndarray:  # the next tensor is read while the writer writes this one
                 ahead_name, value = next(values)
