@@ -348,3 +348,45 @@ def test_a_model_folder_s_files_are_checked_too(repo, tmp_path):
         assert view.snapshot is None and "config.json" in view.rejected[cid][1]
         assert view.files["config.json"] == b'{"hidden": 6}\n'
     assert [f.code for f in repo.fsck()] == ["MD807"]
+
+
+def test_a_snapshot_from_the_checkpoint_committed_hashes_each_value_once(tmp_path, monkeypatch):
+    """The commit that writes a snapshot (§13.5) proves each value it takes from the checkpoint against the state's
+    sha256 (repo/parent_values.py): that digest is the `replace` update's, not computed a second time (issue 32,
+    session 6: one sha256 of the whole state less on the snapshot's serial path) — the same file, byte for byte,
+    as the one written from the history, where each value is hashed as it is encoded."""
+    pytest.importorskip("safetensors")
+    from safetensors.numpy import save_file
+
+    from mdiff.repo import parent_values, snapshots
+    from mdiff.updates import replace
+    from tests.helpers import drifting_states
+
+    monkeypatch.setenv("MDIFF_CACHE_DIR", "off")
+    hashed: dict[str, list[int]] = {"proved": [], "encoded": []}
+    for module, key in ((parent_values, "proved"), (replace, "encoded")):
+        def counted(array, real=module.sha256_hex, key=key):
+            hashed[key].append(array.nbytes)
+            return real(array)
+        monkeypatch.setattr(module, "sha256_hex", counted)
+    repo = Repository.init(tmp_path / "r")
+    ids = []
+    for i, state in enumerate(drifting_states(8, 7)):
+        path = tmp_path / f"checkpoint-{i}.safetensors"
+        save_file(state, str(path))
+        for values in hashed.values():
+            values.clear()
+        ids.append(repo.commit(str(path), f"v{i}", date=DATE))
+    assert [cid for cid in ids if repo.snapshot_path(cid).is_file()] == [ids[7]]
+    # the parent's three values and the snapshot's three, each proved once; none hashed again to be encoded (what
+    # is: the checkpoint's layout, its few bytes of header as the snapshot's `replace`, §5.6)
+    assert hashed["proved"] == [32 * 16 * 4] * 6
+    with repo.open_state(ids[7]) as view:
+        assert hashed["encoded"] == [len(view.layout_bytes)]
+    written = repo.snapshot_path(ids[7]).read_bytes()
+    snapshots.drop_snapshot(repo, ids[7])
+    hashed["encoded"].clear()
+    with repo.open_state(ids[7]) as view:
+        repo.write_snapshot(ids[7], view)  # from the history: each value hashed as it is encoded
+        assert hashed["encoded"] == [32 * 16 * 4] * 3 + [len(view.layout_bytes)]
+    assert repo.snapshot_path(ids[7]).read_bytes() == written
