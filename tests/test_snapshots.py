@@ -390,3 +390,38 @@ def test_a_snapshot_from_the_checkpoint_committed_hashes_each_value_once(tmp_pat
         repo.write_snapshot(ids[7], view)  # from the history: each value hashed as it is encoded
         assert hashed["encoded"] == [32 * 16 * 4] * 3 + [len(view.layout_bytes)]
     assert repo.snapshot_path(ids[7]).read_bytes() == written
+
+
+def test_a_snapshot_whose_value_the_new_state_lacks_is_written_from_the_walk(tmp_path, monkeypatch):
+    """A masked commit's values are not the state dict's (§13.4): the snapshot's writer, reading ahead on a thread of
+    its own, meets a value only the state's walk has; the half-written file goes and the snapshot is written again
+    from the walk — the same bytes as from the history, no temporary file left."""
+    from mdiff.repo import snapshots, state_cache
+    from tests.helpers import drifting_states
+
+    monkeypatch.setenv("MDIFF_CACHE_DIR", str(tmp_path / "cache"))
+    walks_needed: list[str] = []
+    view = state_cache.KnownState.view
+
+    def counted(self):
+        import threading
+        walks_needed.append(threading.current_thread().name)
+        return view(self)
+
+    monkeypatch.setattr(state_cache.KnownState, "view", counted)
+    repo = Repository.init(tmp_path / "r")
+    ids = []
+    for i, state in enumerate(drifting_states(8, 3)):
+        masks = None
+        if i == 7:
+            masks = {name: np.ones(value.shape, bool) for name, value in state.items()}
+            masks["a"][0, 0] = False
+        ids.append(repo.commit(state, f"v{i}", date=DATE, masks=masks))
+    assert [cid for cid in ids if repo.snapshot_path(cid).is_file()] == [ids[7]]
+    assert walks_needed == ["mdiff-ahead_0"]  # "a": the value committed is not the state dict's
+    assert [p.name for p in (tmp_path / "r" / ".mdiff" / "snapshots").iterdir() if p.name.startswith(".")] == []
+    written = repo.snapshot_path(ids[7]).read_bytes()
+    snapshots.drop_snapshot(repo, ids[7])
+    with repo.open_state(ids[7]) as state_view:
+        repo.write_snapshot(ids[7], state_view)
+    assert repo.snapshot_path(ids[7]).read_bytes() == written
