@@ -418,7 +418,9 @@ def test_a_snapshot_whose_value_the_new_state_lacks_is_written_from_the_walk(tmp
             masks["a"][0, 0] = False
         ids.append(repo.commit(state, f"v{i}", date=DATE, masks=masks))
     assert [cid for cid in ids if repo.snapshot_path(cid).is_file()] == [ids[7]]
-    assert walks_needed == ["mdiff-ahead_0"]  # "a": the value committed is not the state dict's
+    # "a": the value committed is not the state dict's; "b", read ahead, may have met the same before "a"'s error
+    # stopped the reading (ParentValues stops trusting the dict after one value that is not the state's)
+    assert walks_needed[:1] == ["mdiff-ahead_0"] and set(walks_needed) == {"mdiff-ahead_0"} and len(walks_needed) <= 2
     assert [p.name for p in (tmp_path / "r" / ".mdiff" / "snapshots").iterdir() if p.name.startswith(".")] == []
     written = repo.snapshot_path(ids[7]).read_bytes()
     snapshots.drop_snapshot(repo, ids[7])
