@@ -348,3 +348,82 @@ def test_a_model_folder_s_files_are_checked_too(repo, tmp_path):
         assert view.snapshot is None and "config.json" in view.rejected[cid][1]
         assert view.files["config.json"] == b'{"hidden": 6}\n'
     assert [f.code for f in repo.fsck()] == ["MD807"]
+
+
+def test_a_snapshot_from_the_checkpoint_committed_hashes_each_value_once(tmp_path, monkeypatch):
+    """The commit that writes a snapshot (§13.5) proves each value it takes from the checkpoint against the state's
+    sha256 (repo/parent_values.py): that digest is the `replace` update's, not computed a second time (issue 32,
+    session 6: one sha256 of the whole state less on the snapshot's serial path) — the same file, byte for byte,
+    as the one written from the history, where each value is hashed as it is encoded."""
+    pytest.importorskip("safetensors")
+    from safetensors.numpy import save_file
+
+    from mdiff.repo import parent_values, snapshots
+    from mdiff.updates import replace
+    from tests.helpers import drifting_states
+
+    monkeypatch.setenv("MDIFF_CACHE_DIR", "off")
+    hashed: dict[str, list[int]] = {"proved": [], "encoded": []}
+    for module, key in ((parent_values, "proved"), (replace, "encoded")):
+        def counted(array, real=module.sha256_hex, key=key):
+            hashed[key].append(array.nbytes)
+            return real(array)
+        monkeypatch.setattr(module, "sha256_hex", counted)
+    repo = Repository.init(tmp_path / "r")
+    ids = []
+    for i, state in enumerate(drifting_states(8, 7)):
+        path = tmp_path / f"checkpoint-{i}.safetensors"
+        save_file(state, str(path))
+        for values in hashed.values():
+            values.clear()
+        ids.append(repo.commit(str(path), f"v{i}", date=DATE))
+    assert [cid for cid in ids if repo.snapshot_path(cid).is_file()] == [ids[7]]
+    # the parent's three values and the snapshot's three, each proved once; none hashed again to be encoded (what
+    # is: the checkpoint's layout, its few bytes of header as the snapshot's `replace`, §5.6)
+    assert hashed["proved"] == [32 * 16 * 4] * 6
+    with repo.open_state(ids[7]) as view:
+        assert hashed["encoded"] == [len(view.layout_bytes)]
+    written = repo.snapshot_path(ids[7]).read_bytes()
+    snapshots.drop_snapshot(repo, ids[7])
+    hashed["encoded"].clear()
+    with repo.open_state(ids[7]) as view:
+        repo.write_snapshot(ids[7], view)  # from the history: each value hashed as it is encoded
+        assert hashed["encoded"] == [32 * 16 * 4] * 3 + [len(view.layout_bytes)]
+    assert repo.snapshot_path(ids[7]).read_bytes() == written
+
+
+def test_a_snapshot_whose_value_the_new_state_lacks_is_written_from_the_walk(tmp_path, monkeypatch):
+    """A masked commit's values are not the state dict's (§13.4): the snapshot's writer, reading ahead on a thread of
+    its own, meets a value only the state's walk has; the half-written file goes and the snapshot is written again
+    from the walk — the same bytes as from the history, no temporary file left."""
+    from mdiff.repo import snapshots, state_cache
+    from tests.helpers import drifting_states
+
+    monkeypatch.setenv("MDIFF_CACHE_DIR", str(tmp_path / "cache"))
+    walks_needed: list[str] = []
+    view = state_cache.KnownState.view
+
+    def counted(self):
+        import threading
+        walks_needed.append(threading.current_thread().name)
+        return view(self)
+
+    monkeypatch.setattr(state_cache.KnownState, "view", counted)
+    repo = Repository.init(tmp_path / "r")
+    ids = []
+    for i, state in enumerate(drifting_states(8, 3)):
+        masks = None
+        if i == 7:
+            masks = {name: np.ones(value.shape, bool) for name, value in state.items()}
+            masks["a"][0, 0] = False
+        ids.append(repo.commit(state, f"v{i}", date=DATE, masks=masks))
+    assert [cid for cid in ids if repo.snapshot_path(cid).is_file()] == [ids[7]]
+    # "a": the value committed is not the state dict's; "b", read ahead, may have met the same before "a"'s error
+    # stopped the reading (ParentValues stops trusting the dict after one value that is not the state's)
+    assert walks_needed[:1] == ["mdiff-ahead_0"] and set(walks_needed) == {"mdiff-ahead_0"} and len(walks_needed) <= 2
+    assert [p.name for p in (tmp_path / "r" / ".mdiff" / "snapshots").iterdir() if p.name.startswith(".")] == []
+    written = repo.snapshot_path(ids[7]).read_bytes()
+    snapshots.drop_snapshot(repo, ids[7])
+    with repo.open_state(ids[7]) as state_view:
+        repo.write_snapshot(ids[7], state_view)
+    assert repo.snapshot_path(ids[7]).read_bytes() == written

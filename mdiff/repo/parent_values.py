@@ -65,17 +65,22 @@ class ParentValues(Mapping[str, np.ndarray]):
         self._sha256 = {name: sha256 for name, (_, _, sha256) in view.claims.parameters.items()}
 
     def __getitem__(self, name: str) -> np.ndarray:
+        return self.checked(name)[0]
+
+    def checked(self, name: str) -> tuple[np.ndarray, str | None]:
+        """The value of ``name``, and the sha256 just computed from its bytes where the predecessor gave it (None
+        where the view did): a snapshot's writer takes that as the value's, instead of hashing it again."""
         expected = self._sha256.get(name)
         if self._predecessor is not None and expected is not None and name in self._predecessor:
             try:
                 value = canonical(np.asarray(self._predecessor[name]))
                 if (value.shape, dtype_of(value)) == self.view.spec(name) and sha256_hex(value) == expected:
-                    return value
+                    return value, expected
                 log.debug("%s in the last committed checkpoint is not the parent's: it changed since", name)
             except (MdiffError, OSError, ValueError, KeyError) as exc:  # changed or gone: the history has the value
                 log.debug("parent value of %s not read from the last checkpoint: %s", name, exc)
             self._predecessor = None  # one value changed since: the others most likely too, each a wasted hash
-        return self.view[name]
+        return self.view[name], None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.view.keys())

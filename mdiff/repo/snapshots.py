@@ -8,6 +8,7 @@ SNAPSHOT_REPLAY_FACTOR).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, ContextManager
 
@@ -19,6 +20,7 @@ from mdiff.format import canonical_json
 from mdiff.format.commit import Commit
 from mdiff.format.writer import DiffWriter
 from mdiff.repo.store import Store
+from mdiff.threads import one_ahead
 from mdiff.updates import replace
 
 if TYPE_CHECKING:
@@ -85,10 +87,16 @@ def write_snapshot(store: Store, commit_id: str, state: Mapping[str, np.ndarray]
                   meta={"snapshot_of": commit_id, **({"inexact": canonical_json.dumps(inexact)} if inexact else {})})
     files = getattr(state, "files", None) or {}
     layout_bytes = getattr(state, "layout_bytes", None)
+    # a value with the sha256 its source just proved it has (ParentValues: a checkpoint's, hashed against the state's)
+    # is not hashed again; the next value is read (and hashed) on a thread of its own while this one is written
+    checked = getattr(state, "checked", None)
+    read: Callable[[str], tuple[np.ndarray, str | None]] = checked if checked is not None else lambda n: (state[n], None)
     # DiffWriter writes a hidden temporary file beside the target and renames it into place when whole
-    with DiffWriter(store.snapshot_path(commit_id), meta, "gzip") as writer:
-        for name in sorted(state):
-            writer.add(name, replace.encode(state[name]))
+    with DiffWriter(store.snapshot_path(commit_id), meta, "gzip") as writer, \
+            contextlib.closing(one_ahead(sorted(state), read)) as values:
+        for name, (value, sha256) in values:
+            writer.add(name, replace.encode(value, sha256))
+            del value  # not kept while the next is read: its chunks in flight hold what they need
         for path in sorted(files):
             writer.add_file(path, replace.encode(np.frombuffer(files[path], np.uint8)))
         if layout_bytes is not None:

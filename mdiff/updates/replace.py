@@ -21,9 +21,12 @@ from mdiff.updates.base import (
 NAME = "replace"
 
 
-def encode(new: np.ndarray) -> Update:
+def encode(new: np.ndarray, sha256: str | None = None) -> Update:
+    """The update whose value is ``new``; ``sha256``: the value's, where the caller has just computed it from
+    these very bytes (a snapshot's writer, from the values it proved, repo/snapshots.py) — else hashed here."""
     dt = dtype_of(new)
-    meta = {"type": NAME, "version": 1, "shape": list(new.shape), "dtype": dt.name, "sha256": sha256_hex(new)}
+    meta = {"type": NAME, "version": 1, "shape": list(new.shape), "dtype": dt.name,
+            "sha256": sha256 if sha256 is not None else sha256_hex(new)}
     return Update(meta, {"value": to_storage(new, dt)})
 
 
