@@ -115,6 +115,10 @@ def _apply_open(base_path, diff_path, out_path, progress: Progress | None, limit
     from mdiff.checkpoints import is_folder_output, open_checkpoint, save_state, write_order
     from mdiff.format.reader import open_diff
 
+    if isolation is not None:  # the child that reads the diff forked before the base's header is read (isolation.py)
+        from mdiff.isolation import shared_worker
+
+        shared_worker(isolation).start()
     with open_checkpoint(base_path) as base, open_diff(diff_path, limits, isolation) as diff:
         updates = {name: diff[name] for name in diff}  # looked up several times each: once from the file
         entries = plan({name: base.spec(name) for name in base.keys()}, updates)

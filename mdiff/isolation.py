@@ -283,6 +283,18 @@ class Worker:
         with self._lock:
             self._stop()
 
+    def start(self) -> None:
+        """Fork the child now unless it runs: a caller about to make large structures (apply's base header) forks
+        it first, so that the child shares none of their pages and their first writes here copy none. Where it
+        cannot be forked, the next :meth:`call` meets that again and says so."""
+        with self._lock:
+            if self._process is None or not self._process.is_alive():
+                self._stop()
+                try:
+                    self._start()
+                except (IsolationFailure, OSError):
+                    self._process = self._socket = None
+
     def call(self, name: str, fd: int, path: str | os.PathLike[str], *args: Any) -> Any:
         """Task ``name`` on the file open as ``fd`` here (named ``path`` where the child cannot name the
         descriptor itself), with ``args``: its JSON answer, or its error."""
