@@ -42,10 +42,11 @@ def plan(base_specs: Mapping[str, tuple[tuple[int, ...], DType]], diff: Mapping[
                 check_base(given, spec, name)
         if meta["type"] != "delete":
             new[name] = (shape, dt)
-    names = set(base_specs)
-    names.update(diff)
+    names = list(base_specs)  # in name order already, as a reader's keys() are: sorted() then only checks it
+    names += [name for name in diff if name not in base_specs]
+    names.sort()
     entries = []
-    for name in sorted(names):
+    for name in names:
         entry = new.get(name)
         if entry is not None:
             entries.append((name, entry[0], entry[1]))
@@ -125,7 +126,8 @@ def _apply_open(base_path, diff_path, out_path, progress: Progress | None, limit
         files = applied_files(base.files, diff.files) if is_folder_output(out_path) else {}
         layout = diff.read_layout() if diff.layout is not None else base.layout
         order = write_order(out_path, entries, layout, max_shard_size)
-        done = ByteCounter(progress, ((name, math.prod(shape) * dt.itemsize) for name, shape, dt in entries))
+        done = None if progress is None else ByteCounter(
+            progress, ((name, math.prod(shape) * dt.itemsize) for name, shape, dt in entries))
         # Each result is hashed on another core while the next one is made and written; the
         # output takes its name only once every hash has matched.
         checks: deque[Future] = deque()
@@ -135,7 +137,8 @@ def _apply_open(base_path, diff_path, out_path, progress: Progress | None, limit
         ahead = read_ahead((name, updates[name]) for name in order if name in updates and name not in batches)
 
         def fetch(name: str) -> np.ndarray:
-            done(name)  # as it is handed to the writer
+            if done is not None:
+                done(name)  # as it is handed to the writer
             batch = batches.get(name)
             if batch is not None:
                 if batch.results is None and not batch.failed:
