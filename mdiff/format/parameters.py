@@ -311,12 +311,11 @@ def _parse_group(name: str, path: str, info: ObjectInfo, datasets_of: "Datasets"
     if template is not None and len(children) == 1 and len(kind.datasets) == 1:
         # the usual group of an `update` seen before (10^5 experts): its one dataset, without attributes, of the
         # shape and dtype its template's layout accepts — what the checks below find of it, in fewer steps
-        (member, child), = children.items()
-        dataset = child.dataset
-        if member == kind.datasets[0] and child.kind == "dataset" and dataset is not None and not child.attrs \
-                and not template.layout(meta, {member: (dataset.shape, dataset.dtype)}):
-            return Parameter(name, path, Update(meta, {member: datasets_of.lazy(f"{path}/{member}", dataset)}, kind),
-                             True)
+        (only, member_info), = children.items()
+        info_of = member_info.dataset
+        if only == kind.datasets[0] and member_info.kind == "dataset" and info_of is not None and not member_info.attrs \
+                and not template.layout(meta, {only: (info_of.shape, info_of.dtype)}):
+            return Parameter(name, path, Update(meta, {only: datasets_of.lazy(f"{path}/{only}", info_of)}, kind), True)
     datasets: dict[str, ObjectInfo] = {}
     refused = set()
     for member, child in info.children.items():

@@ -532,7 +532,7 @@ class UpdateType:
     # this type's updates of one dtype laid end to end, element by element: a run of small parameters applied in
     # one numpy call (applying._Batch; ``bits`` may be overwritten); None where the stored values are not of the
     # dtype the type stores (the run is then applied one by one, which says why). None: each applied alone.
-    apply_together: Callable[[np.ndarray | None, np.ndarray, Any], np.ndarray | None] | None = None
+    apply_together: Callable[..., np.ndarray | None] | None = None
 
 
 class Runner(Protocol):
