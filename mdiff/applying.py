@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import Future
-from functools import lru_cache
 import hashlib
 import logging
 import math
@@ -43,10 +42,11 @@ def plan(base_specs: Mapping[str, tuple[tuple[int, ...], DType]], diff: Mapping[
                 check_base(given, spec, name)
         if meta["type"] != "delete":
             new[name] = (shape, dt)
-    names = set(base_specs)
-    names.update(diff)
+    names = list(base_specs)  # in name order already, as a reader's keys() are: sorted() then only checks it
+    names += [name for name in diff if name not in base_specs]
+    names.sort()
     entries = []
-    for name in sorted(names):
+    for name in names:
         entry = new.get(name)
         if entry is not None:
             entries.append((name, entry[0], entry[1]))
@@ -116,13 +116,18 @@ def _apply_open(base_path, diff_path, out_path, progress: Progress | None, limit
     from mdiff.checkpoints import is_folder_output, open_checkpoint, save_state, write_order
     from mdiff.format.reader import open_diff
 
+    if isolation is not None:  # the child that reads the diff forked before the base's header is read (isolation.py)
+        from mdiff.isolation import shared_worker
+
+        shared_worker(isolation).start()
     with open_checkpoint(base_path) as base, open_diff(diff_path, limits, isolation) as diff:
         updates = {name: diff[name] for name in diff}  # looked up several times each: once from the file
         entries = plan({name: base.spec(name) for name in base.keys()}, updates)
         files = applied_files(base.files, diff.files) if is_folder_output(out_path) else {}
         layout = diff.read_layout() if diff.layout is not None else base.layout
         order = write_order(out_path, entries, layout, max_shard_size)
-        done = ByteCounter(progress, ((name, math.prod(shape) * dt.itemsize) for name, shape, dt in entries))
+        done = None if progress is None else ByteCounter(
+            progress, ((name, math.prod(shape) * dt.itemsize) for name, shape, dt in entries))
         # Each result is hashed on another core while the next one is made and written; the
         # output takes its name only once every hash has matched.
         checks: deque[Future] = deque()
@@ -132,7 +137,8 @@ def _apply_open(base_path, diff_path, out_path, progress: Progress | None, limit
         ahead = read_ahead((name, updates[name]) for name in order if name in updates and name not in batches)
 
         def fetch(name: str) -> np.ndarray:
-            done(name)  # as it is handed to the writer
+            if done is not None:
+                done(name)  # as it is handed to the writer
             batch = batches.get(name)
             if batch is not None:
                 if batch.results is None and not batch.failed:
@@ -176,9 +182,10 @@ def _apply_open(base_path, diff_path, out_path, progress: Progress | None, limit
 
 
 def _batchable(update: Update) -> int | None:
-    """The bytes of ``update``'s result where it may be applied in a run (_Batch): a small `dense` or `replace` of a
-    non-bool dtype (bool results have a check of their own, MD409) — types whose result is a sha256-verified
-    function of its bytes; else None."""
+    """The bytes of ``update``'s result where it may be applied in a run (_Batch): a small update of a type that
+    applies many together (``UpdateType.apply_together``: `dense`, `replace` — types whose result is a
+    sha256-verified function of its bytes), of a non-bool dtype (bool results have a check of their own, MD409);
+    else None."""
     meta = update.meta
     dt = DTYPES.get(meta["dtype"])
     if dt is None or dt.kind == "bool":
@@ -190,15 +197,7 @@ def _batchable(update: Update) -> int | None:
         kind = update.update_type
     except KeyError:  # no such type here: applied alone, which says so
         return None
-    return nbytes if id(kind) in _batchable_types() else None
-
-
-@lru_cache(maxsize=1)
-def _batchable_types() -> frozenset[int]:
-    """The ids of the types a run takes (by identity, as an UpdateType is compared field by field)."""
-    from mdiff.updates import dense, replace  # imported once, not once a parameter (10^5: 0.1 s)
-
-    return frozenset(map(id, (dense.TYPE, dense.TYPE_V2, replace.TYPE)))
+    return nbytes if kind.apply_together is not None else None
 
 
 def _batches(order: Sequence[str], diff: Mapping[str, Update], engine: str | None) -> dict[str, "_Batch"]:
@@ -235,10 +234,11 @@ def _batches(order: Sequence[str], diff: Mapping[str, Update], engine: str | Non
 
 
 class _Batch:
-    """A run of small `dense` and `replace` parameters, consecutive in write order, applied together: their
-    stored bytes read in a few preads (chunk_reader.read_many), their base values in one read where they lie side
-    by side (``read_many`` of the base), each kind of delta applied in one numpy call over the run's values, and
-    each result hashed against its sha256 (§9.2). Anything else — an error anywhere, a result that does not verify
+    """A run of small parameters of types that apply many together (`dense`, `replace`), consecutive in write order,
+    applied together: their stored bytes read in a few preads (chunk_reader.read_as_rows, read_many), their base values
+    in one read where they lie side by side (the base's ``read_joined``, ``read_many``), the parameters of each type
+    and dtype applied by one call of the type's ``apply_together`` over their values, and each result hashed against
+    its sha256 (§9.2). Anything else — an error anywhere, a result that does not verify
     — and the run is applied one parameter at a time as any other parameter (``failed``), which raises what that
     path raises, for the first parameter that breaks a rule: the same verdict, code and bytes either way."""
 
@@ -256,8 +256,50 @@ class _Batch:
         self.failed = self.results is None
 
     def _results(self, base: Any) -> dict[str, np.ndarray] | None:
+        together = self._as_rows(base)
+        return together if together is not None else self._each_kind(base)
+
+    def _as_rows(self, base: Any) -> dict[str, np.ndarray] | None:
+        """The usual run (10^5 experts of one shape): one type, one dtype and one shape (of rank >= 1), each stored
+        as it is (chunk_reader.read_as_rows): its stored values read as the rows of one array, its bases as one run of
+        the base's bytes, applied by one call of the type's ``apply_together`` and each row hashed — no array, view
+        or check of each parameter on the way. None where it is not such a run, or anything fails (the general path
+        then, which says why)."""
+        from mdiff.format.chunk_reader import read_as_rows
+        from mdiff.format.dtypes import dtype_named
+
+        updates = self.updates
+        kind = updates[0].update_type
+        meta = updates[0].meta
+        dtype_name, shape = meta["dtype"], meta["shape"]
+        key = kind.datasets[0]
+        sources = []
+        for update in updates:
+            other = update.meta
+            if update.update_type is not kind or other["dtype"] != dtype_name or other["shape"] != shape:
+                return None
+            sources.append(update.data[key])
+        stored = read_as_rows(sources)
+        if stored is None or kind.apply_together is None or stored.shape != (len(updates), *shape):
+            return None
+        self.reads = 1
+        dt = dtype_named(dtype_name)
+        bits = base.read_joined(self.names).view(dt.bits) if kind.needs_base else None
+        if bits is not None and bits.size != stored.size:
+            return None
+        out = kind.apply_together(bits, stored.reshape(-1), dt)
+        if out is None:
+            return None
+        for update, row in zip(updates, out.view(np.uint8).reshape(len(updates), -1)):
+            if hashlib.sha256(row.data).hexdigest() != update.meta.get("sha256"):
+                return None
+        return dict(zip(self.names, out.view(dt.value).reshape(stored.shape)))
+
+    def _each_kind(self, base: Any) -> dict[str, np.ndarray] | None:
+        """Any other run: the parameters of each type and dtype applied by one call of the type's
+        ``apply_together`` over their values laid end to end, then cut and hashed."""
         from mdiff.format.chunk_reader import read_many
-        from mdiff.format.dtypes import dtype_named, from_storage
+        from mdiff.format.dtypes import dtype_named
 
         updates = self.updates
         kinds = [update.update_type for update in updates]
@@ -268,55 +310,50 @@ class _Batch:
         for i, array in enumerate(stored):
             if array is None:  # not read by a plan (compact data, an array): read alone; or a failure (to the caller)
                 stored[i] = updates[i].array(kinds[i].datasets[0])
-        dense_at = [i for i, kind in enumerate(kinds) if kind.needs_base]
-        bases = dict(zip(dense_at, base.read_many([self.names[i] for i in dense_at])))
+        with_base = [i for i, kind in enumerate(kinds) if kind.needs_base]
+        bases = dict(zip(with_base, base.read_many([self.names[i] for i in with_base])))
         results: list[np.ndarray | None] = [None] * len(updates)
-        digests: list[str | None] = [None] * len(updates)
-        groups: dict[tuple[Any, np.dtype], list[int]] = {}
-        for i in dense_at:
-            groups.setdefault((kinds[i].delta, dtypes[i].bits), []).append(i)
-        for (delta, bits), indices in groups.items():
-            deltas = [stored[i] for i in indices]
-            if any(d is None or d.dtype != bits for d in deltas):
-                return None
-            if _alike(indices, dtypes, metas):  # the usual run: one dtype and one shape (of rank >= 1)
-                self._apply_alike(indices, delta, bits, bases, deltas, dtypes[indices[0]], metas, results,  # type: ignore[arg-type]
-                                  digests)
+        # by type, stored dtype and bits: what one call of a type's apply_together takes laid end to end
+        groups: dict[tuple[int, np.dtype, np.dtype], list[int]] = {}
+        for i, kind in enumerate(kinds):
+            groups.setdefault((id(kind), stored[i].dtype, dtypes[i].bits), []).append(i)  # type: ignore[union-attr]
+        for indices in groups.values():
+            kind, dt = kinds[indices[0]], dtypes[indices[0]]
+            if _alike(indices, dtypes, metas):  # the usual group: one dtype and one shape (of rank >= 1)
+                if not self._apply_alike(indices, kind, bases, stored, dt, metas, results):  # type: ignore[arg-type]
+                    return None
                 continue
-            values = np.concatenate([bases[i].view(bits).reshape(-1) for i in indices])
-            delta.apply(values, np.concatenate([d.reshape(-1) for d in deltas]), out=values)  # type: ignore[union-attr]
-            raw = values.view(np.uint8)
+            values = np.concatenate([bases[i].view(dt.bits).reshape(-1) for i in indices]) if kind.needs_base else None
+            out = kind.apply_together(values, np.concatenate([stored[i].reshape(-1) for i in indices]), dt)  # type: ignore[union-attr, misc]
+            if out is None:
+                return None
+            raw = out.view(np.uint8)
             at = 0
             for i in indices:
-                dt, shape = dtypes[i], metas[i]["shape"]
-                end = at + math.prod(shape) * dt.itemsize
-                digests[i] = hashlib.sha256(raw[at:end].data).hexdigest()
-                results[i] = raw[at:end].view(dt.value).reshape(shape)
+                end = at + math.prod(metas[i]["shape"]) * dtypes[i].itemsize
+                if hashlib.sha256(raw[at:end].data).hexdigest() != metas[i].get("sha256"):
+                    return None
+                results[i] = raw[at:end].view(dtypes[i].value).reshape(metas[i]["shape"])
                 at = end
-        for i, result in enumerate(results):
-            if result is None:  # a replace: its stored value, as its numpy twin gives it
-                value = stored[i]
-                assert value is not None
-                results[i] = from_storage(value, dtypes[i])
-                digests[i] = hashlib.sha256(np.ascontiguousarray(value).reshape(-1).view(np.uint8).data).hexdigest()
-        if any(digest != meta.get("sha256") for digest, meta in zip(digests, metas)):
-            return None
         return dict(zip(self.names, results))  # type: ignore[arg-type]
 
-
     @staticmethod
-    def _apply_alike(indices: list[int], delta: Any, bits: np.dtype, bases: dict[int, np.ndarray],
-                     deltas: list[np.ndarray], dt: DType, metas: list[Mapping[str, Any]],
-                     results: list[np.ndarray | None], digests: list[str | None]) -> None:
-        """The run's parameters of ``indices``, all of dtype ``dt`` and one shape: applied, cut and hashed as rows
-        of one array (numpy's loops, not one slice, view and reshape of each)."""
+    def _apply_alike(indices: list[int], kind: Any, bases: dict[int, np.ndarray], stored: list[np.ndarray],
+                     dt: DType, metas: list[Mapping[str, Any]], results: list[np.ndarray | None]) -> bool:
+        """The parameters of ``indices``, all of type ``kind``, of dtype ``dt`` and of one shape: applied, cut and
+        hashed as rows of one array (numpy's loops, not one slice, view and reshape of each); False where one does
+        not verify, or the type cannot take them."""
         shape = tuple(metas[indices[0]]["shape"])
-        values = np.concatenate([bases[i] for i in indices], axis=None).view(bits)  # one dtype: bytes as they are
-        delta.apply(values, np.concatenate(deltas, axis=None), out=values)
-        rows = values.view(dt.value).reshape((len(indices), *shape))
-        for i, row, raw in zip(indices, rows, values.view(np.uint8).reshape(len(indices), -1)):
+        values = np.concatenate([bases[i] for i in indices], axis=None).view(dt.bits) if kind.needs_base else None
+        out = kind.apply_together(values, np.concatenate([stored[i] for i in indices], axis=None), dt)
+        if out is None:
+            return False
+        rows = out.view(dt.value).reshape((len(indices), *shape))
+        for i, row, raw in zip(indices, rows, out.view(np.uint8).reshape(len(indices), -1)):
+            if hashlib.sha256(raw.data).hexdigest() != metas[i].get("sha256"):
+                return False
             results[i] = row
-            digests[i] = hashlib.sha256(raw.data).hexdigest()
+        return True
 
 
 def _alike(indices: list[int], dtypes: list[DType], metas: list[Mapping[str, Any]]) -> bool:

@@ -283,6 +283,18 @@ class Worker:
         with self._lock:
             self._stop()
 
+    def start(self) -> None:
+        """Fork the child now unless it runs: a caller about to make large structures (apply's base header) forks
+        it first, so that the child shares none of their pages and their first writes here copy none. Where it
+        cannot be forked, the next :meth:`call` meets that again and says so."""
+        with self._lock:
+            if self._process is None or not self._process.is_alive():
+                self._stop()
+                try:
+                    self._start()
+                except (IsolationFailure, OSError):
+                    self._process = self._socket = None
+
     def call(self, name: str, fd: int, path: str | os.PathLike[str], *args: Any) -> Any:
         """Task ``name`` on the file open as ``fd`` here (named ``path`` where the child cannot name the
         descriptor itself), with ``args``: its JSON answer, or its error."""
@@ -352,6 +364,15 @@ def _serve(sock: socket.socket, parents_end: socket.socket, limits: Isolation) -
 
     faulthandler.disable()
     _limit_child(limits)
+    # No automatic collection here, ever. What a task makes (a walk: ~10 objects a parameter) is kept until it
+    # answers; the first collection after it looks at every one of those objects (0.4 s at 10^5 parameters) and,
+    # in memory shared with the parent since the fork, at every young object the parent held then (each page it
+    # touches is copied). So a task's garbage is collected only when the next request comes, before its task runs
+    # (_collect_due: as the collector would have, by the generations' counts): a command that sends one file (apply,
+    # validate, dump) never pays for it, and the parent never waits for it. What the parent had made when it forked
+    # is none of the child's: frozen (gc.freeze), no collection here looks at it.
+    gc.disable()
+    gc.freeze()
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 1)
@@ -365,24 +386,29 @@ def _serve(sock: socket.socket, parents_end: socket.socket, limits: Isolation) -
             if not more:
                 return
             data += more
-        # What a task makes (a walk: ~10 objects a parameter) is kept until it answers, and collected only once
-        # the answer is sent: the first collection after the task looks at every object of the walk (~0.5 s at
-        # 10^5 parameters), which the parent need not wait for — and a command that sends one file never pays.
-        gc.disable()
+        _collect_due()
         try:
-            try:
-                message = _message(_outcome(_run_request, (data[4:], fds)))
-            finally:
-                for fd in fds:
-                    os.close(fd)
-            try:
-                sock.sendall(sum(map(len, message)).to_bytes(8, "big"))
-                for part in message:
-                    sock.sendall(part)
-            except OSError:
-                return
+            message = _message(_outcome(_run_request, (data[4:], fds)))
         finally:
-            gc.enable()
+            for fd in fds:
+                os.close(fd)
+        try:
+            sock.sendall(sum(map(len, message)).to_bytes(8, "big"))
+            for part in message:
+                sock.sendall(part)
+        except OSError:
+            return
+
+
+def _collect_due() -> None:
+    """The collection the collector would start now were it on: of the oldest generation whose count is past its
+    threshold (and the younger ones), if any."""
+    import gc
+
+    counts, thresholds = gc.get_count(), gc.get_threshold()
+    due = [generation for generation in range(len(counts)) if thresholds[generation] and counts[generation] > thresholds[generation]]
+    if due:
+        gc.collect(due[-1])
 
 
 def _run_request(request: bytes, fds: list[int]) -> Any:

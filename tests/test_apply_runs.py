@@ -288,3 +288,81 @@ def test_a_run_of_one_dtype_and_one_shape_is_applied_as_rows(tmp_path, monkeypat
     save_checkpoint(expected, new)
     with open(together, "rb") as a, open(alone, "rb") as b, open(expected, "rb") as c:
         assert a.read() == b.read() == c.read()
+
+
+# ---------------------------------------------------------------- the usual run, as the rows of one array (session 6)
+
+def _experts(folder, kind: str, n: int = 50, metas: dict[str, dict] | None = None, isolated: bool = True):
+    """A base of ``n`` float32 experts of shape (4,) and a diff of one ``kind`` (`dense` version 2, or `replace`)
+    for each, stored as they are; ``metas``: members of `update` to change (a hostile file)."""
+    base = {f"e.{i:03d}": (np.arange(4, dtype=np.float32) * (i + 1) - 7) for i in range(n)}
+    new = {name: value * 3 + 1 for name, value in base.items()}
+    base_path, diff_path = os.path.join(folder, "base.safetensors"), os.path.join(folder, "d.mdiff")
+    save_checkpoint(base_path, base)
+    commit = mdiff.Commit("experts", mdiff.Author("t"), date="2026-01-01T00:00:00Z")
+    with mdiff.DiffWriter(diff_path, commit, "gzip", check_updates=not metas) as writer:
+        for name in base:
+            update = mdiff.dense(base[name], new[name], version=2) if kind == "dense" else mdiff.replace(new[name])
+            if metas and name in metas:
+                update = mdiff.Update({**update.meta, **metas[name]}, update.data)
+            writer.add(name, update)
+    return base_path, diff_path, new
+
+
+def _counting_rows(monkeypatch) -> list:
+    """What each call of chunk_reader.read_as_rows gave: rows of one array, or None (the general path then)."""
+    from mdiff.format import chunk_reader
+
+    given: list = []
+    real = chunk_reader.read_as_rows
+    monkeypatch.setattr(chunk_reader, "read_as_rows", lambda datasets: given.append(real(datasets)) or given[-1])
+    return given
+
+
+@pytest.mark.parametrize("kind", ["dense", "replace"])
+@pytest.mark.parametrize("isolated", [True, False])
+def test_a_run_of_one_type_dtype_and_shape_is_read_and_applied_as_rows(tmp_path, monkeypatch, caplog, kind, isolated):
+    base_path, diff_path, new = _experts(tmp_path, kind)
+    given = _counting_rows(monkeypatch)
+    together, alone = str(tmp_path / "runs.safetensors"), str(tmp_path / "alone.safetensors")
+    said = _apply(base_path, diff_path, together, isolated, True, monkeypatch, caplog)
+    # one run, its stored values read with one pread as the rows of one (50, 4) array
+    assert "applied 50 parameters in 1 runs (0 applied one by one after their run failed), their stored bytes " \
+           "read in 1 reads" in said
+    assert [(rows.shape, rows.dtype) for rows in given] == [((50, 4), np.dtype(np.uint32 if kind == "dense" else np.float32))]
+    _apply(base_path, diff_path, alone, isolated, False, monkeypatch, caplog)
+    expected = str(tmp_path / "expected.safetensors")
+    save_checkpoint(expected, new)
+    with open(together, "rb") as a, open(alone, "rb") as b, open(expected, "rb") as c:
+        assert a.read() == b.read() == c.read()
+
+
+@pytest.mark.parametrize("kind", ["dense", "replace"])
+def test_a_wrong_sha256_in_a_run_of_rows_is_md602_as_alone(tmp_path, monkeypatch, caplog, kind):
+    base_path, diff_path, _ = _experts(tmp_path, kind, metas={"e.020": {"sha256": "0" * 64}, "e.030": {"sha256": "1" * 64}})
+    error = _same_error(base_path, diff_path, tmp_path, monkeypatch, caplog)
+    assert error.code == "MD602" and "e.020" in str(error.path)
+
+
+def test_a_base_cut_short_under_a_run_of_rows_is_refused_as_alone(tmp_path, monkeypatch, caplog):
+    """The base's tensors side by side, read with one read: its file cut after it was opened fails that read; each
+    is then read alone, which says which tensor the file cut short (MD701)."""
+    base_path, diff_path, _ = _experts(tmp_path, "dense")
+    with open(base_path, "rb") as f:
+        whole = f.read()
+    reader = SafetensorsReader(base_path)
+    try:
+        names = sorted(reader.keys())
+        joined, counted = _reads_of(lambda: reader.read_joined(names))
+        assert counted == 1 and joined.tobytes() == b"".join(reader.read(name).tobytes() for name in names)
+        assert reader.read_joined(names[::-1]).tobytes() == b"".join(reader.read(name).tobytes() for name in names[::-1])
+        with open(base_path, "r+b") as f:
+            f.truncate(len(whole) - 8)  # the last tensor's last 8 bytes gone
+        with pytest.raises(mdiff.CheckpointError) as caught:
+            reader.read_joined(names)
+        with pytest.raises(mdiff.CheckpointError) as alone:
+            reader.read(names[-1])
+        assert (caught.value.code, caught.value.message) == (alone.value.code, alone.value.message) and \
+               caught.value.code == "MD701"
+    finally:
+        reader.close()

@@ -445,6 +445,80 @@ def test_hostile_safetensors_fail_closed(tmp_path: Path, case: str) -> None:
     assert error.message  # says what is wrong
 
 
+# Headers that json's decoder without a hook reads to the same dict as a header without the duplicate: the usual
+# header's fast reading (safetensors._parse_usual) must see each, and leave it to the full reading.
+_DUPLICATES_HIDDEN = {
+    "duplicate key, another key spaced from its colon": (
+        b'{"a" : {"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}',
+        b"\0"),
+    "duplicate key in the metadata": (
+        b'{"__metadata__":{"k":"v","k":"v"},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}', b"\0"),
+    "metadata twice": (b'{"__metadata__":{"k":"v"},"__metadata__":{"k":"v"}}', b""),
+    "duplicate key, one escaped": (
+        b'{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"\\u0061":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}',
+        b"\0"),
+    "duplicate dtype in an entry": (b'{"a":{"dtype":"U8","shape":[1],"dtype":"U8","data_offsets":[0,1]}}', b"\0"),
+}
+_USUAL_HEADERS = {
+    "spaced": b'{ "a" : { "dtype" : "F32" , "shape" : [ 1 ] , "data_offsets" : [ 0 , 4 ] } }',
+    "escaped name": b'{"a\\"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"__metadata__":{"k":"v\\n"}}',
+    "metadata null": b'{"__metadata__":null,"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+    "usual": b'{"__metadata__":{"format":"pt","k":"\xc3\xa9"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+}
+
+
+def _read_both_ways(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """What the reader makes of ``path`` (its tensors, metadata and layout, or its error) with the usual header's
+    fast reading and without it."""
+    from mdiff.checkpoints import safetensors as module
+
+    def outcome() -> object:
+        try:
+            with open_checkpoint(path) as reader:
+                return [(name, reader.spec(name), reader.read(name).tobytes()) for name in reader.keys()], \
+                       reader.metadata, reader.layout
+        except CheckpointError as exc:
+            return exc.code, exc.message, exc.path
+
+    fast = outcome()
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "_parse_usual", lambda *args: None)
+        full = outcome()
+    return [fast, full]
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_SAFETENSORS) + sorted(_DUPLICATES_HIDDEN) + sorted(_USUAL_HEADERS))
+def test_the_usual_headers_fast_reading_reads_as_the_full_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              case: str) -> None:
+    path = tmp_path / "h.safetensors"
+    if case in _DUPLICATES_HIDDEN:
+        safetensors_file(path, *_DUPLICATES_HIDDEN[case])
+    elif case in _USUAL_HEADERS:
+        safetensors_file(path, _USUAL_HEADERS[case], b"\0" * 4)
+    elif HOSTILE_SAFETENSORS[case][0] is None:
+        path.write_bytes(HOSTILE_SAFETENSORS[case][1])
+    else:
+        safetensors_file(path, *HOSTILE_SAFETENSORS[case][:2])
+    fast, full = _read_both_ways(path, monkeypatch)
+    assert fast == full
+    if case in _DUPLICATES_HIDDEN:
+        assert full[0] == "MD701" and "twice" in full[1]  # type: ignore[index]
+    if case in _USUAL_HEADERS:
+        assert isinstance(full[0], list) and len(full[0]) == 1
+
+
+def test_the_usual_header_is_read_without_a_hook(tmp_path: Path) -> None:
+    """A header mdiff or the safetensors library writes: json's decoder alone (no hook called once per object)."""
+    from mdiff.checkpoints import safetensors as module
+
+    path = tmp_path / "usual.safetensors"
+    save_checkpoint(path, {f"w.{i}": np.full(4, i, np.float32) for i in range(100)}, {"format": "pt"})
+    raw = path.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    found = module._parse_usual(bytearray(raw[8:8 + length]), 8 + length, 1600)
+    assert found is not None and len(found[0]) == 100 and found[1:] == ({"format": "pt"}, True)
+
+
 def test_real_f8_file_is_unsupported_dtype(tmp_path: Path) -> None:
     path = tmp_path / "f8.safetensors"
     safetensors.numpy.save_file({"w": np.zeros(4, ml_dtypes.float8_e4m3fn)}, str(path))

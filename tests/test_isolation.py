@@ -15,7 +15,7 @@ import pytest
 
 import mdiff
 from mdiff.engines import apply_update
-from mdiff.isolation import Isolation, IsolationFailure, crashes_here, run_isolated
+from mdiff.isolation import Isolation, IsolationFailure, Worker, crashes_here, run_isolated, task
 from mdiff.validation import validate
 
 
@@ -280,6 +280,56 @@ print(validate(sys.argv[1], isolation=Isolation()))
     assert (proc.returncode, proc.stdout) == (0, "[]\n"), proc.stderr
 
 
+# ---------------------------------------------------------------- the Worker child's garbage (issue 31.3)
+
+_GC_LOGGED: list[str] = []  # in the Worker's child: the file its collections are logged to
+
+
+@task("test-gc-cycles")
+def _cycles(readable, shown: str, log: str, count: int) -> list:
+    """In the child: ``count`` reference cycles made and dropped (garbage only a collection frees), each
+    collection from now on logged to ``log`` as how many objects it freed."""
+    import gc
+
+    if not _GC_LOGGED:
+        _GC_LOGGED.append(log)
+
+        def logged(phase: str, info: dict) -> None:
+            if phase == "stop":
+                with open(log, "a") as out:
+                    out.write(f"{info['collected']}\n")
+
+        gc.callbacks.append(logged)
+    for _ in range(count):
+        cycle: list = []
+        cycle.append(cycle)
+    return [gc.isenabled(), gc.get_freeze_count() > 0]
+
+
+@task("test-gc-log")
+def _gc_log(readable, shown: str, log: str) -> list:
+    with open(log) as lines:
+        return [int(line) for line in lines]
+
+
+def test_a_worker_child_collects_a_tasks_garbage_when_the_next_request_comes(tmp_path):
+    """Not as soon as it answered: the first collection after a walk of 10^5 parameters looks at its millions of
+    objects (0.4 s), which a command that sends one file (apply, validate) never needs; nor ever at what the parent
+    held when it forked (frozen). The next request's task runs once the garbage is freed (memory does not grow)."""
+    log = tmp_path / "gc.log"
+    log.touch()
+    worker = Worker(Isolation())
+    fd = os.open(log, os.O_RDONLY)
+    try:
+        assert worker.call("test-gc-cycles", fd, log, str(log), 50_000) == [False, True]
+        assert worker.call("test-gc-log", fd, log, str(log)) == [50_000]  # collected when this request came
+        assert worker.call("test-gc-cycles", fd, log, str(log), 20_000) == [False, True]
+    finally:
+        os.close(fd)
+        worker.close()  # the parent goes: the child ends without collecting what the last task left
+    assert [int(line) for line in log.read_text().split()] == [50_000]
+
+
 # ---------------------------------------------------------------- a time limit that grows with the work (issue 31.3)
 
 def _many_parameters(path: Path, n: int) -> None:
@@ -332,3 +382,31 @@ def test_a_hang_is_caught_within_the_limit_the_work_allows(tmp_path, monkeypatch
     found = validate(path, isolation=limits)
     assert [f.code for f in found] == ["MD515"] and f"no answer within {limits.time_limit(path.stat().st_size):g} s" in found[0].message
     assert time.monotonic() - start < 30
+
+
+def test_apply_forks_the_reading_child_before_it_reads_the_bases_header(tmp_path, monkeypatch):
+    """The child then shares none of the header's 10^5-entry structures: the parent's first writes to them copy no
+    page (at 10^5 parameters ~23,000 fewer page faults in the parent), and the bytes written are the same."""
+    from mdiff.checkpoints import safetensors
+    from mdiff.checkpoints import save_checkpoint
+    from mdiff.isolation import _WORKERS
+
+    base = {f"w.{i}": np.full(4, i, np.float32) for i in range(20)}
+    new = {name: value + 1 for name, value in base.items()}
+    save_checkpoint(tmp_path / "base.safetensors", base)
+    mdiff.write(tmp_path / "d.mdiff", mdiff.diff(base, new), mdiff.Commit("m", date="2026-01-01T00:00:00Z"))
+    events: list[str] = []
+    real_start, real_parse = Worker._start, safetensors._parse_file
+    monkeypatch.setattr(Worker, "_start", lambda self: events.append("fork") or real_start(self))
+    monkeypatch.setattr(safetensors, "_parse_file", lambda *args: events.append("header") or real_parse(*args))
+    isolation = Isolation(timeout_s=299.0)  # a worker of its own, forked in this test
+    try:
+        mdiff.apply_files(tmp_path / "base.safetensors", tmp_path / "d.mdiff", tmp_path / "out.safetensors",
+                          isolation=isolation)
+    finally:
+        worker = _WORKERS.pop(isolation, None)
+        if worker is not None:
+            worker.close()
+    assert events == ["fork", "header"]
+    save_checkpoint(tmp_path / "expected.safetensors", new)
+    assert (tmp_path / "out.safetensors").read_bytes() == (tmp_path / "expected.safetensors").read_bytes()

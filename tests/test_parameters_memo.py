@@ -178,3 +178,40 @@ def test_one_full_parse_per_shape(tmp_path, monkeypatch, count):
     assert findings == [] and len(entries) == 2 * count
     assert len(calls) == 4  # d000 and r000, each twice
     assert all(entry.sound for entry in entries.values())
+
+
+def test_members_that_nearly_have_the_usual_shape_give_the_full_parse_findings(tmp_path):
+    """An `update` text seen before, and a group that is not quite the usual one (its one dataset, without
+    attributes, of the shape and dtype its layout wants): the usual group's shorter path (session 6) must see each,
+    and give the full parse's findings and members."""
+    path = tmp_path / "members.mdiff"
+    _write(path, count=N + 6)
+    with h5py.File(path, "r+") as f:
+        def key(name: str) -> str:
+            return "value" if name.startswith("r") else next(iter(f[f"parameters/{name}"].keys()))
+
+        note = np.array("x".encode(), dtype=h5py.string_dtype("utf-8", 1))  # fixed-length UTF-8: an attribute §8.2 reads
+        f[f"parameters/d{N:03d}/{key(f'd{N:03d}')}"].attrs.create("note", note)  # an attribute on the dataset
+        f[f"parameters/r{N:03d}/value"].attrs.create("note", note)
+        f[f"parameters/d{N + 1:03d}"].create_dataset("extra", data=np.zeros(4, np.uint32))  # a second member
+        f[f"parameters/r{N + 1:03d}"].create_dataset("extra", data=np.zeros(4, np.float32))
+        for name, dtype in ((f"d{N + 2:03d}", np.uint64), (f"r{N + 2:03d}", np.float64)):  # another dtype
+            member = key(name)
+            del f[f"parameters/{name}/{member}"]
+            f[f"parameters/{name}"].create_dataset(member, data=np.zeros(4, dtype))
+        for name in (f"d{N + 3:03d}", f"r{N + 3:03d}"):  # another shape
+            member = key(name)
+            del f[f"parameters/{name}/{member}"]
+            f[f"parameters/{name}"].create_dataset(member, data=np.zeros(5, np.uint32 if name[0] == "d" else np.float32))
+        for name in (f"d{N + 4:03d}", f"r{N + 4:03d}"):  # the member a group
+            member = key(name)
+            del f[f"parameters/{name}/{member}"]
+            f[f"parameters/{name}"].create_group(member)
+        for name in (f"d{N + 5:03d}", f"r{N + 5:03d}"):  # no member
+            del f[f"parameters/{name}/{key(name)}"]
+    entries, findings, alone, alone_findings = _parse(path)
+    assert findings == alone_findings
+    _same(entries, alone)
+    bad = {x.path.split("/")[2] for x in findings}
+    assert bad == {f"{kind}{N + i:03d}" for kind in "dr" for i in range(6)}
+    assert all(entry.sound for name, entry in entries.items() if name not in bad)

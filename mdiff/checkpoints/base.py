@@ -67,6 +67,12 @@ class CheckpointReader(Mapping):
         """:meth:`read` of each of ``names``, in order (a format may read neighbours together)."""
         return [self.read(name) for name in names]
 
+    def read_joined(self, names: Sequence[str]) -> np.ndarray:
+        """The bytes of the tensors ``names``, as :meth:`read` gives them, one after another in one uint8 array
+        (a run of small parameters applied together: applying._Batch; a format may read them with one read)."""
+        arrays = [array.reshape(-1).view(np.uint8) for array in self.read_many(names)]
+        return np.concatenate(arrays) if arrays else np.empty(0, np.uint8)
+
     @property
     @abc.abstractmethod
     def metadata(self) -> dict[str, str]:

@@ -611,6 +611,40 @@ def read_many(datasets: Sequence[Any]) -> tuple[list[np.ndarray | None], int]:
     return arrays, reads
 
 
+def read_as_rows(datasets: Sequence[Any]) -> np.ndarray | None:
+    """The elements of ``datasets`` — of one shape (of rank >= 1) and one dtype, each stored as it is (contiguous)
+    in one file — as the rows of one array, their stored bytes read with one pread (a run of 10^5 small parameters:
+    no array, view or check of each); None where they are not all so, lie more than a span apart, or the file holds
+    fewer bytes than their plans say: :func:`read_many` reads them then, as it reads any, and says why."""
+    if not datasets:
+        return None
+    first = datasets[0]
+    shape, dtype = tuple(first.shape), first.dtype
+    where = planned_source(first)
+    if where is None or not shape:
+        return None
+    source = where[0]
+    offsets = []
+    for dataset in datasets:
+        where = planned_source(dataset)
+        if where is None or where[0] != source or where[1].contiguous_offset is None or dataset.dtype != dtype \
+                or dataset.shape != shape:
+            return None
+        offsets.append(where[1].contiguous_offset)
+    nbytes = math.prod(shape) * dtype.itemsize
+    at = np.array(offsets, np.int64)
+    start = int(at.min())
+    end = int(at.max()) + nbytes
+    if nbytes == 0 or end - start > _SPAN_BYTES:
+        return None
+    data = _pread(source, end - start, start)
+    if len(data) != end - start:
+        return None
+    # each row's bytes gathered from the span by one index (n × nbytes): a copy, in the order of ``datasets``
+    rows = np.frombuffer(data, np.uint8)[(at - start)[:, None] + np.arange(nbytes)]
+    return rows.view(dtype).reshape(len(datasets), *shape)
+
+
 def planned_source(dataset: object) -> tuple[Source, StoragePlan] | None:
     """Where a dataset this module reads by its plan is read from, and the plan; None for any other
     (compact data, an array in memory, a dataset libhdf5 reads)."""

@@ -528,6 +528,11 @@ class UpdateType:
     # (update, result) → the base value the result was computed from, for types whose result determines
     # the base (an invertible delta): their MD603 check may follow the result's (§9.2). None: it cannot.
     recover_base: Callable[..., np.ndarray] | None = None
+    # (the bases' bit patterns or None, the stored values, the DType) → the results' bit patterns, for any number of
+    # this type's updates of one dtype laid end to end, element by element: a run of small parameters applied in
+    # one numpy call (applying._Batch; ``bits`` may be overwritten); None where the stored values are not of the
+    # dtype the type stores (the run is then applied one by one, which says why). None: each applied alone.
+    apply_together: Callable[..., np.ndarray | None] | None = None
 
 
 class Runner(Protocol):

@@ -13,7 +13,7 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from mdiff.format.constants import SUB_MINOR
-from mdiff.format.dtypes import as_bits, dtype_of, from_bits
+from mdiff.format.dtypes import DType, as_bits, dtype_of, from_bits
 from mdiff.format.onnx_functions import BITS_NAMES, BITS_TYPES, make_model, tensor
 from mdiff.errors import InvalidFileError
 from mdiff.updates.base import (
@@ -107,6 +107,10 @@ def _type(version: int) -> UpdateType:
         """§13.4: a run of this one update applied to the base's flat bits in place (fold and apply in one pass)."""
         delta.apply(bits, checked(update, name), out=bits)
 
+    def apply_together(bits: np.ndarray, stored: np.ndarray, dt: DType) -> np.ndarray | None:
+        """A run's bases and deltas laid end to end (UpdateType.apply_together): the delta is of the bit patterns."""
+        return delta.apply(bits, stored, out=bits) if stored.dtype == dt.bits else None
+
     def apply_onnx(update: Update, base: np.ndarray, run: Runner, scratch: bool) -> np.ndarray:
         bits = as_bits(base)
         out = bits if scratch else np.empty_like(bits)
@@ -122,6 +126,7 @@ def _type(version: int) -> UpdateType:
         # onnxruntime 1.32's BitwiseXor kernel is not vectorised: 1.5–1.8× numpy's in-place XOR
         preferred_engine="numpy", since_minor=SUB_MINOR if version > 1 else 0, delta=delta,
         composition=Composition(key, delta, fold=fold, apply=apply_alone), recover_base=recover_base,
+        apply_together=apply_together,
     )
 
 

@@ -11,7 +11,7 @@ from typing import Iterator
 
 import numpy as np
 
-from mdiff.format.dtypes import dtype_of, from_bits, from_storage, to_storage
+from mdiff.format.dtypes import DType, dtype_of, from_bits, from_storage, to_storage
 from mdiff.format.onnx_functions import BITS_NAMES, BITS_TYPES, make_model, tensor
 from mdiff.updates.base import (
     iter_blocks,
@@ -78,10 +78,16 @@ def _apply_onnx(update: Update, base: np.ndarray | None, run: Runner, scratch: b
     return from_bits(out, update.dtype)
 
 
+def _apply_together(bits: None, stored: np.ndarray, dt: DType) -> np.ndarray | None:
+    """A run's stored values laid end to end (UpdateType.apply_together): each result is its value."""
+    return stored.view(dt.bits) if stored.dtype == dt.storage else None
+
+
 TYPE = UpdateType(
     name=NAME, version=1, carries_sha256=True, needs_base=False, datasets=("value",),
     schema=update_schema(NAME, carries_sha256=True),
     check_meta=no_problems, check_layout=_check_layout, check_data=_check_data,
     apply_numpy=_apply_numpy, apply_onnx=_apply_onnx, onnx_models=_onnx_models,
     preferred_engine="numpy",  # the ONNX function is an Identity: running it only adds a copy
+    apply_together=_apply_together,
 )
