@@ -95,9 +95,10 @@ class DecodedHeader:
         messages[index] = (mtype, body)
         other.memo = None
         memo = self.memo
-        if memo is not None and mtype == _LAYOUT and True in memo and body[:4] == before[:4]:
-            # a dataset's profile leaves out where its data lies (HeaderReader.profile: at most a layout's first
-            # four bytes, its version, class and a compact size): alike here, the model's holds
+        if (memo is not None and mtype == _LAYOUT and True in memo and body[:2] == before[:2]
+                and (before[1:2] != b"\0" or body[2:4] == before[2:4])):
+            # a dataset's profile leaves out where its data lies (HeaderReader.profile: of a layout message, its
+            # version and class, and a compact one's size): alike in those, the model's holds
             other.memo = {True: memo[True]}
         return other
 
@@ -505,7 +506,7 @@ class HeaderReader:
             at += width
             name = body[at:at + size]
             at += size
-            if size == 0 or len(name) != size or b"\0" in name or at + o != len(body):
+            if size == 0 or len(name) != size or name.find(b"\0") >= 0 or at + o != len(body):  # find: see _plain_name
                 return None
             links.append((name, 0, int.from_bytes(body[at:], "little")))
         return links

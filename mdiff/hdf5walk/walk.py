@@ -383,7 +383,8 @@ def _header_reader(f: h5py.File, file_size: int, read_at: ReadAt | None = None) 
 def _plain_name(raw: bytes) -> bool:
     """A link name that means the same as one component of a path (libhdf5 splits a path at "/" and takes "." for
     the group itself; a name is read up to a NUL)."""
-    return bool(raw) and raw not in (b".", b"..") and b"/" not in raw and b"\0" not in raw
+    # bytes.find, not ``in``: ``b"/" in raw`` first tries b"/" as an integer, and makes and drops a TypeError
+    return bool(raw) and raw not in (b".", b"..") and raw.find(b"/") < 0 and raw.find(b"\0") < 0
 
 
 class _Unopened:
