@@ -485,9 +485,10 @@ def test_libhdf5_is_asked_about_each_attribute_once_and_about_each_kind_of_stora
     with h5py.File(path, "r") as f:
         inventory, findings = inspect_structure(f, os.path.getsize(path), DEFAULT_LIMITS)
     assert findings == [] and len(inventory.objects["/parameters"].members) == 1200
-    # each parameter's group and dataset, the root and /parameters, opened once — as its header says it is a group or
-    # dataset
-    assert (calls.get("h5o.open", 0), calls["h5g.open"], calls["h5d.open"]) == (0, 1200 + 2, 1200)
+    # each parameter's dataset, the root and /parameters opened once — as its header says it is a group or dataset;
+    # a parameter's group is opened only until libhdf5 has listed the links and read the attributes of one stored
+    # alike (here the first three): of the others, only the dataset, through it, by its path (issue 31.3)
+    assert (calls.get("h5o.open", 0), calls["h5g.open"], calls["h5d.open"]) == (0, 2 + 3, 1200)
     assert calls.get("h5i.get_type", 0) == 0  # h5py's class of an object says its kind
     assert calls["h5a.get_num_attrs"] <= 4  # the root, /parameters, a parameter's group, its dataset
     # an attribute is opened by name (3 at the root, the first `update` of each kind) and by index only where
@@ -525,13 +526,13 @@ class _NeverKept(set):
         pass
 
 
-def _alike_but_for(path: Path, patch) -> None:
-    """Three parameters alike (dense, 4 float32 values: a group, its attribute, a contiguous dataset); ``patch(data,
+def _alike_but_for(path: Path, patch, n: int = 3) -> None:
+    """``n`` (3) parameters alike (dense, 4 float32 values: a group, its attribute, a contiguous dataset); ``patch(data,
     first_offset, last_offset)`` then changes bytes of the last one's objects (given the object header addresses
     of the first and last parameter's dataset), and every checksum is made right again: libhdf5 reads the result."""
     from tests.fuzz.hdf5bytes import fix_checksums, scan
 
-    _many(path, 3)
+    _many(path, n)
     with h5py.File(path, "r") as f:
         names = sorted(f["parameters"])
         addresses = [h5py.h5o.get_info(f["parameters"][n]["xor"].id).addr for n in (names[0], names[-1])]
@@ -603,6 +604,60 @@ def test_datasets_alike_but_for_one_byte_of_where_their_data_lies(tmp_path, chan
     found = [(x.code, x.path, x.message.split(":")[0]) for x in usual.findings]
     assert found == expected
     assert usual.findings == alone.findings and usual.inventory.to_records() == alone.inventory.to_records()
+
+
+def _walks_with_and_without_unopened_groups(path: Path) -> tuple[_Walk, _Walk, int]:
+    """The walk, the walk that opens every group by H5Gopen (none left unopened), and how many groups the first
+    left unopened."""
+    with h5py.File(path, "r") as f:
+        usual = _Walk(f, os.path.getsize(path), DEFAULT_LIMITS)
+        unopened = []
+        found = usual._unopened_group
+
+        def counted(*args):
+            group = found(*args)
+            if group is not None:
+                unopened.append(group.path)
+            return group
+        usual._unopened_group = counted  # type: ignore[method-assign]
+        usual.run()
+        alone = _Walk(f, os.path.getsize(path), DEFAULT_LIMITS)
+        alone._unopened_group = lambda *args: None  # type: ignore[method-assign]
+        alone.run()
+    return usual, alone, len(unopened)
+
+
+@pytest.mark.parametrize("change, expected, unopened", [
+    (None, [], 30 - 1),  # every parameter's group but the first (whose links and attributes libhdf5 read)
+    # the last parameter's dataset cannot be opened (its data past the end of the file): neither through its
+    # group nor from it; the group is opened as before, and the dataset refused as before
+    ("outside", [("MD513", "/parameters/layer.000029.w/xor", "the object cannot be opened")], 30 - 2),
+    # the last group's member named "x/r" (a path, not a name): the group is opened, the member looked up in it
+    ("slash", [("MD513", "/parameters/layer.000029.w/x/r", "the object cannot be opened")], 30 - 2),
+])
+def test_a_parameter_s_group_is_left_unopened_only_where_that_changes_nothing(tmp_path, change, expected, unopened):
+    """A group whose header is alike one libhdf5 listed is not opened: its dataset is opened through it by path, one
+    libhdf5 open a parameter (issue 31.3). Where that open fails, or a name is not one component of a path, the
+    group is opened as before: the same findings and the same walk as a walk that opens every group."""
+    path = tmp_path / "d.mdiff"
+
+    def patch(data: bytearray, first: int, last: int) -> None:
+        if change == "outside":
+            body = _layout_message(data, last)
+            data[body + 2:body + 10] = (len(data) + 4096).to_bytes(8, "little")
+        elif change == "slash":
+            link = b"\x01\x00\x03xor" + last.to_bytes(8, "little")  # version, flags, name's length, name, address
+            at = data.index(link)
+            data[at + 3:at + 6] = b"x/r"
+
+    if change is None:
+        _many(path, 30)
+    else:
+        _alike_but_for(path, patch, n=30)
+    usual, alone, left = _walks_with_and_without_unopened_groups(path)
+    assert [(x.code, x.path, x.message.split(":")[0]) for x in usual.findings] == expected
+    assert usual.findings == alone.findings and usual.inventory.to_records() == alone.inventory.to_records()
+    assert left == unopened
 
 
 def test_a_link_info_message_alike_but_for_one_byte_is_read_again(tmp_path):

@@ -73,7 +73,7 @@ class DecodedHeader:
     """An object header's messages, up to its first fault: each (type, body) in order, their flags, where each
     type first comes, and the fault (None: the header decoded whole)."""
 
-    __slots__ = ("version", "messages", "flags", "first", "counts", "fault")
+    __slots__ = ("version", "messages", "flags", "first", "counts", "fault", "memo")
 
     def __init__(self) -> None:
         self.version = 0  # of the header: 1 or 2 (0: not known, the header does not decode)
@@ -82,6 +82,8 @@ class DecodedHeader:
         self.first: dict[int, int] = {}  # by type: the place of its first message
         self.counts: dict[int, int] = {}  # by type: how many messages of it there are
         self.fault: Exception | None = None
+        # what HeaderReader made of it (profile, compact_links), by question: the walk asks a group's twice
+        self.memo: dict | None = None
 
     def alike(self, index: int, body: bytes) -> DecodedHeader:
         """A header of this one's messages but for the body of the ``index``-th, which is ``body`` (of the same
@@ -89,7 +91,15 @@ class DecodedHeader:
         other = DecodedHeader.__new__(DecodedHeader)
         other.version, other.flags, other.first, other.counts, other.fault = self.version, self.flags, self.first, self.counts, None
         other.messages = messages = self.messages.copy()
-        messages[index] = (messages[index][0], body)
+        mtype, before = messages[index]
+        messages[index] = (mtype, body)
+        other.memo = None
+        memo = self.memo
+        if (memo is not None and mtype == _LAYOUT and True in memo and body[:2] == before[:2]
+                and (before[1:2] != b"\0" or body[2:4] == before[2:4])):
+            # a dataset's profile leaves out where its data lies (HeaderReader.profile: of a layout message, its
+            # version and class, and a compact one's size): alike in those, the model's holds
+            other.memo = {True: memo[True]}
         return other
 
 
@@ -363,6 +373,16 @@ class HeaderReader:
         header = self.header(address)
         if header.fault is not None:
             return None
+        memo = header.memo
+        if memo is None:
+            header.memo = memo = {}
+        elif dataset in memo:
+            return memo[dataset]
+        memo[dataset] = found = self._profile(header, dataset)
+        return found
+
+    @staticmethod
+    def _profile(header: DecodedHeader, dataset: bool) -> tuple | None:
         kinds = _DATASET_PROPERTIES if dataset else _GROUP_PROPERTIES
         key: list[tuple[int, int, bytes, int]] = []
         layouts = 0
@@ -449,6 +469,15 @@ class HeaderReader:
         if header.fault is not None or header.version != 2 or _SYMBOL_TABLE in header.first \
                 or header.counts.get(_LINK_INFO) != 1:
             return None
+        memo = header.memo
+        if memo is None:
+            header.memo = memo = {}
+        elif "links" in memo:
+            return memo["links"]
+        memo["links"] = found = self._link_messages_of(header)
+        return found
+
+    def _link_messages_of(self, header: DecodedHeader) -> list[tuple[bytes, int, int]] | None:
         o = self.offset_size
         info = header.messages[header.first[_LINK_INFO]][1]
         at = 2 + (8 if len(info) > 1 and info[1] & 1 else 0)  # version, flags, (maximum creation index)
@@ -477,7 +506,7 @@ class HeaderReader:
             at += width
             name = body[at:at + size]
             at += size
-            if size == 0 or len(name) != size or b"\0" in name or at + o != len(body):
+            if size == 0 or len(name) != size or name.find(b"\0") >= 0 or at + o != len(body):  # find: see _plain_name
                 return None
             links.append((name, 0, int.from_bytes(body[at:], "little")))
         return links

@@ -380,6 +380,36 @@ def _header_reader(f: h5py.File, file_size: int, read_at: ReadAt | None = None) 
         return None
 
 
+def _plain_name(raw: bytes) -> bool:
+    """A link name that means the same as one component of a path (libhdf5 splits a path at "/" and takes "." for
+    the group itself; a name is read up to a NUL)."""
+    # bytes.find, not ``in``: ``b"/" in raw`` first tries b"/" as an integer, and makes and drops a TypeError
+    return bool(raw) and raw not in (b".", b"..") and raw.find(b"/") < 0 and raw.find(b"\0") < 0
+
+
+class _Unopened:
+    """A group the walk has not opened in libhdf5 (:meth:`_Walk._unopened_group`): ``path`` from the open group
+    ``base``; ``first``, its first member, opened through it (name, address, the member, its kind) until visited."""
+
+    __slots__ = ("base", "path", "gid", "first")
+
+    def __init__(self, base: h5py.h5g.GroupID, path: bytes, first: tuple[bytes, int, h5py.h5o.ObjectID, int] | None):
+        self.base, self.path, self.first = base, path, first
+        self.gid: h5py.h5g.GroupID | None = None
+
+    def opened(self) -> h5py.h5g.GroupID:
+        """The group, opened by H5Gopen (once): it was found by H5Dopen or H5Gopen of its member (see
+        :meth:`_Walk._unopened_group`), so this finds and opens it too."""
+        if self.gid is None:
+            self.gid = h5py.h5g.open(self.base, self.path)
+        return self.gid
+
+
+def _opened(gid: Any) -> Any:
+    """A group's handle as libhdf5 takes it: an unopened group opened."""
+    return gid.opened() if type(gid) is _Unopened else gid
+
+
 class _Walk:
     def __init__(self, f: h5py.File, file_size: int, limits: Limits, deferred: frozenset[str] = frozenset(),
                  read_at: ReadAt | None = None):
@@ -481,7 +511,7 @@ class _Walk:
                 if links is None:
                     continue
                 if self.deferred and info.path in self.deferred:
-                    self.deferred_gids[id(info)] = oid
+                    self.deferred_gids[id(info)] = _opened(oid)
                 stack.append((info, oid, iter(links)))
         self._check_total()
 
@@ -609,7 +639,7 @@ class _Walk:
             if address is not None and self.headers is not None:
                 profile = self.headers.profile(address, dataset=False)
             if profile is None or profile not in self.group_kinds:
-                group.get_create_plist()
+                _opened(group).get_create_plist()
                 if profile is not None:
                     self.group_kinds.add(profile)
             in_header = self.headers.compact_links(address) \
@@ -628,9 +658,9 @@ class _Walk:
             # link first (0.8 s for 10^5 members, against 0.14 s)
             elif self._member_count(gid, recorded, address) > _MANY_LINKS:
                 with metadata_cache(self.file, LISTING_CACHE_BYTES):  # the group's heap and index, held
-                    gid.links.iterate(collect, info=True, order=h5py.h5.ITER_NATIVE)
+                    _opened(gid).links.iterate(collect, info=True, order=h5py.h5.ITER_NATIVE)
             else:
-                gid.links.iterate(collect, info=True, order=h5py.h5.ITER_NATIVE)
+                _opened(gid).links.iterate(collect, info=True, order=h5py.h5.ITER_NATIVE)
                 if in_header is not None and profile is not None and profile not in self.links_in_header and listed == len(links) \
                         and sorted(in_header) == sorted(links):
                     self.links_in_header.add(profile)  # libhdf5 lists such a group's links as its header holds them
@@ -651,7 +681,7 @@ class _Walk:
         if recorded is not None:
             return recorded
         compact = self.headers.link_messages(address) if address is not None and self.headers is not None else None
-        return compact if compact else gid.get_num_objs()
+        return compact if compact else _opened(gid).get_num_objs()
 
     def _visit(self, parent: ObjectInfo, gid: h5py.h5g.GroupID, raw: bytes, link_type: int,
                address: int | None = None) -> tuple[ObjectInfo, h5py.h5g.GroupID, int] | _Stop | None:
@@ -673,12 +703,12 @@ class _Walk:
             if opened is not None:
                 oid, kind = opened
             else:
-                oid = h5py.h5o.open(gid, raw)
+                oid = h5py.h5o.open(_opened(gid), raw)
                 # h5py gives an object the class of its kind (asking libhdf5 again costs a call per object)
                 kind = _GROUP if isinstance(oid, h5py.h5g.GroupID) else _DATASET \
                     if isinstance(oid, h5py.h5d.DatasetID) else h5py.h5i.get_type(oid)
             if address is None:
-                address = gid.links.get_info(raw).u
+                address = _opened(gid).links.get_info(raw).u
         except Exception as exc:
             self.finding("MD513", parent, f"the object cannot be opened: {exc}", name)
             parent.adopt(ObjectInfo(name, parent, "refused"))
@@ -715,32 +745,88 @@ class _Walk:
         self.finding("MD501", parent, "a committed datatype; only groups and datasets are allowed", name)
         return None
 
-    def _open_as_its_header_says(self, gid: h5py.h5g.GroupID, raw: bytes, address: int | None
-                                 ) -> tuple[h5py.h5o.ObjectID, int] | None:
+    def _open_as_its_header_says(self, gid: h5py.h5g.GroupID | _Unopened, raw: bytes, address: int | None
+                                 ) -> tuple[h5py.h5o.ObjectID | _Unopened, int] | None:
         """The member ``raw`` opened as a group or a dataset where its header at ``address`` says which (libhdf5's
         own test: a symbol table or link info message makes a group; else a datatype and a dataspace message a
         dataset), by H5Gopen or H5Dopen — which find it and ask libhdf5 its kind as H5Oopen does, and fail unless
         it is that kind — with the kind; None where the header does not say, or that open fails (the walk then
-        opens it by H5Oopen, as any other: h5py's H5Oopen costs ~5 µs more an object, in Python)."""
+        opens it by H5Oopen, as any other: h5py's H5Oopen costs ~5 µs more an object, in Python). A group whose
+        members libhdf5 would list as its header holds them may be left unopened (:meth:`_unopened_group`), and
+        a member of an unopened group is opened by its path from the nearest group that is open."""
         if address is None or self.headers is None:
             return None
         header = self.headers.header(address)
         if header.fault is not None:
             return None
         first = header.first
+        if type(gid) is _Unopened:
+            if gid.first is not None:
+                opened, gid.first = gid.first, None
+                if opened[0] == raw and opened[1] == address:
+                    return opened[2], opened[3]
+            if gid.gid is None and _plain_name(raw):
+                base, path = gid.base, gid.path + b"/" + raw
+            else:
+                base, path = gid.opened(), raw
+        else:
+            base, path = gid, raw
         try:
             if _SYMBOL_TABLE_MESSAGE in first or _LINK_INFO_MESSAGE in first:
-                return h5py.h5g.open(gid, raw), _GROUP
+                unopened = self._unopened_group(base, path, address)
+                return (unopened if unopened is not None else h5py.h5g.open(base, path)), _GROUP
             if _DATATYPE_MESSAGE in first and _DATASPACE_MESSAGE in first:
-                return h5py.h5d.open(gid, raw), _DATASET
+                return h5py.h5d.open(base, path), _DATASET
         except Exception:  # H5Oopen says why (MD513)
             return None
         return None
 
+    def _unopened_group(self, base: h5py.h5g.GroupID, path: bytes, address: int) -> _Unopened | None:
+        """The group at ``path`` from ``base`` (its header at ``address``), left unopened, where its first member is
+        opened through it instead — one libhdf5 open, not two, for each of 10^5 parameters. That is where the group's
+        header is of a profile libhdf5 read the creation properties and listed the links of as the walk reads them
+        from the header (HeaderReader.compact_links), its first member by name is a group or dataset by its own
+        header, and every name on the path is a plain one (no "/", not "." or ".."). libhdf5 opens the member
+        by H5Gopen or H5Dopen of ``path/member``: it finds the group by name in ``base``, as H5Gopen would, reads
+        its header (checksums included), finds its link info message — which makes it a group, H5Gopen's own
+        test — and the member's link message in it, then opens and checks the member as when opened from the
+        group: so an H5Gopen of the group would have succeeded, and the walk, which reads what it needs of the
+        group from that header (its links, and attributes stored alike), misses nothing libhdf5 would have said.
+        The opened member is kept for its visit (used only if its name and address are those it is visited by).
+        Where the group is needed open (an attribute read by libhdf5, a member opened by H5Oopen) it is opened
+        then, by H5Gopen (:meth:`_Unopened.opened`). None where any of that does not hold, or the member's open
+        fails: the group is then opened as any other."""
+        headers = self.headers
+        if headers is None or not _plain_name(path.rpartition(b"/")[2]):
+            return None
+        profile = headers.profile(address, dataset=False)
+        if profile is None or profile not in self.group_kinds or profile not in self.links_in_header:
+            return None
+        links = headers.compact_links(address)
+        if not links:
+            return None
+        raw, _, member = min(links, key=_LINK_NAME)
+        if not _plain_name(raw):
+            return None
+        header = headers.header(member)
+        if header.fault is not None:
+            return None
+        first = header.first
+        try:
+            if _SYMBOL_TABLE_MESSAGE in first or _LINK_INFO_MESSAGE in first:
+                oid, kind = h5py.h5g.open(base, path + b"/" + raw), _GROUP
+            elif _DATATYPE_MESSAGE in first and _DATASPACE_MESSAGE in first:
+                oid, kind = h5py.h5d.open(base, path + b"/" + raw), _DATASET
+            else:
+                return None
+        except Exception:
+            return None
+        return _Unopened(base, path, (raw, member, oid, kind))
+
     def _link_count(self, oid: h5py.h5o.ObjectID, address: int) -> int:
         """The object header's link count (§8.1), read from its bytes (object_header.py says why)."""
         if self.headers is None:  # a file driver without a descriptor: libhdf5's count
-            return h5py.h5o.get_info(oid).rc
+            return h5py.h5o.get_info(_opened(oid)).rc
         return self.headers.link_count(address)
 
     def _read_attributes(self, info: ObjectInfo, oid: h5py.h5o.ObjectID, n: int | None = None, address: int | None = None) -> bool:
@@ -771,7 +857,7 @@ class _Walk:
                 if storage is not None and storage in self.attribute_storages:
                     n = stored
                 else:
-                    n = max(stored, h5py.h5a.get_num_attrs(oid))
+                    n = max(stored, h5py.h5a.get_num_attrs(_opened(oid)))
                     if storage is not None:
                         self.attribute_storages.add(storage)
         except Exception as exc:
@@ -795,7 +881,7 @@ class _Walk:
             name = None
             try:
                 # libhdf5's list of the attributes, by name, where it is known without asking (_listed_attributes)
-                raw_name = names[i] if names is not None else h5py.h5a.open(oid, index=i).get_name()  # closed at once
+                raw_name = names[i] if names is not None else h5py.h5a.open(_opened(oid), index=i).get_name()  # closed at once
                 name = raw_name.decode("utf-8", "replace")
                 if name.encode("utf-8") != raw_name:  # §8.2: an attribute's name is UTF-8, as a link's is
                     self.finding("MD506", info, f"an attribute name {raw_name[:200]!r} is not UTF-8")
@@ -842,7 +928,7 @@ class _Walk:
         What libhdf5 cannot read raises."""
         # §8.1: an attribute is read by its name — through its name index, by the name's hash, for dense
         # storage (libhdf5 hands back an attribute still open under that name without that lookup)
-        aid = h5py.h5a.open(oid, name=raw_name)
+        aid = h5py.h5a.open(_opened(oid), name=raw_name)
         size: int | None
         if known is not None:  # an attribute stored alike has this size and type (HeaderReader.profile)
             size, tid = known
