@@ -135,6 +135,43 @@ def test_headers_alike_are_read_by_their_model_and_others_are_not() -> None:
     assert [int.from_bytes(h.messages[2][1][2:10], "little") for h in got] == [8192 + 32, 8192 + 48, 8192 + 64]
 
 
+def _group_header(f: _File, at: int, chunk_at: int, value: bytes, member: int, chunk: bytes | None = None) -> int:
+    """A group's header as mdiff's writer leaves it: an attribute in its first chunk, its link in a continuation."""
+    chunk = chunk if chunk is not None else _chunk(_message(0x02, b"\0\0" + b"\xff" * 16) + _message(0x06, b"\x01\x00\x03xor" + struct.pack("<Q", member)))
+    f.put(chunk_at, chunk)
+    return f.put(at, _v2_header(_continuation(chunk_at, len(chunk)) + _message(0x0A, b"\0\0") + _message(0x0C, value)))
+
+
+def test_headers_of_two_chunks_alike_are_read_by_their_model_and_others_are_not() -> None:
+    f = _File(1 << 15)
+    places = [64 + 512 * i for i in range(12)]
+    for i, at in enumerate(places[:6]):  # alike but for their attribute's value, their member and where their links lie
+        _group_header(f, at, at + 256, b"v%03d" % i + b"\x07" * 36, 8192 + 64 * i)
+    _group_header(f, places[6], places[6] + 256, b"v%03d" % 6 + b"\x07" * 36, 8192,  # a link message's flags
+                  _chunk(_message(0x02, b"\0\0" + b"\xff" * 16) + _message(0x06, b"\x01\x00\x03xor" + struct.pack("<Q", 8192), flags=1)))
+    _group_header(f, places[7], places[7] + 256, b"v%03d" % 7 + b"\x07" * 36, 8192,  # a link info message's body
+                  _chunk(_message(0x02, b"\0\0" + b"\xfe" * 16) + _message(0x06, b"\x01\x00\x03xor" + struct.pack("<Q", 8192))))
+    at = _group_header(f, places[8], places[8] + 256, b"v%03d" % 8 + b"\x07" * 36, 8192)
+    f.put(at + 10, struct.pack("<Q", at + 8))  # a continuation back to its own first chunk (a cycle)
+    _group_header(f, places[9], places[9] + 256, b"v%03d" % 9 + b"\x07" * 36, 8192)
+    f.put(places[9] + 256, b"OCHX")  # the continuation's signature
+    at = _group_header(f, places[10], places[10] + 256, b"v%03d" % 10 + b"\x07" * 36, 8192)
+    f.put(at + 10, struct.pack("<Q", (1 << 15) - 40))  # a continuation that runs past the file
+    at = _group_header(f, places[11], places[11] + 256, b"v%03d" % 11 + b"\x07" * 36, 8192)
+    f.put(at + 18, struct.pack("<Q", 47))  # a continuation of another length
+    reader = f.reader()
+    for at in places:
+        _agrees(reader, at)
+    pair = reader._pair
+    assert pair is not None and pair.places == (0, 2, 4)  # the continuation, the attribute, the link
+    got = [reader.header(at) for at in places[2:6]]
+    assert [int.from_bytes(h.messages[4][1][-8:], "little") for h in got] == [8192 + 128, 8192 + 192, 8192 + 256, 8192 + 320]
+    assert [h.messages[2][1][:4] for h in got] == [b"v002", b"v003", b"v004", b"v005"]
+    assert all(h.messages is not pair.model.messages and h.flags is pair.model.flags for h in got)
+    assert not any(f.reader().header(at).flags is pair.model.flags for at in places[6:])  # the others: decoded whole
+    assert reader.header(places[8]).fault is not None and "signature" in str(reader.header(places[9]).fault)
+
+
 def _mixed_file(path: Path) -> None:
     """Groups and datasets of several kinds, attributes on some, as a diff of many parameters holds them."""
     with h5py.File(path, "w", libver=("v110", "v112")) as f:  # version 2 headers, layouts of version 4 at most

@@ -85,6 +85,21 @@ class DecodedHeader:
         # what HeaderReader made of it (profile, compact_links), by question: the walk asks a group's twice
         self.memo: dict | None = None
 
+    def alike_in(self, places: tuple[int, ...], bodies: list[bytes]) -> DecodedHeader:
+        """A header of this one's messages but for the bodies of those at ``places``, which are ``bodies`` (each of
+        the same length and type); this one's tables shared. What the walk made of this one (``memo``) is kept for
+        the questions no message at ``places`` answers: a group's profile where none is of its properties."""
+        other = DecodedHeader.__new__(DecodedHeader)
+        other.version, other.flags, other.first, other.counts, other.fault = self.version, self.flags, self.first, self.counts, None
+        other.messages = messages = self.messages.copy()
+        for place, body in zip(places, bodies):
+            messages[place] = (messages[place][0], body)
+        other.memo = None
+        memo = self.memo
+        if memo is not None and False in memo and not any(messages[place][0] in _GROUP_PROPERTIES for place in places):
+            other.memo = {False: memo[False]}
+        return other
+
     def alike(self, index: int, body: bytes) -> DecodedHeader:
         """A header of this one's messages but for the body of the ``index``-th, which is ``body`` (of the same
         length and type); this one's lists and tables shared (neither is changed once decoded)."""
@@ -155,6 +170,55 @@ def _append_messages(block: bytes, pos: int, last: int, limit: int, unpack: Call
     return True
 
 
+class _PairModel:
+    """A model for headers of two chunks alike (HeaderReader._learn_pair): the first chunk's bytes (``span`` of
+    them) and the continuation chunk's, equal in a header alike but for the message bodies at ``spans`` (in the
+    first chunk) and ``rest_spans`` (in the continuation, up to its last message's end), which are the bodies of
+    the model's messages at ``places``; the continuation message's address lies at ``address`` in the first chunk,
+    its length (which must be ``length``) after it, up to the third."""
+
+    __slots__ = ("span", "raw", "spans", "address", "length", "rest", "rest_spans", "model", "places")
+
+    def __init__(self, span: int, raw: bytes, spans: tuple[tuple[int, int], ...], address: tuple[int, int, int], length: int,
+                 rest: bytes, rest_spans: tuple[tuple[int, int], ...], model: DecodedHeader, places: tuple[int, ...]):
+        self.span, self.raw, self.spans, self.address, self.length = span, raw, spans, address, length
+        self.rest, self.rest_spans, self.model, self.places = rest, rest_spans, model, places
+
+    def read(self, reader: HeaderReader, window: bytes, here: int, first: int) -> DecodedHeader | None:
+        """The header whose first chunk is ``window[here:here + span]`` (its messages from ``first``, an address),
+        decoded by the model where its bytes and its continuation chunk's are the model's but for those bodies;
+        None otherwise. The continuation is held to what :meth:`HeaderReader._plain_header` holds it to (its
+        bytes are the model's, so its length, signature and messages are; where it lies is checked here)."""
+        raw, bodies = self.raw, []
+        previous = 0
+        for start, end in self.spans:
+            if window[here + previous:here + start] != raw[previous:start]:
+                return None
+            bodies.append(window[here + start:here + end])
+            previous = end
+        if window[here + previous:here + self.span] != raw[previous:]:
+            return None
+        at, stop, end = self.address
+        chunk, length = int.from_bytes(window[here + at:here + stop], "little"), self.length
+        if (int.from_bytes(window[here + stop:here + end], "little") != length or chunk == first
+                or reader.base + chunk + length > reader.size):
+            return None
+        try:
+            block = reader._read(chunk, length)
+        except HeaderError:
+            return None
+        rest = self.rest
+        previous = 0
+        for start, end in self.rest_spans:
+            if block[previous:start] != rest[previous:start]:
+                return None
+            bodies.append(block[start:end])
+            previous = end
+        if block[previous:len(rest)] != rest[previous:]:
+            return None
+        return self.model.alike_in(self.places, bodies)
+
+
 class HeaderReader:
     """Reads object headers of a file of ``size`` bytes through ``read_at(n, offset)`` (``positional_io.pread`` of its
     descriptor, or a remote file's ranged read); HDF5 addresses start at ``base``."""
@@ -167,6 +231,9 @@ class HeaderReader:
         # the last header of one chunk decoded in full, and the model headers like it are decoded by (_learn)
         self._last_plain: tuple[bytes, int, DecodedHeader] | None = None
         self._template: tuple[int, bytes, int, int, DecodedHeader, int] | None = None
+        # the same for headers of two chunks (a group of mdiff's: its attribute, then its links in a continuation)
+        self._last_pair: tuple[bytes, int, int, bytes, int, DecodedHeader] | None = None
+        self._pair: _PairModel | None = None
         # link info and attribute info messages' bodies found to name no dense storage (their fractal heap's address
         # is not defined): what they say follows from their bytes alone, and most groups of a file hold the same ones
         self._compact_links: set[bytes] = set()
@@ -282,6 +349,11 @@ class HeaderReader:
             _, raw, body_start, body_end, model, index = template
             if window[here:here + body_start] == raw[:body_start] and window[here + body_end:limit] == raw[body_end:]:
                 return model.alike(index, window[here + body_start:here + body_end])
+        pair = self._pair
+        if pair is not None and pair.span == span:
+            alike = pair.read(self, window, here, address + (pos - here))
+            if alike is not None:
+                return alike
         size_of, unpack = (4, _V2_MESSAGE) if not header_flags & 0x04 else (6, _V2_ORDERED_MESSAGE)
         kept = DecodedHeader()
         kept.version = 2
@@ -290,6 +362,7 @@ class HeaderReader:
         o, n = self.offset_size, self.length_size
         blocks: list[tuple[int, int]] = []  # continuation chunks: (address, length)
         seen = [address + (pos - here)]  # the chunks read (a continuation back to one is a cycle: _decoded says so)
+        first_chunk: tuple[bytes, int, int] | None = None  # the first chunk's bytes, its first message's place, messages
         total = length
         while True:
             if not _append_messages(block, pos, last, limit, unpack, size_of, o, n, kept, blocks):
@@ -297,12 +370,16 @@ class HeaderReader:
             if not blocks:
                 if len(seen) == 1:  # one chunk: a model for the headers that follow (_learn)
                     self._learn(window[here:limit], prefix + width - here, size_of, kept)
+                elif len(seen) == 2 and first_chunk is not None:  # two: a model of two chunks (_learn_pair)
+                    self._learn_pair(first_chunk, block[:limit], seen[1], size_of, kept)
                 return kept
             chunk, length = blocks.pop(0)
             total += length
             if (len(seen) >= _PLAIN_BLOCKS or len(found) > _PLAIN_MESSAGES or chunk in seen or chunk < 0 or length < 4
                     or length > _MAX_BLOCK or self.base + chunk + length > self.size or total > self.size):
                 return None
+            if len(seen) == 1:
+                first_chunk = (window[here:limit], prefix + width - here, len(found))
             seen.append(chunk)
             block = self._read(chunk, length)
             if block[:4] != _CONTINUATION_SIGNATURE:
@@ -329,6 +406,54 @@ class HeaderReader:
         body_end = body_start + len(now[index][1])
         if raw[:body_start] == last[0][:body_start] and raw[body_end:] == last[0][body_end:]:
             self._template = (len(raw), raw, body_start, body_end, decoded, index)
+
+    def _learn_pair(self, first: tuple[bytes, int, int], second: bytes, chunk: int, size_of: int,
+                    decoded: DecodedHeader) -> None:
+        """:meth:`_learn` for a header of two chunks just decoded: ``first`` (the first chunk's bytes, its first
+        message's place in them, how many messages it holds), ``second`` (the continuation chunk's bytes, at
+        ``chunk``). Where it and the one decoded before it are of one layout — their bytes equal but for some
+        messages' bodies, the continuation message's among them — it becomes the model of :class:`_PairModel`."""
+        raw, at, in_first = first
+        last, self._last_pair = self._last_pair, (raw, at, in_first, second, chunk, decoded)
+        if (last is None or len(last[0]) != len(raw) or last[1] != at or last[2] != in_first
+                or len(last[3]) != len(second) or last[5].flags != decoded.flags or last[4] == chunk):
+            return
+        before, now = last[5].messages, decoded.messages
+        if len(now) != len(before):
+            return
+        places: list[int] = []
+        spans: tuple[list[tuple[int, int]], list[tuple[int, int]]] = ([], [])
+        pos = [at, 4]  # where the next message's header is, in each chunk (a continuation chunk's after its signature)
+        continuation = None
+        for i, ((mtype, body), (was_type, was)) in enumerate(zip(now, before)):
+            part = 0 if i < in_first else 1
+            start = pos[part] + size_of
+            pos[part] = end = start + len(body)
+            if mtype != was_type or len(body) != len(was):
+                return
+            if mtype == _CONTINUATION:
+                continuation = (i, start, end)
+            if body != was:
+                places.append(i)
+                spans[part].append((start, end))
+        if continuation is None or continuation[0] not in places:
+            return
+        ends = (len(raw), pos[1])  # the first chunk's end; the continuation chunk's last message's (its checksum after)
+        for part, (mine, theirs) in enumerate(((raw, last[0]), (second, last[3]))):
+            previous = 0
+            for start, end in [*spans[part], (ends[part], ends[part])]:
+                if mine[previous:start] != theirs[previous:start]:
+                    return
+                previous = end
+        o, n = self.offset_size, self.length_size
+        _, start, end = continuation
+        if end - start < o + n:
+            return
+        length = int.from_bytes(raw[start + o:start + o + n], "little")
+        if length != len(second):
+            return
+        self._pair = _PairModel(len(raw), raw, tuple(spans[0]), (start, start + o, start + o + n), length, second[:pos[1]],
+                                tuple(spans[1]), decoded, tuple(places))
 
     def _decoded(self, address: int) -> DecodedHeader:
         """The header at ``address``, decoded by the general reader (versions 1 and 2, continuations, faults)."""
