@@ -135,16 +135,22 @@ def test_headers_alike_are_read_by_their_model_and_others_are_not() -> None:
     assert [int.from_bytes(h.messages[2][1][2:10], "little") for h in got] == [8192 + 32, 8192 + 48, 8192 + 64]
 
 
+def _attribute(value: bytes) -> bytes:
+    """An attribute message's body (version 3) of a scalar fixed-length string named "update" holding ``value``."""
+    return bytes([3, 0]) + struct.pack("<HHH", 7, 8, 4) + b"\0" + b"update\0" + b"\x13\0\0\0" + struct.pack("<I", len(value)) \
+        + bytes([2, 0, 0, 0]) + value
+
+
 def _group_header(f: _File, at: int, chunk_at: int, value: bytes, member: int, chunk: bytes | None = None) -> int:
     """A group's header as mdiff's writer leaves it: an attribute in its first chunk, its link in a continuation."""
     chunk = chunk if chunk is not None else _chunk(_message(0x02, b"\0\0" + b"\xff" * 16) + _message(0x06, b"\x01\x00\x03xor" + struct.pack("<Q", member)))
     f.put(chunk_at, chunk)
-    return f.put(at, _v2_header(_continuation(chunk_at, len(chunk)) + _message(0x0A, b"\0\0") + _message(0x0C, value)))
+    return f.put(at, _v2_header(_continuation(chunk_at, len(chunk)) + _message(0x0A, b"\0\0") + _message(0x0C, _attribute(value))))
 
 
 def test_headers_of_two_chunks_alike_are_read_by_their_model_and_others_are_not() -> None:
     f = _File(1 << 15)
-    places = [64 + 512 * i for i in range(12)]
+    places = [64 + 512 * i for i in range(14)]
     for i, at in enumerate(places[:6]):  # alike but for their attribute's value, their member and where their links lie
         _group_header(f, at, at + 256, b"v%03d" % i + b"\x07" * 36, 8192 + 64 * i)
     _group_header(f, places[6], places[6] + 256, b"v%03d" % 6 + b"\x07" * 36, 8192,  # a link message's flags
@@ -159,16 +165,29 @@ def test_headers_of_two_chunks_alike_are_read_by_their_model_and_others_are_not(
     f.put(at + 10, struct.pack("<Q", (1 << 15) - 40))  # a continuation that runs past the file
     at = _group_header(f, places[11], places[11] + 256, b"v%03d" % 11 + b"\x07" * 36, 8192)
     f.put(at + 18, struct.pack("<Q", 47))  # a continuation of another length
+    at = _group_header(f, places[12], places[12] + 256, b"v%03d" % 12 + b"\x07" * 36, 8192)  # read by the model, but
+    f.put(at + 8 + 20 + 4 + 4 + 9 + 7, b"f")  # its attribute's name is another ("updatf")
+    _group_header(f, places[13], places[13] + 256, b"v%03d" % 13 + b"\x07" * 36, 8192,  # and its link's ("xos")
+                  _chunk(_message(0x02, b"\0\0" + b"\xff" * 16) + _message(0x06, b"\x01\x00\x03xos" + struct.pack("<Q", 8192))))
     reader = f.reader()
-    for at in places:
+    asked = []
+    for at in places:  # each asked what the walk asks of a group, as it is read
         _agrees(reader, at)
+        asked.append((reader.compact_links(at), reader.attribute_profiles(at)))
     pair = reader._pair
     assert pair is not None and pair.places == (0, 2, 4)  # the continuation, the attribute, the link
     got = [reader.header(at) for at in places[2:6]]
     assert [int.from_bytes(h.messages[4][1][-8:], "little") for h in got] == [8192 + 128, 8192 + 192, 8192 + 256, 8192 + 320]
-    assert [h.messages[2][1][:4] for h in got] == [b"v002", b"v003", b"v004", b"v005"]
+    assert [h.messages[2][1][-40:-36] for h in got] == [b"v002", b"v003", b"v004", b"v005"]
     assert all(h.messages is not pair.model.messages and h.flags is pair.model.flags for h in got)
-    assert not any(f.reader().header(at).flags is pair.model.flags for at in places[6:])  # the others: decoded whole
+    assert not any(f.reader().header(at).flags is pair.model.flags for at in places[6:12])  # the others: decoded whole
+    # what the walk asks of them, read from the model's answers: as of a header decoded whole
+    assert pair.model.memo is not None and "links" in pair.model.memo and "attributes" in pair.model.memo
+    assert [asked[i] == (f.reader().compact_links(at), f.reader().attribute_profiles(at)) for i, at in enumerate(places)] == [True] * 14
+    assert reader.header(places[12]).model is not None and reader.header(places[13]).model is not None
+    assert asked[12][1] is not None and b"updatf" in asked[12][1] and asked[13][0] == [(b"xos", 0, 8192)]
+    assert reader.compact_links(places[5]) == [(b"xor", 0, 8192 + 320)]
+    assert reader.attribute_profiles(places[5])[b"update"][2] == b"v005" + b"\x07" * 36
     assert reader.header(places[8]).fault is not None and "signature" in str(reader.header(places[9]).fault)
 
 

@@ -73,7 +73,7 @@ class DecodedHeader:
     """An object header's messages, up to its first fault: each (type, body) in order, their flags, where each
     type first comes, and the fault (None: the header decoded whole)."""
 
-    __slots__ = ("version", "messages", "flags", "first", "counts", "fault", "memo")
+    __slots__ = ("version", "messages", "flags", "first", "counts", "fault", "memo", "model")
 
     def __init__(self) -> None:
         self.version = 0  # of the header: 1 or 2 (0: not known, the header does not decode)
@@ -84,6 +84,8 @@ class DecodedHeader:
         self.fault: Exception | None = None
         # what HeaderReader made of it (profile, compact_links), by question: the walk asks a group's twice
         self.memo: dict | None = None
+        # the header this one was read by (alike_in) and the places of the messages whose bodies differ
+        self.model: tuple[DecodedHeader, tuple[int, ...]] | None = None
 
     def alike_in(self, places: tuple[int, ...], bodies: list[bytes]) -> DecodedHeader:
         """A header of this one's messages but for the bodies of those at ``places``, which are ``bodies`` (each of
@@ -95,6 +97,7 @@ class DecodedHeader:
         for place, body in zip(places, bodies):
             messages[place] = (messages[place][0], body)
         other.memo = None
+        other.model = (self, places)
         memo = self.memo
         if memo is not None and False in memo and not any(messages[place][0] in _GROUP_PROPERTIES for place in places):
             other.memo = {False: memo[False]}
@@ -108,7 +111,7 @@ class DecodedHeader:
         other.messages = messages = self.messages.copy()
         mtype, before = messages[index]
         messages[index] = (mtype, body)
-        other.memo = None
+        other.memo = other.model = None
         memo = self.memo
         if (memo is not None and mtype == _LAYOUT and True in memo and body[:2] == before[:2]
                 and (before[1:2] != b"\0" or body[2:4] == before[2:4])):
@@ -119,6 +122,59 @@ class DecodedHeader:
 
 
 _REMEMBERED = 64  # message bodies a HeaderReader keeps of each kind (_remember)
+
+
+def _attributes_alike(header: DecodedHeader, model: DecodedHeader, places: tuple[int, ...]
+                      ) -> dict[bytes, tuple[tuple, int, bytes | None]] | None:
+    """HeaderReader.attribute_profiles of ``header``, read by ``model`` but for the bodies at ``places``, from the
+    model's: where each of those that is an attribute message equals the model's up to its data (its name,
+    datatype and dataspace: all that makes its profile), and none is an attribute info message, the model's
+    profiles with those attributes' data. None where that cannot be said (then they are read as any header's)."""
+    memo = model.memo
+    kept = memo.get("attributes") if memo is not None else None
+    if kept is None:
+        return None
+    found, at_of = kept
+    found = dict(found)
+    messages, before = header.messages, model.messages
+    for place in places:
+        mtype, body = messages[place]
+        if mtype == _ATTRIBUTE:
+            name, at = at_of[place]
+            if body[:at] != before[place][1][:at]:
+                return None
+            profile, size, data = found[name]
+            found[name] = (profile, size, None if data is None else body[at:])
+        elif mtype == _ATTRIBUTE_INFO:
+            return None
+    return found
+
+
+def _links_alike(header: DecodedHeader, model: DecodedHeader, places: tuple[int, ...], o: int
+                 ) -> list[tuple[bytes, int, int]] | None:
+    """HeaderReader.compact_links of ``header``, read by ``model`` but for the bodies at ``places``, from the
+    model's: where each of those that is a link message equals the model's but for its last ``o`` bytes (the
+    address it links to), and none is a link info message, the model's links with those addresses. None where
+    that cannot be said."""
+    memo = model.memo
+    links = memo.get("links") if memo is not None else None
+    if not links:
+        return None
+    messages, before = header.messages, model.messages
+    found = None
+    for place in places:
+        mtype, body = messages[place]
+        if mtype == _LINK:
+            if body[:-o] != before[place][1][:-o]:
+                return None
+            if found is None:
+                found = links.copy()
+                at = [i for i, (t, _) in enumerate(before) if t == _LINK]  # the links' places, in order
+            index = at.index(place)
+            found[index] = (found[index][0], 0, int.from_bytes(body[-o:], "little"))
+        elif mtype == _LINK_INFO:
+            return None
+    return links if found is None else found
 
 
 def _remember(kept: set[bytes], body: bytes) -> None:
@@ -537,9 +593,14 @@ class HeaderReader:
         header = self.header(address)
         if header.fault is not None:
             return None
+        if header.model is not None:
+            alike = _attributes_alike(header, *header.model)
+            if alike is not None:
+                return alike
         found: dict[bytes, tuple] = {}
+        places: dict[int, tuple[bytes, int]] = {}  # of each attribute message: its name, where its data starts
         undefined = (1 << 8 * self.offset_size) - 1
-        for (mtype, body), flags in zip(header.messages, header.flags):
+        for place, ((mtype, body), flags) in enumerate(zip(header.messages, header.flags)):
             if mtype == _ATTRIBUTE_INFO:
                 at = 2 + (2 if len(body) > 1 and body[1] & 1 else 0)  # version, flags, (maximum creation index)
                 if len(body) < at + self.offset_size or self._int(body, at, self.offset_size) != undefined:
@@ -566,6 +627,10 @@ class HeaderReader:
             if at > len(body) or name in found:
                 return None
             found[name] = ((version, sharing, encoding, datatype, dataspace), len(body) - at, body[at:] if whole else None)
+            places[place] = (name, at)
+        if header.memo is None:
+            header.memo = {}
+        header.memo["attributes"] = (found, places)  # for the headers read by this one (_attributes_alike)
         return found
 
     def attribute_storage(self, address: int) -> tuple | None:
@@ -599,6 +664,11 @@ class HeaderReader:
             header.memo = memo = {}
         elif "links" in memo:
             return memo["links"]
+        if header.model is not None:
+            alike = _links_alike(header, *header.model, self.offset_size)
+            if alike is not None:
+                memo["links"] = alike
+                return alike
         memo["links"] = found = self._link_messages_of(header)
         return found
 
