@@ -112,6 +112,14 @@ def test_a_walk_of_ten_thousand_parameters_crosses_whole(tmp_path):
     assert_same(vetted, reader.Vetted.from_wire(memoryview(message)))
 
 
+def test_plans_made_in_bulk_are_those_made_one_by_one():
+    made = StoragePlan.contiguous_at([0, 4096, 1 << 40])
+    assert made == [StoragePlan(0), StoragePlan(4096), StoragePlan(1 << 40)]
+    assert [hash(p) for p in made] == [hash(StoragePlan(x)) for x in (0, 4096, 1 << 40)]
+    with pytest.raises(AttributeError):
+        made[0].contiguous_offset = 1  # type: ignore[misc]  # frozen, as one made by its __init__
+
+
 def _small_message() -> bytes:
     path = CONFORMANCE / "valid" / "valid_storage_variants" / "diff.mdiff"
     if not path.exists():

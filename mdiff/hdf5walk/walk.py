@@ -21,7 +21,9 @@ import math
 import operator
 import os
 import re
+from collections import deque
 from dataclasses import dataclass, field
+from itertools import repeat
 from types import MappingProxyType
 from typing import Any, Final, Iterator, Literal, Mapping
 
@@ -114,6 +116,31 @@ class ObjectInfo:
         # by link name, in name order; groups only (one shared empty mapping for the rest: a file may hold 10^5)
         self.children: Mapping[str, ObjectInfo] = {} if kind == "group" else _NO_CHILDREN
         self.dataset: DatasetInfo | None = None  # None for groups and refused datasets
+
+    @staticmethod
+    def blank(n: int) -> list[ObjectInfo]:
+        """``n`` objects, each to be given its fields by :meth:`fill` (they refer to one another)."""
+        return list(map(object.__new__, repeat(ObjectInfo, n)))
+
+    @staticmethod
+    def fill(nodes: list[ObjectInfo], names: list[str], parents: list[ObjectInfo | None], kinds: list[str],
+             depths: list[int], datasets: list[DatasetInfo | None],
+             attrs: tuple[list[int], list[Mapping[str, str]]], refused: tuple[list[int], list[set[str]]],
+             children: tuple[list[int], list[dict[str, ObjectInfo]]]) -> None:
+        """Every field of ``nodes`` (made by :meth:`blank`) from columns, one entry an object: a walk of 10^5
+        parameters sent by an isolated child (wire.decode). ``attrs``, ``refused`` and ``children`` are (the
+        places, the values) of the objects that have attributes, refused attribute names and a dict of members;
+        the others share the empty ones, as ``__init__`` gives them."""
+        n = len(nodes)
+        columns: list[tuple[str, list[Any]]] = [("name", names), ("parent", parents), ("kind", kinds), ("depth", depths),
+                                                ("dataset", datasets)]
+        for slot, empty, (places, values) in (("attrs", _NO_ATTRIBUTES, attrs), ("refused_attrs", _NONE_REFUSED, refused),
+                                              ("children", _NO_CHILDREN, children)):
+            column: list[Any] = [empty] * n
+            deque(map(column.__setitem__, places, values), 0)
+            columns.append((slot, column))
+        for slot, column in columns:
+            deque(map(getattr(ObjectInfo, slot).__set__, nodes, column), 0)
 
     def adopt(self, node: ObjectInfo) -> ObjectInfo:
         """File ``node`` as this group's member of its name."""
@@ -275,7 +302,7 @@ _KINDS = frozenset({"group", "dataset", "refused", "deferred"})
 _ABSENT = {3: (None, None, None), 4: (None, None)}  # what a record of 3 or 4 fields leaves out (to_records)
 # what a dataset of an accepted file can be stored as (§6.1, with room for what the walk reports on);
 # never an object dtype, which numpy would fill with Python objects
-_DTYPE_TEXT = re.compile(r"[<>|=][biufcSUV][0-9]{1,5}")
+DTYPE_TEXT = re.compile(r"[<>|=][biufcSUV][0-9]{1,5}")
 
 
 def _dataset_record(info: DatasetInfo | None) -> list | None:
@@ -304,7 +331,7 @@ def _dataset_from_record(flat: list[Any] | None, dtypes: dict[str, np.dtype]) ->
         raise ValueError("a malformed dataset record")
     contiguous = len(flat) == 5  # [shape, dtype, nbytes, stored, offset]: a contiguous dataset (_dataset_record)
     shape, dtype, nbytes, stored, flat_plan, inline = (*flat, None) if contiguous else flat
-    if not (isinstance(dtype, str) and _DTYPE_TEXT.fullmatch(dtype) and type(nbytes) is int and type(stored) is int):
+    if not (isinstance(dtype, str) and DTYPE_TEXT.fullmatch(dtype) and type(nbytes) is int and type(stored) is int):
         raise ValueError("a malformed dataset record")
     plan = None
     if contiguous:

@@ -31,12 +31,12 @@ import sys
 from collections import deque
 from itertools import chain, repeat
 from operator import attrgetter, is_not, methodcaller
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from mdiff.hdf5walk.storage import Chunk, StoragePlan
-from mdiff.hdf5walk.walk import _DTYPE_TEXT, _NO_ATTRIBUTES, _NO_CHILDREN, _NONE_REFUSED, DatasetInfo, Inventory, ObjectInfo
+from mdiff.hdf5walk.walk import DTYPE_TEXT, DatasetInfo, Inventory, ObjectInfo
 
 MAGIC = b"MDW\x01"
 # magic; st_dev, st_ino, st_size, st_mtime_ns; total bytes; objects, datasets, attributes, refused names,
@@ -253,24 +253,26 @@ def _decode(view: memoryview) -> tuple[tuple[int, int, int, int], Inventory, lis
     refused = strings[n + 2 * a:n + 2 * a + r]
     dtype_texts = strings[n + 2 * a + r:]
     del strings
-    if not all(_DTYPE_TEXT.fullmatch(x) for x in dtype_texts):
+    if not all(DTYPE_TEXT.fullmatch(x) for x in dtype_texts):
         raise ValueError("a dtype that is not a storage type")
     dtypes = [np.dtype(x) for x in dtype_texts]
 
-    nodes: list[Any] = list(map(object.__new__, repeat(ObjectInfo, n)))
+    nodes = ObjectInfo.blank(n)
     kind_names = list(map(KINDS.__getitem__, kinds.tolist()))
     starts = first[:-1].tolist()
     member_counts = members.tolist()
-    children: list[Any] = [_NO_CHILDREN] * n
+    child_at: list[int] = []  # the objects that hold a dict of members, and those dicts
+    children: list[dict[str, ObjectInfo]] = []
     for count in (0, 1):  # the usual: a leaf group, or a parameter's group of one dataset
         which = np.flatnonzero(holds & (members == count))
-        made = [{} for _ in range(which.size)] if count == 0 else \
-            [{names[j]: nodes[j]} for j in first[which].tolist()]
-        deque(map(children.__setitem__, which.tolist(), made), 0)
+        child_at.extend(which.tolist())
+        children.extend([{} for _ in range(which.size)] if count == 0 else
+                        [{names[j]: nodes[j]} for j in first[which].tolist()])
     for i in np.flatnonzero(holds & (members > 1)).tolist():
         j, count = starts[i], member_counts[i]
-        children[i] = dict(zip(names[j:j + count], nodes[j:j + count]))
-        if len(children[i]) != count:
+        child_at.append(i)
+        children.append(dict(zip(names[j:j + count], nodes[j:j + count])))
+        if len(children[-1]) != count:
             raise ValueError("two members of one name")
     parents = [None, *map(nodes.__getitem__, np.repeat(np.arange(n), members).tolist())]
     depths = np.zeros(n, np.int64)
@@ -278,25 +280,26 @@ def _decode(view: memoryview) -> tuple[tuple[int, int, int, int], Inventory, lis
     while start < end:  # level by level: each level's members are the next run of objects
         depths[start:end] = level
         start, end, level = int(first[start]), int(first[end]), level + 1
-    attrs: list[Any] = [_NO_ATTRIBUTES] * n
     ends = np.cumsum(n_attrs)
     single = np.flatnonzero(n_attrs == 1)  # the usual: a parameter's `update`
-    deque(map(attrs.__setitem__, single.tolist(), [{keys[j]: values[j]} for j in (ends[single] - 1).tolist()]), 0)
+    attr_at: list[int] = single.tolist()
+    attrs: list[Mapping[str, str]] = [{keys[j]: values[j]} for j in (ends[single] - 1).tolist()]
     for i in np.flatnonzero(n_attrs > 1).tolist():
         j, count = int(ends[i]), int(n_attrs[i])
-        attrs[i] = dict(zip(keys[j - count:j], values[j - count:j]))
-    refused_attrs: list[Any] = [_NONE_REFUSED] * n
+        attr_at.append(i)
+        attrs.append(dict(zip(keys[j - count:j], values[j - count:j])))
+    refused_at: list[int] = []
+    refused_attrs: list[set[str]] = []
     if r:
         ends = np.cumsum(n_refused).tolist()
         for i in np.flatnonzero(n_refused).tolist():
-            refused_attrs[i] = set(refused[ends[i] - int(n_refused[i]):ends[i]])
-    dataset_of: list[Any] = [None] * n
+            refused_at.append(i)
+            refused_attrs.append(set(refused[ends[i] - int(n_refused[i]):ends[i]]))
+    dataset_of: list[DatasetInfo | None] = [None] * n
     for i, info in _datasets(table_bytes, dims_bytes, ints_bytes, inline, d, n, dtypes):
         dataset_of[i] = info
-    for slot, values_of in (("name", names), ("parent", parents), ("kind", kind_names), ("depth", depths.tolist()),
-                            ("attrs", attrs), ("refused_attrs", refused_attrs), ("children", children),
-                            ("dataset", dataset_of)):
-        deque(map(getattr(ObjectInfo, slot).__set__, nodes, values_of), 0)
+    ObjectInfo.fill(nodes, names, parents, kind_names, depths.tolist(), dataset_of, (attr_at, attrs),
+                    (refused_at, refused_attrs), (child_at, children))
     return (dev, ino, size, mtime), Inventory(nodes[0], total_bytes), findings
 
 
@@ -317,25 +320,22 @@ def _datasets(table_bytes: memoryview, dims_bytes: memoryview, ints_bytes: memor
     if int(ndim.sum()) != dims.size or int(inline_size[inline_size > 0].sum()) != len(inline):
         raise ValueError("shapes or bytes that are not the datasets'")
     shapes: list[Any]
-    ranks = np.unique(ndim)
-    if ranks.size == 1:
-        rank = int(ranks[0])
+    low, high = int(ndim.min()), int(ndim.max())  # not np.unique: its first call imports numpy.ma (6-26 ms)
+    if low == high:
+        rank = low
         shapes = list(zip(*dims.reshape(d, rank).T.tolist())) if rank else [()] * d
     else:
         shapes = [None] * d
         dim_at = np.cumsum(ndim) - ndim
-        for rank in ranks.tolist():
+        for rank in sorted(set(ndim.tolist())):
             which = np.flatnonzero(ndim == rank)
             got = list(zip(*(dims[dim_at[which] + k].tolist() for k in range(rank)))) if rank else [()] * which.size
             for i, shape in zip(which.tolist(), got):
                 shapes[i] = shape
     dtype_of = list(map(dtypes.__getitem__, dtype_at.tolist()))
     plans: list[Any] = [None] * d
-    new, set_dict, template = object.__new__, object.__setattr__, {"chunk_shape": None, "chunks": (), "filters": ()}
-    for i, where in zip(np.flatnonzero(plan_kind == _CONTIGUOUS).tolist(), offset[plan_kind == _CONTIGUOUS].tolist()):
-        plan = new(StoragePlan)  # a frozen dataclass made as its __init__ would, without its four setattr calls
-        set_dict(plan, "__dict__", {"contiguous_offset": where, **template})
-        plans[i] = plan
+    contiguous = plan_kind == _CONTIGUOUS
+    deque(map(plans.__setitem__, np.flatnonzero(contiguous).tolist(), StoragePlan.contiguous_at(offset[contiguous].tolist())), 0)
     if np.any(plan_kind == _CHUNKED):
         ints = _Ints(np.frombuffer(ints_bytes, "<i8").tolist())
         for i in np.flatnonzero(plan_kind == _CHUNKED).tolist():
