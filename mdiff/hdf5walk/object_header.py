@@ -157,9 +157,12 @@ def _links_alike(header: DecodedHeader, model: DecodedHeader, places: tuple[int,
     address it links to), and none is a link info message, the model's links with those addresses. None where
     that cannot be said."""
     memo = model.memo
-    links = memo.get("links") if memo is not None else None
-    if not links:
+    if memo is None or not memo.get("links"):
         return None
+    links: list[tuple[bytes, int, int]] = memo["links"]
+    at: list[int] = memo.get("link places") or []
+    if not at:  # the links' places, in order (asked once of a model)
+        at = memo["link places"] = [i for i, (t, _) in enumerate(model.messages) if t == _LINK]
     messages, before = header.messages, model.messages
     found = None
     for place in places:
@@ -169,7 +172,6 @@ def _links_alike(header: DecodedHeader, model: DecodedHeader, places: tuple[int,
                 return None
             if found is None:
                 found = links.copy()
-                at = [i for i, (t, _) in enumerate(before) if t == _LINK]  # the links' places, in order
             index = at.index(place)
             found[index] = (found[index][0], 0, int.from_bytes(body[-o:], "little"))
         elif mtype == _LINK_INFO:
