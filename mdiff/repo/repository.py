@@ -45,7 +45,7 @@ from mdiff.repo.fsck import fsck
 from mdiff.repo.history import ancestors, first_parent_line, merge_base, reflog_ref, resolve
 from mdiff.repo.merge import MergedState, MergeResult, Strategy
 from mdiff.repo.names import COMMIT_ID, FORMAT
-from mdiff.repo.parent_values import ParentValues, keep_copy, open_predecessor, recall, remember, writes_over
+from mdiff.repo.parent_values import ParentValues, keep_copy, learn, open_predecessor, recall, remember, watch, writes_over
 from mdiff.repo.reflog import ReflogEntry
 from mdiff.repo.remotes import add_remote, open_end, tracking_refs
 from mdiff.repo.state_cache import KnownState
@@ -169,6 +169,7 @@ class Repository(Store):
             ahead = working.hash_ahead(watched[0], watched[1], watched[3], but_safetensors=exact) if watched else {}
             with contextlib.ExitStack() as stack:
                 new = open_new_state(stack, new_state, exclude)
+                seen = watch(new) if exact else None  # before any value is read: the next commit's hashes (learn)
                 mine = self._last_committed  # else another process's, from the cache folder
                 last = mine if mine is not None and mine[0] == head else recall(self.dir)
                 over = head is not None and last is not None and last[0] == head and writes_over(self.dir, last, new_state)
@@ -194,6 +195,8 @@ class Repository(Store):
                     except state_cache.WalkNeeded:  # a value to replay: written again, from the state walked
                         log.debug("the parent's state is walked: a value or file only its history has")
                         parent = None
+                if summary is not None:  # the values it hashed, for the next commit that reads this file again
+                    learn(seen, summary.values)
                 if summary is not None:  # what a folder holds that the commit left out (dot files, …)
                     summary = dataclasses.replace(summary, not_versioned=tuple(getattr(new, "not_versioned", ())))
             if summary is None:  # nothing committed, nothing to record: what has not started is not hashed
