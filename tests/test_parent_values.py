@@ -312,3 +312,21 @@ def test_a_file_changed_after_its_values_were_hashed_is_hashed_again(tmp_path, r
     save_file(states[1], paths[1])
     other = Repository.init(tmp_path / "other")
     assert [other.commit(p, f"v{i}", date=DATE) for i, p in enumerate(paths)] == [*first, last]
+
+
+def test_the_snapshot_takes_the_values_its_commit_hashed_without_hashing_them_again(tmp_path, replays,
+                                                                                     parent_hashes, monkeypatch):
+    """The commit that writes a snapshot hashed every value it read; the snapshot reads them again from that
+    file, unchanged: not hashed again, and the same snapshot, byte for byte, as one whose values are hashed."""
+    from mdiff.repo import parent_values
+
+    monkeypatch.setenv("MDIFF_CACHE_DIR", "off")
+    paths = files(tmp_path, versions(8))
+    hashed = commit_all(tmp_path / "hashed", paths, fresh=False)
+    assert len(parent_hashes) == 8 * len(NAMES)  # seven parents' values and the snapshot's (ids[7])
+    parent_hashes.clear()
+    monkeypatch.setattr(parent_values, "RACY_NS", 0)
+    known = commit_all(tmp_path / "known", paths, fresh=False)
+    assert known == hashed and parent_hashes == [] and replays == []
+    snapshot = f"snapshots/{hashed[7]}.mdiff"
+    assert (tmp_path / "known" / ".mdiff" / snapshot).read_bytes() == (tmp_path / "hashed" / ".mdiff" / snapshot).read_bytes()

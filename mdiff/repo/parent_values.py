@@ -154,6 +154,7 @@ def open_predecessor(stack: contextlib.ExitStack, path: str | os.PathLike[str] |
 RACY_NS = 2_000_000_000  # a file changed less than this before it was looked at may change unseen (coarse times)
 MAX_KNOWN = 4  # files whose tensors' hashes this process remembers
 _known: OrderedDict[tuple[int, int], tuple[os.stat_result, dict[str, str]]] = OrderedDict()
+_watched: OrderedDict[tuple[int, int], os.stat_result] = OrderedDict()  # looked at, values not yet learned
 _known_lock = threading.Lock()
 
 
@@ -167,26 +168,36 @@ def _status(reader: object) -> os.stat_result | None:
         return None
 
 
-def watch(reader: object) -> os.stat_result | None:
-    """The status of the checkpoint file ``reader`` reads, taken before any of its values are read, for
-    :func:`learn`; None where it cannot be trusted to show a later change (not one file, or changed within
+def watch(reader: object) -> None:
+    """Look at the checkpoint file ``reader`` reads before any of its values are read, for :func:`learn`;
+    nothing where it cannot be trusted to show a later change (not one file, or changed within
     :data:`RACY_NS` of now)."""
     now = time.time_ns()
     status = _status(reader)
     if status is None or now - max(status.st_mtime_ns, status.st_ctime_ns) < RACY_NS:
-        return None
-    return status
-
-
-def learn(status: os.stat_result | None, values: Mapping[str, tuple[Any, Any, str | None]] | None) -> None:
-    """Remember ``values`` (name → (shape, dtype, sha256)) — the sha256 a commit computed of each value it read
-    from the file :func:`watch` gave ``status`` of — for the next commit that reads that file unchanged."""
-    if status is None or values is None:
         return
-    hashes = {name: sha256 for name, (_, _, sha256) in values.items() if sha256 is not None}
     with _known_lock:
-        _known[(status.st_dev, status.st_ino)] = (status, hashes)
-        _known.move_to_end((status.st_dev, status.st_ino))
+        _watched[(status.st_dev, status.st_ino)] = status
+        _watched.move_to_end((status.st_dev, status.st_ino))
+        while len(_watched) > MAX_KNOWN:
+            _watched.popitem(last=False)
+
+
+def learn(reader: object, values: Mapping[str, tuple[Any, Any, str | None]]) -> None:
+    """Remember ``values`` (name → (shape, dtype, sha256)) — the sha256 a commit computed of each value it read
+    from ``reader`` — for the next use of that file (the snapshot of this commit's state, the next commit's
+    parent), where :func:`watch` looked at it before its values were read and it is still that very file,
+    unchanged."""
+    status = _status(reader)
+    if status is None:
+        return
+    key = (status.st_dev, status.st_ino)
+    with _known_lock:
+        watched = _watched.pop(key, None)
+        if watched is None or not same_file(watched, status):
+            return
+        _known[key] = (watched, {name: sha256 for name, (_, _, sha256) in values.items() if sha256 is not None})
+        _known.move_to_end(key)
         while len(_known) > MAX_KNOWN:
             _known.popitem(last=False)
 
@@ -206,6 +217,7 @@ def forget_known() -> None:
     """Forget every file's remembered hashes (tests)."""
     with _known_lock:
         _known.clear()
+        _watched.clear()
 
 
 # (commit id, checkpoint path, exclude globs) of the checkpoint last committed in a repository

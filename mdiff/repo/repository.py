@@ -169,7 +169,8 @@ class Repository(Store):
             ahead = working.hash_ahead(watched[0], watched[1], watched[3], but_safetensors=exact) if watched else {}
             with contextlib.ExitStack() as stack:
                 new = open_new_state(stack, new_state, exclude)
-                seen = watch(new) if exact else None  # before any value is read: the next commit's hashes (learn)
+                if exact:  # before any value is read: its hashes, for the snapshot and the next commit (learn)
+                    watch(new)
                 mine = self._last_committed  # else another process's, from the cache folder
                 last = mine if mine is not None and mine[0] == head else recall(self.dir)
                 over = head is not None and last is not None and last[0] == head and writes_over(self.dir, last, new_state)
@@ -195,8 +196,6 @@ class Repository(Store):
                     except state_cache.WalkNeeded:  # a value to replay: written again, from the state walked
                         log.debug("the parent's state is walked: a value or file only its history has")
                         parent = None
-                if summary is not None:  # the values it hashed, for the next commit that reads this file again
-                    learn(seen, summary.values)
                 if summary is not None:  # what a folder holds that the commit left out (dot files, …)
                     summary = dataclasses.replace(summary, not_versioned=tuple(getattr(new, "not_versioned", ())))
             if summary is None:  # nothing committed, nothing to record: what has not started is not hashed
@@ -287,6 +286,8 @@ class Repository(Store):
         except _NothingToCommit:
             return None
         self.remember_inexact(commit_id, frozenset(inexact))
+        if not explicit and not masks and only is None:  # the sha256 of each value it read from a file watched
+            learn(new, claims.parameters)
         # from the commit's own state, read back: what checkouts will see. Not for a root commit: its updates are
         # the values themselves, read once — never SNAPSHOT_REPLAY_FACTOR (> 1) times its bytes, nor from
         # SNAPSHOT_MAX_COMMITS (> 1) commits — and opening its state to find that out walked the whole file
