@@ -31,9 +31,10 @@ those values again from that file as its parent's and hash them again. So this p
 single-file checkpoints it committed last (:func:`watch`, :func:`learn`; :data:`MAX_KNOWN` files), each
 tensor's sha256 with the identity and times of the file it was read from (``same_file``, what §13.2 calls
 unchanged, as repo/held_files.py does), taken before any value was read; a value read again from that very
-file, still unchanged once it has been read (an ``fstat`` a value), is then not hashed again. A file changed within the file system's timestamp granularity of
-that moment could look unchanged (the "racy" case of git's index): a file modified less than
-:data:`RACY_NS` before it was looked at is not remembered, so any later write moves its change time.
+file, still unchanged once it has been read (an ``fstat`` a value), is then not hashed again — by the snapshot
+the commit writes, and by the next commit. A write within the file system's timestamp granularity of the change
+before it could leave the times as they were (the "racy" case of git's index): a file changed less than
+:data:`RACY_NS` before it was looked at is not remembered, so that any later write moves its change time.
 """
 
 from __future__ import annotations
