@@ -255,3 +255,78 @@ def test_a_snapshot_is_written_from_the_checkpoint_committed_not_replayed(tmp_pa
         repo.write_snapshot(ids[7], view)  # from the history
     assert len(replays) == len(NAMES)
     assert repo.snapshot_path(ids[7]).read_bytes() == written
+
+
+@pytest.fixture
+def parent_hashes(monkeypatch) -> list[str]:
+    """The parent values ParentValues hashed to prove them (the sha256 of each), its memory of files emptied."""
+    from mdiff.repo import parent_values
+
+    parent_values.forget_known()
+    seen: list[str] = []
+    real = parent_values.sha256_hex
+
+    def counted(value):
+        digest = real(value)
+        seen.append(digest)
+        return digest
+
+    monkeypatch.setattr(parent_values, "sha256_hex", counted)
+    yield seen
+    parent_values.forget_known()
+
+
+def test_a_value_read_again_from_the_file_it_was_hashed_from_unchanged_is_not_hashed_again(tmp_path, replays,
+                                                                                              parent_hashes,
+                                                                                              monkeypatch):
+    """Issue 32: the commit before hashed every value it read from its checkpoint; the next commit reads them
+    again as its parent's from that very file, unchanged since (same_file, looked at before its values were
+    read): no second hash, no replay, the same ids."""
+    from mdiff.repo import parent_values
+
+    monkeypatch.setenv("MDIFF_CACHE_DIR", "off")
+    paths = files(tmp_path, versions(4))
+    hashed = commit_all(tmp_path / "hashed", paths, fresh=False)
+    assert len(parent_hashes) == 3 * len(NAMES)  # files changed a moment ago (RACY_NS): each value hashed
+    parent_hashes.clear()
+    monkeypatch.setattr(parent_values, "RACY_NS", 0)  # as if written long ago
+    known = commit_all(tmp_path / "known", paths, fresh=False)
+    assert known == hashed and replays == [] and parent_hashes == []
+
+
+def test_a_file_changed_after_its_values_were_hashed_is_hashed_again(tmp_path, replays, parent_hashes, monkeypatch):
+    from mdiff.repo import parent_values
+
+    monkeypatch.setattr(parent_values, "RACY_NS", 0)
+    states = versions(3)
+    paths = files(tmp_path, states)
+    repo = Repository.init(tmp_path / "repo")
+    first = [repo.commit(paths[0], "v0", date=DATE), repo.commit(paths[1], "v1", date=DATE)]
+    assert parent_hashes == []
+    tampered = dict(states[1], b=states[1]["b"] + np.float32(1))
+    save_file(tampered, paths[1])  # the same size: only its times tell
+    last = repo.commit(paths[2], "v2", date=DATE)
+    # "a" proved by its hash, "b" refused — in each of the commit's two passes (its parent's summary, then the
+    # state walked for the values only the history has)
+    assert len(parent_hashes) == 4 and parent_hashes[:2] == parent_hashes[2:] and replays == ["b", "c"]
+    save_file(states[1], paths[1])
+    other = Repository.init(tmp_path / "other")
+    assert [other.commit(p, f"v{i}", date=DATE) for i, p in enumerate(paths)] == [*first, last]
+
+
+def test_the_snapshot_takes_the_values_its_commit_hashed_without_hashing_them_again(tmp_path, replays,
+                                                                                     parent_hashes, monkeypatch):
+    """The commit that writes a snapshot hashed every value it read; the snapshot reads them again from that
+    file, unchanged: not hashed again, and the same snapshot, byte for byte, as one whose values are hashed."""
+    from mdiff.repo import parent_values
+
+    monkeypatch.setenv("MDIFF_CACHE_DIR", "off")
+    paths = files(tmp_path, versions(8))
+    hashed = commit_all(tmp_path / "hashed", paths, fresh=False)
+    assert len(parent_hashes) == 8 * len(NAMES)  # seven parents' values and the snapshot's (ids[7])
+    parent_hashes.clear()
+    monkeypatch.setattr(parent_values, "RACY_NS", 0)
+    known = commit_all(tmp_path / "known", paths, fresh=False)
+    assert known == hashed and parent_hashes == [] and replays == []
+    snapshot = f"snapshots/{hashed[7]}.mdiff"
+    assert (tmp_path / "known" / ".mdiff" / snapshot).read_bytes() == (tmp_path / "hashed" / ".mdiff" / snapshot).read_bytes()

@@ -105,6 +105,10 @@ class SafetensorsReader(CheckpointReader):
     def _index(self) -> dict[str, _Tensor]:
         return self._tensors
 
+    def status(self) -> os.stat_result:
+        """The identity and times of the file the tensors are read from (``os.fstat`` of the open file)."""
+        return os.fstat(self._file.fileno())
+
     def read(self, name: str) -> np.ndarray:
         tensor = self._entry(name)
         if self._file.closed:

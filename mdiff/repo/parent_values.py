@@ -25,6 +25,16 @@ parent's values from that copy — hashed as any predecessor's, so a copy change
 The commit that writes a snapshot (§13.5) reads the new state's values the same way, from the checkpoint it has
 just committed (a :class:`ParentValues` of its own state), instead of replaying the history since the last
 snapshot: each where it hashes to the sha256 the state records, so the snapshot is the same, byte for byte.
+
+A commit hashes every value it reads from its checkpoint (the new state's sha256); the next commit would read
+those values again from that file as its parent's and hash them again. So this process remembers, for the
+single-file checkpoints it committed last (:func:`watch`, :func:`learn`; :data:`MAX_KNOWN` files), each
+tensor's sha256 with the identity and times of the file it was read from (``same_file``, what §13.2 calls
+unchanged, as repo/held_files.py does), taken before any value was read; a value read again from that very
+file, still unchanged once it has been read (an ``fstat`` a value), is then not hashed again — by the snapshot
+the commit writes, and by the next commit. A write within the file system's timestamp granularity of the change
+before it could leave the times as they were (the "racy" case of git's index): a file changed less than
+:data:`RACY_NS` before it was looked at is not remembered, so that any later write moves its change time.
 """
 
 from __future__ import annotations
@@ -36,15 +46,20 @@ import logging
 import os
 import secrets
 import shutil
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from mdiff.checkpoints.safetensors import SafetensorsReader
 from mdiff.errors import MdiffError
 from mdiff.format.dtypes import DType, canonical, dtype_of
 from mdiff.format.walk_cache import WalkCache
+from mdiff.regular_files import same_file
 from mdiff.repo.changes import open_new_state
 from mdiff.repo.claims import StateClaims
 from mdiff.repo.state_cache import KnownFiles, KnownState
@@ -63,6 +78,7 @@ class ParentValues(Mapping[str, np.ndarray]):
         self.view = view
         self._predecessor = predecessor
         self._sha256 = {name: sha256 for name, (_, _, sha256) in view.claims.parameters.items()}
+        self._known = _known_of(predecessor)  # what this process hashed of that very file, unchanged since
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.checked(name)[0]
@@ -74,13 +90,22 @@ class ParentValues(Mapping[str, np.ndarray]):
         if self._predecessor is not None and expected is not None and name in self._predecessor:
             try:
                 value = canonical(np.asarray(self._predecessor[name]))
-                if (value.shape, dtype_of(value)) == self.view.spec(name) and sha256_hex(value) == expected:
+                if (value.shape, dtype_of(value)) == self.view.spec(name) \
+                        and (self._unchanged(name, expected) or sha256_hex(value) == expected):
                     return value, expected
                 log.debug("%s in the last committed checkpoint is not the parent's: it changed since", name)
             except (MdiffError, OSError, ValueError, KeyError) as exc:  # changed or gone: the history has the value
                 log.debug("parent value of %s not read from the last checkpoint: %s", name, exc)
             self._predecessor = None  # one value changed since: the others most likely too, each a wasted hash
         return self.view[name], None
+
+    def _unchanged(self, name: str, expected: str) -> bool:
+        """Whether the value of ``name`` just read from the predecessor is the one this process hashed to
+        ``expected`` (:func:`learn`): the file looked at after the read is still that very file, unchanged."""
+        if self._known is None or self._known[1].get(name) != expected:
+            return False
+        status = _status(self._predecessor)
+        return status is not None and same_file(self._known[0], status)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.view.keys())
@@ -125,6 +150,75 @@ def open_predecessor(stack: contextlib.ExitStack, path: str | os.PathLike[str] |
     except (MdiffError, OSError) as exc:
         log.debug("the last committed checkpoint %s cannot be read again: %s", path, exc)
         return None
+
+
+RACY_NS = 2_000_000_000  # a file changed less than this before it was looked at may change unseen (coarse times)
+MAX_KNOWN = 4  # files whose tensors' hashes this process remembers
+_known: OrderedDict[tuple[int, int], tuple[os.stat_result, dict[str, str]]] = OrderedDict()
+_watched: OrderedDict[tuple[int, int], os.stat_result] = OrderedDict()  # looked at, values not yet learned
+_known_lock = threading.Lock()
+
+
+def _status(reader: object) -> os.stat_result | None:
+    """The identity and times of the one file ``reader`` reads its tensors from, where it is such a reader."""
+    if not isinstance(reader, SafetensorsReader):
+        return None
+    try:
+        return reader.status()
+    except (OSError, ValueError):  # closed
+        return None
+
+
+def watch(reader: object) -> None:
+    """Look at the checkpoint file ``reader`` reads before any of its values are read, for :func:`learn`;
+    nothing where it cannot be trusted to show a later change (not one file, or changed within
+    :data:`RACY_NS` of now)."""
+    now = time.time_ns()
+    status = _status(reader)
+    if status is None or now - max(status.st_mtime_ns, status.st_ctime_ns) < RACY_NS:
+        return
+    with _known_lock:
+        _watched[(status.st_dev, status.st_ino)] = status
+        _watched.move_to_end((status.st_dev, status.st_ino))
+        while len(_watched) > MAX_KNOWN:
+            _watched.popitem(last=False)
+
+
+def learn(reader: object, values: Mapping[str, tuple[Any, Any, str | None]]) -> None:
+    """Remember ``values`` (name → (shape, dtype, sha256)) — the sha256 a commit computed of each value it read
+    from ``reader`` — for the next use of that file (the snapshot of this commit's state, the next commit's
+    parent), where :func:`watch` looked at it before its values were read and it is still that very file,
+    unchanged."""
+    status = _status(reader)
+    if status is None:
+        return
+    key = (status.st_dev, status.st_ino)
+    with _known_lock:
+        watched = _watched.pop(key, None)
+        if watched is None or not same_file(watched, status):
+            return
+        _known[key] = (watched, {name: sha256 for name, (_, _, sha256) in values.items() if sha256 is not None})
+        _known.move_to_end(key)
+        while len(_known) > MAX_KNOWN:
+            _known.popitem(last=False)
+
+
+def _known_of(reader: object) -> tuple[os.stat_result, Mapping[str, str]] | None:
+    """The status and tensors' sha256 :func:`learn` remembered of the file ``reader`` reads, where it is that very
+    file, unchanged (``same_file``) — to be looked at again after each value is read; None otherwise."""
+    status = _status(reader)
+    if status is None:
+        return None
+    with _known_lock:
+        found = _known.get((status.st_dev, status.st_ino))
+    return found if found is not None and same_file(found[0], status) else None
+
+
+def forget_known() -> None:
+    """Forget every file's remembered hashes (tests)."""
+    with _known_lock:
+        _known.clear()
+        _watched.clear()
 
 
 # (commit id, checkpoint path, exclude globs) of the checkpoint last committed in a repository

@@ -45,7 +45,7 @@ from mdiff.repo.fsck import fsck
 from mdiff.repo.history import ancestors, first_parent_line, merge_base, reflog_ref, resolve
 from mdiff.repo.merge import MergedState, MergeResult, Strategy
 from mdiff.repo.names import COMMIT_ID, FORMAT
-from mdiff.repo.parent_values import ParentValues, keep_copy, open_predecessor, recall, remember, writes_over
+from mdiff.repo.parent_values import ParentValues, keep_copy, learn, open_predecessor, recall, remember, watch, writes_over
 from mdiff.repo.reflog import ReflogEntry
 from mdiff.repo.remotes import add_remote, open_end, tracking_refs
 from mdiff.repo.state_cache import KnownState
@@ -169,6 +169,8 @@ class Repository(Store):
             ahead = working.hash_ahead(watched[0], watched[1], watched[3], but_safetensors=exact) if watched else {}
             with contextlib.ExitStack() as stack:
                 new = open_new_state(stack, new_state, exclude)
+                if exact:  # before any value is read: its hashes, for the snapshot and the next commit (learn)
+                    watch(new)
                 mine = self._last_committed  # else another process's, from the cache folder
                 last = mine if mine is not None and mine[0] == head else recall(self.dir)
                 over = head is not None and last is not None and last[0] == head and writes_over(self.dir, last, new_state)
@@ -284,6 +286,8 @@ class Repository(Store):
         except _NothingToCommit:
             return None
         self.remember_inexact(commit_id, frozenset(inexact))
+        if not explicit and not masks and only is None:  # the sha256 of each value it read from a file watched
+            learn(new, claims.parameters)
         # from the commit's own state, read back: what checkouts will see. Not for a root commit: its updates are
         # the values themselves, read once — never SNAPSHOT_REPLAY_FACTOR (> 1) times its bytes, nor from
         # SNAPSHOT_MAX_COMMITS (> 1) commits — and opening its state to find that out walked the whole file
