@@ -154,3 +154,27 @@ def test_the_pipeline_bench_runs_end_to_end(tmp_path):
     figures = json.loads((tmp_path / "figures.json").read_text())
     assert (len(figures["chain"]), len(figures["chain_distinct"]), len(figures["loop"])) == (2, 2, 2)
     assert set(figures["race"]["threads"]) == {"commit-1", "commit-all", "checkout-1", "checkout-all"}
+
+
+def test_scale_measures_commit_and_checkout_of_a_history_of_many_parameters(tmp_path):
+    """tools/bench/scale.py's `commit` and `checkout` rows at a tiny N: each run commits the model the diff makes on
+    top of a commit of its base, in a fresh copy of that repository, and checks out the 2-commit history."""
+    from mdiff.repo import Repository
+
+    work = tmp_path / "work"
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "scale.py"), "--counts", "64", "--ops",
+                           "commit,checkout", "--modes", "cli,in-process", "--repeat", "1", "--diff-counts=",
+                           "--onnx-counts=", "--work", str(work), "--json", str(tmp_path / "scale.json")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "scale.json").read_text(encoding="utf-8"))
+    assert sorted(report["many"]) == ["cli checkout", "cli commit"]  # no in-process row of either
+    for row in report["many"].values():
+        assert row["64"]["cpu"]["median"] > 0 and row["64"]["peak"]["median"] > 0
+    history = Repository(work / "history2-64")
+    _, head = history.head()
+    assert [history.metadata(c).message for c in (head, history.metadata(head).parents[0])] == ["version 1", "version 0"]
+    trial = Repository(work / "run-commit")
+    _, made = trial.head()
+    assert trial.metadata(made).message == "next"
+    assert trial.metadata(made).parents == (Repository(work / "history1-64").head()[1],)

@@ -4,6 +4,8 @@ whether a snapshot agrees with them."""
 from __future__ import annotations
 
 import hashlib
+import json
+import json.encoder
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -40,13 +42,25 @@ class StateClaims:
         """§4.2 `state_sha256`: the sha256 of the state's digest object in canonical JSON (Appendix A) —
         ``{"files": {path: sha256}, "layout": sha256 or null, "parameters": {name: {"dtype", "sha256"
         (null: inexact), "shape"}}}``."""
-        digest_object = {
-            "files": dict(self.files),
-            "layout": self.layout,
-            "parameters": {name: {"dtype": dtype.name, "sha256": sha256, "shape": list(shape)}
-                           for name, (shape, dtype, sha256) in self.parameters.items()},
-        }
-        return hashlib.sha256(canonical_json.dumps(digest_object).encode("utf-8")).hexdigest()
+        parameters = self.parameters
+        if not all(type(d) is int for shape, _, _ in parameters.values() for d in shape):  # not a state's shapes
+            digest_object = {
+                "files": dict(self.files),
+                "layout": self.layout,
+                "parameters": {name: {"dtype": dtype.name, "sha256": sha256, "shape": list(shape)}
+                               for name, (shape, dtype, sha256) in parameters.items()},
+            }
+            return hashlib.sha256(canonical_json.dumps(digest_object).encode("utf-8")).hexdigest()
+        # the same text, each parameter's member written at once rather than as a dict of 10^5 dicts that json
+        # then sorts and walks: names and strings escaped by json's own encoder, keys in the order it sorts them
+        # (by code point), integers as it writes them (int.__repr__)
+        text = _string
+        members = ",".join([
+            f'{text(name)}:{{"dtype":{text(dtype.name)},"sha256":{"null" if sha256 is None else text(sha256)},'
+            f'"shape":[{",".join(map(int.__repr__, shape))}]}}'
+            for name, (shape, dtype, sha256) in sorted(parameters.items(), key=_by_name)])
+        head = canonical_json.dumps({"files": dict(self.files), "layout": self.layout})
+        return hashlib.sha256(f'{head[:-1]},"parameters":{{{members}}}}}'.encode("utf-8")).hexdigest()
 
     def after(self, update: Update, name: str) -> None:
         """The claims once ``update`` of parameter ``name`` is applied (metadata only)."""
@@ -64,6 +78,13 @@ class StateClaims:
 
     def after_layout(self, update: Update) -> None:
         self.layout = None if update.type == "delete" else update.sha256
+
+
+def _by_name(item: tuple[str, object]) -> str:
+    return item[0]
+
+
+_string = json.encoder.encode_basestring  # what json.dumps(..., ensure_ascii=False) writes a string as
 
 
 Claim = tuple[tuple[int, ...], DType, "str | None"]  # a parameter's shape, dtype and sha256 (None: inexact)
