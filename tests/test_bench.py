@@ -134,10 +134,11 @@ def test_history_report_judges_both_targets():
         sys.path.pop(0)
     entry = {"write_s": 10.0, "write_cpu_s": 9.0}
     result = {"versions": 3, "checkpoint_bytes": 90_000_000, "load": [1.0, 2.0], "load_file_s": [0.1, 0.1, 0.2],
-              "contenders": {"mdiff": dict(entry, bytes=90_000_000, read_s=[0.1, 0.2, 0.2]),
-                             "ZipNN delta chain": dict(entry, bytes=100_000_000, read_s=[0.3, 0.3, 0.3])}}
+              "contenders": {"mdiff": dict(entry, bytes=90_000_000, read_s=[0.1, 0.2, 0.2], read_cpu_s=[0.1, 0.15, 0.1]),
+                             "ZipNN delta chain": dict(entry, bytes=100_000_000, read_s=[0.3, 0.3, 0.3],
+                                                       read_cpu_s=[0.2, 0.2, 0.2])}}
     text = history.report(result)
-    assert "| mdiff | 90.0 MB | 0.900× | 10.0 s (CPU 9.0 s) | 0.20 s (0.20 s) | 1.00× (2.00×) |" in text
+    assert "| mdiff | 90.0 MB | 0.900× | 10.0 s (CPU 9.0 s) | 0.20 s (0.20 s) | 0.10 s | 1.00× (2.00×) |" in text
     assert "| ZipNN delta chain | 100.0 MB | 1.000× |" in text
     assert "no larger than ZipNN's chain (16.1) | 0.900× | ≤ 1.0× | met |" in text
     assert "| worst 2.00× (version 1), median 1.00× | ≤ 1.5× | **missed** |" in text
