@@ -121,8 +121,8 @@ def _apply_open(base_path, diff_path, out_path, progress: Progress | None, limit
 
         shared_worker(isolation).start()
     with open_checkpoint(base_path) as base, open_diff(diff_path, limits, isolation) as diff:
-        updates = {name: diff[name] for name in diff}  # looked up several times each: once from the file
-        entries = plan({name: base.spec(name) for name in base.keys()}, updates)
+        updates = diff.updates()  # looked up several times each: once from the file
+        entries = plan(base.specs(), updates)
         files = applied_files(base.files, diff.files) if is_folder_output(out_path) else {}
         layout = diff.read_layout() if diff.layout is not None else base.layout
         order = write_order(out_path, entries, layout, max_shard_size)
@@ -290,8 +290,9 @@ class _Batch:
         out = kind.apply_together(bits, stored.reshape(-1), dt)
         if out is None:
             return None
-        for update, row in zip(updates, out.view(np.uint8).reshape(len(updates), -1)):
-            if hashlib.sha256(row.data).hexdigest() != update.meta.get("sha256"):
+        raw, step, sha256 = out.tobytes(), out.nbytes // len(updates), hashlib.sha256  # each row's bytes: a slice
+        for at, update in zip(range(0, len(raw), step) if step else [0] * len(updates), updates):
+            if sha256(raw[at:at + step]).hexdigest() != update.meta.get("sha256"):
                 return None
         return dict(zip(self.names, out.view(dt.value).reshape(stored.shape)))
 

@@ -455,16 +455,21 @@ def write(
     # less); a large one is written from its own buffer
     gathered = bytearray()
     for name, _, _ in entries:
-        data = fetch(name).reshape(-1).view(np.uint8).data
-        if len(data) < _GATHER_BYTES:
+        array = fetch(name)
+        try:
+            data = array.data  # its bytes as they lie: no view of them made
+        except ValueError:  # a dtype numpy makes no buffer of (bfloat16, float8 from ml_dtypes): its bytes' view
+            data = array.reshape(-1).view(np.uint8).data
+        if data.nbytes < _GATHER_BYTES and data.c_contiguous:
             gathered += data
-            if len(gathered) < _GATHERED_BYTES:
-                continue
+            if len(gathered) >= _GATHERED_BYTES:
+                file.write(gathered)
+                gathered = bytearray()
+            continue
         if gathered:
             file.write(gathered)
             gathered = bytearray()
-        if len(data) >= _GATHER_BYTES:
-            file.write(data)
+        file.write(array.reshape(-1).view(np.uint8).data)
     if gathered:
         file.write(gathered)
 
