@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -64,7 +64,7 @@ class CheckpointReader(Mapping):
         a look-up and a call a name)."""
         if type(self).spec is not CheckpointReader.spec:  # a format that keeps them otherwise
             return {name: self.spec(name) for name in self.keys()}
-        index = self._index()
+        index: Mapping[str, Any] = self._index()
         specs = {}
         for name in self.keys():
             entry = index[name]
