@@ -22,8 +22,7 @@ import math
 import os
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
@@ -82,8 +81,7 @@ _FOREIGN_TAGS = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)  # one per tensor; a header may list 10^6
-class _Tensor:
+class _Tensor(NamedTuple):  # one per tensor; a header may list 10^6: a tuple is made in 0.2 µs, a frozen dataclass in 2
     shape: tuple[int, ...]
     dtype: DType
     offset: int  # absolute position of the first byte in the file
