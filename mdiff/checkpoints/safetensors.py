@@ -22,7 +22,8 @@ import math
 import os
 import struct
 from collections.abc import Sequence
-from typing import Any, BinaryIO, NamedTuple
+from dataclasses import dataclass
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -81,7 +82,8 @@ _FOREIGN_TAGS = frozenset(
 )
 
 
-class _Tensor(NamedTuple):  # one per tensor; a header may list 10^6: a tuple is made in 0.2 µs, a frozen dataclass in 2
+@dataclass(frozen=True, slots=True)  # one per tensor; a header may list 10^6
+class _Tensor:
     shape: tuple[int, ...]
     dtype: DType
     offset: int  # absolute position of the first byte in the file
@@ -319,6 +321,9 @@ def _parse_metadata(value: Any, path: str) -> dict[str, str]:
     return value
 
 
+_new, _set = object.__new__, object.__setattr__
+
+
 def _usual_entry(name: str, entry: Any, data_start: int, data_size: int) -> _Tensor | None:
     """The usual entry, taken in one pass (a header may list 10^5 tensors): a dtype mdiff has, dimensions > 0,
     offsets within the data; None for any other, which _parse_entry looks at in full."""
@@ -331,7 +336,13 @@ def _usual_entry(name: str, entry: Any, data_start: int, data_size: int) -> _Ten
             # dims > 0: the array's size is its bytes, within the file: one numpy can allocate (checked_shape)
             if type(begin) is int and type(end) is int and 0 <= begin <= end <= data_size \
                     and end - begin == math.prod(shape) * dtype.itemsize and is_valid_name(name):
-                return _Tensor(tuple(shape), dtype, data_start + begin, end - begin)
+                # _Tensor(...) as its frozen __init__ makes it, less the look-ups of its generated code (0.3 of 0.7 µs)
+                tensor = _new(_Tensor)
+                _set(tensor, "shape", tuple(shape))
+                _set(tensor, "dtype", dtype)
+                _set(tensor, "offset", data_start + begin)
+                _set(tensor, "nbytes", end - begin)
+                return tensor
     return None
 
 
