@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 def plan(base_specs: Mapping[str, tuple[tuple[int, ...], DType]], diff: Mapping[str, Update]):
     """The result's (name, shape, DType) entries in name order, after checking every update
     against the base (MD600, MD601) — before any data is read or written."""
-    new: dict[str, tuple[tuple[int, ...], DType]] = {}
+    new: dict[str, tuple[str, tuple[int, ...], DType]] = {}
     for name, given in diff.items():
         meta = given.meta
         shape, dt = tuple(meta["shape"]), DTYPES[meta["dtype"]]
@@ -41,7 +41,7 @@ def plan(base_specs: Mapping[str, tuple[tuple[int, ...], DType]], diff: Mapping[
             if spec is None or spec[1] is not dt or tuple(spec[0]) != shape:
                 check_base(given, spec, name)
         if meta["type"] != "delete":
-            new[name] = (shape, dt)
+            new[name] = (name, shape, dt)
     names = list(base_specs)  # in name order already, as a reader's keys() are: sorted() then only checks it
     names += [name for name in diff if name not in base_specs]
     names.sort()
@@ -49,7 +49,7 @@ def plan(base_specs: Mapping[str, tuple[tuple[int, ...], DType]], diff: Mapping[
     for name in names:
         entry = new.get(name)
         if entry is not None:
-            entries.append((name, entry[0], entry[1]))
+            entries.append(entry)
         elif name not in diff:
             entries.append((name, *base_specs[name]))
     return entries
@@ -121,8 +121,8 @@ def _apply_open(base_path, diff_path, out_path, progress: Progress | None, limit
 
         shared_worker(isolation).start()
     with open_checkpoint(base_path) as base, open_diff(diff_path, limits, isolation) as diff:
-        updates = {name: diff[name] for name in diff}  # looked up several times each: once from the file
-        entries = plan({name: base.spec(name) for name in base.keys()}, updates)
+        updates = diff.updates()  # looked up several times each: once from the file
+        entries = plan(base.specs(), updates)
         files = applied_files(base.files, diff.files) if is_folder_output(out_path) else {}
         layout = diff.read_layout() if diff.layout is not None else base.layout
         order = write_order(out_path, entries, layout, max_shard_size)
@@ -214,7 +214,7 @@ def _batches(order: Sequence[str], diff: Mapping[str, Update], engine: str | Non
         nonlocal run, updates, run_bytes
         if len(run) > 1:
             batch = _Batch(run, updates)
-            found.update((name, batch) for name in run)
+            found.update(dict.fromkeys(run, batch))
         run, updates, run_bytes = [], [], 0
 
     for name in order:
@@ -290,8 +290,9 @@ class _Batch:
         out = kind.apply_together(bits, stored.reshape(-1), dt)
         if out is None:
             return None
-        for update, row in zip(updates, out.view(np.uint8).reshape(len(updates), -1)):
-            if hashlib.sha256(row.data).hexdigest() != update.meta.get("sha256"):
+        raw, step, sha256 = out.tobytes(), out.nbytes // len(updates), hashlib.sha256  # each row's bytes: a slice
+        for at, update in zip(range(0, len(raw), step) if step else [0] * len(updates), updates):
+            if sha256(raw[at:at + step]).hexdigest() != update.meta.get("sha256"):
                 return None
         return dict(zip(self.names, out.view(dt.value).reshape(stored.shape)))
 

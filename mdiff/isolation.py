@@ -190,11 +190,11 @@ def run_isolated(fn: Callable[..., Any], *args, limits: Isolation = Isolation(),
     return _answer(message, limits)
 
 
-def _answer(message: bytes, limits: Isolation) -> Any:
+def _answer(message: bytes | bytearray, limits: Isolation) -> Any:
     from mdiff.errors import MdiffError
 
     if message[:1] == BINARY:
-        return memoryview(message)[1:]  # the task's bytes, for its caller to check (a view: not copied again)
+        return memoryview(message).toreadonly()[1:]  # the task's bytes, for its caller to check (a view: not copied again)
     try:
         answer = json.loads(message)
         (kind, value), = answer.items()
@@ -329,30 +329,42 @@ class _Silent(Exception):
         self.timed_out = timed_out
 
 
-def _receive(sock: socket.socket, timeout_s: float) -> bytes:
+def _receive(sock: socket.socket, timeout_s: float) -> bytearray:
     """One answer: 8 bytes of length, then that many bytes (JSON, or BINARY and a task's bytes), within
-    ``timeout_s``."""
+    ``timeout_s``. Its bytes are received into one reused buffer of at most 4 MiB and added to the answer as they
+    come (memory as the bytes come, never as the length says): no chunk made and dropped a read, no join of them
+    (at 10^5 parameters the answer is ~36 MB: ~7,700 page faults and a copy of it less)."""
     import select
 
     deadline = time.monotonic() + timeout_s
-    parts: list[bytes] = []
+    answer = bytearray()
+    scratch: memoryview | None = None
     got, needed = 0, 8
     while got < needed:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([sock], [], [], left)[0]:
             raise _Silent(timed_out=True)
-        chunk = sock.recv(min(needed - got, 1 << 22))  # memory as the bytes come, never as the length says
-        if not chunk:
+        if scratch is None:
+            chunk = sock.recv(needed - got)
+            answer += chunk
+            count = len(chunk)
+        else:
+            count = sock.recv_into(scratch, min(needed - got, len(scratch)))
+            answer += scratch[:count]
+        if not count:
             raise _Silent(timed_out=False)
-        parts.append(chunk)
-        got += len(chunk)
-        if needed == 8 and got >= 8:
-            head = b"".join(parts)
-            size = int.from_bytes(head[:8], "big")
+        got += count
+        if scratch is None and got >= 8:
+            size = int.from_bytes(answer, "big")
             if size > MAX_ANSWER_BYTES:
                 raise OSError(0, f"an answer of {size} bytes")
-            parts, got, needed = [head[8:]], got - 8, size
-    return b"".join(parts)
+            answer.clear()
+            got, needed = 0, size
+            scratch = memoryview(bytearray(min(size, _RECEIVE_BYTES)))
+    return answer
+
+
+_RECEIVE_BYTES = 1 << 22
 
 
 def _serve(sock: socket.socket, parents_end: socket.socket, limits: Isolation) -> None:

@@ -4,6 +4,7 @@ the full parse, finding for finding and member for member, on texts that nearly 
 
 from __future__ import annotations
 
+import json
 import os
 
 import h5py
@@ -215,3 +216,35 @@ def test_members_that_nearly_have_the_usual_shape_give_the_full_parse_findings(t
     bad = {x.path.split("/")[2] for x in findings}
     assert bad == {f"{kind}{N + i:03d}" for kind in "dr" for i in range(6)}
     assert all(entry.sound for name, entry in entries.items() if name not in bad)
+
+
+def test_the_last_templates_literals_cut_a_text_as_split_does():
+    """_MetaMemo.template_of cuts a text of the last template's shape by its literals, not the pattern: the same
+    template and hashes as split() and a look-up give, on texts that nearly have that shape (a digit made an
+    upper-case or non-hex letter, a quote, a name's letter; a hash one digit short or long; a hole's neighbours)."""
+    memo = parameters._MetaMemo()
+    kind = REGISTRY["dense"]
+    base_hash, hash_ = "ab" * 32, "0123456789abcdef" * 4
+    text = ('{"base_sha256":"' + base_hash + '","dtype":"float32","shape":[4],"sha256":"' + hash_
+            + '","type":"dense","version":1}')
+    key, hashes = parameters._MetaMemo.split(text)
+    assert key is not None and hashes == [base_hash, hash_]
+    template = memo.record(key, hashes, json.loads(text), kind, "/parameters/x", REGISTRY, parameters.FORMAT_MINOR,
+                           DEFAULT_LIMITS, False)
+    assert template is not None
+    near = [text, text.replace(hash_, "f" * 64), text.replace(base_hash, "0" * 64)]
+    for i in range(0, len(text), 3):
+        for c in '0aAfg"_sh:}\\':
+            near.append(text[:i] + c + text[i + 1:])  # one character changed
+        near.append(text[:i] + text[i + 1:])  # one removed
+        near.append(text[:i] + "a" + text[i:])  # one added
+    near += [text.replace('"sha256"', '"xsha256"'), text.replace('"base_sha256"', '"sha256"'), "", None, 3]
+    taken = 0
+    for other in near:
+        found, found_hashes = memo.template_of(other)
+        key, split_hashes = parameters._MetaMemo.split(other)
+        expected = None if key is None else memo.templates.get(key)
+        assert found is expected, other
+        assert found_hashes == (split_hashes if expected is not None else None), other
+        taken += found is not None
+    assert taken == 141  # the first three, and those with a digit of a hash changed to a digit or a-f

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -58,6 +58,18 @@ class CheckpointReader(Mapping):
         ``dtype`` (a format whose entries keep them otherwise says so)."""
         entry = self._entry(name)
         return entry.shape, entry.dtype
+
+    def specs(self) -> dict[str, tuple[tuple[int, ...], DType]]:
+        """:meth:`spec` of every tensor, by name in :meth:`keys`' order (10^5 tensors: one pass over the index, not
+        a look-up and a call a name)."""
+        if type(self).spec is not CheckpointReader.spec:  # a format that keeps them otherwise
+            return {name: self.spec(name) for name in self.keys()}
+        index: Mapping[str, Any] = self._index()
+        specs = {}
+        for name in self.keys():
+            entry = index[name]
+            specs[name] = entry.shape, entry.dtype
+        return specs
 
     @abc.abstractmethod
     def read(self, name: str) -> np.ndarray:

@@ -325,6 +325,9 @@ def _parse_metadata(value: Any, path: str) -> dict[str, str]:
     return value
 
 
+_new, _set = object.__new__, object.__setattr__
+
+
 def _usual_entry(name: str, entry: Any, data_start: int, data_size: int) -> _Tensor | None:
     """The usual entry, taken in one pass (a header may list 10^5 tensors): a dtype mdiff has, dimensions > 0,
     offsets within the data; None for any other, which _parse_entry looks at in full."""
@@ -337,7 +340,13 @@ def _usual_entry(name: str, entry: Any, data_start: int, data_size: int) -> _Ten
             # dims > 0: the array's size is its bytes, within the file: one numpy can allocate (checked_shape)
             if type(begin) is int and type(end) is int and 0 <= begin <= end <= data_size \
                     and end - begin == math.prod(shape) * dtype.itemsize and is_valid_name(name):
-                return _Tensor(tuple(shape), dtype, data_start + begin, end - begin)
+                # _Tensor(...) as its frozen __init__ makes it, less the look-ups of its generated code (0.3 of 0.7 µs)
+                tensor = _new(_Tensor)
+                _set(tensor, "shape", tuple(shape))
+                _set(tensor, "dtype", dtype)
+                _set(tensor, "offset", data_start + begin)
+                _set(tensor, "nbytes", end - begin)
+                return tensor
     return None
 
 
@@ -459,16 +468,21 @@ def write(
     # less); a large one is written from its own buffer
     gathered = bytearray()
     for name, _, _ in entries:
-        data = fetch(name).reshape(-1).view(np.uint8).data
-        if len(data) < _GATHER_BYTES:
+        array = fetch(name)
+        try:
+            data = array.data  # its bytes as they lie: no view of them made
+        except ValueError:  # a dtype numpy makes no buffer of (bfloat16, float8 from ml_dtypes): its bytes' view
+            data = array.reshape(-1).view(np.uint8).data
+        if data.nbytes < _GATHER_BYTES and data.c_contiguous:
             gathered += data
-            if len(gathered) < _GATHERED_BYTES:
-                continue
+            if len(gathered) >= _GATHERED_BYTES:
+                file.write(gathered)
+                gathered = bytearray()
+            continue
         if gathered:
             file.write(gathered)
             gathered = bytearray()
-        if len(data) >= _GATHER_BYTES:
-            file.write(data)
+        file.write(array.reshape(-1).view(np.uint8).data)
     if gathered:
         file.write(gathered)
 

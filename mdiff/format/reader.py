@@ -404,6 +404,13 @@ class DiffFile(Mapping[str, Update]):
     def __getitem__(self, name: str) -> Update:
         return self._entry(name).update
 
+    def updates(self) -> dict[str, Update]:
+        """Every parameter's update, by name, in this mapping's order: ``{name: self[name] for name in self}`` — of a
+        file read whole, without a look-up a name."""
+        if self._lazy is None:
+            return {name: entry.update for name, entry in self._parameters.items()}
+        return {name: self[name] for name in self}
+
     def __contains__(self, name: object) -> bool:
         return name in self._parameters or (self._lazy is not None and name in self._lazy.links)
 
