@@ -845,15 +845,3 @@ def test_a_safetensors_write_makes_its_header_once(tmp_path, monkeypatch):
     with open(tmp_path / "b.safetensors", "rb") as f:
         assert json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"] == {"k": "w"}
 
-
-def test_a_made_tensor_entry_is_the_one_the_frozen_init_makes():
-    """safetensors' _Tensor.made sets each field as the frozen dataclass's __init__ does (a header may list 10^5
-    entries); a field added without it fails here."""
-    import dataclasses
-
-    from mdiff.checkpoints.safetensors import _Tensor
-    from mdiff.format.dtypes import dtype_named
-
-    f32 = dtype_named("float32")
-    assert _Tensor.made((2, 3), f32, 64, 24) == _Tensor((2, 3), f32, 64, 24)
-    assert [f.name for f in dataclasses.fields(_Tensor)] == ["shape", "dtype", "offset", "nbytes"]

@@ -249,21 +249,3 @@ def test_the_last_templates_literals_cut_a_text_as_split_does():
         taken += found is not None
     assert taken == 141  # the first three, and those with a digit of a hash changed to a digit or a-f
 
-
-def test_made_objects_are_those_the_frozen_init_makes():
-    """Update.made and Parameter.made set each field as the frozen dataclasses' __init__ does (a reader makes 10^5
-    of each); a field added to either class without them fails here."""
-    import dataclasses
-
-    from mdiff.format.parameters import Parameter
-    from mdiff.updates.base import Update
-
-    meta, data = {"type": "dense", "version": 1}, {"xor": np.zeros(2, np.uint32)}
-    update = Update.made(meta, data, None)
-    assert update == Update(meta, data, None) and update.meta is meta and update.data is data
-    assert [f.name for f in dataclasses.fields(Update)] == ["meta", "data", "kind"]
-    parameter = Parameter.made("w", "/parameters/w", update, True)
-    assert parameter == Parameter("w", "/parameters/w", update, True)
-    assert [f.name for f in dataclasses.fields(Parameter)] == ["name", "path", "update", "sound"]
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        parameter.sound = False  # type: ignore[misc]

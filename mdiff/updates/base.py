@@ -158,16 +158,6 @@ class Update:
     data: Mapping[str, Any]
     kind: "UpdateType | None" = None  # set for types a file defines itself (§7.8); else found in the registry
 
-    @classmethod
-    def made(cls, meta: Mapping[str, Any], data: Mapping[str, Any], kind: "UpdateType | None" = None) -> "Update":
-        """``Update(meta, data, kind)``, as the frozen __init__ makes it, field by field, without the look-ups of
-        its generated code (a reader of 10^5 parameters makes 10^5; not by ``__dict__``, which would give each a
-        dict of its own). Keep it in step with the fields."""
-        update = object.__new__(cls)
-        object.__setattr__(update, "meta", meta)
-        object.__setattr__(update, "data", data)
-        object.__setattr__(update, "kind", kind)
-        return update
 
     @property
     def type(self) -> str:
