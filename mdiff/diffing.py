@@ -8,7 +8,6 @@ Every choice is exact.
 
 from __future__ import annotations
 
-import math
 import hashlib
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -18,67 +17,15 @@ import numpy as np
 
 from mdiff.format.dtypes import as_bits, canonical, dtype_of, xor_bits
 from mdiff.progress import ByteCounter, Progress, tensor_bytes
-from mdiff.threads import in_parts, shared_pool
+from mdiff.relative_change import relative_change
+from mdiff.threads import shared_pool
 from mdiff.updates import delete, dense, replace, sparse
 from mdiff.updates.base import Update, sha256_hex
 from mdiff.updates.bit_deltas import SubDelta
 
-_BLOCK = 1 << 20
 # A tensor under this many bytes is hashed on the caller's thread: a pool task's submit and wake-up cost more than
 # its sha256 (a model of 10^5 small parameters: two tasks each, ~20 µs of the ~60 µs its diff took)
 _HASHED_HERE_BYTES = 64 << 10
-
-
-def relative_change(old: np.ndarray, new: np.ndarray) -> float | None:
-    """‖new − old‖₂ / ‖old‖₂, block by block to bound memory; None if not finite.
-
-    Informative (§7.1 `stats`), so it is computed in float32 where the values fit it — 20× less CPU
-    than float64, which cost more than the XOR, sha256 and compression together — with the blocks'
-    sums added in float64; float64 and integer tensors, and any whose float32 sums overflow, in float64."""
-    o = old.reshape(-1)
-    n = new.reshape(-1)
-    wide = o.dtype == np.float64 or o.dtype.kind in "iub"
-    if not wide:
-        ratio = _norm_ratio(o, n, np.float32)
-        if ratio is not None or not _has_finite_overflow(o, n):
-            return ratio
-    return _norm_ratio(o, n, np.float64)
-
-
-def _norm_ratio(o: np.ndarray, n: np.ndarray, compute: type) -> float | None:
-    blocks = [(0.0, 0.0)] * -(-o.size // _BLOCK)  # each block's (change, base), added below in block order
-
-    def part(first: int, last: int) -> None:  # whole blocks, on the pool beside the other parts (in_parts)
-        block = min(_BLOCK, last - first)
-        d: np.ndarray = np.empty(block, compute)  # one buffer for every block's difference (and, if needed, its conversion)
-        a = d if o.dtype == compute else np.empty(block, compute)
-        with np.errstate(invalid="ignore", over="ignore"):  # inf − inf: the ratio is dropped below
-            for start in range(first, last, _BLOCK):
-                stop = min(start + _BLOCK, last)
-                if o.dtype == compute:  # no conversion: the blocks are read where they lie
-                    old_block, new_block = o[start:stop], n[start:stop]
-                    diff = np.subtract(new_block, old_block, out=d[:stop - start])
-                else:
-                    old_block = a[:stop - start]
-                    old_block[...] = o[start:stop]
-                    diff = d[:stop - start]
-                    diff[...] = n[start:stop]
-                    np.subtract(diff, old_block, out=diff)
-                blocks[start // _BLOCK] = (float(np.dot(diff, diff)), float(np.dot(old_block, old_block)))
-
-    in_parts(o.size, 1, part, part_bytes=_BLOCK)  # a part is one block: the sums are those of one thread
-    change = base = 0.0
-    for block_change, block_base in blocks:
-        change += block_change
-        base += block_base
-    if not (math.isfinite(change) and math.isfinite(base)) or base == 0:
-        return None if change else 0.0
-    return math.sqrt(change) / math.sqrt(base)
-
-
-def _has_finite_overflow(o: np.ndarray, n: np.ndarray) -> bool:
-    """True when every value is finite (so a non-finite float32 sum was an overflow float64 avoids)."""
-    return bool(np.isfinite(o).all() and np.isfinite(n).all())
 
 
 UPDATE_VERSIONS = (1, 2)  # of `dense` and `sparse`: 1 stores XOR deltas, 2 (format 1.3) SUB deltas and gaps

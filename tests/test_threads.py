@@ -247,9 +247,9 @@ def test_a_large_delta_s_parts_on_the_pool_give_the_values_of_one_thread(kind):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
 def test_the_change_statistic_of_a_large_tensor_is_the_same_on_any_number_of_threads(dtype):
-    """diffing.relative_change sums its blocks on the pool (threads.in_parts), then adds them in block order:
+    """relative_change sums its blocks on the pool (threads.in_parts), then adds them in block order:
     the very float of one thread (it is written in a file's `stats`: §11), and the ratio it should be."""
-    from mdiff.diffing import _BLOCK, relative_change
+    from mdiff.relative_change import BLOCK as _BLOCK, relative_change
 
     kind = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
     rng = np.random.default_rng(11)

@@ -1,0 +1,133 @@
+"""`stats.rel_change`, summed in the order SPEC.md §11 fixes: the same float on every CPU, so the same commit id.
+
+The expected values come from a transcription of §11's steps in plain Python, one rounding at a time (binary32
+emulated by rounding each binary64 result: a sum, difference or product of two binary32 values rounded twice so
+gives the binary32 result, since 53 ≥ 2·24 + 2), and one of them is pinned as a literal.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mdiff
+from mdiff import threads
+from mdiff.relative_change import BLOCK, relative_change
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _binary32(x: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def _halving_sum(values: list[float], rounded) -> float:
+    width = 1 << (len(values) - 1).bit_length() if len(values) > 1 else 1
+    values = values + [0.0] * (width - len(values))
+    while len(values) > 1:
+        half = len(values) // 2
+        values = [rounded(values[k] + values[k + half]) for k in range(half)]
+    return values[0]
+
+
+def spec_rel_change(old: list[float], new: list[float], binary32: bool) -> float | None:
+    """SPEC.md §11 steps 1–3 and 5 in the given working format (the values already widened to it)."""
+    rounded = _binary32 if binary32 else (lambda x: x)
+    change = base = 0.0
+    for start in range(0, len(old), BLOCK):
+        o, n = old[start:start + BLOCK], new[start:start + BLOCK]
+        change += _halving_sum([rounded(rounded(b - a) ** 2) for a, b in zip(o, n)], rounded)
+        base += _halving_sum([rounded(a * a) for a in o], rounded)
+    if not (math.isfinite(change) and math.isfinite(base)) or base == 0:
+        return None if change else 0.0
+    return math.sqrt(change) / math.sqrt(base)
+
+
+def pair(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Values exact in binary32, made without a random generator (whose streams numpy may change)."""
+    i = np.arange(size, dtype=np.int64)
+    old = (((i * 7919) % 1000 - 500) / 256).astype(np.float32)
+    new = (old.astype(np.float64) + (((i * 104729) % 2001) - 1000) * 2.0 ** -20).astype(np.float32)
+    return old, new
+
+
+# the float32 pair of BLOCK + 1234 elements (two blocks, the second short), as §11 sums it
+PINNED = 0.0004885229880708707
+
+
+def test_a_float32_change_is_summed_as_the_spec_says_and_pinned():
+    old, new = pair(BLOCK + 1234)
+    expected = spec_rel_change(old.tolist(), new.tolist(), binary32=True)
+    assert relative_change(old, new) == expected == PINNED
+
+
+@pytest.mark.parametrize("kind", ["bfloat16", "float16", "float64", "int32"])
+def test_other_dtypes_are_widened_then_summed_as_the_spec_says(kind):
+    old32, new32 = pair(BLOCK + 77)
+    if kind == "int32":
+        old, new = (old32 * 256).astype(np.int32), (new32 * 256 * 1024).astype(np.int32)
+    else:
+        dtype = ml_dtypes.bfloat16 if kind == "bfloat16" else np.dtype(kind)
+        old, new = old32.astype(dtype), (old32.astype(np.float64) * 1.001).astype(dtype)
+    binary32 = kind in ("bfloat16", "float16")
+    wide = np.float32 if binary32 else np.float64
+    expected = spec_rel_change(old.astype(wide).tolist(), new.astype(wide).tolist(), binary32)
+    assert expected is not None and expected > 0
+    assert relative_change(old, new) == expected
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 1000, BLOCK - 1, BLOCK, 2 * BLOCK + 1, 5 * BLOCK + 3])
+def test_every_length_pads_only_the_last_block(size):
+    old, new = pair(size)
+    assert relative_change(old, new) == spec_rel_change(old.tolist(), new.tolist(), binary32=True)
+
+
+def test_a_binary32_overflow_of_finite_values_is_summed_in_binary64():
+    old = np.full(4, 3e38, np.float32)
+    new = np.array([3e38, -3e38, 3e38, 3e38], np.float32)
+    expected = spec_rel_change(old.astype(np.float64).tolist(), new.astype(np.float64).tolist(), binary32=False)
+    assert relative_change(old, new) == expected == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    ([0.0, 0.0], [0.0, 1.0], None),  # a change from all zeros: infinite, left out
+    ([0.0, 0.0], [0.0, 0.0], 0.0),
+    ([1.0, np.nan], [2.0, np.nan], None),
+    ([1.0, 2.0], [1.0, np.inf], None),
+    ([3.0, 4.0, 0.0, 0.0], [3.0, 4.0, 0.0, 5.0], 1.0),
+])
+def test_edge_values(old, new, expected):
+    assert relative_change(np.array(old, np.float32), np.array(new, np.float32)) == expected
+
+
+def test_the_same_float_on_any_number_of_threads():
+    old, new = pair(7 * BLOCK + 5)
+    found = set()
+    for n in (1, 2, 3):
+        with threads.threads_for(n):
+            found.add(relative_change(old, new))
+    assert found == {spec_rel_change(old.tolist(), new.tolist(), binary32=True)}
+
+
+def test_a_diff_writes_the_statistic():
+    old, new = pair(BLOCK + 1234)
+    assert mdiff.diff({"w": old}, {"w": new})["w"].meta["stats"]["rel_change"] == PINNED
+
+
+@pytest.mark.parametrize("kernel", ["Haswell", "Prescott", "SkylakeX"])
+def test_the_statistic_does_not_depend_on_the_blas_kernel_the_cpu_chooses(kernel):
+    """OpenBLAS picks a kernel for the CPU (OPENBLAS_CORETYPE forces one): the reference once summed with its dot
+    product, and one commit got three ids under these three kernels. Where numpy's BLAS ignores the variable,
+    this runs the one kernel it has."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from tests.test_relative_change import pair; "
+            "from mdiff.relative_change import relative_change, BLOCK; print(repr(relative_change(*pair(BLOCK + 1234))))")
+    done = subprocess.run([sys.executable, "-c", code, ROOT], capture_output=True, text=True, check=True,
+                          env={**os.environ, "OPENBLAS_CORETYPE": kernel})
+    assert float(done.stdout.strip()) == PINNED
