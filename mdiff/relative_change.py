@@ -28,50 +28,57 @@ BLOCK = 1 << 16  # elements summed by halving (§11); a power of two
 
 
 def relative_change(old: np.ndarray, new: np.ndarray) -> float | None:
-    """‖new − old‖₂ / ‖old‖₂ as §11 computes it; 0.0 for no change, None where it is not a finite number (an
-    all-zero ``old`` with a change, a NaN or an infinity among the values)."""
+    """‖new − old‖₂ / ‖old‖₂ as §11 computes it: 0.0 where both sums are 0, None where it is no finite number (a
+    sum not finite, or a change from an all-zero ``old``)."""
     o = old.reshape(-1)
     n = new.reshape(-1)
-    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is seen in the sums: binary64 is tried then
-        if not (o.dtype == np.float64 or o.dtype.kind in "iub"):
-            ratio = _norm_ratio(o, n, np.dtype(np.float32))
-            if ratio is not None or not (np.isfinite(o).all() and np.isfinite(n).all()):
-                return ratio
-        return _norm_ratio(o, n, np.dtype(np.float64))
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # an overflow shows in the sums (step 4)
+        if o.dtype == np.float64 or o.dtype.kind in "iub":
+            change, base = _sums(o, n, np.dtype(np.float64))
+        else:
+            change, base = _sums(o, n, np.dtype(np.float32))
+            if not (math.isfinite(change) and math.isfinite(base)) and np.isfinite(o).all() and np.isfinite(n).all():
+                change, base = _sums(o, n, np.dtype(np.float64))
+    if not (math.isfinite(change) and math.isfinite(base)):
+        return None
+    if base == 0:
+        return 0.0 if change == 0 else None
+    return math.sqrt(change) / math.sqrt(base)
 
 
 _GROUP = 2  # blocks summed together: their squares (2 × 2 × 64 Ki binary32, 1 MiB) stay in a core's cache
 
 
-def _norm_ratio(o: np.ndarray, n: np.ndarray, working: np.dtype) -> float | None:
+def _sums(o: np.ndarray, n: np.ndarray, working: np.dtype) -> tuple[float, float]:
+    """(C, B) of §11 steps 1–3 in the ``working`` format."""
     if o.size <= BLOCK:  # one block, here: a small tensor's statistic costs a few numpy calls
+        if not o.size:
+            return 0.0, 0.0
         sums = np.empty((2, 1), np.float64)
-        _block_sums(o, n, working, 1 << (o.size - 1).bit_length() if o.size else 1, sums)
+        _block_sums(o, n, working, 1 << (o.size - 1).bit_length(), sums)
         change, base = sums[:, 0].tolist()
-    else:
-        blocks = -(-o.size // BLOCK)
-        all_sums = np.empty((2, blocks), np.float64)  # each block's (change, base), added below in block order
+        return change, base
+    blocks = -(-o.size // BLOCK)
+    all_sums = np.empty((2, blocks), np.float64)  # each block's (change, base), added below in block order
 
-        def part(first: int, last: int) -> None:  # whole blocks, on the pool beside the other parts (in_parts)
-            for start in range(first, last, _GROUP * BLOCK):
-                stop = min(start + _GROUP * BLOCK, last)
-                full = (stop - start) // BLOCK
-                if full:
-                    _block_sums(o[start:start + full * BLOCK], n[start:start + full * BLOCK], working, BLOCK,
-                                all_sums[:, start // BLOCK:start // BLOCK + full])
-                if start + full * BLOCK < stop:  # the short last block: padded to a power of two with zeros
-                    rest = stop - start - full * BLOCK
-                    _block_sums(o[stop - rest:stop], n[stop - rest:stop], working, 1 << (rest - 1).bit_length(),
-                                all_sums[:, blocks - 1:blocks])
+    def part(first: int, last: int) -> None:  # whole blocks, on the pool beside the other parts (in_parts)
+        for start in range(first, last, _GROUP * BLOCK):
+            stop = min(start + _GROUP * BLOCK, last)
+            full = (stop - start) // BLOCK
+            if full:
+                _block_sums(o[start:start + full * BLOCK], n[start:start + full * BLOCK], working, BLOCK,
+                            all_sums[:, start // BLOCK:start // BLOCK + full])
+            if start + full * BLOCK < stop:  # the short last block: padded to a power of two with zeros
+                rest = stop - start - full * BLOCK
+                _block_sums(o[stop - rest:stop], n[stop - rest:stop], working, 1 << (rest - 1).bit_length(),
+                            all_sums[:, blocks - 1:blocks])
 
-        in_parts(o.size, 1, part, part_bytes=4 * _GROUP * BLOCK)
-        change = base = 0.0
-        for block_change, block_base in zip(all_sums[0].tolist(), all_sums[1].tolist()):
-            change += block_change
-            base += block_base
-    if not (math.isfinite(change) and math.isfinite(base)) or base == 0:
-        return None if change else 0.0
-    return math.sqrt(change) / math.sqrt(base)
+    in_parts(o.size, 1, part, part_bytes=4 * _GROUP * BLOCK)
+    change = base = 0.0
+    for block_change, block_base in zip(all_sums[0].tolist(), all_sums[1].tolist()):
+        change += block_change
+        base += block_base
+    return change, base
 
 
 def _block_sums(o: np.ndarray, n: np.ndarray, working: np.dtype, width: int, out: np.ndarray) -> None:

@@ -102,9 +102,15 @@ def test_a_binary32_overflow_of_finite_values_is_summed_in_binary64():
     ([1.0, np.nan], [2.0, np.nan], None),
     ([1.0, 2.0], [1.0, np.inf], None),
     ([3.0, 4.0, 0.0, 0.0], [3.0, 4.0, 0.0, 5.0], 1.0),
+    ([2.0 ** -149], [1.0], None),  # B underflows to 0 in binary32, which is finite: no second sum in binary64
+    ([], [], 0.0),  # no elements: C = B = 0
 ])
 def test_edge_values(old, new, expected):
     assert relative_change(np.array(old, np.float32), np.array(new, np.float32)) == expected
+
+
+def test_a_base_whose_binary64_sum_overflows_is_left_out_even_unchanged():
+    assert relative_change(np.array([1e200]), np.array([1e200])) is None  # C = 0, B = +inf: step 5
 
 
 def test_the_same_float_on_any_number_of_threads():
