@@ -84,17 +84,18 @@ def test_the_word_shuffle_and_unshuffle_give_the_transposed_bytes_of_every_eleme
 
 
 @pytest.mark.parametrize("itemsize", [2, 4, 8])
-@pytest.mark.parametrize("zero_planes", [(), (1,), "high", "all", "low"], ids=str)
+@pytest.mark.parametrize("zero_planes", [(), (1,), "high", "all", "low", "low pair", "second pair"], ids=str)
 def test_unshuffle_skips_planes_of_zeros_block_by_block_with_the_same_bytes(itemsize, zero_planes, monkeypatch):
     """Planes that are all zero in a block (a sparse update's high gap bytes) are skipped, block by block (a
-    small block here, so that a plane is zero in some blocks and not in others): the bytes are the transpose's."""
+    small block here, so that a plane is zero in some blocks and not in others): the bytes are the transpose's.
+    Planes are joined in pairs, then pairs of pairs: a pair of zero planes is skipped a level up too."""
     from mdiff.format import shuffling
 
     monkeypatch.setattr(shuffling, "_BLOCK_BYTES", 64)  # 8 to 32 elements a block
     elements = 1000
     planes = np.random.default_rng(itemsize).integers(0, 256, (itemsize, elements), dtype=np.uint8)
     zeroed = {(): [], (1,): [1], "high": list(range(1, itemsize)), "all": list(range(itemsize)),
-              "low": [0]}[zero_planes]
+              "low": [0], "low pair": [0, 1], "second pair": [2, 3][:itemsize - 2]}[zero_planes]
     for plane in zeroed:
         planes[plane] = 0
     planes[-1, 500:520] = 0  # a block in which the top plane alone is zero
