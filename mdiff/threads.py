@@ -4,6 +4,19 @@ libhdf5 and the Python code around it use one core; zlib/ISA-L, hashlib and nump
 GIL on large buffers, so these run side by side on the others. The pool has as many threads as the
 cores this process may use, unless ``MDIFF_THREADS`` or :func:`set_threads` says otherwise; how many
 there are never changes a file's bytes (the writer's window of chunks in flight is fixed: §11).
+
+One thread (``MDIFF_THREADS=1``, ``--threads 1``) means one thread: every task runs on the caller's thread
+(:func:`shared_pool` is an :class:`Inline` executor, :func:`one_ahead` works inline, :func:`in_parts` runs
+its parts in turn), for a user who runs one job per core. That holds for waiting on the disk too: the
+:class:`Writeback` syncs then run inline, on the writer's thread. A thread of their own (an fsync costs it
+almost no CPU) was measured slower, not faster: a 1 GiB commit took 14.0 and 16.5 s of wall with the syncs
+aside against 9.1 and 9.0 s inline (load ~2, 2 cores; under load 4-6, medians 16.5 and 15.5 s).
+
+With N ≥ 2 the pool has N threads, and beside them work the caller's thread (a commit's writer: libhdf5, ~0.3 s
+of CPU a GiB) and :func:`one_ahead`'s (the next parameter's delta, whose parts and hashes go to the pool): these
+two mostly wait on the pool, and are not counted. A pool of N−1 threads beside the look-ahead is what
+``MDIFF_THREADS=1`` gave before one thread meant one (a pool thread, the look-ahead, the writer): a 1 GiB commit
+took 6.2-7.1 s of wall that way on 2 cores, against 5.1-5.3 s with the pool's 2 (a quiet machine).
 """
 
 from __future__ import annotations
@@ -14,14 +27,14 @@ import os
 import sys
 import threading
 from collections.abc import Generator, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Callable, Iterator, TypeVar
 
 ENVIRONMENT = "MDIFF_THREADS"
 
 _lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
+_pool: Executor | None = None
 _pool_threads = 0  # the threads of _pool, while there is one
 _chosen: int | None = None  # by set_threads; None: $MDIFF_THREADS, else the cores
 
@@ -89,23 +102,38 @@ class Pool(ThreadPoolExecutor):
             # the main thread still counts as alive): no public way to ask, and without it a shut pool's error stands
             if not getattr(concurrent.futures.thread, "_shutdown", False):
                 raise
-        done: Future[R] = Future()
-        try:
-            done.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # raised in its turn, as a thread's would be
-            done.set_exception(exc)
-        return done
+        return _run_now(fn, *args, **kwargs)
 
 
-def shared_pool() -> ThreadPoolExecutor:
-    """The pool, built on first use with :func:`configured_threads` threads."""
+def _run_now(fn: Callable[..., R], /, *args: object, **kwargs: object) -> Future[R]:
+    """``fn(*args, **kwargs)`` run on this thread, as a done Future."""
+    done: Future[R] = Future()
+    try:
+        done.set_result(fn(*args, **kwargs))
+    except BaseException as exc:  # raised in its turn, as a thread's would be
+        done.set_exception(exc)
+    return done
+
+
+class Inline(Executor):
+    """The pool of one thread: each task runs on the caller's thread as it is submitted, and its Future is done
+    when :meth:`submit` returns. A task that submits runs that task at once too (as deep as the code nests
+    them: no task submits itself), and waiting on a Future never blocks, so nothing here can deadlock."""
+
+    def submit(self, fn: Callable[..., R], /, *args: object, **kwargs: object) -> Future[R]:
+        return _run_now(fn, *args, **kwargs)
+
+
+def shared_pool() -> Executor:
+    """The pool, built on first use with :func:`configured_threads` threads: with one, an :class:`Inline`
+    executor (the caller's thread is the one)."""
     global _pool, _pool_threads
     pool = _pool
     if pool is None:
         with _lock:
             if _pool is None:
                 _pool_threads = configured_threads()
-                _pool = Pool(_pool_threads, thread_name_prefix="mdiff")
+                _pool = Inline() if _pool_threads == 1 else Pool(_pool_threads, thread_name_prefix="mdiff")
             pool = _pool
     return pool
 
@@ -180,7 +208,10 @@ def in_parts(size: int, itemsize: int, work: Callable[[int, int], None], part_by
 
 class Writeback:
     """Syncs a file being written on the pool every ``every`` bytes, one sync at a time: the disk
-    works while the writer goes on, and the final fsync has little left (1 GiB: ~0.4 s less here)."""
+    works while the writer goes on, and the final fsync has little left (1 GiB: ~0.4 s less here).
+
+    With one thread the pool is :class:`Inline`, and each sync runs on the writer's thread: measured no slower
+    than a thread of its own for the syncs (see this module's docstring), so one thread stays one thread."""
 
     def __init__(self, sync: Callable[[], None], every: int = 64 << 20):
         self._sync, self._every = sync, every
@@ -210,7 +241,13 @@ def one_ahead(items: Iterable[T], work: Callable[[T], R], small: Callable[[R], b
 
     ``small(result)``: whether a result is small. While every result is, items go to that thread in batches
     that double up to AHEAD_BATCH (a hand-over costs ~10 µs of each side's time: 10^5 small parameters, ~2 s),
-    so that what is held ahead is one batch of small results, or one large one and the small ones before it."""
+    so that what is held ahead is one batch of small results, or one large one and the small ones before it.
+
+    With one thread (:func:`pool_size`), each item's work is done here, when the caller asks for it: no thread."""
+    if pool_size() <= 1:
+        for item in items:
+            yield item, work(item)
+        return
     with Pool(1, thread_name_prefix="mdiff-ahead") as ahead:  # its exit waits for the work in flight
         iterator = iter(items)
         batch = 1

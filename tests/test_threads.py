@@ -57,7 +57,7 @@ def test_mdiff_threads_sizes_the_pool_and_the_file_is_the_same(tmp_path, n):
     the one 1 thread writes (and the one this process writes)."""
     script = ("import sys, numpy as np, mdiff; from mdiff import threads; from tests.test_threads import _pair, FIXED\n"
               "old, new = _pair(); mdiff.write(sys.argv[1], mdiff.diff(old, new), FIXED)\n"
-              "print(threads.pool_size(), threads.shared_pool()._max_workers)")
+              "print(threads.pool_size(), getattr(threads.shared_pool(), '_max_workers', 1))")
     env = {**os.environ, threads.ENVIRONMENT: str(n), "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "child.mdiff")], env=env, cwd=ROOT,
                           capture_output=True, text=True, check=True)
@@ -73,7 +73,9 @@ def test_set_threads_rebuilds_the_pool_and_the_bytes_stay(tmp_path):
     written = []
     for n in (1, 3, 2):
         with threads.threads_for(n):
-            assert threads.pool_size() == n and threads.shared_pool()._max_workers == n
+            pool = threads.shared_pool()
+            assert threads.pool_size() == n
+            assert isinstance(pool, threads.Inline) if n == 1 else pool._max_workers == n
             path = tmp_path / f"{n}.mdiff"
             mdiff.write(path, mdiff.diff(old, new), FIXED)
             with mdiff.open(path) as diff:  # read back on the same pool, in parallel where n > 1
@@ -303,7 +305,9 @@ def test_one_ahead_hands_small_results_over_in_batches_and_a_large_one_alone(mon
         return 1000 if item == 150 else item  # item 150's result is "large"
 
     handed = []
-    for item, result in one_ahead(range(300), work, small=lambda r: r < 1000):
+    with threads.threads_for(2):  # one thread works inline (a test below)
+        ahead = list(one_ahead(range(300), work, small=lambda r: r < 1000))
+    for item, result in ahead:
         handed.append(item)
         assert result == (1000 if item == 150 else item)
     assert handed == list(range(300)) and len(threads_seen) == 1 and threading.get_ident() not in threads_seen
@@ -312,7 +316,8 @@ def test_one_ahead_hands_small_results_over_in_batches_and_a_large_one_alone(mon
     assert AHEAD_BATCH == 64 and batches == [1, 1, 2, 4, 8, 16, 32, 64, 64, 64, 1, 2, 4, 8, 16, 13]
     assert sum(batches) == 300
     batches.clear()
-    assert [item for item, _ in one_ahead(range(5), work)] == list(range(5)) and batches == [1] * 5  # no `small`
+    with threads.threads_for(2):
+        assert [item for item, _ in one_ahead(range(5), work)] == list(range(5)) and batches == [1] * 5  # no `small`
 
 
 def test_one_ahead_hands_over_the_results_before_an_error_then_raises_it():
@@ -323,8 +328,117 @@ def test_one_ahead_hands_over_the_results_before_an_error_then_raises_it():
             raise KeyError(item)
         return item
 
-    handed = []
-    with pytest.raises(KeyError):
-        for item, _ in one_ahead(range(100), work, small=lambda r: True):
-            handed.append(item)
-    assert handed == list(range(37))
+    for n in (1, 2):
+        handed = []
+        with threads.threads_for(n), pytest.raises(KeyError):
+            for item, _ in one_ahead(range(100), work, small=lambda r: True):
+                handed.append(item)
+        assert handed == list(range(37))
+
+
+def _commit_and_check_out(folder: Path, files: Path) -> tuple[list[str], bytes, dict[str, object]]:
+    """Two commits of a checkpoint file into a new repository at ``folder``, and a checkout of each: the commit
+    ids and the files checked out."""
+    from mdiff.repo import Repository
+
+    repo = Repository.init(folder)
+    ids = [repo.commit(str(files / name), "m", date=DATE) for name in ("old.safetensors", "new.safetensors")]
+    outputs = b""
+    for i, commit_id in enumerate(ids):
+        repo.checkout(commit_id, str(folder / f"out{i}.safetensors"))
+        outputs += (folder / f"out{i}.safetensors").read_bytes()
+    return ids, outputs, repo.checkout(ids[1])
+
+
+def test_one_thread_commits_and_checks_out_on_the_caller_s_thread_alone(tmp_path, pair_files, monkeypatch):
+    """--threads 1 means one core: a commit and a checkout start no thread (no pool, no look-ahead), and every
+    hash and deflate runs on the calling thread; the commit ids and the files checked out are those of 4 threads."""
+    import hashlib
+    import threading
+
+    from mdiff.format import writer
+
+    started: list[str] = []
+    ran_on: list[int] = []
+    real_start, real_sha256, real_deflate = threading.Thread.start, hashlib.sha256, writer.deflate_rle
+
+    def start(self: threading.Thread) -> None:
+        started.append(self.name)
+        real_start(self)
+
+    def sha256(*args, **kwargs):
+        ran_on.append(threading.get_ident())
+        return real_sha256(*args, **kwargs)
+
+    def deflate(data):
+        ran_on.append(threading.get_ident())
+        return real_deflate(data)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    monkeypatch.setattr(hashlib, "sha256", sha256)
+    monkeypatch.setattr(writer, "deflate_rle", deflate)
+    with threads.threads_for(4):
+        four = _commit_and_check_out(tmp_path / "four", pair_files)
+    assert started and len(set(ran_on)) > 1  # the recording sees the threads where there are some
+    started.clear()
+    ran_on.clear()
+    with threads.threads_for(1):
+        one = _commit_and_check_out(tmp_path / "one", pair_files)
+    assert started == []
+    assert len(ran_on) > 20 and set(ran_on) == {threading.get_ident()}
+    assert one[:2] == four[:2]
+    assert {k: np.asarray(v).tobytes() for k, v in one[2].items()} == {k: np.asarray(v).tobytes() for k, v in four[2].items()}
+
+
+def test_one_thread_runs_each_task_as_it_is_submitted_and_nested_tasks_too():
+    """The Inline executor: a task's Future is done when submit returns, its error kept for result(); a task that
+    submits (and waits on) another runs it at once — no deadlock, however it nests."""
+    import threading
+
+    with threads.threads_for(1):
+        pool = threads.shared_pool()
+        assert isinstance(pool, threads.Inline) and threads.pool_size() == 1
+        here = threading.get_ident()
+
+        def nested(depth: int) -> list[int]:
+            inner = pool.submit(nested, depth - 1).result() if depth else []
+            return [threading.get_ident(), *inner]
+
+        future = pool.submit(nested, 50)
+        assert future.done() and future.result() == [here] * 51
+        failed = pool.submit(int, "x")
+        assert failed.done() and isinstance(failed.exception(), ValueError)
+        assert list(pool.map(abs, [-1, 2, -3])) == [1, 2, 3]
+
+
+def test_one_ahead_with_one_thread_works_inline_when_each_item_is_asked_for():
+    import threading
+
+    from mdiff.threads import one_ahead
+
+    asked: list[int] = []
+
+    def work(item: int) -> int:
+        asked.append(item)
+        return threading.get_ident()
+
+    with threads.threads_for(1):
+        values = one_ahead(range(5), work)
+        assert asked == []
+        for item, ident in values:
+            assert asked[-1] == item and ident == threading.get_ident()  # nothing done ahead
+    assert asked == list(range(5))
+
+
+def test_writeback_syncs_inline_with_one_thread_and_on_the_pool_with_more():
+    """One thread is one thread: the syncs run on the writer's (measured no slower than a thread of their own,
+    threads.py); with two, on the pool, while the writer goes on."""
+    import threading
+
+    ran: list[str] = []
+    for n in (1, 2):
+        with threads.threads_for(n):
+            writeback = threads.Writeback(lambda: ran.append(threading.current_thread().name), every=10)
+            writeback.wrote(10)
+            writeback.wait()
+    assert len(ran) == 2 and ran[0] == threading.current_thread().name and ran[1].startswith("mdiff_")

@@ -69,7 +69,7 @@ def add_threads(p: argparse.ArgumentParser, after_the_command: bool = False) -> 
     else:
         p.add_argument("--threads", type=threads_of, default=None, metavar="N",
                        help=f"threads for deflating, inflating and hashing (default: ${ENVIRONMENT}, else one "
-                            "per core); also after the command")
+                            "per core); 1: all work, syncs too, on one thread; also after the command")
 
 
 def threads_of(text: str) -> int:

@@ -14,7 +14,8 @@ the report gives medians and the load average.
   checkout  mdiff: `Repository.checkout("HEAD", out.safetensors)` (atomic, fsynced)
             ZipNN: the base and the delta decompressed, saved + fsync      zstd -d, fsynced
             safetensors: load_file
-  threads   mdiff's commit and checkout wall time with MDIFF_THREADS=1 and with the machine's cores
+  threads   mdiff's commit and checkout wall time with MDIFF_THREADS=1 (one thread: one core) and with the machine's
+            cores, and the cores each used (CPU ÷ wall)
   chain     a chain of commits (each successor = the last + 1e-4·randn): each commit's CPU, the last ÷ the first —
             `mdiff commit` of one file written over, a process each; and one process committing each version's
             own file, as a training loop or the Trainer's callback does
@@ -341,10 +342,11 @@ def report(data: dict) -> str:
         lines.append(f"| {kind} | {m:.2f} | {main:.2f} ({main / m:.0%}) | {_shown(z)} | {_shown(s)} | {st:.2f} | "
                      f"{_ratio(m, z)} | {_ratio(m, s)} |")
     th = data["race"]["threads"]
-    lines += ["", "| mdiff wall s | 1 thread | all cores | all ÷ 1 |", "|---|---|---|---|"]
+    lines += ["", "| mdiff wall s (cores used: CPU ÷ wall) | 1 thread | all cores | all ÷ 1 |", "|---|---|---|---|"]
     for kind in ("commit", "checkout"):
         one, every = median(th[f"{kind}-1"], "wall"), median(th[f"{kind}-all"], "wall")
-        lines.append(f"| {kind} | {one:.2f} | {every:.2f} | {every / one:.2f}× |")
+        used = [statistics.median(r["cpu"] / r["wall"] for r in th[f"{kind}-{n}"]) for n in ("1", "all")]
+        lines.append(f"| {kind} | {one:.2f} ({used[0]:.2f}) | {every:.2f} ({used[1]:.2f}) | {every / one:.2f}× |")
     for key, how in (("chain", "`mdiff commit` of one file written over, a process each"),
                      ("chain_distinct", "`mdiff commit` of each version's own file, a process each"),
                      ("loop", "one process committing each version's own file (a training loop)")):
