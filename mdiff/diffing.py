@@ -18,7 +18,7 @@ import numpy as np
 from mdiff.format.dtypes import as_bits, canonical, dtype_of, xor_bits
 from mdiff.progress import ByteCounter, Progress, tensor_bytes
 from mdiff.relative_change import relative_change
-from mdiff.threads import shared_pool
+from mdiff.threads import pool_size, shared_pool
 from mdiff.updates import delete, dense, replace, sparse
 from mdiff.updates.base import Update, sha256_hex
 from mdiff.updates.bit_deltas import SubDelta
@@ -52,7 +52,8 @@ def diff_tensor(old: np.ndarray | None, new: np.ndarray | None, version: int = D
     version = dense.delta_version(version, dtype_of(new).name)
     # §7.1 base_sha256 and the result's sha256, hashed on other cores while the delta and its statistics are made
     # (a small tensor's here, once it is known to have changed)
-    hashed_here = new.nbytes < _HASHED_HERE_BYTES
+    # with one thread a submitted hash runs at once (threads.Inline): made here, only once a change is found
+    hashed_here = new.nbytes < _HASHED_HERE_BYTES or pool_size() <= 1
     base_hash = _known(base_sha256) if base_sha256 is not None else _Later(sha256_hex, old) if hashed_here \
         else shared_pool().submit(sha256_hex, old)
     new_hash = _Later(sha256_hex, new) if hashed_here else shared_pool().submit(sha256_hex, new)

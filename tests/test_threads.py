@@ -287,6 +287,25 @@ def test_a_small_tensor_s_hashes_are_made_on_the_caller_s_thread(monkeypatch, el
     assert diff_tensor(old, old.copy()) is None
 
 
+def test_with_one_thread_an_unchanged_large_tensor_is_not_hashed(monkeypatch):
+    """A frozen layer of a fine-tune: with one thread a submitted hash runs at submit (threads.Inline), so the
+    diff makes its hashes itself, only once it has found a change."""
+    import hashlib
+
+    from mdiff import diffing
+
+    old = np.arange(1 << 16, dtype=np.float32)
+    hashed: list[int] = []
+    real = diffing.sha256_hex
+    monkeypatch.setattr(diffing, "sha256_hex", lambda array: hashed.append(array.nbytes) or real(array))
+    with threads.threads_for(1):
+        assert diffing.diff_tensor(old, old.copy()) is None
+        assert hashed == []
+        update = diffing.diff_tensor(old, old + np.float32(1))
+    assert hashed == [old.nbytes, old.nbytes]
+    assert update.meta["sha256"] == hashlib.sha256((old + np.float32(1)).tobytes()).hexdigest()
+
+
 def test_one_ahead_hands_small_results_over_in_batches_and_a_large_one_alone(monkeypatch):
     """Per item, a hand-over to the ahead thread cost ~10 µs each side: 10^5 small parameters, ~2 s. While results
     are small, batches double up to AHEAD_BATCH; a large result starts them again at one. Order, values and the
