@@ -166,29 +166,31 @@ def test_the_pipeline_bench_runs_end_to_end(tmp_path):
 
 def test_the_pipeline_predecessor_trial_starts_as_a_second_commit(tmp_path, monkeypatch):
     """pipeline.py's "predecessor known" trial: before each, its repository holds the base alone, committed at that
-    very path, and the cache entry says base.safetensors was committed last — so the commit reads the parent's
-    values from it (as ZipNN's delta reads base) — even after a trial's commit moved HEAD and the entry on."""
+    very path, the cache entry says base.safetensors was committed last, and the summary of the base's state is
+    kept — so the commit reads the parent's values from base.safetensors (as ZipNN's delta reads base) without a
+    walk — even after a trial's commit moved HEAD and the entry on and dropped that summary."""
     sys.path.insert(0, str(ROOT / "tools" / "bench"))
     try:
         import pipeline
     finally:
         sys.path.pop(0)
-    from mdiff.repo import Repository, parent_values
+    from mdiff.repo import Repository, parent_values, state_cache
 
     monkeypatch.setenv("MDIFF_CACHE_DIR", str(tmp_path / "cache"))
     rng = np.random.default_rng(0)
     base = {"w": rng.standard_normal((64, 64), np.float32)}
     save_file(base, str(tmp_path / "base.safetensors"))
     save_file({"w": base["w"] + np.float32(1e-3)}, str(tmp_path / "new.safetensors"))
-    pipeline.prepare_predecessor(tmp_path)
-    repo = Repository(tmp_path / pipeline.AFTER_BASE / "repo")
-    base_commit = repo.head()[1]
     for _ in range(2):
         pipeline.reset_predecessor(tmp_path)
-        assert Repository(repo.root).head()[1] == base_commit
+        repo = Repository(tmp_path / pipeline.AFTER_BASE / "repo")
+        base_commit = repo.head()[1]
+        assert repo.metadata(base_commit).parents == ()
         assert parent_values.recall(repo.dir) == (base_commit, str(tmp_path / "base.safetensors"), ())
+        assert state_cache.recall(repo, base_commit) is not None
         pipeline.op_mdiff_commit_predecessor(tmp_path)  # moves HEAD and the entry on: the next reset puts both back
         assert parent_values.recall(repo.dir)[1] == str(tmp_path / "new.safetensors")
+        assert state_cache.recall(Repository(repo.root), base_commit) is None
 
 
 def test_scale_measures_commit_and_checkout_of_a_history_of_many_parameters(tmp_path):

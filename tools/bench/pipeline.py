@@ -12,10 +12,11 @@ the report gives medians and the load average.
             "parent replayed": a copy of a repository made elsewhere, so that nothing says which checkpoint it
               committed last, and the parent's values are replayed from its history (inflated, unshuffled, hashed);
             "predecessor known": as a user's second commit (`mdiff commit base.safetensors`, then
-              `mdiff commit new.safetensors`, in one repository): the base was committed at the very path the
-              trial commits into, and the cache entry that commit left (repo/parent_values.py) is put back before
-              each trial, so the parent's values are read from base.safetensors (and hashed, to prove them).
-              This is the like-for-like with ZipNN's delta, which reads base.safetensors too.
+              `mdiff commit new.safetensors`, in one repository): before each trial the base is committed anew
+              (untimed) at the very path the trial commits into, leaving the cache entries a user's first commit
+              leaves (repo/parent_values.py, repo/state_cache.py), so the parent's values are read from
+              base.safetensors (and hashed, to prove them). This is the like-for-like with ZipNN's delta, which
+              reads base.safetensors too. Both read the parent's commit file whole once (its id checked, MD800).
             ZipNN 0.5.4 delta: both files loaded, each tensor delta-compressed against the base, fsynced
             zstd -3 -T2 of new.safetensors, fsynced          safetensors: load_file + save_file + fsync
   checkout  mdiff: `Repository.checkout("HEAD", out.safetensors)` (atomic, fsynced)
@@ -213,7 +214,6 @@ def prepare(work: Path) -> None:
     Repository.init(template).commit(str(work / "base.safetensors"), "base", date=DATE)
     shutil.copytree(template, work / "repo", symlinks=True)
     op_mdiff_commit(work)
-    prepare_predecessor(work)
     if "zipnn" in PEERS:
         base = load_file(str(work / "base.safetensors"))
         (work / "zipnn-index.json").write_text(json.dumps(sorted(base)))
@@ -226,34 +226,25 @@ def prepare(work: Path) -> None:
         op_zstd_commit(work)
 
 
-AFTER_BASE = "after-base"  # the "predecessor known" trial's folder: its repo, and that repo as the base commit left it
-
-
-def prepare_predecessor(work: Path) -> None:
-    """The repository of the "predecessor known" trial: the base committed at the path the trial commits into,
-    kept (``AFTER_BASE/template``) with the cache entry that commit left (``AFTER_BASE/entry.json``) — the
-    entry is keyed by the repository's real path, so a copy made elsewhere would not have one."""
-    from mdiff.repo import Repository, parent_values
-
-    repo = Repository.init(work / AFTER_BASE / "repo")
-    repo.commit(str(work / "base.safetensors"), "base", date=DATE)
-    last = parent_values.recall(repo.dir)
-    if last is None:
-        raise RuntimeError("the commit of the base left no cache entry (is MDIFF_CACHE_DIR off?): the "
-                           "predecessor-known trial would replay the parent")
-    (work / AFTER_BASE / "entry.json").write_text(json.dumps(last))
-    shutil.copytree(work / AFTER_BASE / "repo", work / AFTER_BASE / "template", symlinks=True)
+AFTER_BASE = "after-base"  # the folder of the "predecessor known" trial's repository
 
 
 def reset_predecessor(work: Path) -> None:
-    """The "predecessor known" trial starts from the base commit made at its path, and that commit's cache entry."""
+    """The "predecessor known" trial starts as a user's second commit: the base committed (again) in a new
+    repository at the very path the trial commits into, leaving what that commit leaves in the cache folder —
+    the entry saying which checkpoint it committed (keyed by the repository's real path: a copy made elsewhere
+    has none), and the summary of its state (which the trial's own commit drops)."""
     from mdiff.repo import Repository, parent_values
 
     folder = work / AFTER_BASE
-    shutil.rmtree(folder / "repo")
-    shutil.copytree(folder / "template", folder / "repo", symlinks=True)
-    commit, path, exclude = json.loads((folder / "entry.json").read_text())
-    parent_values.remember(Repository(folder / "repo").dir, (commit, path, tuple(exclude)))
+    if folder.exists():
+        shutil.rmtree(folder)
+    repo = Repository.init(folder / "repo")
+    repo.commit(str(work / "base.safetensors"), "base", date=DATE)
+    last = parent_values.recall(repo.dir)
+    if last is None or last[0] != repo.head()[1]:
+        raise RuntimeError("the commit of the base left no cache entry (is MDIFF_CACHE_DIR off?): the "
+                           "predecessor-known trial would replay the parent")
 
 
 def reset_repository(work: Path, committed: bool) -> None:
