@@ -57,9 +57,13 @@ def diff_tensor(old: np.ndarray | None, new: np.ndarray | None, version: int = D
     base_hash = _known(base_sha256) if base_sha256 is not None else _Later(sha256_hex, old) if hashed_here \
         else shared_pool().submit(sha256_hex, old)
     new_hash = _Later(sha256_hex, new) if hashed_here else shared_pool().submit(sha256_hex, new)
-    # nonzero exactly where the bits differ: the XOR, or the zigzagged wrapping difference (zigzag keeps zeros)
-    delta = xor_bits(old, new) if version == 1 else SubDelta.between(as_bits(old), as_bits(new))
-    changed = int(np.count_nonzero(delta))
+    # nonzero exactly where the bits differ: the XOR, or the zigzagged wrapping difference (zigzag keeps zeros),
+    # whose count SubDelta takes block by block as it makes it
+    if version == 1:
+        delta = xor_bits(old, new)
+        changed = int(np.count_nonzero(delta))
+    else:
+        delta, changed = SubDelta.between_counted(as_bits(old), as_bits(new))
     if changed == 0:
         base_hash.cancel()
         new_hash.cancel()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 pytest.importorskip("safetensors")
 pytest.importorskip("torch")
 pytest.importorskip("matplotlib")
+
+from safetensors.numpy import save_file  # noqa: E402
 
 # Every row the report must have, whatever the machine (tools/bench/run.py keeps these labels stable).
 ROWS = [
@@ -151,10 +154,43 @@ def test_the_pipeline_bench_runs_end_to_end(tmp_path):
                            "1", "--chain", "2", "--chain-tensors", "1", "--json", str(tmp_path / "figures.json")],
                           capture_output=True, text=True, cwd=tmp_path, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert table_rows(done.stdout) >= {"commit", "checkout"}
+    assert table_rows(done.stdout) >= {"commit (parent replayed)", "commit (predecessor known)", "checkout"}
     figures = json.loads((tmp_path / "figures.json").read_text())
+    assert len(figures["race"]["trials"]["mdiff_commit_predecessor"]) == 1
+    assert set(figures["medians"]) == {"commit (parent replayed)", "commit (predecessor known)", "checkout"}
+    for row in figures["medians"].values():  # each row's ratios, where the peer is on this machine
+        assert (row["per_zstd"] is None) == (row["zstd"] is None) and (row["per_zipnn"] is None) == (row["zipnn"] is None)
     assert (len(figures["chain"]), len(figures["chain_distinct"]), len(figures["loop"])) == (2, 2, 2)
     assert set(figures["race"]["threads"]) == {"commit-1", "commit-all", "checkout-1", "checkout-all"}
+
+
+def test_the_pipeline_predecessor_trial_starts_as_a_second_commit(tmp_path, monkeypatch):
+    """pipeline.py's "predecessor known" trial: before each, its repository holds the base alone, committed at that
+    very path, the cache entry says base.safetensors was committed last, and the summary of the base's state is
+    kept — so the commit reads the parent's values from base.safetensors (as ZipNN's delta reads base) without a
+    walk — even after a trial's commit moved HEAD and the entry on and dropped that summary."""
+    sys.path.insert(0, str(ROOT / "tools" / "bench"))
+    try:
+        import pipeline
+    finally:
+        sys.path.pop(0)
+    from mdiff.repo import Repository, parent_values, state_cache
+
+    monkeypatch.setenv("MDIFF_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    base = {"w": rng.standard_normal((64, 64), np.float32)}
+    save_file(base, str(tmp_path / "base.safetensors"))
+    save_file({"w": base["w"] + np.float32(1e-3)}, str(tmp_path / "new.safetensors"))
+    for _ in range(2):
+        pipeline.reset_predecessor(tmp_path)
+        repo = Repository(tmp_path / pipeline.AFTER_BASE / "repo")
+        base_commit = repo.head()[1]
+        assert repo.metadata(base_commit).parents == ()
+        assert parent_values.recall(repo.dir) == (base_commit, str(tmp_path / "base.safetensors"), ())
+        assert state_cache.recall(repo, base_commit) is not None
+        pipeline.op_mdiff_commit_predecessor(tmp_path)  # moves HEAD and the entry on: the next reset puts both back
+        assert parent_values.recall(repo.dir)[1] == str(tmp_path / "new.safetensors")
+        assert state_cache.recall(Repository(repo.root), base_commit) is None
 
 
 def test_scale_measures_commit_and_checkout_of_a_history_of_many_parameters(tmp_path):

@@ -54,3 +54,23 @@ def test_sub_of_small_float_moves_is_small():
     assert SubDelta.between(old, new).tolist() == [6, 3, 0, 0xFFFF_FFFF]
     # XOR spreads the borrow of 0x3F800000 − 2 = 0x3F7FFFFE over every bit it crosses
     assert XorDelta.between(old, new).tolist() == [3, 0x00FF_FFFE, 0, 0x8000_0000]
+
+
+@pytest.mark.parametrize("threads_n", [1, 2])
+def test_sub_between_counted_counts_the_changed_values_of_every_part(threads_n):
+    """between_counted: the delta between gives, and the count of its non-zero elements — the values whose bits
+    changed — summed over every block and every part of a tensor cut in several (threads.PART_BYTES each)."""
+    from mdiff import threads
+
+    rng = np.random.default_rng(5)
+    old = rng.integers(0, 2**32, 3 * threads.PART_BYTES // 4 + 12345, dtype=np.uint32)
+    new = old.copy()
+    moved = rng.choice(old.size, 654_321, replace=False)
+    new[moved] += rng.integers(1, 5000, moved.size, dtype=np.uint32)  # never 0: each of them changes
+    new[-1] ^= np.uint32(1 << 31)  # the last element, in the last part's last (short) block
+    with threads.threads_for(threads_n):
+        delta, changed = SubDelta.between_counted(old, new)
+    assert delta.tobytes() == SubDelta.between(old, new).tobytes()
+    assert changed == len(set(moved.tolist()) | {old.size - 1}) == int(np.count_nonzero(old != new))
+    assert SubDelta.between_counted(old[:0], new[:0])[1] == 0
+    assert SubDelta.between_counted(old[:1], old[:1])[1] == 0

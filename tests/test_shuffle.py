@@ -104,3 +104,18 @@ def test_unshuffle_skips_planes_of_zeros_block_by_block_with_the_same_bytes(item
     back = np.full((elements, itemsize), 0xCD, np.uint8)
     shuffling.unshuffle_into(planes, back)
     assert back.tobytes() == planes.T.tobytes()
+
+
+@pytest.mark.parametrize("itemsize", [2, 4, 8])
+@pytest.mark.parametrize("offset", [0, 1, 3])
+def test_the_word_shuffle_of_elements_not_aligned_in_memory_gives_the_transposed_bytes(itemsize, offset):
+    """shuffle_into shifts each plane straight into ``out`` (a ufunc casting its output as it goes), over more
+    elements than one of numpy's buffers holds: the same bytes where the words start at any byte of memory."""
+    from mdiff.format.shuffling import shuffle_into as shuffled_into
+
+    elements = 3 * 8192 + 5
+    memory = np.random.default_rng(itemsize + offset).integers(0, 256, elements * itemsize + offset, dtype=np.uint8)
+    data = memory[offset:]
+    out = np.full((elements + 3) * itemsize + 1, 0xCD, np.uint8)[1:]  # padded, and itself not aligned
+    shuffled_into(data, itemsize, out)
+    assert out.tobytes() == _transposed(data, itemsize, out.size)

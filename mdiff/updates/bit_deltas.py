@@ -129,17 +129,40 @@ class SubDelta(BitDelta):
 
     @classmethod
     def between(cls, old_bits: np.ndarray, new_bits: np.ndarray) -> np.ndarray:
+        return cls._between(old_bits, new_bits, count=False)[0]
+
+    @classmethod
+    def between_counted(cls, old_bits: np.ndarray, new_bits: np.ndarray) -> tuple[np.ndarray, int]:
+        """:meth:`between`, and how many of its elements are not zero — the values whose bits changed (zigzag
+        keeps zeros) — counted block by block while each is in cache: a ``count_nonzero`` of the whole delta
+        afterwards reads it from memory again (64 MiB of float32: ~14 ms against ~2 ms)."""
+        return cls._between(old_bits, new_bits, count=True)
+
+    @classmethod
+    def _between(cls, old_bits: np.ndarray, new_bits: np.ndarray, count: bool) -> tuple[np.ndarray, int]:
         old_flat, new_flat = np.asarray(old_bits).reshape(-1), np.asarray(new_bits).reshape(-1)
         out = recycled_array(new_flat.shape, new_flat.dtype)  # a commit's: pages of an earlier delta (pages.py)
+        signed = np.dtype(f"<i{out.itemsize}")
+        one, top = np.array(1, out.dtype), np.array(8 * out.itemsize - 1, signed)
+        counts: dict[int, int] = {}  # each part's, by its first element
 
         def part(first: int, last: int) -> None:  # on the pool, parts of a large tensor side by side
-            for start in range(first, last, cls._BLOCK):  # each block subtracted and zigzagged while in cache
+            # each block subtracted and zigzagged (as zigzag does, its scratch made once a part) while in cache
+            signs = np.empty(min(cls._BLOCK, last - first), out.dtype)
+            changed = 0
+            for start in range(first, last, cls._BLOCK):
                 stop = min(start + cls._BLOCK, last)
-                np.subtract(new_flat[start:stop], old_flat[start:stop], out=out[start:stop])
-                cls.zigzag(out[start:stop], in_place=True)
+                block, sign = out[start:stop], signs[:stop - start]
+                np.subtract(new_flat[start:stop], old_flat[start:stop], out=block)
+                np.right_shift(block.view(signed), top, out=sign.view(signed))  # all ones where negative
+                np.left_shift(block, one, out=block)
+                np.bitwise_xor(block, sign, out=block)
+                if count:
+                    changed += int(np.count_nonzero(block))
+            counts[first] = changed
 
         in_parts(out.size, out.itemsize, part)
-        return out.reshape(np.shape(new_bits))
+        return out.reshape(np.shape(new_bits)), sum(counts.values())
 
     @classmethod
     def apply(cls, bits: np.ndarray, delta: np.ndarray, out: np.ndarray) -> np.ndarray:

@@ -8,7 +8,15 @@ its threads', and its children's (the isolated reader's child is closed and reap
 and of its main thread (time.thread_time), and the wall time. Contenders are rotated every repetition;
 the report gives medians and the load average.
 
-  commit    mdiff: `Repository.commit(new.safetensors)` on a repository holding the base (defaults)
+  commit    mdiff, twice: `Repository.commit(new.safetensors)` on a repository holding the base (defaults) —
+            "parent replayed": a copy of a repository made elsewhere, so that nothing says which checkpoint it
+              committed last, and the parent's values are replayed from its history (inflated, unshuffled, hashed);
+            "predecessor known": as a user's second commit (`mdiff commit base.safetensors`, then
+              `mdiff commit new.safetensors`, in one repository): before each trial the base is committed anew
+              (untimed) at the very path the trial commits into, leaving the cache entries a user's first commit
+              leaves (repo/parent_values.py, repo/state_cache.py), so the parent's values are read from
+              base.safetensors (and hashed, to prove them). This is the like-for-like with ZipNN's delta, which
+              reads base.safetensors too. Both read the parent's commit file whole once (its id checked, MD800).
             ZipNN 0.5.4 delta: both files loaded, each tensor delta-compressed against the base, fsynced
             zstd -3 -T2 of new.safetensors, fsynced          safetensors: load_file + save_file + fsync
   checkout  mdiff: `Repository.checkout("HEAD", out.safetensors)` (atomic, fsynced)
@@ -90,6 +98,13 @@ def op_mdiff_commit(work: Path) -> None:
 
     name = (work / "to-commit").read_text() if (work / "to-commit").exists() else "new.safetensors"
     Repository(work / "repo").commit(str(work / name), "fine-tune", date=DATE)
+
+
+def op_mdiff_commit_predecessor(work: Path) -> None:
+    """The commit after `mdiff commit base.safetensors` in the same repository (reset_predecessor)."""
+    from mdiff.repo import Repository
+
+    Repository(work / AFTER_BASE / "repo").commit(str(work / "new.safetensors"), "fine-tune", date=DATE)
 
 
 def op_mdiff_checkout(work: Path) -> None:
@@ -212,6 +227,27 @@ def prepare(work: Path) -> None:
         op_zstd_commit(work)
 
 
+AFTER_BASE = "after-base"  # the folder of the "predecessor known" trial's repository
+
+
+def reset_predecessor(work: Path) -> None:
+    """The "predecessor known" trial starts as a user's second commit: the base committed (again) in a new
+    repository at the very path the trial commits into, leaving what that commit leaves in the cache folder —
+    the entry saying which checkpoint it committed (keyed by the repository's real path: a copy made elsewhere
+    has none), and the summary of its state (which the trial's own commit drops)."""
+    from mdiff.repo import Repository, parent_values
+
+    folder = work / AFTER_BASE
+    if folder.exists():
+        shutil.rmtree(folder)
+    repo = Repository.init(folder / "repo")
+    repo.commit(str(work / "base.safetensors"), "base", date=DATE)
+    last = parent_values.recall(repo.dir)
+    if last is None or last[0] != repo.head()[1]:
+        raise RuntimeError("the commit of the base left no cache entry (is MDIFF_CACHE_DIR off?): the "
+                           "predecessor-known trial would replay the parent")
+
+
 def reset_repository(work: Path, committed: bool) -> None:
     """A commit trial starts from the base alone; a checkout trial from the base and mdiff's commit."""
     shutil.rmtree(work / "repo")
@@ -221,7 +257,7 @@ def reset_repository(work: Path, committed: bool) -> None:
 # the peers this machine has (tools/bench/requirements.txt installs ZipNN; zstd is Debian's): the others are left out
 PEERS = ("mdiff", *(("zipnn",) if importlib.util.find_spec("zipnn") else ()), *(("zstd",) if shutil.which("zstd") else ()),
          "safetensors")
-COMMITS = tuple(f"{who}_commit" for who in PEERS)
+COMMITS = ("mdiff_commit", "mdiff_commit_predecessor", *(f"{who}_commit" for who in PEERS[1:]))
 CHECKOUTS = tuple(f"{who}_checkout" for who in PEERS)
 
 
@@ -233,7 +269,9 @@ def race(work: Path, repeat: int, model_bytes: int, log) -> dict:
         order = list(COMMITS + CHECKOUTS)
         order = order[r % len(order):] + order[:r % len(order)]
         for op in order:
-            if op.startswith("mdiff"):
+            if op == "mdiff_commit_predecessor":
+                reset_predecessor(work)
+            elif op.startswith("mdiff"):
                 reset_repository(work, committed=op.endswith("checkout"))
             measuring.prime(int(1.25 * model_bytes))
             results[op].append(trial(op, work))
@@ -327,19 +365,36 @@ def _ratio(mine: float, theirs: float | None) -> str:
     return "—" if theirs is None else f"{mine / theirs:.2f}×"
 
 
+_ROWS = (("commit (parent replayed)", "mdiff_commit", "commit"),
+         ("commit (predecessor known)", "mdiff_commit_predecessor", "commit"),
+         ("checkout", "mdiff_checkout", "checkout"))
+
+
+def medians(data: dict) -> dict:
+    """Each row's medians: mdiff's CPU and main-thread CPU, the peers' CPU (None: a peer this machine lacks),
+    and mdiff's ÷ ZipNN and ÷ zstd."""
+    t, rows = data["race"]["trials"], {}
+    for row, mine, kind in _ROWS:
+        if not t.get(mine):  # figures of a run from before the predecessor-known trial
+            continue
+        m = median(t[mine], "cpu")
+        peers = {who: median(t[f"{who}_{kind}"], "cpu") if t.get(f"{who}_{kind}") else None
+                 for who in ("zipnn", "zstd", "safetensors")}
+        rows[row] = {"mdiff": m, "main": median(t[mine], "main"), **peers,
+                     "per_zipnn": None if peers["zipnn"] is None else m / peers["zipnn"],
+                     "per_zstd": None if peers["zstd"] is None else m / peers["zstd"]}
+    return rows
+
+
 def report(data: dict) -> str:
-    t = data["race"]["trials"]
     lines = [f"{data['machine']}; load before {data['load_before']}, after {data['load_after']}; "
              f"{data['tensors']} tensors of {SIDE}×{SIDE} float32 ({data['model_bytes'] / (1 << 30):.2f} GiB), "
              f"medians of {data['repeat']}", "",
              "| operation | mdiff CPU s | main thread | ZipNN delta | zstd | safetensors | ÷ ZipNN | ÷ zstd |",
              "|---|---|---|---|---|---|---|---|"]
-    for kind in ("commit", "checkout"):
-        m, z, s, st = (median(t[f"{who}_{kind}"], "cpu") if t.get(f"{who}_{kind}") else None
-                       for who in ("mdiff", "zipnn", "zstd", "safetensors"))
-        assert m is not None and st is not None
-        main = median(t[f"mdiff_{kind}"], "main")
-        lines.append(f"| {kind} | {m:.2f} | {main:.2f} ({main / m:.0%}) | {_shown(z)} | {_shown(s)} | {st:.2f} | "
+    for row, f in medians(data).items():
+        m, main, z, s, st = f["mdiff"], f["main"], f["zipnn"], f["zstd"], f["safetensors"]
+        lines.append(f"| {row} | {m:.2f} | {main:.2f} ({main / m:.0%}) | {_shown(z)} | {_shown(s)} | {st:.2f} | "
                      f"{_ratio(m, z)} | {_ratio(m, s)} |")
     th = data["race"]["threads"]
     lines += ["", "| mdiff wall s (cores used: CPU ÷ wall) | 1 thread | all cores | all ÷ 1 |", "|---|---|---|---|"]
@@ -393,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         data["chain_distinct"] = chain(work, args.chain, args.chain_tensors, log, distinct=True) if args.chain else []
         data["loop"] = chain_loop(work, args.chain, args.chain_tensors, log) if args.chain else []
         data["load_after"] = measuring.loadavg()
+    data["medians"] = medians(data)
     text = report(data)
     print(text)
     if args.json:
