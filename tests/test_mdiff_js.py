@@ -1262,3 +1262,36 @@ def test_torch_layouts_read_alike(tmp_path, doc, code):
     ours = {f.code for f in mdiff.validate(path) if f.severity == "error"}
     theirs = {f["code"] for f in js_validate(path)[1]["findings"] if f["severity"] == "error"}
     assert ours == theirs == ({code} if code else set())
+
+
+# ---------------------------------------------------------------------------------------------
+# writer test vectors: SPEC.md §11's stats.rel_change (src/stats.js, written from the spec's text)
+
+
+def test_rel_change_vectors_give_their_bits_in_mdiff_js():
+    """`mdiff-js rel-change-vectors` runs conformance/writer/rel_change.json (tools/gen_conformance.py): every
+    vector's rel_change bit for bit, or absent where the vector's is null — the same bits the reference gives
+    (tests/test_relative_change.py runs these vectors against it)."""
+    path = ROOT / "conformance" / "writer" / "rel_change.json"
+    vectors = json.loads(path.read_text(encoding="utf-8"))["vectors"]
+    p = subprocess.run([NODE, str(CLI), "rel-change-vectors", str(path)], capture_output=True, text=True, timeout=120)
+    results = [json.loads(line) for line in p.stdout.splitlines()]
+    assert [r["id"] for r in results] == [v["id"] for v in vectors], p.stderr
+    for vector, result in zip(vectors, results):
+        expected = vector["rel_change"]
+        assert result["got"] == expected if expected is None else result["got"]["bits"] == expected["bits"], (vector["id"], result)
+        assert result["ok"], result
+    assert p.returncode == 0 and p.stderr.strip() == f"{len(vectors)} passed, 0 failed", p.stderr
+
+
+def test_rel_change_vectors_fail_a_wrong_expectation(tmp_path):
+    """The command compares bits, not numbers: an expected value one ulp off fails its vector and the exit status."""
+    vectors = json.loads((ROOT / "conformance" / "writer" / "rel_change.json").read_text(encoding="utf-8"))
+    first = vectors["vectors"][0]
+    bits = int(first["rel_change"]["bits"], 16) + 1
+    first["rel_change"] = {"bits": f"{bits:016x}", "decimal": repr(struct.unpack(">d", struct.pack(">Q", bits))[0])}
+    (tmp_path / "v.json").write_text(json.dumps(vectors), encoding="utf-8")
+    p = subprocess.run([NODE, str(CLI), "rel-change-vectors", str(tmp_path / "v.json")], capture_output=True, text=True,
+                       timeout=120)
+    oks = [json.loads(line)["ok"] for line in p.stdout.splitlines()]
+    assert p.returncode == 1 and oks[0] is False and all(oks[1:]), p.stdout

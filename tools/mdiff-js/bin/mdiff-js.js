@@ -7,6 +7,7 @@
 //   mdiff-js checkout REVISION -o OUT.safetensors [-C REPO_DIR] [--json] [--limit NAME=N ...]
 //   mdiff-js merge-file OURS BASE THEIRS -o OUT [--strategy S] [--all] [--json]
 //   mdiff-js features          (conformance features claimed: conformance/README.md)
+//   mdiff-js rel-change-vectors FILE   (SPEC.md §11's stats.rel_change run on conformance/writer/rel_change.json)
 //
 // Exit status: 0 success / valid; 1 invalid file or refused operation (merge-file: conflicts left);
 // 2 usage error, a file that is not HDF5 (MD100), or (merge-file) an input that cannot be read.
@@ -40,6 +41,9 @@ const { MdiffError, CODES } = await import("../src/codes.js");
 const { Repository, checkOwner } = await import("../src/repository.js");
 const { readSafetensors, writeSafetensors } = await import("../src/safetensors.js");
 const { mergeStates, parseStrategy } = await import("../src/merge.js");
+const { relativeChange } = await import("../src/stats.js");
+const { DTYPES } = await import("../src/dtypes.js");
+const { numberToBf16Bits, numberToF16Bits } = await import("../src/float.js");
 
 // Optional capabilities of the conformance corpus (conformance/manifest.json `features`) that this
 // implementation claims: all of them ("embedded-update-types" runs on onnxruntime-node).
@@ -66,6 +70,7 @@ const USAGE = `usage: mdiff-js validate [--json] [--no-data] [--limit NAME=N ...
        mdiff-js checkout [--json] [--limit NAME=N ...] REVISION -o OUT [-C REPO_DIR]
        mdiff-js merge-file [--json] [--strategy S] [--all] OURS BASE THEIRS -o OUT
        mdiff-js features          (the conformance features claimed, as a JSON list)
+       mdiff-js rel-change-vectors FILE   (writer test vectors of stats.rel_change: one JSON line each)
 limits (SPEC.md §8.3) and their defaults: ${Object.entries(DEFAULT_LIMITS)
   .map(([k, v]) => `${k}=${v}`)
   .join(", ")}`;
@@ -252,6 +257,73 @@ async function cmdMergeFile(args) {
   process.exitCode = 0;
 }
 
+// conformance/writer/rel_change.json (conformance/README.md, "Writer test vectors"): each vector's old and new
+// values made into little-endian bytes, its rel_change computed by src/stats.js and compared bit for bit. Prints
+// {"id", "ok", "got"} per vector (got: {"bits", "decimal"} or null); exit 0 when every vector passes, else 1.
+const WRITE = {
+  bool: (v, i, x) => v.setUint8(i, x),
+  int8: (v, i, x) => v.setInt8(i, x),
+  int16: (v, i, x) => v.setInt16(2 * i, x, true),
+  int32: (v, i, x) => v.setInt32(4 * i, x, true),
+  int64: (v, i, x) => v.setBigInt64(8 * i, BigInt(x), true),
+  uint8: (v, i, x) => v.setUint8(i, x),
+  uint16: (v, i, x) => v.setUint16(2 * i, x, true),
+  uint32: (v, i, x) => v.setUint32(4 * i, x, true),
+  uint64: (v, i, x) => v.setBigUint64(8 * i, BigInt(x), true),
+  float16: (v, i, x) => v.setUint16(2 * i, numberToF16Bits(x), true),
+  bfloat16: (v, i, x) => v.setUint16(2 * i, numberToBf16Bits(x), true),
+  float32: (v, i, x) => v.setFloat32(4 * i, x, true),
+  float64: (v, i, x) => v.setFloat64(8 * i, x, true),
+};
+
+// a bit pattern in hex (most significant digit first) into `size` little-endian bytes at `offset`
+function putPattern(out, offset, size, hex) {
+  if (typeof hex !== "string" || !new RegExp(`^[0-9a-f]{${2 * size}}$`).test(hex)) throw new Error(`bad bit pattern ${JSON.stringify(hex)}`);
+  for (let b = 0; b < size; b++) out[offset + b] = parseInt(hex.slice(2 * (size - 1 - b), 2 * (size - b)), 16);
+}
+
+// a vector's `old` or `new`: a list of bit patterns, or a formula (every term and partial sum exact in binary64)
+function vectorBytes(values, dtype) {
+  const size = DTYPES[dtype].size;
+  if (Array.isArray(values)) {
+    const out = new Uint8Array(values.length * size);
+    values.forEach((hex, i) => putPattern(out, i * size, size, hex));
+    return out;
+  }
+  const out = new Uint8Array(values.length * size);
+  const view = new DataView(out.buffer);
+  for (let i = 0; i < values.length; i++) {
+    let x = 0;
+    for (const t of values.terms) x += (((t.times * i) % t.mod) - t.minus) * 2 ** t.scale;
+    WRITE[dtype](view, i, x);
+  }
+  for (const [index, hex] of values.set || []) putPattern(out, index * size, size, hex);
+  return out;
+}
+
+function binary64Hex(x) {
+  const view = new DataView(new ArrayBuffer(8));
+  view.setFloat64(0, x); // big-endian: the digits as written
+  return Array.from(new Uint8Array(view.buffer), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+function cmdRelChangeVectors(args) {
+  const p = parseOrUsage(args, ["--json"]);
+  if (!p) return;
+  if (p.pos.length !== 1) return usage("rel-change-vectors needs FILE");
+  const { vectors } = JSON.parse(fs.readFileSync(p.pos[0], "utf8"));
+  let failed = 0;
+  for (const vector of vectors) {
+    const r = relativeChange(vectorBytes(vector.old, vector.dtype), vectorBytes(vector.new, vector.dtype), vector.dtype);
+    const got = r === null ? null : { bits: binary64Hex(r), decimal: String(r) };
+    const ok = got === null ? vector.rel_change === null : vector.rel_change !== null && got.bits === vector.rel_change.bits;
+    if (!ok) failed++;
+    process.stdout.write(`${JSON.stringify({ id: vector.id, ok, got })}\n`);
+  }
+  process.stderr.write(`${vectors.length - failed} passed, ${failed} failed\n`);
+  process.exitCode = failed ? 1 : 0;
+}
+
 async function main(argv) {
   const [cmd, ...rest] = argv;
   if (cmd === "validate") return cmdValidate(rest);
@@ -259,6 +331,7 @@ async function main(argv) {
   if (cmd === "apply-many") return cmdApplyMany(rest);
   if (cmd === "checkout") return cmdCheckout(rest);
   if (cmd === "merge-file") return cmdMergeFile(rest);
+  if (cmd === "rel-change-vectors") return cmdRelChangeVectors(rest);
   if (cmd === "features") {
     process.stdout.write(`${JSON.stringify(FEATURES)}\n`);
     return;
