@@ -47,8 +47,10 @@ def _halving_sum(values: list[float], rounded) -> float:
 def spec_rel_change(old: list[float], new: list[float], binary32: bool) -> float | None:
     """SPEC.md §11 steps 1–3 and 5 in the given working format (the values already widened to it)."""
     change, base = _sums(old, new, _binary32 if binary32 else (lambda x: x))
-    if not (math.isfinite(change) and math.isfinite(base)) or base == 0:
-        return None if change else 0.0
+    if not (math.isfinite(change) and math.isfinite(base)):
+        return None
+    if base == 0:
+        return 0.0 if change == 0 else None
     return math.sqrt(change) / math.sqrt(base)
 
 
@@ -230,20 +232,19 @@ def test_the_writer_vectors_cover_what_section_11_distinguishes():
     assert any(v["rel_change"] is None for v in vectors) and any(expected_of(v) == 0.0 for v in vectors)
 
 
-# Inputs on which the reference and SPEC.md §11's words give different answers (reported to the lead, not fixed
-# here: which of the two changes is the lead's call); no writer vector holds them.
-DISAGREEMENTS = [
+# Inputs on which the reference first differed from §11's words (found by the transcription above; the reference
+# was mended to follow them): each is a writer vector too.
+EDGES = [
     # step 4 returns to binary64 only where C or B is not finite; here B underflows to 0 in binary32 (finite), so
-    # step 5 leaves the statistic out, where the reference sums again in binary64 and writes ~7.1e44
-    pytest.param(np.array([2.0**-149], np.float32), np.array([1.0], np.float32), id="binary32-base-underflows"),
-    # step 5: absent where B is not finite; the reference writes 0 (C = 0, B = +inf in binary64)
-    pytest.param(np.array([1e200]), np.array([1e200]), id="binary64-base-overflows-unchanged"),
-    # no elements: C = B = 0, so 0; the reference raises (a broadcast of an empty block); a diff never asks
-    pytest.param(np.zeros(0, np.float32), np.zeros(0, np.float32), id="no-elements"),
+    # step 5 leaves the statistic out (the reference summed again in binary64 and wrote ~7.1e44)
+    pytest.param(np.array([2.0**-149], np.float32), np.array([1.0], np.float32), None, id="binary32-base-underflows"),
+    # step 5: absent where B is not finite, even with C = 0 (the reference wrote 0)
+    pytest.param(np.array([1e200]), np.array([1e200]), None, id="binary64-base-overflows-unchanged"),
+    # no elements: C = B = 0, so 0 (the reference raised)
+    pytest.param(np.zeros(0, np.float32), np.zeros(0, np.float32), 0.0, id="no-elements"),
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="the reference differs from SPEC.md §11's steps 4-5 here (see DISAGREEMENTS)")
-@pytest.mark.parametrize("old, new", DISAGREEMENTS)
-def test_where_the_reference_and_section_11_disagree(old, new):
-    assert _bits(relative_change(old, new)) == _bits(spec_section_11(old, new))
+@pytest.mark.parametrize("old, new, expected", EDGES)
+def test_where_the_reference_first_differed_from_section_11(old, new, expected):
+    assert relative_change(old, new) == spec_section_11(old, new) == expected

@@ -2258,8 +2258,8 @@ def build_merges(c: Corpus) -> None:
 # Not cases of the manifest, which are files for readers: data and expected values for a rule of writers, SPEC.md
 # §11's `stats.rel_change` (§7.1), which a writer that is to give the reference's bytes MUST compute as §11 says —
 # in JSON-Schema-Test-Suite style, so that any language runs them (conformance/README.md, "Writer test vectors").
-# Each expected value is the reference's (mdiff.relative_change) and is asserted to equal two transcriptions of §11
-# in tests/test_relative_change.py: `spec_rel_change`, and `spec_section_11`, which reads steps 4 and 5 word for word.
+# Each expected value is the reference's (mdiff.relative_change) and is asserted to equal a transcription of §11
+# in tests/test_relative_change.py, `spec_section_11`, which reads its five steps word for word.
 
 REL_CHANGE_VECTORS = "writer/rel_change.json"
 WRITER_DESCRIPTION = (
@@ -2466,13 +2466,21 @@ def rel_change_vectors() -> list[tuple[str, str, str, object, object, str | None
          _exact("uint64", 2**63 + 3072, 2**63), None),
         ("bool", "bool as 0 and 1 (§6.1), converted to binary64", "bool", np.array([True, False, True]),
          np.array([False, False, True]), None),
+        # where the reference first differed from §11's words (tests/test_relative_change.py, EDGES)
+        ("binary32-base-underflows", "B underflows to 0 in binary32, which is finite: no binary64 sums (step 4), "
+         "and B = 0 with C not 0 is absent (step 5)", "float32", _exact("float32", 2.0 ** -149),
+         _exact("float32", 1.0), None),
+        ("binary64-base-overflows-unchanged", "no change, but B overflows to +inf: absent (step 5), not 0",
+         "float64", _exact("float64", 1e200), _exact("float64", 1e200), None),
+        ("no-elements", "no elements: C = B = 0, so 0", "float32", np.zeros(0, np.float32), np.zeros(0, np.float32),
+         None),
     ]
     return v
 
 
 def rel_change_vectors_text() -> str:
     from mdiff.relative_change import relative_change
-    from tests.test_relative_change import NARROW, spec_rel_change, spec_section_11
+    from tests.test_relative_change import spec_section_11
 
     vectors = []
     for id_, description, dtype, old, new, witness in rel_change_vectors():
@@ -2480,18 +2488,11 @@ def rel_change_vectors_text() -> str:
         o, n = (a if isinstance(a, np.ndarray) else _from_formula(a, dtype) for a in (old, new))
         assert dtype_of(o).name == dtype_of(n).name == dtype and o.shape == n.shape, id_
         expected = relative_change(o, n)
-        # the transcription of steps 1–3 and 5, with step 4's fallback as the reference makes it
-        if DTYPES[dtype].kind == "float":
-            with np.errstate(invalid="ignore"):  # a signalling NaN stays a NaN
-                wide = o.astype(np.float64).tolist(), n.astype(np.float64).tolist()
-        else:  # Python's int → float rounds to nearest, ties to even
-            wide = [float(int(a)) for a in o.tolist()], [float(int(a)) for a in n.tolist()]
-        transcribed = spec_rel_change(*wide, binary32=dtype in NARROW)
-        if transcribed is None and dtype in NARROW and np.isfinite(wide).all():
-            transcribed = spec_rel_change(*wide, binary32=False)
+        # §11's five steps transcribed word for word, from the values of any dtype (tests/test_relative_change.py)
+        transcribed = spec_section_11(o, n)
         same = lambda a, b: a is b is None or (a is not None and b is not None  # noqa: E731
                                                  and struct.pack(">d", a) == struct.pack(">d", b))
-        assert same(expected, transcribed) and same(expected, spec_section_11(o, n)), (id_, expected, transcribed)
+        assert same(expected, transcribed), (id_, expected, transcribed)
         if witness:
             _witness(witness, o, n, expected)
         vectors.append({"id": id_, "description": description, "dtype": dtype, "length": int(o.size),
