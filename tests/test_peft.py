@@ -282,6 +282,27 @@ def test_conv_lora_and_rank_above_min_dimension(tmp_path):
                 assert np.array_equal(value, base[name])
 
 
+def test_a_folded_product_adds_its_terms_in_order_whatever_the_blas():
+    """Factors of a rank above min(m, n) are folded into their product, which is stored: its bits are a file's and
+    a commit's id, so they come from additions in the order of k (as Python's floats make them), not from a BLAS
+    kernel the CPU chooses."""
+    from mdiff.integrations.peft import _product_in_order
+
+    rng = np.random.default_rng(5)
+    A, B = rng.standard_normal((3, 7)).astype(np.float32), rng.standard_normal((7, 2)).astype(np.float32)
+    expected = [[0.0] * 2 for _ in range(3)]
+    for i in range(3):
+        for j in range(2):
+            total = 0.0
+            for k in range(7):
+                total += float(A[i, k]) * float(B[k, j])
+            expected[i][j] = total
+    assert _product_in_order(A, B).tolist() == expected
+    # the order shows where terms cancel: ((2^53 + 1) + 1) - 2^53 is 0 in order k, 2 paired as (1 + 1), 1 otherwise
+    cancel = _product_in_order(np.array([[2.0**53, 1.0, 1.0, -2.0**53]]), np.ones((4, 1)))
+    assert cancel.tolist() == [[0.0]]
+
+
 # ------------------------------------------------------------------ refusals
 
 

@@ -477,7 +477,7 @@ def _low_rank(A: np.ndarray, B: np.ndarray, shape, dt: DType, scale: float) -> U
     m, n = low_rank.matrix_shape(shape)
     folded = A.shape[1] > max(1, min(m, n))
     if folded:
-        product = A.astype(np.float64) @ B.astype(np.float64)
+        product = _product_in_order(A, B)
         if min(m, n) == 0:
             A, B = np.zeros((m, 1), c), np.zeros((1, n), c)
         elif m <= n:
@@ -488,6 +488,20 @@ def _low_rank(A: np.ndarray, B: np.ndarray, shape, dt: DType, scale: float) -> U
     # reproduced within §7.5's tolerance, so the update is not lossy. Folding a rank that §7.5
     # does not allow rounds the product once: that one is.
     return low_rank.encode(A.astype(c), B.astype(c), shape, dt, scale, lossy=folded)
+
+
+def _product_in_order(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """A · B in binary64, each entry's terms added in the order of k from +0, each product and sum rounded once:
+    the same bits on every CPU, so the folded factors (stored, so part of the file's bytes and of a commit's id,
+    §11) are too. A BLAS matmul adds in an order its kernel, chosen for the CPU, decides. A fold happens only where
+    the rank exceeds min(m, n), so this costs r products of an m × n matrix that small side bounds."""
+    a, b = A.astype(np.float64), B.astype(np.float64)
+    product = np.zeros((a.shape[0], b.shape[1]), np.float64)
+    term = np.empty_like(product)
+    for k in range(a.shape[1]):
+        np.multiply.outer(a[:, k], b[k, :], out=term)
+        np.add(product, term, out=product)
+    return product
 
 
 def _check_spec(base_name: str, spec, expected: tuple[int, ...], what: str, hint: str = "") -> DType:
