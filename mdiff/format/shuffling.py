@@ -21,15 +21,6 @@ _local = threading.local()
 _BLOCK_BYTES = 256 << 10  # of words unshuffled at a time: they and as much scratch stay in a core's cache
 
 
-def _scratch(size: int, word: type) -> np.ndarray:
-    """This thread's buffer of ``size`` words, kept from call to call (a new one costs its pages' faults)."""
-    buffer = getattr(_local, "buffer", None)
-    nbytes = size * np.dtype(word).itemsize
-    if buffer is None or buffer.size < nbytes:
-        buffer = _local.buffer = np.empty(max(nbytes, 1), np.uint8)
-    return buffer[:nbytes].view(word)
-
-
 def shuffle_into(data: np.ndarray, itemsize: int, out: np.ndarray) -> None:
     """The shuffle of the whole elements ``data`` (uint8, contiguous) holds, into ``out`` (uint8) padded with
     zeros: plane k at ``out[k·p : k·p + elements]`` where ``p = out.size // itemsize``, zeros after it."""

@@ -13,6 +13,8 @@ Each delta also composes: two consecutive deltas of one parameter are one delta 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from mdiff.pages import recycled_array
@@ -97,16 +99,26 @@ class SubDelta(BitDelta):
         overwritten (one temporary the less, for a writer that owns it)."""
         flat = np.asarray(difference).reshape(-1)  # 1-D: a 0-d array's ufuncs give scalars, not arrays
         out = flat if in_place else flat.copy()
-        signed = np.dtype(f"<i{flat.itemsize}")
-        one, top = np.array(1, flat.dtype), np.array(8 * flat.itemsize - 1, signed)
+        zigzag_block = cls._zigzagger(flat.dtype)
         signs = np.empty(min(cls._BLOCK, out.size), flat.dtype)
         for start in range(0, out.size, cls._BLOCK):
             block = out[start:start + cls._BLOCK]
-            sign = signs[:block.size]
+            zigzag_block(block, signs[:block.size])
+        return out.reshape(np.shape(difference))
+
+    @staticmethod
+    def _zigzagger(dtype: np.dtype) -> Callable[[np.ndarray, np.ndarray], None]:
+        """zigzag of one block in place, with a scratch of its size, for unsigned words of ``dtype`` (the constants
+        made once, not once a block)."""
+        signed = np.dtype(f"<i{dtype.itemsize}")
+        one, top = np.array(1, dtype), np.array(8 * dtype.itemsize - 1, signed)
+
+        def zigzag_block(block: np.ndarray, sign: np.ndarray) -> None:
             np.right_shift(block.view(signed), top, out=sign.view(signed))  # all ones where negative
             np.left_shift(block, one, out=block)
             np.bitwise_xor(block, sign, out=block)
-        return out.reshape(np.shape(difference))
+
+        return zigzag_block
 
     @classmethod
     def unzigzag(cls, delta: np.ndarray) -> np.ndarray:
@@ -142,21 +154,18 @@ class SubDelta(BitDelta):
     def _between(cls, old_bits: np.ndarray, new_bits: np.ndarray, count: bool) -> tuple[np.ndarray, int]:
         old_flat, new_flat = np.asarray(old_bits).reshape(-1), np.asarray(new_bits).reshape(-1)
         out = recycled_array(new_flat.shape, new_flat.dtype)  # a commit's: pages of an earlier delta (pages.py)
-        signed = np.dtype(f"<i{out.itemsize}")
-        one, top = np.array(1, out.dtype), np.array(8 * out.itemsize - 1, signed)
+        zigzag_block = cls._zigzagger(out.dtype)
         counts: dict[int, int] = {}  # each part's, by its first element
 
         def part(first: int, last: int) -> None:  # on the pool, parts of a large tensor side by side
-            # each block subtracted and zigzagged (as zigzag does, its scratch made once a part) while in cache
+            # each block subtracted and zigzagged (its scratch made once a part) while in cache
             signs = np.empty(min(cls._BLOCK, last - first), out.dtype)
             changed = 0
             for start in range(first, last, cls._BLOCK):
                 stop = min(start + cls._BLOCK, last)
-                block, sign = out[start:stop], signs[:stop - start]
+                block = out[start:stop]
                 np.subtract(new_flat[start:stop], old_flat[start:stop], out=block)
-                np.right_shift(block.view(signed), top, out=sign.view(signed))  # all ones where negative
-                np.left_shift(block, one, out=block)
-                np.bitwise_xor(block, sign, out=block)
+                zigzag_block(block, signs[:stop - start])
                 if count:
                     changed += int(np.count_nonzero(block))
             counts[first] = changed
