@@ -210,6 +210,39 @@ def test_the_command_prints_its_address_serves_and_stops_cleanly_on_ctrl_c(repo)
     assert err == "mdiff view: GET /api/index.json 403\nmdiff view: GET /open/… 302\nmdiff view: GET /api/index.json 200\n"
 
 
+_CTRL_C_IN_A_CALLBACK = """
+import os, signal, sys, weakref
+from mdiff.cli.view_command import serve_until_ctrl_c
+from mdiff.view.server import ViewServer
+
+server = ViewServer({})
+pressed = []
+
+def service_actions():  # serve_forever calls it on each turn of its loop
+    if pressed:
+        return
+    pressed.append(1)
+    class Dropped: pass
+    dropped = Dropped()
+    ref = weakref.ref(dropped, lambda ref: (os.kill(os.getpid(), signal.SIGINT), sum(range(100000))))
+    del dropped  # Ctrl-C arrives while a weakref callback runs, where a KeyboardInterrupt is printed and dropped
+
+server.service_actions = service_actions
+serve_until_ctrl_c(server)
+print("stopped")
+"""
+
+
+def test_ctrl_c_stops_the_server_even_when_it_arrives_inside_a_weakref_callback():
+    """A CI run once saw `mdiff view` ignore Ctrl-C: serve_forever ran on the main thread, and the
+    KeyboardInterrupt landed in a weakref callback as a request thread was reaped, where Python prints it and goes
+    on. Here the signal comes in such a callback on purpose; the server stops all the same (the old loop served
+    on until the timeout)."""
+    proc = subprocess.run([sys.executable, "-c", _CTRL_C_IN_A_CALLBACK], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "stopped\n", "")
+
+
 def _opening_cookie(port: int, opening: bytes) -> bytes:
     """Open the printed address as a browser would: a redirect to / that sets the cookie; the cookie's name=value."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:

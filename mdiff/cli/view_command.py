@@ -87,10 +87,31 @@ def run_view(args) -> int:
         print(f"mdiff view: {site.description} at {server.url}  (Ctrl-C stops)", flush=True)
         if args.browser:
             webbrowser.open(server.url)
-        server.serve_forever()
-    except KeyboardInterrupt:
+        serve_until_ctrl_c(server)
+    except KeyboardInterrupt:  # before serve_until_ctrl_c took the signal over
         pass
     finally:
         server.server_close()
     print("mdiff view: stopped", flush=True)
     return 0
+
+
+def serve_until_ctrl_c(server) -> None:
+    """Serve on a thread of the server's own until SIGINT. The signal's handler only sets an event that this (the
+    main) thread waits on: a KeyboardInterrupt raised wherever the main thread happens to be can land in a weakref
+    callback or a ``__del__``, where Python prints it and carries on — a CI run saw `mdiff view` ignore Ctrl-C so,
+    while serve_forever ran on the main thread and reaped its request threads."""
+    import signal
+    import threading
+
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
+    try:
+        serving = server.start()
+        try:
+            stop.wait()
+        finally:
+            server.shutdown()
+            serving.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
