@@ -2259,7 +2259,7 @@ def build_merges(c: Corpus) -> None:
 # §11's `stats.rel_change` (§7.1), which a writer that is to give the reference's bytes MUST compute as §11 says —
 # in JSON-Schema-Test-Suite style, so that any language runs them (conformance/README.md, "Writer test vectors").
 # Each expected value is the reference's (mdiff.relative_change) and is asserted to equal a transcription of §11
-# in tests/test_relative_change.py, `spec_section_11`, which reads its five steps word for word.
+# in tools/spec_rel_change.py, `spec_section_11`, which reads its five steps word for word.
 
 REL_CHANGE_VECTORS = "writer/rel_change.json"
 WRITER_DESCRIPTION = (
@@ -2325,7 +2325,7 @@ def _formula(length: int, *terms: tuple[int, int, int, int], sets: tuple[tuple[i
 
 def _from_formula(spec: dict, dtype: str) -> np.ndarray:
     """The formula's values, decoded as the tests decode them, checked against the exact sums."""
-    from tests.test_relative_change import vector_values
+    from spec_rel_change import vector_values
 
     values = vector_values(spec, dtype)
     low = min(t["scale"] for t in spec["terms"])
@@ -2480,7 +2480,7 @@ def rel_change_vectors() -> list[tuple[str, str, str, object, object, str | None
 
 def rel_change_vectors_text() -> str:
     from mdiff.relative_change import relative_change
-    from tests.test_relative_change import spec_section_11
+    from spec_rel_change import spec_section_11
 
     vectors = []
     for id_, description, dtype, old, new, witness in rel_change_vectors():
@@ -2488,7 +2488,7 @@ def rel_change_vectors_text() -> str:
         o, n = (a if isinstance(a, np.ndarray) else _from_formula(a, dtype) for a in (old, new))
         assert dtype_of(o).name == dtype_of(n).name == dtype and o.shape == n.shape, id_
         expected = relative_change(o, n)
-        # §11's five steps transcribed word for word, from the values of any dtype (tests/test_relative_change.py)
+        # §11's five steps transcribed word for word, from the values of any dtype (tools/spec_rel_change.py)
         transcribed = spec_section_11(o, n)
         same = lambda a, b: a is b is None or (a is not None and b is not None  # noqa: E731
                                                  and struct.pack(">d", a) == struct.pack(">d", b))
