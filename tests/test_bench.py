@@ -154,10 +154,12 @@ def test_the_pipeline_bench_runs_end_to_end(tmp_path):
                            "1", "--chain", "2", "--chain-tensors", "1", "--json", str(tmp_path / "figures.json")],
                           capture_output=True, text=True, cwd=tmp_path, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert table_rows(done.stdout) >= {"commit (parent replayed)", "commit (predecessor known)", "checkout"}
+    rows = {"commit (parent replayed)", "commit (predecessor known)", "checkout",
+            "floor: a commit's required work alone", "floor: a checkout's required work alone"}
+    assert table_rows(done.stdout) >= rows
     figures = json.loads((tmp_path / "figures.json").read_text())
-    assert len(figures["race"]["trials"]["mdiff_commit_predecessor"]) == 1
-    assert set(figures["medians"]) == {"commit (parent replayed)", "commit (predecessor known)", "checkout"}
+    assert [len(figures["race"]["trials"][op]) for op in ("mdiff_commit_predecessor", "floor_commit", "floor_checkout")] == [1, 1, 1]
+    assert set(figures["medians"]) == rows
     for row in figures["medians"].values():  # each row's ratios, where the peer is on this machine
         assert (row["per_zstd"] is None) == (row["zstd"] is None) and (row["per_zipnn"] is None) == (row["zipnn"] is None)
     assert (len(figures["chain"]), len(figures["chain_distinct"]), len(figures["loop"])) == (2, 2, 2)
@@ -191,6 +193,41 @@ def test_the_pipeline_predecessor_trial_starts_as_a_second_commit(tmp_path, monk
         pipeline.op_mdiff_commit_predecessor(tmp_path)  # moves HEAD and the entry on: the next reset puts both back
         assert parent_values.recall(repo.dir)[1] == str(tmp_path / "new.safetensors")
         assert state_cache.recall(Repository(repo.root), base_commit) is None
+
+
+def test_the_pipeline_floor_deflates_the_very_chunks_of_the_commit_and_inflates_both_files(tmp_path, monkeypatch):
+    """pipeline.py's floor trials do the work they stand for: the commit's floor deflates the head commit's chunks
+    into exactly the streams that file stores (§11's bytes), and the checkout's writes the parent's values."""
+    import h5py
+
+    sys.path.insert(0, str(ROOT / "tools" / "bench"))
+    try:
+        import pipeline
+    finally:
+        sys.path.pop(0)
+    from mdiff.repo import Repository
+
+    monkeypatch.setenv("MDIFF_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    base = {f"w{i}": rng.standard_normal((512, 1024), np.float32) for i in range(2)}
+    save_file(base, str(tmp_path / "base.safetensors"))
+    save_file({k: v + np.float32(1e-4) * rng.standard_normal(v.shape, np.float32) for k, v in base.items()},
+              str(tmp_path / "new.safetensors"))
+    repo = Repository.init(tmp_path / "committed")
+    for name in ("base", "new"):
+        repo.commit(str(tmp_path / f"{name}.safetensors"), name, date=pipeline.DATE)
+    pipeline.prepare_floor(tmp_path)
+    pipeline.op_floor_commit(tmp_path)
+    pipeline.op_floor_checkout(tmp_path)
+    stored = {}
+    for role, commit in (("head", repo.head()[1]), ("parent", repo.metadata(repo.head()[1]).parents[0])):
+        with h5py.File(repo.dir / "commits" / f"{commit}.mdiff", "r") as f:
+            stored[role] = [d.id.read_direct_chunk(d.id.get_chunk_info(i).chunk_offset)[1]
+                            for d in pipeline._chunked(f) for i in range(d.id.get_num_chunks())]
+    assert len(stored["head"]) == 2 * 512 * 1024 * 4 // (1 << 20)
+    assert (tmp_path / pipeline.FLOOR / "written.mdiff").read_bytes() == b"".join(stored["head"])
+    out = np.frombuffer((tmp_path / "out.safetensors").read_bytes(), np.uint8)
+    assert out.size == sum(v.nbytes for v in base.values())
 
 
 def test_scale_measures_commit_and_checkout_of_a_history_of_many_parameters(tmp_path):

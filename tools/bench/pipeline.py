@@ -22,6 +22,10 @@ the report gives medians and the load average.
   checkout  mdiff: `Repository.checkout("HEAD", out.safetensors)` (atomic, fsynced)
             ZipNN: the base and the delta decompressed, saved + fsync      zstd -d, fsynced
             safetensors: load_file
+  floor     what SPEC.md requires of that commit and checkout, and nothing else, on every core (op_floor_commit,
+            op_floor_checkout): the sha256 of every value and commit file the spec has checked, every chunk deflated
+            with the bytes §11 fixes (zlib-ng) or inflated (ISA-L), the file written and fsynced. No delta, shuffle,
+            HDF5 or metadata: the cost below which no conforming implementation goes, measured beside the peers
   threads   mdiff's commit and checkout wall time with MDIFF_THREADS=1 (one thread: one core) and with the machine's
             cores, and the cores each used (CPU ÷ wall)
   chain     a chain of commits (each successor = the last + 1e-4·randn): each commit's CPU, the last ÷ the first —
@@ -164,6 +168,149 @@ def op_safetensors_checkout(work: Path) -> None:
 
 
 
+# ---------------------------------------------------------------- the floor: the spec's required work alone
+FLOOR = "floor"  # the floor trials' inputs (prepare_floor)
+_BLOCK = 8 << 20
+
+
+def _hashed_file(path: str) -> str:
+    """sha256 of a whole file, read 8 MiB at a time (a commit file's id, §13.2)."""
+    import hashlib
+
+    digest, buffer = hashlib.sha256(), bytearray(_BLOCK)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buffer):
+            digest.update(memoryview(buffer)[:n])
+    return digest.hexdigest()
+
+
+def _value_hashes(path: Path, pool) -> list:
+    """Each tensor of a .safetensors file read and hashed (sha256, §13.4), on the pool."""
+    import hashlib
+
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+    start = 8 + size
+
+    def hashed(span: list[int]) -> str:
+        buffer = bytearray(span[1] - span[0])
+        with open(path, "rb", buffering=0) as f:
+            f.seek(start + span[0])
+            f.readinto(buffer)
+        return hashlib.sha256(buffer).hexdigest()
+
+    return [pool.submit(hashed, entry["data_offsets"]) for name, entry in header.items() if name != "__metadata__"]
+
+
+def op_floor_commit(work: Path) -> None:
+    """What SPEC.md requires of the predecessor-known commit, and nothing else, on every core: the new values'
+    sha256 (§13.4's claims), the parent's values' (proof of the predecessor), the parent commit file's id (MD800),
+    every chunk of the new file deflated as §11 fixes its bytes (zlib-ng, `deflate_rle`), the file written, fsynced
+    and hashed (its id). Left out: the delta, zigzag and shuffle (their output is read ready-made from
+    prepare_floor's file), HDF5, the metadata and the repository's small files."""
+    import hashlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mdiff.format.writer import deflate_rle
+
+    index = json.loads((work / FLOOR / "index.json").read_text())
+    with ThreadPoolExecutor(os.cpu_count()) as pool:
+        waits = [*_value_hashes(work / "new.safetensors", pool), *_value_hashes(work / "base.safetensors", pool),
+                 pool.submit(_hashed_file, index["files"]["parent"])]
+
+        def deflated(span: list[int]) -> bytes:
+            with open(work / FLOOR / "shuffled.bin", "rb", buffering=0) as f:
+                return deflate_rle(os.pread(f.fileno(), span[1], span[0]))
+
+        spans, at = [], 0
+        for _, _, size in index["chunks"]["head"]:
+            spans.append([at, size])
+            at += size
+        digest = hashlib.sha256()
+        with open(work / FLOOR / "written.mdiff", "wb") as out:
+            for stream in pool.map(deflated, spans):
+                out.write(stream)
+                digest.update(stream)
+            out.flush()
+            os.fsync(out.fileno())
+        for wait in waits:
+            wait.result()
+
+
+def op_floor_checkout(work: Path) -> None:
+    """What SPEC.md requires of the checkout, and nothing else, on every core: both commit files' ids (§13.2),
+    every chunk of both inflated (ISA-L, mdiff's inflater), and 1 GiB of values hashed (§9.3), written and fsynced.
+    Left out: the unshuffle and the delta's addition (the base's inflated chunks stand in for the values), HDF5,
+    the metadata."""
+    import hashlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    try:
+        from isal import isal_zlib as inflater
+    except ImportError:  # pragma: no cover
+        import zlib as inflater
+
+    index = json.loads((work / FLOOR / "index.json").read_text())
+    with ThreadPoolExecutor(os.cpu_count()) as pool:
+        waits = [pool.submit(_hashed_file, index["files"][role]) for role in ("parent", "head")]
+
+        def inflated(role: str, chunk: list[int]) -> bytes:
+            with open(index["files"][role], "rb", buffering=0) as f:
+                return inflater.decompress(os.pread(f.fileno(), chunk[1], chunk[0]))
+
+        def value(chunk: list[int]) -> bytes:
+            raw = inflated("parent", chunk)
+            hashlib.sha256(raw).digest()
+            return raw
+
+        heads = [pool.submit(lambda chunk: len(inflated("head", chunk)), chunk) for chunk in index["chunks"]["head"]]
+        with open(work / "out.safetensors", "wb") as out:
+            for raw in pool.map(value, index["chunks"]["parent"]):
+                out.write(raw)
+            out.flush()
+            os.fsync(out.fileno())
+        for wait in (*waits, *heads):
+            wait.result()
+
+
+def _chunked(f) -> list:
+    """The chunked datasets of an open h5py file."""
+    import h5py
+
+    datasets: list = []
+    f.visititems(lambda name, o: datasets.append(o) if isinstance(o, h5py.Dataset) and o.chunks else None)
+    return datasets
+
+
+def prepare_floor(work: Path) -> None:
+    """The floor trials' inputs: where each chunk of the repository's two commit files lies, and the new file's
+    chunks inflated (shuffled, zigzagged deltas) into one file, as the commit's encoder receives them."""
+    import zlib
+
+    import h5py
+
+    from mdiff.repo import Repository
+
+    commits = work / "committed" / ".mdiff" / "commits"  # SPEC.md §13.1: commits/<id>.mdiff
+    head = Repository(work / "committed").head()[1]
+    files = {"head": commits / f"{head}.mdiff", "parent": next(p for p in commits.glob("*.mdiff") if p.stem != head)}
+    chunks: dict = {"head": [], "parent": []}
+    (work / FLOOR).mkdir(exist_ok=True)
+    with open(work / FLOOR / "shuffled.bin", "wb") as shuffled:
+        for role, path in files.items():
+            with h5py.File(path, "r") as f:
+                for dataset in _chunked(f):
+                    for i in range(dataset.id.get_num_chunks()):
+                        info = dataset.id.get_chunk_info(i)
+                        raw = zlib.decompress(dataset.id.read_direct_chunk(info.chunk_offset)[1])
+                        chunks[role].append([info.byte_offset, info.size, len(raw)])
+                        if role == "head":
+                            shuffled.write(raw)
+    (work / FLOOR / "index.json").write_text(json.dumps({"files": {k: str(v) for k, v in files.items()},
+                                                         "chunks": chunks}))
+
+
 OPERATIONS = {name[3:]: fn for name, fn in globals().items() if name.startswith("op_")}
 
 
@@ -173,6 +320,8 @@ def child(op: str, work: Path) -> None:
 
     if op.startswith("mdiff"):
         import mdiff.repo.repository  # noqa: F401
+    if op.startswith("floor"):
+        import mdiff.format.writer  # noqa: F401
     cpu0, kids0, main0, wall0, user0 = *_cpu(), time.thread_time(), time.perf_counter(), _user()
     OPERATIONS[op](work)
     wall, main = time.perf_counter() - wall0, time.thread_time() - main0
@@ -257,12 +406,13 @@ def reset_repository(work: Path, committed: bool) -> None:
 # the peers this machine has (tools/bench/requirements.txt installs ZipNN; zstd is Debian's): the others are left out
 PEERS = ("mdiff", *(("zipnn",) if importlib.util.find_spec("zipnn") else ()), *(("zstd",) if shutil.which("zstd") else ()),
          "safetensors")
-COMMITS = ("mdiff_commit", "mdiff_commit_predecessor", *(f"{who}_commit" for who in PEERS[1:]))
-CHECKOUTS = tuple(f"{who}_checkout" for who in PEERS)
+COMMITS = ("mdiff_commit", "mdiff_commit_predecessor", "floor_commit", *(f"{who}_commit" for who in PEERS[1:]))
+CHECKOUTS = ("floor_checkout", *(f"{who}_checkout" for who in PEERS))
 
 
 def race(work: Path, repeat: int, model_bytes: int, log) -> dict:
     shutil.copytree(work / "repo", work / "committed", symlinks=True)
+    prepare_floor(work)
     results: dict = {op: [] for op in COMMITS + CHECKOUTS}
     threads: dict = {("commit", 1): [], ("commit", None): [], ("checkout", 1): [], ("checkout", None): []}
     for r in range(repeat):
@@ -367,7 +517,9 @@ def _ratio(mine: float, theirs: float | None) -> str:
 
 _ROWS = (("commit (parent replayed)", "mdiff_commit", "commit"),
          ("commit (predecessor known)", "mdiff_commit_predecessor", "commit"),
-         ("checkout", "mdiff_checkout", "checkout"))
+         ("checkout", "mdiff_checkout", "checkout"),
+         ("floor: a commit's required work alone", "floor_commit", "commit"),
+         ("floor: a checkout's required work alone", "floor_checkout", "checkout"))
 
 
 def medians(data: dict) -> dict:
