@@ -286,7 +286,8 @@ def test_a_push_killed_at_any_moment_leaves_the_remote_before_or_after(s3, bucke
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
     following = pusher()
-    for attempt in range(11):
+    attempt, last = 0, 10
+    while attempt <= last:
         proc, following = following, None
         before = open_end(bucket_url, options).refs()["refs/heads/main"]
         commit(repo, 100 + 2 * attempt, size=300_000)
@@ -303,13 +304,17 @@ def test_a_push_killed_at_any_moment_leaves_the_remote_before_or_after(s3, bucke
             time.sleep(float(rng.uniform(0, 2.5 * duration)))
             proc.send_signal(signal.SIGKILL)
         proc.wait(60)
-        if attempt < 10:
-            following = pusher()  # starts up while this attempt is checked
         after = open_end(bucket_url, options).refs()["refs/heads/main"]
         assert after in (before, tip), attempt
         outcomes.append(after == tip)
+        # a loaded machine can make every push of ten end before its kill, or none: go on until both were seen
+        if attempt == last and len(set(outcomes[1:])) < 2 and last < 30:
+            last += 1
+        if attempt < last:
+            following = pusher()  # starts up while this attempt is checked
         fetch(copy, "origin", options=options)  # MD800/MD801 if a commit the ref needs were missing or partial
         assert resolve(copy, "origin/main") == after and [f for f in copy.fsck(check_data=False) if f.is_error] == []
+        attempt += 1
     assert any(outcomes[1:]) and not all(outcomes[1:]), (duration, outcomes)
 
 
