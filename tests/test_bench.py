@@ -5,6 +5,7 @@ A smoke test only: it runs into a temporary folder (never docs/) and asserts not
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -73,6 +74,15 @@ ROWS = [
 ]
 
 
+def bench_module(name: str):
+    """A module of tools/bench/ (which imports its helper modules by their plain names), imported."""
+    sys.path.insert(0, str(ROOT / "tools" / "bench"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
+
+
 def table_rows(markdown: str) -> set[str]:
     return {line.split("|")[1].strip() for line in markdown.splitlines() if line.startswith("| ")}
 
@@ -130,11 +140,7 @@ def test_speed_scale_reports_each_size_and_the_slopes(tmp_path):
 
 def test_history_report_judges_both_targets():
     """tools/bench/history.py's report from figures given: ratios to ZipNN's chain and to loading each file."""
-    sys.path.insert(0, str(ROOT / "tools" / "bench"))
-    try:
-        import history
-    finally:
-        sys.path.pop(0)
+    history = bench_module("history")
     entry = {"write_s": 10.0, "write_cpu_s": 9.0}
     result = {"versions": 3, "checkpoint_bytes": 90_000_000, "load": [1.0, 2.0], "load_file_s": [0.1, 0.1, 0.2],
               "contenders": {"mdiff": dict(entry, bytes=90_000_000, read_s=[0.1, 0.2, 0.2], read_cpu_s=[0.1, 0.15, 0.1]),
@@ -171,11 +177,7 @@ def test_the_pipeline_predecessor_trial_starts_as_a_second_commit(tmp_path, monk
     very path, the cache entry says base.safetensors was committed last, and the summary of the base's state is
     kept — so the commit reads the parent's values from base.safetensors (as ZipNN's delta reads base) without a
     walk — even after a trial's commit moved HEAD and the entry on and dropped that summary."""
-    sys.path.insert(0, str(ROOT / "tools" / "bench"))
-    try:
-        import pipeline
-    finally:
-        sys.path.pop(0)
+    pipeline = bench_module("pipeline")
     from mdiff.repo import Repository, parent_values, state_cache
 
     monkeypatch.setenv("MDIFF_CACHE_DIR", str(tmp_path / "cache"))
@@ -200,11 +202,7 @@ def test_the_pipeline_floor_deflates_the_very_chunks_of_the_commit_and_inflates_
     into exactly the streams that file stores (§11's bytes), and the checkout's writes the parent's values."""
     import h5py
 
-    sys.path.insert(0, str(ROOT / "tools" / "bench"))
-    try:
-        import pipeline
-    finally:
-        sys.path.pop(0)
+    pipeline = bench_module("pipeline")
     from mdiff.repo import Repository
 
     monkeypatch.setenv("MDIFF_CACHE_DIR", str(tmp_path / "cache"))
