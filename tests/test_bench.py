@@ -198,8 +198,9 @@ def test_the_pipeline_predecessor_trial_starts_as_a_second_commit(tmp_path, monk
 
 
 def test_the_pipeline_floor_deflates_the_very_chunks_of_the_commit_and_inflates_both_files(tmp_path, monkeypatch):
-    """pipeline.py's floor trials do the work they stand for: the commit's floor deflates the head commit's chunks
-    into exactly the streams that file stores (§11's bytes), and the checkout's writes the parent's values."""
+    """pipeline.py's floor trials do the work they stand for: they compute each commit file's very id, the commit's
+    floor deflates the head commit's chunks into exactly the streams that file stores (§11's bytes), and the
+    checkout's writes the parent's values."""
     import h5py
 
     pipeline = bench_module("pipeline")
@@ -219,6 +220,7 @@ def test_the_pipeline_floor_deflates_the_very_chunks_of_the_commit_and_inflates_
     pipeline.op_floor_checkout(tmp_path)
     stored = {}
     for role, commit in (("head", repo.head()[1]), ("parent", repo.metadata(repo.head()[1]).parents[0])):
+        assert pipeline._file_id(repo.dir / "commits" / f"{commit}.mdiff") == commit  # the id §13.2 defines
         with h5py.File(repo.dir / "commits" / f"{commit}.mdiff", "r") as f:
             stored[role] = [d.id.read_direct_chunk(d.id.get_chunk_info(i).chunk_offset)[1]
                             for d in pipeline._chunked(f) for i in range(d.id.get_num_chunks())]

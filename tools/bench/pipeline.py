@@ -170,18 +170,20 @@ def op_safetensors_checkout(work: Path) -> None:
 
 # ---------------------------------------------------------------- the floor: the spec's required work alone
 FLOOR = "floor"  # the floor trials' inputs (prepare_floor)
-_BLOCK = 8 << 20
 
 
-def _hashed_file(path: str) -> str:
-    """sha256 of a whole file, read 8 MiB at a time (a commit file's id, §13.2)."""
-    import hashlib
+def _file_id(path: str | Path) -> str:
+    """A commit file's id as the repository computes it (§13.2: its block list's hash, mdiff.block_ids, for
+    repository format 2), read and hashed 8 MiB at a time on mdiff's pool."""
+    from mdiff import block_ids
 
-    digest, buffer = hashlib.sha256(), bytearray(_BLOCK)
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buffer):
-            digest.update(memoryview(buffer)[:n])
-    return digest.hexdigest()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        blocks = block_ids.of_fd(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+    assert blocks is not None
+    return blocks.commit_id
 
 
 def _value_hashes(path: Path, pool) -> list:
@@ -207,9 +209,8 @@ def op_floor_commit(work: Path) -> None:
     """What SPEC.md requires of the predecessor-known commit, and nothing else, on every core: the new values'
     sha256 (§13.4's claims), the parent's values' (proof of the predecessor), the parent commit file's id (MD800),
     every chunk of the new file deflated as §11 fixes its bytes (zlib-ng, `deflate_rle`), the file written, fsynced
-    and hashed (its id). Left out: the delta, zigzag and shuffle (their output is read ready-made from
+    and read back for its id. Left out: the delta, zigzag and shuffle (their output is read ready-made from
     prepare_floor's file), HDF5, the metadata and the repository's small files."""
-    import hashlib
     from concurrent.futures import ThreadPoolExecutor
 
     from mdiff.format.writer import deflate_rle
@@ -217,7 +218,7 @@ def op_floor_commit(work: Path) -> None:
     index = json.loads((work / FLOOR / "index.json").read_text())
     with ThreadPoolExecutor(os.cpu_count()) as pool:
         waits = [*_value_hashes(work / "new.safetensors", pool), *_value_hashes(work / "base.safetensors", pool),
-                 pool.submit(_hashed_file, index["files"]["parent"])]
+                 pool.submit(_file_id, index["files"]["parent"])]
 
         def deflated(span: list[int]) -> bytes:
             with open(work / FLOOR / "shuffled.bin", "rb", buffering=0) as f:
@@ -227,13 +228,12 @@ def op_floor_commit(work: Path) -> None:
         for _, _, size in index["chunks"]["head"]:
             spans.append([at, size])
             at += size
-        digest = hashlib.sha256()
         with open(work / FLOOR / "written.mdiff", "wb") as out:
             for stream in pool.map(deflated, spans):
                 out.write(stream)
-                digest.update(stream)
             out.flush()
             os.fsync(out.fileno())
+        _file_id(work / FLOOR / "written.mdiff")
         for wait in waits:
             wait.result()
 
@@ -253,7 +253,7 @@ def op_floor_checkout(work: Path) -> None:
 
     index = json.loads((work / FLOOR / "index.json").read_text())
     with ThreadPoolExecutor(os.cpu_count()) as pool:
-        waits = [pool.submit(_hashed_file, index["files"][role]) for role in ("parent", "head")]
+        waits = [pool.submit(_file_id, index["files"][role]) for role in ("parent", "head")]
 
         def inflated(role: str, chunk: list[int]) -> bytes:
             with open(index["files"][role], "rb", buffering=0) as f:
