@@ -2307,14 +2307,7 @@ def _formula(length: int, *terms: tuple[int, int, int, int], sets: tuple[tuple[i
     """A long vector's values: element i is Σ ((times · i mod mod) − minus) · 2^scale over ``terms`` (times, mod,
     minus, scale), checked here to be exact in binary64 at every partial sum."""
     assert all(t[0] * (length - 1) < 2**53 for t in terms)
-    low = min(t[3] for t in terms)
-    i = np.arange(length).astype(object)  # Python integers: exact
-    partial = np.zeros(length, object)  # the exact partial sums, in units of 2^low
-    for times, mod, minus, scale in terms:
-        term = (times * i) % mod - minus
-        assert max(abs(term)) < 2**53  # so binary64 holds the term exactly
-        partial = partial + (term << (scale - low))
-        assert max(abs(partial)) < 2**53, terms  # and each partial sum
+    _exact_sums(length, terms)
     words = " + ".join(f"(({times}·i mod {mod}) − {minus})·2^{scale}" for times, mod, minus, scale in terms)
     spec = {"formula": f"{words}, i = 0 … {length - 1}", "length": length,
             "terms": [{"times": t[0], "mod": t[1], "minus": t[2], "scale": t[3]} for t in terms]}
@@ -2323,14 +2316,26 @@ def _formula(length: int, *terms: tuple[int, int, int, int], sets: tuple[tuple[i
     return spec
 
 
+def _exact_sums(length: int, terms) -> tuple[np.ndarray, int]:
+    """A formula's elements exactly (Python integers, in units of 2^low), and low; asserting that binary64 holds
+    every term and every partial sum, in the order of the terms, exactly."""
+    low = min(t[3] for t in terms)
+    i = np.arange(length).astype(object)  # Python integers: exact
+    partial = np.zeros(length, object)
+    for times, mod, minus, scale in terms:
+        term = (times * i) % mod - minus
+        assert max(abs(term)) < 2**53  # so binary64 holds the term exactly
+        partial = partial + (term << (scale - low))
+        assert max(abs(partial)) < 2**53, terms  # and each partial sum
+    return partial, low
+
+
 def _from_formula(spec: dict, dtype: str) -> np.ndarray:
     """The formula's values, decoded as the tests decode them, checked against the exact sums."""
     from spec_rel_change import vector_values
 
     values = vector_values(spec, dtype)
-    low = min(t["scale"] for t in spec["terms"])
-    i = np.arange(spec["length"]).astype(object)
-    exact = sum(((t["times"] * i) % t["mod"] - t["minus"]) << (t["scale"] - low) for t in spec["terms"])
+    exact, low = _exact_sums(spec["length"], [(t["times"], t["mod"], t["minus"], t["scale"]) for t in spec["terms"]])
     kept = np.ones(spec["length"], bool)
     kept[[index for index, _ in spec.get("set", [])]] = False
     assert (values.astype(np.float64)[kept] == exact.astype(np.float64)[kept] * 2.0**low).all(), (dtype, spec)
@@ -2500,13 +2505,8 @@ def rel_change_vectors_text() -> str:
                         "rel_change": None if expected is None else {"bits": struct.pack(">d", expected).hex(),
                                                                      "decimal": repr(expected)}})
     assert len({v["id"] for v in vectors}) == len(vectors)
-    dump = lambda value: json.dumps(value, ensure_ascii=False, separators=(", ", ": "))  # noqa: E731
-    head = {"description": WRITER_DESCRIPTION, "values": WRITER_VALUES, "rel_change": WRITER_EXPECTED}
-    lines = ["{"] + [f" {dump(k)}: {dump(value)}," for k, value in head.items()] + [' "vectors": [']
-    lines += [f"  {dump(v)}{',' if i < len(vectors) - 1 else ''}" for i, v in enumerate(vectors)]
-    text = "\n".join(lines + [" ]", "}"]) + "\n"
-    assert json.loads(text)["vectors"] == vectors
-    return text
+    return manifest_text({"description": WRITER_DESCRIPTION, "values": WRITER_VALUES, "rel_change": WRITER_EXPECTED,
+                          "vectors": vectors})
 
 
 def build_writer_vectors(out: Path) -> None:
@@ -2514,23 +2514,28 @@ def build_writer_vectors(out: Path) -> None:
     (out / REL_CHANGE_VECTORS).write_text(rel_change_vectors_text(), encoding="utf-8")
 
 
+def _dump(value: object) -> str:
+    """One JSON value on one line, as the corpus's files write it (their diffs stay readable)."""
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
 def manifest_text(manifest: dict) -> str:
-    """JSON, one case per line (diffs of the corpus stay readable, the file small)."""
-    dump = lambda v: json.dumps(v, ensure_ascii=False, separators=(", ", ": "))
+    """JSON, one case per line (diffs of the corpus stay readable, the file small): the manifest, and the writer
+    vectors' file."""
     lines = ["{"]
     items = list(manifest.items())
     for i, (key, value) in enumerate(items):
         comma = "," if i < len(items) - 1 else ""
         if isinstance(value, list) and value and isinstance(value[0], dict):
-            lines.append(f" {dump(key)}: [")
-            lines += [f"  {dump(v)}{',' if j < len(value) - 1 else ''}" for j, v in enumerate(value)]
+            lines.append(f" {_dump(key)}: [")
+            lines += [f"  {_dump(v)}{',' if j < len(value) - 1 else ''}" for j, v in enumerate(value)]
             lines.append(f" ]{comma}")
         elif isinstance(value, dict) and value:
-            lines.append(f" {dump(key)}: {{")
-            lines += [f"  {dump(k)}: {dump(v)}{',' if j < len(value) - 1 else ''}" for j, (k, v) in enumerate(value.items())]
+            lines.append(f" {_dump(key)}: {{")
+            lines += [f"  {_dump(k)}: {_dump(v)}{',' if j < len(value) - 1 else ''}" for j, (k, v) in enumerate(value.items())]
             lines.append(f" }}{comma}")
         else:
-            lines.append(f" {dump(key)}: {dump(value)}{comma}")
+            lines.append(f" {_dump(key)}: {_dump(value)}{comma}")
     lines.append("}")
     text = "\n".join(lines) + "\n"
     assert json.loads(text) == manifest
