@@ -43,7 +43,7 @@ const { readSafetensors, writeSafetensors } = await import("../src/safetensors.j
 const { mergeStates, parseStrategy } = await import("../src/merge.js");
 const { relativeChange } = await import("../src/stats.js");
 const { DTYPES } = await import("../src/dtypes.js");
-const { numberToBf16Bits, numberToF16Bits } = await import("../src/float.js");
+const { WRITE_ELEMENT } = await import("../src/elements.js");
 
 // Optional capabilities of the conformance corpus (conformance/manifest.json `features`) that this
 // implementation claims: all of them ("embedded-update-types" runs on onnxruntime-node).
@@ -260,22 +260,6 @@ async function cmdMergeFile(args) {
 // conformance/writer/rel_change.json (conformance/README.md, "Writer test vectors"): each vector's old and new
 // values made into little-endian bytes, its rel_change computed by src/stats.js and compared bit for bit. Prints
 // {"id", "ok", "got"} per vector (got: {"bits", "decimal"} or null); exit 0 when every vector passes, else 1.
-const WRITE = {
-  bool: (v, i, x) => v.setUint8(i, x),
-  int8: (v, i, x) => v.setInt8(i, x),
-  int16: (v, i, x) => v.setInt16(2 * i, x, true),
-  int32: (v, i, x) => v.setInt32(4 * i, x, true),
-  int64: (v, i, x) => v.setBigInt64(8 * i, BigInt(x), true),
-  uint8: (v, i, x) => v.setUint8(i, x),
-  uint16: (v, i, x) => v.setUint16(2 * i, x, true),
-  uint32: (v, i, x) => v.setUint32(4 * i, x, true),
-  uint64: (v, i, x) => v.setBigUint64(8 * i, BigInt(x), true),
-  float16: (v, i, x) => v.setUint16(2 * i, numberToF16Bits(x), true),
-  bfloat16: (v, i, x) => v.setUint16(2 * i, numberToBf16Bits(x), true),
-  float32: (v, i, x) => v.setFloat32(4 * i, x, true),
-  float64: (v, i, x) => v.setFloat64(8 * i, x, true),
-};
-
 // a bit pattern in hex (most significant digit first) into `size` little-endian bytes at `offset`
 function putPattern(out, offset, size, hex) {
   if (typeof hex !== "string" || !new RegExp(`^[0-9a-f]{${2 * size}}$`).test(hex)) throw new Error(`bad bit pattern ${JSON.stringify(hex)}`);
@@ -295,7 +279,7 @@ function vectorBytes(values, dtype) {
   for (let i = 0; i < values.length; i++) {
     let x = 0;
     for (const t of values.terms) x += (((t.times * i) % t.mod) - t.minus) * 2 ** t.scale;
-    WRITE[dtype](view, i, x);
+    WRITE_ELEMENT[dtype](view, i, x);
   }
   for (const [index, hex] of values.set || []) putPattern(out, index * size, size, hex);
   return out;

@@ -6,7 +6,7 @@
 // are equal: bytes, not numbers (+0 and -0 differ, a NaN equals only its own bit pattern).
 
 import { DTYPES } from "./dtypes.js";
-import { bf16BitsToNumber, f16BitsToNumber, numberToBf16Bits, numberToF16Bits } from "./float.js";
+import { READ_ELEMENT, WRITE_ELEMENT } from "./elements.js";
 import { compareUtf8 } from "./names.js";
 
 // "ours", "theirs", "average", "weighted:ALPHA", "task-arithmetic", "task-arithmetic:LAMBDA" ->
@@ -61,21 +61,6 @@ function conflictReason(o, t, b) {
   return "changed differently on both sides";
 }
 
-// Element i of a float tensor as a binary64 number (exact), and a binary64 number rounded once to the
-// dtype (to nearest, ties to even) and stored as element i.
-const READ = {
-  float16: (v, i) => f16BitsToNumber(v.getUint16(2 * i, true)),
-  bfloat16: (v, i) => bf16BitsToNumber(v.getUint16(2 * i, true)),
-  float32: (v, i) => v.getFloat32(4 * i, true),
-  float64: (v, i) => v.getFloat64(8 * i, true),
-};
-const WRITE = {
-  float16: (v, i, x) => v.setUint16(2 * i, numberToF16Bits(x), true),
-  bfloat16: (v, i, x) => v.setUint16(2 * i, numberToBf16Bits(x), true),
-  float32: (v, i, x) => v.setFloat32(4 * i, x, true), // Math.fround: one rounding from binary64
-  float64: (v, i, x) => v.setFloat64(8 * i, x, true),
-};
-
 function view(data) {
   return new DataView(data.buffer, data.byteOffset, data.byteLength);
 }
@@ -86,8 +71,8 @@ function combine(strategy, o, t, b) {
   const n = o.data.length / DTYPES[o.dtype].size;
   const out = Buffer.alloc(o.data.length);
   const [ov, tv, bv, rv] = [view(o.data), view(t.data), b ? view(b.data) : null, view(out)];
-  const read = READ[o.dtype];
-  const write = WRITE[o.dtype];
+  const read = READ_ELEMENT[o.dtype]; // a float tensor's element as binary64, exactly
+  const write = WRITE_ELEMENT[o.dtype]; // a binary64 number rounded once to the dtype
   const w = strategy.weight;
   for (let i = 0; i < n; i++) {
     const x = read(ov, i);

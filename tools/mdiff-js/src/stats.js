@@ -9,7 +9,7 @@
 // and a sum whose result is subnormal in binary32 is exact there. Math.sqrt and / are correctly rounded.
 
 import { DTYPES } from "./dtypes.js";
-import { bf16BitsToNumber, f16BitsToNumber } from "./float.js";
+import { READ_ELEMENT } from "./elements.js";
 
 // §11 step 2: elements summed by halving, a block at a time
 export const REL_CHANGE_BLOCK = 65536;
@@ -17,30 +17,11 @@ export const REL_CHANGE_BLOCK = 65536;
 // The dtypes whose working format is binary32; every other dtype's is binary64.
 const BINARY32 = new Set(["float16", "bfloat16", "float32"]);
 
-// Element i of a little-endian view as a number: the floating-point dtypes exactly (float16 and bfloat16 widen
-// exactly to binary32, and so to binary64), integers rounded to nearest binary64, ties to even (Number() of a
-// BigInt does so; every 8-, 16- and 32-bit integer is exact), bool as 0 or 1 (§6.1).
-const READ = {
-  bool: (v, i) => (v.getUint8(i) ? 1 : 0),
-  int8: (v, i) => v.getInt8(i),
-  int16: (v, i) => v.getInt16(2 * i, true),
-  int32: (v, i) => v.getInt32(4 * i, true),
-  int64: (v, i) => Number(v.getBigInt64(8 * i, true)),
-  uint8: (v, i) => v.getUint8(i),
-  uint16: (v, i) => v.getUint16(2 * i, true),
-  uint32: (v, i) => v.getUint32(4 * i, true),
-  uint64: (v, i) => Number(v.getBigUint64(8 * i, true)),
-  float16: (v, i) => f16BitsToNumber(v.getUint16(2 * i, true)),
-  bfloat16: (v, i) => bf16BitsToNumber(v.getUint16(2 * i, true)),
-  float32: (v, i) => v.getFloat32(4 * i, true),
-  float64: (v, i) => v.getFloat64(8 * i, true),
-};
-
 function widened(bytes, dtype) {
   const size = DTYPES[dtype].size;
   if (bytes.length % size) throw new Error(`${bytes.length} bytes are not a whole number of ${dtype} values`);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const read = READ[dtype];
+  const read = READ_ELEMENT[dtype];
   const out = new Float64Array(bytes.length / size);
   for (let i = 0; i < out.length; i++) out[i] = read(view, i);
   return out;
@@ -91,7 +72,7 @@ function everyFinite(values) {
 // rel_change of a parameter's old and new values (Uint8Arrays of little-endian `dtype` values, as a tensor's data,
 // in the order of §6.2): a number, or null where §11 step 5 leaves it out.
 export function relativeChange(oldValues, newValues, dtype) {
-  if (!(dtype in READ)) throw new Error(`unknown dtype ${dtype}`);
+  if (!(dtype in READ_ELEMENT)) throw new Error(`unknown dtype ${dtype}`);
   const o = widened(oldValues, dtype);
   const n = widened(newValues, dtype);
   if (o.length !== n.length) throw new Error(`old holds ${o.length} values, new ${n.length}`);
